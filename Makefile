@@ -1,0 +1,23 @@
+# The two entry points: `make run` (Hearth's main job) and `make test` (every test).
+CARGO ?= cargo
+export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
+
+.PHONY: setup run test lint build
+
+setup:
+	bash scripts/setup
+
+build: setup
+	$(CARGO) build --release -p hearth-runtime --bin hearth
+
+run: build
+	./target/release/hearth devices
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace

@@ -1,0 +1,1 @@
+//! Model files, specs, tokenizers and chat templates.

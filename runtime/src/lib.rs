@@ -1,0 +1,1 @@
+//! Hearth's runtime: the Vulkan device, compute kernels and (later) model execution.
