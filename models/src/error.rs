@@ -1,0 +1,141 @@
+//! The crate's one error type. Every variant names the file and the field, tensor, key or
+//! template line it is about, so a message alone tells the user what to fix.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong reading a model file, resolving its spec, tokenizing or
+/// rendering a chat template.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a well-formed GGUF file; `field` says where (header, a metadata key,
+    /// a tensor's index entry).
+    #[error("{}: {field}: {reason}", path.display())]
+    Gguf {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
+    /// A metadata key the loader needs is missing, has the wrong type or an impossible value.
+    #[error("{}: metadata `{key}`: {reason}", path.display())]
+    Metadata {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+    /// A tensor the model spec requires is missing or disagrees with the spec.
+    #[error("{}: tensor `{tensor}`: {reason}", path.display())]
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        reason: String,
+    },
+    /// A model specification (TOML) is invalid.
+    #[error("model spec `{spec}`: {reason}")]
+    Spec { spec: String, reason: String },
+    /// No shipped spec serves the file's `general.architecture`.
+    #[error("{}: no model spec for architecture `{arch}` (known: {})", path.display(), known.join(", "))]
+    UnknownArchitecture {
+        path: PathBuf,
+        arch: String,
+        known: Vec<String>,
+    },
+    /// The tokenizer could not be built or used.
+    #[error("{source_name}: tokenizer: {reason}")]
+    Tokenizer { source_name: String, reason: String },
+    /// A chat template failed to compile or render.
+    #[error("chat template{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    Template {
+        line: Option<usize>,
+        message: String,
+    },
+    /// No model in the models directory matches the name.
+    #[error("no model named `{name}` in {}{}", dir.display(), list_available(available))]
+    ModelNotFound {
+        name: String,
+        dir: PathBuf,
+        available: Vec<String>,
+    },
+    /// Several models match the name.
+    #[error("model name `{name}` is ambiguous in {}; candidates: {}", dir.display(), list_paths(candidates))]
+    AmbiguousModel {
+        name: String,
+        dir: PathBuf,
+        candidates: Vec<PathBuf>,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn metadata(path: &Path, key: &str, reason: impl Into<String>) -> Self {
+        Error::Metadata {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn tensor(path: &Path, tensor: &str, reason: impl Into<String>) -> Self {
+        Error::Tensor {
+            path: path.to_path_buf(),
+            tensor: tensor.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn spec(spec: &str, reason: impl Into<String>) -> Self {
+        Error::Spec {
+            spec: spec.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn tokenizer(source_name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Tokenizer {
+            source_name: source_name.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+fn list_available(available: &[String]) -> String {
+    if available.is_empty() {
+        return " (the directory holds no models)".to_string();
+    }
+    let mut s = String::from("; available: ");
+    for (i, name) in available.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(name);
+    }
+    s
+}
+
+fn list_paths(paths: &[PathBuf]) -> String {
+    let mut s = String::new();
+    for (i, p) in paths.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "{}", p.display());
+    }
+    s
+}
