@@ -1,1 +1,9 @@
-//! Hearth's runtime: the Vulkan device, compute kernels and (later) model execution.
+//! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`) and the CPU reference
+//! operations they are tested against (`cpu`).
+
+pub mod cpu;
+pub mod kernels;
+pub mod vk;
+
+#[cfg(test)]
+pub(crate) mod testing;

@@ -1,0 +1,151 @@
+//! Reference operations. Layouts match the kernels: row-major, rows of length `n`; weight
+//! matrices are stored as GGUF stores them, [out, in].
+
+/// RMSNorm of each row of `x` ([rows, n]) scaled by `w` ([n]).
+pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    x.chunks(n)
+        .flat_map(|row| {
+            let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / n as f64;
+            let scale = 1.0 / (ms + eps as f64).sqrt();
+            row.iter()
+                .zip(w)
+                .map(move |(&v, &g)| (v as f64 * scale * g as f64) as f32)
+        })
+        .collect()
+}
+
+/// LayerNorm of each row of `x` ([rows, n]) with gain `w` and bias `b` ([n]).
+pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    x.chunks(n)
+        .flat_map(|row| {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+            let inv = 1.0 / (var + eps as f64).sqrt();
+            row.iter()
+                .zip(w.iter().zip(b))
+                .map(move |(&v, (&g, &bias))| {
+                    ((v as f64 - mean) * inv * g as f64 + bias as f64) as f32
+                })
+        })
+        .collect()
+}
+
+/// Softmax of `scale * x` over each row ([rows, n]).
+pub fn softmax(x: &[f32], n: usize, scale: f32) -> Vec<f32> {
+    x.chunks(n)
+        .flat_map(|row| {
+            let m = row
+                .iter()
+                .map(|&v| scale as f64 * v as f64)
+                .fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = row
+                .iter()
+                .map(|&v| (scale as f64 * v as f64 - m).exp())
+                .collect();
+            let sum: f64 = exps.iter().sum();
+            exps.into_iter().map(move |e| (e / sum) as f32)
+        })
+        .collect()
+}
+
+/// How RoPE pairs up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs (i, i + rot_dim/2): GPT-NeoX, and Hugging Face Llama checkpoints.
+    Neox,
+    /// Adjacent pairs (2i, 2i + 1): GPT-J, and Llama weights as GGUF stores them.
+    Gptj,
+}
+
+/// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
+pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
+    let half = rot_dim / 2;
+    let mut table = Vec::with_capacity(max_pos * half);
+    for pos in 0..max_pos {
+        for i in 0..half {
+            let angle = pos as f64 * base.powf(-2.0 * i as f64 / rot_dim as f64);
+            table.push([angle.cos() as f32, angle.sin() as f32]);
+        }
+    }
+    table
+}
+
+/// Rotates `x` ([tokens, heads, head_dim]) in place; token t sits at position `pos[t]`.
+pub fn rope(
+    x: &mut [f32],
+    pos: &[u32],
+    heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    layout: RopeLayout,
+    table: &[[f32; 2]],
+) {
+    let half = rot_dim / 2;
+    for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
+        for head in token.chunks_mut(head_dim) {
+            for i in 0..half {
+                let (a, b) = match layout {
+                    RopeLayout::Neox => (i, i + half),
+                    RopeLayout::Gptj => (2 * i, 2 * i + 1),
+                };
+                let [c, s] = table[pos[t] as usize * half + i];
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+pub fn silu(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+/// SwiGLU: silu(gate) * up.
+pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect()
+}
+
+/// GELU: exact (erf) or the tanh approximation.
+pub fn gelu(x: &[f32], exact: bool) -> Vec<f32> {
+    x.iter()
+        .map(|&v| {
+            let v = v as f64;
+            let y = if exact {
+                0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2))
+            } else {
+                let u = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+                0.5 * v * (1.0 + u.tanh())
+            };
+            y as f32
+        })
+        .collect()
+}
+
+/// y[b, r] = sum_k w[r, k] * x[b, k], with w [m, k] and x [batch, k].
+pub fn matvec(w: &[f32], x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    x.chunks(k)
+        .flat_map(|xb| {
+            w.chunks(k).take(m).map(move |row| {
+                row.iter()
+                    .zip(xb)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
+/// For each output of `matvec`, sum_k |w[r, k] * x[b, k]|: the scale rounding error grows with.
+pub fn matvec_magnitude(w: &[f32], x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    x.chunks(k)
+        .flat_map(|xb| {
+            w.chunks(k).take(m).map(move |row| {
+                row.iter()
+                    .zip(xb)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum::<f64>() as f32
+            })
+        })
+        .collect()
+}

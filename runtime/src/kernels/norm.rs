@@ -1,0 +1,165 @@
+//! RMSNorm and LayerNorm over rows: one workgroup per row.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use hearth_shaders::{LAYERNORM, RMSNORM};
+
+use super::{check_sizes, workgroup_size};
+use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct NormPush {
+    n: u32,
+    eps: f32,
+}
+
+pub struct RmsNorm {
+    pipeline: Arc<Pipeline>,
+}
+
+impl RmsNorm {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(RMSNORM, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// y = rmsnorm(x) * w for x, y [rows, n] and w [n].
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        x: &'a Buffer,
+        w: &'a Buffer,
+        y: &'a Buffer,
+        rows: u32,
+        n: u32,
+        eps: f32,
+    ) -> Result<()> {
+        let bytes = rows as u64 * n as u64 * 4;
+        check_sizes(
+            RMSNORM.name,
+            &[("x", x, bytes), ("w", w, n as u64 * 4), ("y", y, bytes)],
+        )?;
+        rec.dispatch(
+            &self.pipeline,
+            &[x, w, y],
+            &NormPush { n, eps },
+            [rows, 1, 1],
+        )
+    }
+}
+
+pub struct LayerNorm {
+    pipeline: Arc<Pipeline>,
+}
+
+impl LayerNorm {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(LAYERNORM, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// y = layernorm(x) * w + b for x, y [rows, n] and w, b [n].
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        x: &'a Buffer,
+        w: &'a Buffer,
+        b: &'a Buffer,
+        y: &'a Buffer,
+        rows: u32,
+        n: u32,
+        eps: f32,
+    ) -> Result<()> {
+        let bytes = rows as u64 * n as u64 * 4;
+        let vec = n as u64 * 4;
+        check_sizes(
+            LAYERNORM.name,
+            &[
+                ("x", x, bytes),
+                ("w", w, vec),
+                ("b", b, vec),
+                ("y", y, bytes),
+            ],
+        )?;
+        rec.dispatch(
+            &self.pipeline,
+            &[x, w, b, y],
+            &NormPush { n, eps },
+            [rows, 1, 1],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::ops;
+    use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
+
+    #[test]
+    fn rmsnorm_matches_reference() {
+        let Some(dev) = device() else { return };
+        let kernel = RmsNorm::new(&dev).unwrap();
+        for &(rows, n) in &[(1, 1), (3, 7), (2, 64), (5, 97), (1, 576), (4, 4099)] {
+            let (x, w) = (random(rows * n, 1, 2.0), random(n, 2, 1.0));
+            let (xb, wb, yb) = (upload(&dev, &x), upload(&dev, &w), zeros(&dev, rows * n));
+            run(&dev, |rec| {
+                kernel
+                    .record(rec, &xb, &wb, &yb, rows as u32, n as u32, 1e-5)
+                    .unwrap()
+            });
+            let want = ops::rmsnorm(&x, &w, n, 1e-5);
+            // An f32 sum of squares and inversesqrt: a few ulps, relative.
+            let got = yb.download(rows * n).unwrap();
+            assert_close(&format!("rmsnorm {rows}x{n}"), &got, &want, |i| {
+                2e-6 * want[i].abs() + 1e-7
+            });
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn layernorm_matches_reference() {
+        let Some(dev) = device() else { return };
+        let kernel = LayerNorm::new(&dev).unwrap();
+        for &(rows, n) in &[(1, 1), (3, 7), (2, 64), (5, 97), (2, 384), (4, 4099)] {
+            // An offset of 3 checks that the variance is taken about the mean.
+            let x: Vec<f32> = random(rows * n, 3, 1.0).iter().map(|v| v + 3.0).collect();
+            let (w, b) = (random(n, 4, 1.0), random(n, 5, 0.5));
+            let (xb, wb, bb) = (upload(&dev, &x), upload(&dev, &w), upload(&dev, &b));
+            let yb = zeros(&dev, rows * n);
+            run(&dev, |rec| {
+                kernel
+                    .record(rec, &xb, &wb, &bb, &yb, rows as u32, n as u32, 1e-5)
+                    .unwrap()
+            });
+            let want = ops::layernorm(&x, &w, &b, n, 1e-5);
+            let got = yb.download(rows * n).unwrap();
+            assert_close(&format!("layernorm {rows}x{n}"), &got, &want, |i| {
+                1e-5 * want[i].abs() + 2e-6
+            });
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn rejects_undersized_buffers() {
+        let Some(dev) = device() else { return };
+        let kernel = RmsNorm::new(&dev).unwrap();
+        let small = upload(&dev, &[0.0; 4]);
+        let mut rec = Recorder::new(&dev).unwrap();
+        let err = kernel
+            .record(&mut rec, &small, &small, &small, 2, 4, 1e-5)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("rmsnorm") && err.to_string().contains("`x`"),
+            "{err}"
+        );
+        finish(&dev);
+    }
+}

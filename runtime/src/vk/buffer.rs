@@ -1,0 +1,295 @@
+//! Buffers: device-local (weights, activations), host-visible (the KV pool, uploads) and readback.
+//! Each owns its memory and frees it on drop; a `Recorder` borrows the buffers it uses, so none
+//! can be dropped while recorded work may still read it.
+
+use std::sync::Arc;
+
+use ash::vk;
+use bytemuck::Pod;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
+use gpu_allocator::MemoryLocation;
+
+use super::command::Recorder;
+use super::device::Device;
+use super::error::{CallContext, Result, VkError};
+
+/// Where a buffer's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Fastest for the device; filled through a staging buffer.
+    DeviceLocal,
+    /// System memory the device reads directly (mapped; written by the CPU).
+    HostVisible,
+    /// Mapped and host-cached: for reading results back.
+    Readback,
+}
+
+impl MemoryKind {
+    fn location(self) -> MemoryLocation {
+        match self {
+            Self::DeviceLocal => MemoryLocation::GpuOnly,
+            Self::HostVisible => MemoryLocation::CpuToGpu,
+            Self::Readback => MemoryLocation::GpuToCpu,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::DeviceLocal => "device-local",
+            Self::HostVisible => "host-visible",
+            Self::Readback => "readback",
+        }
+    }
+}
+
+/// How to create a buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferDesc<'a> {
+    pub name: &'a str,
+    pub size: u64,
+    pub memory: MemoryKind,
+}
+
+impl<'a> BufferDesc<'a> {
+    pub fn device_local(name: &'a str, size: u64) -> Self {
+        Self {
+            name,
+            size,
+            memory: MemoryKind::DeviceLocal,
+        }
+    }
+    pub fn host_visible(name: &'a str, size: u64) -> Self {
+        Self {
+            name,
+            size,
+            memory: MemoryKind::HostVisible,
+        }
+    }
+    pub fn readback(name: &'a str, size: u64) -> Self {
+        Self {
+            name,
+            size,
+            memory: MemoryKind::Readback,
+        }
+    }
+}
+
+/// Staging transfers move at most this much at a time, so a large upload never needs a staging
+/// buffer as large as itself.
+const STAGING_CHUNK: u64 = 64 << 20;
+
+pub struct Buffer {
+    device: Arc<Device>,
+    pub(crate) raw: vk::Buffer,
+    allocation: Option<Allocation>,
+    size: u64,
+    memory: MemoryKind,
+    name: String,
+}
+
+impl Buffer {
+    pub fn new(device: &Arc<Device>, desc: BufferDesc<'_>) -> Result<Self> {
+        let limits = &device.info().limits;
+        // Vulkan forbids empty buffers; a zero-sized tensor still gets a valid binding.
+        // Rounded to whole words: f16 kernels read 32-bit words, the last possibly half-used.
+        let size = desc.size.max(4).next_multiple_of(4);
+        for (limit_name, limit) in [
+            ("maxMemoryAllocationSize", limits.max_memory_allocation_size),
+            ("maxStorageBufferRange", limits.max_storage_buffer_range),
+        ] {
+            if size > limit {
+                return Err(VkError::TooLarge {
+                    what: desc.name.into(),
+                    size,
+                    limit_name,
+                    limit,
+                });
+            }
+        }
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST,
+            )
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid create info on a live device.
+        let raw = unsafe { device.raw.create_buffer(&info, None) }.call("vkCreateBuffer")?;
+        // SAFETY: `raw` was just created on this device.
+        let requirements = unsafe { device.raw.get_buffer_memory_requirements(raw) };
+        let allocated = device.allocator().allocate(&AllocationCreateDesc {
+            name: desc.name,
+            requirements,
+            location: desc.memory.location(),
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        });
+        let allocation = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: the buffer is unbound and unused.
+                unsafe { device.raw.destroy_buffer(raw, None) };
+                return Err(match e {
+                    gpu_allocator::AllocationError::OutOfMemory => VkError::OutOfMemory {
+                        size,
+                        what: desc.name.into(),
+                        location: desc.memory.as_str(),
+                        heaps: device.info().heap_summary(),
+                    },
+                    other => VkError::Allocation {
+                        what: desc.name.into(),
+                        message: other.to_string(),
+                    },
+                });
+            }
+        };
+        let buffer = Self {
+            device: device.clone(),
+            raw,
+            allocation: Some(allocation),
+            size,
+            memory: desc.memory,
+            name: desc.name.into(),
+        };
+        let a = buffer
+            .allocation
+            .as_ref()
+            .expect("allocation set just above");
+        // SAFETY: memory and offset come from an allocation made for this buffer's requirements.
+        unsafe { device.raw.bind_buffer_memory(raw, a.memory(), a.offset()) }
+            .call("vkBindBufferMemory")?;
+        Ok(buffer)
+    }
+
+    /// A device-local buffer holding `data`.
+    pub fn from_slice<T: Pod>(device: &Arc<Device>, name: &str, data: &[T]) -> Result<Self> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buffer = Self::new(device, BufferDesc::device_local(name, bytes.len() as u64))?;
+        buffer.upload(0, bytes)?;
+        Ok(buffer)
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn memory(&self) -> MemoryKind {
+        self.memory
+    }
+
+    fn mapped(&self) -> Option<*mut u8> {
+        self.allocation
+            .as_ref()?
+            .mapped_ptr()
+            .map(|p| p.as_ptr().cast::<u8>())
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<()> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(VkError::Allocation {
+                what: self.name.clone(),
+                message: format!(
+                    "access of {len} bytes at offset {offset} is past the end ({} bytes)",
+                    self.size
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the buffer at byte `offset`: directly when the memory is mapped,
+    /// otherwise through a staging buffer in chunks.
+    pub fn upload<T: Pod>(&self, offset: u64, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.check_range(offset, bytes.len())?;
+        if let Some(ptr) = self.mapped() {
+            // SAFETY: the range was checked against the mapped allocation, and no recorded
+            // work can be using the buffer (recorders borrow buffers until they complete).
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.add(offset as usize), bytes.len())
+            };
+            return Ok(());
+        }
+        let chunk = STAGING_CHUNK.min(bytes.len() as u64).max(4);
+        let staging = Buffer::new(
+            &self.device,
+            BufferDesc::host_visible("staging upload", chunk),
+        )?;
+        for (i, part) in bytes.chunks(chunk as usize).enumerate() {
+            staging.upload(0, part)?;
+            let mut rec = Recorder::new(&self.device)?;
+            rec.copy(
+                &staging,
+                0,
+                self,
+                offset + i as u64 * chunk,
+                part.len() as u64,
+            )?;
+            rec.submit()?;
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` elements starting at byte `offset`.
+    pub fn download_into<T: Pod>(&self, offset: u64, out: &mut [T]) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        self.check_range(offset, bytes.len())?;
+        if let Some(ptr) = self.mapped() {
+            // SAFETY: range checked; no recorded work is in flight (see `upload`).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ptr.add(offset as usize),
+                    bytes.as_mut_ptr(),
+                    bytes.len(),
+                )
+            };
+            return Ok(());
+        }
+        let chunk = STAGING_CHUNK.min(bytes.len() as u64).max(4);
+        let staging = Buffer::new(
+            &self.device,
+            BufferDesc::readback("staging download", chunk),
+        )?;
+        for (i, part) in bytes.chunks_mut(chunk as usize).enumerate() {
+            let mut rec = Recorder::new(&self.device)?;
+            rec.copy(
+                self,
+                offset + i as u64 * chunk,
+                &staging,
+                0,
+                part.len() as u64,
+            )?;
+            rec.submit()?;
+            staging.download_into(0, part)?;
+        }
+        Ok(())
+    }
+
+    /// The first `len` elements of the buffer.
+    pub fn download<T: Pod>(&self, len: usize) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); len];
+        self.download_into(0, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: recorders borrow every buffer they use and wait for completion, so the device
+        // no longer uses this one.
+        unsafe { self.device.raw.destroy_buffer(self.raw, None) };
+        if let Some(a) = self.allocation.take() {
+            if let Err(e) = self.device.allocator().free(a) {
+                tracing::warn!("freeing buffer {}: {e}", self.name);
+            }
+        }
+    }
+}

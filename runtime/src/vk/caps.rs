@@ -1,0 +1,315 @@
+//! What a physical device can do: the capabilities later kernels choose their variants by.
+
+use ash::vk;
+use serde::Serialize;
+
+use super::error::{CallContext, Result};
+use super::instance::Instance;
+
+/// Device class, in the order Hearth prefers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Discrete,
+    Integrated,
+    Virtual,
+    Cpu,
+    Other,
+}
+
+impl DeviceKind {
+    fn from_vk(t: vk::PhysicalDeviceType) -> Self {
+        match t {
+            vk::PhysicalDeviceType::DISCRETE_GPU => Self::Discrete,
+            vk::PhysicalDeviceType::INTEGRATED_GPU => Self::Integrated,
+            vk::PhysicalDeviceType::VIRTUAL_GPU => Self::Virtual,
+            vk::PhysicalDeviceType::CPU => Self::Cpu,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discrete => "discrete",
+            Self::Integrated => "integrated",
+            Self::Virtual => "virtual",
+            Self::Cpu => "cpu",
+            Self::Other => "other",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SubgroupCaps {
+    /// Default subgroup size.
+    pub size: u32,
+    /// Range selectable with subgroup size control (equal to `size` without it).
+    pub min_size: u32,
+    pub max_size: u32,
+    /// Subgroup operations available in compute shaders (basic, arithmetic, shuffle, ...).
+    pub operations: Vec<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ArithmeticCaps {
+    pub shader_float16: bool,
+    pub shader_int8: bool,
+    pub storage_buffer_8bit: bool,
+    pub storage_buffer_16bit: bool,
+    pub integer_dot_product: bool,
+    pub cooperative_matrix: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LimitCaps {
+    pub max_workgroup_size: [u32; 3],
+    pub max_workgroup_invocations: u32,
+    pub max_workgroup_count: [u32; 3],
+    pub max_shared_memory: u32,
+    pub max_push_constants: u32,
+    pub max_storage_buffer_range: u64,
+    pub max_memory_allocation_size: u64,
+    /// Nanoseconds per timestamp tick; `None` when the compute queue cannot time dispatches.
+    pub timestamp_period_ns: Option<f32>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryHeap {
+    pub size: u64,
+    pub device_local: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryCaps {
+    pub heaps: Vec<MemoryHeap>,
+    /// Some memory type is device-local.
+    pub device_local: bool,
+    /// Some memory type is host-visible (the KV pool can live there).
+    pub host_visible: bool,
+    /// Some host-visible type is also host-cached (fast CPU reads back).
+    pub host_cached: bool,
+    /// A large device-local heap is host-visible (resizable BAR), or the device shares host memory.
+    pub rebar: bool,
+}
+
+/// Everything Hearth knows about one physical device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceInfo {
+    pub index: usize,
+    pub name: String,
+    pub kind: DeviceKind,
+    pub vendor_id: u32,
+    pub device_id: u32,
+    pub driver: String,
+    pub api_version: String,
+    pub subgroup: SubgroupCaps,
+    pub arithmetic: ArithmeticCaps,
+    pub limits: LimitCaps,
+    pub memory: MemoryCaps,
+    /// Extensions Hearth uses, when present.
+    pub push_descriptor: bool,
+    #[serde(skip)]
+    pub(crate) api: u32,
+    #[serde(skip)]
+    pub(crate) compute_family: Option<u32>,
+}
+
+impl DeviceInfo {
+    /// Total size of the device-local heaps.
+    pub fn device_local_bytes(&self) -> u64 {
+        self.memory
+            .heaps
+            .iter()
+            .filter(|h| h.device_local)
+            .map(|h| h.size)
+            .sum()
+    }
+
+    /// A one-line summary of the heaps, for error messages.
+    pub fn heap_summary(&self) -> String {
+        let heaps: Vec<String> = self
+            .memory
+            .heaps
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let local = if h.device_local {
+                    "device-local"
+                } else {
+                    "host"
+                };
+                format!("#{i} {} MiB {local}", h.size >> 20)
+            })
+            .collect();
+        heaps.join(", ")
+    }
+}
+
+const SUBGROUP_OPS: &[(vk::SubgroupFeatureFlags, &str)] = &[
+    (vk::SubgroupFeatureFlags::BASIC, "basic"),
+    (vk::SubgroupFeatureFlags::VOTE, "vote"),
+    (vk::SubgroupFeatureFlags::ARITHMETIC, "arithmetic"),
+    (vk::SubgroupFeatureFlags::BALLOT, "ballot"),
+    (vk::SubgroupFeatureFlags::SHUFFLE, "shuffle"),
+    (
+        vk::SubgroupFeatureFlags::SHUFFLE_RELATIVE,
+        "shuffle_relative",
+    ),
+    (vk::SubgroupFeatureFlags::CLUSTERED, "clustered"),
+    (vk::SubgroupFeatureFlags::QUAD, "quad"),
+];
+
+/// Queries one physical device.
+pub(crate) fn query(
+    instance: &Instance,
+    physical: vk::PhysicalDevice,
+    index: usize,
+) -> Result<DeviceInfo> {
+    let raw = &instance.raw;
+    // SAFETY: `physical` was enumerated from this instance; the p_next chains point at locals
+    // that outlive each call, and only structs valid for the reported API version are chained.
+    unsafe {
+        let base = raw.get_physical_device_properties(physical);
+        let api = base.api_version;
+        let extensions = raw
+            .enumerate_device_extension_properties(physical)
+            .call("vkEnumerateDeviceExtensionProperties")?;
+        let has_ext = |name: &std::ffi::CStr| {
+            extensions
+                .iter()
+                .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+        };
+
+        let mut v11 = vk::PhysicalDeviceVulkan11Properties::default();
+        let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+        let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut v11)
+            .push_next(&mut driver);
+        let has_size_control =
+            api >= vk::API_VERSION_1_3 || has_ext(ash::ext::subgroup_size_control::NAME);
+        if has_size_control {
+            props2 = props2.push_next(&mut size_control);
+        }
+        raw.get_physical_device_properties2(physical, &mut props2);
+
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut features2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        if api >= vk::API_VERSION_1_3 {
+            features2 = features2.push_next(&mut f13);
+        }
+        raw.get_physical_device_features2(physical, &mut features2);
+
+        let families = raw.get_physical_device_queue_family_properties(physical);
+        let compute_family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .map(|i| i as u32);
+        let timestamp_bits =
+            compute_family.map_or(0, |f| families[f as usize].timestamp_valid_bits);
+
+        let mem = raw.get_physical_device_memory_properties(physical);
+        let heaps: Vec<MemoryHeap> = mem.memory_heaps[..mem.memory_heap_count as usize]
+            .iter()
+            .map(|h| MemoryHeap {
+                size: h.size,
+                device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
+            })
+            .collect();
+        let types = &mem.memory_types[..mem.memory_type_count as usize];
+        let has = |f: vk::MemoryPropertyFlags| types.iter().any(|t| t.property_flags.contains(f));
+        let rebar = types.iter().any(|t| {
+            t.property_flags.contains(
+                vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE,
+            ) && heaps
+                .get(t.heap_index as usize)
+                .is_some_and(|h| h.size > 256 << 20)
+        });
+
+        let l = &base.limits;
+        let operations = SUBGROUP_OPS
+            .iter()
+            .filter(|(flag, _)| v11.subgroup_supported_operations.contains(*flag))
+            .map(|&(_, name)| name)
+            .collect();
+        let (min_size, max_size) = if has_size_control && size_control.min_subgroup_size > 0 {
+            (
+                size_control.min_subgroup_size,
+                size_control.max_subgroup_size,
+            )
+        } else {
+            (v11.subgroup_size, v11.subgroup_size)
+        };
+        Ok(DeviceInfo {
+            index,
+            name: base
+                .device_name_as_c_str()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "<unnamed>".into()),
+            kind: DeviceKind::from_vk(base.device_type),
+            vendor_id: base.vendor_id,
+            device_id: base.device_id,
+            driver: format!(
+                "{} {}",
+                driver
+                    .driver_name_as_c_str()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default(),
+                driver
+                    .driver_info_as_c_str()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default()
+            )
+            .trim()
+            .to_string(),
+            api_version: format!(
+                "{}.{}.{}",
+                vk::api_version_major(api),
+                vk::api_version_minor(api),
+                vk::api_version_patch(api)
+            ),
+            subgroup: SubgroupCaps {
+                size: v11.subgroup_size,
+                min_size,
+                max_size,
+                operations,
+            },
+            arithmetic: ArithmeticCaps {
+                shader_float16: f12.shader_float16 != 0,
+                shader_int8: f12.shader_int8 != 0,
+                storage_buffer_8bit: f12.storage_buffer8_bit_access != 0,
+                storage_buffer_16bit: f11.storage_buffer16_bit_access != 0,
+                integer_dot_product: f13.shader_integer_dot_product != 0
+                    || has_ext(ash::khr::shader_integer_dot_product::NAME),
+                cooperative_matrix: has_ext(ash::khr::cooperative_matrix::NAME),
+            },
+            limits: LimitCaps {
+                max_workgroup_size: l.max_compute_work_group_size,
+                max_workgroup_invocations: l.max_compute_work_group_invocations,
+                max_workgroup_count: l.max_compute_work_group_count,
+                max_shared_memory: l.max_compute_shared_memory_size,
+                max_push_constants: l.max_push_constants_size,
+                max_storage_buffer_range: l.max_storage_buffer_range as u64,
+                max_memory_allocation_size: v11.max_memory_allocation_size,
+                timestamp_period_ns: (timestamp_bits > 0 && l.timestamp_compute_and_graphics != 0)
+                    .then_some(l.timestamp_period),
+            },
+            memory: MemoryCaps {
+                device_local: has(vk::MemoryPropertyFlags::DEVICE_LOCAL),
+                host_visible: has(vk::MemoryPropertyFlags::HOST_VISIBLE),
+                host_cached: has(
+                    vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED
+                ),
+                rebar,
+                heaps,
+            },
+            push_descriptor: has_ext(ash::khr::push_descriptor::NAME),
+            api,
+            compute_family,
+        })
+    }
+}

@@ -1,0 +1,374 @@
+//! Recording and submitting work. A `Recorder` collects dispatches and copies into one command
+//! buffer, puts a memory barrier between consecutive commands, optionally times each with
+//! timestamp queries, and `submit` runs it all in one submission and waits on a fence.
+
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use bytemuck::Pod;
+
+use super::buffer::Buffer;
+use super::device::Device;
+use super::error::{CallContext, Result, VkError};
+use super::pipeline::Pipeline;
+
+/// Most timestamps one submission records (two per command).
+const MAX_QUERIES: u32 = 8192;
+
+/// GPU time of one recorded command.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub label: &'static str,
+    pub ns: f64,
+}
+
+/// What a submission took.
+#[derive(Clone, Debug, Default)]
+pub struct Completed {
+    /// Host time from submit to fence signal.
+    pub wall: Duration,
+    /// Per-command GPU times, when the recorder was created with timing on.
+    pub kernels: Vec<KernelTime>,
+}
+
+impl Completed {
+    /// Sum of the GPU times of the commands labelled `label`.
+    pub fn kernel_ns(&self, label: &str) -> f64 {
+        self.kernels
+            .iter()
+            .filter(|k| k.label == label)
+            .map(|k| k.ns)
+            .sum()
+    }
+}
+
+pub struct Recorder<'a> {
+    device: &'a Device,
+    /// Command pools must not be used from two threads at once; one per recorder avoids locks.
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    queries: Option<vk::QueryPool>,
+    labels: Vec<&'static str>,
+    commands: u32,
+    /// The buffers recorded here must outlive the recorder (it waits for completion).
+    _buffers: PhantomData<&'a Buffer>,
+}
+
+impl<'a> Recorder<'a> {
+    pub fn new(device: &'a Device) -> Result<Self> {
+        Self::create(device, false)
+    }
+
+    /// A recorder that times each command (when the device supports timestamps).
+    pub fn timed(device: &'a Device) -> Result<Self> {
+        Self::create(device, device.info().limits.timestamp_period_ns.is_some())
+    }
+
+    fn create(device: &'a Device, timed: bool) -> Result<Self> {
+        let pool_info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.queue_family)
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: valid create info on a live device.
+        let pool = unsafe { device.raw.create_command_pool(&pool_info, None) }
+            .call("vkCreateCommandPool")?;
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool was just created and outlives the command buffer.
+        let cmd = match unsafe { device.raw.allocate_command_buffers(&info) } {
+            Ok(c) => c[0],
+            Err(result) => {
+                // SAFETY: nothing was allocated from the pool.
+                unsafe { device.raw.destroy_command_pool(pool, None) };
+                return Err(VkError::Call {
+                    call: "vkAllocateCommandBuffers",
+                    result,
+                });
+            }
+        };
+        let mut rec = Self {
+            device,
+            pool,
+            cmd,
+            queries: None,
+            labels: Vec::new(),
+            commands: 0,
+            _buffers: PhantomData,
+        };
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: a freshly allocated command buffer; `rec` frees it on every error path.
+        unsafe { device.raw.begin_command_buffer(cmd, &begin) }.call("vkBeginCommandBuffer")?;
+        if timed {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(MAX_QUERIES);
+            // SAFETY: valid create info; the pool is reset before first use below.
+            unsafe {
+                let pool = device
+                    .raw
+                    .create_query_pool(&info, None)
+                    .call("vkCreateQueryPool")?;
+                rec.queries = Some(pool);
+                device.raw.cmd_reset_query_pool(cmd, pool, 0, MAX_QUERIES);
+            }
+        }
+        Ok(rec)
+    }
+
+    fn timestamp(&mut self, stage: vk::PipelineStageFlags) {
+        if let Some(pool) = self.queries {
+            let index = self.labels.len() as u32 * 2
+                + u32::from(stage == vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+            if index < MAX_QUERIES {
+                // SAFETY: recording into our command buffer; index is within the pool.
+                unsafe {
+                    self.device
+                        .raw
+                        .cmd_write_timestamp(self.cmd, stage, pool, index)
+                };
+            }
+        }
+    }
+
+    /// Orders this command after everything recorded before it.
+    fn barrier_before_command(&mut self) {
+        if self.commands > 0 {
+            let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+            let barrier = vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(
+                    vk::AccessFlags::SHADER_READ
+                        | vk::AccessFlags::SHADER_WRITE
+                        | vk::AccessFlags::TRANSFER_READ
+                        | vk::AccessFlags::TRANSFER_WRITE,
+                );
+            // SAFETY: recording into our command buffer.
+            unsafe {
+                self.device.raw.cmd_pipeline_barrier(
+                    self.cmd,
+                    stages,
+                    stages,
+                    vk::DependencyFlags::empty(),
+                    &[barrier],
+                    &[],
+                    &[],
+                )
+            };
+        }
+        self.commands += 1;
+    }
+
+    /// Records one dispatch of `pipeline` with `buffers` bound to its bindings in order.
+    pub fn dispatch<P: Pod>(
+        &mut self,
+        pipeline: &Pipeline,
+        buffers: &[&'a Buffer],
+        push: &P,
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let fail = |message: String| VkError::Kernel {
+            kernel: pipeline.name,
+            message,
+        };
+        if buffers.len() != pipeline.bindings.len() {
+            return Err(fail(format!(
+                "expects {} buffers, got {}",
+                pipeline.bindings.len(),
+                buffers.len()
+            )));
+        }
+        if std::mem::size_of::<P>() != pipeline.push_size as usize {
+            return Err(fail(format!(
+                "push constants are {} bytes in the shader but {} in Rust",
+                pipeline.push_size,
+                std::mem::size_of::<P>()
+            )));
+        }
+        let max = self.device.info().limits.max_workgroup_count;
+        if groups.iter().zip(max).any(|(&g, m)| g > m) || groups.contains(&0) {
+            return Err(fail(format!(
+                "workgroup count {groups:?} outside 1..={max:?}"
+            )));
+        }
+        self.barrier_before_command();
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+            .iter()
+            .map(|b| {
+                [vk::DescriptorBufferInfo {
+                    buffer: b.raw,
+                    offset: 0,
+                    range: vk::WHOLE_SIZE,
+                }]
+            })
+            .collect();
+        let writes: Vec<vk::WriteDescriptorSet> = pipeline
+            .bindings
+            .iter()
+            .zip(&infos)
+            .map(|(&binding, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_binding(binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
+        // SAFETY: the pipeline, its layout and the buffers are alive for the recorder's
+        // lifetime; binding count and push-constant size were checked above.
+        unsafe {
+            let raw = &self.device.raw;
+            raw.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+            self.device.push_descriptor.cmd_push_descriptor_set(
+                self.cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.layout,
+                0,
+                &writes,
+            );
+            if pipeline.push_size > 0 {
+                raw.cmd_push_constants(
+                    self.cmd,
+                    pipeline.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    bytemuck::bytes_of(push),
+                );
+            }
+            raw.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+        }
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+        self.labels.push(pipeline.name);
+        Ok(())
+    }
+
+    /// Records a copy of `size` bytes between buffers.
+    pub fn copy(
+        &mut self,
+        src: &'a Buffer,
+        src_offset: u64,
+        dst: &'a Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        let fits = |b: &Buffer, off: u64| off.checked_add(size).is_some_and(|e| e <= b.size());
+        if !fits(src, src_offset) || !fits(dst, dst_offset) {
+            return Err(VkError::Allocation {
+                what: format!("{} -> {}", src.name(), dst.name()),
+                message: format!("copy of {size} bytes is out of bounds"),
+            });
+        }
+        self.barrier_before_command();
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
+        let region = vk::BufferCopy {
+            src_offset,
+            dst_offset,
+            size,
+        };
+        // SAFETY: both buffers are alive for the recorder's lifetime; the range was checked.
+        unsafe {
+            self.device
+                .raw
+                .cmd_copy_buffer(self.cmd, src.raw, dst.raw, &[region])
+        };
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+        self.labels.push("copy");
+        Ok(())
+    }
+
+    pub fn device(&self) -> &'a Device {
+        self.device
+    }
+
+    /// Number of commands recorded so far.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Submits everything in one submission and waits for it to finish.
+    pub fn submit(self) -> Result<Completed> {
+        let raw = &self.device.raw;
+        // SAFETY: the command buffer is in the recording state and owned by `self`; the fence
+        // is waited on before anything it guards is touched again.
+        unsafe {
+            raw.end_command_buffer(self.cmd)
+                .call("vkEndCommandBuffer")?;
+            let fence = raw
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .call("vkCreateFence")?;
+            let cmds = [self.cmd];
+            let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+            let start = Instant::now();
+            let submitted = {
+                let queue = self.device.queue();
+                raw.queue_submit(*queue, &[submit], fence)
+                    .call("vkQueueSubmit")
+            };
+            let waited = submitted.and_then(|_| {
+                raw.wait_for_fences(&[fence], true, u64::MAX)
+                    .call("vkWaitForFences")
+            });
+            let wall = start.elapsed();
+            raw.destroy_fence(fence, None);
+            waited?;
+            Ok(Completed {
+                wall,
+                kernels: self.read_timestamps()?,
+            })
+        }
+    }
+
+    fn read_timestamps(&self) -> Result<Vec<KernelTime>> {
+        let (Some(pool), Some(period)) =
+            (self.queries, self.device.info().limits.timestamp_period_ns)
+        else {
+            return Ok(Vec::new());
+        };
+        let n = self.labels.len().min(MAX_QUERIES as usize / 2);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut stamps = vec![0u64; n * 2];
+        // SAFETY: the submission completed, so all 2n queries are available.
+        unsafe {
+            self.device
+                .raw
+                .get_query_pool_results(
+                    pool,
+                    0,
+                    &mut stamps,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+                .call("vkGetQueryPoolResults")?;
+        }
+        Ok(self
+            .labels
+            .iter()
+            .take(n)
+            .enumerate()
+            .map(|(i, &label)| KernelTime {
+                label,
+                ns: stamps[2 * i + 1].saturating_sub(stamps[2 * i]) as f64 * period as f64,
+            })
+            .collect())
+    }
+}
+
+impl Drop for Recorder<'_> {
+    fn drop(&mut self) {
+        // SAFETY: submit() waited for completion, and an unsubmitted buffer was never queued.
+        unsafe {
+            if let Some(pool) = self.queries.take() {
+                self.device.raw.destroy_query_pool(pool, None);
+            }
+            // Destroying the pool frees its command buffer.
+            self.device.raw.destroy_command_pool(self.pool, None);
+        }
+    }
+}

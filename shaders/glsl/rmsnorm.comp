@@ -1,0 +1,22 @@
+#version 450
+// RMSNorm over rows: y = x / sqrt(mean(x^2) + eps) * w. One workgroup per row.
+#include "common.glsl"
+#include "reduce.glsl"
+
+layout(binding = 0) readonly buffer X { float x[]; };   // [rows, n]
+layout(binding = 1) readonly buffer W { float w[]; };   // [n]
+layout(binding = 2) writeonly buffer Y { float y[]; };  // [rows, n]
+layout(push_constant) uniform Push { uint n; float eps; } p;
+
+void main() {
+    uint base = gl_WorkGroupID.x * p.n;
+    float ss = 0.0;
+    for (uint i = gl_LocalInvocationID.x; i < p.n; i += WG) {
+        float v = x[base + i];
+        ss += v * v;
+    }
+    float scale = inversesqrt(workgroup_sum(ss) / float(p.n) + p.eps);
+    for (uint i = gl_LocalInvocationID.x; i < p.n; i += WG) {
+        y[base + i] = x[base + i] * scale * w[i];
+    }
+}
