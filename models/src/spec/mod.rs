@@ -1,0 +1,353 @@
+//! Model specifications: a transformer described as a combination of atoms (network type,
+//! norm, activation, position embedding, attention, MLP, tied embeddings) plus the names of
+//! the tensors holding its weights. Specs are TOML files in `models/specs/`, embedded in the
+//! binary; a model file's `general.architecture` picks one, and [`resolve_gguf`] combines it
+//! with the file's hyperparameters and tensor index into a [`ResolvedModel`].
+//!
+//! A new model that combines known atoms needs a spec file, not code.
+
+mod resolved;
+
+use serde::Deserialize;
+
+pub use resolved::{
+    resolve_gguf, HyperParams, LayerTensors, Linear, ModelTensors, NormTensors, QkvTensors,
+    ResolvedModel, RopeParams,
+};
+
+use crate::error::{Error, Result};
+
+/// The specs shipped with Hearth: (file name, TOML text).
+const SHIPPED: &[(&str, &str)] = &[("llama.toml", include_str!("../../specs/llama.toml"))];
+
+/// Placeholder for the layer index in per-layer tensor names.
+pub const LAYER_PLACEHOLDER: &str = "{layer}";
+
+/// How the blocks are arranged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkType {
+    /// Causal language model (Llama, GPT).
+    DecoderOnly,
+    /// Bidirectional encoder (BERT, MiniLM).
+    EncoderOnly,
+    /// Encoder plus cross-attending decoder (T5). Parsed, not yet resolvable.
+    EncoderDecoder,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    Silu,
+    Gelu,
+    Relu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormKind {
+    /// x / rms(x) * w
+    Rms,
+    /// (x - mean) / std * w + b
+    Layer,
+}
+
+/// Where the norm sits relative to each residual branch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormPlacement {
+    /// x + f(norm(x)) (Llama, GPT-2)
+    #[default]
+    Pre,
+    /// norm(x + f(x)) (BERT)
+    Post,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NormSpec {
+    pub kind: NormKind,
+    #[serde(default)]
+    pub placement: NormPlacement,
+}
+
+/// Which elements RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RopeLayout {
+    /// Adjacent pairs (x[2i], x[2i+1]): GPT-J, and llama.cpp's LLAMA_ROPE_TYPE_NORM.
+    Gptj,
+    /// Halves (x[i], x[i + d/2]): GPT-NeoX and Hugging Face Llama checkpoints.
+    Neox,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PositionSpec {
+    /// Rotary embedding. Base and rotary dimensions come from `{arch}.rope.freq_base` and
+    /// `{arch}.rope.dimension_count`, defaulting to `base_default` and the head dimension.
+    Rope {
+        layout: RopeLayout,
+        #[serde(default = "default_rope_base")]
+        base_default: f32,
+    },
+    /// A learned table added to the token embeddings (`tensors.position_embd`).
+    Learned,
+    /// Fixed sine/cosine table (the original Transformer).
+    Sinusoidal,
+    None,
+}
+
+fn default_rope_base() -> f32 {
+    10_000.0
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QkvLayout {
+    /// Three matrices `attn_q`, `attn_k`, `attn_v`.
+    Separate,
+    /// One matrix `attn_qkv` whose output is [q | k | v].
+    Fused,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionSpec {
+    pub qkv: QkvLayout,
+    /// Biases on the q/k/v projections.
+    #[serde(default)]
+    pub bias: bool,
+    /// Bias on the output projection.
+    #[serde(default)]
+    pub output_bias: bool,
+    /// Causal mask (decoders) or full attention (encoders).
+    pub causal: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MlpKind {
+    /// down(act(gate(x)) * up(x))
+    Gated,
+    /// down(act(up(x)))
+    Plain,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MlpSpec {
+    pub kind: MlpKind,
+    #[serde(default)]
+    pub bias: bool,
+}
+
+/// Whether the output projection reuses the token embedding matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TiedEmbeddings {
+    Always,
+    Never,
+    /// Tied exactly when the file has no output tensor.
+    WhenOutputAbsent,
+}
+
+/// Tensor names. Per-layer names contain `{layer}`; a bias, where the atoms call for one, is
+/// the weight's name with `.weight` replaced by `.bias`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorNames {
+    pub token_embd: String,
+    pub position_embd: Option<String>,
+    pub output_norm: String,
+    pub output: Option<String>,
+    pub layer: LayerTensorNames,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerTensorNames {
+    pub attn_norm: String,
+    pub attn_q: Option<String>,
+    pub attn_k: Option<String>,
+    pub attn_v: Option<String>,
+    pub attn_qkv: Option<String>,
+    pub attn_output: String,
+    pub ffn_norm: String,
+    pub ffn_gate: Option<String>,
+    pub ffn_up: String,
+    pub ffn_down: String,
+}
+
+/// A model specification as written in a spec file.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub name: String,
+    /// `general.architecture` values this spec serves.
+    pub architectures: Vec<String>,
+    pub network: NetworkType,
+    pub activation: Activation,
+    pub tied_embeddings: TiedEmbeddings,
+    pub norm: NormSpec,
+    pub position: PositionSpec,
+    pub attention: AttentionSpec,
+    pub mlp: MlpSpec,
+    pub tensors: TensorNames,
+}
+
+impl ModelSpec {
+    /// Parses and checks a spec; `source` names it in errors.
+    pub fn from_toml(source: &str, text: &str) -> Result<Self> {
+        let spec: ModelSpec =
+            toml::from_str(text).map_err(|e| Error::spec(source, e.to_string().trim_end()))?;
+        spec.validate(source)?;
+        Ok(spec)
+    }
+
+    /// Consistency between atoms and tensor names, so resolution can rely on it.
+    fn validate(&self, source: &str) -> Result<()> {
+        let bad = |reason: String| Err(Error::spec(source, reason));
+        if self.architectures.is_empty() {
+            return bad("`architectures` is empty".into());
+        }
+        let t = &self.tensors;
+        let l = &t.layer;
+        let per_layer = [
+            ("attn_norm", Some(&l.attn_norm)),
+            ("attn_q", l.attn_q.as_ref()),
+            ("attn_k", l.attn_k.as_ref()),
+            ("attn_v", l.attn_v.as_ref()),
+            ("attn_qkv", l.attn_qkv.as_ref()),
+            ("attn_output", Some(&l.attn_output)),
+            ("ffn_norm", Some(&l.ffn_norm)),
+            ("ffn_gate", l.ffn_gate.as_ref()),
+            ("ffn_up", Some(&l.ffn_up)),
+            ("ffn_down", Some(&l.ffn_down)),
+        ];
+        for (role, name) in per_layer {
+            if let Some(name) = name {
+                if !name.contains(LAYER_PLACEHOLDER) {
+                    return bad(format!(
+                        "tensors.layer.{role} = {name:?} lacks {LAYER_PLACEHOLDER}"
+                    ));
+                }
+            }
+        }
+        match self.attention.qkv {
+            QkvLayout::Separate
+                if l.attn_q.is_none() || l.attn_k.is_none() || l.attn_v.is_none() =>
+            {
+                return bad("separate q/k/v needs tensors.layer.attn_q, attn_k and attn_v".into())
+            }
+            QkvLayout::Fused if l.attn_qkv.is_none() => {
+                return bad("fused q/k/v needs tensors.layer.attn_qkv".into())
+            }
+            _ => {}
+        }
+        if self.mlp.kind == MlpKind::Gated && l.ffn_gate.is_none() {
+            return bad("a gated MLP needs tensors.layer.ffn_gate".into());
+        }
+        if matches!(self.position, PositionSpec::Learned) && t.position_embd.is_none() {
+            return bad("learned positions need tensors.position_embd".into());
+        }
+        if self.tied_embeddings != TiedEmbeddings::Always && t.output.is_none() {
+            return bad("untied embeddings need tensors.output".into());
+        }
+        let needs_bias = self.norm.kind == NormKind::Layer
+            || self.attention.bias
+            || self.attention.output_bias
+            || self.mlp.bias;
+        if needs_bias {
+            let names = per_layer.iter().filter_map(|(_, n)| *n);
+            if let Some(n) = names
+                .chain([&t.output_norm])
+                .find(|n| !n.ends_with(".weight"))
+            {
+                return bad(format!(
+                    "{n:?} must end in .weight so its bias name can be derived"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every shipped spec, parsed.
+pub fn shipped_specs() -> Result<Vec<ModelSpec>> {
+    SHIPPED
+        .iter()
+        .map(|(file, text)| ModelSpec::from_toml(file, text))
+        .collect()
+}
+
+/// The shipped spec serving `general.architecture = arch`, or `None`.
+pub fn spec_for_architecture(arch: &str) -> Result<Option<ModelSpec>> {
+    Ok(shipped_specs()?
+        .into_iter()
+        .find(|s| s.architectures.iter().any(|a| a == arch)))
+}
+
+/// Architectures the shipped specs serve, for messages.
+pub fn known_architectures() -> Vec<String> {
+    shipped_specs()
+        .map(|specs| specs.into_iter().flat_map(|s| s.architectures).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_specs_parse() {
+        let specs = shipped_specs().unwrap();
+        let llama = &specs[0];
+        assert_eq!(llama.architectures, vec!["llama".to_string()]);
+        assert_eq!(llama.network, NetworkType::DecoderOnly);
+        assert_eq!(llama.norm.kind, NormKind::Rms);
+        assert_eq!(
+            llama.position,
+            PositionSpec::Rope {
+                layout: RopeLayout::Gptj,
+                base_default: 10_000.0
+            }
+        );
+        assert_eq!(llama.mlp.kind, MlpKind::Gated);
+        assert_eq!(llama.tied_embeddings, TiedEmbeddings::WhenOutputAbsent);
+    }
+
+    #[test]
+    fn bad_specs_are_rejected_with_a_reason() {
+        let llama = SHIPPED[0].1;
+        let cases = [
+            (llama.replace("\"silu\"", "\"swish\""), "swish"),
+            (
+                llama.replace("blk.{layer}.ffn_up", "blk.ffn_up"),
+                "lacks {layer}",
+            ),
+            (
+                llama.replace("ffn_gate = ", "# "),
+                "needs tensors.layer.ffn_gate",
+            ),
+            (
+                llama.replace("qkv = \"separate\"", "qkv = \"fused\""),
+                "attn_qkv",
+            ),
+            (
+                llama.replace("causal = true", "causal = true\nwindow = 4"),
+                "window",
+            ),
+            (llama.replace("kind = \"rms\"", "kind = \"layer\""), ""),
+        ];
+        for (text, fragment) in cases {
+            match ModelSpec::from_toml("test.toml", &text) {
+                Ok(_) => assert!(fragment.is_empty(), "accepted a spec with {fragment}"),
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("test.toml") && msg.contains(fragment), "{msg}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! A spec resolved against one model file: hyperparameters from the file's metadata and the
+//! name of every weight tensor, each checked against the file's tensor index. The runtime
+//! executes a [`ResolvedModel`] without looking at metadata or the spec text again.
+
+use std::collections::HashSet;
+
+use super::{
+    known_architectures, spec_for_architecture, MlpKind, ModelSpec, NetworkType, NormKind,
+    PositionSpec, QkvLayout, RopeLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
+};
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+
+/// RoPE parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Frequency base (theta).
+    pub base: f32,
+    /// Leading dimensions of each head that rotate; the rest pass through.
+    pub dims: usize,
+    pub layout: RopeLayout,
+}
+
+/// The numbers that size every buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperParams {
+    pub n_layer: usize,
+    /// Model width (embedding length).
+    pub n_embd: usize,
+    /// Hidden width of the MLP.
+    pub n_ff: usize,
+    pub n_head: usize,
+    /// Key/value heads; `n_head / n_head_kv` query heads share each (grouped-query attention).
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_vocab: usize,
+    /// Context length the model was trained with.
+    pub n_ctx_train: usize,
+    pub norm_eps: f32,
+    /// Present when the position embedding is RoPE.
+    pub rope: Option<RopeParams>,
+}
+
+/// A linear layer: weight and optional bias.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Linear {
+    pub weight: String,
+    pub bias: Option<String>,
+}
+
+/// A norm's scale and (for layer norm) shift.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NormTensors {
+    pub weight: String,
+    pub bias: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QkvTensors {
+    Separate {
+        q: Linear,
+        k: Linear,
+        v: Linear,
+    },
+    /// Output rows are [q (n_head*head_dim) | k (n_head_kv*head_dim) | v (same)].
+    Fused(Linear),
+}
+
+/// The tensors of one block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerTensors {
+    pub attn_norm: NormTensors,
+    pub qkv: QkvTensors,
+    pub attn_output: Linear,
+    pub ffn_norm: NormTensors,
+    /// Present for gated MLPs.
+    pub ffn_gate: Option<Linear>,
+    pub ffn_up: Linear,
+    pub ffn_down: Linear,
+}
+
+/// Every weight tensor the network reads, by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelTensors {
+    /// [n_embd, n_vocab]
+    pub token_embd: String,
+    /// [n_embd, n_ctx_train], for learned positions.
+    pub position_embd: Option<String>,
+    pub output_norm: NormTensors,
+    /// [n_embd, n_vocab]; equal to `token_embd` when the embeddings are tied.
+    pub output: String,
+    pub tied_embeddings: bool,
+    pub layers: Vec<LayerTensors>,
+}
+
+/// A model ready to execute: its atoms (the spec), hyperparameters and tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedModel {
+    /// `general.architecture`.
+    pub architecture: String,
+    pub spec: ModelSpec,
+    pub hparams: HyperParams,
+    pub tensors: ModelTensors,
+    /// Tensors in the file the spec does not use (in file order); the runtime may refuse a
+    /// model whose unused tensors change its meaning (such as `rope_freqs.weight`).
+    pub unused_tensors: Vec<String>,
+}
+
+/// Resolves the shipped spec for the file's `general.architecture` against the file.
+pub fn resolve_gguf(file: &GgufFile) -> Result<ResolvedModel> {
+    let arch = file.architecture()?;
+    let spec = spec_for_architecture(arch)?.ok_or_else(|| Error::UnknownArchitecture {
+        path: file.path().to_path_buf(),
+        arch: arch.to_string(),
+        known: known_architectures(),
+    })?;
+    spec.resolve_gguf(file)
+}
+
+impl ModelSpec {
+    /// Reads the hyperparameters from the file's `{arch}.*` metadata and checks every tensor
+    /// this spec needs against the file's tensor index.
+    pub fn resolve_gguf(&self, file: &GgufFile) -> Result<ResolvedModel> {
+        if self.network == NetworkType::EncoderDecoder {
+            return Err(Error::spec(
+                &self.name,
+                "encoder-decoder networks cannot be resolved yet",
+            ));
+        }
+        let arch = file.architecture()?.to_string();
+        let hparams = self.gguf_hparams(file, &arch)?;
+        let mut checker = Checker {
+            file,
+            used: HashSet::new(),
+        };
+        let tensors = self.tensors_for(&hparams, &mut checker)?;
+        let unused_tensors = file
+            .tensors()
+            .iter()
+            .filter(|t| !checker.used.contains(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        Ok(ResolvedModel {
+            architecture: arch,
+            spec: self.clone(),
+            hparams,
+            tensors,
+            unused_tensors,
+        })
+    }
+
+    fn gguf_hparams(&self, file: &GgufFile, arch: &str) -> Result<HyperParams> {
+        let key = |k: &str| format!("{arch}.{k}");
+        let path = file.path();
+        let positive = |k: &str| -> Result<Option<usize>> {
+            match file.get::<usize>(k)? {
+                Some(0) => Err(Error::metadata(path, k, "must be positive, found 0")),
+                v => Ok(v),
+            }
+        };
+        let required = |k: &str| -> Result<usize> {
+            positive(k)?.ok_or_else(|| Error::metadata(path, k, "missing"))
+        };
+
+        let n_layer = required(&key("block_count"))?;
+        let n_embd = required(&key("embedding_length"))?;
+        let n_ff = required(&key("feed_forward_length"))?;
+        let head_count = key("attention.head_count");
+        let n_head = required(&head_count)?;
+        let head_count_kv = key("attention.head_count_kv");
+        let n_head_kv = positive(&head_count_kv)?.unwrap_or(n_head);
+        let n_ctx_train = required(&key("context_length"))?;
+
+        if n_head % n_head_kv != 0 {
+            return Err(Error::metadata(
+                path,
+                &head_count_kv,
+                format!("{n_head_kv} does not divide `{head_count}` = {n_head}"),
+            ));
+        }
+        let head_dim = match positive(&key("attention.key_length"))? {
+            Some(d) => d,
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return Err(Error::metadata(
+                    path,
+                    &head_count,
+                    format!(
+                        "{n_head} heads do not divide `{}` = {n_embd}",
+                        key("embedding_length")
+                    ),
+                ))
+            }
+        };
+        let value_length = key("attention.value_length");
+        if let Some(v) = positive(&value_length)? {
+            if v != head_dim {
+                return Err(Error::metadata(
+                    path,
+                    &value_length,
+                    format!("{v} differs from the key head dimension {head_dim}"),
+                ));
+            }
+        }
+
+        let eps_key = match self.norm.kind {
+            NormKind::Rms => key("attention.layer_norm_rms_epsilon"),
+            NormKind::Layer => key("attention.layer_norm_epsilon"),
+        };
+        let norm_eps: f32 = file
+            .get(&eps_key)?
+            .ok_or_else(|| Error::metadata(path, &eps_key, "missing"))?;
+        if !(norm_eps.is_finite() && norm_eps > 0.0) {
+            return Err(Error::metadata(
+                path,
+                &eps_key,
+                format!("{norm_eps} is not a positive number"),
+            ));
+        }
+
+        let rope = match self.position {
+            PositionSpec::Rope {
+                layout,
+                base_default,
+            } => {
+                let base_key = key("rope.freq_base");
+                let base = file.get::<f32>(&base_key)?.unwrap_or(base_default);
+                if !(base.is_finite() && base > 1.0) {
+                    return Err(Error::metadata(
+                        path,
+                        &base_key,
+                        format!("{base} is not a usable RoPE base"),
+                    ));
+                }
+                let dims_key = key("rope.dimension_count");
+                let dims = positive(&dims_key)?.unwrap_or(head_dim);
+                if dims > head_dim || dims % 2 != 0 {
+                    return Err(Error::metadata(
+                        path,
+                        &dims_key,
+                        format!("{dims} is not an even number up to the head dimension {head_dim}"),
+                    ));
+                }
+                Some(RopeParams { base, dims, layout })
+            }
+            _ => None,
+        };
+
+        // The vocabulary is the tokenizer's; `{arch}.vocab_size`, when present, must agree.
+        let vocab_key = key("vocab_size");
+        let declared = positive(&vocab_key)?;
+        let n_vocab = match file.get::<&[String]>("tokenizer.ggml.tokens")? {
+            Some(tokens) => {
+                if let Some(d) = declared.filter(|&d| d != tokens.len()) {
+                    return Err(Error::metadata(
+                        path,
+                        &vocab_key,
+                        format!(
+                            "{d} disagrees with the {} tokens of the tokenizer",
+                            tokens.len()
+                        ),
+                    ));
+                }
+                tokens.len()
+            }
+            None => declared.ok_or_else(|| {
+                Error::metadata(path, "tokenizer.ggml.tokens", "missing (and no vocab_size)")
+            })?,
+        };
+
+        Ok(HyperParams {
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_vocab,
+            n_ctx_train,
+            norm_eps,
+            rope,
+        })
+    }
+
+    fn tensors_for(&self, hp: &HyperParams, c: &mut Checker<'_>) -> Result<ModelTensors> {
+        let names = &self.tensors;
+        let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+        let q_dim = (hp.n_head * hp.head_dim) as u64;
+        let kv_dim = (hp.n_head_kv * hp.head_dim) as u64;
+        let ff = hp.n_ff as u64;
+        let layer_norm = self.norm.kind == NormKind::Layer;
+
+        let token_embd = c.require(&names.token_embd, &[e, v], "n_embd x n_vocab")?;
+        let position_embd = match (&self.position, &names.position_embd) {
+            (PositionSpec::Learned, Some(n)) => {
+                Some(c.require(n, &[e, hp.n_ctx_train as u64], "n_embd x n_ctx_train")?)
+            }
+            _ => None,
+        };
+        let output_norm = c.norm(&names.output_norm, e, layer_norm)?;
+        let output_in_file = names.output.as_ref().filter(|n| c.file.tensor(n).is_some());
+        let tied = match self.tied_embeddings {
+            TiedEmbeddings::Always => true,
+            TiedEmbeddings::Never => false,
+            TiedEmbeddings::WhenOutputAbsent => output_in_file.is_none(),
+        };
+        let output = match (tied, &names.output) {
+            (true, _) => token_embd.clone(),
+            (false, Some(n)) => c.require(n, &[e, v], "n_embd x n_vocab")?,
+            // validate() guarantees an output name unless embeddings are always tied.
+            (false, None) => return Err(Error::spec(&self.name, "no output tensor named")),
+        };
+
+        let l = &names.layer;
+        let (attn_bias, out_bias, mlp_bias) = (
+            self.attention.bias,
+            self.attention.output_bias,
+            self.mlp.bias,
+        );
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
+            let named = |pattern: &Option<String>| -> Result<String> {
+                pattern
+                    .as_deref()
+                    .map(name)
+                    .ok_or_else(|| Error::spec(&self.name, "tensor name missing"))
+            };
+            let qkv = match self.attention.qkv {
+                QkvLayout::Separate => QkvTensors::Separate {
+                    q: c.linear(&named(&l.attn_q)?, e, q_dim, attn_bias)?,
+                    k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
+                    v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
+                },
+                QkvLayout::Fused => QkvTensors::Fused(c.linear(
+                    &named(&l.attn_qkv)?,
+                    e,
+                    q_dim + 2 * kv_dim,
+                    attn_bias,
+                )?),
+            };
+            let ffn_gate = match self.mlp.kind {
+                MlpKind::Gated => Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?),
+                MlpKind::Plain => None,
+            };
+            layers.push(LayerTensors {
+                attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm)?,
+                qkv,
+                attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+                ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm)?,
+                ffn_gate,
+                ffn_up: c.linear(&name(&l.ffn_up), e, ff, mlp_bias)?,
+                ffn_down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
+            });
+        }
+        Ok(ModelTensors {
+            token_embd,
+            position_embd,
+            output_norm,
+            output,
+            tied_embeddings: tied,
+            layers,
+        })
+    }
+}
+
+/// Checks tensors against the file's index and records which ones the model uses.
+struct Checker<'f> {
+    file: &'f GgufFile,
+    used: HashSet<String>,
+}
+
+impl Checker<'_> {
+    /// `name` must exist with shape `expected` (ggml order); `meaning` explains the shape.
+    fn require(&mut self, name: &str, expected: &[u64], meaning: &str) -> Result<String> {
+        let path = self.file.path();
+        let t = self.file.tensor(name).ok_or_else(|| {
+            Error::tensor(path, name, "required by the model spec but not in the file")
+        })?;
+        // ggml drops trailing dimensions of 1, so compare with those trimmed on both sides.
+        let trim = |s: &[u64]| -> Vec<u64> {
+            let end = s.iter().rposition(|&d| d != 1).map_or(0, |p| p + 1);
+            s[..end].to_vec()
+        };
+        if trim(&t.shape) != trim(expected) {
+            return Err(Error::tensor(
+                path,
+                name,
+                format!(
+                    "shape {:?} disagrees with the spec: expected {expected:?} ({meaning})",
+                    t.shape
+                ),
+            ));
+        }
+        self.used.insert(name.to_string());
+        Ok(name.to_string())
+    }
+
+    /// A weight of shape [n_in, n_out] and, if `bias`, its [n_out] bias.
+    fn linear(&mut self, weight: &str, n_in: u64, n_out: u64, bias: bool) -> Result<Linear> {
+        let meaning = format!("{n_in} inputs x {n_out} outputs");
+        let weight = self.require(weight, &[n_in, n_out], &meaning)?;
+        let bias = if bias {
+            Some(self.require(&bias_name(&weight), &[n_out], "one per output")?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    fn norm(&mut self, weight: &str, n: u64, with_bias: bool) -> Result<NormTensors> {
+        let weight = self.require(weight, &[n], "n_embd")?;
+        let bias = if with_bias {
+            Some(self.require(&bias_name(&weight), &[n], "n_embd")?)
+        } else {
+            None
+        };
+        Ok(NormTensors { weight, bias })
+    }
+}
+
+/// `blk.0.attn_q.weight` -> `blk.0.attn_q.bias` (the spec checked the suffix).
+fn bias_name(weight: &str) -> String {
+    format!("{}.bias", weight.strip_suffix(".weight").unwrap_or(weight))
+}

@@ -1,0 +1,169 @@
+//! Resolving the shipped Llama spec against GGUF files: the real SmolLM2 model, and tiny
+//! synthetic files that are broken one way at a time.
+
+mod common;
+
+use common::{tiny_llama, Tiny};
+use hearth_models::gguf::{GgufFile, GgufWriter, MetaValue};
+use hearth_models::spec::{QkvTensors, RopeLayout};
+use hearth_models::{resolve_gguf, GgmlType, ResolvedModel};
+
+fn resolve(w: &GgufWriter<'_>) -> hearth_models::Result<ResolvedModel> {
+    let file = GgufFile::from_bytes("tiny.gguf", w.to_bytes().unwrap()).unwrap();
+    resolve_gguf(&file)
+}
+
+fn expect_error(w: &GgufWriter<'_>, fragments: &[&str]) {
+    let msg = resolve(w).expect_err("resolved a broken model").to_string();
+    assert!(msg.contains("tiny.gguf"), "{msg}");
+    for f in fragments {
+        assert!(msg.contains(f), "error lacks {f:?}: {msg}");
+    }
+}
+
+#[test]
+fn smollm2_resolves_with_the_expected_hyperparameters() {
+    let Some(path) = common::test_model(common::SMOLLM2) else {
+        return;
+    };
+    let file = GgufFile::open(path).unwrap();
+    let m = resolve_gguf(&file).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.architecture, "llama");
+    assert_eq!(m.spec.name, "llama");
+    assert_eq!(
+        (hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim),
+        (30, 576, 9, 3, 64)
+    );
+    assert_eq!((hp.n_ff, hp.n_vocab, hp.n_ctx_train), (1536, 49152, 8192));
+    assert!((hp.norm_eps - 1e-5).abs() < 1e-9);
+    let rope = hp.rope.unwrap();
+    assert_eq!(
+        (rope.base, rope.dims, rope.layout),
+        (100_000.0, 64, RopeLayout::Gptj)
+    );
+    assert!(m.tensors.tied_embeddings);
+    assert_eq!(m.tensors.output, "token_embd.weight");
+    assert_eq!(m.tensors.layers.len(), 30);
+    assert!(m.unused_tensors.is_empty(), "{:?}", m.unused_tensors);
+    let l29 = &m.tensors.layers[29];
+    assert_eq!(l29.ffn_down.weight, "blk.29.ffn_down.weight");
+    let QkvTensors::Separate { k, .. } = &l29.qkv else {
+        panic!("llama has separate q/k/v");
+    };
+    assert_eq!(k.weight, "blk.29.attn_k.weight");
+    assert_eq!(k.bias, None);
+    assert_eq!(
+        file.tensor(&l29.ffn_up.weight).unwrap().ggml_type,
+        GgmlType::Q4_1
+    );
+}
+
+#[test]
+fn tiny_model_resolves_and_ties_embeddings_only_without_output() {
+    let mut w = tiny_llama(&Tiny::default());
+    let m = resolve(&w).unwrap();
+    assert_eq!(
+        (m.hparams.n_layer, m.hparams.head_dim, m.hparams.n_vocab),
+        (2, 4, 5)
+    );
+    assert_eq!(m.hparams.rope.unwrap().dims, 4);
+    assert!(m.tensors.tied_embeddings);
+
+    w.add_tensor("output.weight", GgmlType::F32, &[8, 5], vec![0u8; 160])
+        .unwrap();
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, &[2], vec![0u8; 8])
+        .unwrap();
+    let m = resolve(&w).unwrap();
+    assert!(!m.tensors.tied_embeddings);
+    assert_eq!(m.tensors.output, "output.weight");
+    assert_eq!(m.unused_tensors, vec!["rope_freqs.weight".to_string()]);
+}
+
+#[test]
+fn missing_hyperparameters_name_the_key() {
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.feed_forward_length", MetaValue::U32(0));
+    expect_error(&w, &["`llama.feed_forward_length`", "positive"]);
+
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.block_count", MetaValue::String("two".into()));
+    expect_error(&w, &["`llama.block_count`", "expected an integer"]);
+
+    let full = tiny_llama(&Tiny::default()).to_bytes().unwrap();
+    let file = GgufFile::from_bytes("tiny.gguf", full).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        if k != "llama.context_length" {
+            w.set_metadata(k, v.clone());
+        }
+    }
+    expect_error(&w, &["`llama.context_length`", "missing"]);
+}
+
+#[test]
+fn inconsistent_heads_name_the_key() {
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.attention.head_count", MetaValue::U32(3));
+    expect_error(
+        &w,
+        &["`llama.attention.head_count`", "do not divide", "= 8"],
+    );
+
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.attention.head_count_kv", MetaValue::U32(3));
+    w.set_metadata("llama.attention.head_count", MetaValue::U32(4));
+    expect_error(
+        &w,
+        &["`llama.attention.head_count_kv`", "3 does not divide"],
+    );
+
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.vocab_size", MetaValue::U32(7));
+    expect_error(&w, &["`llama.vocab_size`", "5 tokens"]);
+}
+
+#[test]
+fn tensor_problems_name_the_tensor() {
+    // K projection sized for 2 KV heads while the metadata says 1.
+    let t = Tiny::default();
+    let mut w = tiny_llama(&t);
+    w.set_metadata("llama.attention.head_count_kv", MetaValue::U32(2));
+    expect_error(
+        &w,
+        &["tensor `blk.0.attn_k.weight`", "[8, 4]", "expected [8, 8]"],
+    );
+
+    // A vocabulary larger than the embedding matrix.
+    let mut w = tiny_llama(&t);
+    let mut vocab = t.vocab.clone();
+    vocab.push("c".into());
+    w.set_metadata(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(hearth_models::MetaArray::String(vocab)),
+    );
+    expect_error(&w, &["tensor `token_embd.weight`", "n_vocab"]);
+
+    // A missing layer tensor.
+    let bytes = tiny_llama(&t).to_bytes().unwrap();
+    let file = GgufFile::from_bytes("tiny.gguf", bytes).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        w.set_metadata(k, v.clone());
+    }
+    for info in file.tensors() {
+        if info.name != "blk.1.ffn_gate.weight" {
+            let data = file.tensor_data(info).unwrap().to_vec();
+            w.add_tensor(&info.name, info.ggml_type, &info.shape, data)
+                .unwrap();
+        }
+    }
+    expect_error(&w, &["tensor `blk.1.ffn_gate.weight`", "not in the file"]);
+}
+
+#[test]
+fn unknown_architecture_lists_the_known_ones() {
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("general.architecture", MetaValue::String("gpt9".into()));
+    expect_error(&w, &["`gpt9`", "known: llama"]);
+}
