@@ -13,8 +13,10 @@ pub mod error;
 pub mod ggml_type;
 pub mod gguf;
 pub mod spec;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
 pub use spec::{resolve_gguf, HyperParams, ModelSpec, ResolvedModel};
+pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};

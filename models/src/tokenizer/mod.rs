@@ -1,0 +1,467 @@
+//! Tokenizers stored in GGUF metadata (`tokenizer.ggml.*`): byte-level BPE (`gpt2`) and
+//! SentencePiece BPE (`llama`), with special tokens matched before BPE; streaming
+//! detokenization ([`StreamDecoder`]); and Hugging Face `tokenizer.json` files
+//! ([`HfTokenizer`], e.g. WordPiece for BERT-style embedding models).
+//!
+//! ```no_run
+//! # fn main() -> hearth_models::Result<()> {
+//! use hearth_models::{GgufFile, Tokenizer};
+//! let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let tok = Tokenizer::from_gguf(&file)?;
+//! let ids = tok.encode("<|im_start|>user\nHi<|im_end|>");
+//! assert_eq!(tok.decode(&ids, false), "<|im_start|>user\nHi<|im_end|>");
+//! # Ok(()) }
+//! ```
+
+mod bpe;
+mod bytelevel;
+mod hf;
+mod pretok;
+mod special;
+mod spm;
+mod stream;
+
+use std::collections::HashMap;
+
+pub use hf::{HfEncoding, HfTokenizer};
+pub use special::SpecialTokens;
+pub use stream::StreamDecoder;
+
+use self::bpe::BpeModel;
+use self::bytelevel::ByteLevel;
+use self::special::{Fragment, SpecialMatcher};
+use self::spm::{SpmModel, SPACE_MARK};
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+
+/// GGUF token types (`tokenizer.ggml.token_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenType {
+    Normal,
+    Unknown,
+    /// BOS, EOS, chat markers: matched in text only when parsing specials, never spelled.
+    Control,
+    /// Added tokens matched in text before BPE (and output verbatim).
+    UserDefined,
+    Unused,
+    /// `<0xXX>` byte-fallback tokens of SentencePiece vocabularies.
+    Byte,
+}
+
+impl TokenType {
+    fn from_gguf(v: i32) -> Self {
+        match v {
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            // 1 is normal; 0 ("undefined") and unknown values are treated as normal.
+            _ => TokenType::Normal,
+        }
+    }
+
+    /// Tokens matched as whole strings before BPE and printed verbatim.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+        )
+    }
+}
+
+/// Which algorithm the vocabulary uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// GPT-2 style byte-level BPE (`gpt2`).
+    ByteLevelBpe,
+    /// SentencePiece BPE with byte fallback (`llama`).
+    SentencePieceBpe,
+}
+
+/// How to encode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// Add BOS/EOS as the model's `add_bos_token`/`add_eos_token` ask.
+    pub add_special: bool,
+    /// Match control tokens (`<|im_start|>`, `<s>`) in the text. User-defined tokens are
+    /// always matched. Turn this off for untrusted user text inside a rendered prompt.
+    pub parse_special: bool,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            add_special: true,
+            parse_special: true,
+        }
+    }
+}
+
+enum Model {
+    Bpe(BpeModel),
+    Spm(SpmModel),
+}
+
+/// A tokenizer built from GGUF metadata.
+pub struct Tokenizer {
+    /// The file it came from, for messages.
+    source: String,
+    model: Model,
+    pre: Option<String>,
+    pieces: Vec<String>,
+    types: Vec<TokenType>,
+    ids: HashMap<String, u32>,
+    /// What each token decodes to.
+    bytes: Vec<Box<[u8]>>,
+    special: SpecialTokens,
+    /// Tokens that end generation (EOS, EOT and the chat markers that play their role).
+    end_of_generation: Vec<u32>,
+    all_specials: Option<SpecialMatcher>,
+    user_defined: Option<SpecialMatcher>,
+}
+
+/// Control-token texts that end a turn in common chat formats; llama.cpp treats them as
+/// end-of-generation too, since many files only name one of them as EOS.
+const EOG_TEXTS: &[&str] = &[
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|end_of_text|>",
+    "</s>",
+];
+
+impl Tokenizer {
+    /// Builds the tokenizer described by the file's `tokenizer.ggml.*` metadata.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let path = file.path();
+        let source = path.display().to_string();
+        let model_key = "tokenizer.ggml.model";
+        let model_name: &str = file.require(model_key)?;
+        let kind = match model_name {
+            "gpt2" => TokenizerKind::ByteLevelBpe,
+            "llama" => TokenizerKind::SentencePieceBpe,
+            other => {
+                return Err(Error::metadata(
+                    path,
+                    model_key,
+                    format!("tokenizer model `{other}` is not supported (gpt2 and llama are)"),
+                ))
+            }
+        };
+        let pieces: Vec<String> = file.require::<&[String]>("tokenizer.ggml.tokens")?.to_vec();
+        let n = pieces.len();
+        if n == 0 || u32::try_from(n).is_err() {
+            return Err(Error::metadata(
+                path,
+                "tokenizer.ggml.tokens",
+                format!("{n} tokens is not a usable vocabulary"),
+            ));
+        }
+        let check_len = |key: &str, len: usize| {
+            if len == n {
+                Ok(())
+            } else {
+                Err(Error::metadata(
+                    path,
+                    key,
+                    format!("{len} entries for {n} tokens"),
+                ))
+            }
+        };
+        let types: Vec<TokenType> = match file.get::<&[i32]>("tokenizer.ggml.token_type")? {
+            Some(t) => {
+                check_len("tokenizer.ggml.token_type", t.len())?;
+                t.iter().map(|&v| TokenType::from_gguf(v)).collect()
+            }
+            None => vec![TokenType::Normal; n],
+        };
+        // Later duplicates win, as in llama.cpp and Hugging Face.
+        let ids: HashMap<String, u32> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.clone(), i as u32))
+            .collect();
+
+        let id_key = |key: &str| -> Result<Option<u32>> {
+            match file.get::<u32>(key)? {
+                Some(id) if id as usize >= n => Err(Error::metadata(
+                    path,
+                    key,
+                    format!("token id {id} is outside the vocabulary of {n}"),
+                )),
+                id => Ok(id),
+            }
+        };
+        let spm = kind == TokenizerKind::SentencePieceBpe;
+        // Defaults follow llama.cpp: SentencePiece files predate these keys.
+        let default_id = |id: u32| {
+            if spm && (id as usize) < n {
+                Some(id)
+            } else {
+                None
+            }
+        };
+        let special = SpecialTokens {
+            bos: id_key("tokenizer.ggml.bos_token_id")?.or(default_id(1)),
+            eos: id_key("tokenizer.ggml.eos_token_id")?.or(default_id(2)),
+            eot: id_key("tokenizer.ggml.eot_token_id")?,
+            unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(0)),
+            pad: id_key("tokenizer.ggml.padding_token_id")?,
+            add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
+            add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            add_space_prefix: file.get("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+        };
+
+        let pre: Option<String> = file.get::<&str>("tokenizer.ggml.pre")?.map(String::from);
+        let model = match kind {
+            TokenizerKind::ByteLevelBpe => {
+                let pre_tok = pretok::PreTokenizer::named(pre.as_deref()).ok_or_else(|| {
+                    Error::metadata(
+                        path,
+                        "tokenizer.ggml.pre",
+                        format!(
+                            "pre-tokenizer `{}` is not supported (supported: {})",
+                            pre.as_deref().unwrap_or_default(),
+                            pretok::SUPPORTED.join(", ")
+                        ),
+                    )
+                })?;
+                let merges: &[String] = file.require("tokenizer.ggml.merges")?;
+                let bpe = BpeModel::new(&ids, merges, pre_tok).map_err(|i| {
+                    Error::metadata(
+                        path,
+                        "tokenizer.ggml.merges",
+                        format!(
+                            "entry {i} ({:?}) is not two tokens separated by a space",
+                            merges[i]
+                        ),
+                    )
+                })?;
+                Model::Bpe(bpe)
+            }
+            TokenizerKind::SentencePieceBpe => {
+                let scores = match file.get::<&[f32]>("tokenizer.ggml.scores")? {
+                    Some(s) => {
+                        check_len("tokenizer.ggml.scores", s.len())?;
+                        s.to_vec()
+                    }
+                    None => vec![0.0; n],
+                };
+                Model::Spm(SpmModel::new(&ids, scores))
+            }
+        };
+
+        let bytes = token_bytes(kind, &pieces, &types);
+        let specials = |only_user_defined: bool| {
+            SpecialMatcher::new(
+                pieces
+                    .iter()
+                    .zip(&types)
+                    .enumerate()
+                    .filter(|(_, (_, t))| {
+                        t.is_special() && (!only_user_defined || **t == TokenType::UserDefined)
+                    })
+                    .map(|(i, (p, _))| (p.clone(), i as u32)),
+            )
+        };
+        let mut end_of_generation: Vec<u32> = special.eos.into_iter().chain(special.eot).collect();
+        for text in EOG_TEXTS {
+            if let Some(&id) = ids.get(*text) {
+                if types[id as usize] == TokenType::Control && !end_of_generation.contains(&id) {
+                    end_of_generation.push(id);
+                }
+            }
+        }
+        Ok(Tokenizer {
+            source,
+            model,
+            pre,
+            all_specials: specials(false),
+            user_defined: specials(true),
+            pieces,
+            types,
+            ids,
+            bytes,
+            special,
+            end_of_generation,
+        })
+    }
+
+    /// Encodes `text` with the default options: BOS/EOS as the model asks, special tokens
+    /// in the text recognised.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_with(text, EncodeOptions::default())
+    }
+
+    pub fn encode_with(&self, text: &str, opts: EncodeOptions) -> Vec<u32> {
+        let mut out = Vec::new();
+        if opts.add_special && self.special.add_bos {
+            out.extend(self.special.bos);
+        }
+        let mut fragments = Vec::new();
+        let matcher = if opts.parse_special {
+            &self.all_specials
+        } else {
+            &self.user_defined
+        };
+        match matcher {
+            Some(m) => m.split(text, &mut fragments),
+            None if text.is_empty() => {}
+            None => fragments.push(Fragment::Text(text)),
+        }
+        // SentencePiece models get a space before text at the start and after each special
+        // token, as llama.cpp does; decoding removes it again.
+        let mut after_special = true;
+        let mut escaped = String::new();
+        for fragment in fragments {
+            match fragment {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                }
+                Fragment::Text(t) => {
+                    match &self.model {
+                        Model::Bpe(bpe) => bpe.encode(t, self.special.unk, &mut out),
+                        Model::Spm(spm) => {
+                            escaped.clear();
+                            if self.special.add_space_prefix && after_special {
+                                escaped.push(SPACE_MARK);
+                            }
+                            escaped
+                                .extend(t.chars().map(|c| if c == ' ' { SPACE_MARK } else { c }));
+                            spm.encode(&escaped, &self.ids, self.special.unk, &mut out);
+                        }
+                    }
+                    after_special = false;
+                }
+            }
+        }
+        if opts.add_special && self.special.add_eos {
+            out.extend(self.special.eos);
+        }
+        out
+    }
+
+    /// Decodes ids to text. Special tokens appear as their text unless `skip_special`;
+    /// invalid UTF-8 (a sequence cut short) and ids outside the vocabulary become U+FFFD.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        let mut stream = StreamDecoder::new(skip_special);
+        let mut text = String::new();
+        for &id in ids {
+            text.push_str(&stream.push(self, id));
+        }
+        text.push_str(&stream.finish());
+        text
+    }
+
+    /// A fresh streaming decoder; see [`StreamDecoder`].
+    pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder {
+        StreamDecoder::new(skip_special)
+    }
+
+    /// The bytes token `id` decodes to (SentencePiece space prefixes not removed).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.bytes.get(id as usize).map(|b| &b[..])
+    }
+
+    /// Token `id`'s text for display (like llama.cpp's token_to_piece): its bytes, with an
+    /// incomplete UTF-8 sequence shown as U+FFFD.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.token_bytes(id)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    /// Token `id` as the vocabulary spells it (`Ġworld`, `▁world`, `<0x0A>`).
+    pub fn piece(&self, id: u32) -> Option<&str> {
+        self.pieces.get(id as usize).map(String::as_str)
+    }
+
+    /// The id of a vocabulary entry, spelled as the vocabulary spells it.
+    pub fn token_id(&self, piece: &str) -> Option<u32> {
+        self.ids.get(piece).copied()
+    }
+
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.types.get(id as usize).copied()
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.pieces.len()
+    }
+
+    pub fn kind(&self) -> TokenizerKind {
+        match self.model {
+            Model::Bpe(_) => TokenizerKind::ByteLevelBpe,
+            Model::Spm(_) => TokenizerKind::SentencePieceBpe,
+        }
+    }
+
+    /// `tokenizer.ggml.pre`, if the file names one.
+    pub fn pre_tokenizer(&self) -> Option<&str> {
+        self.pre.as_deref()
+    }
+
+    pub fn special(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// Ids that end generation: EOS, EOT, and control tokens such as `<|im_end|>`.
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
+    }
+
+    pub fn is_end_of_generation(&self, id: u32) -> bool {
+        self.end_of_generation.contains(&id)
+    }
+
+    /// The file the tokenizer came from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// What every token decodes to: byte-level pieces through the GPT-2 alphabet, SentencePiece
+/// pieces with `▁` as a space and `<0xXX>` as a byte, special tokens as their own text.
+fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> Vec<Box<[u8]>> {
+    let byte_level = ByteLevel::new();
+    pieces
+        .iter()
+        .zip(types)
+        .map(|(p, &t)| {
+            let bytes = match (kind, t) {
+                (_, t) if t.is_special() => p.as_bytes().to_vec(),
+                (TokenizerKind::ByteLevelBpe, _) => byte_level.decode(p),
+                (TokenizerKind::SentencePieceBpe, TokenType::Byte) => parse_byte_token(p)
+                    .map(|b| vec![b])
+                    .unwrap_or_else(|| p.as_bytes().to_vec()),
+                (TokenizerKind::SentencePieceBpe, _) => p.replace(SPACE_MARK, " ").into_bytes(),
+            };
+            bytes.into_boxed_slice()
+        })
+        .collect()
+}
+
+/// `<0x0A>` -> 0x0A.
+fn parse_byte_token(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_tokens_parse() {
+        assert_eq!(parse_byte_token("<0x0A>"), Some(10));
+        assert_eq!(parse_byte_token("<0xff>"), Some(255));
+        assert_eq!(parse_byte_token("<0x1>"), None);
+        assert_eq!(parse_byte_token("0x10"), None);
+    }
+}
