@@ -1,0 +1,293 @@
+//! Chat templates: the Jinja template a model file carries (`tokenizer.chat_template`),
+//! rendered with minijinja the way Hugging Face's `apply_chat_template` renders it, so that a
+//! list of messages becomes exactly the prompt string the model was trained on.
+//!
+//! Compatibility with Hugging Face (Python Jinja2): `trim_blocks` and `lstrip_blocks` on,
+//! `break`/`continue`, Python string and dict methods (`.strip()`, `.startswith()`,
+//! `.items()`, ... via minijinja-contrib's pycompat), `raise_exception(msg)`, a `tojson` that
+//! does not HTML-escape, and the variables `messages`, `add_generation_prompt`, `bos_token`,
+//! `eos_token`.
+//!
+//! A model without a template gets [`PLAIN_TEMPLATE`]: each message as `Role: content`
+//! followed by a blank line, and `Assistant:` when a generation prompt is requested.
+
+use minijinja::value::Value;
+use minijinja::{Environment, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::tokenizer::Tokenizer;
+
+/// The metadata key holding the template.
+pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
+
+/// The format used when a model file has no chat template:
+///
+/// ```text
+/// System: You are terse.
+///
+/// User: Hi
+///
+/// Assistant:
+/// ```
+pub const PLAIN_TEMPLATE: &str = "{% for message in messages %}\
+{{ message.role | capitalize }}: {{ message.content }}\n\n\
+{% endfor %}\
+{% if add_generation_prompt %}Assistant:{% endif %}";
+
+const NAME: &str = "chat_template";
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` (or whatever roles the template knows).
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Variables besides `messages` that templates read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChatOptions {
+    /// End the prompt with the opening of an assistant turn, for generation.
+    pub add_generation_prompt: bool,
+    pub bos_token: String,
+    pub eos_token: String,
+}
+
+impl ChatOptions {
+    /// BOS and EOS texts taken from the tokenizer.
+    pub fn for_tokenizer(tokenizer: &Tokenizer, add_generation_prompt: bool) -> Self {
+        let text = |id: Option<u32>| {
+            id.and_then(|id| tokenizer.piece(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        ChatOptions {
+            add_generation_prompt,
+            bos_token: text(tokenizer.special().bos),
+            eos_token: text(tokenizer.special().eos),
+        }
+    }
+}
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    /// True when the model had no template and [`PLAIN_TEMPLATE`] stands in.
+    is_fallback: bool,
+}
+
+#[derive(Serialize)]
+struct Context<'a> {
+    messages: &'a [ChatMessage],
+    add_generation_prompt: bool,
+    bos_token: &'a str,
+    eos_token: &'a str,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; a syntax error names the template line.
+    pub fn new(source: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        // Hugging Face renders with trim_blocks and lstrip_blocks; templates are written for
+        // that, and without it they emit stray newlines and indentation.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(template_error)?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            is_fallback: false,
+        })
+    }
+
+    /// The documented plain format, for models without a template.
+    pub fn plain() -> Self {
+        let mut t = Self::new(PLAIN_TEMPLATE)
+            .unwrap_or_else(|e| unreachable!("the built-in template compiles: {e}"));
+        t.is_fallback = true;
+        t
+    }
+
+    /// The file's `tokenizer.chat_template`, or the plain format when it has none.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        match file.get::<&str>(TEMPLATE_KEY)? {
+            Some(source) => Self::new(source).map_err(|e| match e {
+                Error::Template { line, message } => Error::Template {
+                    line,
+                    message: format!("{} `{TEMPLATE_KEY}`: {message}", file.path().display()),
+                },
+                e => e,
+            }),
+            None => Ok(Self::plain()),
+        }
+    }
+
+    /// Renders a conversation into a prompt string. Errors (including the template's own
+    /// `raise_exception`) name the template line.
+    pub fn render(&self, messages: &[ChatMessage], options: &ChatOptions) -> Result<String> {
+        let template = self.env.get_template(NAME).map_err(template_error)?;
+        template
+            .render(Context {
+                messages,
+                add_generation_prompt: options.add_generation_prompt,
+                bos_token: &options.bos_token,
+                eos_token: &options.eos_token,
+            })
+            .map_err(template_error)
+    }
+
+    /// The template text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+}
+
+fn template_error(e: minijinja::Error) -> Error {
+    let message = match e.detail() {
+        Some(detail) => format!("{}: {detail}", e.kind()),
+        None => e.kind().to_string(),
+    };
+    Error::Template {
+        line: e.line(),
+        message,
+    }
+}
+
+/// `raise_exception(msg)`: templates use it to reject conversations they cannot format.
+fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// Python's `json.dumps` as Jinja2's HF environment uses it: no HTML escaping (minijinja's
+/// built-in escapes `<`, `>`, `&` and `'`), optional indentation.
+fn tojson(value: Value, indent: Option<usize>) -> std::result::Result<Value, minijinja::Error> {
+    let json = match indent {
+        None => serde_json::to_string(&value),
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut out = Vec::new();
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(&pad);
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            value
+                .serialize(&mut ser)
+                .map(|()| String::from_utf8_lossy(&out).into_owned())
+        }
+    };
+    json.map(Value::from_safe_string).map_err(|e| {
+        minijinja::Error::new(ErrorKind::InvalidOperation, "cannot convert to JSON").with_source(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, messages: &[ChatMessage]) -> Result<String> {
+        ChatTemplate::new(source)?.render(
+            messages,
+            &ChatOptions {
+                add_generation_prompt: true,
+                bos_token: "<s>".into(),
+                eos_token: "</s>".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn plain_fallback_format() {
+        let messages = [
+            ChatMessage::new("system", "Be terse."),
+            ChatMessage::new("user", "Hi"),
+        ];
+        let out = ChatTemplate::plain()
+            .render(
+                &messages,
+                &ChatOptions {
+                    add_generation_prompt: true,
+                    ..ChatOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(out, "System: Be terse.\n\nUser: Hi\n\nAssistant:");
+        assert!(ChatTemplate::plain().is_fallback());
+    }
+
+    #[test]
+    fn python_methods_and_whitespace_control_behave_like_hugging_face() {
+        // A Llama-2 style template: bos_token, .strip(), raise_exception, loop.index0.
+        let llama2 = "{% if messages[0]['role'] == 'system' %}\
+            {% set sys = '<<SYS>>\\n' + messages[0]['content'].strip() + '\\n<</SYS>>\\n\\n' %}\
+            {% set messages = messages[1:] %}{% else %}{% set sys = '' %}{% endif %}\
+            {% for m in messages %}\
+            {% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}\
+            {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\
+            {% endif %}\
+            {% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + (sys if loop.first else '') + m['content'].strip() + ' [/INST]' }}\
+            {% else %}{{ ' ' + m['content'].strip() + ' ' + eos_token }}{% endif %}\
+            {% endfor %}";
+        let out = render(
+            llama2,
+            &[
+                ChatMessage::new("system", " Be terse. "),
+                ChatMessage::new("user", "Hi "),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out, "<s>[INST] <<SYS>>\nBe terse.\n<</SYS>>\n\nHi [/INST]");
+        let err = render(llama2, &[ChatMessage::new("assistant", "x")]).unwrap_err();
+        assert!(err.to_string().contains("must alternate"), "{err}");
+
+        // trim_blocks + lstrip_blocks: block tags on their own lines leave no blank lines.
+        let multi = "{% for m in messages %}\n    {% if m.role == 'user' %}\nU:{{ m.content }}\n    {% endif %}\n{% endfor %}";
+        assert_eq!(
+            render(multi, &[ChatMessage::new("user", "a")]).unwrap(),
+            "U:a\n"
+        );
+
+        let json = render(
+            "{{ messages[0] | tojson }}",
+            &[ChatMessage::new("user", "<b>&")],
+        );
+        assert_eq!(json.unwrap(), r#"{"role":"user","content":"<b>&"}"#);
+        let loops = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}";
+        let two = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
+        assert_eq!(render(loops, &two).unwrap(), "a");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let err = ChatTemplate::new("line one\n{% if %}\n").err().unwrap();
+        match &err {
+            Error::Template { line, .. } => assert_eq!(*line, Some(2)),
+            e => panic!("unexpected {e}"),
+        }
+        assert!(
+            err.to_string()
+                .starts_with("chat template line 2: syntax error"),
+            "{err}"
+        );
+
+        let err = render("ok\n\n{{ messages | nosuchfilter }}", &[]).unwrap_err();
+        assert!(err.to_string().contains("line 3"), "{err}");
+    }
+}
