@@ -273,6 +273,54 @@ impl ModelSpec {
     }
 }
 
+/// `as_str` and `Display` giving each atom the name its spec files use.
+macro_rules! atom_names {
+    ($($ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),*
+                }
+            }
+        }
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+
+atom_names! {
+    NetworkType {
+        DecoderOnly => "decoder-only",
+        EncoderOnly => "encoder-only",
+        EncoderDecoder => "encoder-decoder",
+    }
+    Activation { Silu => "silu", Gelu => "gelu", Relu => "relu" }
+    NormKind { Rms => "rms", Layer => "layer" }
+    NormPlacement { Pre => "pre", Post => "post" }
+    RopeLayout { Gptj => "gptj", Neox => "neox" }
+    QkvLayout { Separate => "separate", Fused => "fused" }
+    MlpKind { Gated => "gated", Plain => "plain" }
+    TiedEmbeddings {
+        Always => "always",
+        Never => "never",
+        WhenOutputAbsent => "when-output-absent",
+    }
+}
+
+impl PositionSpec {
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            PositionSpec::Rope { .. } => "rope",
+            PositionSpec::Learned => "learned",
+            PositionSpec::Sinusoidal => "sinusoidal",
+            PositionSpec::None => "none",
+        }
+    }
+}
+
 /// Every shipped spec, parsed.
 pub fn shipped_specs() -> Result<Vec<ModelSpec>> {
     SHIPPED
@@ -315,6 +363,26 @@ mod tests {
         );
         assert_eq!(llama.mlp.kind, MlpKind::Gated);
         assert_eq!(llama.tied_embeddings, TiedEmbeddings::WhenOutputAbsent);
+    }
+
+    #[test]
+    fn atom_names_are_the_toml_names() {
+        #[derive(Deserialize)]
+        struct One {
+            v: NetworkType,
+        }
+        for n in [
+            NetworkType::DecoderOnly,
+            NetworkType::EncoderOnly,
+            NetworkType::EncoderDecoder,
+        ] {
+            let parsed: One = toml::from_str(&format!("v = \"{n}\"")).unwrap();
+            assert_eq!(parsed.v, n);
+        }
+        assert_eq!(
+            TiedEmbeddings::WhenOutputAbsent.to_string(),
+            "when-output-absent"
+        );
     }
 
     #[test]

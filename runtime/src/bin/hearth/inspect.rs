@@ -1,0 +1,481 @@
+//! `hearth inspect`: what a model file holds — architecture and resolved hyperparameters,
+//! tokenizer, chat template, metadata, and every tensor with its type, shape and size.
+//! Problems with one part (an architecture without a spec, say) are reported in place so the
+//! rest can still be inspected.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use hearth_models::gguf::MetaValue;
+use hearth_models::tokenizer::TokenizerKind;
+use hearth_models::{resolve_gguf, ChatTemplate, GgufFile, ResolvedModel, Tokenizer};
+use serde_json::{json, Value};
+
+use crate::Format;
+
+/// Where `-m NAME` looks for models; shared by every command that takes a model.
+#[derive(clap::Args, Debug)]
+pub struct ModelsDirArg {
+    /// Directory of installed models [default: ~/.cache/hearth/models].
+    #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+}
+
+impl ModelsDirArg {
+    pub fn dir(&self) -> PathBuf {
+        self.models_dir.clone().unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .or_else(|| std::env::var_os("USERPROFILE"))
+                .unwrap_or_default();
+            hearth_models::default_models_dir(Path::new(&home))
+        })
+    }
+
+    /// A model path for `name`: a path as given, or a model in the models directory.
+    pub fn resolve(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.dir();
+        hearth_models::resolve_model(name, &dir).with_context(|| format!("finding model `{name}`"))
+    }
+}
+
+/// Writes a command's whole output to stdout; a closed pipe (`hearth inspect m | head`)
+/// ends the command quietly instead of panicking the way `println!` does.
+pub fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// Model: a path, or a name in the models directory (`smollm2-135m-instruct`).
+    model: String,
+    #[command(flatten)]
+    models: ModelsDirArg,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// Everything inspect reports about a GGUF file; each part may have failed on its own.
+struct Report<'f> {
+    path: &'f Path,
+    file: &'f GgufFile,
+    model: hearth_models::Result<ResolvedModel>,
+    tokenizer: hearth_models::Result<Tokenizer>,
+    template: hearth_models::Result<ChatTemplate>,
+}
+
+pub fn run(args: &InspectArgs) -> Result<()> {
+    let path = args.models.resolve(&args.model)?;
+    if path.is_dir() {
+        return inspect_directory(&path, args.format);
+    }
+    let file = GgufFile::open(&path)?;
+    let report = Report {
+        path: &path,
+        file: &file,
+        model: resolve_gguf(&file),
+        tokenizer: Tokenizer::from_gguf(&file),
+        template: ChatTemplate::from_gguf(&file),
+    };
+    match args.format {
+        Format::Json => emit(&(serde_json::to_string_pretty(&report.to_json())? + "\n")),
+        Format::Table => {
+            let mut out = String::new();
+            report.write_table(&mut out)?;
+            emit(&out)
+        }
+    }
+}
+
+impl Report<'_> {
+    fn write_table(&self, out: &mut String) -> std::fmt::Result {
+        let file = self.file;
+        writeln!(out, "model         {}", self.path.display())?;
+        if let Ok(Some(name)) = file.get::<&str>("general.name") {
+            writeln!(out, "name          {name}")?;
+        }
+        writeln!(
+            out,
+            "format        GGUF v{}, alignment {}, {} metadata keys, {} tensors, {}",
+            file.version(),
+            file.alignment(),
+            file.metadata().len(),
+            file.tensors().len(),
+            size(file.file_size())
+        )?;
+
+        writeln!(out)?;
+        match &self.model {
+            Ok(m) => write_model(out, m)?,
+            Err(e) => writeln!(
+                out,
+                "architecture  {}: {e}",
+                file.architecture().unwrap_or("?")
+            )?,
+        }
+
+        writeln!(out, "\ntokenizer")?;
+        match &self.tokenizer {
+            Ok(t) => write_tokenizer(out, t)?,
+            Err(e) => writeln!(out, "  {e}")?,
+        }
+
+        writeln!(out, "\nchat template")?;
+        match &self.template {
+            Ok(t) if t.is_fallback() => writeln!(
+                out,
+                "  (none in the file; the plain `Role: text` format is used)"
+            )?,
+            Ok(t) => {
+                for line in t.source().lines() {
+                    writeln!(out, "  | {line}")?;
+                }
+            }
+            Err(e) => writeln!(out, "  {e}")?,
+        }
+
+        writeln!(out, "\nmetadata")?;
+        let width = file
+            .metadata()
+            .iter()
+            .map(|(k, _)| k.len())
+            .max()
+            .unwrap_or(0);
+        for (k, v) in file.metadata().iter() {
+            writeln!(out, "  {k:width$}  {v}")?;
+        }
+
+        writeln!(out, "\ntensors")?;
+        let name_w = file
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        writeln!(
+            out,
+            "  {:name_w$}  {:7}  {:>15}  {:>10}",
+            "name", "type", "shape", "size"
+        )?;
+        // (type, bytes, count) in order of first appearance.
+        let mut by_type: Vec<(&str, u64, usize)> = Vec::new();
+        for t in file.tensors() {
+            let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+            let ty = t.ggml_type.name();
+            writeln!(
+                out,
+                "  {:name_w$}  {ty:7}  {:>15}  {:>10}",
+                t.name,
+                shape.join(" x "),
+                size(t.n_bytes)
+            )?;
+            match by_type.iter_mut().find(|(n, _, _)| *n == ty) {
+                Some(entry) => {
+                    entry.1 += t.n_bytes;
+                    entry.2 += 1;
+                }
+                None => by_type.push((ty, t.n_bytes, 1)),
+            }
+        }
+        let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+        let types: Vec<String> = by_type
+            .iter()
+            .map(|(ty, bytes, count)| format!("{ty} x{count} ({})", size(*bytes)))
+            .collect();
+        writeln!(
+            out,
+            "  total {} in {} tensors: {}",
+            size(total),
+            file.tensors().len(),
+            types.join(", ")
+        )
+    }
+
+    fn to_json(&self) -> Value {
+        let file = self.file;
+        let error = |e: &hearth_models::Error| json!({ "error": e.to_string() });
+        json!({
+            "path": self.path,
+            "format": "gguf",
+            "version": file.version(),
+            "alignment": file.alignment(),
+            "file_size": file.file_size(),
+            "architecture": file.architecture().ok(),
+            "model": self.model.as_ref().map_or_else(error, model_json),
+            "tokenizer": self.tokenizer.as_ref().map_or_else(error, tokenizer_json),
+            "chat_template": match &self.template {
+                Ok(t) if t.is_fallback() => Value::Null,
+                Ok(t) => json!(t.source()),
+                Err(e) => error(e),
+            },
+            "metadata": file
+                .metadata()
+                .iter()
+                .map(|(k, v)| (k.to_string(), meta_json(v)))
+                .collect::<serde_json::Map<_, _>>(),
+            "tensors": file
+                .tensors()
+                .iter()
+                .map(|t| json!({
+                    "name": t.name,
+                    "type": t.ggml_type.name(),
+                    "shape": t.shape,
+                    "bytes": t.n_bytes,
+                    "offset": file.index().data_offset + t.offset,
+                }))
+                .collect::<Vec<_>>(),
+            "total_tensor_bytes": file.tensors().iter().map(|t| t.n_bytes).sum::<u64>(),
+        })
+    }
+}
+
+fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
+    let hp = &m.hparams;
+    let s = &m.spec;
+    writeln!(
+        out,
+        "architecture  {} (spec `{}`, {})",
+        m.architecture, s.name, s.network
+    )?;
+    writeln!(out, "  layers          {}", hp.n_layer)?;
+    writeln!(out, "  width           {}", hp.n_embd)?;
+    writeln!(
+        out,
+        "  heads           {} (head dim {})",
+        hp.n_head, hp.head_dim
+    )?;
+    writeln!(out, "  kv heads        {}", hp.n_head_kv)?;
+    writeln!(out, "  ffn width       {}", hp.n_ff)?;
+    writeln!(out, "  vocab           {}", hp.n_vocab)?;
+    writeln!(out, "  context (train) {}", hp.n_ctx_train)?;
+    writeln!(
+        out,
+        "  norm            {}, eps {:e}, {}-norm",
+        s.norm.kind, hp.norm_eps, s.norm.placement
+    )?;
+    writeln!(out, "  activation      {}", s.activation)?;
+    match hp.rope {
+        Some(r) => writeln!(
+            out,
+            "  position        rope ({}), base {}, {} rotary dims",
+            r.layout, r.base, r.dims
+        )?,
+        None => writeln!(out, "  position        {}", s.position.kind_str())?,
+    }
+    writeln!(
+        out,
+        "  attention       {} q/k/v, {}, {}",
+        s.attention.qkv,
+        if s.attention.bias {
+            "biased"
+        } else {
+            "no bias"
+        },
+        if s.attention.causal {
+            "causal"
+        } else {
+            "bidirectional"
+        }
+    )?;
+    writeln!(out, "  mlp             {}", s.mlp.kind)?;
+    if m.tensors.tied_embeddings {
+        writeln!(
+            out,
+            "  embeddings      tied (output reuses {})",
+            m.tensors.token_embd
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  embeddings      separate output ({})",
+            m.tensors.output
+        )?;
+    }
+    if !m.unused_tensors.is_empty() {
+        writeln!(out, "  unused tensors  {}", m.unused_tensors.join(", "))?;
+    }
+    Ok(())
+}
+
+fn write_tokenizer(out: &mut String, t: &Tokenizer) -> std::fmt::Result {
+    let kind = match t.kind() {
+        TokenizerKind::ByteLevelBpe => "byte-level BPE (gpt2)",
+        TokenizerKind::SentencePieceBpe => "SentencePiece BPE (llama)",
+    };
+    let pre = t
+        .pre_tokenizer()
+        .map(|p| format!(", pre-tokenizer `{p}`"))
+        .unwrap_or_default();
+    writeln!(out, "  model           {kind}{pre}")?;
+    let n_special = (0..t.vocab_size() as u32)
+        .filter(|&id| t.token_type(id).is_some_and(|ty| ty.is_special()))
+        .count();
+    writeln!(
+        out,
+        "  vocab           {} tokens ({n_special} special)",
+        t.vocab_size()
+    )?;
+    let show = |id: Option<u32>| match id {
+        Some(id) => format!("{id} {:?}", t.piece(id).unwrap_or("")),
+        None => "-".to_string(),
+    };
+    let s = t.special();
+    writeln!(
+        out,
+        "  special ids     bos {}, eos {}, unk {}, pad {}",
+        show(s.bos),
+        show(s.eos),
+        show(s.unk),
+        show(s.pad)
+    )?;
+    writeln!(
+        out,
+        "  flags           add_bos {}, add_eos {}, add_space_prefix {}",
+        s.add_bos, s.add_eos, s.add_space_prefix
+    )?;
+    let eog: Vec<String> = t
+        .end_of_generation()
+        .iter()
+        .map(|&id| show(Some(id)))
+        .collect();
+    writeln!(out, "  end of turn     {}", eog.join(", "))
+}
+
+fn model_json(m: &ResolvedModel) -> Value {
+    let hp = &m.hparams;
+    let s = &m.spec;
+    json!({
+        "architecture": m.architecture,
+        "spec": s.name,
+        "network": s.network.as_str(),
+        "n_layer": hp.n_layer,
+        "n_embd": hp.n_embd,
+        "n_head": hp.n_head,
+        "n_head_kv": hp.n_head_kv,
+        "head_dim": hp.head_dim,
+        "n_ff": hp.n_ff,
+        "n_vocab": hp.n_vocab,
+        "n_ctx_train": hp.n_ctx_train,
+        "norm": s.norm.kind.as_str(),
+        "norm_eps": hp.norm_eps,
+        "activation": s.activation.as_str(),
+        "position": s.position.kind_str(),
+        "rope": hp.rope.map(|r| json!({
+            "base": r.base,
+            "dims": r.dims,
+            "layout": r.layout.as_str(),
+        })),
+        "qkv": s.attention.qkv.as_str(),
+        "mlp": s.mlp.kind.as_str(),
+        "tied_embeddings": m.tensors.tied_embeddings,
+        "unused_tensors": m.unused_tensors,
+    })
+}
+
+fn tokenizer_json(t: &Tokenizer) -> Value {
+    let s = t.special();
+    json!({
+        "kind": match t.kind() {
+            TokenizerKind::ByteLevelBpe => "gpt2",
+            TokenizerKind::SentencePieceBpe => "llama",
+        },
+        "pre": t.pre_tokenizer(),
+        "vocab_size": t.vocab_size(),
+        "bos": s.bos,
+        "eos": s.eos,
+        "unk": s.unk,
+        "pad": s.pad,
+        "add_bos": s.add_bos,
+        "add_eos": s.add_eos,
+        "add_space_prefix": s.add_space_prefix,
+        "end_of_generation": t.end_of_generation(),
+    })
+}
+
+/// Metadata as JSON; arrays longer than a screenful are summarised by type and length.
+fn meta_json(v: &MetaValue) -> Value {
+    match v {
+        MetaValue::Array(a) if a.len() > 16 => {
+            json!({ "array": a.elem_type().name(), "len": a.len() })
+        }
+        MetaValue::Array(a) => (0..a.len())
+            .filter_map(|i| a.get(i))
+            .map(|v| meta_json(&v))
+            .collect(),
+        MetaValue::String(s) => json!(s),
+        MetaValue::Bool(b) => json!(b),
+        MetaValue::F32(f) => json!(f),
+        MetaValue::F64(f) => json!(f),
+        other => match (other.as_u64(), other.as_i64()) {
+            (Some(u), _) => json!(u),
+            (None, Some(i)) => json!(i),
+            _ => Value::Null,
+        },
+    }
+}
+
+/// A Hugging Face style model directory: config.json and the tokenizer.
+fn inspect_directory(path: &Path, format: Format) -> Result<()> {
+    let config_path = path.join("config.json");
+    let bytes = std::fs::read(&config_path)
+        .with_context(|| format!("reading {}", config_path.display()))?;
+    let config: Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("parsing {}", config_path.display()))?;
+    let tokenizer = hearth_models::HfTokenizer::from_file(path);
+    if format == Format::Json {
+        let report = json!({
+            "path": path,
+            "format": "safetensors-dir",
+            "config": config,
+            "tokenizer": match &tokenizer {
+                Ok(t) => json!({ "vocab_size": t.vocab_size(), "source": t.source() }),
+                Err(e) => json!({ "error": e.to_string() }),
+            },
+        });
+        return emit(&(serde_json::to_string_pretty(&report)? + "\n"));
+    }
+    let mut out = String::new();
+    writeln!(out, "model         {}", path.display())?;
+    writeln!(
+        out,
+        "format        safetensors directory (config.json shown; no tensor index yet)"
+    )?;
+    writeln!(out, "\nconfig.json")?;
+    if let Some(obj) = config.as_object() {
+        let width = obj.keys().map(String::len).max().unwrap_or(0);
+        for (k, v) in obj {
+            writeln!(out, "  {k:width$}  {v}")?;
+        }
+    }
+    writeln!(out, "\ntokenizer")?;
+    match tokenizer {
+        Ok(t) => writeln!(out, "  {} ({} tokens)", t.source(), t.vocab_size())?,
+        Err(e) => writeln!(out, "  {e}")?,
+    }
+    emit(&out)
+}
+
+/// Human-readable byte count.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
