@@ -52,7 +52,6 @@ fn main() {
             shaderc::EnvVersion::Vulkan1_2 as u32,
         );
         options.set_optimization_level(shaderc::OptimizationLevel::Performance);
-        options.set_generate_debug_info();
         let include_root = root.clone();
         let format = format.to_string();
         options.set_include_callback(move |requested, _kind, from, _depth| {

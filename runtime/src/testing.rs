@@ -69,7 +69,9 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -
     let mut worst: Option<(usize, f32)> = None;
     for i in 0..got.len() {
         let err = (got[i] - want[i]).abs();
-        if !(err <= tol(i)) && worst.is_none_or(|(_, w)| err > w) {
+        // NaN compares as unordered and so fails.
+        let within = err.partial_cmp(&tol(i)).is_some_and(|o| o.is_le());
+        if !within && worst.is_none_or(|(_, w)| err.is_nan() || err > w) {
             worst = Some((i, err));
         }
     }

@@ -123,7 +123,6 @@ impl Binary {
     }
 
     /// out[i] = a[i] (op) b[i % b_len] over `n` elements; `b_len` must divide `n`.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

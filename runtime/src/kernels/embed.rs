@@ -35,7 +35,6 @@ impl Embed {
 
     /// out[t, :] = table[ids[t], :] for table [vocab, dim], ids [tokens] (u32), out [tokens, dim].
     /// The caller validates ids against `vocab`.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

@@ -37,7 +37,6 @@ impl Matmul {
     }
 
     /// C [n, m] = X [n, k] W [m, k]^T.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

@@ -43,7 +43,6 @@ impl Matvec {
     }
 
     /// y [batch, m] = x [batch, k] times W [m, k] transposed.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

@@ -2,6 +2,7 @@
 //! push-constant struct and its dispatch size. Each checks buffer sizes against the shapes it
 //! is given, so a wrong shape is an error naming the kernel and binding, never a stray read.
 
+mod bandwidth;
 mod elementwise;
 mod embed;
 mod matmul;
@@ -10,6 +11,7 @@ mod norm;
 mod rope;
 mod softmax;
 
+pub use bandwidth::ReadBandwidth;
 pub use elementwise::{Binary, BinaryOp, Gelu, SwiGlu};
 pub use embed::Embed;
 pub use matmul::Matmul;

@@ -63,7 +63,6 @@ impl LayerNorm {
     }
 
     /// y = layernorm(x) * w + b for x, y [rows, n] and w, b [n].
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

@@ -27,7 +27,6 @@ impl Softmax {
     }
 
     /// y = softmax(scale * x) over each row of x, y [rows, n].
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,

@@ -1,1 +1,91 @@
-fn main() {}
+//! `hearth`: Hearth's command-line interface.
+
+mod bench_kernels;
+mod devices;
+mod inspect;
+mod tokenize;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
+struct Cli {
+    /// Vulkan device index (see `hearth devices`); default: the best device found.
+    #[arg(long, global = true, env = "HEARTH_DEVICE")]
+    device: Option<usize>,
+    /// Enable the Khronos validation layer (slow; for debugging).
+    #[arg(long, global = true)]
+    validate: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every Vulkan device with the capabilities Hearth uses.
+    Devices(devices::DevicesArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Show a model file: architecture, hyperparameters, tokenizer, chat template, tensors.
+    Inspect(inspect::InspectArgs),
+    /// Print the token ids and pieces of a text.
+    Tokenize(tokenize::TokenizeArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Kernel throughput: matvec GB/s, matmul GFLOP/s, and read bandwidth.
+    Kernels(bench_kernels::BenchKernelsArgs),
+}
+
+/// Options every command that opens a device shares.
+pub struct DeviceChoice {
+    pub index: Option<usize>,
+    pub validate: bool,
+}
+
+impl DeviceChoice {
+    pub fn open(&self) -> Result<std::sync::Arc<hearth_runtime::vk::Device>> {
+        Ok(hearth_runtime::vk::Device::new(
+            hearth_runtime::vk::DeviceDesc {
+                index: self.index,
+                validation: self.validate,
+            },
+        )?)
+    }
+}
+
+/// Table for people, JSON for machines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    #[default]
+    Table,
+    Json,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let choice = DeviceChoice {
+        index: cli.device,
+        validate: cli.validate,
+    };
+    let result = match &cli.command {
+        Command::Devices(args) => devices::run(args),
+        Command::Bench(BenchCommand::Kernels(args)) => bench_kernels::run(args, &choice),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
