@@ -8,6 +8,32 @@
 //!   `tokenizer.json` files, and streaming detokenization.
 //! - [`chat`]: chat templates rendered with minijinja.
 //! - [`resolve`]: finding a model by name in the models directory.
+//!
+//! Loading a GGUF model for execution:
+//!
+//! ```no_run
+//! # fn main() -> hearth_models::Result<()> {
+//! use hearth_models::{resolve_gguf, ChatMessage, ChatOptions, ChatTemplate, GgufFile, Tokenizer};
+//!
+//! let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?; // memory-mapped
+//! let model = resolve_gguf(&file)?; // spec + hyperparameters + checked tensor names
+//! let embd = file.tensor_view(&model.tensors.token_embd)?; // zero-copy
+//! println!("{} {:?} {} bytes", embd.info.ggml_type, embd.info.shape, embd.data.len());
+//!
+//! let tokenizer = Tokenizer::from_gguf(&file)?;
+//! let template = ChatTemplate::from_gguf(&file)?;
+//! let prompt = template.render(
+//!     &[ChatMessage::new("user", "Hi")],
+//!     &ChatOptions::for_tokenizer(&tokenizer, true),
+//! )?;
+//! let ids = tokenizer.encode(&prompt);
+//!
+//! let mut stream = tokenizer.stream_decoder(true);
+//! for &id in &ids {
+//!     print!("{}", stream.push(&tokenizer, id)); // never a partial character
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod chat;
 pub mod error;
@@ -24,3 +50,18 @@ pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorVie
 pub use resolve::{default_models_dir, list_models, resolve_model};
 pub use spec::{resolve_gguf, HyperParams, ModelSpec, ResolvedModel};
 pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};
+
+#[cfg(test)]
+mod tests {
+    /// The runtime shares these across threads (one model, many requests).
+    #[test]
+    fn shared_types_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<crate::GgufFile>();
+        check::<crate::ResolvedModel>();
+        check::<crate::Tokenizer>();
+        check::<crate::ChatTemplate>();
+        check::<crate::HfTokenizer>();
+        check::<crate::StreamDecoder>();
+    }
+}

@@ -167,3 +167,70 @@ fn unknown_architecture_lists_the_known_ones() {
     w.set_metadata("general.architecture", MetaValue::String("gpt9".into()));
     expect_error(&w, &["`gpt9`", "known: llama"]);
 }
+
+/// A spec made of other atoms (fused biased QKV, layer norm, plain MLP, untied output) needs
+/// only a TOML file: resolution derives the bias names and checks every shape.
+#[test]
+fn other_atoms_resolve_from_a_spec_file_alone() {
+    let text = include_str!("../specs/llama.toml")
+        .replace("architectures = [\"llama\"]", "architectures = [\"toy\"]")
+        .replace(
+            "tied_embeddings = \"when-output-absent\"",
+            "tied_embeddings = \"never\"",
+        )
+        .replace("kind = \"rms\"", "kind = \"layer\"")
+        .replace("qkv = \"separate\"", "qkv = \"fused\"")
+        .replace("bias = false\noutput_bias", "bias = true\noutput_bias")
+        .replace("kind = \"gated\"", "kind = \"plain\"")
+        .replace(
+            "attn_q = ",
+            "attn_qkv = \"blk.{layer}.attn_qkv.weight\"\n# ",
+        )
+        .replace("ffn_gate = ", "# ");
+    let spec = hearth_models::ModelSpec::from_toml("toy.toml", &text).unwrap();
+
+    let (e, ff, v) = (8u64, 16u64, 5u64);
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("general.architecture", MetaValue::String("toy".into()));
+    let base = GgufFile::from_bytes("tiny.gguf", w.to_bytes().unwrap()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, val) in base.metadata().iter() {
+        let k = k.replace(
+            "llama.attention.layer_norm_rms_epsilon",
+            "toy.attention.layer_norm_epsilon",
+        );
+        w.set_metadata(k.replace("llama.", "toy."), val.clone());
+    }
+    let mut add = |name: &str, shape: &[u64]| {
+        let n: u64 = shape.iter().product();
+        w.add_tensor(name, GgmlType::F32, shape, vec![0u8; 4 * n as usize])
+            .unwrap();
+    };
+    add("token_embd.weight", &[e, v]);
+    add("output.weight", &[e, v]);
+    add("output_norm.weight", &[e]);
+    add("output_norm.bias", &[e]);
+    for i in 0..2 {
+        // q: 2 heads x 4, k and v: 1 head x 4.
+        add(&format!("blk.{i}.attn_qkv.weight"), &[e, 16]);
+        add(&format!("blk.{i}.attn_qkv.bias"), &[16]);
+        add(&format!("blk.{i}.attn_output.weight"), &[e, e]);
+        for norm in ["attn_norm", "ffn_norm"] {
+            add(&format!("blk.{i}.{norm}.weight"), &[e]);
+            add(&format!("blk.{i}.{norm}.bias"), &[e]);
+        }
+        add(&format!("blk.{i}.ffn_up.weight"), &[e, ff]);
+        add(&format!("blk.{i}.ffn_down.weight"), &[ff, e]);
+    }
+    let file = GgufFile::from_bytes("toy.gguf", w.to_bytes().unwrap()).unwrap();
+    let m = spec.resolve_gguf(&file).unwrap();
+    assert!(m.unused_tensors.is_empty(), "{:?}", m.unused_tensors);
+    assert!(!m.tensors.tied_embeddings);
+    let l1 = &m.tensors.layers[1];
+    assert_eq!(l1.attn_norm.bias.as_deref(), Some("blk.1.attn_norm.bias"));
+    assert!(l1.ffn_gate.is_none());
+    match &l1.qkv {
+        QkvTensors::Fused(qkv) => assert_eq!(qkv.bias.as_deref(), Some("blk.1.attn_qkv.bias")),
+        other => panic!("expected fused, got {other:?}"),
+    }
+}

@@ -152,10 +152,12 @@ impl ModelSpec {
     fn gguf_hparams(&self, file: &GgufFile, arch: &str) -> Result<HyperParams> {
         let key = |k: &str| format!("{arch}.{k}");
         let path = file.path();
+        // Counts are read as u32 (which every real model fits) so that products of two of
+        // them cannot overflow further down.
         let positive = |k: &str| -> Result<Option<usize>> {
-            match file.get::<usize>(k)? {
+            match file.get::<u32>(k)? {
                 Some(0) => Err(Error::metadata(path, k, "must be positive, found 0")),
-                v => Ok(v),
+                v => Ok(v.map(|v| v as usize)),
             }
         };
         let required = |k: &str| -> Result<usize> {
@@ -285,8 +287,10 @@ impl ModelSpec {
     fn tensors_for(&self, hp: &HyperParams, c: &mut Checker<'_>) -> Result<ModelTensors> {
         let names = &self.tensors;
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
-        let q_dim = (hp.n_head * hp.head_dim) as u64;
-        let kv_dim = (hp.n_head_kv * hp.head_dim) as u64;
+        // Each factor fits u32, so the products fit u64; the sum saturates rather than wraps.
+        let q_dim = hp.n_head as u64 * hp.head_dim as u64;
+        let kv_dim = hp.n_head_kv as u64 * hp.head_dim as u64;
+        let qkv_dim = q_dim.saturating_add(kv_dim.saturating_mul(2));
         let ff = hp.n_ff as u64;
         let layer_norm = self.norm.kind == NormKind::Layer;
 
@@ -317,7 +321,8 @@ impl ModelSpec {
             self.attention.output_bias,
             self.mlp.bias,
         );
-        let mut layers = Vec::with_capacity(hp.n_layer);
+        // block_count comes from the file: never size an allocation by it alone.
+        let mut layers = Vec::with_capacity(hp.n_layer.min(c.file.tensors().len()));
         for i in 0..hp.n_layer {
             let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
             let named = |pattern: &Option<String>| -> Result<String> {
@@ -332,12 +337,9 @@ impl ModelSpec {
                     k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
                     v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
                 },
-                QkvLayout::Fused => QkvTensors::Fused(c.linear(
-                    &named(&l.attn_qkv)?,
-                    e,
-                    q_dim + 2 * kv_dim,
-                    attn_bias,
-                )?),
+                QkvLayout::Fused => {
+                    QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
+                }
             };
             let ffn_gate = match self.mlp.kind {
                 MlpKind::Gated => Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?),

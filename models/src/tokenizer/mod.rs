@@ -2,16 +2,6 @@
 //! SentencePiece BPE (`llama`), with special tokens matched before BPE; streaming
 //! detokenization ([`StreamDecoder`]); and Hugging Face `tokenizer.json` files
 //! ([`HfTokenizer`], e.g. WordPiece for BERT-style embedding models).
-//!
-//! ```no_run
-//! # fn main() -> hearth_models::Result<()> {
-//! use hearth_models::{GgufFile, Tokenizer};
-//! let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! let tok = Tokenizer::from_gguf(&file)?;
-//! let ids = tok.encode("<|im_start|>user\nHi<|im_end|>");
-//! assert_eq!(tok.decode(&ids, false), "<|im_start|>user\nHi<|im_end|>");
-//! # Ok(()) }
-//! ```
 
 mod bpe;
 mod bytelevel;
