@@ -1,0 +1,125 @@
+//! The tensor types this crate can dequantize: identity, GGUF id and block geometry.
+
+use std::fmt;
+
+use crate::{formats, ggml};
+
+/// A tensor element type this crate can dequantize. Names follow ggml.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum BlockType {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+}
+
+impl BlockType {
+    /// Every type, in GGUF id order.
+    pub const ALL: [BlockType; 13] = {
+        use BlockType::*;
+        [
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16,
+        ]
+    };
+
+    /// The type with this GGUF id (`ggml_type`), or `None` for ids this crate cannot dequantize.
+    pub fn from_ggml_id(id: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|ty| ty.ggml_id() == Some(id))
+    }
+
+    /// The id GGUF files use for this type. `None` is kept for Hearth-only formats, which GGUF
+    /// has no id for.
+    pub const fn ggml_id(self) -> Option<u32> {
+        use BlockType::*;
+        Some(match self {
+            F32 => 0,
+            F16 => 1,
+            Q4_0 => 2,
+            Q4_1 => 3,
+            Q5_0 => 6,
+            Q5_1 => 7,
+            Q8_0 => 8,
+            Q2_K => 10,
+            Q3_K => 11,
+            Q4_K => 12,
+            Q5_K => 13,
+            Q6_K => 14,
+            BF16 => 30,
+        })
+    }
+
+    /// ggml's name for the type (`Q4_1`, `F16`, ...).
+    pub const fn name(self) -> &'static str {
+        use BlockType::*;
+        match self {
+            F32 => "F32",
+            F16 => "F16",
+            BF16 => "BF16",
+            Q4_0 => "Q4_0",
+            Q4_1 => "Q4_1",
+            Q5_0 => "Q5_0",
+            Q5_1 => "Q5_1",
+            Q8_0 => "Q8_0",
+            Q2_K => "Q2_K",
+            Q3_K => "Q3_K",
+            Q4_K => "Q4_K",
+            Q5_K => "Q5_K",
+            Q6_K => "Q6_K",
+        }
+    }
+
+    /// Values in one block (1 for the plain float types).
+    pub const fn block_size(self) -> usize {
+        use BlockType::*;
+        match self {
+            F32 | F16 | BF16 => 1,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => ggml::QK_K,
+        }
+    }
+
+    /// Bytes one block takes: the size of the block struct that describes its layout.
+    pub const fn block_bytes(self) -> usize {
+        use BlockType::*;
+        match self {
+            F32 => size_of::<f32>(),
+            F16 => size_of::<formats::f16::Half>(),
+            BF16 => size_of::<u16>(),
+            Q4_0 => size_of::<ggml::q4_0::BlockQ4_0>(),
+            Q4_1 => size_of::<formats::q4::BlockQ4>(),
+            Q5_0 => size_of::<ggml::q5_0::BlockQ5_0>(),
+            Q5_1 => size_of::<ggml::q5_1::BlockQ5_1>(),
+            Q8_0 => size_of::<formats::q8::BlockQ8>(),
+            Q2_K => size_of::<ggml::q2_k::BlockQ2_K>(),
+            Q3_K => size_of::<ggml::q3_k::BlockQ3_K>(),
+            Q4_K => size_of::<ggml::q4_k::BlockQ4_K>(),
+            Q5_K => size_of::<ggml::q5_k::BlockQ5_K>(),
+            Q6_K => size_of::<ggml::q6_k::BlockQ6_K>(),
+        }
+    }
+
+    /// Bytes that `values` values take, or `None` when `values` is not a whole number of blocks
+    /// or the size overflows `usize`.
+    pub const fn bytes_for(self, values: usize) -> Option<usize> {
+        if values % self.block_size() != 0 {
+            return None;
+        }
+        (values / self.block_size()).checked_mul(self.block_bytes())
+    }
+}
+
+impl fmt::Display for BlockType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,84 @@
+//! Q4: 4-bit asymmetric quantization, blocks of 32 values in 20 bytes (5.0 bits per weight).
+//!
+//! `value = q * d + m` with `q` in 0..=15, `d` the block's scale and `m` its base (the value of
+//! level 0, usually the block minimum), both f16. The layout is GGUF's Q4_1 byte for byte, so
+//! Q4_1 tensors are used as they are. GLSL twin: `shaders/glsl/include/quant/q4.glsl`.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::f16::Half;
+
+/// Values per block.
+pub const BLOCK_LEN: usize = 32;
+
+/// One block of 32 values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]
+pub struct BlockQ4 {
+    /// Scale: the step between adjacent levels.
+    pub d: Half,
+    /// Base: the value of level 0.
+    pub m: Half,
+    /// Levels, two per byte: value `j < 16` is the low nibble of `qs[j]`, value `j + 16` the
+    /// high nibble.
+    pub qs: [u8; BLOCK_LEN / 2],
+}
+
+const _: () = assert!(size_of::<BlockQ4>() == 20);
+
+impl BlockQ4 {
+    /// The block's 32 values, as ggml's `dequantize_row_q4_1`: `q * d + m` in f32, a multiply
+    /// then an add (no fused multiply-add), with `d` and `m` widened from f16 first.
+    pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
+        let d = self.d.to_f32();
+        let m = self.m.to_f32();
+        let (lo, hi) = out.split_at_mut(BLOCK_LEN / 2);
+        for ((&q, lo), hi) in self.qs.iter().zip(lo).zip(hi) {
+            *lo = f32::from(q & 0x0F) * d + m;
+            *hi = f32::from(q >> 4) * d + m;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{bytes, dequantize_all};
+    use crate::BlockType;
+
+    #[test]
+    fn worked_example() {
+        // d = 0.5, m = -2: level q is -2 + q/2.
+        let mut qs = [0u8; 16];
+        qs[0] = 0x30; // value 0: level 0, value 16: level 3
+        qs[5] = 0xF7; // value 5: level 7, value 21: level 15
+        let block = BlockQ4 {
+            d: Half::from_f32(0.5),
+            m: Half::from_f32(-2.0),
+            qs,
+        };
+        let out = dequantize_all(BlockType::Q4_1, bytemuck::bytes_of(&block));
+        assert_eq!(out[0], -2.0);
+        assert_eq!(out[16], -0.5);
+        assert_eq!(out[5], 1.5);
+        assert_eq!(out[21], 5.5);
+        assert_eq!(out[1], -2.0);
+    }
+
+    #[test]
+    fn every_value_follows_the_formula() {
+        let qs = bytes(1);
+        // Scale and base that are not short binary fractions, so rounding matters.
+        let block = BlockQ4 {
+            d: Half::from_bits(0x2E66),
+            m: Half::from_bits(0xBC1F),
+            qs,
+        };
+        let (d, m) = (block.d.to_f32(), block.m.to_f32());
+        let out = dequantize_all(BlockType::Q4_1, bytemuck::bytes_of(&block));
+        for (i, got) in out.iter().enumerate() {
+            let q = if i < 16 { qs[i] & 0xF } else { qs[i - 16] >> 4 };
+            assert_eq!(got.to_bits(), (q as f32 * d + m).to_bits(), "value {i}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Q2_K: 2-bit k-quants, super-blocks of 256 values in 84 bytes (2.625 bits per weight).
+//!
+//! The super-block has 16 sub-blocks of 16 values. Each sub-block has a 4-bit scale and a 4-bit
+//! min, themselves scaled by the super-block's f16 `d` and `dmin`:
+//! `value = (d * scale) * q - (dmin * min)` with `q` in 0..=3.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::QK_K;
+use crate::formats::f16::Half;
+
+/// One super-block of 256 values (ggml's `block_q2_K`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
+#[allow(non_camel_case_types)]
+pub struct BlockQ2_K {
+    /// Per sub-block: scale in the low nibble, min in the high nibble.
+    pub scales: [u8; QK_K / 16],
+    /// Levels, four per byte. Value `i` is in byte `32 * (i / 128) + i % 32`, at bit
+    /// `2 * (i % 128 / 32)`: each 32-byte half holds 128 values as four 2-bit planes.
+    pub qs: [u8; QK_K / 4],
+    /// Super-block scale for the sub-block scales.
+    pub d: Half,
+    /// Super-block scale for the sub-block mins.
+    pub dmin: Half,
+}
+
+const _: () = assert!(size_of::<BlockQ2_K>() == 84);
+
+impl BlockQ2_K {
+    /// The super-block's 256 values, as ggml's `dequantize_row_q2_K`: per sub-block
+    /// `dl = d * scale` and `ml = dmin * min`, then `dl * q - ml` (a multiply then a subtract).
+    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let d = self.d.to_f32();
+        let min = self.dmin.to_f32();
+        for (s, (out, &sc)) in out.chunks_exact_mut(16).zip(&self.scales).enumerate() {
+            let dl = d * f32::from(sc & 0xF);
+            let ml = min * f32::from(sc >> 4);
+            // Sub-block s: half s / 8, bit plane (s % 8) / 2, first or second 16 bytes by s % 2.
+            let qs = &self.qs[32 * (s / 8) + 16 * (s % 2)..][..16];
+            let shift = 2 * (s % 8 / 2);
+            for (&q, out) in qs.iter().zip(out) {
+                *out = dl * f32::from((q >> shift) & 3) - ml;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{bytes, dequantize_all};
+    use crate::BlockType;
+
+    #[test]
+    fn worked_example() {
+        let mut block = BlockQ2_K::zeroed();
+        block.d = Half::from_f32(0.5);
+        block.dmin = Half::from_f32(0.25);
+        block.scales[0] = 0x32; // scale 2, min 3: level q is q - 0.75
+        block.scales[13] = 0x1F; // scale 15, min 1: level q is 7.5 q - 0.25
+        block.qs[0] = 0b11; // value 0: level 3
+                            // Value 215 = 128 + 87: second half, bit plane 87 / 32 = 2, byte 32 + 87 % 32 = 55.
+        block.qs[55] = 0b10 << 4;
+        let out = dequantize_all(BlockType::Q2_K, bytemuck::bytes_of(&block));
+        assert_eq!(out[0], 2.25);
+        assert_eq!(out[1], -0.75);
+        assert_eq!(out[215], 14.75); // sub-block 13, level 2
+        assert_eq!(out[208], -0.25); // sub-block 13, level 0
+        assert_eq!(out[255], 0.0); // sub-block 15: scale and min 0
+    }
+
+    #[test]
+    fn every_value_follows_the_formula() {
+        let block = BlockQ2_K {
+            scales: bytes(6),
+            qs: bytes(7),
+            d: Half::from_bits(0x2D1F),
+            dmin: Half::from_bits(0x2203),
+        };
+        let (d, dmin) = (block.d.to_f32(), block.dmin.to_f32());
+        let out = dequantize_all(BlockType::Q2_K, bytemuck::bytes_of(&block));
+        for (i, got) in out.iter().enumerate() {
+            let sc = block.scales[i / 16];
+            let byte = block.qs[32 * (i / 128) + i % 32];
+            let q = (byte >> (2 * (i % 128 / 32))) & 3;
+            let want = d * (sc & 0xF) as f32 * q as f32 - dmin * (sc >> 4) as f32;
+            assert_eq!(got.to_bits(), want.to_bits(), "value {i}");
+        }
+    }
+}

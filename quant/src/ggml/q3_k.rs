@@ -1,0 +1,144 @@
+//! Q3_K: 3-bit k-quants, super-blocks of 256 values in 110 bytes (3.4375 bits per weight).
+//!
+//! The super-block has 16 sub-blocks of 16 values, each with a signed 6-bit scale scaled by the
+//! super-block's f16 `d`: `value = (d * (scale - 32)) * (q - 4)` with `q` in 0..=7, stored as
+//! two low bits (packed as in Q2_K) and a high bit in a separate mask.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{K_SCALE_SIZE, QK_K};
+use crate::formats::f16::Half;
+
+/// One super-block of 256 values (ggml's `block_q3_K`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
+#[allow(non_camel_case_types)]
+pub struct BlockQ3_K {
+    /// High bits of the levels: value `i` is bit `i / 32` of `hmask[i % 32]`. A clear bit
+    /// subtracts 4 from the level.
+    pub hmask: [u8; QK_K / 8],
+    /// Low 2 bits of the levels, placed as in Q2_K: value `i` is in byte
+    /// `32 * (i / 128) + i % 32`, at bit `2 * (i % 128 / 32)`.
+    pub qs: [u8; QK_K / 4],
+    /// Sixteen 6-bit scales (offset by 32); see [`BlockQ3_K::scale`].
+    pub scales: [u8; K_SCALE_SIZE],
+    /// Super-block scale.
+    pub d: Half,
+}
+
+const _: () = assert!(size_of::<BlockQ3_K>() == 110);
+
+impl BlockQ3_K {
+    /// The 6-bit scale of sub-block `s` (0..16) minus 32. Its low 4 bits are a nibble of
+    /// `scales[0..8]` (low nibbles for sub-blocks 0..8, high for 8..16), its high 2 bits a
+    /// pair in `scales[8 + s % 4]` at bit `2 * (s / 4)`.
+    pub fn scale(&self, s: usize) -> i8 {
+        let low = if s < 8 {
+            self.scales[s] & 0xF
+        } else {
+            self.scales[s - 8] >> 4
+        };
+        let high = (self.scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+        (low | (high << 4)) as i8 - 32
+    }
+
+    /// The super-block's 256 values, as ggml's `dequantize_row_q3_K`: per sub-block
+    /// `dl = d * (scale - 32)`, then `dl * (q - 4)` with the level offset in integers.
+    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let d_all = self.d.to_f32();
+        for (s, out) in out.chunks_exact_mut(16).enumerate() {
+            let dl = d_all * f32::from(self.scale(s));
+            // Sub-block s: half s / 8, bit plane (s % 8) / 2, first or second 16 bytes by s % 2;
+            // its high bits are bit s / 2 of the matching 16 mask bytes.
+            let qs = &self.qs[32 * (s / 8) + 16 * (s % 2)..][..16];
+            let hm = &self.hmask[16 * (s % 2)..][..16];
+            let shift = 2 * (s % 8 / 2);
+            let m = 1u8 << (s / 2);
+            for ((&q, &h), out) in qs.iter().zip(hm).zip(out) {
+                let level = ((q >> shift) & 3) as i8 - if h & m != 0 { 0 } else { 4 };
+                *out = dl * f32::from(level);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{bytes, dequantize_all};
+    use crate::BlockType;
+
+    /// Packs sixteen 6-bit scales (0..64, i.e. already offset by 32) as ggml's quantizer does.
+    fn pack_scales(sc: [u8; 16]) -> [u8; K_SCALE_SIZE] {
+        let mut out = [0u8; K_SCALE_SIZE];
+        for (j, &l) in sc.iter().enumerate() {
+            if j < 8 {
+                out[j] = l & 0xF;
+            } else {
+                out[j - 8] |= (l & 0xF) << 4;
+            }
+            out[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
+        }
+        out
+    }
+
+    #[test]
+    fn scales_unpack() {
+        let sc: [u8; 16] = std::array::from_fn(|j| ((j * 37 + 5) % 64) as u8);
+        let block = BlockQ3_K {
+            scales: pack_scales(sc),
+            ..BlockQ3_K::zeroed()
+        };
+        for (s, &want) in sc.iter().enumerate() {
+            assert_eq!(block.scale(s), want as i8 - 32, "sub-block {s}");
+        }
+    }
+
+    #[test]
+    fn worked_example() {
+        let mut sc = [32u8; 16]; // scale 0
+        sc[0] = 33; // +1
+        sc[11] = 32 - 20; // -20
+        let mut block = BlockQ3_K {
+            scales: pack_scales(sc),
+            d: Half::from_f32(0.5),
+            ..BlockQ3_K::zeroed()
+        };
+        // Value 0: low bits 3, high bit set: level 7 - 4 = 3.
+        block.qs[0] = 0b11;
+        block.hmask[0] = 1;
+        // Value 1: low bits 2, high bit clear: level 2 - 4 = -2.
+        block.qs[1] = 0b10;
+        // Value 181 = 128 + 53 (sub-block 11): byte 32 + 53 % 32 = 53, bit plane 53 / 32 = 1,
+        // mask bit 181 / 32 = 5 of hmask[181 % 32 = 21]. Low bits 1, high bit set: level 1.
+        block.qs[53] = 0b01 << 2;
+        block.hmask[21] = 1 << 5;
+        let out = dequantize_all(BlockType::Q3_K, bytemuck::bytes_of(&block));
+        assert_eq!(out[0], 1.5);
+        assert_eq!(out[1], -1.0);
+        assert_eq!(out[2], -2.0); // level 0 - 4
+        assert_eq!(out[181], -10.0);
+        assert_eq!(out[176], 40.0); // sub-block 11, level -4
+        assert_eq!(out[255], -0.0); // scale 0
+    }
+
+    #[test]
+    fn every_value_follows_the_formula() {
+        let sc: [u8; 16] = std::array::from_fn(|j| bytes::<16>(8)[j] % 64);
+        let block = BlockQ3_K {
+            hmask: bytes(9),
+            qs: bytes(10),
+            scales: pack_scales(sc),
+            d: Half::from_bits(0xA6C1),
+        };
+        let d = block.d.to_f32();
+        let out = dequantize_all(BlockType::Q3_K, bytemuck::bytes_of(&block));
+        for (i, got) in out.iter().enumerate() {
+            let low = (block.qs[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+            let high = (block.hmask[i % 32] >> (i / 32)) & 1;
+            let level = (low + 4 * high) as i32 - 4;
+            let want = d * (sc[i / 16] as i32 - 32) as f32 * level as f32;
+            assert_eq!(got.to_bits(), want.to_bits(), "value {i}");
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Q5_0: 5-bit symmetric quantization, blocks of 32 values in 22 bytes.
+//!
+//! `value = (q - 16) * d` with `q` in 0..=31: its low 4 bits are nibbles as in Q4_0, its fifth
+//! bit comes from a 32-bit mask with one bit per value.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::formats::f16::Half;
+
+/// Values per block.
+pub const BLOCK_LEN: usize = 32;
+
+/// One block of 32 values (ggml's `block_q5_0`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]
+pub struct BlockQ5_0 {
+    /// Scale.
+    pub d: Half,
+    /// Fifth bits, a little-endian u32: bit `j` belongs to value `j`.
+    pub qh: [u8; 4],
+    /// Low 4 bits, two per byte: value `j < 16` in the low nibble of `qs[j]`, value `j + 16` in
+    /// the high nibble.
+    pub qs: [u8; BLOCK_LEN / 2],
+}
+
+const _: () = assert!(size_of::<BlockQ5_0>() == 22);
+
+impl BlockQ5_0 {
+    /// The block's 32 values, as ggml's `dequantize_row_q5_0`: the level is centred in integers,
+    /// then multiplied by `d` in f32.
+    pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
+        let d = self.d.to_f32();
+        let qh = u32::from_le_bytes(self.qh);
+        let (lo, hi) = out.split_at_mut(BLOCK_LEN / 2);
+        for (j, ((&q, lo), hi)) in self.qs.iter().zip(lo).zip(hi).enumerate() {
+            let h0 = ((qh >> j) & 1) as u8;
+            let h1 = ((qh >> (j + 16)) & 1) as u8;
+            *lo = f32::from(((q & 0x0F) | (h0 << 4)) as i8 - 16) * d;
+            *hi = f32::from(((q >> 4) | (h1 << 4)) as i8 - 16) * d;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{bytes, dequantize_all};
+    use crate::BlockType;
+
+    #[test]
+    fn worked_example() {
+        // d = 0.25: level q is (q - 16) / 4.
+        let mut qs = [0u8; 16];
+        qs[2] = 0xF3; // value 2: low bits 3, value 18: low bits 15
+        qs[15] = 0x0F; // value 15: low bits 15, value 31: low bits 0
+                       // Fifth bit set for values 2, 15 and 31 (bits 2, 15, 31 of the little-endian mask).
+        let qh = (1u32 << 2 | 1 << 15 | 1 << 31).to_le_bytes();
+        let block = BlockQ5_0 {
+            d: Half::from_f32(0.25),
+            qh,
+            qs,
+        };
+        let out = dequantize_all(BlockType::Q5_0, bytemuck::bytes_of(&block));
+        assert_eq!(out[2], (19 - 16) as f32 * 0.25);
+        assert_eq!(out[18], (15 - 16) as f32 * 0.25);
+        assert_eq!(out[15], (31 - 16) as f32 * 0.25);
+        assert_eq!(out[31], (16 - 16) as f32 * 0.25);
+        assert_eq!(out[0], -4.0);
+    }
+
+    #[test]
+    fn every_value_follows_the_formula() {
+        let raw = bytes::<20>(4);
+        let qh = [raw[0], raw[1], raw[2], raw[3]];
+        let qs: [u8; 16] = std::array::from_fn(|j| raw[4 + j]);
+        let block = BlockQ5_0 {
+            d: Half::from_bits(0x3155),
+            qh,
+            qs,
+        };
+        let d = block.d.to_f32();
+        let mask = u32::from_le_bytes(qh);
+        let out = dequantize_all(BlockType::Q5_0, bytemuck::bytes_of(&block));
+        for (i, got) in out.iter().enumerate() {
+            let low = if i < 16 { qs[i] & 0xF } else { qs[i - 16] >> 4 };
+            let q = low as i32 + 16 * ((mask >> i) & 1) as i32;
+            assert_eq!(got.to_bits(), ((q - 16) as f32 * d).to_bits(), "value {i}");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Block quantization formats and their CPU reference dequantization.
+//!
+//! A quantized tensor is a sequence of fixed-size blocks; each block stores a small group of
+//! values (32 or 256) as integers plus one or two f16 scales. This crate knows the byte layout of
+//! every type Hearth reads from GGUF files and turns them back into f32 exactly as ggml's
+//! reference `dequantize_row_*` functions do, operation for operation, so the results are
+//! bit-identical to ggml's.
+//!
+//! - [`formats`]: Hearth's own formats, the layouts weights live in on the device. Each module
+//!   has a GLSL twin in `shaders/glsl/include/quant/`. Q4 and Q8 share their layouts with GGUF's
+//!   Q4_1 and Q8_0.
+//! - [`ggml`]: GGUF types Hearth only reads (Q4_0, Q5_0, Q5_1, the k-quants, BF16); they are
+//!   dequantized at load and requantized into a Hearth format.
+//!
+//! ```
+//! use hearth_quant::{dequantize_ggml, formats::q8::BlockQ8, BlockType, Half};
+//!
+//! // One Q8_0 block: scale 0.5 and the quants 0, 1, 2, ..., 31.
+//! let block = BlockQ8 { d: Half::from_f32(0.5), qs: std::array::from_fn(|i| i as i8) };
+//! let mut out = [0.0f32; 32];
+//! dequantize_ggml(8, bytemuck::bytes_of(&block), &mut out)?;
+//! assert_eq!(out[3], 1.5);
+//!
+//! // Sizes are checked, never trusted.
+//! assert!(hearth_quant::dequantize(BlockType::Q8_0, &[0; 33], &mut out).is_err());
+//! # Ok::<(), hearth_quant::Error>(())
+//! ```
+
+mod block_type;
+mod error;
+pub mod formats;
+pub mod ggml;
+
+pub use block_type::BlockType;
+pub use error::{Error, Result};
+pub use formats::f16::Half;
+
+/// Dequantizes `out.len()` values of type `ty` from `bytes`.
+///
+/// `out.len()` must be a whole number of blocks and `bytes` exactly the bytes those blocks take
+/// ([`BlockType::bytes_for`]); anything else is an error that names both sizes, and `out` is left
+/// untouched. `bytes` may have any alignment, so a slice of a memory-mapped file works as it is.
+pub fn dequantize(ty: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    check_sizes(ty, bytes.len(), out.len())?;
+    use BlockType::*;
+    match ty {
+        F32 => formats::f32::dequantize(bytes, out),
+        F16 => formats::f16::dequantize(bytes, out),
+        BF16 => ggml::bf16::dequantize(bytes, out),
+        Q4_0 => for_each_block(bytes, out, ggml::q4_0::BlockQ4_0::dequantize),
+        Q4_1 => for_each_block(bytes, out, formats::q4::BlockQ4::dequantize),
+        Q5_0 => for_each_block(bytes, out, ggml::q5_0::BlockQ5_0::dequantize),
+        Q5_1 => for_each_block(bytes, out, ggml::q5_1::BlockQ5_1::dequantize),
+        Q8_0 => for_each_block(bytes, out, formats::q8::BlockQ8::dequantize),
+        Q2_K => for_each_block(bytes, out, ggml::q2_k::BlockQ2_K::dequantize),
+        Q3_K => for_each_block(bytes, out, ggml::q3_k::BlockQ3_K::dequantize),
+        Q4_K => for_each_block(bytes, out, ggml::q4_k::BlockQ4_K::dequantize),
+        Q5_K => for_each_block(bytes, out, ggml::q5_k::BlockQ5_K::dequantize),
+        Q6_K => for_each_block(bytes, out, ggml::q6_k::BlockQ6_K::dequantize),
+    }
+    Ok(())
+}
+
+/// [`dequantize`] for a tensor type given by its GGUF id (`ggml_type`); ids this crate cannot
+/// dequantize are [`Error::Unsupported`].
+pub fn dequantize_ggml(type_id: u32, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    let ty = BlockType::from_ggml_id(type_id).ok_or(Error::Unsupported { id: type_id })?;
+    dequantize(ty, bytes, out)
+}
+
+/// Checks that `values` values of type `ty` are whole blocks that take exactly `bytes` bytes.
+fn check_sizes(ty: BlockType, bytes: usize, values: usize) -> Result<()> {
+    let Some(expected) = ty.bytes_for(values) else {
+        return Err(Error::PartialBlock {
+            ty,
+            values,
+            block_size: ty.block_size(),
+        });
+    };
+    if bytes != expected {
+        return Err(Error::ByteCount {
+            ty,
+            values,
+            expected,
+            found: bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Runs `f` on each block of `bytes` and its `N` output values. The caller has checked the sizes
+/// (`bytes` holds exactly `out.len() / N` blocks); blocks are 1-aligned, so the view is always
+/// possible.
+fn for_each_block<B: bytemuck::Pod, const N: usize>(
+    bytes: &[u8],
+    out: &mut [f32],
+    f: fn(&B, &mut [f32; N]),
+) {
+    let blocks: &[B] = bytemuck::cast_slice(bytes);
+    for (block, out) in blocks.iter().zip(out.chunks_exact_mut(N)) {
+        if let Ok(out) = <&mut [f32; N]>::try_from(out) {
+            f(block, out);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Helpers shared by the format tests.
+
+    use crate::{dequantize, BlockType};
+
+    /// Dequantizes `bytes` through the public entry point, sized from the byte count.
+    pub fn dequantize_all(ty: BlockType, bytes: &[u8]) -> Vec<f32> {
+        let n = bytes.len() / ty.block_bytes() * ty.block_size();
+        let mut out = vec![f32::NAN; n];
+        dequantize(ty, bytes, &mut out).unwrap();
+        out
+    }
+
+    /// Deterministic pseudo-random bytes (a 64-bit LCG): varied quants and scales without a
+    /// dependency.
+    pub fn bytes<const N: usize>(seed: u64) -> [u8; N] {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        std::array::from_fn(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 56) as u8
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips_its_ggml_id() {
+        for ty in BlockType::ALL {
+            let id = ty.ggml_id().unwrap();
+            assert_eq!(BlockType::from_ggml_id(id), Some(ty));
+        }
+        assert_eq!(BlockType::from_ggml_id(12), Some(BlockType::Q4_K));
+        assert_eq!(BlockType::from_ggml_id(30), Some(BlockType::BF16));
+        assert_eq!(BlockType::Q6_K.name(), "Q6_K");
+        assert_eq!(BlockType::Q6_K.to_string(), "Q6_K");
+    }
+
+    #[test]
+    fn geometry_matches_ggml() {
+        // (type, values per block, bytes per block) from ggml's type traits.
+        let table = [
+            (BlockType::F32, 1, 4),
+            (BlockType::F16, 1, 2),
+            (BlockType::BF16, 1, 2),
+            (BlockType::Q4_0, 32, 18),
+            (BlockType::Q4_1, 32, 20),
+            (BlockType::Q5_0, 32, 22),
+            (BlockType::Q5_1, 32, 24),
+            (BlockType::Q8_0, 32, 34),
+            (BlockType::Q2_K, 256, 84),
+            (BlockType::Q3_K, 256, 110),
+            (BlockType::Q4_K, 256, 144),
+            (BlockType::Q5_K, 256, 176),
+            (BlockType::Q6_K, 256, 210),
+        ];
+        assert_eq!(table.len(), BlockType::ALL.len());
+        for (ty, size, bytes) in table {
+            assert_eq!((ty.block_size(), ty.block_bytes()), (size, bytes), "{ty}");
+        }
+        assert_eq!(BlockType::Q4_K.bytes_for(512), Some(288));
+        assert_eq!(BlockType::Q4_K.bytes_for(100), None);
+        assert_eq!(BlockType::F32.bytes_for(usize::MAX), None);
+    }
+
+    #[test]
+    fn unknown_ids_are_unsupported() {
+        let mut out = [0.0; 32];
+        for id in [4, 9, 15, 16, 31, 1000] {
+            let err = dequantize_ggml(id, &[0; 36], &mut out).unwrap_err();
+            assert_eq!(err, Error::Unsupported { id });
+            assert!(err.to_string().contains(&id.to_string()));
+        }
+    }
+
+    #[test]
+    fn byte_count_mismatch_names_both_sizes() {
+        let mut out = [7.0; 64];
+        let err = dequantize(BlockType::Q4_1, &[0; 39], &mut out).unwrap_err();
+        assert_eq!(
+            err,
+            Error::ByteCount {
+                ty: BlockType::Q4_1,
+                values: 64,
+                expected: 40,
+                found: 39
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("Q4_1") && msg.contains("40") && msg.contains("39"),
+            "{msg}"
+        );
+        assert_eq!(out, [7.0; 64], "output untouched on error");
+
+        // Too many bytes is as wrong as too few.
+        assert!(dequantize(BlockType::F32, &[0; 12], &mut out[..2]).is_err());
+        assert!(dequantize(BlockType::Q6_K, &[0; 211], &mut [0.0; 256]).is_err());
+        assert!(dequantize(BlockType::F16, &[0; 3], &mut [0.0; 1]).is_err());
+    }
+
+    #[test]
+    fn partial_blocks_are_rejected() {
+        let mut out = [0.0; 33];
+        let err = dequantize(BlockType::Q8_0, &[0; 34], &mut out).unwrap_err();
+        assert_eq!(
+            err,
+            Error::PartialBlock {
+                ty: BlockType::Q8_0,
+                values: 33,
+                block_size: 32
+            }
+        );
+        assert!(err.to_string().contains("33"));
+        let err = dequantize(BlockType::Q2_K, &[0; 84], &mut [0.0; 255]).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::PartialBlock {
+                block_size: 256,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn empty_tensors_are_fine() {
+        for ty in BlockType::ALL {
+            dequantize(ty, &[], &mut []).unwrap();
+        }
+    }
+
+    #[test]
+    fn unaligned_bytes_are_fine() {
+        // Every format views bytes in place; an odd start address must not matter.
+        let block = formats::q8::BlockQ8 {
+            d: Half::from_f32(0.25),
+            qs: [-4; 32],
+        };
+        let mut storage = [0u8; 35];
+        storage[1..].copy_from_slice(bytemuck::bytes_of(&block));
+        let mut out = [0.0; 32];
+        dequantize(BlockType::Q8_0, &storage[1..], &mut out).unwrap();
+        assert_eq!(out, [-1.0; 32]);
+
+        let mut storage = [0u8; 9];
+        storage[1..].copy_from_slice(bytemuck::cast_slice(&[1.5f32, -2.0]));
+        let mut out = [0.0; 2];
+        dequantize(BlockType::F32, &storage[1..], &mut out).unwrap();
+        assert_eq!(out, [1.5, -2.0]);
+    }
+
+    #[test]
+    fn multiple_blocks_land_in_order() {
+        let blocks: [formats::q8::BlockQ8; 3] = std::array::from_fn(|i| formats::q8::BlockQ8 {
+            d: Half::from_f32(i as f32 + 1.0),
+            qs: [1; 32],
+        });
+        let out = testutil::dequantize_all(BlockType::Q8_0, bytemuck::cast_slice(&blocks));
+        assert_eq!(out.len(), 96);
+        assert_eq!(
+            (out[0], out[31], out[32], out[63], out[64], out[95]),
+            (1., 1., 2., 2., 3., 3.)
+        );
+    }
+}
