@@ -1,9 +1,18 @@
-//! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`) and the CPU reference
-//! operations they are tested against (`cpu`).
+//! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`), model execution on
+//! Vulkan and on the CPU reference (`model`, `cpu`), the KV cache (`kv`), sampling (`sample`)
+//! and text generation (`generate`).
 
 pub mod cpu;
+pub mod engine;
+mod error;
 pub mod kernels;
+pub mod kv;
+pub mod model;
+pub mod sample;
+pub mod session;
 pub mod vk;
+
+pub use error::{Error, Result};
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -2,13 +2,14 @@
 // Matrix-matrix product for prefill: C[t, r] = sum_k X[t, k] * W[r, k] (W as stored, [m, k]).
 // Compute-bound: 64x64 output tiles, k in steps of 16 through shared memory, each of the 256
 // invocations accumulating a 4x4 block in registers. Edges are zero-filled, so any size works.
+// With `accumulate` set the product is added to C (a residual add folded into the projection).
 #define W_BINDING 0
 #include "format.glsl"                                        // W [m, k]
 
 layout(local_size_x = 256) in;
 layout(binding = 1) readonly buffer X { float x[]; };         // [n, k]
-layout(binding = 2) writeonly buffer C { float c[]; };        // [n, m]
-layout(push_constant) uniform Push { uint n; uint m; uint k; } p;
+layout(binding = 2) buffer C { float c[]; };                  // [n, m]
+layout(push_constant) uniform Push { uint n; uint m; uint k; uint accumulate; } p;
 
 const uint TILE = 64;
 const uint TK = 16;
@@ -59,7 +60,8 @@ void main() {
         for (uint i = 0; i < 4; ++i) {
             uint r = row0 + tr + i;
             if (t < p.n && r < p.m) {
-                c[t * p.m + r] = acc[i][j];
+                uint o = t * p.m + r;
+                c[o] = p.accumulate != 0u ? c[o] + acc[i][j] : acc[i][j];
             }
         }
     }

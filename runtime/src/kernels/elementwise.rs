@@ -12,6 +12,9 @@ use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct SwiGluPush {
     n: u32,
+    cols: u32,
+    stride: u32,
+    up_offset: u32,
 }
 
 pub struct SwiGlu {
@@ -48,7 +51,38 @@ impl SwiGlu {
             n as u64,
             self.pipeline.workgroup_size(),
         );
-        rec.dispatch(&self.pipeline, &[gate, up, out], &SwiGluPush { n }, groups)
+        let push = SwiGluPush {
+            n,
+            cols: n,
+            stride: n,
+            up_offset: 0,
+        };
+        rec.dispatch(&self.pipeline, &[gate, up, out], &push, groups)
+    }
+
+    /// out [tokens, cols] = silu(gate) * up where `gate_up` is [tokens, 2 * cols], each row
+    /// holding gate then up (the output of one fused projection).
+    pub fn record_fused<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        gate_up: &'a Buffer,
+        out: &'a Buffer,
+        tokens: u32,
+        cols: u32,
+    ) -> Result<()> {
+        let n = tokens as u64 * cols as u64;
+        check_sizes(
+            SWIGLU.name,
+            &[("gate_up", gate_up, 2 * n * 4), ("out", out, n * 4)],
+        )?;
+        let groups = linear_groups(rec.device().info(), n, self.pipeline.workgroup_size());
+        let push = SwiGluPush {
+            n: n as u32,
+            cols,
+            stride: 2 * cols,
+            up_offset: cols,
+        };
+        rec.dispatch(&self.pipeline, &[gate_up, gate_up, out], &push, groups)
     }
 }
 

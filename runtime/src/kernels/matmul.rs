@@ -17,6 +17,7 @@ struct MatmulPush {
     n: u32,
     m: u32,
     k: u32,
+    accumulate: u32,
 }
 
 pub struct Matmul {
@@ -36,7 +37,7 @@ impl Matmul {
         })
     }
 
-    /// C [n, m] = X [n, k] W [m, k]^T.
+    /// C [n, m] = X [n, k] W [m, k]^T, or C += X W^T when `accumulate`.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
@@ -46,6 +47,7 @@ impl Matmul {
         n: u32,
         m: u32,
         k: u32,
+        accumulate: bool,
     ) -> Result<()> {
         check_sizes(
             self.pipeline.name,
@@ -56,7 +58,17 @@ impl Matmul {
             ],
         )?;
         let groups = [m.div_ceil(TILE), n.div_ceil(TILE), 1];
-        rec.dispatch(&self.pipeline, &[w, x, c], &MatmulPush { n, m, k }, groups)
+        rec.dispatch(
+            &self.pipeline,
+            &[w, x, c],
+            &MatmulPush {
+                n,
+                m,
+                k,
+                accumulate: accumulate.into(),
+            },
+            groups,
+        )
     }
 }
 
@@ -85,7 +97,7 @@ mod tests {
                 let (xb, cb) = (upload(&dev, &x), zeros(&dev, n * m));
                 run(&dev, |rec| {
                     kernel
-                        .record(rec, &w, &xb, &cb, n as u32, m as u32, k as u32)
+                        .record(rec, &w, &xb, &cb, n as u32, m as u32, k as u32, false)
                         .unwrap()
                 });
                 // C[t, r] = sum_k X[t, k] W[r, k]: the same sums as a batched matvec.

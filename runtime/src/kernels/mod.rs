@@ -2,6 +2,7 @@
 //! push-constant struct and its dispatch size. Each checks buffer sizes against the shapes it
 //! is given, so a wrong shape is an error naming the kernel and binding, never a stray read.
 
+mod attention;
 mod bandwidth;
 mod elementwise;
 mod embed;
@@ -11,11 +12,12 @@ mod norm;
 mod rope;
 mod softmax;
 
+pub use attention::{AttnDecode, AttnPrefill, AttnShape, RopeKv, RopeSpec};
 pub use bandwidth::ReadBandwidth;
 pub use elementwise::{Binary, BinaryOp, Gelu, SwiGlu};
 pub use embed::Embed;
 pub use matmul::Matmul;
-pub use matvec::Matvec;
+pub use matvec::{Matvec, MatvecArgs};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeShape};
 pub use softmax::Softmax;

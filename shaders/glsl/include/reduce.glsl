@@ -7,6 +7,11 @@ shared float reduce_slots[WG];
 
 float workgroup_sum(float v) {
     v = subgroupAdd(v);
+    // A single-subgroup workgroup needs no shared memory and no barrier (barriers are costly
+    // on CPU devices, which run a workgroup's subgroups as coroutines).
+    if (gl_NumSubgroups == 1) {
+        return v;
+    }
     if (subgroupElect()) {
         reduce_slots[gl_SubgroupID] = v;
     }
@@ -21,6 +26,9 @@ float workgroup_sum(float v) {
 
 float workgroup_max(float v) {
     v = subgroupMax(v);
+    if (gl_NumSubgroups == 1) {
+        return v;
+    }
     if (subgroupElect()) {
         reduce_slots[gl_SubgroupID] = v;
     }

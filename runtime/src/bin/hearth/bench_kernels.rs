@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use half::f16;
-use hearth_runtime::kernels::{Matmul, Matvec, ReadBandwidth, WeightFormat};
+use hearth_runtime::kernels::{Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat};
 use hearth_runtime::vk::{Buffer, Completed, Device, Recorder};
 use serde::Serialize;
 
@@ -96,8 +96,9 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             let w = weights(&device, format, m as usize * k as usize)?;
             let x = Buffer::from_slice(&device, "x", &vec![0.5f32; k as usize])?;
             let y = Buffer::from_slice(&device, "y", &vec![0f32; m as usize])?;
-            let seconds =
-                median_seconds(&device, reps, |rec| kernel.record(rec, &w, &x, &y, m, k, 1))?;
+            let seconds = median_seconds(&device, reps, |rec| {
+                kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
+            })?;
             let bytes = format.bytes(m as u64 * k as u64) + k as u64 * 4;
             let flops = 2 * m as u64 * k as u64;
             rows.push(Row::new(
@@ -129,8 +130,9 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             let w = weights(&device, format, m as usize * k as usize)?;
             let x = Buffer::from_slice(&device, "x", &vec![0.5f32; n as usize * k as usize])?;
             let c = Buffer::from_slice(&device, "c", &vec![0f32; n as usize * m as usize])?;
-            let seconds =
-                median_seconds(&device, reps, |rec| kernel.record(rec, &w, &x, &c, n, m, k))?;
+            let seconds = median_seconds(&device, reps, |rec| {
+                kernel.record(rec, &w, &x, &c, n, m, k, false)
+            })?;
             let bytes = format.bytes(m as u64 * k as u64) + n as u64 * k as u64 * 4;
             let flops = 2 * n as u64 * m as u64 * k as u64;
             rows.push(Row::new(

@@ -1,8 +1,13 @@
 //! `hearth`: Hearth's command-line interface.
 
 mod bench_kernels;
+mod bench_model;
+mod chat;
 mod devices;
+mod generate;
 mod inspect;
+mod model_args;
+mod perplexity;
 mod tokenize;
 
 use anyhow::Result;
@@ -25,13 +30,26 @@ struct Cli {
 enum Command {
     /// List every Vulkan device with the capabilities Hearth uses.
     Devices(devices::DevicesArgs),
-    /// Benchmarks.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Complete a prompt, streaming the text.
+    Generate(generate::GenerateArgs),
+    /// Chat with a model in the terminal.
+    Chat(chat::ChatArgs),
+    /// Benchmark a model (`-m`, like llama-bench) or the kernels (`bench kernels`).
+    Bench(BenchArgs),
+    /// Perplexity of a text, as llama-perplexity computes it.
+    Perplexity(perplexity::PerplexityArgs),
     /// Show a model file: architecture, hyperparameters, tokenizer, chat template, tensors.
     Inspect(inspect::InspectArgs),
     /// Print the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    model: bench_model::BenchModelArgs,
 }
 
 #[derive(Subcommand)]
@@ -80,7 +98,23 @@ fn main() {
     };
     let result = match &cli.command {
         Command::Devices(args) => devices::run(args),
-        Command::Bench(BenchCommand::Kernels(args)) => bench_kernels::run(args, &choice),
+        Command::Generate(args) => generate::run(args, &choice),
+        Command::Chat(args) => chat::run(args, &choice),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Kernels(args)),
+            ..
+        }) => bench_kernels::run(args, &choice),
+        Command::Bench(BenchArgs {
+            model:
+                args @ bench_model::BenchModelArgs {
+                    model: Some(model), ..
+                },
+            ..
+        }) => bench_model::run(args, model, &choice),
+        Command::Bench(_) => Err(anyhow::anyhow!(
+            "say what to benchmark: `hearth bench -m MODEL` or `hearth bench kernels`"
+        )),
+        Command::Perplexity(args) => perplexity::run(args, &choice),
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     };

@@ -1,0 +1,94 @@
+//! `hearth generate`: complete a prompt, streaming the text to stdout.
+
+use std::io::Write as _;
+
+use anyhow::Result;
+use hearth_runtime::session::GenerateParams;
+use serde_json::json;
+
+use crate::model_args::{ModelArgs, SamplingArgs};
+use crate::{DeviceChoice, Format};
+
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    prompt: String,
+    /// Tokens to generate (-1: until end of text or a full context).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+    /// Context length [default: the model's, at most 4096].
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx_size: Option<usize>,
+    /// Stop before this text (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep generating after an end-of-text token.
+    #[arg(long)]
+    ignore_eos: bool,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// text: stream the completion; json: one object with text, tokens and timings.
+    #[arg(long, value_enum, default_value_t = Format::Table, hide_default_value = true)]
+    format: Format,
+}
+
+pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
+    let mut engine = args.model.load(device, args.ctx_size)?;
+    let prompt = engine.tokenize(&args.prompt);
+    let params = GenerateParams {
+        max_tokens: usize::try_from(args.n_predict).ok(),
+        sampler: args.sampling.params(),
+        stop: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+    };
+    let stream = args.format == Format::Table;
+    let mut stdout = std::io::stdout();
+    let generation = engine.generate(&prompt, &params, &mut |text| {
+        // A closed pipe ends generation quietly.
+        !stream
+            || stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+                .is_ok()
+    })?;
+    crate::model_args::print_profile(&engine);
+    let t = &generation.timings;
+    if stream {
+        let _ = writeln!(stdout);
+        eprintln!(
+            "prompt: {} tokens, {:.1} tokens/s; generated: {} tokens, {:.1} tokens/s ({})",
+            t.prompt_tokens,
+            t.prompt_tokens_per_second(),
+            t.generated_tokens,
+            t.generation_tokens_per_second(),
+            engine.info().device,
+        );
+    } else {
+        let out = json!({
+            "text": generation.text,
+            "tokens": generation.tokens,
+            "finish_reason": generation.finish,
+            "prompt_tokens": prompt.len(),
+            "seed": params.sampler.seed,
+            "device": engine.info().device,
+            "timings": {
+                "prompt_tokens": t.prompt_tokens,
+                "prompt_ms": t.prompt.as_secs_f64() * 1e3,
+                "prompt_tokens_per_second": t.prompt_tokens_per_second(),
+                "generated_tokens": t.generated_tokens,
+                "generation_ms": t.generation.as_secs_f64() * 1e3,
+                "generation_tokens_per_second": t.generation_tokens_per_second(),
+            },
+        });
+        crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+    }
+    Ok(())
+}

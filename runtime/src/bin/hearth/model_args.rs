@@ -1,0 +1,161 @@
+//! What every command that runs a model shares: which model, where it runs, how it samples,
+//! and loading it with a progress bar.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::sample::SamplerParams;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::inspect::ModelsDirArg;
+use crate::DeviceChoice;
+
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// Model: a path, or a name in the models directory (`smollm2-135m-instruct`).
+    #[arg(short = 'm', long)]
+    pub model: String,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+impl ModelArgs {
+    pub fn load(&self, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
+        self.run.load(&self.model, device, n_ctx)
+    }
+}
+
+/// How and where a model runs.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub dir: ModelsDirArg,
+    /// Run on the plain f32 CPU reference instead of Vulkan (slow; for checking results).
+    #[arg(long)]
+    pub cpu: bool,
+    /// Most tokens per prefill submission (llama.cpp's ubatch).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub ubatch: usize,
+    /// Time every kernel and print where the GPU time went (on stderr, at the end).
+    #[arg(long)]
+    pub profile: bool,
+}
+
+impl RunArgs {
+    /// Loads the model with a progress bar on stderr (hidden when stderr is not a terminal).
+    pub fn load(&self, model: &str, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
+        let path = self.dir.resolve(model)?;
+        let options = EngineOptions {
+            backend: if self.cpu {
+                BackendKind::Cpu
+            } else {
+                BackendKind::Vulkan
+            },
+            device: device.index,
+            validate: device.validate,
+            n_ctx,
+            max_chunk: self.ubatch.max(1),
+            profile: self.profile,
+        };
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template(
+                "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let engine = Engine::load(&path, &options, &mut |p| {
+            bar.set_length(p.total_bytes);
+            bar.set_position(p.done_bytes);
+            bar.set_message(p.tensor.to_string());
+            true
+        });
+        bar.finish_and_clear();
+        engine.with_context(|| format!("loading {}", path.display()))
+    }
+}
+
+/// Sampling options, named as llama.cpp names them.
+#[derive(clap::Args, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 picks the most likely token every time (greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep only the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens whose probabilities sum to P (1.0: all).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the most likely one (0: none).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise tokens seen in the last --repeat-last-n tokens (1.0: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub repeat_last_n: usize,
+    /// Random seed; the same seed and settings give the same text [default: random].
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplerParams {
+        SamplerParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed.unwrap_or_else(random_seed),
+        }
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// A progress bar for work counted in steps, hidden when stderr is not a terminal.
+pub fn step_bar(len: u64, what: &str) -> ProgressBar {
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&format!(
+            "{what} [{{bar:30}}] {{pos}}/{{len}} ({{elapsed}}, eta {{eta}}) {{msg}}"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    )
+}
+
+/// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
+pub fn print_profile(engine: &Engine) {
+    let mut rows = engine.session().backend().profile();
+    if rows.is_empty() {
+        return;
+    }
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = rows.iter().map(|r| r.1).sum();
+    eprintln!(
+        "{:<16} {:>10} {:>7} {:>10} {:>9}",
+        "kernel", "ms", "%", "dispatches", "us each"
+    );
+    for (label, ns, n) in rows {
+        eprintln!(
+            "{label:<16} {:>10.1} {:>6.1}% {n:>10} {:>9.1}",
+            ns / 1e6,
+            100.0 * ns / total,
+            ns / 1e3 / n as f64
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! `hearth perplexity`: perplexity of a text, computed as llama.cpp's llama-perplexity does:
+//! the text is cut into non-overlapping windows of `ctx` tokens, each evaluated from an empty
+//! cache, and only the second half of each window is scored (those tokens have at least
+//! ctx/2 tokens of context).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use hearth_runtime::model::Logits;
+use serde_json::json;
+
+use crate::model_args::{step_bar, ModelArgs};
+use crate::{DeviceChoice, Format};
+
+#[derive(clap::Args, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The text to score.
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Window length in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    ctx: usize,
+    /// Score at most this many windows (-1: all).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    chunks: i64,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
+    if args.ctx < 4 {
+        bail!("--ctx-size must be at least 4, got {}", args.ctx);
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let mut engine = args.model.load(device, Some(args.ctx))?;
+    let tokens = engine.tokenize(&text);
+    let available = tokens.len() / args.ctx;
+    let windows = match usize::try_from(args.chunks) {
+        Ok(n) => n.min(available),
+        Err(_) => available,
+    };
+    if windows == 0 {
+        bail!(
+            "{} has {} tokens; a window needs {} (lower --ctx-size)",
+            args.file.display(),
+            tokens.len(),
+            args.ctx
+        );
+    }
+    let n_vocab = engine.info().config.n_vocab;
+    let first = args.ctx / 2;
+    let bar = step_bar(windows as u64, "perplexity");
+    let mut per_window = Vec::with_capacity(windows);
+    let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    for w in 0..windows {
+        let window = &tokens[w * args.ctx..(w + 1) * args.ctx];
+        let backend = engine.session_mut().backend_mut();
+        let logits = backend.forward(window, Logits::All)?;
+        let mut window_nll = 0f64;
+        // Logits at position i predict token i + 1.
+        for i in first..args.ctx - 1 {
+            let row = &logits[i * n_vocab..(i + 1) * n_vocab];
+            let lp = log_softmax_at(row, window[i + 1] as usize);
+            window_nll -= lp;
+            nll2 += lp * lp;
+        }
+        let scored = args.ctx - 1 - first;
+        nll += window_nll;
+        count += scored;
+        per_window.push((window_nll / scored as f64).exp());
+        bar.inc(1);
+        bar.set_message(format!("ppl {:.4}", (nll / count as f64).exp()));
+    }
+    bar.finish_and_clear();
+
+    let mean = nll / count as f64;
+    let ppl = mean.exp();
+    // Standard error of the mean log-likelihood, carried to the perplexity.
+    let var = (nll2 / count as f64 - mean * mean).max(0.0);
+    let ppl_err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
+    let info = engine.info();
+    match args.format {
+        Format::Table => {
+            let windows: Vec<String> = per_window
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
+                .collect();
+            crate::inspect::emit(&format!(
+                "{}\n{}: {} tokens in {} windows of {}, {} scored, on {}\n\
+                 Final estimate: PPL = {ppl:.4} +/- {ppl_err:.5}\n",
+                windows.join(","),
+                args.file.display(),
+                tokens.len(),
+                per_window.len(),
+                args.ctx,
+                count,
+                info.device
+            ))
+        }
+        Format::Json => {
+            let out = json!({
+                "ppl": ppl,
+                "ppl_stderr": ppl_err,
+                "windows": per_window,
+                "n_ctx": args.ctx,
+                "n_tokens": tokens.len(),
+                "n_scored": count,
+                "model": info.path,
+                "device": info.device,
+            });
+            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))
+        }
+    }
+}
+
+/// log p(target) under softmax(row), in f64.
+fn log_softmax_at(row: &[f32], target: usize) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+    row[target] as f64 - max - sum.ln()
+}

@@ -1,0 +1,257 @@
+//! The reference forward pass: plain f32 on the CPU, written to be read top to bottom.
+//! It is the oracle the Vulkan executor is tested against, so it favours clarity over speed;
+//! the matrix products are only split across cores and over several accumulators so that a
+//! few thousand tokens of perplexity take minutes, not hours.
+
+use hearth_models::{GgufFile, ResolvedModel};
+
+use super::ops;
+use crate::error::{Error, Result};
+use crate::model::{
+    Backend, LayerWeights, Logits, ModelConfig, Precision, ProgressFn, WeightReader,
+};
+
+pub struct CpuModel {
+    config: ModelConfig,
+    /// [n_vocab, n_embd]
+    token_embd: Vec<f32>,
+    /// [n_embd]
+    output_norm: Vec<f32>,
+    /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
+    output: Option<Vec<f32>>,
+    layers: Vec<LayerWeights>,
+    /// Per layer: [n_ctx, n_head_kv * head_dim].
+    k_cache: Vec<Vec<f32>>,
+    v_cache: Vec<Vec<f32>>,
+    /// [n_ctx, rot_dim / 2] of (cos, sin).
+    rope_table: Vec<[f32; 2]>,
+    n_ctx: usize,
+    len: usize,
+}
+
+impl CpuModel {
+    /// Loads every weight into memory at `precision` (use the device's precision to compare
+    /// with a Vulkan run) with a KV cache of `n_ctx` positions.
+    pub fn load(
+        file: &GgufFile,
+        model: &ResolvedModel,
+        precision: Precision,
+        n_ctx: usize,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let config = ModelConfig::from_resolved(file.path(), model)?;
+        let mut reader = WeightReader::new(file, model, &config, precision, progress);
+        let token_embd = reader.token_embd()?;
+        let output_norm = reader.output_norm()?;
+        let output = reader.output()?;
+        let layers = (0..config.n_layer)
+            .map(|l| reader.layer(l))
+            .collect::<Result<Vec<_>>>()?;
+        reader.finish()?;
+        let kv = n_ctx * config.n_head_kv * config.head_dim;
+        let rope_table = match config.rope {
+            Some(r) => ops::rope_table(n_ctx, r.dims, r.base as f64),
+            None => Vec::new(),
+        };
+        Ok(Self {
+            token_embd,
+            output_norm,
+            output,
+            layers,
+            k_cache: vec![vec![0.0; kv]; config.n_layer],
+            v_cache: vec![vec![0.0; kv]; config.n_layer],
+            rope_table,
+            n_ctx,
+            len: 0,
+            config,
+        })
+    }
+}
+
+impl Backend for CpuModel {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        let c = self.config.clone();
+        check_step(&c, tokens, self.len, self.n_ctx)?;
+        let (n, e, hd) = (tokens.len(), c.n_embd, c.head_dim);
+        let kv_dim = c.n_head_kv * hd;
+        let pos0 = self.len;
+
+        // x: (n, n_embd), the residual stream
+        let mut x: Vec<f32> = tokens
+            .iter()
+            .flat_map(|&t| &self.token_embd[t as usize * e..(t as usize + 1) * e])
+            .copied()
+            .collect();
+
+        for (l, w) in self.layers.iter().enumerate() {
+            // Attention block.
+            let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
+            let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
+            for (t, row) in qkv.chunks_mut(c.qkv_dim()).enumerate() {
+                let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
+                if let Some(r) = c.rope {
+                    let pos = [(pos0 + t) as u32];
+                    let heads = c.n_head + c.n_head_kv;
+                    ops::rope(qk, &pos, heads, hd, r.dims, r.layout, &self.rope_table);
+                }
+                let at = (pos0 + t) * kv_dim;
+                self.k_cache[l][at..at + kv_dim].copy_from_slice(&qk[c.attn_dim()..]);
+                self.v_cache[l][at..at + kv_dim].copy_from_slice(v);
+            }
+            let mut att = vec![0f32; n * c.attn_dim()]; // (n, n_head * head_dim)
+            let group = c.n_head / c.n_head_kv;
+            let scale = 1.0 / (hd as f32).sqrt();
+            for t in 0..n {
+                let n_kv = pos0 + t + 1; // causal: positions 0..=pos0 + t
+                for h in 0..c.n_head {
+                    let q = &qkv[t * c.qkv_dim() + h * hd..][..hd];
+                    let kvh = h / group;
+                    let mut scores: Vec<f32> = (0..n_kv)
+                        .map(|p| {
+                            let k = &self.k_cache[l][p * kv_dim + kvh * hd..][..hd];
+                            dot(q, k) * scale
+                        })
+                        .collect();
+                    softmax_in_place(&mut scores);
+                    let out = &mut att[t * c.attn_dim() + h * hd..][..hd];
+                    for (p, &s) in scores.iter().enumerate() {
+                        let v = &self.v_cache[l][p * kv_dim + kvh * hd..][..hd];
+                        for (o, &vv) in out.iter_mut().zip(v) {
+                            *o += s * vv;
+                        }
+                    }
+                }
+            }
+            add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
+
+            // MLP block: down(silu(gate(xn)) * up(xn)).
+            let xn = ops::rmsnorm(&x, &w.ffn_norm, e, c.norm_eps);
+            let gate_up = matmul(&xn, &w.w_gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
+            let hidden: Vec<f32> = gate_up
+                .chunks(2 * c.n_ff)
+                .flat_map(|row| {
+                    let (g, u) = row.split_at(c.n_ff);
+                    ops::swiglu(g, u)
+                })
+                .collect(); // (n, n_ff)
+            add_in_place(&mut x, &matmul(&hidden, &w.w_down, e, c.n_ff));
+        }
+
+        let rows = match logits {
+            Logits::All => &x[..],
+            Logits::Last => &x[(n - 1) * e..],
+        };
+        let xn = ops::rmsnorm(rows, &self.output_norm, e, c.norm_eps);
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let out = matmul(&xn, head, c.n_vocab, e);
+        self.len += n;
+        Ok(out)
+    }
+}
+
+/// Checks a step before any work: ids in the vocabulary, positions within the context.
+pub(crate) fn check_step(c: &ModelConfig, tokens: &[u32], len: usize, n_ctx: usize) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(Error::options("tokens", "a step needs at least one token"));
+    }
+    if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
+        return Err(Error::BadToken {
+            id,
+            n_vocab: c.n_vocab,
+        });
+    }
+    if len + tokens.len() > n_ctx {
+        return Err(Error::ContextFull {
+            needed: tokens.len(),
+            used: len,
+            n_ctx,
+        });
+    }
+    Ok(())
+}
+
+/// y (n, m) = x (n, k) times w (m, k) transposed, rows of w split across cores.
+fn matmul(x: &[f32], w: &[f32], m: usize, k: usize) -> Vec<f32> {
+    let n = x.len() / k;
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let rows_per = m.div_ceil(threads).max(1);
+    // Each thread fills a slice of output columns for every token: out_t[r - r0, tok].
+    let parts: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = w
+            .chunks(rows_per * k)
+            .map(|wc| {
+                s.spawn(move || {
+                    let mut part = Vec::with_capacity(n * wc.len() / k);
+                    for row in wc.chunks(k) {
+                        for xt in x.chunks(k) {
+                            part.push(dot(row, xt));
+                        }
+                    }
+                    part
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().expect("matmul thread panicked"))
+            .collect()
+    });
+    let mut y = vec![0f32; n * m];
+    let mut r = 0;
+    for part in parts {
+        for (i, chunk) in part.chunks(n).enumerate() {
+            for (t, &v) in chunk.iter().enumerate() {
+                y[t * m + r + i] = v;
+            }
+        }
+        r += part.len() / n.max(1);
+    }
+    y
+}
+
+/// Dot product over eight running sums (which the compiler keeps in vector registers).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, at) = a.split_at(a.len() / 8 * 8);
+    let (bc, bt) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = at.iter().zip(bt).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+fn softmax_in_place(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,197 @@
+//! The public API every frontend uses: load a model file onto a device (or the CPU
+//! reference) with progress, then tokenize, render chats and generate with streaming.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hearth_models::{
+    resolve_gguf, ChatMessage, ChatOptions, ChatTemplate, EncodeOptions, GgufFile, Tokenizer,
+};
+
+use crate::cpu::CpuModel;
+use crate::error::Result;
+use crate::model::{Backend, ModelConfig, Precision, ProgressFn, VkModel, VkModelOptions};
+use crate::session::{GenerateParams, Generation, Session};
+use crate::vk::{Device, DeviceDesc};
+
+/// Where the model runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A Vulkan device.
+    #[default]
+    Vulkan,
+    /// The plain f32 CPU reference (slow; for checking results).
+    Cpu,
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub backend: BackendKind,
+    /// Vulkan device index; `None` picks the best device.
+    pub device: Option<usize>,
+    /// Khronos validation layer on.
+    pub validate: bool,
+    /// Context length; `None` uses the model's training context, capped at 4096.
+    pub n_ctx: Option<usize>,
+    /// Most tokens per prefill submission.
+    pub max_chunk: usize,
+    /// Time every kernel (Vulkan), reported by `Backend::profile`.
+    pub profile: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Vulkan,
+            device: None,
+            validate: false,
+            n_ctx: None,
+            max_chunk: 256,
+            profile: false,
+        }
+    }
+}
+
+/// Facts about the loaded model, for reports and benchmarks.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    /// `general.name`, or the file name.
+    pub name: String,
+    pub architecture: String,
+    pub config: ModelConfig,
+    pub n_params: u64,
+    /// Bytes of the file's tensor data (what llama-bench calls model_size).
+    pub file_bytes: u64,
+    /// Bytes of weights as the backend holds them.
+    pub loaded_bytes: u64,
+    /// Where it runs ("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU reference").
+    pub device: String,
+    pub backend: BackendKind,
+}
+
+pub struct Engine {
+    info: ModelInfo,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    session: Session,
+}
+
+impl Engine {
+    /// Opens `path`, loads its weights to the backend and builds the tokenizer and chat
+    /// template. `progress` sees the loading advance and may cancel it.
+    pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
+        let file = GgufFile::open(path)?;
+        let model = resolve_gguf(&file)?;
+        let config = ModelConfig::from_resolved(path, &model)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::from_gguf(&file)?;
+        let n_ctx = match options.n_ctx {
+            Some(0) => return Err(crate::Error::options("n_ctx", "must be at least 1")),
+            Some(n) => n,
+            None => config.n_ctx_train.min(4096),
+        };
+        let tied = model.tensors.tied_embeddings;
+        let (backend, device, loaded_bytes): (Box<dyn Backend + Send>, String, u64) =
+            match options.backend {
+                BackendKind::Vulkan => {
+                    let device = open_device(options)?;
+                    let vk_options = VkModelOptions {
+                        n_ctx,
+                        max_chunk: options.max_chunk,
+                        profile: options.profile,
+                    };
+                    let m = VkModel::load(&device, &file, &model, vk_options, progress)?;
+                    let bytes = m.weight_bytes();
+                    (Box::new(m), device.info().name.clone(), bytes)
+                }
+                BackendKind::Cpu => {
+                    let m = CpuModel::load(&file, &model, Precision::F32, n_ctx, progress)?;
+                    let bytes = config.n_params(tied) * 4;
+                    (Box::new(m), "CPU reference".to_string(), bytes)
+                }
+            };
+        let name = file
+            .get::<&str>("general.name")?
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            name,
+            architecture: model.architecture.clone(),
+            n_params: config.n_params(tied),
+            config,
+            file_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
+            loaded_bytes,
+            device,
+            backend: options.backend,
+        };
+        Ok(Self {
+            info,
+            tokenizer,
+            template,
+            session: Session::new(backend),
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Token ids of a plain-text prompt (with BOS where the model asks for it).
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
+        self.tokenizer.encode(text)
+    }
+
+    /// Token ids of a conversation rendered with the model's chat template, ending with the
+    /// opening of an assistant turn.
+    pub fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let options = ChatOptions::for_tokenizer(&self.tokenizer, true);
+        let text = self.template.render(messages, &options)?;
+        // The template writes BOS itself where the model wants one.
+        let encode = EncodeOptions {
+            add_special: false,
+            parse_special: true,
+        };
+        Ok(self.tokenizer.encode_with(&text, encode))
+    }
+
+    /// Generates a continuation of `prompt` (the whole token sequence; a cached prefix is
+    /// reused), streaming text to `on_text` until it returns `false`.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        self.session
+            .generate(&self.tokenizer, prompt, params, on_text)
+    }
+}
+
+fn open_device(options: &EngineOptions) -> Result<Arc<Device>> {
+    Ok(Device::new(DeviceDesc {
+        index: options.device,
+        validation: options.validate,
+    })?)
+}

@@ -1,0 +1,55 @@
+//! The runtime's error type: everything loading or running a model can report. Each variant
+//! names the file, tensor, field or limit involved.
+
+use std::path::PathBuf;
+
+use crate::vk::VkError;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Vulkan(#[from] VkError),
+    #[error(transparent)]
+    Model(#[from] hearth_models::Error),
+    /// A weight tensor could not be read as the model needs it.
+    #[error("{}: tensor `{tensor}`: {reason}", path.display())]
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        reason: String,
+    },
+    /// The model combines atoms this runtime cannot execute yet.
+    #[error("{}: {what} is not supported yet", path.display())]
+    Unsupported { path: PathBuf, what: String },
+    /// The request needs more positions than the context holds.
+    #[error(
+        "{needed} tokens do not fit in the context of {n_ctx} ({used} already used); \
+         use a larger --ctx-size or a shorter prompt"
+    )]
+    ContextFull {
+        needed: usize,
+        used: usize,
+        n_ctx: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    BadToken { id: u32, n_vocab: usize },
+    /// Invalid options (sampling parameters, context size, ...), naming the field.
+    #[error("{field}: {reason}")]
+    Options { field: String, reason: String },
+    /// Loading was cancelled by the caller.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl Error {
+    pub(crate) fn options(field: &str, reason: impl Into<String>) -> Self {
+        Self::Options {
+            field: field.to_string(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Running a transformer described by a model spec: its configuration, its weights, and the
+//! [`Backend`] trait both executors implement (the CPU reference in `cpu::forward` and the
+//! Vulkan executor in `model::vulkan`).
+
+mod config;
+mod vulkan;
+mod weights;
+
+pub use config::{ModelConfig, Rope};
+pub use vulkan::{VkModel, VkModelOptions};
+pub use weights::{LayerWeights, LoadProgress, Precision, ProgressFn, WeightReader};
+
+use crate::error::Result;
+
+/// Which logits a step returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (generation).
+    Last,
+    /// Every token's, [tokens, n_vocab] (perplexity, tests).
+    All,
+}
+
+/// A model with its KV cache for one sequence. `forward` appends `tokens` at positions
+/// `len()..` and returns logits.
+pub trait Backend {
+    fn config(&self) -> &ModelConfig;
+    /// Positions the KV cache holds.
+    fn n_ctx(&self) -> usize;
+    /// Positions already in the cache.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Forgets positions from `len` on (a new conversation, or an edit of an earlier turn).
+    fn truncate(&mut self, len: usize);
+    fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+    /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend
+    /// was asked to profile; empty otherwise.
+    fn profile(&self) -> Vec<(&'static str, f64, u64)> {
+        Vec::new()
+    }
+}

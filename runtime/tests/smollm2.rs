@@ -1,0 +1,194 @@
+//! End-to-end checks on a real model, SmolLM2-135M-Instruct (Q4_1; `scripts/setup` fetches it):
+//! the Vulkan executor against the CPU reference, position by position, and generation through
+//! a session on both.
+//!
+//! Both paths use the same f16-rounded weights, so differences come only from the order of
+//! floating-point operations. Outside CI a machine without the model or a Vulkan device skips
+//! these tests; in CI (`CI=true`) either missing fails them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hearth_models::{resolve_gguf, GgufFile, Tokenizer};
+use hearth_runtime::cpu::CpuModel;
+use hearth_runtime::model::{Backend, Logits, Precision, VkModel, VkModelOptions};
+use hearth_runtime::sample::SamplerParams;
+use hearth_runtime::session::{FinishReason, GenerateParams, Session};
+use hearth_runtime::vk::{Device, DeviceDesc};
+use hearth_runtime::Error;
+
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn skip(why: String) -> Option<()> {
+    assert!(!in_ci(), "CI needs {why}");
+    eprintln!("skipping: {why}");
+    None
+}
+
+fn model_path() -> Option<PathBuf> {
+    let dir = std::env::var_os("HEARTH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
+        });
+    let path = dir.join(MODEL_FILE);
+    if path.exists() {
+        Some(path)
+    } else {
+        skip(format!("{} (run scripts/setup)", path.display()))?;
+        None
+    }
+}
+
+fn device() -> Option<Arc<Device>> {
+    match Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    }) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            skip(format!("a Vulkan device: {e}"))?;
+            None
+        }
+    }
+}
+
+fn load(n_ctx: usize, max_chunk: usize) -> Option<(Tokenizer, CpuModel, VkModel)> {
+    let path = model_path()?;
+    let dev = device()?;
+    let file = GgufFile::open(&path).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+    let cpu = CpuModel::load(&file, &model, Precision::F16, n_ctx, &mut |_| true).unwrap();
+    let options = VkModelOptions {
+        n_ctx,
+        max_chunk,
+        profile: false,
+    };
+    let vk = VkModel::load(&dev, &file, &model, options, &mut |_| true).unwrap();
+    Some((tokenizer, cpu, vk))
+}
+
+fn text() -> String {
+    // Debian ships this with base-files; it is long, public and plain English.
+    std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap()
+}
+
+/// log-softmax in f64.
+fn log_probs(row: &[f32]) -> Vec<f64> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+    row.iter().map(|&v| v as f64 - max - sum.ln()).collect()
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+}
+
+#[test]
+fn vulkan_logits_match_the_cpu_reference_at_every_position() {
+    // Chunks of 64 make the prompt run as 64 + 64 + 64 + 8 tokens, so prefill also attends
+    // over positions cached by earlier chunks; the last 8 tokens then run as decode steps.
+    let Some((tokenizer, mut cpu, mut vk)) = load(256, 64) else {
+        return;
+    };
+    let tokens: Vec<u32> = tokenizer.encode(&text())[..200].to_vec();
+    let n_vocab = cpu.config().n_vocab;
+
+    let want = cpu.forward(&tokens, Logits::All).unwrap();
+    let mut got = vk.forward(&tokens[..192], Logits::All).unwrap();
+    for &t in &tokens[192..] {
+        got.extend(vk.forward(&[t], Logits::All).unwrap());
+    }
+    assert_eq!(got.len(), want.len());
+    assert!(vk.device().take_validation_messages().is_empty());
+
+    let (mut max_diff, mut max_kl, mut mean_kl) = (0f32, 0f64, 0f64);
+    for pos in 0..tokens.len() {
+        let (w, g) = (
+            &want[pos * n_vocab..][..n_vocab],
+            &got[pos * n_vocab..][..n_vocab],
+        );
+        assert_eq!(argmax(g), argmax(w), "argmax differs at position {pos}");
+        for (a, b) in w.iter().zip(g) {
+            max_diff = max_diff.max((a - b).abs());
+        }
+        let (lw, lg) = (log_probs(w), log_probs(g));
+        let kl: f64 = lw.iter().zip(&lg).map(|(p, q)| p.exp() * (p - q)).sum();
+        max_kl = max_kl.max(kl);
+        mean_kl += kl / tokens.len() as f64;
+    }
+    eprintln!("max |logit difference| {max_diff:e}, KL max {max_kl:e}, mean {mean_kl:e}");
+    // Logits are O(10); f32 sums over 576-1536 products in different orders differ by ~1e-4.
+    assert!(max_diff < 2e-3, "max |logit difference| {max_diff}");
+    assert!(max_kl < 1e-6, "max KL divergence {max_kl}");
+}
+
+#[test]
+fn greedy_generation_is_the_same_on_both_paths() {
+    let Some((tokenizer, cpu, vk)) = load(128, 256) else {
+        return;
+    };
+    let prompt = tokenizer.encode("The capital of France is");
+    let params = GenerateParams {
+        max_tokens: Some(16),
+        sampler: SamplerParams::greedy(),
+        ..GenerateParams::default()
+    };
+    let mut texts = Vec::new();
+    for backend in [Box::new(cpu) as Box<dyn Backend + Send>, Box::new(vk)] {
+        let mut session = Session::new(backend);
+        let mut streamed = String::new();
+        let g = session
+            .generate(&tokenizer, &prompt, &params, &mut |t| {
+                streamed.push_str(t);
+                true
+            })
+            .unwrap();
+        assert_eq!(streamed, g.text, "streamed text is the whole text");
+        assert_eq!(g.tokens.len(), 16);
+        assert_eq!(g.finish, FinishReason::Length);
+
+        // The same request again reuses the cached prompt and gives the same tokens.
+        let again = session
+            .generate(&tokenizer, &prompt, &params, &mut |_| true)
+            .unwrap();
+        assert_eq!(again.tokens, g.tokens);
+        assert_eq!(again.timings.cached_tokens, prompt.len() - 1);
+        texts.push(g.text);
+    }
+    assert_eq!(texts[0], texts[1], "CPU and Vulkan continuations differ");
+    assert!(
+        texts[0].contains("Paris"),
+        "unexpected continuation {:?}",
+        texts[0]
+    );
+}
+
+#[test]
+fn a_request_longer_than_the_context_fails_before_any_work() {
+    let Some(path) = model_path() else { return };
+    let file = GgufFile::open(&path).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+    let cpu = CpuModel::load(&file, &model, Precision::F32, 16, &mut |_| true).unwrap();
+    let mut session = Session::new(Box::new(cpu));
+    let prompt = tokenizer.encode("one two three four five six seven eight");
+    let params = GenerateParams {
+        max_tokens: Some(16),
+        ..GenerateParams::default()
+    };
+    let err = session
+        .generate(&tokenizer, &prompt, &params, &mut |_| true)
+        .unwrap_err();
+    assert!(matches!(err, Error::ContextFull { n_ctx: 16, .. }), "{err}");
+    assert!(session.backend().is_empty(), "nothing ran");
+
+    // Cancelling loading stops it with a clear error.
+    let err = CpuModel::load(&file, &model, Precision::F32, 16, &mut |_| false).err();
+    assert!(matches!(err, Some(Error::Cancelled)));
+}
