@@ -10,8 +10,11 @@ setup:
 build: setup
 	$(CARGO) build --release -p hearth-runtime --bin hearth
 
+# A terminal chat with the small model scripts/setup installs.
+MODEL ?= smollm2-135m-instruct
+
 run: build
-	./target/release/hearth devices
+	./target/release/hearth chat -m $(MODEL)
 
 lint:
 	$(CARGO) fmt --all -- --check

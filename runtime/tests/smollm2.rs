@@ -123,9 +123,10 @@ fn vulkan_logits_match_the_cpu_reference_at_every_position() {
         mean_kl += kl / tokens.len() as f64;
     }
     eprintln!("max |logit difference| {max_diff:e}, KL max {max_kl:e}, mean {mean_kl:e}");
-    // Logits are O(10); f32 sums over 576-1536 products in different orders differ by ~1e-4.
-    assert!(max_diff < 2e-3, "max |logit difference| {max_diff}");
-    assert!(max_kl < 1e-6, "max KL divergence {max_kl}");
+    // Logits are O(10); f32 sums over 576-1536 products taken in different orders differ
+    // by ~1e-4 (measured on lavapipe: 1.6e-4, KL 3.4e-10).
+    assert!(max_diff < 1e-3, "max |logit difference| {max_diff}");
+    assert!(max_kl < 1e-8, "max KL divergence {max_kl}");
 }
 
 #[test]
