@@ -108,7 +108,9 @@ impl Session {
         &*self.backend
     }
 
-    pub fn backend_mut(&mut self) -> &mut dyn Backend {
+    /// Empties the cache and hands out the backend for direct use (benchmarks, perplexity);
+    /// the session treats the cache as empty afterwards.
+    pub fn fresh_backend(&mut self) -> &mut dyn Backend {
         self.cached.clear();
         self.backend.truncate(0);
         &mut *self.backend

@@ -93,7 +93,7 @@ pub fn run(args: &BenchModelArgs, model: &str, device: &DeviceChoice) -> Result<
 
 /// One repetition: its time in nanoseconds.
 fn run_test(engine: &mut Engine, test: &Test, tokens: &[u32]) -> Result<f64> {
-    let backend = engine.session_mut().backend_mut();
+    let backend = engine.session_mut().fresh_backend();
     let start = Instant::now();
     if test.n_prompt > 0 {
         backend.forward(&tokens[..test.n_prompt], Logits::Last)?;

@@ -57,7 +57,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     for w in 0..windows {
         let window = &tokens[w * args.ctx..(w + 1) * args.ctx];
-        let backend = engine.session_mut().backend_mut();
+        let backend = engine.session_mut().fresh_backend();
         let logits = backend.forward(window, Logits::All)?;
         let mut window_nll = 0f64;
         // Logits at position i predict token i + 1.
