@@ -15,6 +15,7 @@ layout(constant_id = 2) const uint SUBGROUPS = 64;            // most subgroups 
 layout(binding = 0) readonly buffer QKV { float qkv[]; };     // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { float o[]; };        // [tokens, n_head * head_dim]
 layout(push_constant) uniform Push {
+    uint tokens;    // = gl_NumWorkGroups.y
     uint n_head;
     uint n_head_kv;
     uint pos0;

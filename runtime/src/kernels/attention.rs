@@ -134,14 +134,47 @@ impl RopeKv {
     }
 }
 
+/// Push constants of both attention kernels (`attn_decode.comp`, `attn_prefill.comp`).
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct DecodePush {
+struct AttnPush {
+    tokens: u32,
     n_head: u32,
     n_head_kv: u32,
     pos0: u32,
     q_stride: u32,
     scale: f32,
+}
+
+/// Checks the shape and records one attention dispatch over `groups`.
+fn record_attention<'a>(
+    rec: &mut Recorder<'a>,
+    pipeline: &Pipeline,
+    built_head_dim: u32,
+    [qkv, o]: [&'a Buffer; 2],
+    kv: KvLayer<'a>,
+    s: AttnShape,
+    groups: [u32; 3],
+) -> Result<()> {
+    if built_head_dim != s.head_dim {
+        return Err(VkError::Kernel {
+            kernel: pipeline.name,
+            message: format!(
+                "built for head_dim {built_head_dim}, called with {}",
+                s.head_dim
+            ),
+        });
+    }
+    s.check(pipeline.name, qkv, o, kv)?;
+    let push = AttnPush {
+        tokens: s.tokens,
+        n_head: s.n_head,
+        n_head_kv: s.n_head_kv,
+        pos0: s.pos0,
+        q_stride: s.q_stride() as u32,
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+    };
+    rec.dispatch(pipeline, &[qkv, o, kv.k, kv.v], &push, groups)
 }
 
 /// Decode attention: each new token against every cached position up to its own.
@@ -179,29 +212,9 @@ impl AttnDecode {
         o: &'a Buffer,
         s: AttnShape,
     ) -> Result<()> {
-        check_head_dim(ATTN_DECODE.name, self.head_dim, s)?;
-        s.check(ATTN_DECODE.name, qkv, o, kv)?;
-        let push = DecodePush {
-            n_head: s.n_head,
-            n_head_kv: s.n_head_kv,
-            pos0: s.pos0,
-            q_stride: s.q_stride() as u32,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-        };
         let groups = [s.n_head, s.tokens, 1];
-        rec.dispatch(&self.pipeline, &[qkv, o, kv.k, kv.v], &push, groups)
+        record_attention(rec, &self.pipeline, self.head_dim, [qkv, o], kv, s, groups)
     }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct PrefillPush {
-    tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    pos0: u32,
-    q_stride: u32,
-    scale: f32,
 }
 
 /// Causal prefill attention, tiled over keys with an online softmax (see `attn_prefill.comp`).
@@ -239,33 +252,13 @@ impl AttnPrefill {
         o: &'a Buffer,
         s: AttnShape,
     ) -> Result<()> {
-        check_head_dim(ATTN_PREFILL.name, self.head_dim, s)?;
-        s.check(ATTN_PREFILL.name, qkv, o, kv)?;
-        let push = PrefillPush {
-            tokens: s.tokens,
-            n_head: s.n_head,
-            n_head_kv: s.n_head_kv,
-            pos0: s.pos0,
-            q_stride: s.q_stride() as u32,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-        };
         let groups = [
             s.tokens.div_ceil(self.pipeline.workgroup_size()),
             s.n_head,
             1,
         ];
-        rec.dispatch(&self.pipeline, &[qkv, o, kv.k, kv.v], &push, groups)
+        record_attention(rec, &self.pipeline, self.head_dim, [qkv, o], kv, s, groups)
     }
-}
-
-fn check_head_dim(kernel: &'static str, built: u32, s: AttnShape) -> Result<()> {
-    if built != s.head_dim {
-        return Err(VkError::Kernel {
-            kernel,
-            message: format!("built for head_dim {built}, called with {}", s.head_dim),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
