@@ -2,8 +2,8 @@
 //! single command buffer and submission (embedding to logits, no CPU round trip between
 //! kernels).
 //!
-//! Decode (one token) runs matrix-vector kernels with the block's RMSNorm, residual adds and
-//! SwiGLU folded into them: six dispatches per layer. Prefill (several tokens) runs tiled
+//! Decode (up to a few tokens) runs matrix-vector kernels with the block's RMSNorm, residual
+//! adds and SwiGLU folded into them: six dispatches per layer. Prefill (more tokens) runs tiled
 //! matrix-matrix kernels and flash-style attention, in chunks of at most `chunk` tokens.
 
 use std::collections::BTreeMap;
@@ -22,6 +22,9 @@ use crate::kernels::{
 };
 use crate::kv::{KvCache, KvShape};
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
+
+/// Most tokens a step runs through the decode (matrix-vector) path.
+const DECODE_MAX_TOKENS: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
 pub struct VkModelOptions {
@@ -255,6 +258,9 @@ impl VkModel {
         let eps = c.norm_eps;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
 
+        // A few tokens run as decode: matrix-vector kernels read the weights once per token,
+        // which for up to DECODE_MAX_TOKENS costs less than the matmul's 64-token tiles.
+        let decode = n <= DECODE_MAX_TOKENS;
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
@@ -264,8 +270,8 @@ impl VkModel {
             .record(&mut rec, &self.token_embd, &s.ids, &s.x, n as u32, vocab, e)?;
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
-            if n == 1 {
-                let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, 1);
+            if decode {
+                let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, n as u32);
                 k.matvec.record(
                     &mut rec,
                     MatvecArgs {
@@ -345,6 +351,16 @@ impl VkModel {
                     },
                 )?;
                 1
+            }
+            Some(Logits::All) if decode => {
+                k.matvec.record(
+                    &mut rec,
+                    MatvecArgs {
+                        norm: Some((&self.output_norm, eps)),
+                        ..MatvecArgs::plain(head, &s.x, &s.logits, vocab, e, n as u32)
+                    },
+                )?;
+                n
             }
             Some(Logits::All) => {
                 let t = n as u32;
