@@ -146,23 +146,27 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
         }
     }
 
+    let mut out = String::new();
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Json => out = serde_json::to_string_pretty(&rows)? + "\n",
         Format::Table => {
-            println!("device: {name}");
-            println!(
+            out.push_str(&format!("device: {name}"));
+            out.push('\n');
+            out.push_str(&format!(
                 "{:<22} {:>16} {:>12} {:>10} {:>11}",
                 "kernel", "shape", "time (us)", "GB/s", "GFLOP/s"
-            );
+            ));
+            out.push('\n');
             for r in &rows {
-                println!(
+                out.push_str(&format!(
                     "{:<22} {:>16} {:>12.1} {:>10.2} {:>11.2}",
                     r.kernel, r.shape, r.time_us, r.gb_per_s, r.gflop_per_s
-                );
+                ));
+                out.push('\n');
             }
         }
     }
-    Ok(())
+    crate::inspect::emit(&out)
 }
 
 /// Whether one buffer of `bytes` can be bound on this device; says so when it cannot.
