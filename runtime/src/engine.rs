@@ -91,7 +91,7 @@ impl Engine {
             Some(n) => n,
             None => config.n_ctx_train.min(4096),
         };
-        let tied = model.tensors.tied_embeddings;
+        let n_params = config.n_params(model.tensors.tied_embeddings);
         let (backend, device, loaded_bytes): (Box<dyn Backend + Send>, String, u64) =
             match options.backend {
                 BackendKind::Vulkan => {
@@ -107,7 +107,7 @@ impl Engine {
                 }
                 BackendKind::Cpu => {
                     let m = CpuModel::load(&file, &model, Precision::F32, n_ctx, progress)?;
-                    let bytes = config.n_params(tied) * 4;
+                    let bytes = n_params * 4;
                     (Box::new(m), "CPU reference".to_string(), bytes)
                 }
             };
@@ -123,7 +123,7 @@ impl Engine {
             path: path.to_path_buf(),
             name,
             architecture: model.architecture.clone(),
-            n_params: config.n_params(tied),
+            n_params,
             config,
             file_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
             loaded_bytes,

@@ -128,32 +128,29 @@ impl<'a> WeightReader<'a> {
     }
 
     pub fn token_embd(&mut self) -> Result<Vec<f32>> {
-        let c = self.config;
-        self.tensor(&self.model.tensors.token_embd.clone(), c.n_vocab, c.n_embd)
+        // Copying the `&'a` references out of `self` lets tensor names borrow from the model
+        // while `self` is borrowed mutably.
+        let (c, t) = (self.config, &self.model.tensors);
+        self.tensor(&t.token_embd, c.n_vocab, c.n_embd)
     }
 
     pub fn output_norm(&mut self) -> Result<Vec<f32>> {
-        self.tensor(
-            &self.model.tensors.output_norm.weight.clone(),
-            1,
-            self.config.n_embd,
-        )
+        let (c, t) = (self.config, &self.model.tensors);
+        self.tensor(&t.output_norm.weight, 1, c.n_embd)
     }
 
     /// The output head, or `None` when it is the token embedding (tied).
     pub fn output(&mut self) -> Result<Option<Vec<f32>>> {
-        let t = &self.model.tensors;
+        let (c, t) = (self.config, &self.model.tensors);
         if t.tied_embeddings {
             return Ok(None);
         }
-        let c = self.config;
-        self.tensor(&t.output.clone(), c.n_vocab, c.n_embd)
-            .map(Some)
+        self.tensor(&t.output, c.n_vocab, c.n_embd).map(Some)
     }
 
     pub fn layer(&mut self, layer: usize) -> Result<LayerWeights> {
         let c = self.config;
-        let t = self.model.tensors.layers[layer].clone();
+        let t = &self.model.tensors.layers[layer];
         let (e, kv) = (c.n_embd, c.n_head_kv * c.head_dim);
         let wqkv = match &t.qkv {
             QkvTensors::Separate { q, k, v } => {

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use hearth_runtime::engine::Engine;
+use hearth_runtime::engine::{BackendKind, Engine};
 use hearth_runtime::model::Logits;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -122,8 +122,12 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let (backend, weights) = match info.backend {
+        BackendKind::Vulkan => ("Vulkan", "f16 weights on the device"),
+        BackendKind::Cpu => ("CPU", "f32 weights on the CPU reference"),
+    };
     let model_type = format!(
-        "{} {}M (f16 weights on the device)",
+        "{} {}M ({weights})",
         info.architecture,
         (info.n_params as f64 / 1e6).round()
     );
@@ -136,7 +140,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
             let (avg_ts, stddev_ts) = mean_sd(&samples_ts);
             json!({
                 "build_commit": env!("CARGO_PKG_VERSION"),
-                "backends": if info.device == "CPU reference" { "CPU" } else { "Vulkan" },
+                "backends": backend,
                 "gpu_info": info.device,
                 "model_filename": file_name,
                 "model_type": model_type,
@@ -176,7 +180,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
                     model_type,
                     info.file_bytes as f64 / (1 << 20) as f64,
                     info.n_params as f64 / 1e6,
-                    row["backends"].as_str().unwrap_or_default(),
+                    backend,
                     info.device,
                     row["avg_ts"].as_f64().unwrap_or_default(),
                     row["stddev_ts"].as_f64().unwrap_or_default(),
