@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{formats, ggml};
+use crate::{formats, ggml, Format};
 
 /// A tensor element type this crate can dequantize. Names follow ggml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,6 +105,19 @@ impl BlockType {
             Q4_K => size_of::<ggml::q4_k::BlockQ4_K>(),
             Q5_K => size_of::<ggml::q5_k::BlockQ5_K>(),
             Q6_K => size_of::<ggml::q6_k::BlockQ6_K>(),
+        }
+    }
+
+    /// The Hearth format with this type's bytes, for the GGUF types that are one (F32, F16,
+    /// Q4_1 = Q4, Q8_0 = Q8): tensors of these types are used as they are.
+    pub const fn format(self) -> Option<Format> {
+        use BlockType::*;
+        match self {
+            F32 => Some(Format::F32),
+            F16 => Some(Format::F16),
+            Q4_1 => Some(Format::Q4),
+            Q8_0 => Some(Format::Q8),
+            BF16 | Q4_0 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => None,
         }
     }
 

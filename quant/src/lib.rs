@@ -1,19 +1,36 @@
-//! Block quantization formats and their CPU reference dequantization.
+//! Block quantization formats: quantization, CPU reference dequantization and dot products.
 //!
 //! A quantized tensor is a sequence of fixed-size blocks; each block stores a small group of
-//! values (32 or 256) as integers plus one or two f16 scales. This crate knows the byte layout of
-//! every type Hearth reads from GGUF files and turns them back into f32 exactly as ggml's
-//! reference `dequantize_row_*` functions do, operation for operation, so the results are
-//! bit-identical to ggml's.
+//! values (32, 64 or 256) as integers plus one or two f16 scales.
 //!
-//! - [`formats`]: Hearth's own formats, the layouts weights live in on the device. Each module
-//!   has a GLSL twin in `shaders/glsl/include/quant/`. Q4 and Q8 share their layouts with GGUF's
-//!   Q4_1 and Q8_0.
-//! - [`ggml`]: GGUF types Hearth only reads (Q4_0, Q5_0, Q5_1, the k-quants, BF16); they are
-//!   dequantized at load and requantized into a Hearth format.
+//! - [`Format`] names Hearth's own formats ([`formats`]), the layouts weights live in on the
+//!   device: F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6 and Q8. For each it quantizes f32 values
+//!   ([`Rounding::Search`] by default, or Inferflow's [`Rounding::MinMax`]), dequantizes them,
+//!   and computes a reference dot product with an f32 vector. Each format's module has a GLSL
+//!   twin in `shaders/glsl/include/quant/` with the same layout and dequantization. Q4 and Q8
+//!   are GGUF's Q4_1 and Q8_0 byte for byte; the others are recorded in GGUF files under private
+//!   type ids from [`PRIVATE_ID_BASE`] with [`FORMAT_VERSION`] under the key [`VERSION_KEY`].
+//! - [`BlockType`] names every GGUF type this crate reads, and [`dequantize`] turns them into
+//!   f32 exactly as ggml's reference `dequantize_row_*` functions do, operation for operation,
+//!   so the results are bit-identical to ggml's. The types that are not Hearth formats
+//!   ([`ggml`]: Q4_0, Q5_0, Q5_1, the k-quants, BF16) are dequantized at load and requantized
+//!   into a Hearth format; [`BlockType::format`] says which types need not be.
+//!
+//! Sizes are checked, never trusted: a wrong byte or value count, a partial block or a
+//! non-finite value to quantize is an [`Error`] that names it.
 //!
 //! ```
-//! use hearth_quant::{dequantize_ggml, formats::q8::BlockQ8, BlockType, Half};
+//! use hearth_quant::{dequantize_ggml, formats::q8::BlockQ8, BlockType, Format, Half};
+//!
+//! // Quantize 64 values to Q4B64 (one block of 36 bytes) and back.
+//! let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+//! let mut bytes = vec![0u8; Format::Q4B64.bytes_for(w.len()).unwrap()];
+//! Format::Q4B64.quantize(&w, &mut bytes)?;
+//! let mut back = vec![0.0f32; 64];
+//! Format::Q4B64.dequantize(&bytes, &mut back)?;
+//! assert!(w.iter().zip(&back).all(|(a, b)| (a - b).abs() < 0.07)); // half a step of 2/15
+//! let dot = Format::Q4B64.dot(&bytes, &w)?;
+//! assert!((dot - w.iter().zip(&back).map(|(a, b)| a * b).sum::<f32>()).abs() < 1e-4);
 //!
 //! // One Q8_0 block: scale 0.5 and the quants 0, 1, 2, ..., 31.
 //! let block = BlockQ8 { d: Half::from_f32(0.5), qs: std::array::from_fn(|i| i as i8) };
@@ -23,6 +40,7 @@
 //!
 //! // Sizes are checked, never trusted.
 //! assert!(hearth_quant::dequantize(BlockType::Q8_0, &[0; 33], &mut out).is_err());
+//! assert!(Format::Q8.dequantize(&[0; 33], &mut out).is_err());
 //! # Ok::<(), hearth_quant::Error>(())
 //! ```
 
@@ -30,10 +48,13 @@ mod block_type;
 mod error;
 pub mod formats;
 pub mod ggml;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 pub use block_type::BlockType;
 pub use error::{Error, Result};
 pub use formats::f16::Half;
+pub use formats::{Format, Rounding, FORMAT_VERSION, PRIVATE_ID_BASE, VERSION_KEY};
 
 /// Dequantizes `out.len()` values of type `ty` from `bytes`.
 ///
@@ -91,7 +112,7 @@ fn check_sizes(ty: BlockType, bytes: usize, values: usize) -> Result<()> {
 /// Runs `f` on each block of `bytes` and its `N` output values. The caller has checked the sizes
 /// (`bytes` holds exactly `out.len() / N` blocks); blocks are 1-aligned, so the view is always
 /// possible.
-fn for_each_block<B: bytemuck::Pod, const N: usize>(
+pub(crate) fn for_each_block<B: bytemuck::Pod, const N: usize>(
     bytes: &[u8],
     out: &mut [f32],
     f: fn(&B, &mut [f32; N]),
@@ -101,33 +122,6 @@ fn for_each_block<B: bytemuck::Pod, const N: usize>(
         if let Ok(out) = <&mut [f32; N]>::try_from(out) {
             f(block, out);
         }
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod testutil {
-    //! Helpers shared by the format tests.
-
-    use crate::{dequantize, BlockType};
-
-    /// Dequantizes `bytes` through the public entry point, sized from the byte count.
-    pub fn dequantize_all(ty: BlockType, bytes: &[u8]) -> Vec<f32> {
-        let n = bytes.len() / ty.block_bytes() * ty.block_size();
-        let mut out = vec![f32::NAN; n];
-        dequantize(ty, bytes, &mut out).unwrap();
-        out
-    }
-
-    /// Deterministic pseudo-random bytes (a 64-bit LCG): varied quants and scales without a
-    /// dependency.
-    pub fn bytes<const N: usize>(seed: u64) -> [u8; N] {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        std::array::from_fn(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 56) as u8
-        })
     }
 }
 

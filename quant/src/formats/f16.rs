@@ -74,6 +74,24 @@ pub fn dequantize(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Rounds each value of `src` to the nearest f16 (ties to even) into `dst` (`2 * src.len()`
+/// bytes; the caller checks the sizes and that the values are within f16 range).
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    for (&x, out) in src.iter().zip(dst.chunks_exact_mut(2)) {
+        out.copy_from_slice(&Half::from_f32(x).0);
+    }
+}
+
+/// `sum_i value_i * x_i` over the f16 values in `bytes` (`2 * x.len()` bytes; the caller checks
+/// the sizes), accumulated in f64 in index order.
+pub fn dot(bytes: &[u8], x: &[f32]) -> f64 {
+    bytes
+        .chunks_exact(2)
+        .zip(x)
+        .map(|(b, &x)| f64::from(Half([b[0], b[1]]).to_f32()) * f64::from(x))
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

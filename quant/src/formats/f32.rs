@@ -1,4 +1,5 @@
-//! F32: plain little-endian IEEE single-precision values (GGUF type 0). Dequantizing is a copy.
+//! F32: plain little-endian IEEE single-precision values (GGUF type 0). Quantizing and
+//! dequantizing are copies.
 
 /// Copies `out.len()` little-endian f32 values from `bytes` (`4 * out.len()` bytes; the caller
 /// checks the sizes, and a short `bytes` fills only the front of `out`).
@@ -12,6 +13,24 @@ pub fn dequantize(bytes: &[u8], out: &mut [f32]) {
             *v = f32::from_bits(u32::from_le(v.to_bits()));
         }
     }
+}
+
+/// Copies `src` into `dst` as little-endian bytes (`4 * src.len()`; the caller checks the
+/// sizes).
+pub fn quantize(src: &[f32], dst: &mut [u8]) {
+    for (&x, out) in src.iter().zip(dst.chunks_exact_mut(4)) {
+        out.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// `sum_i value_i * x_i` over the little-endian f32 values in `bytes` (`4 * x.len()` bytes; the
+/// caller checks the sizes), accumulated in f64 in index order.
+pub fn dot(bytes: &[u8], x: &[f32]) -> f64 {
+    bytes
+        .chunks_exact(4)
+        .zip(x)
+        .map(|(b, &x)| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])) * f64::from(x))
+        .sum()
 }
 
 #[cfg(test)]

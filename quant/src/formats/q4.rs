@@ -7,9 +7,13 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
+use super::{fit, Rounding};
 
 /// Values per block.
 pub const BLOCK_LEN: usize = 32;
+
+/// Levels: `q` is in `0..LEVELS`.
+pub const LEVELS: u8 = 16;
 
 /// One block of 32 values.
 #[repr(C)]
@@ -27,6 +31,18 @@ pub struct BlockQ4 {
 const _: () = assert!(size_of::<BlockQ4>() == 20);
 
 impl BlockQ4 {
+    /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
+    /// are dropped).
+    pub fn pack(d: Half, m: Half, q: &[u8; BLOCK_LEN]) -> Self {
+        let qs = std::array::from_fn(|j| (q[j] & 0x0F) | (q[j + 16] & 0x0F) << 4);
+        BlockQ4 { d, m, qs }
+    }
+
+    /// The level of value `j`.
+    pub fn level(&self, j: usize) -> u8 {
+        (self.qs[j % 16] >> (4 * (j / 16))) & 0x0F
+    }
+
     /// The block's 32 values, as ggml's `dequantize_row_q4_1`: `q * d + m` in f32, a multiply
     /// then an add (no fused multiply-add), with `d` and `m` widened from f16 first.
     pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
@@ -38,13 +54,68 @@ impl BlockQ4 {
             *hi = f32::from(q >> 4) * d + m;
         }
     }
+
+    /// Quantizes 32 finite values (the caller checks them).
+    pub fn quantize(src: &[f32; BLOCK_LEN], rounding: Rounding) -> Self {
+        let fit = fit::asymmetric(src, LEVELS, rounding);
+        Self::pack(fit.d, fit.m, &fit.q)
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
+        let mut w = [0.0; BLOCK_LEN];
+        self.dequantize(&mut w);
+        super::dot_values(&w, x)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{bytes, dequantize_all};
-    use crate::BlockType;
+    use crate::testutil::{bytes, check_table2, dequantize_all, dequantize_format, Table2};
+    use crate::{BlockType, Format};
+
+    #[test]
+    fn bit_positions() {
+        let mut q = [0u8; BLOCK_LEN];
+        (q[0], q[15], q[16], q[31]) = (0xA, 0x5, 0x3, 0xF);
+        let block = BlockQ4::pack(Half::from_f32(2.0), Half::from_f32(0.5), &q);
+        let mut want = [0u8; 16];
+        (want[0], want[15]) = (0x3A, 0xF5); // value 16 over value 0, value 31 over value 15
+        assert_eq!(block.qs, want);
+        let out = dequantize_format(Format::Q4, bytemuck::bytes_of(&block));
+        for (j, &v) in out.iter().enumerate() {
+            assert_eq!(v, f32::from(q[j]) * 2.0 + 0.5, "value {j}");
+        }
+    }
+
+    #[test]
+    fn levels_round_trip() {
+        for seed in 0..8 {
+            let q = bytes::<BLOCK_LEN>(seed).map(|b| b % LEVELS);
+            let block = BlockQ4::pack(Half::ZERO, Half::ZERO, &q);
+            assert_eq!(std::array::from_fn(|j| block.level(j)), q);
+        }
+    }
+
+    #[test]
+    fn inferflow_table2_4_bit() {
+        let want = Table2 {
+            q: [0, 1, 2, 4, 5, 6, 7, 9, 10, 12, 14, 15],
+            w: [
+                "-1.000", "-0.833", "-0.667", "-0.333", "-0.167", "0.000", "0.167", "0.500",
+                "0.667", "1.000", "1.333", "1.500",
+            ],
+            delta: [
+                "0.000", "0.067", "0.067", "0.067", "0.033", "0.000", "0.067", "0.000", "0.033",
+                "0.000", "0.033", "0.000",
+            ],
+            average: "0.031",
+        };
+        let level = |b: &[u8], j| bytemuck::from_bytes::<BlockQ4>(&b[..20]).level(j);
+        check_table2(Format::Q4, LEVELS, level, &want);
+    }
 
     #[test]
     fn worked_example() {

@@ -7,9 +7,14 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
+use super::{fit, Rounding};
 
 /// Values per block.
 pub const BLOCK_LEN: usize = 32;
+
+/// The largest level magnitude the quantizer emits: levels are in `-MAX_LEVEL..=MAX_LEVEL`, so
+/// -128 never appears (it still dequantizes, as in ggml).
+pub const MAX_LEVEL: i8 = 127;
 
 /// One block of 32 values.
 #[repr(C)]
@@ -31,13 +36,85 @@ impl BlockQ8 {
             *out = f32::from(q) * d;
         }
     }
+
+    /// Quantizes 32 finite values (the caller checks them).
+    pub fn quantize(src: &[f32; BLOCK_LEN], rounding: Rounding) -> Self {
+        let fit = fit::symmetric(src, MAX_LEVEL, rounding);
+        BlockQ8 {
+            d: fit.d,
+            qs: fit.q,
+        }
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
+        let mut w = [0.0; BLOCK_LEN];
+        self.dequantize(&mut w);
+        super::dot_values(&w, x)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{bytes, dequantize_all};
-    use crate::BlockType;
+    use crate::testutil::{bytes, dequantize_all, dequantize_format, quantize};
+    use crate::{BlockType, Format};
+
+    #[test]
+    fn bit_positions() {
+        // Levels are plain signed bytes after the f16 scale.
+        let mut qs = [0i8; BLOCK_LEN];
+        (qs[0], qs[31]) = (-127, 127);
+        let block = BlockQ8 {
+            d: Half::from_f32(0.5),
+            qs,
+        };
+        let bytes = bytemuck::bytes_of(&block);
+        assert_eq!(
+            (bytes[0], bytes[1], bytes[2], bytes[33]),
+            (0x00, 0x38, 0x81, 0x7F)
+        );
+        let out = dequantize_format(Format::Q8, bytes);
+        assert_eq!((out[0], out[1], out[31]), (-63.5, 0.0, 63.5));
+    }
+
+    #[test]
+    fn quantize_never_emits_minus_128() {
+        // Blocks whose largest magnitude is negative, with both rounding rules.
+        for rounding in [Rounding::MinMax, Rounding::Search] {
+            for seed in 0..32 {
+                let mut w: [f32; 32] = bytes::<32>(seed).map(|b| f32::from(b) / 255.0 - 0.5);
+                w[seed as usize] = -3.0;
+                let block = BlockQ8::quantize(&w, rounding);
+                assert!(
+                    block.qs.iter().all(|&q| q >= -MAX_LEVEL),
+                    "{rounding:?} {seed}"
+                );
+                if rounding == Rounding::MinMax {
+                    assert_eq!(
+                        block.qs[seed as usize], -127,
+                        "the extreme is the end level"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn min_max_rule() {
+        // absmax 2.54: d = 0.02 (as f16), q = round(w / d).
+        let mut w = [0.0f32; 32];
+        (w[0], w[1], w[2]) = (2.54, -1.0, 0.011);
+        let bytes = quantize(Format::Q8, &w, Rounding::MinMax);
+        let block: &BlockQ8 = bytemuck::from_bytes(&bytes);
+        assert_eq!(block.d, Half::from_f32(0.02));
+        let d = block.d.to_f32();
+        assert_eq!(f64::from(d), 0.020_004_272_460_937_5); // 0x251F
+        assert_eq!(block.qs[..4], [127, -50, 1, 0]); // 2.54 / d = 126.97, -1 / d = -49.99
+        let zeros = quantize(Format::Q8, &[0.0; 32], Rounding::Search);
+        assert_eq!(zeros, [0; 34], "an all-zero block is all zeros");
+    }
 
     #[test]
     fn worked_example() {

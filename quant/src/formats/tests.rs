@@ -1,0 +1,513 @@
+//! Tests across all formats: identity, geometry, round-trip error bounds, the search against
+//! min-max, dot products and size checks. Layouts are tested in each format's module.
+
+use super::*;
+use crate::testutil::{dequantize_format, normal, quantize, Lcg};
+use crate::{dequantize as dequantize_ggml_type, BlockType, Half};
+
+/// Quantized formats with their level counts (Q8: `2 * 127 + 1` symmetric levels).
+const QUANTIZED: [(Format, u32); 8] = [
+    (Format::Q2, 4),
+    (Format::Q3, 8),
+    (Format::Q3H, 11),
+    (Format::Q4, 16),
+    (Format::Q4B64, 16),
+    (Format::Q5, 32),
+    (Format::Q6, 64),
+    (Format::Q8, 255),
+];
+
+/// Test tensors of 8192 values (a whole number of blocks of every format), from several
+/// distributions: weight-like normal values, values far from zero, a wide range, heavy tails
+/// (cubes of normals), and blocks that are constant or nearly so.
+fn data_sets() -> Vec<(&'static str, Vec<f32>)> {
+    let n = 8192;
+    let heavy = normal(4, n, 0.0, 1.0).iter().map(|x| x * x * x).collect();
+    let mut flat = normal(5, n, 1.0, 1e-6);
+    flat[..64].fill(0.3); // one constant block at both block sizes
+    flat[64..128].fill(-7.0); // one exactly representable
+    vec![
+        ("normal", normal(1, n, 0.0, 0.02)),
+        ("offset", normal(2, n, 3.0, 1.0)),
+        ("wide", normal(3, n, 0.0, 100.0)),
+        ("heavy", heavy),
+        ("flat", flat),
+    ]
+}
+
+#[test]
+fn names_and_ids_round_trip() {
+    for format in Format::ALL {
+        assert_eq!(Format::from_name(format.name()), Some(format));
+        assert_eq!(
+            Format::from_name(&format.name().to_lowercase()),
+            Some(format)
+        );
+        assert_eq!(format.to_string().parse::<Format>(), Ok(format));
+        assert_eq!(Format::from_gguf_id(format.gguf_id()), Some(format));
+        assert_eq!(format.is_private(), format.gguf_id() >= PRIVATE_ID_BASE);
+    }
+    let private: Vec<_> = Format::ALL.into_iter().filter(|f| f.is_private()).collect();
+    use Format::*;
+    assert_eq!(private, [Q2, Q3, Q3H, Q4B64, Q5, Q6]);
+    let ids = Format::ALL.map(Format::gguf_id);
+    assert_eq!(ids, [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8]);
+    assert_eq!(Format::from_name("q3h"), Some(Q3H));
+    assert_eq!(Format::from_gguf_id(2), None, "Q4_0 is not a Hearth format");
+    assert_eq!(Format::from_gguf_id(1030), None);
+    assert_eq!(format!("[{:<6}]", Q4), "[Q4    ]");
+
+    let err = "Q9".parse::<Format>().unwrap_err();
+    assert_eq!(err, Error::UnknownFormat { name: "Q9".into() });
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"Q9\"") && msg.contains("F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn geometry() {
+    // (format, values per block, bytes per block, bits per weight)
+    use Format::*;
+    let table = [
+        (F32, 1, 4, 32.0),
+        (F16, 1, 2, 16.0),
+        (Q2, 32, 12, 3.0),
+        (Q3, 32, 16, 4.0),
+        (Q3H, 64, 32, 4.0),
+        (Q4, 32, 20, 5.0),
+        (Q4B64, 64, 36, 4.5),
+        (Q5, 64, 44, 5.5),
+        (Q6, 64, 52, 6.5),
+        (Q8, 32, 34, 8.5),
+    ];
+    assert_eq!(table.map(|row| row.0), Format::ALL);
+    for (format, size, bytes, bits) in table {
+        assert_eq!(format.block_size(), size, "{format}");
+        assert_eq!(format.block_bytes(), bytes, "{format}");
+        assert_eq!(format.bits_per_weight(), bits, "{format}");
+    }
+    assert_eq!(Q3H.bytes_for(128), Some(64));
+    assert_eq!(Q3H.bytes_for(96), None);
+    assert_eq!(F32.bytes_for(usize::MAX), None);
+    assert_eq!(Q8.bytes_for(0), Some(0));
+}
+
+#[test]
+fn gguf_types_that_are_formats() {
+    let mut found = vec![];
+    for ty in BlockType::ALL {
+        let Some(format) = ty.format() else {
+            continue;
+        };
+        found.push(format);
+        assert_eq!(Some(format.gguf_id()), ty.ggml_id(), "{ty}");
+        assert_eq!(format.block_size(), ty.block_size(), "{ty}");
+        assert_eq!(format.block_bytes(), ty.block_bytes(), "{ty}");
+        // Byte for byte the same type: both paths dequantize random bytes identically.
+        let raw: Vec<u8> = (0..4 * ty.block_bytes() as u64)
+            .map(|i| (Lcg::new(i).next_u64() >> 56) as u8)
+            .collect();
+        let n = 4 * ty.block_size();
+        let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
+        dequantize_ggml_type(ty, &raw, &mut a).unwrap();
+        format.dequantize(&raw, &mut b).unwrap();
+        assert_eq!(bits(&a), bits(&b), "{ty}");
+    }
+    assert_eq!(found, [Format::F32, Format::F16, Format::Q4, Format::Q8]);
+}
+
+#[test]
+fn dequantize_is_the_block_method() {
+    // Random bytes (any bit pattern is a block), 4 blocks, through the dispatch and through
+    // the block struct directly.
+    fn blocks<B: Pod, const N: usize>(raw: &[u8], f: fn(&B, &mut [f32; N])) -> Vec<f32> {
+        let blocks: &[B] = bytemuck::cast_slice(raw);
+        blocks
+            .iter()
+            .flat_map(|b| {
+                let mut out = [0.0; N];
+                f(b, &mut out);
+                out
+            })
+            .collect()
+    }
+    for format in Format::ALL {
+        let raw: Vec<u8> = {
+            let mut rng = Lcg::new(format.gguf_id().into());
+            (0..4 * format.block_bytes())
+                .map(|_| (rng.next_u64() >> 56) as u8)
+                .collect()
+        };
+        let direct = match format {
+            Format::F32 => raw
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+            Format::F16 => raw
+                .chunks_exact(2)
+                .map(|b| Half::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+                .collect(),
+            Format::Q2 => blocks(&raw, q2::BlockQ2::dequantize),
+            Format::Q3 => blocks(&raw, q3::BlockQ3::dequantize),
+            Format::Q3H => blocks(&raw, q3h::BlockQ3H::dequantize),
+            Format::Q4 => blocks(&raw, q4::BlockQ4::dequantize),
+            Format::Q4B64 => blocks(&raw, q4b64::BlockQ4B64::dequantize),
+            Format::Q5 => blocks(&raw, q5::BlockQ5::dequantize),
+            Format::Q6 => blocks(&raw, q6::BlockQ6::dequantize),
+            Format::Q8 => blocks(&raw, q8::BlockQ8::dequantize),
+        };
+        let via_format = dequantize_format(format, &raw);
+        assert_eq!(via_format.len(), 4 * format.block_size());
+        // NaN payloads may differ between the f16 conversion paths; compare NaN as NaN.
+        let canon = |v: &[f32]| {
+            v.iter()
+                .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(canon(&via_format), canon(&direct), "{format}");
+    }
+}
+
+/// `sum (w - v)^2` per block of `size` values, in f64 in index order.
+fn block_errors(w: &[f32], v: &[f32], size: usize) -> Vec<f64> {
+    w.chunks(size)
+        .zip(v.chunks(size))
+        .map(|(w, v)| {
+            w.iter()
+                .zip(v)
+                .map(|(&w, &v)| (f64::from(w) - f64::from(v)).powi(2))
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn min_max_error_is_within_half_a_step() {
+    // With the exact d = (max - min) / (L - 1) and m = min every value would be within d/2 of
+    // its level. The block stores d and m rounded to f16, which moves the grid's ends by up to
+    // |m16 - min| and |m16 - min| + (L - 1) |d16 - d|; values inside the grid are within
+    // d16 / 2 of a level, values beyond its ends within that shift. Bound per value:
+    //   d16 / 2 + |m16 - min| + (L - 1) |d16 - d| + 4 eps (|m16| + (L - 1) d16 + |w|)
+    // the last term covering f32 rounding of the level choice and of `q * d + m`.
+    // Q8 likewise, with d = absmax / 127, m = 0 and L - 1 = 127.
+    let eps = f64::from(f32::EPSILON);
+    for (name, data) in data_sets() {
+        for (format, levels) in QUANTIZED {
+            let bytes = quantize(format, &data, Rounding::MinMax);
+            let back = dequantize_format(format, &bytes);
+            let size = format.block_size();
+            for (b, (w, v)) in data.chunks(size).zip(back.chunks(size)).enumerate() {
+                let block = &bytes[b * format.block_bytes()..];
+                let d16 =
+                    f64::from(Half::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32());
+                let lo = w.iter().fold(f32::INFINITY, |a, &x| a.min(x));
+                let hi = w.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+                let (steps, min, m16, d) = if format == Format::Q8 {
+                    let amax = f64::from(lo.abs().max(hi.abs()));
+                    (127.0, 0.0, 0.0, amax / 127.0)
+                } else {
+                    let m16 = f64::from(
+                        Half::from_bits(u16::from_le_bytes([block[2], block[3]])).to_f32(),
+                    );
+                    let steps = f64::from(levels - 1);
+                    (
+                        steps,
+                        f64::from(lo),
+                        m16,
+                        (f64::from(hi) - f64::from(lo)) / steps,
+                    )
+                };
+                for (&w, &v) in w.iter().zip(v) {
+                    let w = f64::from(w);
+                    let bound = d16 / 2.0
+                        + (m16 - min).abs()
+                        + steps * (d16 - d).abs()
+                        + 4.0 * eps * (m16.abs() + steps * d16 + w.abs());
+                    let err = (w - f64::from(v)).abs();
+                    assert!(
+                        err <= bound,
+                        "{name} {format} block {b}: |{w} - {v}| = {err} > {bound}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn constant_blocks_store_the_value() {
+    // Asymmetric formats store a constant block as d = 0, m = the value, all levels 0 (Q8 can
+    // only approximate it: its bound is tested above).
+    for (format, _) in QUANTIZED.into_iter().filter(|(f, _)| *f != Format::Q8) {
+        for rounding in [Rounding::MinMax, Rounding::Search] {
+            let src = vec![-0.75f32; format.block_size()];
+            let bytes = quantize(format, &src, rounding);
+            let mut want = vec![0u8; format.block_bytes()];
+            want[2..4].copy_from_slice(&Half::from_f32(-0.75).to_bits().to_le_bytes());
+            assert_eq!(bytes, want, "{format} {rounding:?}");
+            assert_eq!(
+                dequantize_format(format, &bytes),
+                src,
+                "{format} {rounding:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn search_is_never_worse_than_min_max() {
+    let mut total = [(0.0f64, 0.0f64); QUANTIZED.len()];
+    for (name, data) in data_sets() {
+        for (i, (format, _)) in QUANTIZED.into_iter().enumerate() {
+            let size = format.block_size();
+            let min_max = dequantize_format(format, &quantize(format, &data, Rounding::MinMax));
+            let search = dequantize_format(format, &quantize(format, &data, Rounding::Search));
+            let (e_min_max, e_search) = (
+                block_errors(&data, &min_max, size),
+                block_errors(&data, &search, size),
+            );
+            for (b, (mm, s)) in e_min_max.iter().zip(&e_search).enumerate() {
+                assert!(
+                    s <= mm,
+                    "{name} {format} block {b}: search {s} > min-max {mm}"
+                );
+            }
+            if name == "normal" {
+                total[i] = (e_min_max.iter().sum(), e_search.iter().sum());
+            }
+        }
+    }
+    // On weight-like data the search gains clearly: at least 5% of the squared error.
+    for ((format, _), (mm, s)) in QUANTIZED.iter().zip(total) {
+        assert!(s < 0.95 * mm, "{format}: search {s} vs min-max {mm}");
+    }
+}
+
+#[test]
+fn error_falls_with_bits() {
+    // RMS error of the round trip on weight-like data, most bits last. Q4B64 and Q4 both have
+    // 16 levels; Q4's smaller blocks have the smaller ranges, so the smaller error. Q8's 255
+    // levels beat Q6's 64; f16's relative error (2^-11) beats Q8's step of absmax / 127.
+    use Format::*;
+    let order = [Q2, Q3, Q3H, Q4B64, Q4, Q5, Q6, Q8, F16, F32];
+    let data = normal(11, 64 * 512, 0.0, 0.02);
+    for rounding in [Rounding::MinMax, Rounding::Search] {
+        let rms = order.map(|format| {
+            let back = dequantize_format(format, &quantize(format, &data, rounding));
+            let sq: f64 = block_errors(&data, &back, data.len())[0];
+            (sq / data.len() as f64).sqrt()
+        });
+        for (pair, err) in order.windows(2).zip(rms.windows(2)) {
+            assert!(
+                err[0] > err[1],
+                "{rounding:?}: {} RMS {} <= {} RMS {}",
+                pair[0],
+                err[0],
+                pair[1],
+                err[1]
+            );
+        }
+        assert_eq!(rms[9], 0.0, "F32 is exact");
+    }
+}
+
+#[test]
+fn f16_rounds_to_nearest_and_f32_copies() {
+    let data = normal(12, 256, 0.0, 3.0);
+    let f16 = quantize(Format::F16, &data, Rounding::Search);
+    let want: Vec<u8> = data
+        .iter()
+        .flat_map(|&x| Half::from_f32(x).to_bits().to_le_bytes())
+        .collect();
+    assert_eq!(f16, want);
+    assert_eq!(quantize(Format::F16, &data, Rounding::MinMax), f16);
+    let f32 = quantize(Format::F32, &data, Rounding::Search);
+    assert_eq!(f32, bytemuck::cast_slice::<f32, u8>(&data));
+}
+
+#[test]
+fn dot_is_the_sum_of_dequantized_products() {
+    // The reference sums the same products (exact in f64) in f64 in plain index order; `dot`
+    // sums block by block, so the two f64 sums may differ by a few f64 roundings (relative
+    // 1e-15 of sum |w x|), and each is rounded to f32 once. Tolerance: one f32 rounding of the
+    // result plus 1e-12 of sum |w x|.
+    let data = normal(13, 2048, 0.0, 0.5);
+    let x = normal(14, 2048, 0.0, 1.0);
+    for format in Format::ALL {
+        let bytes = quantize(format, &data, Rounding::Search);
+        let w = dequantize_format(format, &bytes);
+        let exact: f64 = w
+            .iter()
+            .zip(&x)
+            .map(|(&w, &x)| f64::from(w) * f64::from(x))
+            .sum();
+        let magnitude: f64 = w
+            .iter()
+            .zip(&x)
+            .map(|(&w, &x)| (f64::from(w) * f64::from(x)).abs())
+            .sum();
+        let got = format.dot(&bytes, &x).unwrap();
+        let tolerance = f64::from(f32::EPSILON) * exact.abs() + 1e-12 * magnitude;
+        assert!(
+            (f64::from(got) - exact).abs() <= tolerance,
+            "{format}: {got} vs {exact}"
+        );
+
+        // Unaligned storage changes nothing.
+        let mut storage = vec![0u8; bytes.len() + 1];
+        storage[1..].copy_from_slice(&bytes);
+        assert_eq!(
+            format.dot(&storage[1..], &x).unwrap().to_bits(),
+            got.to_bits(),
+            "{format}"
+        );
+        assert_eq!(dequantize_format(format, &storage[1..]), w, "{format}");
+    }
+    // A small exact case: F32 [1, 2, 3] . [4, 5, 6] = 32.
+    let bytes = quantize(Format::F32, &[1.0, 2.0, 3.0], Rounding::Search);
+    assert_eq!(Format::F32.dot(&bytes, &[4.0, 5.0, 6.0]), Ok(32.0));
+}
+
+#[test]
+fn empty_tensors_are_fine() {
+    for format in Format::ALL {
+        format.quantize(&[], &mut []).unwrap();
+        format.dequantize(&[], &mut []).unwrap();
+        assert_eq!(format.dot(&[], &[]), Ok(0.0));
+    }
+}
+
+#[test]
+fn sizes_are_checked() {
+    let src = [0.5f32; 64];
+    let mut dst = [7u8; 41];
+    let err = Format::Q4.quantize(&src, &mut dst).unwrap_err();
+    assert_eq!(
+        err,
+        Error::FormatByteCount {
+            format: Format::Q4,
+            values: 64,
+            expected: 40,
+            found: 41
+        }
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("Q4") && msg.contains("40") && msg.contains("41"),
+        "{msg}"
+    );
+    assert_eq!(dst, [7u8; 41], "output untouched on error");
+
+    let err = Format::Q3H
+        .quantize(&src[..32], &mut dst[..16])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::FormatPartialBlock {
+            format: Format::Q3H,
+            values: 32,
+            block_size: 64
+        }
+    );
+    assert!(err.to_string().contains("64-value blocks"), "{err}");
+
+    let mut out = [7.0f32; 64];
+    let err = Format::Q5.dequantize(&[0; 43], &mut out).unwrap_err();
+    assert_eq!(
+        err,
+        Error::FormatByteCount {
+            format: Format::Q5,
+            values: 64,
+            expected: 44,
+            found: 43
+        }
+    );
+    assert_eq!(out, [7.0; 64]);
+    assert!(
+        Format::Q5.dequantize(&[0; 45], &mut out).is_err(),
+        "too many bytes"
+    );
+    assert!(
+        Format::Q2.dequantize(&[0; 12], &mut out[..31]).is_err(),
+        "partial block"
+    );
+    assert!(Format::F16.dequantize(&[0; 3], &mut out[..1]).is_err());
+
+    // dot takes its value count from x.
+    assert!(Format::Q8.dot(&[0; 34], &[1.0; 31]).is_err());
+    assert!(Format::Q8.dot(&[0; 34], &[1.0; 64]).is_err());
+    assert_eq!(Format::Q8.dot(&[0; 34], &[1.0; 32]), Ok(0.0));
+}
+
+#[test]
+fn non_finite_input_is_rejected() {
+    let mut src = vec![0.25f32; 64];
+    src[37] = f32::NAN;
+    src[50] = f32::INFINITY;
+    for format in Format::ALL {
+        let mut dst = vec![9u8; format.bytes_for(64).unwrap()];
+        let err = format.quantize(&src, &mut dst).unwrap_err();
+        assert_eq!(
+            err,
+            Error::NonFinite {
+                format,
+                index: 37,
+                what: "NaN"
+            }
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("value 37") && msg.contains("NaN"), "{msg}");
+        assert!(
+            dst.iter().all(|&b| b == 9),
+            "{format}: output untouched on error"
+        );
+    }
+    src[37] = 1.0;
+    src[12] = f32::NEG_INFINITY;
+    let mut dst = vec![0u8; 64 * 4];
+    let err = Format::F32.quantize(&src, &mut dst).unwrap_err();
+    assert_eq!(
+        err,
+        Error::NonFinite {
+            format: Format::F32,
+            index: 12,
+            what: "-inf"
+        }
+    );
+}
+
+#[test]
+fn values_beyond_f16_range_are_rejected() {
+    // 65519 still rounds to the largest f16, 65504; 65520 rounds to infinity.
+    let mut src = vec![1.0f32; 64];
+    src[3] = -65519.0;
+    for format in Format::ALL {
+        let mut dst = vec![0u8; format.bytes_for(64).unwrap()];
+        format.quantize(&src, &mut dst).unwrap();
+    }
+    src[9] = 65520.0;
+    for format in Format::ALL {
+        let mut dst = vec![0u8; format.bytes_for(64).unwrap()];
+        let result = format.quantize(&src, &mut dst);
+        if format == Format::F32 {
+            assert_eq!(result, Ok(()));
+        } else {
+            let err = result.unwrap_err();
+            assert_eq!(
+                err,
+                Error::OutOfRange {
+                    format,
+                    index: 9,
+                    value: "65520".into()
+                }
+            );
+            assert!(err.to_string().contains("value 9"), "{err}");
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
