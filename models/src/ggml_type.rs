@@ -3,8 +3,15 @@
 //! Only the geometry lives here (how many values a block holds and how many bytes it takes),
 //! which is what the reader needs to size and bounds-check tensor data. Dequantization belongs
 //! to the `quant` crate.
+//!
+//! Besides ggml's types, GGUF files written by Hearth may hold Hearth's own block formats
+//! (Q2, Q3, Q3H, Q4B64, Q5, Q6) under private ids from [`PRIVATE_ID_BASE`] up. Their names and
+//! geometry come from [`hearth_quant::Format`], which defines them once; the reader accepts
+//! them only in files that state the version of those layouts (see `gguf::reader`).
 
 use std::fmt;
+
+use hearth_quant::{Format, PRIVATE_ID_BASE};
 
 /// One ggml tensor type. The discriminant is the id stored in GGUF files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,18 +52,25 @@ pub enum GgmlType {
     TQ1_0 = 34,
     TQ2_0 = 35,
     MXFP4 = 39,
+    // Hearth's own formats. The ids must equal `Format::gguf_id` (a test checks).
+    Q2 = 1024,
+    Q3 = 1025,
+    Q3H = 1026,
+    Q4B64 = 1027,
+    Q5 = 1028,
+    Q6 = 1029,
 }
 
 /// Values per super-block of the k-quants and i-quants.
 const QK_K: u64 = 256;
 
 /// Every known type, in id order.
-pub const ALL_TYPES: [GgmlType; 32] = {
+pub const ALL_TYPES: [GgmlType; 38] = {
     use GgmlType::*;
     [
         F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS,
         IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16,
-        TQ1_0, TQ2_0, MXFP4,
+        TQ1_0, TQ2_0, MXFP4, Q2, Q3, Q3H, Q4B64, Q5, Q6,
     ]
 };
 
@@ -71,7 +85,8 @@ impl GgmlType {
         self as u32
     }
 
-    /// ggml's name for the type (`Q4_1`, `F16`, ...).
+    /// The type's name: ggml's for ggml's types (`Q4_1`, `F16`, ...), Hearth's for Hearth's
+    /// private formats (`Q3H`, `Q4B64`, ...).
     pub fn name(self) -> &'static str {
         self.geometry().0
     }
@@ -89,6 +104,36 @@ impl GgmlType {
     /// True for the block-quantized types (everything but plain floats and integers).
     pub fn is_quantized(self) -> bool {
         self.block_size() > 1
+    }
+
+    /// True for Hearth's own formats, stored under ids ggml does not use. A file holding them
+    /// must carry [`hearth_quant::VERSION_KEY`].
+    pub fn is_private(self) -> bool {
+        self.id() >= PRIVATE_ID_BASE
+    }
+
+    /// The Hearth format with this type's bytes: F32, F16, Q4 (= Q4_1), Q8 (= Q8_0) and the
+    /// private formats; `None` for the ggml types Hearth only reads.
+    pub fn hearth_format(self) -> Option<Format> {
+        use GgmlType::*;
+        Some(match self {
+            F32 => Format::F32,
+            F16 => Format::F16,
+            Q4_1 => Format::Q4,
+            Q8_0 => Format::Q8,
+            Q2 => Format::Q2,
+            Q3 => Format::Q3,
+            Q3H => Format::Q3H,
+            Q4B64 => Format::Q4B64,
+            Q5 => Format::Q5,
+            Q6 => Format::Q6,
+            _ => return None,
+        })
+    }
+
+    /// Bits one value takes on average (block bytes * 8 / block values).
+    pub fn bits_per_weight(self) -> f64 {
+        self.block_bytes() as f64 * 8.0 / self.block_size() as f64
     }
 
     /// Bytes taken by `n` values, or `None` when `n` is not a whole number of blocks or the
@@ -144,6 +189,35 @@ impl GgmlType {
             TQ1_0 => ("TQ1_0", QK_K, 2 + QK_K / 64 + (QK_K - 4 * QK_K / 64) / 5),
             TQ2_0 => ("TQ2_0", QK_K, 2 + QK_K / 4),
             MXFP4 => ("MXFP4", 32, 17),
+            Q2 => hearth(Format::Q2),
+            Q3 => hearth(Format::Q3),
+            Q3H => hearth(Format::Q3H),
+            Q4B64 => hearth(Format::Q4B64),
+            Q5 => hearth(Format::Q5),
+            Q6 => hearth(Format::Q6),
+        }
+    }
+}
+
+/// A Hearth format's name and geometry, as `hearth_quant` defines them.
+fn hearth(f: Format) -> (&'static str, u64, u64) {
+    (f.name(), f.block_size() as u64, f.block_bytes() as u64)
+}
+
+impl From<Format> for GgmlType {
+    /// The GGUF tensor type a Hearth format is stored as.
+    fn from(f: Format) -> Self {
+        match f {
+            Format::F32 => GgmlType::F32,
+            Format::F16 => GgmlType::F16,
+            Format::Q4 => GgmlType::Q4_1,
+            Format::Q8 => GgmlType::Q8_0,
+            Format::Q2 => GgmlType::Q2,
+            Format::Q3 => GgmlType::Q3,
+            Format::Q3H => GgmlType::Q3H,
+            Format::Q4B64 => GgmlType::Q4B64,
+            Format::Q5 => GgmlType::Q5,
+            Format::Q6 => GgmlType::Q6,
         }
     }
 }
@@ -163,7 +237,7 @@ mod tests {
         for t in ALL_TYPES {
             assert_eq!(GgmlType::from_id(t.id()), Some(t));
         }
-        for id in [4, 5, 31, 32, 33, 36, 37, 38, 40, u32::MAX] {
+        for id in [4, 5, 31, 32, 33, 36, 37, 38, 40, 1023, 1030, u32::MAX] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
         }
     }
@@ -196,10 +270,43 @@ mod tests {
             (GgmlType::IQ4_XS, 256, 136),
             (GgmlType::TQ1_0, 256, 54),
             (GgmlType::TQ2_0, 256, 66),
+            // Hearth's formats, from ARCHITECTURE.md's table.
+            (GgmlType::Q2, 32, 12),
+            (GgmlType::Q3, 32, 16),
+            (GgmlType::Q3H, 64, 32),
+            (GgmlType::Q4B64, 64, 36),
+            (GgmlType::Q5, 64, 44),
+            (GgmlType::Q6, 64, 52),
         ];
         for (t, block, bytes) in expected {
             assert_eq!((t.block_size(), t.block_bytes()), (block, bytes), "{t}");
         }
+    }
+
+    #[test]
+    fn hearth_formats_map_to_their_gguf_ids_and_back() {
+        for f in Format::ALL {
+            let t = GgmlType::from(f);
+            assert_eq!(t.id(), f.gguf_id(), "{f}");
+            assert_eq!(t.hearth_format(), Some(f), "{f}");
+            assert_eq!(t.is_private(), f.is_private(), "{f}");
+            assert_eq!(
+                (t.block_size(), t.block_bytes()),
+                (f.block_size() as u64, f.block_bytes() as u64),
+                "{f}"
+            );
+            assert_eq!(t.bits_per_weight(), f.bits_per_weight(), "{f}");
+        }
+        // Only Hearth's formats carry private ids, and each one has a Format.
+        for t in ALL_TYPES {
+            assert_eq!(t.is_private(), t.id() >= PRIVATE_ID_BASE, "{t}");
+            if t.is_private() {
+                assert!(t.hearth_format().is_some(), "{t}");
+            }
+        }
+        assert_eq!(GgmlType::Q3H.name(), "Q3H");
+        assert_eq!(GgmlType::Q4_1.name(), "Q4_1");
+        assert_eq!(GgmlType::Q4_0.hearth_format(), None);
     }
 
     #[test]

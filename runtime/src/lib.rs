@@ -8,6 +8,7 @@ mod error;
 pub mod kernels;
 pub mod kv;
 pub mod model;
+pub mod quantize;
 pub mod sample;
 pub mod session;
 pub mod vk;

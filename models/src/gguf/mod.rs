@@ -55,6 +55,18 @@ impl Metadata {
             }
         }
     }
+
+    /// Removes `key`, keeping the other entries in order; returns its value if it was there.
+    pub(crate) fn remove(&mut self, key: &str) -> Option<MetaValue> {
+        let i = self.lookup.remove(key)?;
+        let (_, value) = self.entries.remove(i);
+        for j in self.lookup.values_mut() {
+            if *j > i {
+                *j -= 1;
+            }
+        }
+        Some(value)
+    }
 }
 
 /// One tensor index entry.

@@ -3,6 +3,10 @@
 //! Every count read from the file is checked against the bytes that remain before anything
 //! is allocated for it, so a hostile file cannot make the reader allocate more than a small
 //! multiple of its own size; every failure names the field it happened in.
+//!
+//! Tensors in Hearth's private formats are accepted only when the file's `hearth.quant.version`
+//! is the layout version this build reads: a file from another Hearth version could hold the
+//! same ids with other bytes, and reading those as ours would give garbage weights.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,6 +15,7 @@ use super::value::{MetaArray, MetaValue, ValueType};
 use super::{GgufIndex, Metadata, TensorInfo};
 use crate::error::{Error, Result};
 use crate::ggml_type::GgmlType;
+use hearth_quant::{FORMAT_VERSION, PRIVATE_ID_BASE, VERSION_KEY};
 
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -259,6 +264,10 @@ fn parse(bytes: &[u8]) -> std::result::Result<GgufIndex, Fail> {
             .map_err(fail(format!("tensor entry {i}: name")))?;
         let field = format!("tensor `{name}`");
         let info = tensor_info(&mut c, name, alignment).map_err(fail(field.clone()))?;
+        if info.ggml_type.is_private() {
+            check_private_type(metadata.get(VERSION_KEY), info.ggml_type)
+                .map_err(fail(field.clone()))?;
+        }
         if by_name.insert(info.name.clone(), tensors.len()).is_some() {
             return Err(fail(field)("name appears more than once".into()));
         }
@@ -285,6 +294,8 @@ fn parse(bytes: &[u8]) -> std::result::Result<GgufIndex, Fail> {
         }
     }
 
+    check_no_overlap(&tensors)?;
+
     Ok(GgufIndex {
         version,
         alignment,
@@ -306,8 +317,16 @@ fn tensor_info(c: &mut Cursor<'_>, name: String, alignment: u64) -> Parse<Tensor
         shape.push(c.u64()?);
     }
     let type_id = c.u32()?;
-    let ggml_type =
-        GgmlType::from_id(type_id).ok_or_else(|| format!("unknown tensor type id {type_id}"))?;
+    let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| {
+        if type_id >= PRIVATE_ID_BASE {
+            format!(
+                "unknown tensor type id {type_id}: in Hearth's private range but not a format \
+                 this build knows (written by a newer Hearth?)"
+            )
+        } else {
+            format!("unknown tensor type id {type_id}")
+        }
+    })?;
     let offset = c.u64()?;
 
     let n_elements = shape
@@ -337,4 +356,55 @@ fn tensor_info(c: &mut Cursor<'_>, name: String, alignment: u64) -> Parse<Tensor
         offset,
         n_bytes,
     })
+}
+
+/// A tensor of Hearth's private type `ty` is readable only when the file says its layouts are
+/// version [`FORMAT_VERSION`]; `version` is the file's `hearth.quant.version` entry.
+fn check_private_type(version: Option<&MetaValue>, ty: GgmlType) -> Parse<()> {
+    let Some(value) = version else {
+        return Err(format!(
+            "type {ty} is one of Hearth's own formats, but the file has no `{VERSION_KEY}` \
+             saying which version of their layout it holds (this build reads version \
+             {FORMAT_VERSION})"
+        ));
+    };
+    match value.as_u64() {
+        Some(v) if v == u64::from(FORMAT_VERSION) => Ok(()),
+        Some(v) if v > u64::from(FORMAT_VERSION) => Err(format!(
+            "type {ty} is stored in Hearth format version {v}, but this build reads version \
+             {FORMAT_VERSION}: the file was written by a newer Hearth"
+        )),
+        Some(v) => Err(format!(
+            "type {ty} is stored in Hearth format version {v}, but this build reads version \
+             {FORMAT_VERSION}: the file was written by an older Hearth; quantize the original \
+             model again"
+        )),
+        None => Err(format!(
+            "type {ty} needs `{VERSION_KEY}` to be a version number, found {} ({value})",
+            value.type_description()
+        )),
+    }
+}
+
+/// Tensors must not share bytes. A writer that sized a type differently from this reader (a
+/// private format of another layout version, say) lays tensors out at offsets that overlap
+/// under our sizes; reading on would hand one tensor another's bytes.
+fn check_no_overlap(tensors: &[TensorInfo]) -> std::result::Result<(), Fail> {
+    let mut by_offset: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // Both ends were checked to lie inside the file, so the sum does not overflow.
+        if a.offset + a.n_bytes > b.offset {
+            return Err(Fail {
+                field: format!("tensor `{}`", b.name),
+                reason: format!(
+                    "data at offset {} overlaps tensor `{}` ({} bytes of {} at offset {}): \
+                     the file's tensor sizes disagree with this reader's",
+                    b.offset, a.name, a.n_bytes, a.ggml_type, a.offset
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -82,12 +82,21 @@ impl<'a> GgufWriter<'a> {
         self.metadata.insert(key.into(), value);
     }
 
+    /// Removes a metadata key; returns its value if it was set.
+    pub fn remove_metadata(&mut self, key: &str) -> Option<MetaValue> {
+        self.metadata.remove(key)
+    }
+
     /// Sets `general.alignment` (must be a power of two).
     pub fn set_alignment(&mut self, alignment: u32) {
         self.set_metadata("general.alignment", MetaValue::U32(alignment));
     }
 
     /// Adds a tensor; `data` must hold exactly the bytes its type and shape need.
+    ///
+    /// A tensor in one of Hearth's private formats is readable only when the file also sets
+    /// `hearth.quant.version` (`hearth_quant::VERSION_KEY`) to the layout version its bytes
+    /// follow; the writer leaves that to the caller, so tests can build files without it.
     pub fn add_tensor(
         &mut self,
         name: &str,

@@ -1,5 +1,6 @@
 //! `hearth inspect`: what a model file holds — architecture and resolved hyperparameters,
-//! tokenizer, chat template, metadata, and every tensor with its type, shape and size.
+//! tokenizer, chat template, metadata, every tensor with its type, shape and size, and the
+//! bytes and bits per weight of each tensor type (Hearth's formats by Hearth's names).
 //! Problems with one part (an architecture without a spec, say) are reported in place so the
 //! rest can still be inspected.
 
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
 use hearth_models::tokenizer::TokenizerKind;
-use hearth_models::{resolve_gguf, ChatTemplate, GgufFile, ResolvedModel, Tokenizer};
+use hearth_models::{resolve_gguf, ChatTemplate, GgmlType, GgufFile, ResolvedModel, Tokenizer};
 use serde_json::{json, Value};
 
 use crate::Format;
@@ -166,42 +167,52 @@ impl Report<'_> {
             "  {:name_w$}  {:7}  {:>15}  {:>10}",
             "name", "type", "shape", "size"
         )?;
-        // (type, bytes, count) in order of first appearance.
-        let mut by_type: Vec<(&str, u64, usize)> = Vec::new();
         for t in file.tensors() {
             let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
-            let ty = t.ggml_type.name();
             writeln!(
                 out,
-                "  {:name_w$}  {ty:7}  {:>15}  {:>10}",
+                "  {:name_w$}  {:7}  {:>15}  {:>10}",
                 t.name,
+                t.ggml_type.name(),
                 shape.join(" x "),
                 size(t.n_bytes)
             )?;
-            match by_type.iter_mut().find(|(n, _, _)| *n == ty) {
-                Some(entry) => {
-                    entry.1 += t.n_bytes;
-                    entry.2 += 1;
-                }
-                None => by_type.push((ty, t.n_bytes, 1)),
-            }
         }
-        let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
-        let types: Vec<String> = by_type
-            .iter()
-            .map(|(ty, bytes, count)| format!("{ty} x{count} ({})", size(*bytes)))
-            .collect();
+
+        writeln!(out, "\ntensor types")?;
         writeln!(
             out,
-            "  total {} in {} tensors: {}",
-            size(total),
-            file.tensors().len(),
-            types.join(", ")
+            "  {:7}  {:>7}  {:>12}  {:>10}  {:>11}",
+            "type", "tensors", "weights", "size", "bits/weight"
+        )?;
+        let totals = type_totals(file);
+        for t in &totals {
+            writeln!(
+                out,
+                "  {:7}  {:>7}  {:>12}  {:>10}  {:>11.2}",
+                t.ggml_type.name(),
+                t.tensors,
+                t.elements,
+                size(t.bytes),
+                t.bits_per_weight()
+            )?;
+        }
+        let all = TypeTotal::sum(&totals);
+        writeln!(
+            out,
+            "  {:7}  {:>7}  {:>12}  {:>10}  {:>11.2}",
+            "total",
+            all.tensors,
+            all.elements,
+            size(all.bytes),
+            all.bits_per_weight()
         )
     }
 
     fn to_json(&self) -> Value {
         let file = self.file;
+        let totals = type_totals(file);
+        let all = TypeTotal::sum(&totals);
         let error = |e: &hearth_models::Error| json!({ "error": e.to_string() });
         json!({
             "path": self.path,
@@ -230,12 +241,78 @@ impl Report<'_> {
                     "type": t.ggml_type.name(),
                     "shape": t.shape,
                     "bytes": t.n_bytes,
+                    "bits_per_weight": t.ggml_type.bits_per_weight(),
                     "offset": file.index().data_offset + t.offset,
                 }))
                 .collect::<Vec<_>>(),
-            "total_tensor_bytes": file.tensors().iter().map(|t| t.n_bytes).sum::<u64>(),
+            "tensor_types": totals.iter().map(TypeTotal::to_json).collect::<Vec<_>>(),
+            "total_tensor_bytes": all.bytes,
+            "total_weights": all.elements,
+            "bits_per_weight": all.bits_per_weight(),
         })
     }
+}
+
+/// The tensors of one type: how many, how many weights, how many bytes.
+struct TypeTotal {
+    ggml_type: GgmlType,
+    tensors: usize,
+    elements: u64,
+    bytes: u64,
+}
+
+impl TypeTotal {
+    fn bits_per_weight(&self) -> f64 {
+        if self.elements == 0 {
+            0.0
+        } else {
+            self.bytes as f64 * 8.0 / self.elements as f64
+        }
+    }
+
+    /// All of `totals` together (its type is meaningless).
+    fn sum(totals: &[TypeTotal]) -> TypeTotal {
+        TypeTotal {
+            ggml_type: GgmlType::F32,
+            tensors: totals.iter().map(|t| t.tensors).sum(),
+            elements: totals.iter().map(|t| t.elements).sum(),
+            bytes: totals.iter().map(|t| t.bytes).sum(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "type": self.ggml_type.name(),
+            "tensors": self.tensors,
+            "weights": self.elements,
+            "bytes": self.bytes,
+            "bits_per_weight": self.bits_per_weight(),
+        })
+    }
+}
+
+/// Totals per tensor type, most bytes first.
+fn type_totals(file: &GgufFile) -> Vec<TypeTotal> {
+    let mut totals: Vec<TypeTotal> = Vec::new();
+    for t in file.tensors() {
+        let i = match totals.iter().position(|x| x.ggml_type == t.ggml_type) {
+            Some(i) => i,
+            None => {
+                totals.push(TypeTotal {
+                    ggml_type: t.ggml_type,
+                    tensors: 0,
+                    elements: 0,
+                    bytes: 0,
+                });
+                totals.len() - 1
+            }
+        };
+        totals[i].tensors += 1;
+        totals[i].elements += t.n_elements();
+        totals[i].bytes += t.n_bytes;
+    }
+    totals.sort_by_key(|t| std::cmp::Reverse(t.bytes));
+    totals
 }
 
 fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
@@ -465,7 +542,7 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
 }
 
 /// Human-readable byte count.
-fn size(bytes: u64) -> String {
+pub fn size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut value = bytes as f64;
     let mut unit = 0;

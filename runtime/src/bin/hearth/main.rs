@@ -8,6 +8,7 @@ mod generate;
 mod inspect;
 mod model_args;
 mod perplexity;
+mod quantize;
 mod tokenize;
 
 use anyhow::Result;
@@ -42,6 +43,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Print the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
+    /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
+    Quantize(quantize::QuantizeArgs),
 }
 
 #[derive(clap::Args)]
@@ -117,6 +120,7 @@ fn main() {
         Command::Perplexity(args) => perplexity::run(args, &choice),
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Quantize(args) => quantize::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
