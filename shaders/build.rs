@@ -22,14 +22,17 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("swiglu", "swiglu.comp", ""),
     ("gelu", "gelu.comp", ""),
     ("binary", "binary.comp", ""),
-    ("embed_f32", "embed.comp", "f32"),
-    ("embed_f16", "embed.comp", "f16"),
-    ("matvec_f32", "matvec.comp", "f32"),
-    ("matvec_f16", "matvec.comp", "f16"),
-    ("matmul_f32", "matmul.comp", "f32"),
-    ("matmul_f16", "matmul.comp", "f16"),
     ("bandwidth_read", "bandwidth_read.comp", ""),
 ];
+
+/// Weight formats, each with an include `glsl/include/quant/<format>.glsl` mirroring
+/// `quant/src/formats/<format>.rs`.
+const FORMATS: &[&str] = &[
+    "f32", "f16", "q2", "q3", "q3h", "q4", "q4b64", "q5", "q6", "q8",
+];
+
+/// Kernels compiled once per weight format, as `<kernel>_<format>`.
+const FORMAT_KERNELS: &[&str] = &["matvec", "matmul", "embed", "dequant"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("glsl");
@@ -40,7 +43,21 @@ fn main() {
     let mut all = Vec::new();
     let mut failures = Vec::new();
 
-    for &(name, source, format) in VARIANTS {
+    let mut variants: Vec<(String, String, String)> = VARIANTS
+        .iter()
+        .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
+        .collect();
+    for kernel in FORMAT_KERNELS {
+        for format in FORMATS {
+            variants.push((
+                format!("{kernel}_{format}"),
+                format!("{kernel}.comp"),
+                format.to_string(),
+            ));
+        }
+    }
+
+    for (name, source, format) in &variants {
         let path = root.join(source);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,

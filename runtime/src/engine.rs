@@ -10,7 +10,7 @@ use hearth_models::{
 
 use crate::cpu::CpuModel;
 use crate::error::Result;
-use crate::model::{Backend, ModelConfig, Precision, ProgressFn, VkModel, VkModelOptions};
+use crate::model::{Backend, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::session::{GenerateParams, Generation, Session};
 use crate::vk::{Device, DeviceDesc};
 
@@ -106,7 +106,7 @@ impl Engine {
                     (Box::new(m), device.info().name.clone(), bytes)
                 }
                 BackendKind::Cpu => {
-                    let m = CpuModel::load(&file, &model, Precision::F32, n_ctx, progress)?;
+                    let m = CpuModel::load(&file, &model, n_ctx, progress)?;
                     let bytes = n_params * 4;
                     (Box::new(m), "CPU reference".to_string(), bytes)
                 }

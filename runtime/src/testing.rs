@@ -52,6 +52,21 @@ pub fn upload(device: &Arc<Device>, data: &[f32]) -> Buffer {
     Buffer::from_slice(device, "test input", data).unwrap()
 }
 
+/// Quantizes `w` into `format` and uploads it as a weight buffer; returns the buffer and the
+/// values it holds (the reference dequantization), which kernels are compared against.
+pub fn upload_weights(
+    device: &Arc<Device>,
+    w: &[f32],
+    format: crate::kernels::WeightFormat,
+) -> (Buffer, Vec<f32>) {
+    let mut packed = vec![0u8; format.bytes_for(w.len()).unwrap()];
+    format.quantize(w, &mut packed).unwrap();
+    let mut values = vec![0f32; w.len()];
+    format.dequantize(&packed, &mut values).unwrap();
+    let buffer = crate::kernels::weight_buffer(device, "test weights", &packed).unwrap();
+    (buffer, values)
+}
+
 pub fn zeros(device: &Arc<Device>, n: usize) -> Buffer {
     Buffer::from_slice(device, "test output", &vec![0f32; n]).unwrap()
 }

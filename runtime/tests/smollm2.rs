@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hearth_models::{resolve_gguf, GgufFile, Tokenizer};
 use hearth_runtime::cpu::CpuModel;
-use hearth_runtime::model::{Backend, Logits, Precision, VkModel, VkModelOptions};
+use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams, Session};
 use hearth_runtime::vk::{Device, DeviceDesc};
@@ -63,7 +63,7 @@ fn load(n_ctx: usize, max_chunk: usize) -> Option<(Tokenizer, CpuModel, VkModel)
     let file = GgufFile::open(&path).unwrap();
     let model = resolve_gguf(&file).unwrap();
     let tokenizer = Tokenizer::from_gguf(&file).unwrap();
-    let cpu = CpuModel::load(&file, &model, Precision::F16, n_ctx, &mut |_| true).unwrap();
+    let cpu = CpuModel::load(&file, &model, n_ctx, &mut |_| true).unwrap();
     let options = VkModelOptions {
         n_ctx,
         max_chunk,
@@ -178,7 +178,7 @@ fn a_request_longer_than_the_context_fails_before_any_work() {
     let file = GgufFile::open(&path).unwrap();
     let model = resolve_gguf(&file).unwrap();
     let tokenizer = Tokenizer::from_gguf(&file).unwrap();
-    let cpu = CpuModel::load(&file, &model, Precision::F32, 16, &mut |_| true).unwrap();
+    let cpu = CpuModel::load(&file, &model, 16, &mut |_| true).unwrap();
     let mut session = Session::new(Box::new(cpu));
     let prompt = tokenizer.encode("one two three four five six seven eight");
     let params = GenerateParams {
@@ -192,6 +192,6 @@ fn a_request_longer_than_the_context_fails_before_any_work() {
     assert!(session.backend().is_empty(), "nothing ran");
 
     // Cancelling loading stops it with a clear error.
-    let err = CpuModel::load(&file, &model, Precision::F32, 16, &mut |_| false).err();
+    let err = CpuModel::load(&file, &model, 16, &mut |_| false).err();
     assert!(matches!(err, Some(Error::Cancelled)));
 }

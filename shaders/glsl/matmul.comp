@@ -1,18 +1,21 @@
 #version 450
-// Matrix-matrix product for prefill: C[t, r] = sum_k X[t, k] * W[r, k] (W as stored, [m, k]).
-// Compute-bound: 64x64 output tiles, k in steps of 16 through shared memory, each of the 256
-// invocations accumulating a 4x4 block in registers. Edges are zero-filled, so any size works.
-// With `accumulate` set the product is added to C (a residual add folded into the projection).
+// Matrix-matrix product for prefill on GPUs: C[t, r] = sum_k X[t, k] * W[r, k] (W as stored,
+// [m, k], in the variant's format). Compute-bound: 64x64 output tiles, k in steps of 32
+// through shared memory, each of the 256 invocations dequantizing one 8-value chunk of the
+// weight tile per step and accumulating a 4x4 block in registers. Token and row edges are
+// zero-filled; k must be whole blocks (the host checks). With `accumulate` set the product is
+// added to C (a residual add folded into the projection).
+// CPU devices run prefill through matvec.comp instead, which suits SIMD lanes better.
 #define W_BINDING 0
 #include "format.glsl"                                        // W [m, k]
 
 layout(local_size_x = 256) in;
-layout(binding = 1) readonly buffer X { float x[]; };         // [n, k]
+layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer C { float c[]; };                  // [n, m]
 layout(push_constant) uniform Push { uint n; uint m; uint k; uint accumulate; } p;
 
 const uint TILE = 64;
-const uint TK = 16;
+const uint TK = 32;
 shared float ws[TK][TILE + 1];   // +1: avoid bank conflicts on the transposed store
 shared float xs[TK][TILE + 1];
 
@@ -22,6 +25,10 @@ void main() {
     uint tok0 = gl_WorkGroupID.y * TILE;    // over n (tokens)
     uint tr = (tid % 16) * 4;               // this invocation's 4 rows within the tile
     uint tt = (tid / 16) * 4;               // and its 4 tokens
+    uint lr = tid / 4;                      // the tile row / token this invocation loads
+    uint lk = (tid % 4) * 8;                // and its 8 values along k
+    const uint per_block = QK / 8;
+    uint chunks = p.k / 8;
 
     float acc[4][4];
     for (uint i = 0; i < 4; ++i) {
@@ -31,15 +38,26 @@ void main() {
     }
 
     for (uint k0 = 0; k0 < p.k; k0 += TK) {
-        // Each invocation loads 4 of the 64x16 elements of each tile.
-        for (uint e = tid; e < TILE * TK; e += 256) {
-            uint rr = e / TK;
-            uint kk = e % TK;
-            uint gk = k0 + kk;
-            uint gr = row0 + rr;
-            uint gt = tok0 + rr;
-            ws[kk][rr] = (gr < p.m && gk < p.k) ? weight_at(gr * p.k + gk) : 0.0;
-            xs[kk][rr] = (gt < p.n && gk < p.k) ? x[gt * p.k + gk] : 0.0;
+        uint gk = k0 + lk;
+        uint gr = row0 + lr;
+        uint gt = tok0 + lr;
+        vec4 wlo = vec4(0.0);
+        vec4 whi = vec4(0.0);
+        if (gr < p.m && gk < p.k) {
+            uint chunk = gr * chunks + gk / 8;
+            dequant8(chunk / per_block, chunk % per_block, wlo, whi);
+        }
+        vec4 xlo = vec4(0.0);
+        vec4 xhi = vec4(0.0);
+        if (gt < p.n && gk < p.k) {
+            xlo = x[(gt * p.k + gk) / 4];
+            xhi = x[(gt * p.k + gk) / 4 + 1];
+        }
+        for (uint e = 0; e < 4; ++e) {
+            ws[lk + e][lr] = wlo[e];
+            ws[lk + 4 + e][lr] = whi[e];
+            xs[lk + e][lr] = xlo[e];
+            xs[lk + 4 + e][lr] = xhi[e];
         }
         barrier();
         for (uint kk = 0; kk < TK; ++kk) {

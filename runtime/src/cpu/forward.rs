@@ -7,9 +7,30 @@ use hearth_models::{GgufFile, ResolvedModel};
 
 use super::ops;
 use crate::error::{Error, Result};
-use crate::model::{
-    Backend, LayerWeights, Logits, ModelConfig, Precision, ProgressFn, WeightReader,
-};
+use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
+
+/// One block's weights as f32: the exact values of the packed matrices the device holds.
+struct Layer {
+    attn_norm: Vec<f32>,
+    wqkv: Vec<f32>,
+    wo: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    w_gate_up: Vec<f32>,
+    w_down: Vec<f32>,
+}
+
+impl From<LayerWeights> for Layer {
+    fn from(w: LayerWeights) -> Self {
+        Self {
+            attn_norm: w.attn_norm,
+            wqkv: w.wqkv.to_f32(),
+            wo: w.wo.to_f32(),
+            ffn_norm: w.ffn_norm,
+            w_gate_up: w.w_gate_up.to_f32(),
+            w_down: w.w_down.to_f32(),
+        }
+    }
+}
 
 pub struct CpuModel {
     config: ModelConfig,
@@ -19,7 +40,7 @@ pub struct CpuModel {
     output_norm: Vec<f32>,
     /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
     output: Option<Vec<f32>>,
-    layers: Vec<LayerWeights>,
+    layers: Vec<Layer>,
     /// Per layer: [n_ctx, n_head_kv * head_dim].
     k_cache: Vec<Vec<f32>>,
     v_cache: Vec<Vec<f32>>,
@@ -30,22 +51,21 @@ pub struct CpuModel {
 }
 
 impl CpuModel {
-    /// Loads every weight into memory at `precision` (use the device's precision to compare
-    /// with a Vulkan run) with a KV cache of `n_ctx` positions.
+    /// Loads every weight into memory as f32, with exactly the values the Vulkan executor's
+    /// packed weights hold, and a KV cache of `n_ctx` positions.
     pub fn load(
         file: &GgufFile,
         model: &ResolvedModel,
-        precision: Precision,
         n_ctx: usize,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
         let config = ModelConfig::from_resolved(file.path(), model)?;
-        let mut reader = WeightReader::new(file, model, &config, precision, progress);
-        let token_embd = reader.token_embd()?;
+        let mut reader = WeightReader::new(file, model, &config, progress);
+        let token_embd = reader.token_embd()?.to_f32();
         let output_norm = reader.output_norm()?;
-        let output = reader.output()?;
+        let output = reader.output()?.map(|m| m.to_f32());
         let layers = (0..config.n_layer)
-            .map(|l| reader.layer(l))
+            .map(|l| reader.layer(l).map(Layer::from))
             .collect::<Result<Vec<_>>>()?;
         reader.finish()?;
         let kv = n_ctx * config.n_head_kv * config.head_dim;

@@ -1,11 +1,12 @@
-//! Embedding row gather from an f32 or f16 table.
+//! Embedding row gather from a table in any weight format.
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{EMBED_F16, EMBED_F32};
 
-use super::{check_sizes, linear_groups, workgroup_size, WeightFormat};
+use super::{
+    check_sizes, format_kernel, linear_groups, matrix_bytes, workgroup_size, WeightFormat,
+};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
 #[repr(C)]
@@ -13,7 +14,7 @@ use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 struct EmbedPush {
     dim: u32,
     vocab: u32,
-    n: u32,
+    chunks: u32,
 }
 
 pub struct Embed {
@@ -23,10 +24,7 @@ pub struct Embed {
 
 impl Embed {
     pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
-        let kernel = match format {
-            WeightFormat::F32 => EMBED_F32,
-            WeightFormat::F16 => EMBED_F16,
-        };
+        let kernel = format_kernel("embed", format)?;
         Ok(Self {
             pipeline: device.pipeline(kernel, &[workgroup_size(device.info())])?,
             format,
@@ -35,6 +33,7 @@ impl Embed {
 
     /// out[t, :] = table[ids[t], :] for table [vocab, dim], ids [tokens] (u32), out [tokens, dim].
     /// The caller validates ids against `vocab`.
+    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
@@ -46,19 +45,21 @@ impl Embed {
         dim: u32,
     ) -> Result<()> {
         let n = tokens as u64 * dim as u64;
+        let table_bytes = matrix_bytes(self.pipeline.name, self.format, vocab as u64, dim as u64)?;
         check_sizes(
             self.pipeline.name,
             &[
-                ("table", table, self.format.bytes(vocab as u64 * dim as u64)),
+                ("table", table, table_bytes),
                 ("ids", ids, tokens as u64 * 4),
                 ("out", out, n * 4),
             ],
         )?;
-        let groups = linear_groups(rec.device().info(), n, self.pipeline.workgroup_size());
+        let chunks = n / 8;
+        let groups = linear_groups(rec.device().info(), chunks, self.pipeline.workgroup_size());
         let push = EmbedPush {
             dim,
             vocab,
-            n: n as u32,
+            chunks: chunks as u32,
         };
         rec.dispatch(&self.pipeline, &[table, ids, out], &push, groups)
     }
@@ -67,27 +68,20 @@ impl Embed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{device, finish, random, run, upload, zeros};
-    use half::f16;
+    use crate::testing::{device, finish, random, run, upload_weights, zeros};
 
     #[test]
     fn gathers_rows_exactly() {
         let Some(dev) = device() else { return };
-        for format in [WeightFormat::F32, WeightFormat::F16] {
+        for format in WeightFormat::ALL {
             let kernel = Embed::new(&dev, format).unwrap();
-            for &(vocab, dim, tokens) in &[(1, 1, 1), (10, 7, 3), (97, 64, 13), (300, 577, 5)] {
-                let table = random(vocab * dim, 13, 1.0);
+            let block = super::super::shader_block(format) as usize;
+            for &(vocab, dim, tokens) in &[(1, 1, 1), (10, 3, 3), (97, 9, 13), (300, 5, 5)] {
+                let dim = dim * block;
+                let (tb, want) = upload_weights(&dev, &random(vocab * dim, 13, 1.0), format);
                 let ids: Vec<u32> = (0..tokens as u32)
                     .map(|t| (t * 7 + 3) % vocab as u32)
                     .collect();
-                let (tb, want): (Buffer, Vec<f32>) = match format {
-                    WeightFormat::F32 => (upload(&dev, &table), table.clone()),
-                    WeightFormat::F16 => {
-                        let h: Vec<f16> = table.iter().map(|&v| f16::from_f32(v)).collect();
-                        let back = h.iter().map(|v| v.to_f32()).collect();
-                        (Buffer::from_slice(&dev, "table", &h).unwrap(), back)
-                    }
-                };
                 let ib = Buffer::from_slice(&dev, "ids", &ids).unwrap();
                 let ob = zeros(&dev, tokens * dim);
                 run(&dev, |rec| {
@@ -101,7 +95,7 @@ mod tests {
                     assert_eq!(
                         got[t * dim..(t + 1) * dim],
                         want[id * dim..(id + 1) * dim],
-                        "{format:?} token {t}"
+                        "{format} token {t}"
                     );
                 }
             }

@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{MATMUL_F16, MATMUL_F32};
 
-use super::{check_sizes, WeightFormat};
+use super::{check_sizes, format_kernel, matrix_bytes, WeightFormat};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
 /// Output tile edge, fixed in the shader.
@@ -27,12 +26,8 @@ pub struct Matmul {
 
 impl Matmul {
     pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
-        let kernel = match format {
-            WeightFormat::F32 => MATMUL_F32,
-            WeightFormat::F16 => MATMUL_F16,
-        };
         Ok(Self {
-            pipeline: device.pipeline(kernel, &[])?,
+            pipeline: device.pipeline(format_kernel("matmul", format)?, &[])?,
             format,
         })
     }
@@ -52,7 +47,11 @@ impl Matmul {
         check_sizes(
             self.pipeline.name,
             &[
-                ("w", w, self.format.bytes(m as u64 * k as u64)),
+                (
+                    "w",
+                    w,
+                    matrix_bytes(self.pipeline.name, self.format, m as u64, k as u64)?,
+                ),
                 ("x", x, n as u64 * k as u64 * 4),
                 ("c", c, n as u64 * m as u64 * 4),
             ],
@@ -76,23 +75,20 @@ impl Matmul {
 mod tests {
     use super::*;
     use crate::cpu::ops;
-    use crate::kernels::matvec::tests::weights;
-    use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
+    use crate::kernels::shader_block;
+    use crate::testing::{
+        assert_close, device, finish, random, run, upload, upload_weights, zeros,
+    };
 
     #[test]
-    fn matmul_matches_reference_at_awkward_sizes() {
+    fn matmul_matches_reference_in_every_format() {
         let Some(dev) = device() else { return };
-        for format in [WeightFormat::F32, WeightFormat::F16] {
+        for format in WeightFormat::ALL {
             let kernel = Matmul::new(&dev, format).unwrap();
-            for &(n, m, k) in &[
-                (1, 1, 1),
-                (3, 5, 7),
-                (64, 64, 64),
-                (65, 130, 17),
-                (17, 200, 576),
-                (100, 97, 1000),
-            ] {
-                let (w, wd) = weights(&dev, &random(m * k, 16, 1.0), format);
+            let block = shader_block(format) as usize;
+            for &(n, m, blocks) in &[(1, 1, 1), (3, 5, 3), (65, 130, 2), (17, 70, 9)] {
+                let k = blocks * block;
+                let (w, wd) = upload_weights(&dev, &random(m * k, 16, 1.0), format);
                 let x = random(n * k, 17, 1.0);
                 let (xb, cb) = (upload(&dev, &x), zeros(&dev, n * m));
                 run(&dev, |rec| {
@@ -104,7 +100,7 @@ mod tests {
                 let want = ops::matvec(&wd, &x, m, k);
                 let mag = ops::matvec_magnitude(&wd, &x, m, k);
                 assert_close(
-                    &format!("matmul {format:?} {n}x{m}x{k}"),
+                    &format!("matmul {format} {n}x{m}x{k}"),
                     &cb.download(n * m).unwrap(),
                     &want,
                     |i| 4e-7 * mag[i] * (k as f32).log2().max(1.0) + 1e-7,

@@ -1,11 +1,11 @@
-//! Matrix-vector product for decode: y[b] = W x[b] for a small batch of vectors.
+//! Weight-streaming matrix product: y[t] = W x[t] for a few tokens (decode), or for a whole
+//! prompt chunk on CPU devices (prefill), in any weight format.
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{MATVEC_F16, MATVEC_F32};
 
-use super::{check_sizes, WeightFormat};
+use super::{check_sizes, format_kernel, matrix_bytes, WeightFormat};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 #[repr(C)]
@@ -15,6 +15,7 @@ struct MatvecPush {
     k: u32,
     flags: u32,
     eps: f32,
+    n: u32,
 }
 
 const NORM: u32 = 1;
@@ -32,6 +33,7 @@ pub struct MatvecArgs<'a> {
     pub y: &'a Buffer,
     pub m: u32,
     pub k: u32,
+    /// Tokens: vectors in x and y.
     pub batch: u32,
     /// RMSNorm of x with this gain ([k]) and epsilon before the product.
     pub norm: Option<(&'a Buffer, f32)>,
@@ -58,51 +60,94 @@ impl<'a> MatvecArgs<'a> {
     }
 }
 
-pub struct Matvec {
-    pipeline: Arc<Pipeline>,
-    format: WeightFormat,
+/// How the kernel spreads work over a device (its specialization constants).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// Invocations per workgroup.
+    workgroup: u32,
+    /// Rows per lane (lane per row) or per subgroup (subgroup per row).
+    rows: u32,
+    /// Tokens sharing each unpacked weight block.
+    tokens: u32,
+    /// Lane per row (CPU devices) rather than subgroup per row (GPUs).
+    lane_rows: bool,
+    /// Rows one workgroup covers.
     rows_per_group: u32,
 }
 
+pub struct Matvec {
+    pipeline: Arc<Pipeline>,
+    format: WeightFormat,
+    shape: Shape,
+}
+
 impl Matvec {
-    pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
-        let kernel = match format {
-            WeightFormat::F32 => MATVEC_F32,
-            WeightFormat::F16 => MATVEC_F16,
-        };
+    /// A product for up to `tokens` tokens per pass over the weights (more are done in further
+    /// passes): 1 for decode; on CPU devices a prompt chunk uses 8.
+    pub fn new(device: &Device, format: WeightFormat, tokens: u32) -> Result<Self> {
         let info = device.info();
-        // On a CPU device a workgroup is one SIMD-wide subgroup, so reductions need no barrier
-        // (a barrier switches coroutines there); on GPUs a wider group streams each row with
-        // more loads in flight.
-        let (workgroup, rows) = match info.kind {
-            DeviceKind::Cpu => (info.subgroup.size, 8),
-            _ => (128, 2),
+        let subgroup = info.subgroup.size.max(1);
+        // CPU devices run a workgroup as a loop over SIMD-wide subgroups: one subgroup per
+        // group, one row per lane, so x is shared by all lanes and nothing is reduced. GPUs get
+        // several subgroups per group, each streaming its own rows with coalesced loads.
+        let shape = match info.kind {
+            DeviceKind::Cpu => Shape {
+                workgroup: subgroup,
+                rows: 1,
+                tokens,
+                lane_rows: true,
+                rows_per_group: subgroup,
+            },
+            _ => {
+                let workgroup = (4 * subgroup).min(info.limits.max_workgroup_invocations);
+                let rows = 2;
+                Shape {
+                    workgroup,
+                    rows,
+                    tokens,
+                    lane_rows: false,
+                    rows_per_group: workgroup / subgroup * rows,
+                }
+            }
         };
-        let workgroup = workgroup.min(info.limits.max_workgroup_invocations);
+        let spec = [
+            shape.workgroup,
+            shape.rows,
+            shape.tokens,
+            shape.lane_rows as u32,
+        ];
         Ok(Self {
-            pipeline: device.pipeline(kernel, &[workgroup, rows])?,
+            pipeline: device.pipeline(format_kernel("matvec", format)?, &spec)?,
             format,
-            rows_per_group: rows,
+            shape,
         })
+    }
+
+    pub fn format(&self) -> WeightFormat {
+        self.format
     }
 
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, a: MatvecArgs<'a>) -> Result<()> {
         let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
         let w_rows = if a.gated { 2 * m } else { m };
+        let name = self.pipeline.name;
         let mut needs = vec![
-            ("w", a.w, self.format.bytes(w_rows * k)),
+            ("w", a.w, matrix_bytes(name, self.format, w_rows, k)?),
             ("x", a.x, batch * k * 4),
             ("y", a.y, batch * m * 4),
         ];
         if let Some((g, _)) = a.norm {
             needs.push(("norm gain", g, k * 4));
         }
-        check_sizes(self.pipeline.name, &needs)?;
-        if w_rows * k > u32::MAX as u64 {
+        check_sizes(name, &needs)?;
+        if w_rows * k > u32::MAX as u64 || batch * k > u32::MAX as u64 {
             return Err(VkError::Kernel {
-                kernel: self.pipeline.name,
-                message: format!("{w_rows}x{k} has more than 2^32 elements"),
+                kernel: name,
+                message: format!("{w_rows}x{k} weights or {batch}x{k} inputs exceed 2^32 values"),
             });
+        }
+        if a.m == 0 || a.batch == 0 {
+            return Ok(());
         }
         let mut flags = 0;
         if a.norm.is_some() {
@@ -120,8 +165,13 @@ impl Matvec {
             k: a.k,
             flags,
             eps,
+            n: a.batch,
         };
-        let groups = [a.m.div_ceil(self.rows_per_group), a.batch, 1];
+        let groups = [
+            a.m.div_ceil(self.shape.rows_per_group),
+            a.batch.div_ceil(self.shape.tokens),
+            1,
+        ];
         rec.dispatch(&self.pipeline, &[a.w, a.x, a.y, gain], &push, groups)
     }
 }
@@ -130,118 +180,178 @@ impl Matvec {
 pub(crate) mod tests {
     use super::*;
     use crate::cpu::ops;
-    use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
-    use half::f16;
+    use crate::kernels::shader_block;
+    use crate::testing::{
+        assert_close, device, finish, random, run, upload, upload_weights, zeros,
+    };
 
-    /// Uploads `w` in `format`, returning the buffer and the values the device will see.
-    pub(crate) fn weights(
-        dev: &Arc<Device>,
-        w: &[f32],
-        format: WeightFormat,
-    ) -> (Buffer, Vec<f32>) {
-        match format {
-            WeightFormat::F32 => (upload(dev, w), w.to_vec()),
-            WeightFormat::F16 => {
-                let h: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-                (
-                    Buffer::from_slice(dev, "w", &h).unwrap(),
-                    h.iter().map(|v| v.to_f32()).collect(),
-                )
+    /// Both shapes of the kernel, whatever the device: lane per row and subgroup per row.
+    fn both_shapes(dev: &Device, format: WeightFormat, tokens: u32) -> [Matvec; 2] {
+        let subgroup = dev.info().subgroup.size;
+        let lane = Shape {
+            workgroup: subgroup,
+            rows: 1,
+            tokens,
+            lane_rows: true,
+            rows_per_group: subgroup,
+        };
+        let sub = Shape {
+            workgroup: 2 * subgroup,
+            rows: 2,
+            tokens,
+            lane_rows: false,
+            rows_per_group: 4,
+        };
+        [lane, sub].map(|shape| {
+            let spec = [
+                shape.workgroup,
+                shape.rows,
+                shape.tokens,
+                shape.lane_rows as u32,
+            ];
+            Matvec {
+                pipeline: dev
+                    .pipeline(format_kernel("matvec", format).unwrap(), &spec)
+                    .unwrap(),
+                format,
+                shape,
             }
-        }
+        })
+    }
+
+    /// Tolerance for f32 sums of k products: the factored block sums (d sum q x + m sum x)
+    /// cancel, so the bound scales with the largest weight times sum |x|, not with |y|.
+    fn tolerance(w: &[f32], x: &[f32], k: usize) -> f32 {
+        let wmax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let xsum = x
+            .chunks(k)
+            .map(|r| r.iter().map(|v| v.abs()).sum::<f32>())
+            .fold(0f32, f32::max);
+        2e-6 * 3.0 * wmax * xsum * (k as f32).log2().max(1.0) + 1e-6
     }
 
     #[test]
-    fn matvec_matches_reference_at_awkward_sizes() {
+    fn matvec_matches_reference_in_every_format() {
         let Some(dev) = device() else { return };
-        for format in [WeightFormat::F32, WeightFormat::F16] {
-            let kernel = Matvec::new(&dev, format).unwrap();
-            for &(m, k, batch) in &[
-                (1, 1, 1),
-                (7, 3, 1),
-                (13, 97, 2),
-                (64, 64, 1),
-                (257, 576, 3),
-                (31, 4099, 1),
-                (1536, 576, 1),
-            ] {
-                let (w, wd) = weights(&dev, &random(m * k, 14, 1.0), format);
-                let x = random(batch * k, 15, 1.0);
-                let (xb, yb) = (upload(&dev, &x), zeros(&dev, batch * m));
-                run(&dev, |rec| {
-                    let args = MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32);
-                    kernel.record(rec, args).unwrap()
-                });
-                let want = ops::matvec(&wd, &x, m, k);
-                let mag = ops::matvec_magnitude(&wd, &x, m, k);
-                // f32 accumulation: error grows like eps * sum |w x| (with room for ordering).
-                assert_close(
-                    &format!("matvec {format:?} {m}x{k}x{batch}"),
-                    &yb.download(batch * m).unwrap(),
-                    &want,
-                    |i| 4e-7 * mag[i] * (k as f32).log2().max(1.0) + 1e-7,
-                );
+        for format in WeightFormat::ALL {
+            let block = shader_block(format) as usize;
+            // Every format in the lane-per-row shape; the subgroup-per-row shape reads weights
+            // through the same include, so a few formats cover it.
+            let shapes = if matches!(
+                format,
+                WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H
+            ) {
+                2
+            } else {
+                1
+            };
+            for tokens in [1, 8] {
+                for kernel in both_shapes(&dev, format, tokens).into_iter().take(shapes) {
+                    for &(m, blocks, batch) in &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3)] {
+                        let k = blocks * block;
+                        let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
+                        let x = random(batch * k, 15, 1.0);
+                        let (xb, yb) = (upload(&dev, &x), zeros(&dev, batch * m));
+                        run(&dev, |rec| {
+                            let args =
+                                MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32);
+                            kernel.record(rec, args).unwrap()
+                        });
+                        let want = ops::matvec(&wd, &x, m, k);
+                        let tol = tolerance(&wd, &x, k);
+                        assert_close(
+                            &format!("matvec {format} {:?} {m}x{k}x{batch}", kernel.shape),
+                            &yb.download(batch * m).unwrap(),
+                            &want,
+                            |_| tol,
+                        );
+                    }
+                }
             }
         }
+        finish(&dev);
+    }
+
+    #[test]
+    fn rows_that_are_not_whole_blocks_are_an_error() {
+        let Some(dev) = device() else { return };
+        let kernel = Matvec::new(&dev, WeightFormat::Q4, 1).unwrap();
+        let (w, _) = upload_weights(&dev, &random(64, 1, 1.0), WeightFormat::Q4);
+        let (x, y) = (zeros(&dev, 48), zeros(&dev, 2));
+        let mut rec = crate::vk::Recorder::new(&dev).unwrap();
+        let err = kernel
+            .record(&mut rec, MatvecArgs::plain(&w, &x, &y, 1, 48, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("matvec_q4") && err.contains("48"), "{err}");
+        drop(rec);
         finish(&dev);
     }
 
     #[test]
     fn folded_norm_residual_and_swiglu_match_reference() {
         let Some(dev) = device() else { return };
-        let kernel = Matvec::new(&dev, WeightFormat::F16).unwrap();
-        for &(m, k) in &[(5, 24), (37, 576), (19, 30)] {
-            let (w, wd) = weights(&dev, &random(2 * m * k, 21, 1.0), WeightFormat::F16);
-            let x = random(k, 22, 2.0);
-            let gain = random(k, 23, 1.0);
-            let residual = random(m, 24, 1.0);
-            let (xb, gb) = (upload(&dev, &x), upload(&dev, &gain));
-            let xn = ops::rmsnorm(&x, &gain, k, 1e-5);
-            let mag = ops::matvec_magnitude(&wd, &xn, 2 * m, k);
-            let tol = |i: usize| 1e-6 * (mag[i] + mag[i + m]) * (k as f32).log2() + 1e-5;
-
-            // y = residual + W rmsnorm(x)
-            let yb = upload(&dev, &residual);
-            run(&dev, |rec| {
-                let args = MatvecArgs {
-                    norm: Some((&gb, 1e-5)),
-                    accumulate: true,
-                    ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, 1)
-                };
-                kernel.record(rec, args).unwrap()
-            });
-            let plain = ops::matvec(&wd, &xn, m, k);
-            let want: Vec<f32> = plain.iter().zip(&residual).map(|(a, b)| a + b).collect();
-            assert_close(
-                &format!("norm+accumulate {m}x{k}"),
-                &yb.download(m).unwrap(),
-                &want,
-                tol,
-            );
-
-            // y = silu(W_gate rmsnorm(x)) * (W_up rmsnorm(x))
-            let yb = upload(&dev, &vec![0f32; m]);
-            run(&dev, |rec| {
-                let args = MatvecArgs {
-                    norm: Some((&gb, 1e-5)),
-                    gated: true,
-                    ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, 1)
-                };
-                kernel.record(rec, args).unwrap()
-            });
-            let both = ops::matvec(&wd, &xn, 2 * m, k);
-            let want = ops::swiglu(&both[..m], &both[m..]);
-            // silu(g) * u: the error of g and u scaled by the other factor.
-            let scale: Vec<f32> = (0..m)
-                .map(|i| 1.0 + both[i].abs() + both[m + i].abs())
-                .collect();
-            assert_close(
-                &format!("gated {m}x{k}"),
-                &yb.download(m).unwrap(),
-                &want,
-                |i| tol(i) * scale[i],
-            );
+        for format in [WeightFormat::Q4, WeightFormat::Q3H] {
+            let block = shader_block(format) as usize;
+            for tokens in [1, 8] {
+                for kernel in both_shapes(&dev, format, tokens) {
+                    for &(m, blocks, batch) in &[(5, 1, 1), (37, 9, 3), (19, 2, 10)] {
+                        let k = blocks * block;
+                        check_folded(&dev, &kernel, m, k, batch);
+                    }
+                }
+            }
         }
         finish(&dev);
+    }
+
+    fn check_folded(dev: &Arc<Device>, kernel: &Matvec, m: usize, k: usize, batch: usize) {
+        let what = format!("{} {:?} {m}x{k}x{batch}", kernel.format, kernel.shape);
+        let (w, wd) = upload_weights(dev, &random(2 * m * k, 21, 1.0), kernel.format);
+        let x = random(batch * k, 22, 2.0);
+        let gain = random(k, 23, 1.0);
+        let residual = random(batch * m, 24, 1.0);
+        let (xb, gb) = (upload(dev, &x), upload(dev, &gain));
+        let xn: Vec<f32> = x
+            .chunks(k)
+            .flat_map(|r| ops::rmsnorm(r, &gain, k, 1e-5))
+            .collect();
+        let tol = tolerance(&wd, &xn, k);
+
+        // y = residual + W rmsnorm(x)
+        let yb = upload(dev, &residual);
+        run(dev, |rec| {
+            let args = MatvecArgs {
+                norm: Some((&gb, 1e-5)),
+                accumulate: true,
+                ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32)
+            };
+            kernel.record(rec, args).unwrap()
+        });
+        let plain = ops::matvec(&wd, &xn, m, k);
+        let want: Vec<f32> = plain.iter().zip(&residual).map(|(a, b)| a + b).collect();
+        let got = yb.download(batch * m).unwrap();
+        assert_close(&format!("norm+accumulate {what}"), &got, &want, |_| tol);
+
+        // y = silu(W_gate rmsnorm(x)) * (W_up rmsnorm(x))
+        let yb = zeros(dev, batch * m);
+        run(dev, |rec| {
+            let args = MatvecArgs {
+                norm: Some((&gb, 1e-5)),
+                gated: true,
+                ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32)
+            };
+            kernel.record(rec, args).unwrap()
+        });
+        let both = ops::matvec(&wd, &xn, 2 * m, k);
+        let mut want = Vec::new();
+        let mut scale = Vec::new();
+        for t in both.chunks(2 * m) {
+            want.extend(ops::swiglu(&t[..m], &t[m..]));
+            // silu(g) * u: the error of g and u scaled by the other factor.
+            scale.extend((0..m).map(|i| 1.0 + t[i].abs() + t[m + i].abs()));
+        }
+        let got = yb.download(batch * m).unwrap();
+        assert_close(&format!("gated {what}"), &got, &want, |i| tol * scale[i]);
     }
 }

@@ -4,6 +4,7 @@
 
 mod attention;
 mod bandwidth;
+mod dequant;
 mod elementwise;
 mod embed;
 mod matmul;
@@ -14,6 +15,7 @@ mod softmax;
 
 pub use attention::{AttnDecode, AttnPrefill, AttnShape, RopeKv, RopeSpec};
 pub use bandwidth::ReadBandwidth;
+pub use dequant::Dequant;
 pub use elementwise::{Binary, BinaryOp, Gelu, SwiGlu};
 pub use embed::Embed;
 pub use matmul::Matmul;
@@ -22,29 +24,64 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeShape};
 pub use softmax::Softmax;
 
-use crate::vk::{Buffer, DeviceInfo, DeviceKind, Result, VkError};
+use std::sync::Arc;
 
-/// How a weight matrix is stored on the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WeightFormat {
-    F32,
-    F16,
+use hearth_shaders::Kernel;
+
+use crate::vk::{Buffer, BufferDesc, Device, DeviceInfo, DeviceKind, Result, VkError};
+
+/// How a weight matrix is stored on the device: one of `hearth-quant`'s formats, each with its
+/// own variant of the kernels that read weights.
+pub use hearth_quant::Format as WeightFormat;
+
+/// The `family` kernel (`matvec`, `matmul`, `embed`, `dequant`) compiled for `format`.
+pub(crate) fn format_kernel(family: &'static str, format: WeightFormat) -> Result<Kernel> {
+    let name = format!("{family}_{}", format.name().to_ascii_lowercase());
+    hearth_shaders::by_name(&name).ok_or_else(|| VkError::Kernel {
+        kernel: family,
+        message: format!("no variant for weight format {format}"),
+    })
 }
 
-impl WeightFormat {
-    pub fn bytes(self, elements: u64) -> u64 {
-        match self {
-            Self::F32 => elements * 4,
-            Self::F16 => elements * 2,
-        }
-    }
+/// Values per block as the kernels read them: the format's block, and at least 32 (plain
+/// floats are read in blocks of 32, like the smallest quantized blocks). Rows of a weight
+/// matrix are whole shader blocks.
+pub fn shader_block(format: WeightFormat) -> u64 {
+    format.block_size().max(32) as u64
+}
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::F16 => "f16",
-        }
+/// Bytes of a [rows, k] weight matrix in `format`, or an error naming the kernel when a row is
+/// not whole blocks.
+pub(crate) fn matrix_bytes(
+    kernel: &'static str,
+    format: WeightFormat,
+    rows: u64,
+    k: u64,
+) -> Result<u64> {
+    let block = shader_block(format);
+    if k % block != 0 {
+        return Err(VkError::Kernel {
+            kernel,
+            message: format!("rows of {k} values are not whole {block}-value {format} blocks"),
+        });
     }
+    Ok(rows * (k / format.block_size() as u64) * format.block_bytes() as u64)
+}
+
+/// Bytes a weight buffer carries past its data. Kernels read whole 16-byte words around a
+/// block, and blocks of some formats (Q8: 34 bytes) straddle words, so the last block may read
+/// a little past its end.
+pub const WEIGHT_PADDING: u64 = 16;
+
+/// Uploads packed weights in a device-local buffer with [`WEIGHT_PADDING`].
+pub fn weight_buffer(device: &Arc<Device>, name: &str, bytes: &[u8]) -> Result<Buffer> {
+    let buffer = Buffer::new(
+        device,
+        BufferDesc::device_local(name, bytes.len() as u64 + WEIGHT_PADDING),
+    )?;
+    buffer.upload(0, bytes)?;
+    buffer.upload(bytes.len() as u64, &[0u8; WEIGHT_PADDING as usize])?;
+    Ok(buffer)
 }
 
 /// Invocations per workgroup for kernels that reduce a row or stream elements. CPU devices

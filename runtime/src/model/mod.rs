@@ -3,12 +3,14 @@
 //! Vulkan executor in `model::vulkan`).
 
 mod config;
+mod matrix;
 mod vulkan;
 mod weights;
 
 pub use config::{ModelConfig, Rope};
+pub use matrix::Matrix;
 pub use vulkan::{VkModel, VkModelOptions};
-pub use weights::{LayerWeights, LoadProgress, Precision, ProgressFn, WeightReader};
+pub use weights::{LayerWeights, LoadProgress, ProgressFn, WeightReader};
 
 use crate::error::Result;
 

@@ -2,26 +2,28 @@
 //! single command buffer and submission (embedding to logits, no CPU round trip between
 //! kernels).
 //!
-//! Decode (up to a few tokens) runs matrix-vector kernels with the block's RMSNorm, residual
-//! adds and SwiGLU folded into them: six dispatches per layer. Prefill (more tokens) runs tiled
-//! matrix-matrix kernels and flash-style attention, in chunks of at most `chunk` tokens.
+//! Weights stay packed in their formats (each matrix may have its own), and every product
+//! runs the kernel variant for its matrix's format. Decode (up to a few tokens) runs the
+//! weight-streaming matvec kernel with the block's RMSNorm, residual adds and SwiGLU folded
+//! into it: six dispatches per layer. Prefill (more tokens) uses flash-style attention and, on
+//! GPUs, tiled matrix-matrix kernels; CPU devices keep the matvec kernel for prefill too, with
+//! several tokens sharing each pass over the weights, in chunks of at most `chunk` tokens.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use half::f16;
 use hearth_models::{GgufFile, ResolvedModel};
 
-use super::{Backend, LayerWeights, Logits, ModelConfig, Precision, ProgressFn, WeightReader};
+use super::{Backend, Logits, Matrix, ModelConfig, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::Result;
 use crate::kernels::{
-    AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm, RopeKv,
-    RopeSpec, SwiGlu, WeightFormat,
+    weight_buffer, AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm,
+    RopeKv, RopeSpec, SwiGlu, WeightFormat,
 };
 use crate::kv::{KvCache, KvShape};
-use crate::vk::{Buffer, BufferDesc, Device, Recorder};
+use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Recorder};
 
 /// Most tokens a step runs through the decode (matrix-vector) path.
 const DECODE_MAX_TOKENS: usize = 8;
@@ -46,25 +48,97 @@ impl Default for VkModelOptions {
     }
 }
 
-/// One block's weights on the device; matrices in f16, norm gains in f32.
+/// Tokens that share one pass over the weights in the matvec kernel when a step has more
+/// than one.
+const MATVEC_TOKENS: u32 = 8;
+
+/// A packed weight matrix on the device.
+struct DeviceMatrix {
+    buffer: Buffer,
+    format: WeightFormat,
+}
+
+/// One block's weights on the device; matrices packed, norm gains in f32.
 struct DeviceLayer {
     attn_norm: Buffer,
-    wqkv: Buffer,
-    wo: Buffer,
+    wqkv: DeviceMatrix,
+    wo: DeviceMatrix,
     ffn_norm: Buffer,
-    w_gate_up: Buffer,
-    w_down: Buffer,
+    w_gate_up: DeviceMatrix,
+    w_down: DeviceMatrix,
+}
+
+/// The kernels that read weights, for one format.
+struct FormatKernels {
+    embed: Embed,
+    /// One token per pass (decode).
+    matvec: Matvec,
+    /// MATVEC_TOKENS tokens per pass.
+    matvec_tokens: Matvec,
+    matmul: Matmul,
+}
+
+impl FormatKernels {
+    fn new(device: &Device, format: WeightFormat) -> Result<Self> {
+        Ok(Self {
+            embed: Embed::new(device, format)?,
+            matvec: Matvec::new(device, format, 1)?,
+            matvec_tokens: Matvec::new(device, format, MATVEC_TOKENS)?,
+            matmul: Matmul::new(device, format)?,
+        })
+    }
 }
 
 struct Kernels {
-    embed: Embed,
-    matvec: Matvec,
-    matmul: Matmul,
+    formats: HashMap<WeightFormat, FormatKernels>,
+    /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
+    matvec_prefill: bool,
     rmsnorm: RmsNorm,
     swiglu: SwiGlu,
     rope_kv: RopeKv,
     attn_decode: AttnDecode,
     attn_prefill: AttnPrefill,
+}
+
+impl Kernels {
+    fn of(&self, format: WeightFormat) -> &FormatKernels {
+        // Every matrix's format got its kernels when the matrix was uploaded.
+        &self.formats[&format]
+    }
+
+    /// A weight-streaming product with `w` in its format: one token per pass for a single
+    /// token, MATVEC_TOKENS otherwise.
+    fn matvec<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &DeviceMatrix,
+        args: MatvecArgs<'a>,
+    ) -> Result<()> {
+        let f = self.of(w.format);
+        let kernel = if args.batch == 1 {
+            &f.matvec
+        } else {
+            &f.matvec_tokens
+        };
+        Ok(kernel.record(rec, args)?)
+    }
+
+    /// C [n, m] (+)= X [n, k] W^T through the tiled matmul for `w`'s format.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &'a DeviceMatrix,
+        x: &'a Buffer,
+        c: &'a Buffer,
+        n: u32,
+        m: u32,
+        k: u32,
+        accumulate: bool,
+    ) -> Result<()> {
+        let kernel = &self.of(w.format).matmul;
+        Ok(kernel.record(rec, &w.buffer, x, c, n, m, k, accumulate)?)
+    }
 }
 
 /// Activations for one chunk of `chunk` tokens.
@@ -93,10 +167,10 @@ pub struct VkModel {
     device: Arc<Device>,
     config: ModelConfig,
     /// [n_vocab, n_embd]
-    token_embd: Buffer,
+    token_embd: DeviceMatrix,
     output_norm: Buffer,
     /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
-    output: Option<Buffer>,
+    output: Option<DeviceMatrix>,
     layers: Vec<DeviceLayer>,
     kv: KvCache,
     /// [n_ctx, rot_dim / 2] (cos, sin)
@@ -129,28 +203,34 @@ impl VkModel {
             .min((max_range / (c.n_vocab as u64 * 4)).max(1) as usize)
             .max(1);
 
-        let mut reader = WeightReader::new(file, model, c, Precision::F16, progress);
+        let mut reader = WeightReader::new(file, model, c, progress);
         let mut weight_bytes = 0;
-        let mut upload_f16 = |name: &str, w: Vec<f32>| -> Result<Buffer> {
-            let h: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-            weight_bytes += h.len() as u64 * 2;
-            Ok(Buffer::from_slice(device, name, &h)?)
+        let mut formats = HashMap::new();
+        let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
+            weight_bytes += w.data.len() as u64;
+            if !formats.contains_key(&w.format) {
+                formats.insert(w.format, FormatKernels::new(device, w.format)?);
+            }
+            Ok(DeviceMatrix {
+                buffer: weight_buffer(device, name, &w.data)?,
+                format: w.format,
+            })
         };
-        let token_embd = upload_f16("token_embd", reader.token_embd()?)?;
+        let token_embd = upload("token_embd", reader.token_embd()?)?;
         let output = match reader.output()? {
-            Some(w) => Some(upload_f16("output", w)?),
+            Some(w) => Some(upload("output", w)?),
             None => None,
         };
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
-            let w: LayerWeights = reader.layer(l)?;
+            let w = reader.layer(l)?;
             layers.push(DeviceLayer {
                 attn_norm: Buffer::from_slice(device, &format!("blk.{l}.attn_norm"), &w.attn_norm)?,
-                wqkv: upload_f16(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
-                wo: upload_f16(&format!("blk.{l}.attn_output"), w.wo)?,
+                wqkv: upload(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
+                wo: upload(&format!("blk.{l}.attn_output"), w.wo)?,
                 ffn_norm: Buffer::from_slice(device, &format!("blk.{l}.ffn_norm"), &w.ffn_norm)?,
-                w_gate_up: upload_f16(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
-                w_down: upload_f16(&format!("blk.{l}.ffn_down"), w.w_down)?,
+                w_gate_up: upload(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
+                w_down: upload(&format!("blk.{l}.ffn_down"), w.w_down)?,
             });
         }
         let output_norm = Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
@@ -171,11 +251,9 @@ impl VkModel {
         };
         let rope_table = Buffer::from_slice(device, "rope table", &table)?;
 
-        let format = WeightFormat::F16;
         let kernels = Kernels {
-            embed: Embed::new(device, format)?,
-            matvec: Matvec::new(device, format)?,
-            matmul: Matmul::new(device, format)?,
+            formats,
+            matvec_prefill: device.info().kind == DeviceKind::Cpu,
             rmsnorm: RmsNorm::new(device)?,
             swiglu: SwiGlu::new(device)?,
             rope_kv: RopeKv::new(device)?,
@@ -258,66 +336,74 @@ impl VkModel {
         let eps = c.norm_eps;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
 
-        // A few tokens run as decode: matrix-vector kernels read the weights once per token,
-        // which for up to DECODE_MAX_TOKENS costs less than the matmul's 64-token tiles.
+        // A few tokens run as decode: attention per query token, and weight-streaming
+        // products. Longer chunks run flash-style attention and, on GPUs, tiled matmuls.
         let decode = n <= DECODE_MAX_TOKENS;
+        let streaming = decode || k.matvec_prefill;
+        let t = n as u32;
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
             Recorder::new(&self.device)?
         };
-        k.embed
-            .record(&mut rec, &self.token_embd, &s.ids, &s.x, n as u32, vocab, e)?;
+        let ek = k.of(self.token_embd.format);
+        ek.embed
+            .record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
-            if decode {
-                let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, n as u32);
-                k.matvec.record(
+            if streaming {
+                let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
+                k.matvec(
                     &mut rec,
+                    &w.wqkv,
                     MatvecArgs {
                         norm: Some((&w.attn_norm, eps)),
-                        ..mv(&w.wqkv, &s.x, &s.qkv, qkv_dim, e)
+                        ..mv(&w.wqkv.buffer, &s.x, &s.qkv, qkv_dim, e)
                     },
                 )?;
                 k.rope_kv
                     .record(&mut rec, &s.qkv, &self.rope_table, kv, shape, rope)?;
-                k.attn_decode.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
-                k.matvec.record(
+                if decode {
+                    k.attn_decode.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
+                } else {
+                    k.attn_prefill.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
+                }
+                k.matvec(
                     &mut rec,
+                    &w.wo,
                     MatvecArgs {
                         accumulate: true,
-                        ..mv(&w.wo, &s.att, &s.x, e, attn_dim)
+                        ..mv(&w.wo.buffer, &s.att, &s.x, e, attn_dim)
                     },
                 )?;
-                k.matvec.record(
+                k.matvec(
                     &mut rec,
+                    &w.w_gate_up,
                     MatvecArgs {
                         norm: Some((&w.ffn_norm, eps)),
                         gated: true,
-                        ..mv(&w.w_gate_up, &s.x, &s.hidden, n_ff, e)
+                        ..mv(&w.w_gate_up.buffer, &s.x, &s.hidden, n_ff, e)
                     },
                 )?;
-                k.matvec.record(
+                k.matvec(
                     &mut rec,
+                    &w.w_down,
                     MatvecArgs {
                         accumulate: true,
-                        ..mv(&w.w_down, &s.hidden, &s.x, e, n_ff)
+                        ..mv(&w.w_down.buffer, &s.hidden, &s.x, e, n_ff)
                     },
                 )?;
             } else {
-                let t = n as u32;
                 k.rmsnorm
                     .record(&mut rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
-                k.matmul
-                    .record(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
+                k.matmul(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
                 k.rope_kv
                     .record(&mut rec, &s.qkv, &self.rope_table, kv, shape, rope)?;
                 k.attn_prefill.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
-                k.matmul
-                    .record(&mut rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)?;
+                k.matmul(&mut rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)?;
                 k.rmsnorm
                     .record(&mut rec, &s.x, &w.ffn_norm, &s.xn, t, e, eps)?;
-                k.matmul.record(
+                k.matmul(
                     &mut rec,
                     &w.w_gate_up,
                     &s.xn,
@@ -329,8 +415,7 @@ impl VkModel {
                 )?;
                 k.swiglu
                     .record_fused(&mut rec, &s.gate_up, &s.hidden, t, n_ff)?;
-                k.matmul
-                    .record(&mut rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)?;
+                k.matmul(&mut rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)?;
             }
         }
         let out_rows = match rows {
@@ -343,31 +428,31 @@ impl VkModel {
                     rec.copy(&s.x, (n as u64 - 1) * row_bytes, &s.last, 0, row_bytes)?;
                     &s.last
                 };
-                k.matvec.record(
+                k.matvec(
                     &mut rec,
+                    head,
                     MatvecArgs {
                         norm: Some((&self.output_norm, eps)),
-                        ..MatvecArgs::plain(head, x, &s.logits, vocab, e, 1)
+                        ..MatvecArgs::plain(&head.buffer, x, &s.logits, vocab, e, 1)
                     },
                 )?;
                 1
             }
-            Some(Logits::All) if decode => {
-                k.matvec.record(
+            Some(Logits::All) if streaming => {
+                k.matvec(
                     &mut rec,
+                    head,
                     MatvecArgs {
                         norm: Some((&self.output_norm, eps)),
-                        ..MatvecArgs::plain(head, &s.x, &s.logits, vocab, e, n as u32)
+                        ..MatvecArgs::plain(&head.buffer, &s.x, &s.logits, vocab, e, t)
                     },
                 )?;
                 n
             }
             Some(Logits::All) => {
-                let t = n as u32;
                 k.rmsnorm
                     .record(&mut rec, &s.x, &self.output_norm, &s.xn, t, e, eps)?;
-                k.matmul
-                    .record(&mut rec, head, &s.xn, &s.logits, t, vocab, e, false)?;
+                k.matmul(&mut rec, head, &s.xn, &s.logits, t, vocab, e, false)?;
                 n
             }
         };

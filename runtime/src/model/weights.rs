@@ -1,25 +1,16 @@
-//! Reading weights out of a model file into f32 host memory, in the layout the executors use:
-//! q/k/v fused into one [qkv_dim, n_embd] matrix and gate/up into one [2 n_ff, n_embd] matrix,
-//! so each becomes a single projection. Quantized tensors are dequantized with `hearth-quant`.
-//!
-//! `Precision` rounds every weight to what the device stores, so the CPU reference computes
-//! with exactly the values the Vulkan kernels see.
+//! Reading weights out of a model file in the layout the executors use: q/k/v fused into one
+//! [qkv_dim, n_embd] matrix and gate/up into one [2 n_ff, n_embd] matrix, so each becomes a
+//! single projection. Matrices stay packed in their `hearth-quant` format ([`Matrix`]); norm
+//! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
+//! computes with exactly the values the Vulkan kernels see.
 
-use half::f16;
 use hearth_models::spec::{LayerTensors, QkvTensors};
 use hearth_models::{GgufFile, ResolvedModel};
+use hearth_quant::{BlockType, Format};
 
 use super::config::ModelConfig;
+use super::matrix::{fitting_format, import_format, Matrix};
 use crate::error::{Error, Result};
-
-/// The precision weights carry after loading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    /// The dequantized values as they are.
-    F32,
-    /// Rounded to IEEE half (what f16 device buffers hold).
-    F16,
-}
 
 /// Where loading stands, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -39,15 +30,15 @@ pub struct LayerWeights {
     /// [n_embd]
     pub attn_norm: Vec<f32>,
     /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows.
-    pub wqkv: Vec<f32>,
+    pub wqkv: Matrix,
     /// [n_embd, n_head * head_dim]
-    pub wo: Vec<f32>,
+    pub wo: Matrix,
     /// [n_embd]
     pub ffn_norm: Vec<f32>,
     /// [2 n_ff, n_embd]: gate rows, then up rows.
-    pub w_gate_up: Vec<f32>,
+    pub w_gate_up: Matrix,
     /// [n_embd, n_ff]
-    pub w_down: Vec<f32>,
+    pub w_down: Matrix,
 }
 
 /// Reads tensors of one file, tracking progress.
@@ -55,7 +46,6 @@ pub struct WeightReader<'a> {
     file: &'a GgufFile,
     model: &'a ResolvedModel,
     config: &'a ModelConfig,
-    precision: Precision,
     done: u64,
     total: u64,
     progress: &'a mut ProgressFn<'a>,
@@ -66,7 +56,6 @@ impl<'a> WeightReader<'a> {
         file: &'a GgufFile,
         model: &'a ResolvedModel,
         config: &'a ModelConfig,
-        precision: Precision,
         progress: &'a mut ProgressFn<'a>,
     ) -> Self {
         let t = &model.tensors;
@@ -86,27 +75,33 @@ impl<'a> WeightReader<'a> {
             file,
             model,
             config,
-            precision,
             done: 0,
             total,
             progress,
         }
     }
 
-    /// A tensor of `rows` x `cols` values, as f32 in the reader's precision.
-    pub fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
-        let fail = |reason: String| Error::Tensor {
+    fn fail(&self, name: &str, reason: String) -> Error {
+        Error::Tensor {
             path: self.file.path().to_path_buf(),
             tensor: name.to_string(),
             reason,
-        };
-        let view = self.file.tensor_view(name)?;
+        }
+    }
+
+    /// The tensor's bytes and type after checking its shape, with progress reported.
+    fn view(&mut self, name: &str, rows: usize, cols: usize) -> Result<(u32, &'a [u8])> {
+        let file = self.file;
+        let view = file.tensor_view(name)?;
         let n = view.info.n_elements();
         if n != (rows * cols) as u64 || view.info.shape.first() != Some(&(cols as u64)) {
-            return Err(fail(format!(
-                "shape {:?} where the model needs [{cols}, {rows}]",
-                view.info.shape
-            )));
+            return Err(self.fail(
+                name,
+                format!(
+                    "shape {:?} where the model needs [{cols}, {rows}]",
+                    view.info.shape
+                ),
+            ));
         }
         if !(self.progress)(LoadProgress {
             tensor: name,
@@ -115,37 +110,68 @@ impl<'a> WeightReader<'a> {
         }) {
             return Err(Error::Cancelled);
         }
-        let mut out = vec![0f32; rows * cols];
-        dequantize_parallel(view.info.ggml_type.id(), view.data, &mut out, cols)
-            .map_err(|e| fail(e.to_string()))?;
-        if self.precision == Precision::F16 {
-            for v in &mut out {
-                *v = f16::from_f32(*v).to_f32();
-            }
-        }
         self.done += view.info.n_bytes;
+        Ok((view.info.ggml_type.id(), view.data))
+    }
+
+    /// A tensor of `rows` x `cols` values as f32 (norm gains and other small vectors).
+    pub fn vector(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        let (id, data) = self.view(name, rows, cols)?;
+        let mut out = vec![0f32; rows * cols];
+        dequantize_any(id, data, &mut out).map_err(|e| self.fail(name, e.to_string()))?;
         Ok(out)
     }
 
-    pub fn token_embd(&mut self) -> Result<Vec<f32>> {
+    /// A [rows, cols] weight matrix, packed as the device will hold it: as stored when the
+    /// file's type is a Hearth format whose blocks fit the rows, else converted once.
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let (id, data) = self.view(name, rows, cols)?;
+        let stored = Format::from_gguf_id(id);
+        let preferred = match (stored, BlockType::from_ggml_id(id)) {
+            (Some(f), _) => f,
+            (None, Some(ty)) => import_format(ty),
+            (None, None) => {
+                return Err(self.fail(name, format!("tensor type id {id} cannot be loaded")))
+            }
+        };
+        let Some(format) = fitting_format(preferred, cols) else {
+            return Err(self.fail(
+                name,
+                format!("rows of {cols} values: the kernels need a multiple of 32"),
+            ));
+        };
+        if stored == Some(format) {
+            return Ok(Matrix {
+                format,
+                rows,
+                cols,
+                data: data.to_vec(),
+            });
+        }
+        let mut values = vec![0f32; rows * cols];
+        dequantize_any(id, data, &mut values).map_err(|e| self.fail(name, e.to_string()))?;
+        Matrix::quantize(format, rows, cols, &values).map_err(|e| self.fail(name, e.to_string()))
+    }
+
+    pub fn token_embd(&mut self) -> Result<Matrix> {
         // Copying the `&'a` references out of `self` lets tensor names borrow from the model
         // while `self` is borrowed mutably.
         let (c, t) = (self.config, &self.model.tensors);
-        self.tensor(&t.token_embd, c.n_vocab, c.n_embd)
+        self.matrix(&t.token_embd, c.n_vocab, c.n_embd)
     }
 
     pub fn output_norm(&mut self) -> Result<Vec<f32>> {
         let (c, t) = (self.config, &self.model.tensors);
-        self.tensor(&t.output_norm.weight, 1, c.n_embd)
+        self.vector(&t.output_norm.weight, 1, c.n_embd)
     }
 
     /// The output head, or `None` when it is the token embedding (tied).
-    pub fn output(&mut self) -> Result<Option<Vec<f32>>> {
+    pub fn output(&mut self) -> Result<Option<Matrix>> {
         let (c, t) = (self.config, &self.model.tensors);
         if t.tied_embeddings {
             return Ok(None);
         }
-        self.tensor(&t.output, c.n_vocab, c.n_embd).map(Some)
+        self.matrix(&t.output, c.n_vocab, c.n_embd).map(Some)
     }
 
     pub fn layer(&mut self, layer: usize) -> Result<LayerWeights> {
@@ -154,12 +180,14 @@ impl<'a> WeightReader<'a> {
         let (e, kv) = (c.n_embd, c.n_head_kv * c.head_dim);
         let wqkv = match &t.qkv {
             QkvTensors::Separate { q, k, v } => {
-                let mut w = self.tensor(&q.weight, c.attn_dim(), e)?;
-                w.extend(self.tensor(&k.weight, kv, e)?);
-                w.extend(self.tensor(&v.weight, kv, e)?);
-                w
+                let parts = vec![
+                    self.matrix(&q.weight, c.attn_dim(), e)?,
+                    self.matrix(&k.weight, kv, e)?,
+                    self.matrix(&v.weight, kv, e)?,
+                ];
+                self.fuse(&q.weight, parts)?
             }
-            QkvTensors::Fused(qkv) => self.tensor(&qkv.weight, c.qkv_dim(), e)?,
+            QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?,
         };
         let Some(gate) = &t.ffn_gate else {
             return Err(Error::Unsupported {
@@ -167,16 +195,24 @@ impl<'a> WeightReader<'a> {
                 what: format!("layer {layer} without a gate projection"),
             });
         };
-        let mut w_gate_up = self.tensor(&gate.weight, c.n_ff, e)?;
-        w_gate_up.extend(self.tensor(&t.ffn_up.weight, c.n_ff, e)?);
+        let parts = vec![
+            self.matrix(&gate.weight, c.n_ff, e)?,
+            self.matrix(&t.ffn_up.weight, c.n_ff, e)?,
+        ];
+        let w_gate_up = self.fuse(&gate.weight, parts)?;
         Ok(LayerWeights {
-            attn_norm: self.tensor(&t.attn_norm.weight, 1, e)?,
+            attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
             wqkv,
-            wo: self.tensor(&t.attn_output.weight, e, c.attn_dim())?,
-            ffn_norm: self.tensor(&t.ffn_norm.weight, 1, e)?,
+            wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?,
+            ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             w_gate_up,
-            w_down: self.tensor(&t.ffn_down.weight, e, c.n_ff)?,
+            w_down: self.matrix(&t.ffn_down.weight, e, c.n_ff)?,
         })
+    }
+
+    /// Rows of `parts` as one matrix; errors name the first part's tensor.
+    fn fuse(&self, first: &str, parts: Vec<Matrix>) -> Result<Matrix> {
+        Matrix::concat_rows(parts).map_err(|e| self.fail(first, e.to_string()))
     }
 
     /// Reports the end of loading.
@@ -212,27 +248,10 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
     names
 }
 
-/// Dequantizes row by row on every core: rows are independent and whole blocks.
-fn dequantize_parallel(
-    type_id: u32,
-    data: &[u8],
-    out: &mut [f32],
-    cols: usize,
-) -> std::result::Result<(), hearth_quant::Error> {
-    let rows = out.len() / cols.max(1);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if rows < 64 || threads == 1 || data.len() % rows != 0 {
-        return hearth_quant::dequantize_ggml(type_id, data, out);
+/// Dequantizes a tensor of any type the file may hold: a Hearth format or a GGUF type.
+fn dequantize_any(id: u32, data: &[u8], out: &mut [f32]) -> hearth_quant::Result<()> {
+    match Format::from_gguf_id(id) {
+        Some(format) => format.dequantize(data, out),
+        None => hearth_quant::dequantize_ggml(id, data, out),
     }
-    let row_bytes = data.len() / rows;
-    let rows_per = rows.div_ceil(threads);
-    std::thread::scope(|s| {
-        let jobs: Vec<_> = out
-            .chunks_mut(rows_per * cols)
-            .zip(data.chunks(rows_per * row_bytes))
-            .map(|(o, d)| s.spawn(move || hearth_quant::dequantize_ggml(type_id, d, o)))
-            .collect();
-        jobs.into_iter()
-            .try_for_each(|j| j.join().expect("dequantization thread panicked"))
-    })
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use half::f16;
-use hearth_runtime::kernels::{Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat};
+use hearth_runtime::kernels::{
+    weight_buffer, Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat,
+};
 use hearth_runtime::vk::{Buffer, Completed, Device, Recorder};
 use serde::Serialize;
 
@@ -80,29 +81,29 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
     if wanted("read_bandwidth") {
         rows.push(device_read_bandwidth(&device, &name, reps)?);
     }
-    for format in [WeightFormat::F32, WeightFormat::F16] {
-        if !wanted(&format!("matvec_{}", format.name())) {
+    for format in WeightFormat::ALL {
+        if !wanted(&kernel_name("matvec", format)) {
             continue;
         }
-        let kernel = Matvec::new(&device, format)?;
+        let kernel = Matvec::new(&device, format, 1)?;
         for &(m, k) in MATVEC_SHAPES {
             if !fits(
                 &device,
-                format.bytes(m as u64 * k as u64),
+                matrix_bytes(format, m, k),
                 &format!("matvec {m}x{k}"),
             ) {
                 continue;
             }
-            let w = weights(&device, format, m as usize * k as usize)?;
+            let w = weights(&device, format, m as usize, k as usize)?;
             let x = Buffer::from_slice(&device, "x", &vec![0.5f32; k as usize])?;
             let y = Buffer::from_slice(&device, "y", &vec![0f32; m as usize])?;
             let seconds = median_seconds(&device, reps, |rec| {
                 kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
             })?;
-            let bytes = format.bytes(m as u64 * k as u64) + k as u64 * 4;
+            let bytes = matrix_bytes(format, m, k) + k as u64 * 4;
             let flops = 2 * m as u64 * k as u64;
             rows.push(Row::new(
-                &format!("matvec_{}", format.name()),
+                &kernel_name("matvec", format),
                 format!("{m}x{k}"),
                 &name,
                 bytes,
@@ -111,8 +112,8 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             ));
         }
     }
-    for format in [WeightFormat::F32, WeightFormat::F16] {
-        if !wanted(&format!("matmul_{}", format.name())) {
+    for format in WeightFormat::ALL {
+        if !wanted(&kernel_name("matmul", format)) {
             continue;
         }
         let kernel = Matmul::new(&device, format)?;
@@ -120,23 +121,21 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             let n = args.tokens;
             if !fits(
                 &device,
-                format
-                    .bytes(m as u64 * k as u64)
-                    .max(n as u64 * k as u64 * 4),
+                matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4),
                 &format!("matmul {n}x{m}x{k}"),
             ) {
                 continue;
             }
-            let w = weights(&device, format, m as usize * k as usize)?;
+            let w = weights(&device, format, m as usize, k as usize)?;
             let x = Buffer::from_slice(&device, "x", &vec![0.5f32; n as usize * k as usize])?;
             let c = Buffer::from_slice(&device, "c", &vec![0f32; n as usize * m as usize])?;
             let seconds = median_seconds(&device, reps, |rec| {
                 kernel.record(rec, &w, &x, &c, n, m, k, false)
             })?;
-            let bytes = format.bytes(m as u64 * k as u64) + n as u64 * k as u64 * 4;
+            let bytes = matrix_bytes(format, m, k) + n as u64 * k as u64 * 4;
             let flops = 2 * n as u64 * m as u64 * k as u64;
             rows.push(Row::new(
-                &format!("matmul_{}", format.name()),
+                &kernel_name("matmul", format),
                 format!("{n}x{m}x{k}"),
                 &name,
                 bytes,
@@ -180,19 +179,25 @@ fn fits(device: &Device, bytes: u64, what: &str) -> bool {
     bytes <= limit
 }
 
-/// A weight matrix of `elements` in `format`; values are irrelevant to speed.
-fn weights(device: &Arc<Device>, format: WeightFormat, elements: usize) -> Result<Buffer> {
-    let value = |i: usize| ((i * 2_654_435_761) % 1000) as f32 / 1000.0 - 0.5;
-    Ok(match format {
-        WeightFormat::F32 => {
-            let w: Vec<f32> = (0..elements).map(value).collect();
-            Buffer::from_slice(device, "weights", &w)?
-        }
-        WeightFormat::F16 => {
-            let w: Vec<f16> = (0..elements).map(|i| f16::from_f32(value(i))).collect();
-            Buffer::from_slice(device, "weights", &w)?
-        }
-    })
+/// `matvec_q4`: a kernel family's variant for `format`.
+fn kernel_name(family: &str, format: WeightFormat) -> String {
+    format!("{family}_{}", format.name().to_ascii_lowercase())
+}
+
+/// Bytes of an [m, k] matrix in `format`.
+fn matrix_bytes(format: WeightFormat, m: u32, k: u32) -> u64 {
+    m as u64 * format.bytes_for(k as usize).unwrap_or(0) as u64
+}
+
+/// An [m, k] weight matrix in `format`: one quantized row of varied values, repeated (values
+/// are irrelevant to speed, as long as they are ordinary numbers).
+fn weights(device: &Arc<Device>, format: WeightFormat, m: usize, k: usize) -> Result<Buffer> {
+    let row: Vec<f32> = (0..k)
+        .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let mut packed = vec![0u8; format.bytes_for(k).unwrap_or(0)];
+    format.quantize(&row, &mut packed)?;
+    Ok(weight_buffer(device, "weights", &packed.repeat(m))?)
 }
 
 /// Runs `record` once to warm up, then `reps` times in one submission; the median GPU time of

@@ -1,19 +1,29 @@
-// IEEE half weights, eight per 16-byte load (little-endian: element 2j in the low half of
-// word j). Read as uvec4 so no 16-bit storage feature is needed and consecutive invocations
-// read consecutive 16 bytes, which every device (lavapipe included) turns into wide loads.
-// The including kernel defines W_BINDING.
-layout(binding = W_BINDING) readonly buffer Weights { uvec4 w_vec[]; };
+// F16: IEEE halves, two per word (element 2i in the low half of word i), blocks of 32.
+// Interface: see f32.glsl. Mirrors quant/src/formats/f16.rs.
+layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
 
-// Weights per `weight_load`.
-const uint W_VEC = 8;
+const uint QK = 32;
+const bool HAS_BASE = false;
+#define BLOCK_WORDS 16
+#define Block uint[BLOCK_WORDS]
 
-float weight_at(uint i) {
-    return unpackHalf2x16(w_vec[i >> 3][(i >> 1) & 3])[i & 1];
+void block_load(uint b, out Block blk) {
+    for (uint i = 0; i < 4; ++i) {
+        uvec4 v = w[4 * b + i];
+        blk[4 * i] = v.x;
+        blk[4 * i + 1] = v.y;
+        blk[4 * i + 2] = v.z;
+        blk[4 * i + 3] = v.w;
+    }
 }
 
-// Weights [W_VEC * load, W_VEC * (load + 1)).
-void weight_load(uint load, out vec4 lo, out vec4 hi) {
-    uvec4 v = w_vec[load];
-    lo = vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
-    hi = vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
+vec2 block_dm(Block blk) {
+    return vec2(1.0, 0.0);
 }
+
+void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
+    lo = vec4(unpackHalf2x16(blk[4 * j]), unpackHalf2x16(blk[4 * j + 1]));
+    hi = vec4(unpackHalf2x16(blk[4 * j + 2]), unpackHalf2x16(blk[4 * j + 3]));
+}
+
+#include "quant/block.glsl"

@@ -1,0 +1,23 @@
+// The memory-level half of every format's interface (see f32.glsl), built on its
+// register-level half so each layout is written once. Included at the end of each format.
+#include "quant/unpack.glsl"
+
+void levels8(uint b, uint j, out vec4 lo, out vec4 hi) {
+    Block blk;
+    block_load(b, blk);
+    block_levels8(blk, j, lo, hi);
+}
+
+void dequant8(uint b, uint j, out vec4 lo, out vec4 hi) {
+    Block blk;
+    block_load(b, blk);
+    vec4 qlo;
+    vec4 qhi;
+    block_levels8(blk, j, qlo, qhi);
+    vec2 dm = block_dm(blk);
+    if (HAS_BASE) {
+        dequant_dm(dm, qlo, qhi, lo, hi);
+    } else {
+        dequant_d(dm.x, qlo, qhi, lo, hi);
+    }
+}

@@ -1,0 +1,48 @@
+// Q8: blocks of 32 values in 34 bytes: d as f16, then 32 signed bytes; value = q * d
+// (GGUF Q8_0). Blocks are only 2-byte aligned: a block is loaded as the 9 words that cover
+// it, and word 9 of `Block` records whether it starts halfway into the first (then every
+// field is shifted down 16 bits).
+// Interface: see f32.glsl. Mirrors quant/src/formats/q8.rs.
+#include "quant/unpack.glsl"
+layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
+
+const uint QK = 32;
+const bool HAS_BASE = false;
+#define BLOCK_WORDS 10
+#define Block uint[BLOCK_WORDS]
+
+void block_load(uint b, out Block blk) {
+    uint byte = 34 * b;
+    uint at = byte >> 2;
+    for (uint i = 0; i < 9; ++i) {
+        blk[i] = w[at + i];
+    }
+    blk[9] = byte & 2u;
+}
+
+// Word i of the block's own bytes (byte 4i onwards).
+uint block_word(Block blk, uint i) {
+    return blk[9] == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
+}
+
+vec2 block_dm(Block blk) {
+    return vec2(unpackHalf2x16(block_word(blk, 0)).x, 0.0);
+}
+
+// The signed bytes of a word, as floats.
+vec4 signed_bytes(uint v) {
+    ivec4 s = ivec4(uvec4(v << 24, v << 16, v << 8, v)) >> 24;
+    return vec4(s);
+}
+
+// Chunk j is bytes 2 + 8j .. +8 of the block: the high half of word 2j, word 2j + 1 and the
+// low half of word 2j + 2.
+void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
+    uint a = block_word(blk, 2 * j);
+    uint c = block_word(blk, 2 * j + 1);
+    uint e = block_word(blk, 2 * j + 2);
+    lo = signed_bytes((a >> 16) | (c << 16));
+    hi = signed_bytes((c >> 16) | (e << 16));
+}
+
+#include "quant/block.glsl"
