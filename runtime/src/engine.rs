@@ -10,6 +10,7 @@ use hearth_models::{
 
 use crate::cpu::CpuModel;
 use crate::error::Result;
+use crate::kernels::WeightFormat;
 use crate::model::{Backend, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::session::{GenerateParams, Generation, Session};
 use crate::vk::{Device, DeviceDesc};
@@ -65,6 +66,8 @@ pub struct ModelInfo {
     pub file_bytes: u64,
     /// Bytes of weights as the backend holds them.
     pub loaded_bytes: u64,
+    /// Bytes of weight matrices per format as the backend holds them, most first.
+    pub weight_formats: Vec<(WeightFormat, u64)>,
     /// Where it runs ("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU reference").
     pub device: String,
     pub backend: BackendKind,
@@ -92,25 +95,25 @@ impl Engine {
             None => config.n_ctx_train.min(4096),
         };
         let n_params = config.n_params(model.tensors.tied_embeddings);
-        let (backend, device, loaded_bytes): (Box<dyn Backend + Send>, String, u64) =
-            match options.backend {
-                BackendKind::Vulkan => {
-                    let device = open_device(options)?;
-                    let vk_options = VkModelOptions {
-                        n_ctx,
-                        max_chunk: options.max_chunk,
-                        profile: options.profile,
-                    };
-                    let m = VkModel::load(&device, &file, &model, vk_options, progress)?;
-                    let bytes = m.weight_bytes();
-                    (Box::new(m), device.info().name.clone(), bytes)
-                }
-                BackendKind::Cpu => {
-                    let m = CpuModel::load(&file, &model, n_ctx, progress)?;
-                    let bytes = n_params * 4;
-                    (Box::new(m), "CPU reference".to_string(), bytes)
-                }
-            };
+        type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
+        let (backend, device, weight_formats): Loaded = match options.backend {
+            BackendKind::Vulkan => {
+                let device = open_device(options)?;
+                let vk_options = VkModelOptions {
+                    n_ctx,
+                    max_chunk: options.max_chunk,
+                    profile: options.profile,
+                };
+                let m = VkModel::load(&device, &file, &model, vk_options, progress)?;
+                let formats = m.weight_formats();
+                (Box::new(m), device.info().name.clone(), formats)
+            }
+            BackendKind::Cpu => {
+                let m = CpuModel::load(&file, &model, n_ctx, progress)?;
+                let formats = vec![(WeightFormat::F32, n_params * 4)];
+                (Box::new(m), "CPU reference".to_string(), formats)
+            }
+        };
         let name = file
             .get::<&str>("general.name")?
             .map(str::to_string)
@@ -126,7 +129,8 @@ impl Engine {
             n_params,
             config,
             file_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
-            loaded_bytes,
+            loaded_bytes: weight_formats.iter().map(|(_, b)| b).sum(),
+            weight_formats,
             device,
             backend: options.backend,
         };

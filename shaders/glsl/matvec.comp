@@ -7,12 +7,14 @@
 //
 // Two shapes, chosen by the host from the device (specialization constant LANE_ROWS):
 //   lane per row (CPU devices): a workgroup is one SIMD-wide subgroup of 8 and each lane owns
-//     ROWS rows, so no reduction is needed; x, the same for every lane, is loaded 32 values at
+//     `rows` rows, so no reduction is needed; x, the same for every lane, is loaded 32 values at
 //     a time as one vec4 per lane and shared by subgroupBroadcast (a gather per value
 //     otherwise). Each lane loads its weight block once and unpacks it from registers, and
 //     TOKENS tokens share each unpacked block.
 //   subgroup per row (GPUs): the lanes of a subgroup stride along the row eight values at a
-//     time (coalesced loads) and reduce with subgroupAdd; each subgroup owns ROWS rows.
+//     time (coalesced loads) and reduce with subgroupAdd; each subgroup owns `rows` rows.
+// `rows` is chosen per product by the host: a CPU device pays a fixed cost per workgroup, so
+// large matrices get many rows per workgroup, small ones enough workgroups for every core.
 //
 // Flags fold the work around a projection into it:
 //   NORM        x' = rmsnorm(x) * g, recomputed per workgroup from x (x is a few KiB and stays
@@ -26,13 +28,19 @@
 #define W_BINDING 0
 #include "format.glsl"                                        // W [m or 2m, k]
 
-layout(constant_id = 1) const uint ROWS = 1;
-layout(constant_id = 2) const uint TOKENS = 1;
-layout(constant_id = 3) const bool LANE_ROWS = true;
+layout(constant_id = 1) const uint TOKENS = 1;
+layout(constant_id = 2) const bool LANE_ROWS = true;
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
-layout(push_constant) uniform Push { uint m; uint k; uint flags; float eps; uint n; } p;
+layout(push_constant) uniform Push {
+    uint m;
+    uint k;
+    uint flags;
+    float eps;
+    uint n;
+    uint rows;      // rows per lane (lane per row) or per subgroup
+} p;
 
 const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
@@ -152,17 +160,17 @@ void main() {
         scale[t] = (p.flags & NORM) != 0u ? inv_rms(t) : 1.0;
     }
     bool gated = (p.flags & GATED) != 0u;
-    // The rows this invocation works on: ROWS per lane or per subgroup.
+    // The rows this invocation works on: p.rows per lane or per subgroup.
     uint first;
     uint stride;
     if (LANE_ROWS) {
-        first = gl_WorkGroupID.x * WG * ROWS + gl_LocalInvocationID.x;
+        first = gl_WorkGroupID.x * WG * p.rows + gl_LocalInvocationID.x;
         stride = WG;
     } else {
-        first = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * ROWS;
+        first = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * p.rows;
         stride = 1u;
     }
-    for (uint r = 0; r < ROWS; ++r) {
+    for (uint r = 0; r < p.rows; ++r) {
         uint row = first + r * stride;
         // Whole subgroups stay together through subgroupAdd; rows past m are computed on a
         // clamped row and not written.

@@ -12,7 +12,7 @@ use hearth_shaders::{ATTN_DECODE, ATTN_PREFILL, ROPE_KV};
 use super::{check_sizes, linear_groups, workgroup_size};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::KvLayer;
-use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
+use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// The shape of one attention step: `tokens` new tokens at positions pos0, pos0 + 1, ...
 #[derive(Clone, Copy, Debug)]
@@ -186,7 +186,12 @@ pub struct AttnDecode {
 impl AttnDecode {
     pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
         let info = device.info();
-        let wg = workgroup_size(info);
+        // On CPU devices one subgroup per workgroup: no barriers (coroutine switches there)
+        // and no cross-subgroup merge; positions are spread over its lanes.
+        let wg = match info.kind {
+            DeviceKind::Cpu => info.subgroup.size.max(1),
+            _ => workgroup_size(info),
+        };
         let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
         let shared = (head_dim + subgroups * head_dim + wg) as u64 * 4;
         if shared > info.limits.max_shared_memory as u64 {

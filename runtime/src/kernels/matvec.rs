@@ -16,6 +16,7 @@ struct MatvecPush {
     flags: u32,
     eps: f32,
     n: u32,
+    rows: u32,
 }
 
 const NORM: u32 = 1;
@@ -60,19 +61,28 @@ impl<'a> MatvecArgs<'a> {
     }
 }
 
-/// How the kernel spreads work over a device (its specialization constants).
+/// How the kernel spreads work over a device.
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     /// Invocations per workgroup.
     workgroup: u32,
-    /// Rows per lane (lane per row) or per subgroup (subgroup per row).
-    rows: u32,
     /// Tokens sharing each unpacked weight block.
     tokens: u32,
     /// Lane per row (CPU devices) rather than subgroup per row (GPUs).
     lane_rows: bool,
-    /// Rows one workgroup covers.
-    rows_per_group: u32,
+    /// Lanes (lane per row) or subgroups (subgroup per row) in a workgroup: each owns rows.
+    units: u32,
+    /// Rows per unit are chosen per matrix to give about this many workgroups, within
+    /// `min_rows..=max_rows`.
+    target_groups: u32,
+    min_rows: u32,
+    max_rows: u32,
+}
+
+impl Shape {
+    fn rows_per_unit(&self, m: u32) -> u32 {
+        (m / (self.units * self.target_groups)).clamp(self.min_rows, self.max_rows)
+    }
 }
 
 pub struct Matvec {
@@ -88,34 +98,38 @@ impl Matvec {
         let info = device.info();
         let subgroup = info.subgroup.size.max(1);
         // CPU devices run a workgroup as a loop over SIMD-wide subgroups: one subgroup per
-        // group, one row per lane, so x is shared by all lanes and nothing is reduced. GPUs get
-        // several subgroups per group, each streaming its own rows with coalesced loads.
+        // group, rows per lane, so x is shared by all lanes and nothing is reduced. Each
+        // workgroup has a fixed cost there (a few microseconds), so rows per lane grow with
+        // the matrix, keeping a few dozen groups to spread over the cores. GPUs get several
+        // subgroups per group, each streaming its own rows with coalesced loads.
         let shape = match info.kind {
             DeviceKind::Cpu => Shape {
                 workgroup: subgroup,
-                rows: 1,
                 tokens,
                 lane_rows: true,
-                rows_per_group: subgroup,
+                units: subgroup,
+                target_groups: 32,
+                min_rows: 1,
+                max_rows: 16,
             },
             _ => {
                 let workgroup = (4 * subgroup).min(info.limits.max_workgroup_invocations);
-                let rows = 2;
                 Shape {
                     workgroup,
-                    rows,
                     tokens,
                     lane_rows: false,
-                    rows_per_group: workgroup / subgroup * rows,
+                    units: workgroup / subgroup,
+                    target_groups: u32::MAX,
+                    min_rows: 2,
+                    max_rows: 2,
                 }
             }
         };
-        let spec = [
-            shape.workgroup,
-            shape.rows,
-            shape.tokens,
-            shape.lane_rows as u32,
-        ];
+        Self::with_shape(device, format, shape)
+    }
+
+    fn with_shape(device: &Device, format: WeightFormat, shape: Shape) -> Result<Self> {
+        let spec = [shape.workgroup, shape.tokens, shape.lane_rows as u32];
         Ok(Self {
             pipeline: device.pipeline(format_kernel("matvec", format)?, &spec)?,
             format,
@@ -160,15 +174,17 @@ impl Matvec {
             flags |= GATED;
         }
         let (gain, eps) = a.norm.unwrap_or((a.x, 0.0));
+        let rows = self.shape.rows_per_unit(a.m);
         let push = MatvecPush {
             m: a.m,
             k: a.k,
             flags,
             eps,
             n: a.batch,
+            rows,
         };
         let groups = [
-            a.m.div_ceil(self.shape.rows_per_group),
+            a.m.div_ceil(self.shape.units * rows),
             a.batch.div_ceil(self.shape.tokens),
             1,
         ];
@@ -185,38 +201,29 @@ pub(crate) mod tests {
         assert_close, device, finish, random, run, upload, upload_weights, zeros,
     };
 
-    /// Both shapes of the kernel, whatever the device: lane per row and subgroup per row.
+    /// Both shapes of the kernel, whatever the device: lane per row and subgroup per row,
+    /// with several rows per unit so row edges are exercised.
     fn both_shapes(dev: &Device, format: WeightFormat, tokens: u32) -> [Matvec; 2] {
         let subgroup = dev.info().subgroup.size;
         let lane = Shape {
             workgroup: subgroup,
-            rows: 1,
             tokens,
             lane_rows: true,
-            rows_per_group: subgroup,
+            units: subgroup,
+            target_groups: 2,
+            min_rows: 1,
+            max_rows: 3,
         };
         let sub = Shape {
             workgroup: 2 * subgroup,
-            rows: 2,
             tokens,
             lane_rows: false,
-            rows_per_group: 4,
+            units: 2,
+            target_groups: 4,
+            min_rows: 1,
+            max_rows: 2,
         };
-        [lane, sub].map(|shape| {
-            let spec = [
-                shape.workgroup,
-                shape.rows,
-                shape.tokens,
-                shape.lane_rows as u32,
-            ];
-            Matvec {
-                pipeline: dev
-                    .pipeline(format_kernel("matvec", format).unwrap(), &spec)
-                    .unwrap(),
-                format,
-                shape,
-            }
-        })
+        [lane, sub].map(|shape| Matvec::with_shape(dev, format, shape).unwrap())
     }
 
     /// Tolerance for f32 sums of k products: the factored block sums (d sum q x + m sum x)

@@ -178,7 +178,8 @@ pub struct VkModel {
     kernels: Kernels,
     scratch: Scratch,
     chunk: usize,
-    weight_bytes: u64,
+    /// Bytes of packed weight matrices per format.
+    weight_bytes: Vec<(WeightFormat, u64)>,
     /// Per kernel: (GPU nanoseconds, dispatches), when profiling.
     profile: Option<BTreeMap<&'static str, (f64, u64)>>,
 }
@@ -204,10 +205,13 @@ impl VkModel {
             .max(1);
 
         let mut reader = WeightReader::new(file, model, c, progress);
-        let mut weight_bytes = 0;
+        let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
         let mut formats = HashMap::new();
         let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
-            weight_bytes += w.data.len() as u64;
+            match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
+                Some((_, bytes)) => *bytes += w.data.len() as u64,
+                None => weight_bytes.push((w.format, w.data.len() as u64)),
+            }
             if !formats.contains_key(&w.format) {
                 formats.insert(w.format, FormatKernels::new(device, w.format)?);
             }
@@ -303,7 +307,14 @@ impl VkModel {
 
     /// Bytes of weights on the device.
     pub fn weight_bytes(&self) -> u64 {
-        self.weight_bytes
+        self.weight_bytes.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Bytes of weight matrices per format on the device, most first.
+    pub fn weight_formats(&self) -> Vec<(WeightFormat, u64)> {
+        let mut formats = self.weight_bytes.clone();
+        formats.sort_by(|a, b| b.1.cmp(&a.1));
+        formats
     }
 
     /// Bytes of the KV cache.

@@ -64,7 +64,13 @@ impl Row {
 }
 
 /// Matvec shapes (m, k): a 7B-class attention projection and the MLP down projection.
-const MATVEC_SHAPES: &[(u32, u32)] = &[(4096, 4096), (4096, 11008)];
+const MATVEC_SHAPES: &[(u32, u32)] = &[
+    (4096, 4096),
+    (4096, 11008),
+    (3072, 576),
+    (576, 1536),
+    (49152, 576),
+];
 /// Matmul weight shapes (m, k).
 const MATMUL_SHAPES: &[(u32, u32)] = &[(4096, 4096)];
 

@@ -122,14 +122,17 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (backend, weights) = match info.backend {
-        BackendKind::Vulkan => ("Vulkan", "f16 weights on the device"),
-        BackendKind::Cpu => ("CPU", "f32 weights on the CPU reference"),
+    let backend = match info.backend {
+        BackendKind::Vulkan => "Vulkan",
+        BackendKind::Cpu => "CPU",
     };
+    // The weight formats as the backend holds them, most bytes first ("Q4+Q8").
+    let weights: Vec<&str> = info.weight_formats.iter().map(|(f, _)| f.name()).collect();
     let model_type = format!(
-        "{} {}M ({weights})",
+        "{} {}M {}",
         info.architecture,
-        (info.n_params as f64 / 1e6).round()
+        (info.n_params as f64 / 1e6).round(),
+        weights.join("+")
     );
     let rows: Vec<Value> = tests
         .iter()
