@@ -84,7 +84,17 @@ impl Engine {
     /// Opens `path`, loads its weights to the backend and builds the tokenizer and chat
     /// template. `progress` sees the loading advance and may cancel it.
     pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
-        let file = GgufFile::open(path)?;
+        Self::load_file(GgufFile::open(path)?, options, progress)
+    }
+
+    /// [`load`](Self::load) for a file already open, or built in memory (`synthetic`). The
+    /// file is dropped when loading ends: afterwards only the backend holds the weights.
+    pub fn load_file(
+        file: GgufFile,
+        options: &EngineOptions,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let path = &file.path().to_path_buf();
         let model = resolve_gguf(&file)?;
         let config = ModelConfig::from_resolved(path, &model)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;

@@ -1,6 +1,6 @@
 //! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`), model execution on
 //! Vulkan and on the CPU reference (`model`, `cpu`), the KV cache (`kv`), sampling (`sample`)
-//! and text generation (`generate`).
+//! and text generation (`generate`); synthetic models of a given shape (`synthetic`).
 
 pub mod cpu;
 pub mod engine;
@@ -11,6 +11,7 @@ pub mod model;
 pub mod quantize;
 pub mod sample;
 pub mod session;
+pub mod synthetic;
 pub mod vk;
 
 pub use error::{Error, Result};

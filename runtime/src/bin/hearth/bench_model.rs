@@ -2,12 +2,17 @@
 //! the way llama-bench measures them: pp evaluates a prompt of random tokens from an empty
 //! cache; tg generates tokens one at a time from an empty cache. Each test runs once to warm
 //! up, then `reps` times; JSON uses llama-bench's field names.
+//!
+//! `hearth bench --synthetic PRESET` measures a model shape without its file: the runtime's
+//! `synthetic` module builds a Llama-architecture file of that shape in memory.
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{anyhow, Context, Result};
+use hearth_quant::Format as QuantFormat;
 use hearth_runtime::engine::{BackendKind, Engine};
 use hearth_runtime::model::Logits;
+use hearth_runtime::synthetic::{self, Preset, PRESETS};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -17,8 +22,22 @@ use crate::{DeviceChoice, Format};
 #[derive(clap::Args, Debug)]
 pub struct BenchModelArgs {
     /// Model: a path, or a name in the models directory (`smollm2-135m-instruct`).
-    #[arg(short = 'm', long)]
+    #[arg(short = 'm', long, conflicts_with = "synthetic")]
     pub model: Option<String>,
+    /// Instead of a model file, a model of this shape built in memory (`list` shows them:
+    /// smollm2-135m, llama-1b, llama-7b, llama-3-8b, ...).
+    #[arg(long, value_name = "PRESET")]
+    pub synthetic: Option<String>,
+    /// Format of the synthetic model's weight matrices: F32, F16, Q2, Q3, Q3H, Q4, Q4B64,
+    /// Q5, Q6 or Q8.
+    #[arg(
+        long,
+        value_name = "FMT",
+        default_value = "Q4",
+        requires = "synthetic",
+        conflicts_with = "model"
+    )]
+    synthetic_format: QuantFormat,
     #[command(flatten)]
     run: RunArgs,
     /// Prompt lengths to test (comma-separated; 0 skips).
@@ -50,7 +69,28 @@ struct Test {
     samples_ns: Vec<f64>,
 }
 
-pub fn run(args: &BenchModelArgs, model: &str, device: &DeviceChoice) -> Result<()> {
+/// What runs: a model file, or a preset's shape built in memory.
+enum Source<'a> {
+    File(&'a str),
+    Synthetic(&'static Preset),
+}
+
+pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
+    let source = match (&args.model, &args.synthetic) {
+        (Some(model), _) => Source::File(model),
+        (None, Some(name)) if name == "list" => return crate::inspect::emit(&preset_table()),
+        (None, Some(name)) => match synthetic::preset(name) {
+            Ok(preset) => Source::Synthetic(preset),
+            Err(e) => return Err(anyhow!("{e}\n\n{}", preset_table())),
+        },
+        (None, None) => {
+            return Err(anyhow!(
+                "say what to benchmark: a model file (`hearth bench -m MODEL`), a model shape \
+                 (`hearth bench --synthetic PRESET`, `--synthetic list` for the presets) or \
+                 the kernels (`hearth bench kernels`)"
+            ))
+        }
+    };
     let most = args
         .n_prompt
         .iter()
@@ -58,7 +98,20 @@ pub fn run(args: &BenchModelArgs, model: &str, device: &DeviceChoice) -> Result<
         .copied()
         .max()
         .unwrap_or(1);
-    let mut engine = args.run.load(model, device, Some(most.max(1)))?;
+    let n_ctx = Some(most.max(1));
+    let mut engine = match source {
+        Source::File(model) => args.run.load(model, device, n_ctx)?,
+        Source::Synthetic(preset) => {
+            let format = args.synthetic_format;
+            let what = || format!("synthetic {} ({format})", preset.name);
+            let file = preset.build(format).with_context(what)?;
+            args.run
+                .load_with(device, n_ctx, |options, progress| {
+                    Engine::load_file(file, options, progress)
+                })
+                .with_context(what)?
+        }
+    };
     let mut tests: Vec<Test> = Vec::new();
     for &p in args.n_prompt.iter().filter(|&&p| p > 0) {
         tests.push(Test {
@@ -88,7 +141,7 @@ pub fn run(args: &BenchModelArgs, model: &str, device: &DeviceChoice) -> Result<
         }
     }
     crate::model_args::print_profile(&engine);
-    report(args, &engine, &tests)
+    report(args, &engine, &source, &tests)
 }
 
 /// One repetition: its time in nanoseconds.
@@ -115,7 +168,7 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> {
+fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test]) -> Result<()> {
     let info = engine.info();
     let file_name = info
         .path
@@ -128,12 +181,20 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
     };
     // The weight formats as the backend holds them, most bytes first ("Q4+Q8").
     let weights: Vec<&str> = info.weight_formats.iter().map(|(f, _)| f.name()).collect();
-    let model_type = format!(
-        "{} {}M {}",
-        info.architecture,
-        (info.n_params as f64 / 1e6).round(),
-        weights.join("+")
-    );
+    let model_type = match source {
+        Source::File(_) => format!(
+            "{} {}M {}",
+            info.architecture,
+            (info.n_params as f64 / 1e6).round(),
+            weights.join("+")
+        ),
+        Source::Synthetic(preset) => format!(
+            "{} {} {} (synthetic)",
+            info.architecture,
+            preset.size,
+            weights.join("+")
+        ),
+    };
     let rows: Vec<Value> = tests
         .iter()
         .map(|t| {
@@ -192,4 +253,41 @@ fn report(args: &BenchModelArgs, engine: &Engine, tests: &[Test]) -> Result<()> 
             crate::inspect::emit(&out)
         }
     }
+}
+
+/// The presets as a table: shape, parameters, and file size in Q4.
+fn preset_table() -> String {
+    let mut out = String::from(
+        "Presets for `hearth bench --synthetic PRESET` (Llama architecture; weights in \
+         --synthetic-format, default Q4):\n\
+         | preset | shape of | n_embd | layers | heads | kv heads | n_ff | vocab | tied | params | Q4 size |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n",
+    );
+    for p in PRESETS {
+        let s = &p.shape;
+        let q4 = s.file_bytes(QuantFormat::Q4).unwrap_or_default();
+        let params = |n: u64| match n {
+            n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+            n => format!("{:.2} M", n as f64 / 1e6),
+        };
+        let bytes = |b: u64| match b {
+            b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+            b => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            p.name,
+            p.model,
+            s.n_embd,
+            s.n_layer,
+            s.n_head,
+            s.n_head_kv,
+            s.n_ff,
+            s.n_vocab,
+            if s.tied_embeddings { "yes" } else { "no" },
+            params(s.n_params()),
+            bytes(q4),
+        ));
+    }
+    out
 }

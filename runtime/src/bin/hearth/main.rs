@@ -35,7 +35,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Chat with a model in the terminal.
     Chat(chat::ChatArgs),
-    /// Benchmark a model (`-m`, like llama-bench) or the kernels (`bench kernels`).
+    /// Benchmark a model (`-m`, like llama-bench), a model shape without its file
+    /// (`--synthetic llama-7b`) or the kernels (`bench kernels`).
     Bench(BenchArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(perplexity::PerplexityArgs),
@@ -108,15 +109,9 @@ fn main() {
             ..
         }) => bench_kernels::run(args, &choice),
         Command::Bench(BenchArgs {
-            model:
-                args @ bench_model::BenchModelArgs {
-                    model: Some(model), ..
-                },
-            ..
-        }) => bench_model::run(args, model, &choice),
-        Command::Bench(_) => Err(anyhow::anyhow!(
-            "say what to benchmark: `hearth bench -m MODEL` or `hearth bench kernels`"
-        )),
+            command: None,
+            model: args,
+        }) => bench_model::run(args, &choice),
         Command::Perplexity(args) => perplexity::run(args, &choice),
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),

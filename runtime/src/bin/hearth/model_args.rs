@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::model::ProgressFn;
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -46,6 +47,19 @@ impl RunArgs {
     /// Loads the model with a progress bar on stderr (hidden when stderr is not a terminal).
     pub fn load(&self, model: &str, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
         let path = self.dir.resolve(model)?;
+        self.load_with(device, n_ctx, |options, progress| {
+            Engine::load(&path, options, progress)
+        })
+        .with_context(|| format!("loading {}", path.display()))
+    }
+
+    /// Runs `load` (an `Engine` constructor) with these options and a progress bar on stderr.
+    pub fn load_with(
+        &self,
+        device: &DeviceChoice,
+        n_ctx: Option<usize>,
+        load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
+    ) -> hearth_runtime::Result<Engine> {
         let options = EngineOptions {
             backend: if self.cpu {
                 BackendKind::Cpu
@@ -66,14 +80,14 @@ impl RunArgs {
             .progress_chars("=> "),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
-        let engine = Engine::load(&path, &options, &mut |p| {
+        let engine = load(&options, &mut |p| {
             bar.set_length(p.total_bytes);
             bar.set_position(p.done_bytes);
             bar.set_message(p.tensor.to_string());
             true
         });
         bar.finish_and_clear();
-        engine.with_context(|| format!("loading {}", path.display()))
+        engine
     }
 }
 

@@ -1,0 +1,511 @@
+//! Synthetic models: a Llama-architecture GGUF file of a given shape, built in memory, so a
+//! model's speed can be measured without downloading it (`hearth bench --synthetic llama-7b`).
+//!
+//! The file is an ordinary GGUF file as llama.cpp's converter writes one for architecture
+//! `llama` (the metadata keys and tensor names `models/specs/llama.toml` resolves), with a
+//! minimal SentencePiece vocabulary (`<unk>`, `<s>`, `</s>`, the 256 byte tokens, then
+//! filler pieces) and weights that are ordinary numbers: each weight matrix repeats one
+//! random row, quantized once, in every row. Speed does not depend on the values, and
+//! repeating a row keeps building a 7B model down to a memory copy. Norm gains are ones.
+//!
+//! ```no_run
+//! # fn main() -> hearth_runtime::Result<()> {
+//! use hearth_quant::Format;
+//! use hearth_runtime::engine::{Engine, EngineOptions};
+//!
+//! let file = hearth_runtime::synthetic::preset("llama-7b")?.build(Format::Q4)?;
+//! let engine = Engine::load_file(file, &EngineOptions::default(), &mut |_| true)?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use hearth_models::{GgmlType, GgufFile, GgufWriter, MetaArray, MetaValue};
+use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
+use rand::{Rng, SeedableRng};
+
+use crate::error::{Error, Result};
+
+/// The hyperparameters of a Llama-architecture network (pre-RMSNorm, RoPE, grouped-query
+/// attention, SiLU-gated MLP). Head dimension is `n_embd / n_head`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub rope_base: f32,
+    pub norm_eps: f32,
+    /// The output head is the token embedding (no `output.weight`).
+    pub tied_embeddings: bool,
+}
+
+/// A named shape of a published model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Preset {
+    /// What `--synthetic` takes (`llama-7b`).
+    pub name: &'static str,
+    /// The size class the model is known by (`7B`).
+    pub size: &'static str,
+    /// The published model it has the shape of.
+    pub model: &'static str,
+    pub shape: Shape,
+}
+
+/// The presets, smallest first.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "smollm2-135m",
+        size: "135M",
+        model: "SmolLM2-135M",
+        shape: Shape {
+            n_layer: 30,
+            n_embd: 576,
+            n_ff: 1536,
+            n_head: 9,
+            n_head_kv: 3,
+            n_vocab: 49152,
+            n_ctx_train: 8192,
+            rope_base: 100_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: true,
+        },
+    },
+    Preset {
+        name: "llama-1b",
+        size: "1B",
+        model: "Llama 3.2 1B",
+        shape: Shape {
+            n_layer: 16,
+            n_embd: 2048,
+            n_ff: 8192,
+            n_head: 32,
+            n_head_kv: 8,
+            n_vocab: 128_256,
+            n_ctx_train: 131_072,
+            rope_base: 500_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: true,
+        },
+    },
+    Preset {
+        name: "llama-3b",
+        size: "3B",
+        model: "Llama 3.2 3B",
+        shape: Shape {
+            n_layer: 28,
+            n_embd: 3072,
+            n_ff: 8192,
+            n_head: 24,
+            n_head_kv: 8,
+            n_vocab: 128_256,
+            n_ctx_train: 131_072,
+            rope_base: 500_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: true,
+        },
+    },
+    Preset {
+        name: "llama-7b",
+        size: "7B",
+        model: "Llama 2 7B",
+        shape: Shape {
+            n_layer: 32,
+            n_embd: 4096,
+            n_ff: 11008,
+            n_head: 32,
+            n_head_kv: 32,
+            n_vocab: 32000,
+            n_ctx_train: 4096,
+            rope_base: 10_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: false,
+        },
+    },
+    Preset {
+        name: "llama-3-8b",
+        size: "8B",
+        model: "Llama 3 8B",
+        shape: Shape {
+            n_layer: 32,
+            n_embd: 4096,
+            n_ff: 14336,
+            n_head: 32,
+            n_head_kv: 8,
+            n_vocab: 128_256,
+            n_ctx_train: 8192,
+            rope_base: 500_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: false,
+        },
+    },
+    Preset {
+        name: "llama-13b",
+        size: "13B",
+        model: "Llama 2 13B",
+        shape: Shape {
+            n_layer: 40,
+            n_embd: 5120,
+            n_ff: 13824,
+            n_head: 40,
+            n_head_kv: 40,
+            n_vocab: 32000,
+            n_ctx_train: 4096,
+            rope_base: 10_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: false,
+        },
+    },
+];
+
+/// The preset called `name` (ignoring ASCII case); an unknown name is an error that lists
+/// the presets.
+pub fn preset(name: &str) -> Result<&'static Preset> {
+    PRESETS
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+            Error::options(
+                "synthetic",
+                format!("no preset `{name}` (presets: {})", names.join(", ")),
+            )
+        })
+}
+
+impl Preset {
+    /// The model in memory with its weight matrices in `format`, named `{name}-{format}`.
+    pub fn build(&self, format: Format) -> Result<GgufFile> {
+        self.shape.build(&format!("{}-{format}", self.name), format)
+    }
+}
+
+/// A weight matrix: `n_out` rows of `n_in` values (GGUF shape `[n_in, n_out]`).
+type MatrixShape = (usize, usize);
+
+impl Shape {
+    pub fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+
+    /// Weights in the network, counted as `ModelConfig::n_params` counts them.
+    pub fn n_params(&self) -> u64 {
+        let tensors = self.tensors();
+        tensors.iter().map(|t| (t.n_in * t.n_out) as u64).sum()
+    }
+
+    /// Bytes of tensor data with the weight matrices in `format` (norm gains stay F32);
+    /// `None` when the rows do not fit the format's blocks.
+    pub fn file_bytes(&self, format: Format) -> Option<u64> {
+        self.tensors()
+            .iter()
+            .map(|t| {
+                t.format(format)
+                    .bytes_for(t.n_in * t.n_out)
+                    .map(|b| b as u64)
+            })
+            .sum()
+    }
+
+    /// Checks the shape is one the runtime executes and `format` can hold.
+    pub fn check(&self, format: Format) -> Result<()> {
+        let bad = |reason: String| Err(Error::options("synthetic shape", reason));
+        let counts = [
+            ("n_layer", self.n_layer),
+            ("n_embd", self.n_embd),
+            ("n_ff", self.n_ff),
+            ("n_head", self.n_head),
+            ("n_head_kv", self.n_head_kv),
+            ("n_ctx_train", self.n_ctx_train),
+        ];
+        for (what, n) in counts {
+            if n == 0 || u32::try_from(n).is_err() {
+                return bad(format!("{what} {n} is not a positive 32-bit count"));
+            }
+        }
+        // `<unk>`, `<s>` and `</s>` at least; the byte tokens follow where there is room.
+        if self.n_vocab < 3 || u32::try_from(self.n_vocab).is_err() {
+            return bad(format!(
+                "{} tokens is not a usable vocabulary",
+                self.n_vocab
+            ));
+        }
+        if self.n_embd % self.n_head != 0 || self.head_dim() % 2 != 0 {
+            return bad(format!(
+                "{} heads do not split n_embd {} into even head dimensions",
+                self.n_head, self.n_embd
+            ));
+        }
+        if self.n_head % self.n_head_kv != 0 {
+            return bad(format!(
+                "{} key/value heads do not divide {} heads",
+                self.n_head_kv, self.n_head
+            ));
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return bad(format!("RoPE base {} is not above 1", self.rope_base));
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps > 0.0) {
+            return bad(format!("norm epsilon {} is not positive", self.norm_eps));
+        }
+        let block = format.block_size();
+        if self.n_embd % block != 0 || self.n_ff % block != 0 {
+            return bad(format!(
+                "{format} packs rows in blocks of {block} values: n_embd {} and n_ff {} must \
+                 be multiples of {block}",
+                self.n_embd, self.n_ff
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the GGUF file in memory: metadata, vocabulary and every weight tensor, matrices
+    /// in `format`. `name` is `general.name`, and the file's path is `synthetic:{name}`.
+    ///
+    /// Besides the file itself (the size of [`file_bytes`](Self::file_bytes)) this holds one
+    /// matrix of each distinct shape while it writes.
+    pub fn build(&self, name: &str, format: Format) -> Result<GgufFile> {
+        self.check(format)?;
+        let path = PathBuf::from(format!("synthetic:{name}"));
+        let tensors = self.tensors();
+        // The bytes of each distinct matrix shape; the tensors of every layer borrow them.
+        let mut patterns: BTreeMap<MatrixShape, Vec<u8>> = BTreeMap::new();
+        for t in &tensors {
+            if let Entry::Vacant(e) = patterns.entry(t.shape()) {
+                let data = t.data(format).map_err(|reason| Error::Tensor {
+                    path: path.clone(),
+                    tensor: t.name.clone(),
+                    reason,
+                })?;
+                e.insert(data);
+            }
+        }
+
+        let mut writer = GgufWriter::new();
+        self.write_metadata(&mut writer, name, format);
+        for t in &tensors {
+            let shape = [t.n_in as u64, t.n_out as u64];
+            let shape = if t.n_out == 1 {
+                &shape[..1]
+            } else {
+                &shape[..]
+            };
+            writer.add_tensor(
+                &t.name,
+                GgmlType::from(t.format(format)),
+                shape,
+                &patterns[&t.shape()][..],
+            )?;
+        }
+
+        // Size the buffer exactly first, so the file is never reallocated (nor held twice).
+        let io_error = |source| {
+            Error::Model(hearth_models::Error::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        let mut count = ByteCount(0);
+        writer.write_to(&mut count).map_err(io_error)?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(count.0).map_err(|e| {
+            io_error(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{} bytes for the model: {e}", count.0),
+            ))
+        })?;
+        writer.write_to(&mut bytes).map_err(io_error)?;
+        drop(writer);
+        drop(patterns);
+        Ok(GgufFile::from_bytes(path, bytes)?)
+    }
+
+    fn write_metadata(&self, w: &mut GgufWriter<'_>, name: &str, format: Format) {
+        let u32_of = |n: usize| MetaValue::U32(n as u32); // check() bounded every count
+        let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
+        set("general.architecture", MetaValue::String("llama".into()));
+        set("general.name", MetaValue::String(name.into()));
+        set("llama.block_count", u32_of(self.n_layer));
+        set("llama.context_length", u32_of(self.n_ctx_train));
+        set("llama.embedding_length", u32_of(self.n_embd));
+        set("llama.feed_forward_length", u32_of(self.n_ff));
+        set("llama.attention.head_count", u32_of(self.n_head));
+        set("llama.attention.head_count_kv", u32_of(self.n_head_kv));
+        set(
+            "llama.attention.layer_norm_rms_epsilon",
+            MetaValue::F32(self.norm_eps),
+        );
+        set("llama.rope.freq_base", MetaValue::F32(self.rope_base));
+        set("llama.rope.dimension_count", u32_of(self.head_dim()));
+        set("llama.vocab_size", u32_of(self.n_vocab));
+        if format.is_private() {
+            set(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
+        }
+        let (tokens, types) = vocabulary(self.n_vocab);
+        set("tokenizer.ggml.model", MetaValue::String("llama".into()));
+        set(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(MetaArray::String(tokens)),
+        );
+        set(
+            "tokenizer.ggml.token_type",
+            MetaValue::Array(MetaArray::I32(types)),
+        );
+        set("tokenizer.ggml.unknown_token_id", MetaValue::U32(0));
+        set("tokenizer.ggml.bos_token_id", MetaValue::U32(1));
+        set("tokenizer.ggml.eos_token_id", MetaValue::U32(2));
+    }
+
+    /// Every tensor of the file, in file order.
+    fn tensors(&self) -> Vec<TensorPlan> {
+        let (e, ff, v) = (self.n_embd, self.n_ff, self.n_vocab);
+        let (q, kv) = (
+            self.n_head * self.head_dim(),
+            self.n_head_kv * self.head_dim(),
+        );
+        let plan = |name: String, n_in, n_out| TensorPlan { name, n_in, n_out };
+        let mut t = vec![plan("token_embd.weight".into(), e, v)];
+        for l in 0..self.n_layer {
+            let blk = |what: &str| format!("blk.{l}.{what}.weight");
+            t.extend([
+                plan(blk("attn_norm"), e, 1),
+                plan(blk("attn_q"), e, q),
+                plan(blk("attn_k"), e, kv),
+                plan(blk("attn_v"), e, kv),
+                plan(blk("attn_output"), q, e),
+                plan(blk("ffn_norm"), e, 1),
+                plan(blk("ffn_gate"), e, ff),
+                plan(blk("ffn_up"), e, ff),
+                plan(blk("ffn_down"), ff, e),
+            ]);
+        }
+        t.push(plan("output_norm.weight".into(), e, 1));
+        if !self.tied_embeddings {
+            t.push(plan("output.weight".into(), e, v));
+        }
+        t
+    }
+}
+
+/// One tensor to write: `n_out` rows of `n_in` values; a vector when `n_out` is 1.
+struct TensorPlan {
+    name: String,
+    n_in: usize,
+    n_out: usize,
+}
+
+impl TensorPlan {
+    fn shape(&self) -> MatrixShape {
+        (self.n_in, self.n_out)
+    }
+
+    /// Vectors (norm gains) are F32, as converters write them; matrices are in `format`.
+    fn format(&self, format: Format) -> Format {
+        if self.n_out == 1 {
+            Format::F32
+        } else {
+            format
+        }
+    }
+
+    /// The tensor's bytes: ones for a norm gain; for a matrix, one row of values uniform in
+    /// ±1/sqrt(n_in) (the scale of trained weights), quantized once and repeated.
+    fn data(&self, format: Format) -> std::result::Result<Vec<u8>, String> {
+        let row: Vec<f32> = if self.n_out == 1 {
+            vec![1.0; self.n_in]
+        } else {
+            let scale = 1.0 / (self.n_in as f32).sqrt();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(self.n_in as u64);
+            (0..self.n_in)
+                .map(|_| rng.gen_range(-scale..=scale))
+                .collect()
+        };
+        let format = self.format(format);
+        let row_bytes = format
+            .bytes_for(self.n_in)
+            .ok_or_else(|| format!("rows of {} values do not fill {format} blocks", self.n_in))?;
+        let mut packed = vec![0u8; row_bytes];
+        format
+            .quantize(&row, &mut packed)
+            .map_err(|e| e.to_string())?;
+        let total = row_bytes
+            .checked_mul(self.n_out)
+            .ok_or_else(|| format!("{} rows of {row_bytes} bytes overflow", self.n_out))?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(total)
+            .map_err(|e| format!("{total} bytes: {e}"))?;
+        for _ in 0..self.n_out {
+            data.extend_from_slice(&packed);
+        }
+        Ok(data)
+    }
+}
+
+/// A SentencePiece vocabulary of `n` tokens and their GGUF token types: `<unk>` (unknown),
+/// `<s>` and `</s>` (control), then `<0x00>`..`<0xFF>` (byte) as far as they fit, then
+/// filler pieces `▁t259`, `▁t260`, ... (normal).
+fn vocabulary(n: usize) -> (Vec<String>, Vec<i32>) {
+    const UNKNOWN: i32 = 2;
+    const CONTROL: i32 = 3;
+    const BYTE: i32 = 6;
+    const NORMAL: i32 = 1;
+    let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
+    let mut types = vec![UNKNOWN, CONTROL, CONTROL];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(BYTE);
+    }
+    tokens.truncate(n);
+    types.truncate(n);
+    for i in tokens.len()..n {
+        tokens.push(format!("\u{2581}t{i}"));
+        types.push(NORMAL);
+    }
+    (tokens, types)
+}
+
+/// A writer that only counts what it is given.
+struct ByteCount(usize);
+
+impl Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocabulary_fits_any_size() {
+        let (t, ty) = vocabulary(3);
+        assert_eq!((t.len(), ty.len()), (3, 3));
+        let (t, ty) = vocabulary(300);
+        assert_eq!((t.len(), ty.len()), (300, 300));
+        assert_eq!(t[3], "<0x00>");
+        assert_eq!(t[258], "<0xFF>");
+        assert_eq!(t[259], "\u{2581}t259");
+        let unique: std::collections::HashSet<&String> = t.iter().collect();
+        assert_eq!(unique.len(), 300);
+    }
+
+    #[test]
+    fn presets_pass_their_checks() {
+        for p in PRESETS {
+            for f in Format::ALL {
+                p.shape.check(f).unwrap();
+            }
+        }
+    }
+}

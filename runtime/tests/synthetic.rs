@@ -1,0 +1,213 @@
+//! Synthetic models: every preset's metadata and tensors resolve as a Llama model (checked on
+//! scaled-down copies, so no test builds gigabytes), every format builds, an unknown preset
+//! names the presets, and a tiny synthetic model loads through the engine on Vulkan and
+//! generates. Outside CI a machine without a Vulkan device skips the Vulkan test; in CI
+//! (`CI=true`) a missing device fails it.
+
+use hearth_models::{resolve_gguf, Tokenizer};
+use hearth_quant::Format;
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::model::{Logits, ModelConfig};
+use hearth_runtime::sample::SamplerParams;
+use hearth_runtime::session::{FinishReason, GenerateParams};
+use hearth_runtime::synthetic::{self, Shape, PRESETS};
+use hearth_runtime::vk::{Device, DeviceDesc};
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A model small enough to run anywhere: 2 layers, width 64, 4 query heads sharing 2
+/// key/value heads of 16 dimensions, 256 tokens.
+const TINY: Shape = Shape {
+    n_layer: 2,
+    n_embd: 64,
+    n_ff: 128,
+    n_head: 4,
+    n_head_kv: 2,
+    n_vocab: 256,
+    n_ctx_train: 128,
+    rope_base: 10_000.0,
+    norm_eps: 1e-5,
+    tied_embeddings: false,
+};
+
+/// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into
+/// even head dimensions), keeping its heads, vocabulary, context and tied embeddings.
+fn scaled_down(shape: &Shape) -> Shape {
+    let mut n_embd = 64;
+    while n_embd % shape.n_head != 0 || (n_embd / shape.n_head) % 2 != 0 {
+        n_embd += 64;
+    }
+    Shape {
+        n_layer: 1,
+        n_embd,
+        n_ff: 64,
+        ..*shape
+    }
+}
+
+/// Builds `shape` and checks that the runtime resolves it to exactly that shape.
+fn check_resolves(shape: &Shape, format: Format) {
+    let file = shape.build("test", format).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    assert_eq!(model.architecture, "llama");
+    assert!(
+        model.unused_tensors.is_empty(),
+        "{:?}",
+        model.unused_tensors
+    );
+    assert_eq!(model.tensors.tied_embeddings, shape.tied_embeddings);
+    let config = ModelConfig::from_resolved(file.path(), &model).unwrap();
+    let want = (
+        shape.n_layer,
+        shape.n_embd,
+        shape.n_ff,
+        shape.n_head,
+        shape.n_head_kv,
+        shape.head_dim(),
+        shape.n_vocab,
+        shape.n_ctx_train,
+    );
+    let got = (
+        config.n_layer,
+        config.n_embd,
+        config.n_ff,
+        config.n_head,
+        config.n_head_kv,
+        config.head_dim,
+        config.n_vocab,
+        config.n_ctx_train,
+    );
+    assert_eq!(got, want, "{format}");
+    let rope = config.rope.unwrap();
+    assert_eq!((rope.base, rope.dims), (shape.rope_base, shape.head_dim()));
+    assert_eq!(config.norm_eps, shape.norm_eps);
+    assert_eq!(config.n_params(shape.tied_embeddings), shape.n_params());
+    let data: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+    assert_eq!(Some(data), shape.file_bytes(format), "{format}");
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tokenizer.vocab_size(), shape.n_vocab);
+}
+
+#[test]
+fn every_preset_resolves_scaled_down() {
+    for p in PRESETS {
+        check_resolves(&scaled_down(&p.shape), Format::Q4);
+    }
+}
+
+#[test]
+fn every_format_builds_and_resolves() {
+    for f in Format::ALL {
+        check_resolves(&TINY, f);
+    }
+}
+
+#[test]
+fn presets_have_the_published_sizes() {
+    // Parameter counts of the published models (embedding and head counted once when tied).
+    let expected = [
+        ("smollm2-135m", 134_515_008),
+        ("llama-1b", 1_235_814_400),
+        ("llama-7b", 6_738_415_616),
+        ("llama-3-8b", 8_030_261_248),
+    ];
+    for (name, n_params) in expected {
+        let p = synthetic::preset(name).unwrap();
+        assert_eq!(p.shape.n_params(), n_params, "{name}");
+        // Every matrix in Q4 (5 bits per weight); the norm gains stay F32.
+        let bytes = p.shape.file_bytes(Format::Q4).unwrap();
+        assert!(
+            bytes > n_params * 5 / 8 && bytes < n_params * 5 / 8 + (1 << 20),
+            "{name}"
+        );
+    }
+    assert_eq!(synthetic::preset("LLAMA-7B").unwrap().name, "llama-7b");
+}
+
+#[test]
+fn unknown_preset_lists_the_presets() {
+    let message = synthetic::preset("llama-70b").unwrap_err().to_string();
+    assert!(message.contains("llama-70b"), "{message}");
+    for p in PRESETS {
+        assert!(message.contains(p.name), "{message}");
+    }
+}
+
+#[test]
+fn bad_shapes_are_refused() {
+    let cases = [
+        (
+            "3 key/value heads for 4 heads",
+            Shape {
+                n_head_kv: 3,
+                ..TINY
+            },
+        ),
+        (
+            "rows of 96 in 64-value blocks",
+            Shape { n_embd: 96, ..TINY },
+        ),
+        ("no layers", Shape { n_layer: 0, ..TINY }),
+        ("no room for <unk>, <s>, </s>", Shape { n_vocab: 2, ..TINY }),
+        (
+            "head dimension 1",
+            Shape {
+                n_head: 64,
+                n_head_kv: 64,
+                ..TINY
+            },
+        ),
+    ];
+    for (why, shape) in cases {
+        let err = shape.build("bad", Format::Q4B64).unwrap_err().to_string();
+        assert!(err.starts_with("synthetic shape:"), "{why}: {err}");
+    }
+}
+
+#[test]
+fn tiny_model_generates_on_vulkan() {
+    if let Err(e) = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    }) {
+        assert!(!in_ci(), "CI needs a Vulkan device: {e}");
+        eprintln!("skipping: no Vulkan device: {e}");
+        return;
+    }
+    for format in [Format::Q4, Format::Q3H] {
+        let file = TINY.build("tiny", format).unwrap();
+        let options = EngineOptions {
+            backend: BackendKind::Vulkan,
+            validate: true,
+            n_ctx: Some(64),
+            ..EngineOptions::default()
+        };
+        let mut engine = Engine::load_file(file, &options, &mut |_| true).unwrap();
+        let info = engine.info();
+        assert_eq!(info.name, "tiny");
+        assert_eq!(info.n_params, TINY.n_params());
+        let formats: Vec<Format> = info.weight_formats.iter().map(|(f, _)| *f).collect();
+        assert_eq!(formats, [format]);
+
+        let prompt: Vec<u32> = (1..20).collect();
+        let logits = engine
+            .session_mut()
+            .fresh_backend()
+            .forward(&prompt, Logits::All)
+            .unwrap();
+        assert_eq!(logits.len(), prompt.len() * TINY.n_vocab);
+        assert!(logits.iter().all(|l| l.is_finite()), "{format}");
+
+        let params = GenerateParams {
+            max_tokens: Some(8),
+            sampler: SamplerParams::greedy(),
+            ignore_eos: true,
+            ..GenerateParams::default()
+        };
+        let generation = engine.generate(&prompt, &params, &mut |_| true).unwrap();
+        assert_eq!(generation.tokens.len(), 8, "{format}");
+        assert_eq!(generation.finish, FinishReason::Length);
+    }
+}
