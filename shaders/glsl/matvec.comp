@@ -30,6 +30,7 @@
 
 layout(constant_id = 1) const uint TOKENS = 1;
 layout(constant_id = 2) const bool LANE_ROWS = true;
+layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together (lane per row)
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
@@ -45,10 +46,12 @@ layout(push_constant) uniform Push {
 const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
 const uint GATED = 4u;
+const uint CHUNKS = QK / 8;    // 8-value chunks per block
 
-float scale[TOKENS];   // 1/rms of each token's x (NORM), else 1
-float dots[TOKENS];    // the current row's dot product with each token's x'
-uint tok[TOKENS];      // token index, clamped to n - 1 (results past n are not written)
+float scale[TOKENS];           // 1/rms of each token's x (NORM), else 1
+uint tok[TOKENS];              // token index, clamped to n - 1 (results past n are not written)
+uint rows[RB];                 // the rows being computed, clamped to the matrix
+float dots[RB * TOKENS];       // their dot products with each token's x'
 
 // x'[t, i .. i + 4], i a multiple of 4.
 vec4 xn4(uint t, uint i) {
@@ -59,69 +62,76 @@ vec4 xn4(uint t, uint i) {
     return v;
 }
 
-// Lane per row: this lane's full dot products of `row` with the tile's tokens.
+// Lane per row: this lane's full dot products of rows[] with the tile's tokens.
 // x is the same for every lane, so rather than each lane loading all of it (a gather per
-// value on a CPU device), the eight lanes load 32 values of x as one vec4 each and hand them
-// round with subgroupBroadcast, a register shuffle.
-void row_dots_lane(uint row) {
+// value on a CPU device), the eight lanes load a block's x as one vec4 each per 32 values and
+// hand it round with subgroupBroadcast, a register shuffle. It is then shared by RB rows, each
+// of whose blocks is loaded once and unpacked from registers.
+void rows_dots_lane(uint row_offset) {
     uint blocks = p.k / QK;
     uint lane = gl_SubgroupInvocationID & 7u;
-    for (uint t = 0; t < TOKENS; ++t) {
-        dots[t] = 0.0;
+    for (uint i = 0; i < RB * TOKENS; ++i) {
+        dots[i] = 0.0;
     }
     for (uint c = 0; c < blocks; ++c) {
-        uint b = row * blocks + c;
-        Block blk;
-        block_load(b, blk);
-        vec2 dm = block_dm(blk);
-        float sq[TOKENS];
+        // The block's x for every token, broadcast: chunk j of token t in xlo/xhi[t * CHUNKS + j].
+        vec4 xlo[TOKENS * CHUNKS];
+        vec4 xhi[TOKENS * CHUNKS];
         float sx[TOKENS];
         for (uint t = 0; t < TOKENS; ++t) {
-            sq[t] = 0.0;
-            sx[t] = 0.0;
-        }
-        for (uint s = 0; s < QK / 32; ++s) {
-            uint i = c * QK + 32 * s;
-            vec4 xv[TOKENS];
-            for (uint t = 0; t < TOKENS; ++t) {
-                xv[t] = xn4(t, i + 4 * lane);
-            }
-            vec4 qlo;
-            vec4 qhi;
-            // Chunk JJ of the 32 values: x values 8 JJ .. 8 JJ + 8 sit in lanes 2 JJ, 2 JJ + 1.
-#define CHUNK(JJ)                                                        \
-            block_levels8(blk, 4 * s + JJ, qlo, qhi);                    \
-            for (uint t = 0; t < TOKENS; ++t) {                          \
-                vec4 xlo = subgroupBroadcast(xv[t], 2 * JJ);             \
-                vec4 xhi = subgroupBroadcast(xv[t], 2 * JJ + 1);         \
-                sq[t] += dot(qlo, xlo) + dot(qhi, xhi);                  \
-                if (HAS_BASE) {                                          \
-                    sx[t] += dot(xlo + xhi, vec4(1.0));                  \
-                }                                                        \
-            }
-            CHUNK(0)
-            CHUNK(1)
-            CHUNK(2)
-            CHUNK(3)
+            for (uint s = 0; s < QK / 32; ++s) {
+                vec4 xv = xn4(t, c * QK + 32 * s + 4 * lane);
+                // Chunk JJ of these 32 values: x values 8 JJ .. 8 JJ + 8 sit in lanes 2 JJ, 2 JJ + 1.
+#define CHUNK(JJ)                                                          \
+                xlo[t * CHUNKS + 4 * s + JJ] = subgroupBroadcast(xv, 2 * JJ);     \
+                xhi[t * CHUNKS + 4 * s + JJ] = subgroupBroadcast(xv, 2 * JJ + 1);
+                CHUNK(0)
+                CHUNK(1)
+                CHUNK(2)
+                CHUNK(3)
 #undef CHUNK
+            }
+            sx[t] = 0.0;
+            if (HAS_BASE) {
+                for (uint j = 0; j < CHUNKS; ++j) {
+                    sx[t] += dot(xlo[t * CHUNKS + j] + xhi[t * CHUNKS + j], vec4(1.0));
+                }
+            }
         }
-        for (uint t = 0; t < TOKENS; ++t) {
-            dots[t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
+        for (uint r = 0; r < RB; ++r) {
+            Block blk;
+            block_load((rows[r] + row_offset) * blocks + c, blk);
+            vec2 dm = block_dm(blk);
+            float sq[TOKENS];
+            for (uint t = 0; t < TOKENS; ++t) {
+                sq[t] = 0.0;
+            }
+            for (uint j = 0; j < CHUNKS; ++j) {
+                vec4 qlo;
+                vec4 qhi;
+                block_levels8(blk, j, qlo, qhi);
+                for (uint t = 0; t < TOKENS; ++t) {
+                    sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
+                }
+            }
+            for (uint t = 0; t < TOKENS; ++t) {
+                dots[r * TOKENS + t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
+            }
         }
     }
 }
 
-// Subgroup per row: this lane's share of `row`, then the subgroup's sum.
-void row_dots_subgroup(uint row) {
+// Subgroup per row: the lanes share rows[0] (RB is 1), then the subgroup sums.
+void rows_dots_subgroup(uint row_offset) {
     uint chunks = p.k / 8;
-    const uint per_block = QK / 8;
+    uint row = rows[0] + row_offset;
     for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = 0.0;
     }
     for (uint c = gl_SubgroupInvocationID; c < chunks; c += gl_SubgroupSize) {
         vec4 lo;
         vec4 hi;
-        dequant8(row * (chunks / per_block) + c / per_block, c % per_block, lo, hi);
+        dequant8(row * (chunks / CHUNKS) + c / CHUNKS, c % CHUNKS, lo, hi);
         for (uint t = 0; t < TOKENS; ++t) {
             dots[t] += dot(lo, xn4(t, 8 * c)) + dot(hi, xn4(t, 8 * c + 4));
         }
@@ -131,11 +141,12 @@ void row_dots_subgroup(uint row) {
     }
 }
 
-void row_dots(uint row) {
+// dots[] for rows[] + row_offset (the up half of a gated matrix is rows m..2m).
+void rows_dots(uint row_offset) {
     if (LANE_ROWS) {
-        row_dots_lane(row);
+        rows_dots_lane(row_offset);
     } else {
-        row_dots_subgroup(row);
+        rows_dots_subgroup(row_offset);
     }
 }
 
@@ -160,7 +171,7 @@ void main() {
         scale[t] = (p.flags & NORM) != 0u ? inv_rms(t) : 1.0;
     }
     bool gated = (p.flags & GATED) != 0u;
-    // The rows this invocation works on: p.rows per lane or per subgroup.
+    // The rows this invocation works on: p.rows (a multiple of RB) per lane or per subgroup.
     uint first;
     uint stride;
     if (LANE_ROWS) {
@@ -170,33 +181,39 @@ void main() {
         first = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * p.rows;
         stride = 1u;
     }
-    for (uint r = 0; r < p.rows; ++r) {
-        uint row = first + r * stride;
-        // Whole subgroups stay together through subgroupAdd; rows past m are computed on a
-        // clamped row and not written.
-        bool live = row < p.m;
-        row = min(row, p.m - 1);
-        row_dots(row);
-        float gate[TOKENS];
-        if (gated) {
-            for (uint t = 0; t < TOKENS; ++t) {
-                gate[t] = dots[t];
-            }
-            row_dots(row + p.m);
+    for (uint r0 = 0; r0 < p.rows; r0 += RB) {
+        // Rows past m are computed on a clamped row (whole subgroups stay together through
+        // the subgroup operations) and not written.
+        for (uint r = 0; r < RB; ++r) {
+            rows[r] = min(first + (r0 + r) * stride, p.m - 1);
         }
-        if (!live || (!LANE_ROWS && !subgroupElect())) {
+        rows_dots(0);
+        float gate[RB * TOKENS];
+        if (gated) {
+            for (uint i = 0; i < RB * TOKENS; ++i) {
+                gate[i] = dots[i];
+            }
+            rows_dots(p.m);
+        }
+        if (!LANE_ROWS && !subgroupElect()) {
             continue;
         }
-        for (uint t = 0; t < TOKENS; ++t) {
-            if (t0 + t >= p.n) {
-                break;
+        for (uint r = 0; r < RB; ++r) {
+            if (first + (r0 + r) * stride >= p.m) {
+                continue;
             }
-            float v = dots[t];
-            if (gated) {
-                v = gate[t] / (1.0 + exp(-gate[t])) * v;
+            for (uint t = 0; t < TOKENS; ++t) {
+                if (t0 + t >= p.n) {
+                    break;
+                }
+                float v = dots[r * TOKENS + t];
+                if (gated) {
+                    float a = gate[r * TOKENS + t];
+                    v = a / (1.0 + exp(-a)) * v;
+                }
+                uint o = (t0 + t) * p.m + rows[r];
+                y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;
             }
-            uint o = (t0 + t) * p.m + row;
-            y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;
         }
     }
 }

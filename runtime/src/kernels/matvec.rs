@@ -70,6 +70,8 @@ struct Shape {
     tokens: u32,
     /// Lane per row (CPU devices) rather than subgroup per row (GPUs).
     lane_rows: bool,
+    /// Rows a lane works on together, sharing x (lane per row; 1 otherwise).
+    rb: u32,
     /// Lanes (lane per row) or subgroups (subgroup per row) in a workgroup: each owns rows.
     units: u32,
     /// Rows per unit are chosen per matrix to give about this many workgroups, within
@@ -80,8 +82,10 @@ struct Shape {
 }
 
 impl Shape {
+    /// Rows per unit: a multiple of `rb`.
     fn rows_per_unit(&self, m: u32) -> u32 {
-        (m / (self.units * self.target_groups)).clamp(self.min_rows, self.max_rows)
+        let rows = (m / (self.units * self.target_groups)).clamp(self.min_rows, self.max_rows);
+        rows.next_multiple_of(self.rb)
     }
 }
 
@@ -107,6 +111,8 @@ impl Matvec {
                 workgroup: subgroup,
                 tokens,
                 lane_rows: true,
+                // Two rows share each broadcast x; registers hold rb x tokens sums.
+                rb: 2,
                 units: subgroup,
                 target_groups: 32,
                 min_rows: 1,
@@ -118,6 +124,7 @@ impl Matvec {
                     workgroup,
                     tokens,
                     lane_rows: false,
+                    rb: 1,
                     units: workgroup / subgroup,
                     target_groups: u32::MAX,
                     min_rows: 2,
@@ -129,7 +136,12 @@ impl Matvec {
     }
 
     fn with_shape(device: &Device, format: WeightFormat, shape: Shape) -> Result<Self> {
-        let spec = [shape.workgroup, shape.tokens, shape.lane_rows as u32];
+        let spec = [
+            shape.workgroup,
+            shape.tokens,
+            shape.lane_rows as u32,
+            shape.rb,
+        ];
         Ok(Self {
             pipeline: device.pipeline(format_kernel("matvec", format)?, &spec)?,
             format,
@@ -209,15 +221,17 @@ pub(crate) mod tests {
             workgroup: subgroup,
             tokens,
             lane_rows: true,
+            rb: 2,
             units: subgroup,
             target_groups: 2,
             min_rows: 1,
-            max_rows: 3,
+            max_rows: 4,
         };
         let sub = Shape {
             workgroup: 2 * subgroup,
             tokens,
             lane_rows: false,
+            rb: 1,
             units: 2,
             target_groups: 4,
             min_rows: 1,

@@ -9,6 +9,7 @@
 //! GPUs, tiled matrix-matrix kernels; CPU devices keep the matvec kernel for prefill too, with
 //! several tokens sharing each pass over the weights, in chunks of at most `chunk` tokens.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -212,8 +213,8 @@ impl VkModel {
                 Some((_, bytes)) => *bytes += w.data.len() as u64,
                 None => weight_bytes.push((w.format, w.data.len() as u64)),
             }
-            if !formats.contains_key(&w.format) {
-                formats.insert(w.format, FormatKernels::new(device, w.format)?);
+            if let Entry::Vacant(slot) = formats.entry(w.format) {
+                slot.insert(FormatKernels::new(device, w.format)?);
             }
             Ok(DeviceMatrix {
                 buffer: weight_buffer(device, name, &w.data)?,
@@ -313,7 +314,7 @@ impl VkModel {
     /// Bytes of weight matrices per format on the device, most first.
     pub fn weight_formats(&self) -> Vec<(WeightFormat, u64)> {
         let mut formats = self.weight_bytes.clone();
-        formats.sort_by(|a, b| b.1.cmp(&a.1));
+        formats.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
         formats
     }
 

@@ -63,7 +63,9 @@ impl Row {
     }
 }
 
-/// Matvec shapes (m, k): a 7B-class attention projection and the MLP down projection.
+/// Matvec shapes (m, k): a 7B-class attention projection and MLP down projection, then
+/// SmolLM2-135M's fused gate/up, down and output projections (small matrices show the
+/// per-dispatch cost).
 const MATVEC_SHAPES: &[(u32, u32)] = &[
     (4096, 4096),
     (4096, 11008),
