@@ -366,6 +366,32 @@ pub(crate) fn format_names() -> String {
     Format::ALL.map(Format::name).join(", ")
 }
 
+/// The values `q * d + m` of an asymmetric block whose value `j` has level `level(j)`: a
+/// rounded multiply then an add in f32 (no fused multiply-add), `d` and `m` widened from f16.
+/// The GLSL twins reproduce this bit for bit.
+pub(crate) fn dequantize_levels<const N: usize>(
+    d: f16::Half,
+    m: f16::Half,
+    level: impl Fn(usize) -> u8,
+    out: &mut [f32; N],
+) {
+    let (d, m) = (d.to_f32(), m.to_f32());
+    for (j, out) in out.iter_mut().enumerate() {
+        *out = f32::from(level(j)) * d + m;
+    }
+}
+
+/// A block's reference dot product with `x`: its values, from `dequantize`, times `x` (see
+/// [`dot_values`]).
+pub(crate) fn dot_block<const N: usize>(
+    dequantize: impl FnOnce(&mut [f32; N]),
+    x: &[f32; N],
+) -> f64 {
+    let mut w = [0.0; N];
+    dequantize(&mut w);
+    dot_values(&w, x)
+}
+
 /// `sum_i w_i * x_i` in f64, in index order: each product of two f32 values is exact in f64, so
 /// only the additions round.
 pub(crate) fn dot_values(w: &[f32], x: &[f32]) -> f64 {

@@ -59,11 +59,7 @@ impl BlockQ3 {
 
     /// The block's 32 values: `q * d + m` in f32, a multiply then an add.
     pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
-        let d = self.d.to_f32();
-        let m = self.m.to_f32();
-        for (j, out) in out.iter_mut().enumerate() {
-            *out = f32::from(self.level(j)) * d + m;
-        }
+        super::dequantize_levels(self.d, self.m, |j| self.level(j), out);
     }
 
     /// Quantizes 32 finite values (the caller checks them).
@@ -75,9 +71,7 @@ impl BlockQ3 {
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
     /// exact in f64, and they are summed in f64 in index order.
     pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
-        let mut w = [0.0; BLOCK_LEN];
-        self.dequantize(&mut w);
-        super::dot_values(&w, x)
+        super::dot_block(|w| self.dequantize(w), x)
     }
 }
 

@@ -49,9 +49,7 @@ impl BlockQ8 {
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
     /// exact in f64, and they are summed in f64 in index order.
     pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
-        let mut w = [0.0; BLOCK_LEN];
-        self.dequantize(&mut w);
-        super::dot_values(&w, x)
+        super::dot_block(|w| self.dequantize(w), x)
     }
 }
 
