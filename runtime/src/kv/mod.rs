@@ -3,6 +3,8 @@
 //! [`KvLayer`] and `shaders/glsl/include/kv_cache.glsl`, so a paged layout can replace this
 //! one without touching the model code.
 
+pub mod blocks;
+
 use std::sync::Arc;
 
 use crate::vk::{Buffer, BufferDesc, Device, Result};
