@@ -11,7 +11,8 @@ use hearth_models::{
 use crate::cpu::CpuModel;
 use crate::error::Result;
 use crate::kernels::WeightFormat;
-use crate::model::{Backend, ModelConfig, ProgressFn, VkModel, VkModelOptions};
+use crate::kv::KvPlacement;
+use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::session::{GenerateParams, Generation, Session};
 use crate::vk::{Device, DeviceDesc};
 
@@ -34,6 +35,12 @@ pub struct EngineOptions {
     pub validate: bool,
     /// Context length; `None` uses the model's training context, capped at 4096.
     pub n_ctx: Option<usize>,
+    /// Sequences the KV cache serves at once (the scheduler's batch).
+    pub n_seq: usize,
+    /// KV pool size; `None`: every sequence at full context, within what fits after the weights.
+    pub kv_budget: Option<KvBudget>,
+    /// Where the KV blocks live (`--kv-offload none|full`).
+    pub kv_placement: KvPlacement,
     /// Most tokens per prefill submission.
     pub max_chunk: usize,
     /// Time every kernel (Vulkan), reported by `Backend::profile`.
@@ -47,6 +54,9 @@ impl Default for EngineOptions {
             device: None,
             validate: false,
             n_ctx: None,
+            n_seq: 1,
+            kv_budget: None,
+            kv_placement: KvPlacement::Device,
             max_chunk: 256,
             profile: false,
         }
@@ -111,6 +121,9 @@ impl Engine {
                 let device = open_device(options)?;
                 let vk_options = VkModelOptions {
                     n_ctx,
+                    n_seq: options.n_seq,
+                    kv_budget: options.kv_budget,
+                    kv_placement: options.kv_placement,
                     max_chunk: options.max_chunk,
                     profile: options.profile,
                 };

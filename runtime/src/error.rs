@@ -34,6 +34,16 @@ pub enum Error {
         used: usize,
         n_ctx: usize,
     },
+    /// The paged KV cache has too few free blocks for a step.
+    #[error(
+        "KV cache full: {needed} blocks of {block_tokens} tokens needed, {free} free; \
+         raise --kv-budget or run fewer sequences at once"
+    )]
+    KvFull {
+        needed: usize,
+        free: usize,
+        block_tokens: usize,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     BadToken { id: u32, n_vocab: usize },

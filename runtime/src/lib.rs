@@ -2,6 +2,7 @@
 //! Vulkan and on the CPU reference (`model`, `cpu`), the KV cache (`kv`), sampling (`sample`)
 //! and text generation (`generate`); synthetic models of a given shape (`synthetic`).
 
+pub mod beam;
 pub mod cpu;
 pub mod engine;
 mod error;
@@ -10,6 +11,7 @@ pub mod kv;
 pub mod model;
 pub mod quantize;
 pub mod sample;
+pub mod sched;
 pub mod session;
 pub mod synthetic;
 pub mod vk;

@@ -1,6 +1,6 @@
 //! End-to-end checks on a real model, SmolLM2-135M-Instruct (Q4_1; `scripts/setup` fetches it):
 //! the Vulkan executor against the CPU reference, position by position, and generation through
-//! a session on both.
+//! a session on both (the generation test keeps its KV cache in host memory, `--kv-offload full`).
 //!
 //! Both paths use the same f16-rounded weights, so differences come only from the order of
 //! floating-point operations. Outside CI a machine without the model or a Vulkan device skips
@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use hearth_models::{resolve_gguf, GgufFile, Tokenizer};
 use hearth_runtime::cpu::CpuModel;
+use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams, Session};
@@ -57,7 +58,11 @@ fn device() -> Option<Arc<Device>> {
     }
 }
 
-fn load(n_ctx: usize, max_chunk: usize) -> Option<(Tokenizer, CpuModel, VkModel)> {
+fn load(
+    n_ctx: usize,
+    max_chunk: usize,
+    kv_placement: KvPlacement,
+) -> Option<(Tokenizer, CpuModel, VkModel)> {
     let path = model_path()?;
     let dev = device()?;
     let file = GgufFile::open(&path).unwrap();
@@ -67,7 +72,8 @@ fn load(n_ctx: usize, max_chunk: usize) -> Option<(Tokenizer, CpuModel, VkModel)
     let options = VkModelOptions {
         n_ctx,
         max_chunk,
-        profile: false,
+        kv_placement,
+        ..VkModelOptions::default()
     };
     let vk = VkModel::load(&dev, &file, &model, options, &mut |_| true).unwrap();
     Some((tokenizer, cpu, vk))
@@ -94,7 +100,7 @@ fn vulkan_logits_match_the_cpu_reference_at_every_position() {
     // Chunks of 64 make the first 192 tokens run as three prefill steps, so prefill also
     // attends over positions cached by earlier chunks; then come four one-token decode steps
     // and one four-token step on the decode path.
-    let Some((tokenizer, mut cpu, mut vk)) = load(256, 64) else {
+    let Some((tokenizer, mut cpu, mut vk)) = load(256, 64, KvPlacement::Device) else {
         return;
     };
     let tokens: Vec<u32> = tokenizer.encode(&text())[..200].to_vec();
@@ -133,7 +139,7 @@ fn vulkan_logits_match_the_cpu_reference_at_every_position() {
 
 #[test]
 fn greedy_generation_is_the_same_on_both_paths() {
-    let Some((tokenizer, cpu, vk)) = load(128, 256) else {
+    let Some((tokenizer, cpu, vk)) = load(128, 256, KvPlacement::Host) else {
         return;
     };
     let prompt = tokenizer.encode("The capital of France is");

@@ -1,92 +1,111 @@
 #version 450
 // Causal attention for prefill, flash-attention style: the score matrix is never stored.
-// A workgroup takes WG consecutive queries of one head (one invocation per query) and walks
-// the keys in tiles of BC positions staged in shared memory, keeping a running max, sum and
-// weighted V per query (online softmax). Query t sits at position pos0 + t and sees positions
-// [0, pos0 + t]; earlier positions come from the cache (a chunked prompt or an earlier turn).
+// One dispatch covers a run of tokens t0 .. t0 + tokens of one sequence at consecutive
+// positions (steps[t0] gives its row, first position and beam table). A workgroup takes WG
+// consecutive queries of one head (one invocation per query) and walks the keys in tiles of
+// BC positions, keeping a running max, sum and weighted V per query (online softmax). Query
+// i sits at position pos0 + i and sees positions [0, pos0 + i]: earlier positions come from
+// the cache (a chunked prompt, an earlier turn, a shared prefix).
+//
+// GPUs stage each K/V tile in shared memory (STAGE). CPU devices run one subgroup per
+// workgroup and read K/V straight from the cache: every lane reads the same position at the
+// same time, so each load is one load broadcast to all lanes, and there are no barriers.
 #include "common.glsl"
 #define KV_BINDING 2
+#define KV_BEAMS
 #include "kv_cache.glsl"
+#define STEPS_BINDING 6
+#include "attn_push.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint BC = 16;                   // key positions per tile
-layout(binding = 0) readonly buffer QKV { float qkv[]; };     // [tokens, q_stride], queries first
-layout(binding = 1) writeonly buffer O { float o[]; };        // [tokens, n_head * head_dim]
-layout(push_constant) uniform Push {
-    uint tokens;
-    uint n_head;
-    uint n_head_kv;
-    uint pos0;
-    uint q_stride;
-    float scale;
-} p;
+layout(constant_id = 3) const bool STAGE = true;              // K/V tiles in shared memory
+const uint HD4 = HEAD_DIM / 4;
+layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
+layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
 
-shared float ks[BC][HEAD_DIM];
-shared float vs[BC][HEAD_DIM];
+shared vec4 ks[BC][HD4];
+shared vec4 vs[BC][HD4];
 
 void main() {
     uint h = gl_WorkGroupID.y;
     uint kvh = h / (p.n_head / p.n_head_kv);
     uint tid = gl_LocalInvocationID.x;
     uint first = gl_WorkGroupID.x * WG;
-    uint t = first + tid;
-    bool live = t < p.tokens;
-    uint qpos = p.pos0 + t;
+    uvec4 seq = steps[p.t0];
+    // Invocations past the run compute a copy of its last query and write nothing.
+    uint i = min(first + tid, p.tokens - 1);
+    bool live = first + tid < p.tokens;
+    uint t = p.t0 + i;
+    uint qpos = seq.y + i;
     // The last position any query of this workgroup sees.
-    uint last = p.pos0 + min(first + WG, p.tokens) - 1;
+    uint last = seq.y + min(first + WG, p.tokens) - 1;
 
-    float q[HEAD_DIM];
-    float acc[HEAD_DIM];
-    for (uint d = 0; d < HEAD_DIM; ++d) {
-        q[d] = live ? qkv[t * p.q_stride + h * HEAD_DIM + d] * p.scale : 0.0;
-        acc[d] = 0.0;
+    vec4 q[HD4];
+    vec4 acc[HD4];
+    for (uint d = 0; d < HD4; ++d) {
+        q[d] = qkv[(t * p.q_stride + h * HEAD_DIM) / 4 + d] * p.scale;
+        acc[d] = vec4(0.0);
     }
     float m = -1e30;
     float l = 0.0;
 
     for (uint k0 = 0; k0 <= last; k0 += BC) {
-        for (uint e = tid; e < BC * HEAD_DIM; e += WG) {
-            uint j = e / HEAD_DIM;
-            uint d = e % HEAD_DIM;
-            uint pos = k0 + j;
-            uint c = kv_index(pos, kvh, p.n_head_kv, HEAD_DIM) + d;
-            ks[j][d] = pos <= last ? k_cache[c] : 0.0;
-            vs[j][d] = pos <= last ? v_cache[c] : 0.0;
+        // Where each position of the tile lives (positions past `last` repeat it, masked).
+        uint kb[BC];
+        for (uint j = 0; j < BC; ++j) {
+            uint pos = min(k0 + j, last);
+            uint slot = kv_slot(kv_row(seq.x, seq.z, pos), pos, p.max_blocks);
+            kb[j] = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
         }
-        barrier();
-        if (live && k0 <= qpos) {
-            float s[BC];
-            float tile_max = -1e30;
-            for (uint j = 0; j < BC; ++j) {
-                float dotv = 0.0;
-                for (uint d = 0; d < HEAD_DIM; ++d) {
-                    dotv += q[d] * ks[j][d];
-                }
-                s[j] = k0 + j <= qpos ? dotv : -1e30;
-                tile_max = max(tile_max, s[j]);
+        if (STAGE) {
+            for (uint e = tid; e < BC * HD4; e += WG) {
+                uint j = e / HD4;
+                uint d = e % HD4;
+                ks[j][d] = k_cache[kb[j] + d];
+                vs[j][d] = v_cache[kb[j] + d];
             }
-            float m_new = max(m, tile_max);
-            float c = exp(m - m_new);
-            l *= c;
-            for (uint d = 0; d < HEAD_DIM; ++d) {
-                acc[d] *= c;
-            }
-            for (uint j = 0; j < BC; ++j) {
-                if (k0 + j <= qpos) {
-                    float e = exp(s[j] - m_new);
-                    l += e;
-                    for (uint d = 0; d < HEAD_DIM; ++d) {
-                        acc[d] += e * vs[j][d];
-                    }
-                }
-            }
-            m = m_new;
+            barrier();
         }
-        barrier();
+        // Dimension-outer loops keep the tile's scores (and one slice of q or acc) in
+        // registers: head_dim floats per query do not fit there on a CPU device.
+        float s[BC];
+        for (uint j = 0; j < BC; ++j) {
+            s[j] = 0.0;
+        }
+        for (uint d = 0; d < HD4; ++d) {
+            vec4 qd = q[d];
+            for (uint j = 0; j < BC; ++j) {
+                s[j] += dot(qd, STAGE ? ks[j][d] : k_cache[kb[j] + d]);
+            }
+        }
+        float tile_max = -1e30;
+        for (uint j = 0; j < BC; ++j) {
+            s[j] = k0 + j <= qpos ? s[j] : -1e30;
+            tile_max = max(tile_max, s[j]);
+        }
+        float m_new = max(m, tile_max);
+        float c = exp(m - m_new);
+        l *= c;
+        for (uint j = 0; j < BC; ++j) {
+            s[j] = exp(s[j] - m_new);    // 0 for masked positions
+            l += s[j];
+        }
+        for (uint d = 0; d < HD4; ++d) {
+            vec4 a = acc[d] * c;
+            for (uint j = 0; j < BC; ++j) {
+                a += s[j] * (STAGE ? vs[j][d] : v_cache[kb[j] + d]);
+            }
+            acc[d] = a;
+        }
+        m = m_new;
+        if (STAGE) {
+            barrier();
+        }
     }
     if (live) {
-        for (uint d = 0; d < HEAD_DIM; ++d) {
-            o[t * p.n_head * HEAD_DIM + h * HEAD_DIM + d] = acc[d] / l;
+        for (uint d = 0; d < HD4; ++d) {
+            o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = acc[d] / l;
         }
     }
 }

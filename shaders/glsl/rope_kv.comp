@@ -1,25 +1,18 @@
 #version 450
 // RoPE and KV-cache append in one pass over the fused projection output.
 // qkv holds, per token, the query heads, then the key heads, then the value heads. Query and
-// key heads are rotated in place; keys and values are stored in the cache at pos0 + token.
-// One invocation per (token, head, pair of dimensions). Pairs below rot_dim / 2 rotate
-// (NeoX: dims (i, i + rot_dim/2); GPT-J: dims (2i, 2i + 1)); the rest pass through, so
-// rot_dim = 0 means no rotary embedding at all.
+// key heads are rotated in place; keys and values are stored in the paged cache at the
+// token's own (row, position) (see attn_push.glsl). One invocation per (token, head, pair of
+// dimensions). Pairs below rot_dim / 2 rotate (NeoX: dims (i, i + rot_dim/2); GPT-J: dims
+// (2i, 2i + 1)); the rest pass through, so rot_dim = 0 means no rotary embedding at all.
 #include "common.glsl"
 #define KV_BINDING 2
 #include "kv_cache.glsl"
+#define STEPS_BINDING 6
+#include "attn_push.glsl"
 
 layout(binding = 0) buffer QKV { float qkv[]; };              // [tokens, (nh + 2 nkv) * hd]
 layout(binding = 1) readonly buffer Table { vec2 cs[]; };     // [max_pos, rot_dim/2] (cos, sin)
-layout(push_constant) uniform Push {
-    uint tokens;
-    uint n_head;
-    uint n_head_kv;
-    uint head_dim;
-    uint rot_dim;
-    uint mode;      // 0 NeoX, 1 GPT-J
-    uint pos0;
-} p;
 
 void main() {
     uint idx = linear_index();
@@ -30,8 +23,9 @@ void main() {
     }
     uint i = idx % pairs;
     uint head = (idx / pairs) % heads;
-    uint token = idx / (pairs * heads);
-    uint pos = p.pos0 + token;
+    uint token = p.t0 + idx / (pairs * heads);
+    uvec4 st = steps[token];
+    uint pos = st.y;
     uint half_rot = p.rot_dim / 2;
 
     uint a;
@@ -43,7 +37,7 @@ void main() {
         a = p.rot_dim + 2 * (i - half_rot);
         b = a + 1;
     }
-    uint base = token * heads * p.head_dim + head * p.head_dim;
+    uint base = token * p.q_stride + head * p.head_dim;
     float x0 = qkv[base + a];
     float x1 = qkv[base + b];
     bool is_v = head >= p.n_head + p.n_head_kv;
@@ -57,13 +51,15 @@ void main() {
     }
     if (head >= p.n_head) {
         uint kvh = is_v ? head - p.n_head - p.n_head_kv : head - p.n_head;
-        uint c = kv_index(pos, kvh, p.n_head_kv, p.head_dim);
+        uint c = 4 * kv_index4(kv_slot(st.x, pos, p.max_blocks), kvh, p.n_head_kv, p.head_dim);
+        uint ca = c + a;
+        uint cb = c + b;
         if (is_v) {
-            v_cache[c + a] = x0;
-            v_cache[c + b] = x1;
+            v_cache[ca >> 2][ca & 3u] = x0;
+            v_cache[cb >> 2][cb & 3u] = x1;
         } else {
-            k_cache[c + a] = x0;
-            k_cache[c + b] = x1;
+            k_cache[ca >> 2][ca & 3u] = x0;
+            k_cache[cb >> 2][cb & 3u] = x1;
         }
     }
 }

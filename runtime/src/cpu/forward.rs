@@ -88,6 +88,39 @@ impl CpuModel {
     }
 }
 
+/// A copy of the CPU reference's KV cache: what a beam search without an indirect cache
+/// copies when it reorders beams.
+#[derive(Clone, Debug)]
+pub struct CpuKvState {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl CpuModel {
+    /// A copy of the KV cache (positions 0..len).
+    pub fn kv_state(&self) -> CpuKvState {
+        let used = self.len * self.config.n_head_kv * self.config.head_dim;
+        let copy = |c: &Vec<Vec<f32>>| c.iter().map(|l| l[..used].to_vec()).collect();
+        CpuKvState {
+            k: copy(&self.k_cache),
+            v: copy(&self.v_cache),
+            len: self.len,
+        }
+    }
+
+    /// Puts back a cache taken with [`kv_state`](Self::kv_state).
+    pub fn set_kv_state(&mut self, state: &CpuKvState) {
+        for (dst, src) in self.k_cache.iter_mut().zip(&state.k) {
+            dst[..src.len()].copy_from_slice(src);
+        }
+        for (dst, src) in self.v_cache.iter_mut().zip(&state.v) {
+            dst[..src.len()].copy_from_slice(src);
+        }
+        self.len = state.len;
+    }
+}
+
 impl Backend for CpuModel {
     fn config(&self) -> &ModelConfig {
         &self.config

@@ -5,4 +5,4 @@
 pub mod forward;
 pub mod ops;
 
-pub use forward::CpuModel;
+pub use forward::{CpuKvState, CpuModel};

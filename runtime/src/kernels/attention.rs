@@ -1,8 +1,10 @@
-//! Attention over the KV cache: `RopeKv` rotates the fused projection's queries and keys and
-//! appends keys and values to the cache; `AttnDecode` and `AttnPrefill` attend over it.
+//! Attention over the paged KV cache: `RopeKv` rotates the fused projection's queries and keys
+//! and appends keys and values to the cache; `AttnDecode` and `AttnPrefill` attend over it.
 //!
 //! All three read the projection output `qkv` [tokens, (n_head + 2 n_head_kv) * head_dim]
 //! (query heads, then key heads, then value heads) and write `o` [tokens, n_head * head_dim].
+//! A step's tokens may come from several sequences: `steps` holds, per token, its row in the
+//! cache, its position, and its beam-table offset ([`StepToken`]).
 
 use std::sync::Arc;
 
@@ -11,19 +13,41 @@ use hearth_shaders::{ATTN_DECODE, ATTN_PREFILL, ROPE_KV};
 
 use super::{check_sizes, linear_groups, workgroup_size};
 use crate::cpu::ops::RopeLayout;
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, NO_BEAM};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
-/// The shape of one attention step: `tokens` new tokens at positions pos0, pos0 + 1, ...
+/// Where one token of a step belongs, as the kernels read it (`uvec4` in `attn_push.glsl`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable, PartialEq, Eq)]
+pub struct StepToken {
+    /// The cache row (sequence slot) it is written to.
+    pub row: u32,
+    /// Its position in the sequence.
+    pub pos: u32,
+    /// Offset of its sequence's beam table, or `NO_BEAM`.
+    pub beam: u32,
+    pub pad: u32,
+}
+
+impl StepToken {
+    pub fn new(row: u32, pos: u32) -> Self {
+        Self {
+            row,
+            pos,
+            beam: NO_BEAM,
+            pad: 0,
+        }
+    }
+}
+
+/// The shape of one attention dispatch: tokens t0 .. t0 + tokens of the step.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
     pub tokens: u32,
+    pub t0: u32,
     pub n_head: u32,
     pub n_head_kv: u32,
     pub head_dim: u32,
-    pub pos0: u32,
-    /// Positions the cache holds; pos0 + tokens must not exceed it.
-    pub n_ctx: u32,
 }
 
 impl AttnShape {
@@ -31,7 +55,7 @@ impl AttnShape {
         (self.n_head + 2 * self.n_head_kv) as u64 * self.head_dim as u64
     }
 
-    fn check(&self, kernel: &'static str, qkv: &Buffer, o: &Buffer, kv: KvLayer) -> Result<()> {
+    fn check(&self, kernel: &'static str, qkv: &Buffer, o: &Buffer, steps: &Buffer) -> Result<()> {
         let fail = |message: String| Err(VkError::Kernel { kernel, message });
         if self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
             return fail(format!(
@@ -39,38 +63,53 @@ impl AttnShape {
                 self.n_head_kv, self.n_head
             ));
         }
-        if self.pos0 as u64 + self.tokens as u64 > self.n_ctx as u64 {
-            return fail(format!(
-                "positions {}..{} exceed the cache's {}",
-                self.pos0,
-                self.pos0 as u64 + self.tokens as u64,
-                self.n_ctx
-            ));
+        if self.head_dim % 4 != 0 {
+            return fail(format!("head_dim {} is not a multiple of 4", self.head_dim));
         }
-        let tokens = self.tokens as u64;
-        let cache = self.n_ctx as u64 * self.n_head_kv as u64 * self.head_dim as u64 * 4;
+        let end = (self.t0 + self.tokens) as u64;
         check_sizes(
             kernel,
             &[
-                ("qkv", qkv, tokens * self.q_stride() * 4),
-                ("o", o, tokens * (self.n_head * self.head_dim) as u64 * 4),
-                ("k cache", kv.k, cache),
-                ("v cache", kv.v, cache),
+                ("qkv", qkv, end * self.q_stride() * 4),
+                ("o", o, end * (self.n_head * self.head_dim) as u64 * 4),
+                ("steps", steps, end * 16),
             ],
         )
     }
+
+    fn push(&self, kv: &KvLayer, rope: Option<RopeSpec>) -> AttnPush {
+        AttnPush {
+            tokens: self.tokens,
+            t0: self.t0,
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+            q_stride: self.q_stride() as u32,
+            max_blocks: kv.max_blocks,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            rot_dim: rope.map_or(0, |r| r.rot_dim),
+            mode: match rope.map(|r| r.layout) {
+                Some(RopeLayout::Gptj) => 1,
+                _ => 0,
+            },
+        }
+    }
 }
 
+/// Push constants of rope_kv and both attention kernels (`include/attn_push.glsl`).
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct RopeKvPush {
+struct AttnPush {
     tokens: u32,
+    t0: u32,
     n_head: u32,
     n_head_kv: u32,
     head_dim: u32,
+    q_stride: u32,
+    max_blocks: u32,
+    scale: f32,
     rot_dim: u32,
     mode: u32,
-    pos0: u32,
 }
 
 /// How the keys and queries rotate; `rot_dim` 0 means no rotary embedding.
@@ -91,14 +130,17 @@ impl RopeKv {
         })
     }
 
-    /// Rotates q and k of `qkv` in place and stores k and v at positions pos0.. of the cache.
-    /// `table` is `cpu::ops::rope_table(n_ctx, rot_dim, base)` (any buffer when rot_dim is 0).
+    /// Rotates q and k of `qkv` in place and stores k and v at each token's row and position
+    /// in the cache. `table` is `cpu::ops::rope_table(n_ctx, rot_dim, base)` (any buffer when
+    /// rot_dim is 0); positions must lie within it and within the rows' block tables.
+    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
         table: &'a Buffer,
         kv: KvLayer<'a>,
+        steps: &'a Buffer,
         s: AttnShape,
         rope: RopeSpec,
     ) -> Result<()> {
@@ -111,47 +153,29 @@ impl RopeKv {
                 ),
             });
         }
-        s.check(ROPE_KV.name, qkv, qkv, kv)?;
-        if rope.rot_dim > 0 {
-            let rows = s.n_ctx as u64 * rope.rot_dim as u64 / 2;
-            check_sizes(ROPE_KV.name, &[("table", table, rows * 8)])?;
+        s.check(ROPE_KV.name, qkv, qkv, steps)?;
+        if s.tokens == 0 {
+            return Ok(());
         }
         let pairs = s.tokens as u64 * s.q_stride() / 2;
-        let push = RopeKvPush {
-            tokens: s.tokens,
-            n_head: s.n_head,
-            n_head_kv: s.n_head_kv,
-            head_dim: s.head_dim,
-            rot_dim: rope.rot_dim,
-            mode: match rope.layout {
-                RopeLayout::Neox => 0,
-                RopeLayout::Gptj => 1,
-            },
-            pos0: s.pos0,
-        };
+        let push = s.push(&kv, Some(rope));
         let groups = linear_groups(rec.device().info(), pairs, self.pipeline.workgroup_size());
-        rec.dispatch(&self.pipeline, &[qkv, table, kv.k, kv.v], &push, groups)
+        rec.dispatch(
+            &self.pipeline,
+            &[qkv, table, kv.k, kv.v, kv.tables, steps],
+            &push,
+            groups,
+        )
     }
 }
 
-/// Push constants of both attention kernels (`attn_decode.comp`, `attn_prefill.comp`).
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct AttnPush {
-    tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    pos0: u32,
-    q_stride: u32,
-    scale: f32,
-}
-
 /// Checks the shape and records one attention dispatch over `groups`.
+#[allow(clippy::too_many_arguments)]
 fn record_attention<'a>(
     rec: &mut Recorder<'a>,
     pipeline: &Pipeline,
     built_head_dim: u32,
-    [qkv, o]: [&'a Buffer; 2],
+    [qkv, o, steps]: [&'a Buffer; 3],
     kv: KvLayer<'a>,
     s: AttnShape,
     groups: [u32; 3],
@@ -165,19 +189,20 @@ fn record_attention<'a>(
             ),
         });
     }
-    s.check(pipeline.name, qkv, o, kv)?;
-    let push = AttnPush {
-        tokens: s.tokens,
-        n_head: s.n_head,
-        n_head_kv: s.n_head_kv,
-        pos0: s.pos0,
-        q_stride: s.q_stride() as u32,
-        scale: 1.0 / (s.head_dim as f32).sqrt(),
-    };
-    rec.dispatch(pipeline, &[qkv, o, kv.k, kv.v], &push, groups)
+    s.check(pipeline.name, qkv, o, steps)?;
+    if s.tokens == 0 {
+        return Ok(());
+    }
+    let push = s.push(&kv, None);
+    rec.dispatch(
+        pipeline,
+        &[qkv, o, kv.k, kv.v, kv.tables, kv.beams, steps],
+        &push,
+        groups,
+    )
 }
 
-/// Decode attention: each new token against every cached position up to its own.
+/// Decode attention: each token against every position of its own sequence up to its own.
 pub struct AttnDecode {
     pipeline: Arc<Pipeline>,
     head_dim: u32,
@@ -214,15 +239,25 @@ impl AttnDecode {
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
         kv: KvLayer<'a>,
+        steps: &'a Buffer,
         o: &'a Buffer,
         s: AttnShape,
     ) -> Result<()> {
         let groups = [s.n_head, s.tokens, 1];
-        record_attention(rec, &self.pipeline, self.head_dim, [qkv, o], kv, s, groups)
+        record_attention(
+            rec,
+            &self.pipeline,
+            self.head_dim,
+            [qkv, o, steps],
+            kv,
+            s,
+            groups,
+        )
     }
 }
 
-/// Causal prefill attention, tiled over keys with an online softmax (see `attn_prefill.comp`).
+/// Causal prefill attention for a run of one sequence's tokens at consecutive positions,
+/// tiled over keys with an online softmax (see `attn_prefill.comp`).
 pub struct AttnPrefill {
     pipeline: Arc<Pipeline>,
     head_dim: u32,
@@ -231,12 +266,20 @@ pub struct AttnPrefill {
 impl AttnPrefill {
     pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
         let info = device.info();
-        let wg = workgroup_size(info).min(64);
-        // The K and V tiles live in shared memory: BC rows of head_dim each.
-        let mut tile = 32;
-        while tile > 1 && 2 * tile * head_dim as u64 * 4 > info.limits.max_shared_memory as u64 {
-            tile /= 2;
-        }
+        let (wg, tile, stage) = match info.kind {
+            // One subgroup of queries reading K/V straight from the cache (broadcast loads).
+            DeviceKind::Cpu => (info.subgroup.size.max(1), 8u64, false),
+            _ => {
+                // The K and V tiles live in shared memory: BC rows of head_dim each.
+                let mut tile = 32;
+                while tile > 1
+                    && 2 * tile * head_dim as u64 * 4 > info.limits.max_shared_memory as u64
+                {
+                    tile /= 2;
+                }
+                (workgroup_size(info).min(64), tile, true)
+            }
+        };
         if 2 * tile * head_dim as u64 * 4 > info.limits.max_shared_memory as u64 {
             return Err(VkError::Kernel {
                 kernel: ATTN_PREFILL.name,
@@ -244,25 +287,36 @@ impl AttnPrefill {
             });
         }
         Ok(Self {
-            pipeline: device.pipeline(ATTN_PREFILL, &[wg, head_dim, tile as u32])?,
+            pipeline: device.pipeline(ATTN_PREFILL, &[wg, head_dim, tile as u32, stage as u32])?,
             head_dim,
         })
     }
 
+    /// Attention for tokens t0 .. t0 + tokens, which must be one sequence's consecutive
+    /// positions (steps[t0] names the sequence and the first position).
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
         kv: KvLayer<'a>,
+        steps: &'a Buffer,
         o: &'a Buffer,
         s: AttnShape,
     ) -> Result<()> {
         let groups = [
-            s.tokens.div_ceil(self.pipeline.workgroup_size()),
+            s.tokens.div_ceil(self.pipeline.workgroup_size()).max(1),
             s.n_head,
             1,
         ];
-        record_attention(rec, &self.pipeline, self.head_dim, [qkv, o], kv, s, groups)
+        record_attention(
+            rec,
+            &self.pipeline,
+            self.head_dim,
+            [qkv, o, steps],
+            kv,
+            s,
+            groups,
+        )
     }
 }
 
@@ -270,45 +324,89 @@ impl AttnPrefill {
 mod tests {
     use super::*;
     use crate::cpu::ops;
-    use crate::kv::{KvCache, KvShape};
+    use crate::kv::{KvCache, KvPlacement, KvShape};
     use crate::testing::{assert_close, device, finish, random, run, upload};
 
-    /// Rotates q and k heads of `qkv` and appends k, v to the caches, as `rope_kv.comp` does.
-    #[allow(clippy::too_many_arguments)]
-    fn reference_rope_kv(
-        qkv: &mut [f32],
-        k_cache: &mut [f32],
-        v_cache: &mut [f32],
-        s: AttnShape,
-        rot_dim: usize,
-        layout: RopeLayout,
-        table: &[[f32; 2]],
-    ) {
-        let (nh, nkv, hd) = (s.n_head as usize, s.n_head_kv as usize, s.head_dim as usize);
-        let stride = (nh + 2 * nkv) * hd;
-        for (t, row) in qkv.chunks_mut(stride).enumerate() {
-            let pos = [s.pos0 + t as u32];
-            let (qk, v) = row.split_at_mut((nh + nkv) * hd);
-            ops::rope(qk, &pos, nh + nkv, hd, rot_dim, layout, table);
-            let at = pos[0] as usize * nkv * hd;
-            k_cache[at..at + nkv * hd].copy_from_slice(&qk[nh * hd..]);
-            v_cache[at..at + nkv * hd].copy_from_slice(v);
+    /// Heads of the test shape.
+    #[derive(Clone, Copy)]
+    struct Heads {
+        n_head: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+    }
+
+    impl Heads {
+        fn stride(&self) -> usize {
+            ((self.n_head + 2 * self.n_head_kv) * self.head_dim) as usize
+        }
+        fn kv_dim(&self) -> usize {
+            (self.n_head_kv * self.head_dim) as usize
+        }
+        fn shape(&self, tokens: u32, t0: u32) -> AttnShape {
+            AttnShape {
+                tokens,
+                t0,
+                n_head: self.n_head,
+                n_head_kv: self.n_head_kv,
+                head_dim: self.head_dim,
+            }
         }
     }
 
-    /// Causal attention of every new token over the cache, accumulating in f64.
-    fn reference_attention(qkv: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> Vec<f32> {
-        let (nh, nkv, hd) = (s.n_head as usize, s.n_head_kv as usize, s.head_dim as usize);
-        let stride = (nh + 2 * nkv) * hd;
-        let mut out = vec![0f32; s.tokens as usize * nh * hd];
-        for t in 0..s.tokens as usize {
-            let n_kv = s.pos0 as usize + t + 1;
-            for h in 0..nh {
-                let kvh = h / (nh / nkv);
-                let q = &qkv[t * stride + h * hd..][..hd];
+    /// Logical K/V of every row: [row][pos * kv_dim + i].
+    struct Logical {
+        k: Vec<Vec<f32>>,
+        v: Vec<Vec<f32>>,
+    }
+
+    /// Rotates q and k heads of `qkv` and appends k, v at each token's row and position, as
+    /// `rope_kv.comp` does.
+    fn reference_rope_kv(
+        qkv: &mut [f32],
+        kv: &mut Logical,
+        steps: &[StepToken],
+        h: Heads,
+        rot_dim: usize,
+        table: &[[f32; 2]],
+    ) {
+        let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
+        for (row, st) in qkv.chunks_mut(h.stride()).zip(steps) {
+            let (qk, v) = row.split_at_mut((nh + nkv) * hd);
+            ops::rope(
+                qk,
+                &[st.pos],
+                nh + nkv,
+                hd,
+                rot_dim,
+                RopeLayout::Gptj,
+                table,
+            );
+            let at = st.pos as usize * h.kv_dim();
+            kv.k[st.row as usize][at..at + nkv * hd].copy_from_slice(&qk[nh * hd..]);
+            kv.v[st.row as usize][at..at + nkv * hd].copy_from_slice(v);
+        }
+    }
+
+    /// Causal attention of every token over its sequence's history, in f64; `source(t, p)`
+    /// is the row holding position p for token t.
+    fn reference_attention(
+        qkv: &[f32],
+        kv: &Logical,
+        steps: &[StepToken],
+        h: Heads,
+        source: &dyn Fn(usize, usize) -> usize,
+    ) -> Vec<f32> {
+        let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
+        let mut out = vec![0f32; steps.len() * nh * hd];
+        for (t, st) in steps.iter().enumerate() {
+            let n_kv = st.pos as usize + 1;
+            for hh in 0..nh {
+                let kvh = hh / (nh / nkv);
+                let at = |p: usize| (p * nkv + kvh) * hd;
+                let q = &qkv[t * h.stride() + hh * hd..][..hd];
                 let scores: Vec<f64> = (0..n_kv)
                     .map(|p| {
-                        let kr = &k[(p * nkv + kvh) * hd..][..hd];
+                        let kr = &kv.k[source(t, p)][at(p)..][..hd];
                         q.iter()
                             .zip(kr)
                             .map(|(&a, &b)| a as f64 * b as f64)
@@ -321,52 +419,117 @@ mod tests {
                 let sum: f64 = e.iter().sum();
                 for d in 0..hd {
                     let acc: f64 = (0..n_kv)
-                        .map(|p| e[p] * v[(p * nkv + kvh) * hd + d] as f64)
+                        .map(|p| e[p] * kv.v[source(t, p)][at(p) + d] as f64)
                         .sum();
-                    out[t * nh * hd + h * hd + d] = (acc / sum) as f32;
+                    out[t * nh * hd + hh * hd + d] = (acc / sum) as f32;
                 }
             }
         }
         out
     }
 
-    /// Runs rope_kv then decode or prefill attention on a cache already holding `pos0`
-    /// positions, and checks the output and the cache against the reference.
+    /// A cache of `rows` rows whose blocks are scattered through the pool (another row takes
+    /// and frees blocks in between), each holding `lens[r]` positions of random K/V that the
+    /// returned `Logical` mirrors.
+    fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical) {
+        let dev = device().unwrap();
+        let rows = lens.len() + 1;
+        let shape = KvShape {
+            n_layer: 1,
+            n_head_kv: h.n_head_kv as usize,
+            head_dim: h.head_dim as usize,
+            blocks: rows * crate::kv::blocks_for(n_ctx) + 2,
+            rows,
+            n_ctx,
+        };
+        let mut cache = KvCache::new(&dev, shape, KvPlacement::Device).unwrap();
+        let spare = rows - 1;
+        let mut logical = Logical {
+            k: Vec::new(),
+            v: Vec::new(),
+        };
+        for (r, &len) in lens.iter().enumerate() {
+            cache.append(spare, n_ctx.min(20)).unwrap();
+            cache.append(r, len).unwrap();
+            cache.clear(spare);
+            logical
+                .k
+                .push(random(n_ctx * h.kv_dim(), 10 + r as u64, 1.0));
+            logical
+                .v
+                .push(random(n_ctx * h.kv_dim(), 20 + r as u64, 1.0));
+        }
+        cache.sync_tables().unwrap();
+        write_logical(&cache, &logical, lens, h);
+        (cache, logical)
+    }
+
+    /// Stores positions 0..lens[r] of every row's logical K/V in their pool slots.
+    fn write_logical(cache: &KvCache, kv: &Logical, lens: &[usize], h: Heads) {
+        let layer = cache.layer(0);
+        let bytes = h.kv_dim() as u64 * 4;
+        let tables: Vec<u32> = layer
+            .tables
+            .download(lens.len() * layer.max_blocks as usize)
+            .unwrap();
+        for (r, &len) in lens.iter().enumerate() {
+            for p in 0..len {
+                let block = tables[r * layer.max_blocks as usize + p / BLOCK] as usize;
+                let slot = (block * BLOCK + p % BLOCK) as u64;
+                let at = p * h.kv_dim();
+                layer
+                    .k
+                    .upload(slot * bytes, &kv.k[r][at..][..h.kv_dim()])
+                    .unwrap();
+                layer
+                    .v
+                    .upload(slot * bytes, &kv.v[r][at..][..h.kv_dim()])
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Reads positions 0..len of `row` back from the pool.
+    fn read_row(cache: &KvCache, row: usize, len: usize, h: Heads) -> (Vec<f32>, Vec<f32>) {
+        let layer = cache.layer(0);
+        let tables: Vec<u32> = layer
+            .tables
+            .download((row + 1) * layer.max_blocks as usize)
+            .unwrap();
+        let all = |b: &Buffer| -> Vec<f32> { b.download((b.size() / 4) as usize).unwrap() };
+        let (k, v) = (all(layer.k), all(layer.v));
+        let (mut ko, mut vo) = (Vec::new(), Vec::new());
+        for p in 0..len {
+            let block = tables[row * layer.max_blocks as usize + p / BLOCK] as usize;
+            let at = (block * BLOCK + p % BLOCK) * h.kv_dim();
+            ko.extend_from_slice(&k[at..at + h.kv_dim()]);
+            vo.extend_from_slice(&v[at..at + h.kv_dim()]);
+        }
+        (ko, vo)
+    }
+
+    const BLOCK: usize = crate::kv::BLOCK_TOKENS;
+
+    /// Runs rope_kv then decode or prefill attention for `tokens` new tokens of one sequence
+    /// already holding `pos0` positions in scattered blocks, and checks the output and the
+    /// cache against the reference.
     fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head_dim: u32) {
         let Some(dev) = device() else { return };
-        let (rot_dim, n_ctx) = (head_dim - 4, pos0 + tokens + 3);
-        let s = AttnShape {
-            tokens,
+        let h = Heads {
             n_head,
             n_head_kv,
             head_dim,
-            pos0,
-            n_ctx,
         };
-        let kv_len = (n_ctx * n_head_kv * head_dim) as usize;
-        let cache = KvCache::new(
-            &dev,
-            KvShape {
-                n_layer: 1,
-                n_head_kv: n_head_kv as usize,
-                head_dim: head_dim as usize,
-                n_ctx: n_ctx as usize,
-            },
-        )
-        .unwrap();
-        // Earlier positions hold random K/V; the rest is garbage the kernels must not read.
-        let mut k_ref = random(kv_len, 1, 1.0);
-        let mut v_ref = random(kv_len, 2, 1.0);
-        let layer = cache.layer(0);
-        layer.k.upload(0, &k_ref).unwrap();
-        layer.v.upload(0, &v_ref).unwrap();
-        let stride = ((n_head + 2 * n_head_kv) * head_dim) as usize;
-        let mut qkv = random(tokens as usize * stride, 3, 1.5);
-        let table = ops::rope_table(n_ctx as usize, rot_dim as usize, 10000.0);
-        let (qkv_b, table_b) = (
-            upload(&dev, &qkv),
-            Buffer::from_slice(&dev, "t", &table).unwrap(),
-        );
+        let (rot_dim, n_ctx) = (head_dim - 4, (pos0 + tokens + 3) as usize);
+        let (mut cache, mut logical) = scattered_cache(h, &[pos0 as usize], n_ctx);
+        cache.append(0, tokens as usize).unwrap();
+        cache.sync_tables().unwrap();
+        let steps: Vec<StepToken> = (0..tokens).map(|t| StepToken::new(0, pos0 + t)).collect();
+        let mut qkv = random(tokens as usize * h.stride(), 3, 1.5);
+        let table = ops::rope_table(n_ctx, rot_dim as usize, 10000.0);
+        let qkv_b = upload(&dev, &qkv);
+        let table_b = Buffer::from_slice(&dev, "t", &table).unwrap();
+        let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
         let o = upload(&dev, &vec![0f32; (tokens * n_head * head_dim) as usize]);
 
         let rope_kv = RopeKv::new(&dev).unwrap();
@@ -374,33 +537,31 @@ mod tests {
             rot_dim,
             layout: RopeLayout::Gptj,
         };
+        let s = h.shape(tokens, 0);
         let decode_kernel = AttnDecode::new(&dev, head_dim).unwrap();
         let prefill_kernel = AttnPrefill::new(&dev, head_dim).unwrap();
+        let layer = cache.layer(0);
         run(&dev, |rec| {
             rope_kv
-                .record(rec, &qkv_b, &table_b, layer, s, rope)
+                .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
                 .unwrap();
             if decode {
-                decode_kernel.record(rec, &qkv_b, layer, &o, s).unwrap();
+                decode_kernel
+                    .record(rec, &qkv_b, layer, &steps_b, &o, s)
+                    .unwrap();
             } else {
-                prefill_kernel.record(rec, &qkv_b, layer, &o, s).unwrap();
+                prefill_kernel
+                    .record(rec, &qkv_b, layer, &steps_b, &o, s)
+                    .unwrap();
             }
         });
 
-        reference_rope_kv(
-            &mut qkv,
-            &mut k_ref,
-            &mut v_ref,
-            s,
-            rot_dim as usize,
-            rope.layout,
-            &table,
-        );
+        reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot_dim as usize, &table);
         let what = format!(
             "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim}",
             if decode { "decode" } else { "prefill" }
         );
-        let valid = ((pos0 + tokens) * n_head_kv * head_dim) as usize;
+        let valid = (pos0 + tokens) as usize * h.kv_dim();
         let exact = |_| 1e-6;
         assert_close(
             &format!("{what}: rotated qkv"),
@@ -408,21 +569,20 @@ mod tests {
             &qkv,
             exact,
         );
-        let k_got: Vec<f32> = layer.k.download(kv_len).unwrap();
-        let v_got: Vec<f32> = layer.v.download(kv_len).unwrap();
+        let (k_got, v_got) = read_row(&cache, 0, (pos0 + tokens) as usize, h);
         assert_close(
             &format!("{what}: k cache"),
-            &k_got[..valid],
-            &k_ref[..valid],
+            &k_got,
+            &logical.k[0][..valid],
             exact,
         );
         assert_close(
             &format!("{what}: v cache"),
-            &v_got[..valid],
-            &v_ref[..valid],
+            &v_got,
+            &logical.v[0][..valid],
             exact,
         );
-        let want = reference_attention(&qkv, &k_ref, &v_ref, s);
+        let want = reference_attention(&qkv, &logical, &steps, h, &|_, _| 0);
         // Softmax weights sum to 1 and |v| <= 1, so outputs are O(1): f32 exp and sums over
         // at most a few hundred positions stay within a few ulps times the length.
         assert_close(&what, &o.download(want.len()).unwrap(), &want, |_| 2e-5);
@@ -444,41 +604,98 @@ mod tests {
         check(false, 33, 40, 9, 3, 64);
     }
 
+    /// One decode step for three sequences of different lengths, one of them reading part of
+    /// its history through a beam table from another row (the indirect KV cache).
+    #[test]
+    fn batched_decode_reads_each_sequence_and_beam_table() {
+        let Some(dev) = device() else { return };
+        let h = Heads {
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 32,
+        };
+        let lens = [21usize, 5, 40];
+        let n_ctx = 48;
+        let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx);
+        for r in 0..lens.len() {
+            cache.append(r, 1).unwrap();
+        }
+        cache.sync_tables().unwrap();
+        // Row 2's sequence took positions 0..30 from row 0 (its ancestor's lane), and the
+        // rest, including the new position 40, from its own row.
+        let beam_rows: Vec<u32> = (0..=40).map(|p| if p < 30 { 0 } else { 2 }).collect();
+        let mut beams: Vec<u32> = beam_rows.clone();
+        beams.resize(n_ctx, 0);
+        let base = cache.set_beams(2, &beams).unwrap();
+        let mut steps: Vec<StepToken> = lens
+            .iter()
+            .enumerate()
+            .map(|(r, &len)| StepToken::new(r as u32, len as u32))
+            .collect();
+        steps[2].beam = base;
+        // Row 0 must hold 30 positions for row 2 to read: it holds 21 + 1; pad it.
+        cache.append(0, 10).unwrap();
+        cache.sync_tables().unwrap();
+        let lens_now = [32usize, 5, 40];
+        write_logical(&cache, &logical, &lens_now, h);
+
+        let mut qkv = random(steps.len() * h.stride(), 4, 1.5);
+        let table = ops::rope_table(n_ctx, 16, 10000.0);
+        let qkv_b = upload(&dev, &qkv);
+        let table_b = Buffer::from_slice(&dev, "t", &table).unwrap();
+        let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
+        let o = upload(
+            &dev,
+            &vec![0f32; steps.len() * (h.n_head * h.head_dim) as usize],
+        );
+        let rope = RopeSpec {
+            rot_dim: 16,
+            layout: RopeLayout::Gptj,
+        };
+        let s = h.shape(steps.len() as u32, 0);
+        let rope_kv = RopeKv::new(&dev).unwrap();
+        let attn = AttnDecode::new(&dev, h.head_dim).unwrap();
+        let layer = cache.layer(0);
+        run(&dev, |rec| {
+            rope_kv
+                .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
+                .unwrap();
+            attn.record(rec, &qkv_b, layer, &steps_b, &o, s).unwrap();
+        });
+        reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
+        let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
+        let want = reference_attention(&qkv, &logical, &steps, h, &source);
+        assert_close(
+            "batched decode",
+            &o.download(want.len()).unwrap(),
+            &want,
+            |_| 2e-5,
+        );
+        finish(&dev);
+    }
+
     #[test]
     fn shapes_are_checked() {
         let Some(dev) = device() else { return };
-        let cache = KvCache::new(
-            &dev,
-            KvShape {
-                n_layer: 1,
-                n_head_kv: 2,
-                head_dim: 16,
-                n_ctx: 8,
-            },
-        )
-        .unwrap();
-        let buf = upload(&dev, &[0.0; 1024]);
-        let s = AttnShape {
-            tokens: 4,
+        let h = Heads {
             n_head: 4,
             n_head_kv: 2,
             head_dim: 16,
-            pos0: 6,
-            n_ctx: 8,
         };
+        let (cache, _) = scattered_cache(h, &[4], 8);
+        let buf = upload(&dev, &[0.0; 1024]);
         let kernel = AttnPrefill::new(&dev, 16).unwrap();
         let mut rec = Recorder::new(&dev).unwrap();
         let err = kernel
-            .record(&mut rec, &buf, cache.layer(0), &buf, s)
+            .record(&mut rec, &buf, cache.layer(0), &buf, &buf, h.shape(40, 0))
             .unwrap_err();
-        assert!(err.to_string().contains("exceed the cache"), "{err}");
+        assert!(err.to_string().contains("holds"), "{err}");
         let bad = AttnShape {
             n_head_kv: 3,
-            pos0: 0,
-            ..s
+            ..h.shape(4, 0)
         };
         let err = kernel
-            .record(&mut rec, &buf, cache.layer(0), &buf, bad)
+            .record(&mut rec, &buf, cache.layer(0), &buf, &buf, bad)
             .unwrap_err();
         assert!(err.to_string().contains("do not divide"), "{err}");
     }

@@ -13,7 +13,7 @@ mod norm;
 mod rope;
 mod softmax;
 
-pub use attention::{AttnDecode, AttnPrefill, AttnShape, RopeKv, RopeSpec};
+pub use attention::{AttnDecode, AttnPrefill, AttnShape, RopeKv, RopeSpec, StepToken};
 pub use bandwidth::ReadBandwidth;
 pub use dequant::Dequant;
 pub use elementwise::{Binary, BinaryOp, Gelu, SwiGlu};

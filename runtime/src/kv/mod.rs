@@ -1,13 +1,45 @@
-//! The KV cache of one sequence: K and V of every layer, [position, kv_head, head_dim] in f32,
-//! sized once for the context the caller asks for. Kernels see a layer only through
-//! [`KvLayer`] and `shaders/glsl/include/kv_cache.glsl`, so a paged layout can replace this
-//! one without touching the model code.
+//! The paged KV cache (PagedAttention): K and V of every layer in a pool of blocks of
+//! [`BLOCK_TOKENS`] positions, and a block table per sequence slot ("row"). Blocks are
+//! reference-counted, so rows can share a prefix and copy a block only when they write into
+//! it; beam search reads history through a beam table instead of copying K/V on reorder.
+//!
+//! Kernels see a layer only through [`KvLayer`] and `shaders/glsl/include/kv_cache.glsl`.
+//! The pool lives in device-local memory, or in system memory the device reads directly
+//! ([`KvPlacement::Host`], `--kv-offload full`), so a context larger than device memory runs.
 
 pub mod blocks;
 
+use std::fmt;
 use std::sync::Arc;
 
-use crate::vk::{Buffer, BufferDesc, Device, Result};
+pub use blocks::{
+    blocks_for, BlockCopy, BlockId, BlockPool, BlockTable, OutOfBlocks, BLOCK_TOKENS,
+};
+
+use crate::vk::{Buffer, BufferDesc, Device, Recorder, Result, VkError};
+
+/// Marks a step token whose sequence reads its own row only (no beam table).
+pub const NO_BEAM: u32 = u32::MAX;
+
+/// Where the K/V blocks live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvPlacement {
+    /// Device-local memory (`--kv-offload none`).
+    #[default]
+    Device,
+    /// System memory the device reads directly (`--kv-offload full`): every step reads the
+    /// blocks it attends to over the bus.
+    Host,
+}
+
+impl fmt::Display for KvPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Device => "device",
+            Self::Host => "host",
+        })
+    }
+}
 
 /// What sizes the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,43 +47,102 @@ pub struct KvShape {
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
-    /// Positions the cache holds.
+    /// Blocks in the pool.
+    pub blocks: usize,
+    /// Sequence slots, each with a block table.
+    pub rows: usize,
+    /// Most positions one sequence holds.
     pub n_ctx: usize,
 }
 
 impl KvShape {
-    /// Bytes of K (or of V) for one layer.
-    pub fn layer_bytes(&self) -> u64 {
-        (self.n_ctx * self.n_head_kv * self.head_dim * 4) as u64
+    /// Bytes of K (or of V) of one block in one layer.
+    pub fn block_layer_bytes(&self) -> u64 {
+        (BLOCK_TOKENS * self.n_head_kv * self.head_dim * 4) as u64
     }
 
-    /// Bytes of the whole cache.
+    /// Bytes of one block across every layer, K and V.
+    pub fn block_bytes(&self) -> u64 {
+        2 * self.n_layer as u64 * self.block_layer_bytes()
+    }
+
+    /// Bytes of K and V for one position across every layer.
+    pub fn token_bytes(&self) -> u64 {
+        self.block_bytes() / BLOCK_TOKENS as u64
+    }
+
+    /// Bytes of K (or of V) for one layer.
+    pub fn layer_bytes(&self) -> u64 {
+        self.blocks as u64 * self.block_layer_bytes()
+    }
+
+    /// Bytes of the whole pool.
     pub fn total_bytes(&self) -> u64 {
-        2 * self.n_layer as u64 * self.layer_bytes()
+        self.blocks as u64 * self.block_bytes()
+    }
+
+    /// Block-table entries per row.
+    pub fn max_blocks(&self) -> usize {
+        blocks_for(self.n_ctx).max(1)
     }
 }
 
-/// One layer's K and V, as the attention kernels bind them.
+/// One layer's view of the cache, as the attention kernels bind it.
 #[derive(Clone, Copy)]
 pub struct KvLayer<'a> {
     pub k: &'a Buffer,
     pub v: &'a Buffer,
+    /// [rows, max_blocks] block ids.
+    pub tables: &'a Buffer,
+    /// [rows, n_ctx] beam tables: the row holding each position.
+    pub beams: &'a Buffer,
+    pub max_blocks: u32,
+}
+
+/// Blocks used and free, for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KvUsage {
+    pub blocks_used: usize,
+    pub blocks_free: usize,
+    pub block_tokens: usize,
+    pub bytes: u64,
 }
 
 pub struct KvCache {
     shape: KvShape,
+    placement: KvPlacement,
     k: Vec<Buffer>,
     v: Vec<Buffer>,
-    /// Positions written so far.
-    len: usize,
+    tables_buf: Buffer,
+    beams_buf: Buffer,
+    pool: BlockPool,
+    rows: Vec<BlockTable>,
+    /// Rows whose block table changed since the last [`sync_tables`](KvCache::sync_tables).
+    dirty: Vec<bool>,
 }
 
 impl KvCache {
-    pub fn new(device: &Arc<Device>, shape: KvShape) -> Result<Self> {
+    pub fn new(device: &Arc<Device>, shape: KvShape, placement: KvPlacement) -> Result<Self> {
+        if shape.rows == 0 || shape.n_ctx == 0 {
+            return Err(VkError::Kernel {
+                kernel: "kv cache",
+                message: "needs at least one row and one position".into(),
+            });
+        }
+        if shape.head_dim % 4 != 0 {
+            return Err(VkError::Kernel {
+                kernel: "kv cache",
+                message: format!("head_dim {} is not a multiple of 4", shape.head_dim),
+            });
+        }
         let bytes = shape.layer_bytes().max(4);
         let make = |what: &str, layer: usize| {
             let name = format!("kv cache {what} layer {layer}");
-            Buffer::new(device, BufferDesc::device_local(&name, bytes))
+            let desc = match placement {
+                KvPlacement::Device => BufferDesc::device_local(&name, bytes),
+                KvPlacement::Host => BufferDesc::host_pool(&name, bytes),
+            };
+            Buffer::new(device, desc)
         };
         let k = (0..shape.n_layer)
             .map(|l| make("k", l))
@@ -59,11 +150,27 @@ impl KvCache {
         let v = (0..shape.n_layer)
             .map(|l| make("v", l))
             .collect::<Result<_>>()?;
+        let table_bytes = (shape.rows * shape.max_blocks() * 4) as u64;
+        let tables_buf = Buffer::new(
+            device,
+            BufferDesc::host_visible("kv block tables", table_bytes),
+        )?;
+        // Unused entries point at block 0, so a stray read stays inside the pool.
+        tables_buf.upload(0, &vec![0u32; shape.rows * shape.max_blocks()])?;
+        let beams_buf = Buffer::new(
+            device,
+            BufferDesc::host_visible("kv beam tables", (shape.rows * shape.n_ctx * 4) as u64),
+        )?;
         Ok(Self {
             shape,
+            placement,
             k,
             v,
-            len: 0,
+            tables_buf,
+            beams_buf,
+            pool: BlockPool::new(shape.blocks),
+            rows: (0..shape.rows).map(|_| BlockTable::new()).collect(),
+            dirty: vec![false; shape.rows],
         })
     }
 
@@ -71,34 +178,115 @@ impl KvCache {
         self.shape
     }
 
+    pub fn placement(&self) -> KvPlacement {
+        self.placement
+    }
+
     pub fn layer(&self, layer: usize) -> KvLayer<'_> {
         KvLayer {
             k: &self.k[layer],
             v: &self.v[layer],
+            tables: &self.tables_buf,
+            beams: &self.beams_buf,
+            max_blocks: self.shape.max_blocks() as u32,
         }
     }
 
-    /// Positions holding valid K/V.
-    pub fn len(&self) -> usize {
-        self.len
+    pub fn usage(&self) -> KvUsage {
+        KvUsage {
+            blocks_used: self.pool.used_blocks(),
+            blocks_free: self.pool.free_blocks(),
+            block_tokens: BLOCK_TOKENS,
+            bytes: self.shape.total_bytes(),
+        }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
     }
 
-    pub fn capacity(&self) -> usize {
-        self.shape.n_ctx
+    /// Positions `row` holds.
+    pub fn len(&self, row: usize) -> usize {
+        self.rows[row].len()
     }
 
-    /// Marks `len` positions as written (after a step stored them).
-    pub(crate) fn set_len(&mut self, len: usize) {
-        debug_assert!(len <= self.shape.n_ctx);
-        self.len = len;
+    /// Blocks that appending `tokens` positions to `row` would take.
+    pub fn blocks_needed(&self, row: usize, tokens: usize) -> usize {
+        self.rows[row].blocks_needed(&self.pool, tokens)
     }
 
-    /// Forgets positions from `len` on; the next step overwrites them.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// Makes room for `tokens` more positions in `row` (the caller keeps a row within
+    /// `n_ctx`) and returns the copies of shared blocks it will write into, for
+    /// [`record_copies`](Self::record_copies). On failure nothing changes.
+    pub fn append(
+        &mut self,
+        row: usize,
+        tokens: usize,
+    ) -> std::result::Result<Vec<BlockCopy>, OutOfBlocks> {
+        debug_assert!(self.rows[row].len() + tokens <= self.shape.n_ctx);
+        let copies = self.rows[row].append(&mut self.pool, tokens)?;
+        self.dirty[row] = true;
+        Ok(copies)
     }
+
+    /// Records the device copies of shared blocks that [`append`](Self::append) asked for.
+    pub fn record_copies<'a>(&'a self, rec: &mut Recorder<'a>, copies: &[BlockCopy]) -> Result<()> {
+        let bytes = self.shape.block_layer_bytes();
+        for c in copies {
+            for buffers in [&self.k, &self.v] {
+                for b in buffers {
+                    rec.copy(b, c.src as u64 * bytes, b, c.dst as u64 * bytes, bytes)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets positions of `row` from `len` on; whole blocks go back to the pool.
+    pub fn truncate(&mut self, row: usize, len: usize) {
+        self.rows[row].truncate(&mut self.pool, len);
+        self.dirty[row] = true;
+    }
+
+    /// Empties `row`.
+    pub fn clear(&mut self, row: usize) {
+        self.truncate(row, 0);
+    }
+
+    /// Makes `dst` share the first `len` positions of `src` (its old contents are released).
+    pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.rows[dst].clear(&mut self.pool);
+        self.rows[dst] = self.rows[src].fork(&mut self.pool, len);
+        self.dirty[dst] = true;
+    }
+
+    /// Writes `row`'s beam table: position p of the sequence in `row` is read from row
+    /// `beams[p]`. Returns the offset kernels take as the token's beam base.
+    pub fn set_beams(&self, row: usize, beams: &[u32]) -> Result<u32> {
+        debug_assert!(beams.len() <= self.shape.n_ctx);
+        let base = row * self.shape.n_ctx;
+        self.beams_buf.upload((base * 4) as u64, beams)?;
+        Ok(base as u32)
+    }
+
+    /// Writes the block tables that changed to the device; called before a step runs.
+    pub fn sync_tables(&mut self) -> Result<()> {
+        let max = self.shape.max_blocks();
+        for (row, dirty) in self.dirty.iter_mut().enumerate() {
+            if std::mem::take(dirty) {
+                let blocks = self.rows[row].blocks();
+                let blocks = &blocks[..blocks.len().min(max)];
+                self.tables_buf.upload((row * max * 4) as u64, blocks)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Blocks a budget of `bytes` buys for this shape, capped so one layer's K fits a storage
+/// buffer of `max_range` bytes.
+pub fn blocks_in_budget(shape: &KvShape, bytes: u64, max_range: u64) -> usize {
+    let by_budget = bytes / shape.block_bytes().max(1);
+    let by_range = max_range / shape.block_layer_bytes().max(1);
+    by_budget.min(by_range) as usize
 }

@@ -9,7 +9,7 @@ mod weights;
 
 pub use config::{ModelConfig, Rope};
 pub use matrix::Matrix;
-pub use vulkan::{VkModel, VkModelOptions};
+pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use weights::{LayerWeights, LoadProgress, ProgressFn, WeightReader};
 
 use crate::error::Result;

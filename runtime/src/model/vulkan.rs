@@ -18,21 +18,35 @@ use hearth_models::{GgufFile, ResolvedModel};
 use super::{Backend, Logits, Matrix, ModelConfig, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
+use crate::error::Error;
 use crate::error::Result;
 use crate::kernels::{
     weight_buffer, AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm,
-    RopeKv, RopeSpec, SwiGlu, WeightFormat,
+    RopeKv, RopeSpec, StepToken, SwiGlu, WeightFormat,
 };
-use crate::kv::{KvCache, KvShape};
+use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage, NO_BEAM};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Recorder};
 
 /// Most tokens a step runs through the decode (matrix-vector) path.
 const DECODE_MAX_TOKENS: usize = 8;
 
+/// How much memory the KV cache may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvBudget {
+    Bytes(u64),
+    Tokens(usize),
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct VkModelOptions {
-    /// Positions the KV cache holds.
+    /// Most positions one sequence holds.
     pub n_ctx: usize,
+    /// Sequences the cache can hold at once (rows of block tables).
+    pub n_seq: usize,
+    /// The KV pool's size; `None`: every sequence at full context, within what fits after
+    /// the weights.
+    pub kv_budget: Option<KvBudget>,
+    pub kv_placement: KvPlacement,
     /// Most tokens one prefill submission processes (scratch buffers are sized by it).
     pub max_chunk: usize,
     /// Time every kernel with timestamp queries (see [`VkModel::profile`]).
@@ -43,11 +57,29 @@ impl Default for VkModelOptions {
     fn default() -> Self {
         Self {
             n_ctx: 4096,
+            n_seq: 1,
+            kv_budget: None,
+            kv_placement: KvPlacement::Device,
             max_chunk: 256,
             profile: false,
         }
     }
 }
+
+/// One sequence's part of a batched step: `tokens` appended to cache row `row`.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqStep<'a> {
+    pub row: usize,
+    pub tokens: &'a [u32],
+    /// Which logits to return for this sequence.
+    pub logits: Option<Logits>,
+    /// The row's beam table offset (from `KvCache::set_beams`), when it reads its history
+    /// through one.
+    pub beam: Option<u32>,
+}
+
+/// Headroom left free on the device when the KV budget is chosen automatically.
+const KV_HEADROOM: u64 = 512 << 20;
 
 /// Tokens that share one pass over the weights in the matvec kernel when a step has more
 /// than one.
@@ -158,8 +190,10 @@ struct Scratch {
     gate_up: Buffer,
     /// [chunk, n_ff]
     hidden: Buffer,
-    /// [1, n_embd] the last token's x
-    last: Buffer,
+    /// [chunk] where each token belongs in the KV cache, written by the host each step.
+    steps: Buffer,
+    /// [chunk, n_embd] x of the tokens whose logits are wanted, gathered.
+    sel: Buffer,
     /// [chunk, n_vocab], read by the host
     logits: Buffer,
 }
@@ -241,14 +275,11 @@ impl VkModel {
         let output_norm = Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
         reader.finish()?;
 
+        let weights: u64 = weight_bytes.iter().map(|(_, b)| b).sum();
         let kv = KvCache::new(
             device,
-            KvShape {
-                n_layer: c.n_layer,
-                n_head_kv: c.n_head_kv,
-                head_dim: c.head_dim,
-                n_ctx: options.n_ctx,
-            },
+            kv_shape(device, c, &options, weights)?,
+            options.kv_placement,
         )?;
         let table = match c.rope {
             Some(r) => ops::rope_table(options.n_ctx, r.dims, r.base as f64),
@@ -279,7 +310,11 @@ impl VkModel {
             att: f32s("attention output", chunk * c.attn_dim())?,
             gate_up: f32s("gate/up", chunk * 2 * c.n_ff)?,
             hidden: f32s("mlp hidden", chunk * c.n_ff)?,
-            last: f32s("last x", c.n_embd)?,
+            steps: Buffer::new(
+                device,
+                BufferDesc::host_visible("step tokens", chunk as u64 * 16),
+            )?,
+            sel: f32s("selected x", chunk * c.n_embd)?,
             logits: Buffer::new(
                 device,
                 BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
@@ -323,23 +358,126 @@ impl VkModel {
         self.kv.shape().total_bytes()
     }
 
-    /// Runs one chunk (at most `self.chunk` tokens) and returns the requested logits.
-    fn step(&mut self, tokens: &[u32], rows: Option<Logits>) -> Result<Vec<f32>> {
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    pub fn kv_usage(&self) -> KvUsage {
+        self.kv.usage()
+    }
+
+    /// Most tokens one [`step_batch`](Self::step_batch) takes.
+    pub fn max_step_tokens(&self) -> usize {
+        self.chunk
+    }
+
+    /// Runs one step over several sequences (at most `max_step_tokens` tokens in all) in one
+    /// submission, and returns each sequence's requested logits ([rows, n_vocab], empty when
+    /// none were asked for). Each sequence's tokens go to its row at the row's next positions.
+    pub fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        if n > self.chunk {
+            return Err(Error::options(
+                "tokens",
+                format!("a step takes at most {} tokens, got {n}", self.chunk),
+            ));
+        }
+        let n_ctx = self.kv.shape().n_ctx;
+        let mut needed = 0;
+        for s in seqs {
+            if s.row >= self.kv.shape().rows {
+                return Err(Error::options("row", format!("no cache row {}", s.row)));
+            }
+            check_step(&self.config, s.tokens, self.kv.len(s.row), n_ctx)?;
+            needed += self.kv.blocks_needed(s.row, s.tokens.len());
+        }
+        if needed > self.kv.pool().free_blocks() {
+            return Err(Error::KvFull {
+                needed,
+                free: self.kv.pool().free_blocks(),
+                block_tokens: crate::kv::BLOCK_TOKENS,
+            });
+        }
+        // Short sequences (decode) first, so one decode-attention dispatch covers them; each
+        // longer run gets a prefill-attention dispatch of its own.
+        let mut order: Vec<usize> = (0..seqs.len()).collect();
+        order.sort_by_key(|&i| seqs[i].tokens.len() > DECODE_MAX_TOKENS);
+        let mut ids = Vec::with_capacity(n);
+        let mut steps = Vec::with_capacity(n);
+        let mut runs = Vec::with_capacity(seqs.len()); // (seq, t0, tokens, old len)
+        let mut copies = Vec::new();
+        for &i in &order {
+            let s = &seqs[i];
+            let len = self.kv.len(s.row);
+            runs.push((i, ids.len(), s.tokens.len(), len));
+            for (j, &id) in s.tokens.iter().enumerate() {
+                ids.push(id);
+                steps.push(StepToken {
+                    beam: s.beam.unwrap_or(NO_BEAM),
+                    ..StepToken::new(s.row as u32, (len + j) as u32)
+                });
+            }
+            // Counted above, so this cannot run out.
+            copies.extend(
+                self.kv
+                    .append(s.row, s.tokens.len())
+                    .map_err(|e| Error::KvFull {
+                        needed: e.needed,
+                        free: e.free,
+                        block_tokens: crate::kv::BLOCK_TOKENS,
+                    })?,
+            );
+        }
+        let result = self.record_step(&ids, &steps, &runs, seqs, &copies);
+        if result.is_err() {
+            // Nothing was written: the rows go back to their old lengths.
+            for &(i, _, _, len) in &runs {
+                self.kv.truncate(seqs[i].row, len);
+            }
+        }
+        result
+    }
+
+    fn record_step(
+        &mut self,
+        ids: &[u32],
+        steps: &[StepToken],
+        runs: &[(usize, usize, usize, usize)],
+        seqs: &[SeqStep],
+        copies: &[crate::kv::BlockCopy],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.kv.sync_tables()?;
         let c = &self.config;
-        let n = tokens.len();
+        let n = ids.len();
         let (e, vocab) = (c.n_embd as u32, c.n_vocab as u32);
         let s = &self.scratch;
         let k = &self.kernels;
-        s.ids.upload(0, tokens)?;
+        s.ids.upload(0, ids)?;
+        s.steps.upload(0, steps)?;
 
-        let shape = AttnShape {
-            tokens: n as u32,
+        let shape = |t0: usize, tokens: usize| AttnShape {
+            tokens: tokens as u32,
+            t0: t0 as u32,
             n_head: c.n_head as u32,
             n_head_kv: c.n_head_kv as u32,
             head_dim: c.head_dim as u32,
-            pos0: self.kv.len() as u32,
-            n_ctx: self.kv.capacity() as u32,
         };
+        let all = shape(0, n);
+        // Decode tokens come first: every run of at most DECODE_MAX_TOKENS.
+        let decode_tokens: usize = runs
+            .iter()
+            .filter(|r| r.2 <= DECODE_MAX_TOKENS)
+            .map(|r| r.2)
+            .sum();
+        let prefill_runs: Vec<(usize, usize)> = runs
+            .iter()
+            .filter(|r| r.2 > DECODE_MAX_TOKENS)
+            .map(|r| (r.1, r.2))
+            .collect();
         let rope = RopeSpec {
             rot_dim: c.rope.map_or(0, |r| r.dims as u32),
             layout: c.rope.map_or(ops::RopeLayout::Neox, |r| r.layout),
@@ -348,16 +486,16 @@ impl VkModel {
         let eps = c.norm_eps;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
 
-        // A few tokens run as decode: attention per query token, and weight-streaming
-        // products. Longer chunks run flash-style attention and, on GPUs, tiled matmuls.
-        let decode = n <= DECODE_MAX_TOKENS;
-        let streaming = decode || k.matvec_prefill;
+        // A few tokens run weight-streaming products; longer steps run tiled matmuls on GPUs
+        // (CPU devices stream for prefill too).
+        let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
             Recorder::new(&self.device)?
         };
+        self.kv.record_copies(&mut rec, copies)?;
         let ek = k.of(self.token_embd.format);
         ek.embed
             .record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
@@ -373,13 +511,29 @@ impl VkModel {
                         ..mv(&w.wqkv.buffer, &s.x, &s.qkv, qkv_dim, e)
                     },
                 )?;
-                k.rope_kv
-                    .record(&mut rec, &s.qkv, &self.rope_table, kv, shape, rope)?;
-                if decode {
-                    k.attn_decode.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
-                } else {
-                    k.attn_prefill.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
-                }
+            } else {
+                k.rmsnorm
+                    .record(&mut rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
+                k.matmul(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
+            }
+            k.rope_kv
+                .record(&mut rec, &s.qkv, &self.rope_table, kv, &s.steps, all, rope)?;
+            if decode_tokens > 0 {
+                k.attn_decode.record(
+                    &mut rec,
+                    &s.qkv,
+                    kv,
+                    &s.steps,
+                    &s.att,
+                    shape(0, decode_tokens),
+                )?;
+            }
+            for &(t0, tokens) in &prefill_runs {
+                k.attn_prefill
+                    .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, shape(t0, tokens))?;
+            }
+            if streaming {
+                let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
                 k.matvec(
                     &mut rec,
                     &w.wo,
@@ -406,12 +560,6 @@ impl VkModel {
                     },
                 )?;
             } else {
-                k.rmsnorm
-                    .record(&mut rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
-                k.matmul(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
-                k.rope_kv
-                    .record(&mut rec, &s.qkv, &self.rope_table, kv, shape, rope)?;
-                k.attn_prefill.record(&mut rec, &s.qkv, kv, &s.att, shape)?;
                 k.matmul(&mut rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)?;
                 k.rmsnorm
                     .record(&mut rec, &s.x, &w.ffn_norm, &s.xn, t, e, eps)?;
@@ -430,44 +578,67 @@ impl VkModel {
                 k.matmul(&mut rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)?;
             }
         }
-        let out_rows = match rows {
-            None => 0,
-            Some(Logits::Last) => {
-                let row_bytes = e as u64 * 4;
-                let x = if n == 1 {
-                    &s.x
-                } else {
-                    rec.copy(&s.x, (n as u64 - 1) * row_bytes, &s.last, 0, row_bytes)?;
-                    &s.last
-                };
-                k.matvec(
-                    &mut rec,
-                    head,
-                    MatvecArgs {
-                        norm: Some((&self.output_norm, eps)),
-                        ..MatvecArgs::plain(&head.buffer, x, &s.logits, vocab, e, 1)
-                    },
-                )?;
-                1
+
+        // The rows of x whose logits are wanted, in the order of `seqs`: (seq, first, count).
+        let mut wanted = Vec::new();
+        let mut spans = vec![(0usize, 0usize); seqs.len()];
+        for &(i, t0, tokens, _) in runs {
+            let (first, count) = match seqs[i].logits {
+                None => (t0, 0),
+                Some(Logits::Last) => (t0 + tokens - 1, 1),
+                Some(Logits::All) => (t0, tokens),
+            };
+            wanted.push((i, first, count));
+        }
+        wanted.sort_by_key(|w| w.0);
+        let out_rows: usize = wanted.iter().map(|w| w.2).sum();
+        // x itself when the wanted rows are all of x in order; otherwise they are gathered.
+        let in_place = wanted.iter().scan(0, |next, w| {
+            let ok = w.2 == 0 || w.1 == *next;
+            *next += w.2;
+            Some(ok)
+        });
+        let x_rows = if in_place.clone().all(|ok| ok) && out_rows == n {
+            &s.x
+        } else {
+            let row_bytes = e as u64 * 4;
+            let mut at = 0u64;
+            for &(_, first, count) in &wanted {
+                if count > 0 {
+                    rec.copy(
+                        &s.x,
+                        first as u64 * row_bytes,
+                        &s.sel,
+                        at * row_bytes,
+                        count as u64 * row_bytes,
+                    )?;
+                    at += count as u64;
+                }
             }
-            Some(Logits::All) if streaming => {
-                k.matvec(
-                    &mut rec,
-                    head,
-                    MatvecArgs {
-                        norm: Some((&self.output_norm, eps)),
-                        ..MatvecArgs::plain(&head.buffer, &s.x, &s.logits, vocab, e, t)
-                    },
-                )?;
-                n
-            }
-            Some(Logits::All) => {
-                k.rmsnorm
-                    .record(&mut rec, &s.x, &self.output_norm, &s.xn, t, e, eps)?;
-                k.matmul(&mut rec, head, &s.xn, &s.logits, t, vocab, e, false)?;
-                n
-            }
+            &s.sel
         };
+        let mut next = 0;
+        for &(i, _, count) in &wanted {
+            spans[i] = (next, count);
+            next += count;
+        }
+        if out_rows > 0 {
+            let rows = out_rows as u32;
+            if streaming || out_rows <= DECODE_MAX_TOKENS {
+                k.matvec(
+                    &mut rec,
+                    head,
+                    MatvecArgs {
+                        norm: Some((&self.output_norm, eps)),
+                        ..MatvecArgs::plain(&head.buffer, x_rows, &s.logits, vocab, e, rows)
+                    },
+                )?;
+            } else {
+                k.rmsnorm
+                    .record(&mut rec, x_rows, &self.output_norm, &s.xn, rows, e, eps)?;
+                k.matmul(&mut rec, head, &s.xn, &s.logits, rows, vocab, e, false)?;
+            }
+        }
         let done = rec.submit()?;
         if let Some(profile) = &mut self.profile {
             for k in done.kernels {
@@ -476,9 +647,62 @@ impl VkModel {
                 e.1 += 1;
             }
         }
-        self.kv.set_len(self.kv.len() + n);
-        Ok(self.scratch.logits.download(out_rows * c.n_vocab)?)
+        let logits: Vec<f32> = self.scratch.logits.download(out_rows * c.n_vocab)?;
+        Ok(spans
+            .iter()
+            .map(|&(first, count)| logits[first * c.n_vocab..(first + count) * c.n_vocab].to_vec())
+            .collect())
     }
+}
+
+/// The cache's shape: every sequence at full context, within the budget (or, without one,
+/// within the device memory left after the weights with some headroom).
+fn kv_shape(
+    device: &Device,
+    c: &ModelConfig,
+    options: &VkModelOptions,
+    weights: u64,
+) -> Result<KvShape> {
+    if options.n_seq == 0 {
+        return Err(Error::options("n_seq", "must be at least 1"));
+    }
+    let mut shape = KvShape {
+        n_layer: c.n_layer,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+        blocks: 0,
+        rows: options.n_seq,
+        n_ctx: options.n_ctx,
+    };
+    let full = options.n_seq * blocks_for(options.n_ctx);
+    let info = device.info();
+    let max_range = info.limits.max_storage_buffer_range;
+    let blocks = match options.kv_budget {
+        Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, max_range),
+        Some(KvBudget::Tokens(t)) => {
+            blocks_for(t).min(blocks_in_budget(&shape, u64::MAX, max_range))
+        }
+        None => {
+            let heap = match options.kv_placement {
+                KvPlacement::Device => info.device_local_bytes(),
+                KvPlacement::Host => info.host_bytes(),
+            };
+            let room = heap.saturating_sub(weights).saturating_sub(KV_HEADROOM);
+            full.min(blocks_in_budget(&shape, room, max_range))
+        }
+    };
+    if blocks == 0 {
+        return Err(Error::options(
+            "kv_budget",
+            format!(
+                "leaves no room for one block of {} tokens ({} bytes)",
+                crate::kv::BLOCK_TOKENS,
+                shape.block_bytes()
+            ),
+        ));
+    }
+    shape.blocks = blocks;
+    Ok(shape)
 }
 
 impl Backend for VkModel {
@@ -487,15 +711,15 @@ impl Backend for VkModel {
     }
 
     fn n_ctx(&self) -> usize {
-        self.kv.capacity()
+        self.kv.shape().n_ctx
     }
 
     fn len(&self) -> usize {
-        self.kv.len()
+        self.kv.len(0)
     }
 
     fn truncate(&mut self, len: usize) {
-        self.kv.truncate(len);
+        self.kv.truncate(0, len);
     }
 
     fn profile(&self) -> Vec<(&'static str, f64, u64)> {
@@ -507,7 +731,7 @@ impl Backend for VkModel {
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        check_step(&self.config, tokens, self.kv.len(), self.kv.capacity())?;
+        check_step(&self.config, tokens, self.kv.len(0), self.n_ctx())?;
         let chunks = tokens.len().div_ceil(self.chunk);
         let mut out = Vec::new();
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
@@ -516,7 +740,13 @@ impl Backend for VkModel {
                 Logits::Last if i + 1 == chunks => Some(Logits::Last),
                 Logits::Last => None,
             };
-            out.extend(self.step(chunk, rows)?);
+            let step = SeqStep {
+                row: 0,
+                tokens: chunk,
+                logits: rows,
+                beam: None,
+            };
+            out.extend(self.step_batch(&[step])?.remove(0));
         }
         Ok(out)
     }

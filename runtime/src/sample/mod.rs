@@ -14,6 +14,7 @@
 //!
 //! [`StopStrings`] is separate: it works on decoded text, not tokens.
 
+pub mod beam;
 mod filters;
 mod stop;
 

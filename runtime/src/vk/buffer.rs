@@ -22,6 +22,9 @@ pub enum MemoryKind {
     HostVisible,
     /// Mapped and host-cached: for reading results back.
     Readback,
+    /// System memory, never device-local even where the device offers host-visible device
+    /// memory: large pools (the offloaded KV cache) that the device reads over the bus.
+    HostPool,
 }
 
 impl MemoryKind {
@@ -29,7 +32,7 @@ impl MemoryKind {
         match self {
             Self::DeviceLocal => MemoryLocation::GpuOnly,
             Self::HostVisible => MemoryLocation::CpuToGpu,
-            Self::Readback => MemoryLocation::GpuToCpu,
+            Self::Readback | Self::HostPool => MemoryLocation::GpuToCpu,
         }
     }
 
@@ -38,6 +41,7 @@ impl MemoryKind {
             Self::DeviceLocal => "device-local",
             Self::HostVisible => "host-visible",
             Self::Readback => "readback",
+            Self::HostPool => "host pool",
         }
     }
 }
@@ -63,6 +67,13 @@ impl<'a> BufferDesc<'a> {
             name,
             size,
             memory: MemoryKind::HostVisible,
+        }
+    }
+    pub fn host_pool(name: &'a str, size: u64) -> Self {
+        Self {
+            name,
+            size,
+            memory: MemoryKind::HostPool,
         }
     }
     pub fn readback(name: &'a str, size: u64) -> Self {

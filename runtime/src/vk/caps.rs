@@ -125,6 +125,23 @@ impl DeviceInfo {
             .sum()
     }
 
+    /// Total size of the heaps that are not device-local (system memory), or of every heap
+    /// on a device whose memory is all host memory.
+    pub fn host_bytes(&self) -> u64 {
+        let host: u64 = self
+            .memory
+            .heaps
+            .iter()
+            .filter(|h| !h.device_local)
+            .map(|h| h.size)
+            .sum();
+        if host > 0 {
+            host
+        } else {
+            self.device_local_bytes()
+        }
+    }
+
     /// A one-line summary of the heaps, for error messages.
     pub fn heap_summary(&self) -> String {
         let heaps: Vec<String> = self

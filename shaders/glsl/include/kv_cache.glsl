@@ -1,10 +1,36 @@
-// The attention kernels' view of one layer's KV cache. Kernels read and write K/V only through
-// these functions, so a different cache layout (paged blocks) replaces this file alone.
-// Layout: K and V each [position, kv_head, head_dim], f32. The including kernel defines
-// KV_BINDING (K there, V at KV_BINDING + 1).
-layout(binding = KV_BINDING) buffer KCache { float k_cache[]; };
-layout(binding = KV_BINDING + 1) buffer VCache { float v_cache[]; };
+// The attention kernels' view of one layer of the paged KV cache. Kernels read and write K/V
+// only through these functions.
+//
+// The pool holds blocks of KV_BLOCK positions; a block is [KV_BLOCK, kv_head, head_dim] f32
+// in K (binding KV_BINDING) and V (KV_BINDING + 1), read as vec4s. Each sequence slot ("row")
+// has a block table: position pos of row r lives in block tables[r * max_blocks + pos /
+// KV_BLOCK] at slot pos % KV_BLOCK. Beam search reads history through an indirection (the
+// indirect KV cache): a sequence with a beam table finds position pos in row beams[beam +
+// pos], the row whose lane held its ancestor when pos was written, so reordering beams
+// copies no K/V. The including kernel defines KV_BINDING.
+layout(binding = KV_BINDING) buffer KCache { vec4 k_cache[]; };
+layout(binding = KV_BINDING + 1) buffer VCache { vec4 v_cache[]; };
+layout(binding = KV_BINDING + 2) readonly buffer Tables { uint tables[]; };
 
-uint kv_index(uint pos, uint kv_head, uint n_head_kv, uint head_dim) {
-    return (pos * n_head_kv + kv_head) * head_dim;
+const uint KV_BLOCK = 16;
+const uint NO_BEAM = 0xFFFFFFFFu;
+
+#ifdef KV_BEAMS
+// Kernels that read history (not rope_kv, which writes a row's own position) define KV_BEAMS.
+layout(binding = KV_BINDING + 3) readonly buffer Beams { uint beams[]; };
+
+// The row holding position pos for a sequence in `row` with beam table offset `beam`.
+uint kv_row(uint row, uint beam, uint pos) {
+    return beam == NO_BEAM ? row : beams[beam + pos];
+}
+#endif
+
+// The pool slot (block * KV_BLOCK + offset) of position pos of `row`.
+uint kv_slot(uint row, uint pos, uint max_blocks) {
+    return tables[row * max_blocks + pos / KV_BLOCK] * KV_BLOCK + pos % KV_BLOCK;
+}
+
+// Index of the first vec4 of (slot, kv_head) in k_cache / v_cache; head_dim % 4 == 0.
+uint kv_index4(uint slot, uint kv_head, uint n_head_kv, uint head_dim) {
+    return ((slot * n_head_kv + kv_head) * head_dim) >> 2;
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
-use hearth_runtime::model::ProgressFn;
+use hearth_runtime::kv::KvPlacement;
+use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -41,6 +42,51 @@ pub struct RunArgs {
     /// Time every kernel and print where the GPU time went (on stderr, at the end).
     #[arg(long)]
     pub profile: bool,
+    /// Memory for the paged KV cache: bytes (`512MiB`, `2G`) or tokens (`32768t`)
+    /// [default: every sequence at full context, within what fits after the weights].
+    #[arg(long, value_name = "SIZE", value_parser = parse_kv_budget)]
+    pub kv_budget: Option<KvBudget>,
+    /// Where the KV cache lives: `none` in device memory, `full` in system memory the device
+    /// reads directly (a context larger than device memory still runs).
+    #[arg(long, value_enum, default_value_t = KvOffload::None)]
+    pub kv_offload: KvOffload,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvOffload {
+    None,
+    Full,
+}
+
+impl KvOffload {
+    pub fn placement(self) -> KvPlacement {
+        match self {
+            Self::None => KvPlacement::Device,
+            Self::Full => KvPlacement::Host,
+        }
+    }
+}
+
+/// `4096t` / `4096 tokens` is tokens; a number with an optional K/M/G suffix (powers of two,
+/// `B`/`iB` optional) is bytes.
+pub fn parse_kv_budget(s: &str) -> std::result::Result<KvBudget, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let bad = || format!("`{s}`: expected bytes like 512MiB or 2G, or tokens like 32768t");
+    if let Some(n) = t.strip_suffix("tokens").or_else(|| t.strip_suffix('t')) {
+        return n.trim().parse().map(KvBudget::Tokens).map_err(|_| bad());
+    }
+    let t = t.trim_end_matches("ib").trim_end_matches('b');
+    let (num, shift) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(bad());
+    }
+    Ok(KvBudget::Bytes((n * (1u64 << shift) as f64) as u64))
 }
 
 impl RunArgs {
@@ -69,6 +115,9 @@ impl RunArgs {
             device: device.index,
             validate: device.validate,
             n_ctx,
+            n_seq: 1,
+            kv_budget: self.kv_budget,
+            kv_placement: self.kv_offload.placement(),
             max_chunk: self.ubatch.max(1),
             profile: self.profile,
         };

@@ -1,0 +1,16 @@
+// Push constants and per-token positions shared by rope_kv and the attention kernels.
+// A step's tokens may belong to several sequences: token t is at position steps[t].y of the
+// sequence in row steps[t].x, whose beam table (or NO_BEAM) starts at steps[t].z.
+layout(binding = STEPS_BINDING) readonly buffer Steps { uvec4 steps[]; };
+layout(push_constant) uniform Push {
+    uint tokens;        // tokens in this dispatch, starting at token t0 of the step
+    uint t0;
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;
+    uint q_stride;      // floats per token in qkv: (n_head + 2 n_head_kv) * head_dim
+    uint max_blocks;    // entries per row of the block tables
+    float scale;        // 1 / sqrt(head_dim)
+    uint rot_dim;       // rope_kv: dimensions rotated (0: none)
+    uint mode;          // rope_kv: 0 NeoX, 1 GPT-J
+} p;
