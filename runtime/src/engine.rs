@@ -13,6 +13,8 @@ use crate::error::Result;
 use crate::kernels::WeightFormat;
 use crate::kv::KvPlacement;
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
+use crate::sample::beam::{BeamParams, Hypothesis};
+use crate::sched::Scheduler;
 use crate::session::{GenerateParams, Generation, Session};
 use crate::vk::{Device, DeviceDesc};
 
@@ -201,6 +203,32 @@ impl Engine {
             parse_special: true,
         };
         Ok(self.tokenizer.encode_with(&text, encode))
+    }
+
+    /// A continuous-batching scheduler over the model's KV cache (the session's cache is
+    /// emptied). Needs the Vulkan backend.
+    pub fn scheduler(&mut self) -> Result<Scheduler<'_>> {
+        let model = self
+            .session
+            .fresh_backend()
+            .as_vulkan_mut()
+            .ok_or_else(|| crate::Error::options("backend", "batching needs a Vulkan device"))?;
+        Ok(Scheduler::new(model, &self.tokenizer))
+    }
+
+    /// Beam search from `prompt` over the indirect KV cache (needs `n_seq` >= the beam
+    /// width); on the CPU reference, the copying reference search.
+    pub fn beam_search(&mut self, prompt: &[u32], params: &BeamParams) -> Result<Vec<Hypothesis>> {
+        let tokenizer = &self.tokenizer;
+        let eos = |t| tokenizer.is_end_of_generation(t);
+        let backend = self.session.fresh_backend();
+        match backend.as_vulkan_mut() {
+            Some(model) => crate::beam::search(model, prompt, params, eos),
+            None => Err(crate::Error::options(
+                "beams",
+                "beam search needs a Vulkan device",
+            )),
+        }
     }
 
     /// Generates a continuation of `prompt` (the whole token sequence; a cached prefix is

@@ -186,9 +186,6 @@ impl Preset {
     }
 }
 
-/// A weight matrix: `n_out` rows of `n_in` values (GGUF shape `[n_in, n_out]`).
-type MatrixShape = (usize, usize);
-
 impl Shape {
     pub fn head_dim(&self) -> usize {
         self.n_embd / self.n_head
@@ -271,25 +268,43 @@ impl Shape {
     /// Besides the file itself (the size of [`file_bytes`](Self::file_bytes)) this holds one
     /// matrix of each distinct shape while it writes.
     pub fn build(&self, name: &str, format: Format) -> Result<GgufFile> {
+        self.build_rows(name, format, None)
+    }
+
+    /// [`build`](Self::build) with every row of every matrix drawn afresh from `seed`: a
+    /// model whose tokens differ (for correctness tests of small shapes; it holds every
+    /// matrix while it writes).
+    pub fn build_random(&self, name: &str, format: Format, seed: u64) -> Result<GgufFile> {
+        self.build_rows(name, format, Some(seed))
+    }
+
+    fn build_rows(&self, name: &str, format: Format, seed: Option<u64>) -> Result<GgufFile> {
         self.check(format)?;
         let path = PathBuf::from(format!("synthetic:{name}"));
         let tensors = self.tensors();
-        // The bytes of each distinct matrix shape; the tensors of every layer borrow them.
-        let mut patterns: BTreeMap<MatrixShape, Vec<u8>> = BTreeMap::new();
-        for t in &tensors {
-            if let Entry::Vacant(e) = patterns.entry(t.shape()) {
-                let data = t.data(format).map_err(|reason| Error::Tensor {
-                    path: path.clone(),
-                    tensor: t.name.clone(),
-                    reason,
-                })?;
+        // The bytes of each distinct matrix shape (or, with a seed, of each tensor); the
+        // tensors of every layer borrow them.
+        let key = |i: usize, t: &TensorPlan| match seed {
+            None => (t.n_in, t.n_out, 0),
+            Some(_) => (t.n_in, t.n_out, i + 1),
+        };
+        let mut patterns: BTreeMap<(usize, usize, usize), Vec<u8>> = BTreeMap::new();
+        for (i, t) in tensors.iter().enumerate() {
+            if let Entry::Vacant(e) = patterns.entry(key(i, t)) {
+                let data = t
+                    .data(format, seed.map(|s| s.wrapping_add(i as u64)))
+                    .map_err(|reason| Error::Tensor {
+                        path: path.clone(),
+                        tensor: t.name.clone(),
+                        reason,
+                    })?;
                 e.insert(data);
             }
         }
 
         let mut writer = GgufWriter::new();
         self.write_metadata(&mut writer, name, format);
-        for t in &tensors {
+        for (i, t) in tensors.iter().enumerate() {
             let shape = [t.n_in as u64, t.n_out as u64];
             let shape = if t.n_out == 1 {
                 &shape[..1]
@@ -300,7 +315,7 @@ impl Shape {
                 &t.name,
                 GgmlType::from(t.format(format)),
                 shape,
-                &patterns[&t.shape()][..],
+                &patterns[&key(i, t)][..],
             )?;
         }
 
@@ -401,10 +416,6 @@ struct TensorPlan {
 }
 
 impl TensorPlan {
-    fn shape(&self) -> MatrixShape {
-        (self.n_in, self.n_out)
-    }
-
     /// Vectors (norm gains) are F32, as converters write them; matrices are in `format`.
     fn format(&self, format: Format) -> Format {
         if self.n_out == 1 {
@@ -415,8 +426,25 @@ impl TensorPlan {
     }
 
     /// The tensor's bytes: ones for a norm gain; for a matrix, one row of values uniform in
-    /// ±1/sqrt(n_in) (the scale of trained weights), quantized once and repeated.
-    fn data(&self, format: Format) -> std::result::Result<Vec<u8>, String> {
+    /// ±1/sqrt(n_in) (the scale of trained weights), quantized once and repeated, or with a
+    /// seed every row drawn afresh.
+    fn data(&self, format: Format, seed: Option<u64>) -> std::result::Result<Vec<u8>, String> {
+        if let (Some(seed), true) = (seed, self.n_out > 1) {
+            let scale = 1.0 / (self.n_in as f32).sqrt();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let format = self.format(format);
+            let values: Vec<f32> = (0..self.n_in * self.n_out)
+                .map(|_| rng.gen_range(-scale..=scale))
+                .collect();
+            let bytes = format.bytes_for(values.len()).ok_or_else(|| {
+                format!("rows of {} values do not fill {format} blocks", self.n_in)
+            })?;
+            let mut packed = vec![0u8; bytes];
+            format
+                .quantize(&values, &mut packed)
+                .map_err(|e| e.to_string())?;
+            return Ok(packed);
+        }
         let row: Vec<f32> = if self.n_out == 1 {
             vec![1.0; self.n_in]
         } else {

@@ -119,6 +119,8 @@ pub struct KvCache {
     rows: Vec<BlockTable>,
     /// Rows whose block table changed since the last [`sync_tables`](KvCache::sync_tables).
     dirty: Vec<bool>,
+    /// Blocks copied on write so far.
+    block_copies: std::cell::Cell<u64>,
 }
 
 impl KvCache {
@@ -171,6 +173,7 @@ impl KvCache {
             pool: BlockPool::new(shape.blocks),
             rows: (0..shape.rows).map(|_| BlockTable::new()).collect(),
             dirty: vec![false; shape.rows],
+            block_copies: std::cell::Cell::new(0),
         })
     }
 
@@ -235,11 +238,19 @@ impl KvCache {
         for c in copies {
             for buffers in [&self.k, &self.v] {
                 for b in buffers {
-                    rec.copy(b, c.src as u64 * bytes, b, c.dst as u64 * bytes, bytes)?;
+                    let (src, dst) = (c.src as u64 * bytes, c.dst as u64 * bytes);
+                    rec.copy_as("kv_block_copy", b, src, b, dst, bytes)?;
                 }
             }
         }
+        self.block_copies
+            .set(self.block_copies.get() + copies.len() as u64);
         Ok(())
+    }
+
+    /// Blocks copied on write since the cache was made (beam reorders copy none).
+    pub fn block_copies(&self) -> u64 {
+        self.block_copies.get()
     }
 
     /// Forgets positions of `row` from `len` on; whole blocks go back to the pool.

@@ -37,6 +37,11 @@ pub trait Backend {
     /// Forgets positions from `len` on (a new conversation, or an edit of an earlier turn).
     fn truncate(&mut self, len: usize);
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+    /// The Vulkan executor, for batched steps over several sequences (the scheduler, beam
+    /// search); `None` on the CPU reference.
+    fn as_vulkan_mut(&mut self) -> Option<&mut VkModel> {
+        None
+    }
     /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend
     /// was asked to profile; empty otherwise.
     fn profile(&self) -> Vec<(&'static str, f64, u64)> {

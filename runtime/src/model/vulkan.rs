@@ -710,6 +710,10 @@ impl Backend for VkModel {
         &self.config
     }
 
+    fn as_vulkan_mut(&mut self) -> Option<&mut VkModel> {
+        Some(self)
+    }
+
     fn n_ctx(&self) -> usize {
         self.kv.shape().n_ctx
     }

@@ -90,6 +90,8 @@ pub struct Scheduler<'a> {
     /// Tokens reused from cached prefixes, for reports.
     reused_tokens: usize,
     preemptions: usize,
+    /// Most sequences running at once (at most the cache's rows).
+    max_running: usize,
 }
 
 impl<'a> Scheduler<'a> {
@@ -109,7 +111,13 @@ impl<'a> Scheduler<'a> {
             clock: 0,
             reused_tokens: 0,
             preemptions: 0,
+            max_running: rows,
         }
+    }
+
+    /// Runs at most `n` sequences at once (at least 1, at most the cache's rows).
+    pub fn set_max_running(&mut self, n: usize) {
+        self.max_running = n.clamp(1, self.rows.len());
     }
 
     pub fn model(&self) -> &VkModel {
@@ -282,9 +290,15 @@ impl<'a> Scheduler<'a> {
     /// prefix of its tokens.
     fn admit(&mut self) {
         let mut still = VecDeque::new();
+        let mut running = self.running();
         while let Some(i) = self.waiting.pop_front() {
             if self.seqs[i].phase != Phase::Waiting {
                 continue;
+            }
+            if running >= self.max_running {
+                still.push_back(i);
+                still.extend(self.waiting.drain(..));
+                break;
             }
             // Completions of one request follow its first once that has read the prompt.
             if let Some(lead) = self.seqs[i].after {
@@ -307,6 +321,7 @@ impl<'a> Scheduler<'a> {
             s.row = row;
             s.admitted = self.clock;
             self.rows[row] = Row::Busy(i);
+            running += 1;
         }
         self.waiting = still;
     }

@@ -253,6 +253,19 @@ impl<'a> Recorder<'a> {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
+        self.copy_as("copy", src, src_offset, dst, dst_offset, size)
+    }
+
+    /// [`copy`](Self::copy), timed under `label`.
+    pub fn copy_as(
+        &mut self,
+        label: &'static str,
+        src: &'a Buffer,
+        src_offset: u64,
+        dst: &'a Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
         let fits = |b: &Buffer, off: u64| off.checked_add(size).is_some_and(|e| e <= b.size());
         if !fits(src, src_offset) || !fits(dst, dst_offset) {
             return Err(VkError::Allocation {
@@ -274,7 +287,7 @@ impl<'a> Recorder<'a> {
                 .cmd_copy_buffer(self.cmd, src.raw, dst.raw, &[region])
         };
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE);
-        self.labels.push("copy");
+        self.labels.push(label);
         Ok(())
     }
 

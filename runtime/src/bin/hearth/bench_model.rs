@@ -47,7 +47,7 @@ pub struct BenchModelArgs {
         value_delimiter = ',',
         default_value = "512"
     )]
-    n_prompt: Vec<usize>,
+    pub(crate) n_prompt: Vec<usize>,
     /// Generation lengths to test (comma-separated; 0 skips).
     #[arg(
         short = 'n',
@@ -55,12 +55,20 @@ pub struct BenchModelArgs {
         value_delimiter = ',',
         default_value = "128"
     )]
-    n_gen: Vec<usize>,
+    pub(crate) n_gen: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
     #[arg(short = 'o', long = "format", value_enum, default_value_t = Format::Table)]
-    format: Format,
+    pub(crate) format: Format,
+    /// Serving benchmark instead of pp/tg: a stream of requests (prompt lengths around -p,
+    /// output lengths around -n) served with at most this many at once, by continuous and by
+    /// static batching (comma-separated list).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub(crate) concurrency: Vec<usize>,
+    /// Requests in the serving benchmark's stream [default: twice the concurrency, at least 8].
+    #[arg(long, value_name = "N")]
+    pub(crate) requests: Option<usize>,
 }
 
 struct Test {
@@ -98,20 +106,32 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         .copied()
         .max()
         .unwrap_or(1);
-    let n_ctx = Some(most.max(1));
+    let serving = !args.concurrency.is_empty();
+    // The serving benchmark's lengths go up to 1.5 times -p and -n.
+    let (n_ctx, n_seq) = if serving {
+        let p = args.n_prompt.iter().max().copied().unwrap_or(0);
+        let n = args.n_gen.iter().max().copied().unwrap_or(0);
+        let c = args.concurrency.iter().max().copied().unwrap_or(1);
+        (Some((3 * p / 2 + 3 * n / 2).max(2)), c.max(1))
+    } else {
+        (Some(most.max(1)), 1)
+    };
     let mut engine = match source {
-        Source::File(model) => args.run.load(model, device, n_ctx)?,
+        Source::File(model) => args.run.load(model, device, n_ctx, n_seq)?,
         Source::Synthetic(preset) => {
             let format = args.synthetic_format;
             let what = || format!("synthetic {} ({format})", preset.name);
             let file = preset.build(format).with_context(what)?;
             args.run
-                .load_with(device, n_ctx, |options, progress| {
+                .load_with(device, n_ctx, n_seq, |options, progress| {
                     Engine::load_file(file, options, progress)
                 })
                 .with_context(what)?
         }
     };
+    if serving {
+        return crate::bench_serving::run(args, &mut engine);
+    }
     let mut tests: Vec<Test> = Vec::new();
     for &p in args.n_prompt.iter().filter(|&&p| p > 0) {
         tests.push(Test {

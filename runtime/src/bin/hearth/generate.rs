@@ -3,6 +3,7 @@
 use std::io::Write as _;
 
 use anyhow::Result;
+use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::session::GenerateParams;
 use serde_json::json;
 
@@ -35,12 +36,25 @@ pub struct GenerateArgs {
     ignore_eos: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Beam search with this many beams (sampling options are then ignored); prints the
+    /// best hypothesis (JSON: every hypothesis).
+    #[arg(long, value_name = "W")]
+    beams: Option<usize>,
+    /// Beam search: score = log-probability / length^P (above 0 favours longer text).
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    length_penalty: f32,
+    /// Beam search: stop as soon as W hypotheses have ended.
+    #[arg(long)]
+    early_stopping: bool,
     /// text: stream the completion; json: one object with text, tokens and timings.
     #[arg(long, value_enum, default_value_t = Format::Table, hide_default_value = true)]
     format: Format,
 }
 
 pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
+    if let Some(width) = args.beams {
+        return run_beams(args, device, width);
+    }
     let mut engine = args.model.load(device, args.ctx_size)?;
     let prompt = engine.tokenize(&args.prompt);
     let params = GenerateParams {
@@ -88,6 +102,60 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
                 "generation_tokens_per_second": t.generation_tokens_per_second(),
             },
         });
+        crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+    }
+    Ok(())
+}
+
+/// `--beams W`: beam search over the indirect KV cache (W cache rows).
+fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result<()> {
+    let m = &args.model;
+    let mut engine = m.run.load(&m.model, device, args.ctx_size, width)?;
+    let prompt = engine.tokenize(&args.prompt);
+    let n_ctx = engine.session().backend().n_ctx();
+    let params = BeamParams {
+        width,
+        max_tokens: usize::try_from(args.n_predict).unwrap_or(n_ctx.saturating_sub(prompt.len())),
+        length_penalty: args.length_penalty,
+        early_stopping: args.early_stopping,
+    };
+    let start = std::time::Instant::now();
+    let hypotheses = engine.beam_search(&prompt, &params)?;
+    let elapsed = start.elapsed();
+    crate::model_args::print_profile(&engine);
+    let text = |tokens: &[u32]| {
+        let tokenizer = engine.tokenizer();
+        let end = tokens
+            .iter()
+            .position(|&t| tokenizer.is_end_of_generation(t))
+            .unwrap_or(tokens.len());
+        tokenizer.decode(&tokens[..end], true)
+    };
+    if args.format == Format::Table {
+        let best = hypotheses
+            .first()
+            .map(|h| text(&h.tokens))
+            .unwrap_or_default();
+        println!("{best}");
+        eprintln!(
+            "beam search: {width} beams, {} hypotheses, {:.1} s ({})",
+            hypotheses.len(),
+            elapsed.as_secs_f64(),
+            engine.info().device
+        );
+    } else {
+        let out: Vec<_> = hypotheses
+            .iter()
+            .map(|h| {
+                json!({
+                    "text": text(&h.tokens),
+                    "tokens": h.tokens,
+                    "logprob": h.logprob,
+                    "score": h.score,
+                })
+            })
+            .collect();
+        let out = json!({ "hypotheses": out, "prompt_tokens": prompt.len(), "device": engine.info().device });
         crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
     }
     Ok(())

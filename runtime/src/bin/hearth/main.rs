@@ -2,6 +2,7 @@
 
 mod bench_kernels;
 mod bench_model;
+mod bench_serving;
 mod chat;
 mod devices;
 mod generate;

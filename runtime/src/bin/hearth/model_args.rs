@@ -23,8 +23,9 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// Loads the model for one sequence at a time.
     pub fn load(&self, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
-        self.run.load(&self.model, device, n_ctx)
+        self.run.load(&self.model, device, n_ctx, 1)
     }
 }
 
@@ -91,9 +92,16 @@ pub fn parse_kv_budget(s: &str) -> std::result::Result<KvBudget, String> {
 
 impl RunArgs {
     /// Loads the model with a progress bar on stderr (hidden when stderr is not a terminal).
-    pub fn load(&self, model: &str, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
+    /// Loads the model with a KV cache for `n_seq` sequences of `n_ctx` positions.
+    pub fn load(
+        &self,
+        model: &str,
+        device: &DeviceChoice,
+        n_ctx: Option<usize>,
+        n_seq: usize,
+    ) -> Result<Engine> {
         let path = self.dir.resolve(model)?;
-        self.load_with(device, n_ctx, |options, progress| {
+        self.load_with(device, n_ctx, n_seq, |options, progress| {
             Engine::load(&path, options, progress)
         })
         .with_context(|| format!("loading {}", path.display()))
@@ -104,6 +112,7 @@ impl RunArgs {
         &self,
         device: &DeviceChoice,
         n_ctx: Option<usize>,
+        n_seq: usize,
         load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
     ) -> hearth_runtime::Result<Engine> {
         let options = EngineOptions {
@@ -115,7 +124,7 @@ impl RunArgs {
             device: device.index,
             validate: device.validate,
             n_ctx,
-            n_seq: 1,
+            n_seq: n_seq.max(1),
             kv_budget: self.kv_budget,
             kv_placement: self.kv_offload.placement(),
             max_chunk: self.ubatch.max(1),

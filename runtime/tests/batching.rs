@@ -1,0 +1,313 @@
+//! Serving over the paged KV cache, on a small random-weight model: continuous batching gives
+//! every request what it gets alone (with chunked prompts, requests joining mid-run and
+//! preemption), completions of one prompt share its blocks, impossible requests are refused,
+//! cancelled ones end; beam search over the indirect KV cache equals greedy at width 1 and
+//! the copying reference on the CPU at width 3, and copies no K/V when it reorders beams.
+//! Outside CI a machine without a Vulkan device skips these tests; in CI (`CI=true`) a
+//! missing device fails them.
+
+use std::collections::HashMap;
+
+use hearth_models::resolve_gguf;
+use hearth_quant::Format;
+use hearth_runtime::beam;
+use hearth_runtime::cpu::CpuModel;
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::model::KvBudget;
+use hearth_runtime::sample::beam::BeamParams;
+use hearth_runtime::sample::SamplerParams;
+use hearth_runtime::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
+use hearth_runtime::session::{FinishReason, GenerateParams};
+use hearth_runtime::synthetic::Shape;
+use hearth_runtime::vk::{Device, DeviceDesc};
+use hearth_runtime::Error;
+
+/// 2 layers, width 64, 4 query heads sharing 2 KV heads of 16 dimensions.
+const TINY: Shape = Shape {
+    n_layer: 2,
+    n_embd: 64,
+    n_ff: 128,
+    n_head: 4,
+    n_head_kv: 2,
+    n_vocab: 256,
+    n_ctx_train: 256,
+    rope_base: 10_000.0,
+    norm_eps: 1e-5,
+    tied_embeddings: false,
+};
+
+fn have_device() -> bool {
+    match Device::new(DeviceDesc::default()) {
+        Ok(_) => true,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI needs a Vulkan device: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            false
+        }
+    }
+}
+
+fn engine(n_seq: usize, n_ctx: usize, ubatch: usize, kv_budget: Option<KvBudget>) -> Engine {
+    let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
+    let options = EngineOptions {
+        backend: BackendKind::Vulkan,
+        validate: true,
+        n_ctx: Some(n_ctx),
+        n_seq,
+        kv_budget,
+        max_chunk: ubatch,
+        ..EngineOptions::default()
+    };
+    Engine::load_file(file, &options, &mut |_| true).unwrap()
+}
+
+fn greedy(max_tokens: usize) -> RequestParams {
+    RequestParams {
+        generate: GenerateParams {
+            max_tokens: Some(max_tokens),
+            sampler: SamplerParams::greedy(),
+            ignore_eos: true,
+            ..GenerateParams::default()
+        },
+        n: 1,
+    }
+}
+
+/// A prompt of `len` tokens, different for each `seed`.
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (seed * 37 + i * 11 + 3) % 256)
+        .collect()
+}
+
+/// Each (request, completion)'s tokens and how it finished.
+type Outputs = HashMap<(RequestId, usize), (Vec<u32>, Option<FinishReason>)>;
+
+/// Steps until nothing is pending; returns each (request, sample)'s tokens and finish.
+fn drain(sched: &mut Scheduler<'_>) -> Outputs {
+    let mut out = Outputs::new();
+    while sched.pending() > 0 {
+        for e in sched.step().unwrap() {
+            record(&mut out, e);
+        }
+    }
+    out
+}
+
+fn record(out: &mut Outputs, e: TokenEvent) {
+    let entry = out.entry((e.request, e.sample)).or_default();
+    entry.0.extend(e.token);
+    if e.finish.is_some() {
+        entry.1 = e.finish;
+    }
+}
+
+/// What each prompt gives alone, through a plain session.
+fn alone(prompts: &[(Vec<u32>, usize)]) -> Vec<Vec<u32>> {
+    let mut e = engine(1, 128, 256, None);
+    prompts
+        .iter()
+        .map(|(p, n)| {
+            e.session_mut().clear();
+            e.generate(p, &greedy(*n).generate, &mut |_| true)
+                .unwrap()
+                .tokens
+        })
+        .collect()
+}
+
+#[test]
+fn continuous_batching_gives_each_request_what_it_gets_alone() {
+    if !have_device() {
+        return;
+    }
+    // Mixed lengths; prompts longer than the 16-token step budget are read in chunks while
+    // other sequences decode.
+    let prompts: Vec<(Vec<u32>, usize)> = vec![
+        (prompt(1, 5), 12),
+        (prompt(2, 40), 6),
+        (prompt(3, 17), 20),
+        (prompt(4, 3), 9),
+        (prompt(5, 29), 4),
+    ];
+    let want = alone(&prompts);
+    let distinct: std::collections::HashSet<_> = want.iter().flatten().collect();
+    assert!(
+        distinct.len() > 10,
+        "the model's greedy tokens vary: {want:?}"
+    );
+    let mut e = engine(3, 128, 16, None);
+    let mut sched = e.scheduler().unwrap();
+    let mut ids = Vec::new();
+    for (p, n) in &prompts[..3] {
+        ids.push(sched.add_request(p, &greedy(*n)).unwrap());
+    }
+    // Two more join after a few steps.
+    let mut got = HashMap::new();
+    for _ in 0..3 {
+        for ev in sched.step().unwrap() {
+            record(&mut got, ev);
+        }
+    }
+    for (p, n) in &prompts[3..] {
+        ids.push(sched.add_request(p, &greedy(*n)).unwrap());
+    }
+    while sched.pending() > 0 {
+        for ev in sched.step().unwrap() {
+            record(&mut got, ev);
+        }
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let (tokens, finish) = &got[&(*id, 0)];
+        assert_eq!(tokens, &want[i], "request {i}");
+        assert_eq!(*finish, Some(FinishReason::Length));
+    }
+    assert_eq!(sched.running(), 0);
+}
+
+#[test]
+fn running_out_of_blocks_preempts_and_recomputes() {
+    if !have_device() {
+        return;
+    }
+    let prompts: Vec<(Vec<u32>, usize)> = vec![
+        (prompt(6, 20), 24),
+        (prompt(7, 18), 24),
+        (prompt(8, 22), 24),
+    ];
+    let want = alone(&prompts);
+    // 8 blocks of 16: one request needs 3, three together 9.
+    let mut e = engine(3, 64, 64, Some(KvBudget::Tokens(128)));
+    let mut sched = e.scheduler().unwrap();
+    let ids: Vec<_> = prompts
+        .iter()
+        .map(|(p, n)| sched.add_request(p, &greedy(*n)).unwrap())
+        .collect();
+    let got = drain(&mut sched);
+    assert!(
+        sched.preemptions() > 0,
+        "the pool is too small for all three"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(got[&(*id, 0)].0, want[i], "request {i}");
+    }
+}
+
+#[test]
+fn completions_of_one_prompt_share_its_blocks() {
+    if !have_device() {
+        return;
+    }
+    let p = prompt(9, 50);
+    let mut e = engine(4, 128, 64, None);
+    let mut sched = e.scheduler().unwrap();
+    let params = RequestParams { n: 4, ..greedy(5) };
+    let id = sched.add_request(&p, &params).unwrap();
+    let mut peak = 0;
+    let mut got = HashMap::new();
+    while sched.pending() > 0 {
+        for ev in sched.step().unwrap() {
+            record(&mut got, ev);
+        }
+        peak = peak.max(sched.model().kv_usage().blocks_used);
+    }
+    // Three completions reuse all but the prompt's last token.
+    assert_eq!(sched.reused_tokens(), 3 * (p.len() - 1));
+    // Four private copies would take 4 x 4 blocks; shared, the prompt's 3 full blocks are
+    // held once and each completion writes into its own copy of the last.
+    assert!(peak <= 3 + 4, "{peak} blocks in use");
+    let first = &got[&(id, 0)].0;
+    for s in 1..4 {
+        assert_eq!(&got[&(id, s)].0, first, "greedy completions agree");
+    }
+    assert_eq!(first, &alone(&[(p, 5)])[0]);
+}
+
+#[test]
+fn a_follow_up_turn_reuses_the_cached_conversation() {
+    if !have_device() {
+        return;
+    }
+    let mut e = engine(2, 128, 64, None);
+    let mut sched = e.scheduler().unwrap();
+    let turn1 = prompt(10, 30);
+    let id = sched.add_request(&turn1, &greedy(6)).unwrap();
+    let answer = drain(&mut sched)[&(id, 0)].0.clone();
+    let mut turn2 = turn1.clone();
+    turn2.extend(&answer);
+    turn2.extend(prompt(11, 7));
+    sched.add_request(&turn2, &greedy(3)).unwrap();
+    drain(&mut sched);
+    // The first turn and all but the last answer token (never fed back) were cached.
+    assert_eq!(sched.reused_tokens(), turn1.len() + answer.len() - 1);
+}
+
+#[test]
+fn impossible_requests_are_refused_and_cancelled_ones_end() {
+    if !have_device() {
+        return;
+    }
+    let mut e = engine(2, 64, 64, Some(KvBudget::Tokens(48)));
+    let mut sched = e.scheduler().unwrap();
+    let err = sched.add_request(&prompt(1, 60), &greedy(10)).unwrap_err();
+    assert!(matches!(err, Error::ContextFull { .. }), "{err}");
+    let err = sched.add_request(&prompt(1, 40), &greedy(20)).unwrap_err();
+    assert!(matches!(err, Error::KvFull { .. }), "{err}");
+    assert!(err.to_string().contains("--kv-budget"), "{err}");
+    assert!(sched.add_request(&[], &greedy(1)).is_err());
+    assert!(sched.add_request(&[999], &greedy(1)).is_err());
+
+    let id = sched.add_request(&prompt(2, 8), &greedy(30)).unwrap();
+    sched.step().unwrap();
+    sched.cancel(id);
+    let got = drain(&mut sched);
+    assert_eq!(got[&(id, 0)].1, Some(FinishReason::Cancelled));
+    assert_eq!(sched.pending(), 0);
+}
+
+#[test]
+fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
+    if !have_device() {
+        return;
+    }
+    let p = prompt(12, 21);
+    let no_eos = |_| false;
+    let mut e = engine(3, 64, 64, None);
+
+    // Width 1 is greedy.
+    let params = BeamParams {
+        width: 1,
+        max_tokens: 10,
+        length_penalty: 1.0,
+        early_stopping: false,
+    };
+    let model = e.session_mut().fresh_backend().as_vulkan_mut().unwrap();
+    let h = beam::search(model, &p, &params, no_eos).unwrap();
+    assert_eq!(h[0].tokens, alone(&[(p.clone(), 10)])[0]);
+
+    // Width 3 against the reference that copies each beam's cache on the CPU.
+    let params = BeamParams { width: 3, ..params };
+    let copies_before = model.kv().block_copies();
+    let got = beam::search(model, &p, &params, no_eos).unwrap();
+    assert_eq!(
+        model.kv().block_copies(),
+        copies_before,
+        "reordering beams copies no K/V"
+    );
+    let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
+    let resolved = resolve_gguf(&file).unwrap();
+    let mut cpu = CpuModel::load(&file, &resolved, 64, &mut |_| true).unwrap();
+    let want = beam::search_copying(&mut cpu, &p, &params, no_eos).unwrap();
+    assert_eq!(got.len(), 3);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.tokens, w.tokens);
+        assert!(
+            (g.logprob - w.logprob).abs() < 1e-3,
+            "{} vs {}",
+            g.logprob,
+            w.logprob
+        );
+    }
+}
