@@ -82,8 +82,14 @@ pub struct SeqStep<'a> {
 const KV_HEADROOM: u64 = 512 << 20;
 
 /// Tokens that share one pass over the weights in the matvec kernel when a step has more
-/// than one.
-const MATVEC_TOKENS: u32 = 8;
+/// than one: CPU devices spill registers past 4 (16 runs four times slower than 4 on
+/// lavapipe); GPUs take a whole decode batch.
+fn matvec_tokens(device: &Device) -> u32 {
+    match device.info().kind {
+        DeviceKind::Cpu => 4,
+        _ => DECODE_MAX_TOKENS as u32,
+    }
+}
 
 /// A packed weight matrix on the device.
 struct DeviceMatrix {
@@ -106,7 +112,7 @@ struct FormatKernels {
     embed: Embed,
     /// One token per pass (decode).
     matvec: Matvec,
-    /// MATVEC_TOKENS tokens per pass.
+    /// `matvec_tokens` tokens per pass.
     matvec_tokens: Matvec,
     matmul: Matmul,
 }
@@ -116,7 +122,7 @@ impl FormatKernels {
         Ok(Self {
             embed: Embed::new(device, format)?,
             matvec: Matvec::new(device, format, 1)?,
-            matvec_tokens: Matvec::new(device, format, MATVEC_TOKENS)?,
+            matvec_tokens: Matvec::new(device, format, matvec_tokens(device))?,
             matmul: Matmul::new(device, format)?,
         })
     }
@@ -140,7 +146,7 @@ impl Kernels {
     }
 
     /// A weight-streaming product with `w` in its format: one token per pass for a single
-    /// token, MATVEC_TOKENS otherwise.
+    /// token, `matvec_tokens` otherwise.
     fn matvec<'a>(
         &self,
         rec: &mut Recorder<'a>,
