@@ -7,6 +7,12 @@
 // (max, sum, weighted V) triples are then merged across the workgroup. A token at position
 // pos attends to positions [0, pos], so this kernel also serves short multi-token steps and a
 // batch of sequences (one token or a few each).
+//
+// FUSED (every sequence in the dispatch has one new token): the kernel also does rope_kv's
+// work for its token, saving a dispatch per layer: it rotates its query head and the new
+// key, stores the new key and value in the cache (the first head of each group does), and
+// uses them from shared memory for the token's own position, which other workgroups may
+// still be writing.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -18,11 +24,34 @@
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint SUBGROUPS = 64;            // most subgroups in a workgroup
+layout(constant_id = 3) const bool FUSED = false;
 const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
+layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, rot_dim/2] (cos, sin)
 
 shared vec4 qs[HD4];
+shared float qf[HEAD_DIM];
+shared float kf[HEAD_DIM];
+shared vec4 knew[HD4];
+shared vec4 vnew[HD4];
+
+float qkv_at(uint i) {
+    return qkv[i >> 2][i & 3u];
+}
+
+// Rotates pair i of a head held in ARR (shared), as rope_kv.comp does.
+#define ROTATE(ARR, i, pos)                                                      \
+    {                                                                          \
+        uint half_rot = p.rot_dim / 2;                                         \
+        uint a = p.mode == 0 ? i : 2 * i;                                      \
+        uint b = p.mode == 0 ? i + half_rot : 2 * i + 1;                       \
+        vec2 r = cs[pos * half_rot + i];                                       \
+        float x0 = ARR[a];                                                       \
+        float x1 = ARR[b];                                                       \
+        ARR[a] = x0 * r.x - x1 * r.y;                                            \
+        ARR[b] = x0 * r.y + x1 * r.x;                                            \
+    }
 shared vec4 merged[SUBGROUPS][HD4];
 
 void main() {
@@ -32,8 +61,38 @@ void main() {
     uint kvh = h / (p.n_head / p.n_head_kv);
     uint n_kv = st.y + 1;
     uint tid = gl_LocalInvocationID.x;
-    for (uint d = tid; d < HD4; d += WG) {
-        qs[d] = qkv[(t * p.q_stride + h * HEAD_DIM) / 4 + d] * p.scale;
+    uint pos = st.y;
+    if (FUSED) {
+        uint base = t * p.q_stride;
+        uint kbase = base + (p.n_head + kvh) * HEAD_DIM;
+        uint vbase = base + (p.n_head + p.n_head_kv + kvh) * HEAD_DIM;
+        for (uint d = tid; d < HEAD_DIM; d += WG) {
+            qf[d] = qkv_at(base + h * HEAD_DIM + d);
+            kf[d] = qkv_at(kbase + d);
+        }
+        for (uint d = tid; d < HD4; d += WG) {
+            vnew[d] = qkv[vbase / 4 + d];
+        }
+        barrier();
+        for (uint i = tid; i < p.rot_dim / 2; i += WG) {
+            ROTATE(qf, i, pos)
+            ROTATE(kf, i, pos)
+        }
+        barrier();
+        bool writer = h % (p.n_head / p.n_head_kv) == 0;
+        uint kb = kv_index4(kv_slot(st.x, pos, p.max_blocks), kvh, p.n_head_kv, HEAD_DIM);
+        for (uint d = tid; d < HD4; d += WG) {
+            qs[d] = vec4(qf[4 * d], qf[4 * d + 1], qf[4 * d + 2], qf[4 * d + 3]) * p.scale;
+            knew[d] = vec4(kf[4 * d], kf[4 * d + 1], kf[4 * d + 2], kf[4 * d + 3]);
+            if (writer) {
+                k_cache[kb + d] = knew[d];
+                v_cache[kb + d] = vnew[d];
+            }
+        }
+    } else {
+        for (uint d = tid; d < HD4; d += WG) {
+            qs[d] = qkv[(t * p.q_stride + h * HEAD_DIM) / 4 + d] * p.scale;
+        }
     }
     barrier();
 
@@ -43,19 +102,21 @@ void main() {
     for (uint d = 0; d < HD4; ++d) {
         acc[d] = vec4(0.0);
     }
-    for (uint pos = tid; pos < n_kv; pos += WG) {
-        uint slot = kv_slot(kv_row(st.x, st.z, pos), pos, p.max_blocks);
+    for (uint j = tid; j < n_kv; j += WG) {
+        // FUSED: the token's own position comes from shared memory, not the cache.
+        bool fresh = FUSED && j == pos;
+        uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);
         uint kb = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
         float s = 0.0;
         for (uint d = 0; d < HD4; ++d) {
-            s += dot(qs[d], k_cache[kb + d]);
+            s += dot(qs[d], fresh ? knew[d] : k_cache[kb + d]);
         }
         float m_new = max(m, s);
         float c = exp(m - m_new);
         float e = exp(s - m_new);
         l = l * c + e;
         for (uint d = 0; d < HD4; ++d) {
-            acc[d] = acc[d] * c + e * v_cache[kb + d];
+            acc[d] = acc[d] * c + e * (fresh ? vnew[d] : v_cache[kb + d]);
         }
         m = m_new;
     }

@@ -144,15 +144,7 @@ impl RopeKv {
         s: AttnShape,
         rope: RopeSpec,
     ) -> Result<()> {
-        if rope.rot_dim % 2 != 0 || rope.rot_dim > s.head_dim || s.head_dim % 2 != 0 {
-            return Err(VkError::Kernel {
-                kernel: ROPE_KV.name,
-                message: format!(
-                    "rot_dim {} and head_dim {} must be even, rot_dim at most head_dim",
-                    rope.rot_dim, s.head_dim
-                ),
-            });
-        }
+        check_rope(s, rope)?;
         s.check(ROPE_KV.name, qkv, qkv, steps)?;
         if s.tokens == 0 {
             return Ok(());
@@ -169,15 +161,31 @@ impl RopeKv {
     }
 }
 
-/// Checks the shape and records one attention dispatch over `groups`.
+fn check_rope(s: AttnShape, rope: RopeSpec) -> Result<()> {
+    if rope.rot_dim % 2 != 0 || rope.rot_dim > s.head_dim || s.head_dim % 2 != 0 {
+        return Err(VkError::Kernel {
+            kernel: ROPE_KV.name,
+            message: format!(
+                "rot_dim {} and head_dim {} must be even, rot_dim at most head_dim",
+                rope.rot_dim, s.head_dim
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the shape and records one attention dispatch over `groups`; `extra` buffers are
+/// bound after the common ones (binding 7 on).
 #[allow(clippy::too_many_arguments)]
 fn record_attention<'a>(
     rec: &mut Recorder<'a>,
     pipeline: &Pipeline,
     built_head_dim: u32,
     [qkv, o, steps]: [&'a Buffer; 3],
+    extra: &[&'a Buffer],
     kv: KvLayer<'a>,
     s: AttnShape,
+    rope: Option<RopeSpec>,
     groups: [u32; 3],
 ) -> Result<()> {
     if built_head_dim != s.head_dim {
@@ -193,18 +201,17 @@ fn record_attention<'a>(
     if s.tokens == 0 {
         return Ok(());
     }
-    let push = s.push(&kv, None);
-    rec.dispatch(
-        pipeline,
-        &[qkv, o, kv.k, kv.v, kv.tables, kv.beams, steps],
-        &push,
-        groups,
-    )
+    let push = s.push(&kv, rope);
+    let mut buffers = vec![qkv, o, kv.k, kv.v, kv.tables, kv.beams, steps];
+    buffers.extend_from_slice(extra);
+    rec.dispatch(pipeline, &buffers, &push, groups)
 }
 
 /// Decode attention: each token against every position of its own sequence up to its own.
 pub struct AttnDecode {
     pipeline: Arc<Pipeline>,
+    /// The variant that also rotates and stores its token's query, key and value.
+    fused: Arc<Pipeline>,
     head_dim: u32,
 }
 
@@ -218,7 +225,8 @@ impl AttnDecode {
             _ => workgroup_size(info),
         };
         let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
-        let shared = (head_dim + subgroups * head_dim + wg) as u64 * 4;
+        // q, the merge slots, the reduction slots, and (fused) q, k, v being rotated.
+        let shared = (head_dim + subgroups * head_dim + wg + 4 * head_dim) as u64 * 4;
         if shared > info.limits.max_shared_memory as u64 {
             return Err(VkError::Kernel {
                 kernel: ATTN_DECODE.name,
@@ -229,11 +237,13 @@ impl AttnDecode {
             });
         }
         Ok(Self {
-            pipeline: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups])?,
+            pipeline: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 0])?,
+            fused: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 1])?,
             head_dim,
         })
     }
 
+    /// Attention for tokens whose K/V `RopeKv` has stored.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
@@ -244,13 +254,46 @@ impl AttnDecode {
         s: AttnShape,
     ) -> Result<()> {
         let groups = [s.n_head, s.tokens, 1];
+        // The rope table binding is unused here; any buffer fills it.
         record_attention(
             rec,
             &self.pipeline,
             self.head_dim,
             [qkv, o, steps],
+            &[qkv],
             kv,
             s,
+            None,
+            groups,
+        )
+    }
+
+    /// `RopeKv` and attention in one dispatch, for tokens that are each the only new token
+    /// of their sequence (a decode step): each workgroup rotates its query and the new key
+    /// and stores the key and value itself. `table` is as for [`RopeKv::record`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_fused<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        qkv: &'a Buffer,
+        table: &'a Buffer,
+        kv: KvLayer<'a>,
+        steps: &'a Buffer,
+        o: &'a Buffer,
+        s: AttnShape,
+        rope: RopeSpec,
+    ) -> Result<()> {
+        check_rope(s, rope)?;
+        let groups = [s.n_head, s.tokens, 1];
+        record_attention(
+            rec,
+            &self.fused,
+            self.head_dim,
+            [qkv, o, steps],
+            &[table],
+            kv,
+            s,
+            Some(rope),
             groups,
         )
     }
@@ -313,8 +356,10 @@ impl AttnPrefill {
             &self.pipeline,
             self.head_dim,
             [qkv, o, steps],
+            &[],
             kv,
             s,
+            None,
             groups,
         )
     }
@@ -541,7 +586,14 @@ mod tests {
         let decode_kernel = AttnDecode::new(&dev, head_dim).unwrap();
         let prefill_kernel = AttnPrefill::new(&dev, head_dim).unwrap();
         let layer = cache.layer(0);
+        let fused = decode && tokens == 1;
         run(&dev, |rec| {
+            if fused {
+                decode_kernel
+                    .record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope)
+                    .unwrap();
+                return;
+            }
             rope_kv
                 .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
                 .unwrap();
@@ -555,6 +607,7 @@ mod tests {
                     .unwrap();
             }
         });
+        let qkv_before = qkv.clone();
 
         reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot_dim as usize, &table);
         let what = format!(
@@ -563,10 +616,12 @@ mod tests {
         );
         let valid = (pos0 + tokens) as usize * h.kv_dim();
         let exact = |_| 1e-6;
+        // The fused kernel rotates in registers and leaves qkv as it was.
+        let qkv_want = if fused { &qkv_before } else { &qkv };
         assert_close(
-            &format!("{what}: rotated qkv"),
+            &format!("{what}: qkv"),
             &qkv_b.download(qkv.len()).unwrap(),
-            &qkv,
+            qkv_want,
             exact,
         );
         let (k_got, v_got) = read_row(&cache, 0, (pos0 + tokens) as usize, h);
@@ -653,14 +708,12 @@ mod tests {
             layout: RopeLayout::Gptj,
         };
         let s = h.shape(steps.len() as u32, 0);
-        let rope_kv = RopeKv::new(&dev).unwrap();
         let attn = AttnDecode::new(&dev, h.head_dim).unwrap();
         let layer = cache.layer(0);
+        // One new token per sequence: the fused kernel rotates and stores K/V itself.
         run(&dev, |rec| {
-            rope_kv
-                .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
+            attn.record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope)
                 .unwrap();
-            attn.record(rec, &qkv_b, layer, &steps_b, &o, s).unwrap();
         });
         reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
         let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };

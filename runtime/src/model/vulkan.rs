@@ -479,6 +479,11 @@ impl VkModel {
             .filter(|r| r.2 <= DECODE_MAX_TOKENS)
             .map(|r| r.2)
             .sum();
+        let fused = decode_tokens > 0
+            && runs
+                .iter()
+                .filter(|r| r.2 <= DECODE_MAX_TOKENS)
+                .all(|r| r.2 == 1);
         let prefill_runs: Vec<(usize, usize)> = runs
             .iter()
             .filter(|r| r.2 > DECODE_MAX_TOKENS)
@@ -522,17 +527,23 @@ impl VkModel {
                     .record(&mut rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
                 k.matmul(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
             }
+            let table = &self.rope_table;
+            // A pure decode step (one token per sequence) stores K/V from the attention
+            // kernel itself; RoPE and the append run apart for the rest.
+            let rest = if fused {
+                shape(decode_tokens, n - decode_tokens)
+            } else {
+                all
+            };
             k.rope_kv
-                .record(&mut rec, &s.qkv, &self.rope_table, kv, &s.steps, all, rope)?;
-            if decode_tokens > 0 {
-                k.attn_decode.record(
-                    &mut rec,
-                    &s.qkv,
-                    kv,
-                    &s.steps,
-                    &s.att,
-                    shape(0, decode_tokens),
-                )?;
+                .record(&mut rec, &s.qkv, table, kv, &s.steps, rest, rope)?;
+            let decode = shape(0, decode_tokens);
+            if fused {
+                k.attn_decode
+                    .record_fused(&mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope)?;
+            } else if decode_tokens > 0 {
+                k.attn_decode
+                    .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, decode)?;
             }
             for &(t0, tokens) in &prefill_runs {
                 k.attn_prefill
