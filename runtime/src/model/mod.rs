@@ -42,6 +42,9 @@ pub trait Backend {
     fn as_vulkan_mut(&mut self) -> Option<&mut VkModel> {
         None
     }
+    fn as_vulkan(&self) -> Option<&VkModel> {
+        None
+    }
     /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend
     /// was asked to profile; empty otherwise.
     fn profile(&self) -> Vec<(&'static str, f64, u64)> {

@@ -731,6 +731,10 @@ impl Backend for VkModel {
         Some(self)
     }
 
+    fn as_vulkan(&self) -> Option<&VkModel> {
+        Some(self)
+    }
+
     fn n_ctx(&self) -> usize {
         self.kv.shape().n_ctx
     }

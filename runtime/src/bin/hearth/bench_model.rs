@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context, Result};
 use hearth_quant::Format as QuantFormat;
 use hearth_runtime::engine::{BackendKind, Engine};
+use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::Logits;
 use hearth_runtime::synthetic::{self, Preset, PRESETS};
 use rand::{Rng, SeedableRng};
@@ -75,6 +76,8 @@ struct Test {
     n_prompt: usize,
     n_gen: usize,
     samples_ns: Vec<f64>,
+    /// KV blocks in use at the end of a repetition.
+    kv_blocks_used: usize,
 }
 
 /// What runs: a model file, or a preset's shape built in memory.
@@ -138,6 +141,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
             n_prompt: p,
             n_gen: 0,
             samples_ns: Vec::new(),
+            kv_blocks_used: 0,
         });
     }
     for &n in args.n_gen.iter().filter(|&&n| n > 0) {
@@ -145,6 +149,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
             n_prompt: 0,
             n_gen: n,
             samples_ns: Vec::new(),
+            kv_blocks_used: 0,
         });
     }
     let n_vocab = engine.info().config.n_vocab as u32;
@@ -158,6 +163,8 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
             if rep > 0 {
                 test.samples_ns.push(ns);
             }
+            let backend = engine.session().backend();
+            test.kv_blocks_used = backend.as_vulkan().map_or(0, |m| m.kv_usage().blocks_used);
         }
     }
     crate::model_args::print_profile(&engine);
@@ -215,9 +222,26 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
             weights.join("+")
         ),
     };
+    // The paged KV cache: where it lives, its blocks, and the bytes attention reads.
+    let kv = engine.session().backend().as_vulkan().map(|m| {
+        let kv = m.kv();
+        (kv.placement(), kv.shape(), kv.usage())
+    });
+    let kv_offload = match kv.map(|k| k.0) {
+        Some(KvPlacement::Host) => "full",
+        _ => "none",
+    };
     let rows: Vec<Value> = tests
         .iter()
         .map(|t| {
+            // Decode step i (from an empty cache after the prompt) reads every cached
+            // position's K and V: n_prompt + i + 1 positions.
+            let token_bytes = kv.map_or(0, |k| k.1.token_bytes()) as f64;
+            let kv_read = if t.n_gen > 0 {
+                token_bytes * (t.n_prompt as f64 + (t.n_gen as f64 + 1.0) / 2.0)
+            } else {
+                0.0
+            };
             let n = (t.n_prompt + t.n_gen) as f64;
             let samples_ts: Vec<f64> = t.samples_ns.iter().map(|ns| n * 1e9 / ns).collect();
             let (avg_ns, stddev_ns) = mean_sd(&t.samples_ns);
@@ -241,6 +265,11 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "stddev_ts": stddev_ts,
                 "samples_ns": t.samples_ns.iter().map(|&v| v.round() as u64).collect::<Vec<_>>(),
                 "samples_ts": samples_ts,
+                "kv_offload": kv_offload,
+                "kv_blocks_used": t.kv_blocks_used,
+                "kv_blocks_total": kv.map_or(0, |k| k.2.blocks_used + k.2.blocks_free),
+                "kv_read_bytes_per_token": kv_read.round() as u64,
+                "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * t.n_gen as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
             })
         })
         .collect();
@@ -268,6 +297,25 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                     info.device,
                     row["avg_ts"].as_f64().unwrap_or_default(),
                     row["stddev_ts"].as_f64().unwrap_or_default(),
+                ));
+            }
+            if let Some((placement, shape, _)) = kv {
+                let read: Vec<String> = tests
+                    .iter()
+                    .zip(&rows)
+                    .filter(|(t, _)| t.n_gen > 0)
+                    .map(|(t, row)| {
+                        let bytes = row["kv_read_bytes_per_token"].as_f64().unwrap_or_default();
+                        format!("tg{} {:.2} MiB", t.n_gen, bytes / (1 << 20) as f64)
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "\nKV cache: {placement} memory ({kv_offload} offload), {} blocks of {} tokens \
+                     ({:.1} MiB); KV read per generated token: {}\n",
+                    shape.blocks,
+                    hearth_runtime::kv::BLOCK_TOKENS,
+                    shape.total_bytes() as f64 / (1 << 20) as f64,
+                    if read.is_empty() { "-".to_string() } else { read.join(", ") }
                 ));
             }
             crate::inspect::emit(&out)
