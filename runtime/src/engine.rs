@@ -11,7 +11,7 @@ use hearth_models::{
 use crate::cpu::CpuModel;
 use crate::error::Result;
 use crate::kernels::WeightFormat;
-use crate::kv::KvPlacement;
+use crate::kv::{KvPlacement, KvUsage};
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::sample::beam::{BeamParams, Hypothesis};
 use crate::sched::Scheduler;
@@ -203,6 +203,11 @@ impl Engine {
             parse_special: true,
         };
         Ok(self.tokenizer.encode_with(&text, encode))
+    }
+
+    /// Blocks of the paged KV cache in use and free (Vulkan backend).
+    pub fn kv_usage(&self) -> Option<KvUsage> {
+        self.session.backend().as_vulkan().map(|m| m.kv_usage())
     }
 
     /// A continuous-batching scheduler over the model's KV cache (the session's cache is

@@ -311,3 +311,19 @@ fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
         );
     }
 }
+
+#[test]
+fn the_engine_reports_kv_blocks() {
+    if !have_device() {
+        return;
+    }
+    let mut e = engine(1, 128, 64, None);
+    let before = e.kv_usage().unwrap();
+    assert_eq!(before.blocks_used, 0);
+    assert_eq!(before.blocks_free, 8, "128 positions in blocks of 16");
+    e.generate(&prompt(13, 20), &greedy(5).generate, &mut |_| true)
+        .unwrap();
+    // 20 prompt tokens and 4 fed-back generated tokens: 24 positions in 2 blocks.
+    let after = e.kv_usage().unwrap();
+    assert_eq!((after.blocks_used, after.blocks_free), (2, 6));
+}
