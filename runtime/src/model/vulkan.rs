@@ -1,13 +1,15 @@
-//! The Vulkan executor: weights in device buffers, one KV cache, and a step recorded into a
-//! single command buffer and submission (embedding to logits, no CPU round trip between
-//! kernels).
+//! The Vulkan executor: weights in device buffers, the paged KV cache, and a step recorded
+//! into a single command buffer and submission (embedding to logits, no CPU round trip
+//! between kernels). A step may carry several sequences, each appending to its own cache row
+//! (`step_batch`); the single-sequence `Backend` uses row 0.
 //!
 //! Weights stay packed in their formats (each matrix may have its own), and every product
-//! runs the kernel variant for its matrix's format. Decode (up to a few tokens) runs the
-//! weight-streaming matvec kernel with the block's RMSNorm, residual adds and SwiGLU folded
-//! into it: six dispatches per layer. Prefill (more tokens) uses flash-style attention and, on
-//! GPUs, tiled matrix-matrix kernels; CPU devices keep the matvec kernel for prefill too, with
-//! several tokens sharing each pass over the weights, in chunks of at most `chunk` tokens.
+//! runs the kernel variant for its matrix's format. Decode (up to a few tokens per sequence)
+//! runs the weight-streaming matvec kernel with the block's RMSNorm, residual adds and SwiGLU
+//! folded into it, and attention with RoPE and the K/V append folded in: five dispatches per
+//! layer. Prefill (more tokens) uses flash-style attention and, on GPUs, tiled matrix-matrix
+//! kernels; CPU devices keep the matvec kernel for prefill too, with several tokens sharing
+//! each pass over the weights, in chunks of at most `chunk` tokens.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
