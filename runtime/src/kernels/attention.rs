@@ -217,10 +217,16 @@ pub struct AttnDecode {
 
 impl AttnDecode {
     pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, device.info().kind)
+    }
+
+    /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
+    /// lavapipe).
+    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
         let info = device.info();
         // On CPU devices one subgroup per workgroup: no barriers (coroutine switches there)
         // and no cross-subgroup merge; positions are spread over its lanes.
-        let wg = match info.kind {
+        let wg = match kind {
             DeviceKind::Cpu => info.subgroup.size.max(1),
             _ => workgroup_size(info),
         };
@@ -308,8 +314,14 @@ pub struct AttnPrefill {
 
 impl AttnPrefill {
     pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, device.info().kind)
+    }
+
+    /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
+    /// lavapipe).
+    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
         let info = device.info();
-        let (wg, tile, stage) = match info.kind {
+        let (wg, tile, stage) = match kind {
             // One subgroup of queries reading K/V straight from the cache (broadcast loads).
             DeviceKind::Cpu => (info.subgroup.size.max(1), 8u64, false),
             _ => {
@@ -559,6 +571,21 @@ mod tests {
     /// already holding `pos0` positions in scattered blocks, and checks the output and the
     /// cache against the reference.
     fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head_dim: u32) {
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            check_shaped(kind, decode, tokens, pos0, n_head, n_head_kv, head_dim);
+        }
+    }
+
+    /// [`check`] with the kernels shaped for a device of `kind`.
+    fn check_shaped(
+        kind: DeviceKind,
+        decode: bool,
+        tokens: u32,
+        pos0: u32,
+        n_head: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+    ) {
         let Some(dev) = device() else { return };
         let h = Heads {
             n_head,
@@ -583,8 +610,8 @@ mod tests {
             layout: RopeLayout::Gptj,
         };
         let s = h.shape(tokens, 0);
-        let decode_kernel = AttnDecode::new(&dev, head_dim).unwrap();
-        let prefill_kernel = AttnPrefill::new(&dev, head_dim).unwrap();
+        let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, kind).unwrap();
+        let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, kind).unwrap();
         let layer = cache.layer(0);
         let fused = decode && tokens == 1;
         run(&dev, |rec| {
@@ -611,7 +638,7 @@ mod tests {
 
         reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot_dim as usize, &table);
         let what = format!(
-            "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim}",
+            "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} ({kind:?} shape)",
             if decode { "decode" } else { "prefill" }
         );
         let valid = (pos0 + tokens) as usize * h.kv_dim();
@@ -663,6 +690,12 @@ mod tests {
     /// its history through a beam table from another row (the indirect KV cache).
     #[test]
     fn batched_decode_reads_each_sequence_and_beam_table() {
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            batched_decode_shaped(kind);
+        }
+    }
+
+    fn batched_decode_shaped(kind: DeviceKind) {
         let Some(dev) = device() else { return };
         let h = Heads {
             n_head: 6,
@@ -708,7 +741,7 @@ mod tests {
             layout: RopeLayout::Gptj,
         };
         let s = h.shape(steps.len() as u32, 0);
-        let attn = AttnDecode::new(&dev, h.head_dim).unwrap();
+        let attn = AttnDecode::shaped_for(&dev, h.head_dim, kind).unwrap();
         let layer = cache.layer(0);
         // One new token per sequence: the fused kernel rotates and stores K/V itself.
         run(&dev, |rec| {
@@ -719,7 +752,7 @@ mod tests {
         let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
         let want = reference_attention(&qkv, &logical, &steps, h, &source);
         assert_close(
-            "batched decode",
+            &format!("batched decode ({kind:?} shape)"),
             &o.download(want.len()).unwrap(),
             &want,
             |_| 2e-5,
