@@ -114,8 +114,9 @@ impl Matvec {
                 // Twelve rows share each broadcast block of x (the broadcasts cost as much as
                 // the products otherwise); a lane keeps rb x tokens sums. Measured on
                 // lavapipe with SmolLM2: decode 22 -> 29 tokens/s over rb = 2, prefill best
-                // at 4 tokens per pass (more spill registers).
-                rb: 12,
+                // at 4 tokens per pass (more spill registers). Q8's realigned 34-byte blocks
+                // do best at 16 (its output head: 8.3 -> 6.6 ms).
+                rb: if format == WeightFormat::Q8 { 16 } else { 12 },
                 units: subgroup,
                 target_groups: 32,
                 min_rows: 1,
