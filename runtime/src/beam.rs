@@ -56,11 +56,7 @@ pub fn search(
     for row in 1..w {
         let kv = model.kv_mut();
         kv.fork(0, row, shared);
-        kv.append(row, p - shared).map_err(|e| Error::KvFull {
-            needed: e.needed,
-            free: e.free,
-            block_tokens: BLOCK_TOKENS,
-        })?;
+        kv.append(row, p - shared)?;
     }
 
     let mut search = BeamSearch::new(*params);
@@ -104,11 +100,7 @@ pub fn search(
         for row in choices.len()..w {
             let kv = model.kv_mut();
             let behind = len - kv.len(row);
-            kv.append(row, behind).map_err(|e| Error::KvFull {
-                needed: e.needed,
-                free: e.free,
-                block_tokens: BLOCK_TOKENS,
-            })?;
+            kv.append(row, behind)?;
         }
     }
     Ok(search.finish())

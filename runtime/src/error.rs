@@ -55,6 +55,16 @@ pub enum Error {
     Cancelled,
 }
 
+impl From<crate::kv::OutOfBlocks> for Error {
+    fn from(e: crate::kv::OutOfBlocks) -> Self {
+        Self::KvFull {
+            needed: e.needed,
+            free: e.free,
+            block_tokens: crate::kv::BLOCK_TOKENS,
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn options(field: &str, reason: impl Into<String>) -> Self {
         Self::Options {

@@ -430,15 +430,7 @@ impl VkModel {
                 });
             }
             // Counted above, so this cannot run out.
-            copies.extend(
-                self.kv
-                    .append(s.row, s.tokens.len())
-                    .map_err(|e| Error::KvFull {
-                        needed: e.needed,
-                        free: e.free,
-                        block_tokens: crate::kv::BLOCK_TOKENS,
-                    })?,
-            );
+            copies.extend(self.kv.append(s.row, s.tokens.len())?);
         }
         let result = self.record_step(&ids, &steps, &runs, seqs, &copies);
         if result.is_err() {

@@ -363,16 +363,7 @@ impl<'a> Scheduler<'a> {
                 (src, keep)
             }
             (None, _) => {
-                let lru = self
-                    .rows
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(r, row)| match row {
-                        Row::Cached { used, .. } => Some((r, *used)),
-                        _ => None,
-                    })
-                    .min_by_key(|&(_, used)| used)?
-                    .0;
+                let lru = lru_cached(&self.rows)?;
                 kv.clear(lru);
                 (lru, 0)
             }
@@ -441,17 +432,8 @@ impl<'a> Scheduler<'a> {
 
     /// Frees the least recently used cached prefix; false when there is none.
     fn evict_cached(&mut self) -> bool {
-        let lru = self
-            .rows
-            .iter()
-            .enumerate()
-            .filter_map(|(r, row)| match row {
-                Row::Cached { used, .. } => Some((r, *used)),
-                _ => None,
-            })
-            .min_by_key(|&(_, used)| used);
-        match lru {
-            Some((r, _)) => {
+        match lru_cached(&self.rows) {
+            Some(r) => {
                 self.model.kv_mut().clear(r);
                 self.rows[r] = Row::Free;
                 true
@@ -544,4 +526,16 @@ impl<'a> Scheduler<'a> {
             };
         }
     }
+}
+
+/// The cached row used least recently.
+fn lru_cached(rows: &[Row]) -> Option<usize> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(r, row)| match row {
+            Row::Cached { used, .. } => Some((r, *used)),
+            _ => None,
+        })
+        .min_by_key(|&(_, used)| used)
+        .map(|(r, _)| r)
 }
