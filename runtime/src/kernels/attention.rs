@@ -276,7 +276,9 @@ impl AttnDecode {
 
     /// `RopeKv` and attention in one dispatch, for tokens that are each the only new token
     /// of their sequence (a decode step): each workgroup rotates its query and the new key
-    /// and stores the key and value itself. `table` is as for [`RopeKv::record`].
+    /// and stores the key and value itself. No token may read (through a beam table) a
+    /// position another token of the dispatch writes: nothing orders the two. `table` is as
+    /// for [`RopeKv::record`].
     #[allow(clippy::too_many_arguments)]
     pub fn record_fused<'a>(
         &self,
@@ -702,7 +704,7 @@ mod tests {
             n_head_kv: 2,
             head_dim: 32,
         };
-        let lens = [21usize, 5, 40];
+        let lens = [33usize, 5, 40];
         let n_ctx = 48;
         let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx);
         for r in 0..lens.len() {
@@ -710,7 +712,8 @@ mod tests {
         }
         cache.sync_tables().unwrap();
         // Row 2's sequence took positions 0..30 from row 0 (its ancestor's lane), and the
-        // rest, including the new position 40, from its own row.
+        // rest, including the new position 40, from its own row. As in beam search, it reads
+        // nothing that another sequence writes in the same step (row 0 writes position 33).
         let beam_rows: Vec<u32> = (0..=40).map(|p| if p < 30 { 0 } else { 2 }).collect();
         let mut beams: Vec<u32> = beam_rows.clone();
         beams.resize(n_ctx, 0);
@@ -721,11 +724,6 @@ mod tests {
             .map(|(r, &len)| StepToken::new(r as u32, len as u32))
             .collect();
         steps[2].beam = base;
-        // Row 0 must hold 30 positions for row 2 to read: it holds 21 + 1; pad it.
-        cache.append(0, 10).unwrap();
-        cache.sync_tables().unwrap();
-        let lens_now = [32usize, 5, 40];
-        write_logical(&cache, &logical, &lens_now, h);
 
         let mut qkv = random(steps.len() * h.stride(), 4, 1.5);
         let table = ops::rope_table(n_ctx, 16, 10000.0);
