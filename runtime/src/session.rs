@@ -37,6 +37,28 @@ impl Default for GenerateParams {
     }
 }
 
+impl GenerateParams {
+    /// Checks a request before any work: valid sampling, a prompt, and room in a context of
+    /// `n_ctx` for the prompt and `max_tokens`.
+    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize) -> Result<()> {
+        self.sampler
+            .validate()
+            .map_err(|e| Error::options(e.field, e.to_string()))?;
+        if prompt.is_empty() {
+            return Err(Error::options("prompt", "is empty"));
+        }
+        let needed = prompt.len() + self.max_tokens.unwrap_or(0);
+        if needed > n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                used: 0,
+                n_ctx,
+            });
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
@@ -136,22 +158,8 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        params
-            .sampler
-            .validate()
-            .map_err(|e| Error::options(e.field, e.to_string()))?;
-        if prompt.is_empty() {
-            return Err(Error::options("prompt", "is empty"));
-        }
         let n_ctx = self.backend.n_ctx();
-        let budget = params.max_tokens.unwrap_or(0);
-        if prompt.len() + budget > n_ctx {
-            return Err(Error::ContextFull {
-                needed: prompt.len() + budget,
-                used: 0,
-                n_ctx,
-            });
-        }
+        params.check(prompt, n_ctx)?;
 
         // Reuse the cached prefix; at least one token must run to produce logits.
         let mut keep = common_prefix(&self.cached, prompt).min(prompt.len() - 1);

@@ -26,7 +26,9 @@ use crate::kernels::{
     weight_buffer, AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm,
     RopeKv, RopeSpec, StepToken, SwiGlu, WeightFormat,
 };
-use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage, NO_BEAM};
+use crate::kv::{
+    blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage, OutOfBlocks, NO_BEAM,
+};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Recorder};
 
 /// Most tokens a step runs through the decode (matrix-vector) path.
@@ -403,12 +405,9 @@ impl VkModel {
             check_step(&self.config, s.tokens, self.kv.len(s.row), n_ctx)?;
             needed += self.kv.blocks_needed(s.row, s.tokens.len());
         }
-        if needed > self.kv.pool().free_blocks() {
-            return Err(Error::KvFull {
-                needed,
-                free: self.kv.pool().free_blocks(),
-                block_tokens: crate::kv::BLOCK_TOKENS,
-            });
+        let free = self.kv.pool().free_blocks();
+        if needed > free {
+            return Err(OutOfBlocks { needed, free }.into());
         }
         // Short sequences (decode) first, so one decode-attention dispatch covers them; each
         // longer run gets a prefill-attention dispatch of its own.
@@ -590,49 +589,43 @@ impl VkModel {
             }
         }
 
-        // The rows of x whose logits are wanted, in the order of `seqs`: (seq, first, count).
-        let mut wanted = Vec::new();
-        let mut spans = vec![(0usize, 0usize); seqs.len()];
-        for &(i, t0, tokens, _) in runs {
-            let (first, count) = match seqs[i].logits {
-                None => (t0, 0),
-                Some(Logits::Last) => (t0 + tokens - 1, 1),
-                Some(Logits::All) => (t0, tokens),
-            };
-            wanted.push((i, first, count));
-        }
+        // The rows of x whose logits each sequence wants, in the order of `seqs`: (seq, first
+        // row, count); `spans` says where they land among the logits rows.
+        let mut wanted: Vec<(usize, usize, usize)> = runs
+            .iter()
+            .map(|&(i, t0, tokens, _)| match seqs[i].logits {
+                None => (i, t0, 0),
+                Some(Logits::Last) => (i, t0 + tokens - 1, 1),
+                Some(Logits::All) => (i, t0, tokens),
+            })
+            .collect();
         wanted.sort_by_key(|w| w.0);
-        let out_rows: usize = wanted.iter().map(|w| w.2).sum();
-        // x itself when the wanted rows are all of x in order; otherwise they are gathered.
-        let in_place = wanted.iter().scan(0, |next, w| {
-            let ok = w.2 == 0 || w.1 == *next;
-            *next += w.2;
-            Some(ok)
-        });
-        let x_rows = if in_place.clone().all(|ok| ok) && out_rows == n {
+        let mut spans = vec![(0usize, 0usize); seqs.len()];
+        let mut out_rows = 0;
+        for &(i, _, count) in &wanted {
+            spans[i] = (out_rows, count);
+            out_rows += count;
+        }
+        // x itself when every wanted row already sits where its logits go; otherwise the
+        // rows are gathered.
+        let in_place = wanted
+            .iter()
+            .all(|&(i, first, count)| count == 0 || first == spans[i].0);
+        let x_rows = if in_place {
             &s.x
         } else {
             let row_bytes = e as u64 * 4;
-            let mut at = 0u64;
-            for &(_, first, count) in &wanted {
-                if count > 0 {
-                    rec.copy(
-                        &s.x,
-                        first as u64 * row_bytes,
-                        &s.sel,
-                        at * row_bytes,
-                        count as u64 * row_bytes,
-                    )?;
-                    at += count as u64;
-                }
+            for &(i, first, count) in wanted.iter().filter(|w| w.2 > 0) {
+                rec.copy(
+                    &s.x,
+                    first as u64 * row_bytes,
+                    &s.sel,
+                    spans[i].0 as u64 * row_bytes,
+                    count as u64 * row_bytes,
+                )?;
             }
             &s.sel
         };
-        let mut next = 0;
-        for &(i, _, count) in &wanted {
-            spans[i] = (next, count);
-            next += count;
-        }
         if out_rows > 0 {
             let rows = out_rows as u32;
             if streaming || out_rows <= DECODE_MAX_TOKENS {

@@ -21,7 +21,7 @@ use std::time::Instant;
 use hearth_models::{StreamDecoder, Tokenizer};
 
 use crate::error::{Error, Result};
-use crate::kv::blocks_for;
+use crate::kv::{blocks_for, OutOfBlocks};
 use crate::model::{Backend, Logits, SeqStep, VkModel};
 use crate::sample::{Sampler, StopStrings};
 use crate::session::FinishReason;
@@ -128,12 +128,8 @@ impl<'a> Scheduler<'a> {
     /// never fit the context or the KV pool is refused here.
     pub fn add_request(&mut self, prompt: &[u32], params: &RequestParams) -> Result<RequestId> {
         let g = &params.generate;
-        g.sampler
-            .validate()
-            .map_err(|e| Error::options(e.field, e.to_string()))?;
-        if prompt.is_empty() {
-            return Err(Error::options("prompt", "is empty"));
-        }
+        let n_ctx = self.model.kv().shape().n_ctx;
+        g.check(prompt, n_ctx)?;
         if params.n == 0 {
             return Err(Error::options("n", "must be at least 1"));
         }
@@ -144,23 +140,11 @@ impl<'a> Scheduler<'a> {
                 n_vocab: c.n_vocab,
             });
         }
-        let n_ctx = self.model.kv().shape().n_ctx;
-        let budget = g.max_tokens.unwrap_or(0);
-        if prompt.len() + budget > n_ctx {
-            return Err(Error::ContextFull {
-                needed: prompt.len() + budget,
-                used: 0,
-                n_ctx,
-            });
-        }
-        let pool = self.model.kv().pool().capacity();
-        let needed = blocks_for(prompt.len() + budget.max(1));
-        if needed > pool {
-            return Err(Error::KvFull {
-                needed,
-                free: pool,
-                block_tokens: crate::kv::BLOCK_TOKENS,
-            });
+        // Even alone, with every other sequence's blocks freed, it would not fit.
+        let free = self.model.kv().pool().capacity();
+        let needed = blocks_for(prompt.len() + g.max_tokens.unwrap_or(0).max(1));
+        if needed > free {
+            return Err(OutOfBlocks { needed, free }.into());
         }
         let id = RequestId(self.next_request);
         self.next_request += 1;
@@ -419,13 +403,7 @@ impl<'a> Scheduler<'a> {
                 .max_by_key(|&i| self.seqs[i].admitted);
             match newest {
                 Some(i) if running.len() > 1 => self.preempt(i),
-                _ => {
-                    return Err(Error::KvFull {
-                        needed,
-                        free,
-                        block_tokens: crate::kv::BLOCK_TOKENS,
-                    })
-                }
+                _ => return Err(OutOfBlocks { needed, free }.into()),
             }
         }
     }
