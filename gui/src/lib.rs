@@ -1,0 +1,11 @@
+//! Hearth's desktop chat application: a model library, streaming chat with saved
+//! conversations, generation settings and live figures, on top of the runtime's engine.
+
+pub mod app;
+pub mod conversations;
+pub mod library;
+pub mod settings;
+mod views;
+pub mod worker;
+
+pub use app::{App, AppConfig};

@@ -1,0 +1,148 @@
+//! The model library: GGUF files in the models directory, described from their headers.
+
+use std::path::{Path, PathBuf};
+
+use hearth_models::{list_models, GgufFile, ModelFormat};
+
+/// What the library shows about a model file. Reading it maps the file and parses the
+/// header only; no weights are touched.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelCard {
+    pub path: PathBuf,
+    /// `general.name`, or the file name.
+    pub name: String,
+    pub architecture: String,
+    pub n_params: u64,
+    /// The tensor type holding most of the weights (`Q4_1`, `F16`, ...).
+    pub format: String,
+    pub file_bytes: u64,
+    /// `{arch}.context_length`, when the file says.
+    pub n_ctx_train: Option<usize>,
+    /// Sampling the model's authors recommend (`general.sampling.*`).
+    pub sampling: RecommendedSampling,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecommendedSampling {
+    pub temperature: Option<f32>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+}
+
+impl ModelCard {
+    pub fn read(path: &Path) -> Result<Self, hearth_models::Error> {
+        let file = GgufFile::open(path)?;
+        let architecture = file.architecture().unwrap_or("unknown").to_string();
+        let name = file
+            .get::<&str>("general.name")
+            .ok()
+            .flatten()
+            .map(str::to_string)
+            .unwrap_or_else(|| file_stem(path));
+        let mut by_type: Vec<(String, u64)> = Vec::new();
+        for t in file.tensors() {
+            let name = t.ggml_type.name().to_string();
+            match by_type.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, bytes)) => *bytes += t.n_bytes,
+                None => by_type.push((name, t.n_bytes)),
+            }
+        }
+        let format = by_type
+            .iter()
+            .max_by_key(|(_, bytes)| *bytes)
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default();
+        let number = |key: &str| file.metadata().get(key).and_then(|v| v.as_f64());
+        let sampling = RecommendedSampling {
+            temperature: number("general.sampling.temp").map(|v| v as f32),
+            top_k: number("general.sampling.top_k").map(|v| v as usize),
+            top_p: number("general.sampling.top_p").map(|v| v as f32),
+            min_p: number("general.sampling.min_p").map(|v| v as f32),
+            repeat_penalty: number("general.sampling.penalty_repeat").map(|v| v as f32),
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            name,
+            n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
+            format,
+            file_bytes: file.file_size(),
+            n_ctx_train: number(&format!("{architecture}.context_length")).map(|v| v as usize),
+            architecture,
+            sampling,
+        })
+    }
+
+    /// "135M", "6.7B".
+    pub fn params_label(&self) -> String {
+        let n = self.n_params as f64;
+        if n >= 1e9 {
+            format!("{:.1}B", n / 1e9)
+        } else {
+            format!("{:.0}M", n / 1e6)
+        }
+    }
+}
+
+/// A library row: a model file and what reading its header gave.
+#[derive(Clone, Debug)]
+pub struct LibraryEntry {
+    pub path: PathBuf,
+    pub card: Result<ModelCard, String>,
+}
+
+/// The GGUF models in `dir`, sorted by name (an unreadable directory is an error; an
+/// unreadable file is a row with its error).
+pub fn scan(dir: &Path) -> Result<Vec<LibraryEntry>, String> {
+    let models = list_models(dir).map_err(|e| e.to_string())?;
+    Ok(models
+        .into_iter()
+        .filter(|m| m.format == ModelFormat::Gguf)
+        .map(|m| LibraryEntry {
+            card: ModelCard::read(&m.path).map_err(|e| e.to_string()),
+            path: m.path,
+        })
+        .collect())
+}
+
+pub fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// "91.7 MiB".
+pub fn size_label(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_files_are_rows_with_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("broken.gguf"), b"GGUF\x03\0\0\0").unwrap();
+        std::fs::write(dir.path().join("readme.txt"), b"hello").unwrap();
+        let rows = scan(dir.path()).unwrap();
+        assert_eq!(rows.len(), 1);
+        let err = rows[0].card.as_ref().unwrap_err();
+        assert!(err.contains("broken.gguf"), "{err}");
+        assert!(scan(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(size_label(96_153_088), "91.7 MiB");
+        assert_eq!(size_label(4 << 30), "4.0 GiB");
+    }
+}

@@ -1,0 +1,165 @@
+//! Preferences: the app's (last model, device, theme) and each model's generation settings,
+//! kept in one JSON file in the user's data directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use hearth_runtime::sample::SamplerParams;
+use serde::{Deserialize, Serialize};
+
+use crate::library::ModelCard;
+
+/// The default context when the model's training context is longer (the engine's default).
+pub const DEFAULT_MAX_CTX: usize = 4096;
+
+/// How one model generates; saved per model name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelSettings {
+    pub sampler: SamplerParams,
+    /// Most tokens per answer; 0 runs until the model ends its turn or the context is full.
+    pub max_tokens: usize,
+    /// Context length in tokens.
+    pub n_ctx: usize,
+    /// KV pool in tokens; 0 sizes it for the whole context.
+    pub kv_budget_tokens: usize,
+}
+
+impl Default for ModelSettings {
+    fn default() -> Self {
+        Self {
+            sampler: SamplerParams::default(),
+            max_tokens: 1024,
+            n_ctx: DEFAULT_MAX_CTX,
+            kv_budget_tokens: 0,
+        }
+    }
+}
+
+impl ModelSettings {
+    /// Defaults for `card`: the sampling its authors recommend where the file says, and its
+    /// training context up to [`DEFAULT_MAX_CTX`].
+    pub fn for_model(card: &ModelCard) -> Self {
+        let mut s = Self::default();
+        let r = &card.sampling;
+        let p = &mut s.sampler;
+        p.temperature = r.temperature.unwrap_or(p.temperature);
+        p.top_k = r.top_k.unwrap_or(p.top_k);
+        p.top_p = r.top_p.unwrap_or(p.top_p);
+        p.min_p = r.min_p.unwrap_or(p.min_p);
+        p.repeat_penalty = r.repeat_penalty.unwrap_or(p.repeat_penalty);
+        if let Some(n) = card.n_ctx_train {
+            s.n_ctx = n.clamp(1, DEFAULT_MAX_CTX);
+        }
+        s
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThemeChoice {
+    #[default]
+    System,
+    Dark,
+    Light,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Preferences {
+    /// The model loaded last, offered first next time.
+    pub last_model: Option<PathBuf>,
+    /// Vulkan device index; `None` picks the best.
+    pub device: Option<usize>,
+    pub theme: ThemeChoice,
+    /// Keyed by model name.
+    pub models: BTreeMap<String, ModelSettings>,
+}
+
+impl Preferences {
+    /// Reads `path`; a missing file gives the defaults, a broken one an error naming it.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                format!(
+                    "{}: unreadable settings ({e}); using defaults",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Writes `path` through a temporary file, so a crash leaves the old settings.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        let json = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, json).map_err(fail)?;
+        std::fs::rename(&tmp, path).map_err(fail)
+    }
+
+    /// The saved settings for `card`, or its defaults.
+    pub fn model(&self, card: &ModelCard) -> ModelSettings {
+        self.models
+            .get(&card.name)
+            .cloned()
+            .unwrap_or_else(|| ModelSettings::for_model(card))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::library::RecommendedSampling;
+
+    fn card() -> ModelCard {
+        ModelCard {
+            path: "m.gguf".into(),
+            name: "M".into(),
+            architecture: "llama".into(),
+            n_params: 1,
+            format: "Q4_1".into(),
+            file_bytes: 1,
+            n_ctx_train: Some(8192),
+            sampling: RecommendedSampling {
+                temperature: Some(0.2),
+                ..RecommendedSampling::default()
+            },
+        }
+    }
+
+    #[test]
+    fn defaults_come_from_the_model() {
+        let s = ModelSettings::for_model(&card());
+        assert_eq!(s.sampler.temperature, 0.2);
+        assert_eq!(s.sampler.top_k, SamplerParams::default().top_k);
+        assert_eq!(s.n_ctx, DEFAULT_MAX_CTX);
+    }
+
+    #[test]
+    fn round_trip_and_broken_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        assert_eq!(Preferences::load(&path).unwrap(), Preferences::default());
+        let mut p = Preferences {
+            theme: ThemeChoice::Light,
+            ..Preferences::default()
+        };
+        let mut s = p.model(&card());
+        s.max_tokens = 7;
+        p.models.insert("M".into(), s.clone());
+        p.save(&path).unwrap();
+        let back = Preferences::load(&path).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.model(&card()), s);
+
+        std::fs::write(&path, b"{\"theme\": 3").unwrap();
+        let err = Preferences::load(&path).unwrap_err();
+        assert!(err.contains("settings.json"), "{err}");
+    }
+}

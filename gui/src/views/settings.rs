@@ -1,0 +1,117 @@
+//! The settings panel: the conversation's system prompt and the model's generation settings
+//! (saved per model; context length and KV budget take effect on reload).
+
+use crate::app::App;
+
+pub fn show(app: &mut App, ui: &mut egui::Ui) {
+    egui::Panel::right("settings")
+        .default_size(280.0)
+        .min_size(220.0)
+        .frame(egui::Frame::side_top_panel(ui.style()).inner_margin(12))
+        .show(ui, |ui| {
+            egui::ScrollArea::vertical()
+                .auto_shrink([false, false])
+                .show(ui, |ui| contents(app, ui));
+        });
+}
+
+fn contents(app: &mut App, ui: &mut egui::Ui) {
+    ui.label(egui::RichText::new("System prompt").strong());
+    let system = ui.add(
+        egui::TextEdit::multiline(&mut app.chat.system)
+            .hint_text("You are a helpful assistant.")
+            .desired_rows(3)
+            .desired_width(f32::INFINITY),
+    );
+    super::name(&system, "System prompt");
+    if system.lost_focus() {
+        app.save_chat();
+    }
+    ui.add_space(10.0);
+
+    let Some(card) = app.card().cloned() else {
+        ui.label(egui::RichText::new("Load a model to change how it generates.").weak());
+        return;
+    };
+    ui.label(egui::RichText::new(format!("Generation ({})", card.name)).strong());
+    let before = app.settings.clone();
+    let s = &mut app.settings;
+    egui::Grid::new("sampling")
+        .num_columns(2)
+        .spacing([10.0, 8.0])
+        .show(ui, |ui| {
+            let p = &mut s.sampler;
+            row(
+                ui,
+                "Temperature",
+                egui::Slider::new(&mut p.temperature, 0.0..=2.0),
+            );
+            row(ui, "Top-k", egui::Slider::new(&mut p.top_k, 0..=200));
+            row(ui, "Top-p", egui::Slider::new(&mut p.top_p, 0.0..=1.0));
+            row(ui, "Min-p", egui::Slider::new(&mut p.min_p, 0.0..=1.0));
+            row(
+                ui,
+                "Repeat penalty",
+                egui::Slider::new(&mut p.repeat_penalty, 1.0..=2.0),
+            );
+            row(ui, "Seed", egui::DragValue::new(&mut p.seed));
+            row(
+                ui,
+                "Max tokens",
+                egui::DragValue::new(&mut s.max_tokens).range(0..=1_000_000),
+            );
+        });
+    ui.label(
+        egui::RichText::new("Max tokens 0: until the model ends its answer.")
+            .small()
+            .weak(),
+    );
+    ui.add_space(10.0);
+
+    ui.label(egui::RichText::new("Memory").strong());
+    let max_ctx = card.n_ctx_train.unwrap_or(1 << 20).max(1);
+    egui::Grid::new("memory")
+        .num_columns(2)
+        .spacing([10.0, 8.0])
+        .show(ui, |ui| {
+            row(
+                ui,
+                "Context length",
+                egui::DragValue::new(&mut s.n_ctx)
+                    .range(16..=max_ctx)
+                    .speed(16),
+            );
+            row(
+                ui,
+                "KV budget (tokens)",
+                egui::DragValue::new(&mut s.kv_budget_tokens)
+                    .range(0..=1 << 24)
+                    .speed(16),
+            );
+        });
+    ui.label(
+        egui::RichText::new("KV budget 0: room for the whole context.")
+            .small()
+            .weak(),
+    );
+
+    if *s != before {
+        app.save_model_settings();
+    }
+    if app.loaded().is_some() && app.needs_reload() {
+        ui.add_space(6.0);
+        if ui.button("Reload to apply").clicked() {
+            app.reload_model();
+        }
+    }
+    ui.add_space(10.0);
+    if ui.button("Reset to the model's defaults").clicked() {
+        app.reset_model_settings();
+    }
+}
+
+fn row(ui: &mut egui::Ui, label: &str, widget: impl egui::Widget) {
+    let label = ui.label(label);
+    ui.add(widget).labelled_by(label.id);
+    ui.end_row();
+}

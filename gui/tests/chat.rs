@@ -1,0 +1,247 @@
+//! The app driven through its widgets (found by their accessible names, as a screen reader
+//! would) with SmolLM2-135M-Instruct on the Vulkan device: load it from the library, ask,
+//! watch the answer stream, stop, regenerate, edit and resend, close mid-answer, and reopen
+//! the saved conversation in a fresh app.
+//!
+//! Outside CI a machine without the model skips the model tests; in CI (`CI=true`) a missing
+//! model fails them.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use hearth_gui::conversations::{Role as Speaker, Store};
+use hearth_gui::{App, AppConfig};
+
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The model's `general.name`, which the library shows.
+const MODEL_NAME: &str = "Smollm2 135M 8k Lc100K Mix1 Ep2";
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("HEARTH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
+        })
+}
+
+fn have_model() -> bool {
+    let path = models_dir().join(MODEL_FILE);
+    if path.exists() {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(!ci, "CI needs {} (run scripts/setup)", path.display());
+    eprintln!("skipping: {} (run scripts/setup)", path.display());
+    false
+}
+
+fn harness(models_dir: &Path, data_dir: &Path) -> Harness<'static, App> {
+    let app = App::new(AppConfig {
+        models_dir: models_dir.to_path_buf(),
+        data_dir: data_dir.to_path_buf(),
+        open_model: None,
+        list_devices: true,
+    });
+    Harness::builder()
+        .with_size([1100.0, 720.0])
+        .with_context_setup(hearth_gui::app::style)
+        .build_ui_state(|ui, app: &mut App| app.show(ui), app)
+}
+
+/// Steps frames until `done` holds (the worker thread runs meanwhile), or fails naming `what`.
+fn wait_for(
+    harness: &mut Harness<'static, App>,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&Harness<'static, App>) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        harness.step();
+        if done(harness) {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}; notices: {:?}",
+            harness.state().notices
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn idle(h: &Harness<'static, App>) -> bool {
+    h.state().generating.is_none()
+}
+
+/// Types `text` into the message box and presses Enter.
+fn ask(harness: &mut Harness<'static, App>, text: &str) {
+    harness.get_by_label("Message").focus();
+    harness.step();
+    harness.get_by_label("Message").type_text(text);
+    harness.step();
+    harness.key_press(egui::Key::Enter);
+    harness.step();
+    assert!(
+        harness.state().generating.is_some(),
+        "Enter sent the message"
+    );
+}
+
+const LONG: Duration = Duration::from_secs(240);
+
+#[test]
+fn chat_with_smollm2() {
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = harness(&models_dir(), data.path());
+    harness.step();
+
+    // The library lists the model; loading it opens the chat.
+    harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
+    harness.step();
+    wait_for(&mut harness, "the model to load", LONG, |h| {
+        h.query_by_label_contains("Chat with").is_some()
+    });
+    assert!(harness.state().notices.is_empty());
+
+    // Greedy answers, set through the settings panel, make the text predictable.
+    harness.get_by_label("Settings").click();
+    harness.step();
+    harness
+        .get_by_role_and_label(Role::Slider, "Temperature")
+        .set_value_accesskit(0.0);
+    harness.step();
+    assert_eq!(harness.state().settings.sampler.temperature, 0.0);
+    harness
+        .get_by_role_and_label(Role::SpinButton, "Max tokens")
+        .set_value_accesskit(96.0);
+    harness.step();
+    assert_eq!(harness.state().settings.max_tokens, 96);
+    harness.get_by_label("Settings").click();
+    harness.step();
+
+    // A streamed answer: text appears while generation is still running.
+    ask(&mut harness, "What is the capital of France?");
+    wait_for(&mut harness, "the answer to stream", LONG, |h| {
+        h.state().generating.as_ref().is_some_and(|g| g.pieces >= 2)
+            && h.query_by_label("Stop").is_some()
+    });
+    wait_for(&mut harness, "the answer to finish", LONG, idle);
+    harness.step();
+    let answer = harness.state().chat.messages[1].text.clone();
+    assert!(answer.contains("Paris"), "{answer}");
+    assert!(harness.query_by_label_contains("Paris").is_some());
+    // The answer's figures, and the status bar's.
+    assert_eq!(harness.query_all_by_label_contains("tok/s").count(), 2);
+
+    // Stop midway: the partial answer stays, marked as stopped.
+    ask(&mut harness, "Tell me a long story about it.");
+    wait_for(&mut harness, "the story to start", LONG, |h| {
+        h.state().generating.as_ref().is_some_and(|g| g.pieces >= 5)
+    });
+    harness.get_by_label("Stop").click();
+    wait_for(&mut harness, "the story to stop", LONG, idle);
+    harness.step();
+    let stopped = harness.state().chat.messages[3].clone();
+    assert_eq!(stopped.role, Speaker::Assistant);
+    let stats = stopped.stats.as_ref().unwrap();
+    assert_eq!(stats.finish, "cancelled");
+    assert!(stats.tokens >= 5 && stats.tokens < 100, "{stats:?}");
+    assert!(harness.query_by_label_contains("stopped").is_some());
+
+    // Regenerate replaces the last answer (here with a complete one).
+    harness.get_by_label("Regenerate").click();
+    harness.step();
+    assert!(harness.state().generating.is_some());
+    wait_for(&mut harness, "the regenerated answer", LONG, idle);
+    let messages = &harness.state().chat.messages;
+    assert_eq!(messages.len(), 4);
+    assert_ne!(messages[3].stats.as_ref().unwrap().finish, "cancelled");
+
+    // Edit the first question and resend: what followed it is replaced.
+    harness.step();
+    // The first question has scrolled out of view: act on it the way a screen reader does.
+    harness
+        .get_all_by_label("Edit")
+        .next()
+        .unwrap()
+        .click_accesskit();
+    harness.step();
+    harness.step();
+    assert_eq!(harness.state().editing.as_ref().map(|e| e.0), Some(0));
+    let edit = harness.get_by_label("Edit message");
+    edit.focus();
+    harness.step();
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness.step();
+    harness
+        .get_by_label("Edit message")
+        .type_text("What is the capital of Germany?");
+    harness.step();
+    harness.get_by_label("Save and resend").click_accesskit();
+    harness.step();
+    wait_for(
+        &mut harness,
+        "the answer to the edited question",
+        LONG,
+        idle,
+    );
+    let messages = harness.state().chat.messages.clone();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0].text, "What is the capital of Germany?");
+    assert!(messages[1].text.contains("Berlin"), "{}", messages[1].text);
+
+    // Closing the window mid-answer stops it and saves what was said.
+    ask(&mut harness, "Write a poem about the sea.");
+    wait_for(&mut harness, "the poem to start", LONG, |h| {
+        h.state().generating.as_ref().is_some_and(|g| g.pieces >= 3)
+    });
+    harness.state_mut().shutdown();
+    let saved = Store::new(data.path().join("conversations")).load_all();
+    assert!(saved.errors.is_empty(), "{:?}", saved.errors);
+    assert_eq!(saved.conversations.len(), 1);
+    let on_disk = &saved.conversations[0];
+    assert_eq!(on_disk.messages.len(), 4);
+    assert!(!on_disk.messages[3].text.is_empty());
+    drop(harness);
+
+    // A fresh app finds the conversation on disk and shows it.
+    let mut harness = self::harness(&models_dir(), data.path());
+    harness.step();
+    harness
+        .get_by_label("What is the capital of Germany?")
+        .click();
+    harness.step();
+    harness.step();
+    assert!(harness.query_by_label_contains("Berlin").is_some());
+    assert_eq!(harness.state().chat.messages.len(), 4);
+}
+
+/// A corrupt model file is a readable row in the library, and loading a truncated one is a
+/// readable notice; nothing panics.
+#[test]
+fn broken_models_are_reported() {
+    let models = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(models.path().join("garbage.gguf"), b"not a model at all").unwrap();
+    let mut harness = harness(models.path(), data.path());
+    harness.step();
+    assert!(harness.query_by_label("garbage").is_some());
+    assert!(harness.query_by_label_contains("garbage.gguf").is_some());
+
+    harness
+        .state_mut()
+        .load_model(models.path().join("missing.gguf"));
+    harness.step();
+    let notice = harness.state().notices.join("\n");
+    assert!(notice.contains("missing.gguf"), "{notice}");
+    harness.get_by_label("Dismiss").click();
+    harness.step();
+    assert!(harness.state().notices.is_empty());
+}
