@@ -8,13 +8,18 @@ setup:
 	bash scripts/setup
 
 build: setup
-	$(CARGO) build --release -p hearth-runtime --bin hearth
+	$(CARGO) build --release -p hearth-runtime --bin hearth -p hearth-gui --bin hearth-gui
 
-# A terminal chat with the small model scripts/setup installs.
+# The desktop chat app where there is a display; otherwise a terminal chat with the small
+# model scripts/setup installs.
 MODEL ?= smollm2-135m-instruct
 
 run: build
-	./target/release/hearth chat -m $(MODEL)
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
+		./target/release/hearth-gui; \
+	else \
+		./target/release/hearth chat -m $(MODEL); \
+	fi
 
 lint:
 	$(CARGO) fmt --all -- --check

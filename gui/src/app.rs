@@ -20,7 +20,7 @@ pub struct AppConfig {
     pub models_dir: PathBuf,
     /// Conversations and settings live here.
     pub data_dir: PathBuf,
-    /// Load this model at start.
+    /// Load this model when the window opens.
     pub open_model: Option<PathBuf>,
     /// List Vulkan devices at start (tests turn it off to start faster).
     pub list_devices: bool,
@@ -128,7 +128,7 @@ impl App {
         } else {
             Ok(Vec::new())
         };
-        let mut app = Self {
+        Self {
             library: library::scan(&config.models_dir),
             config,
             prefs,
@@ -151,11 +151,7 @@ impl App {
             answers: 0,
             worker: None,
             applied_theme: None,
-        };
-        if let Some(path) = app.config.open_model.clone() {
-            app.load_model(path);
         }
-        app
     }
 
     /// Draws one frame of the whole window.
@@ -168,6 +164,9 @@ impl App {
         if self.worker.is_none() {
             let ctx = ctx.clone();
             self.worker = Some(Worker::spawn(move || ctx.request_repaint()));
+            if let Some(path) = self.config.open_model.clone() {
+                self.load_model(path);
+            }
         }
         self.apply_theme(ctx);
         while let Some(event) = self.worker.as_ref().and_then(Worker::try_recv) {
@@ -180,8 +179,8 @@ impl App {
     }
 
     fn worker(&mut self) -> &mut Worker {
-        // `poll` starts it on the first frame; actions taken before (a model given on the
-        // command line) start it without a UI to wake.
+        // `poll` starts it on the first frame, with the UI to wake; an action before any
+        // frame (a test driving the state) gets one that wakes nothing.
         self.worker.get_or_insert_with(|| Worker::spawn(|| {}))
     }
 
@@ -609,5 +608,12 @@ pub fn style(ctx: &egui::Context) {
                 font.size = size;
             }
         }
+    });
+    // Text a little stronger than egui's grey, for long answers.
+    ctx.style_mut_of(egui::Theme::Dark, |style| {
+        style.visuals.widgets.noninteractive.fg_stroke.color = egui::Color32::from_gray(208);
+    });
+    ctx.style_mut_of(egui::Theme::Light, |style| {
+        style.visuals.widgets.noninteractive.fg_stroke.color = egui::Color32::from_gray(32);
     });
 }

@@ -245,3 +245,52 @@ fn broken_models_are_reported() {
     harness.step();
     assert!(harness.state().notices.is_empty());
 }
+
+/// Saved conversations are listed from disk, open with their messages, and rename and delete
+/// through the sidebar change the files.
+#[test]
+fn rename_and_delete_saved_conversations() {
+    let models = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::new(data.path().join("conversations"));
+    let mut saved = hearth_gui::conversations::Conversation::new("Answer in French.");
+    saved
+        .messages
+        .push(hearth_gui::conversations::Message::user("Bonjour ?"));
+    saved
+        .messages
+        .push(hearth_gui::conversations::Message::assistant(
+            "**Bonjour** !",
+        ));
+    store.save(&mut saved).unwrap();
+
+    let mut harness = harness(models.path(), data.path());
+    harness.run();
+    harness.get_by_label("Bonjour ?").click();
+    harness.run();
+    assert_eq!(harness.state().chat.messages.len(), 2);
+    assert_eq!(harness.state().chat.system, "Answer in French.");
+
+    harness.get_by_label("Rename").click();
+    harness.run();
+    let title = harness.get_by_label("Conversation title");
+    assert!(title.is_focused());
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    harness.run();
+    harness
+        .get_by_label("Conversation title")
+        .type_text("Greetings");
+    harness.run();
+    harness.key_press(egui::Key::Enter);
+    harness.run();
+    assert!(harness.query_by_label("Greetings").is_some());
+    let on_disk = store.load_all().conversations;
+    assert_eq!(on_disk[0].title, "Greetings");
+    assert_eq!(on_disk[0].messages, saved.messages);
+
+    harness.get_by_label("Delete").click();
+    harness.run();
+    assert!(store.load_all().conversations.is_empty());
+    assert!(harness.query_by_label("Greetings").is_none());
+    assert!(harness.state().chat.messages.is_empty());
+}

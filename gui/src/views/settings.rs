@@ -33,7 +33,12 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
         ui.label(egui::RichText::new("Load a model to change how it generates.").weak());
         return;
     };
-    ui.label(egui::RichText::new(format!("Generation ({})", card.name)).strong());
+    ui.label(egui::RichText::new("Generation").strong());
+    ui.label(
+        egui::RichText::new(format!("Saved for {}", card.name))
+            .small()
+            .weak(),
+    );
     let before = app.settings.clone();
     let s = &mut app.settings;
     egui::Grid::new("sampling")

@@ -8,7 +8,13 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
         .frame(egui::Frame::side_top_panel(ui.style()).inner_margin(egui::Margin::symmetric(12, 8)))
         .show(ui, |ui| {
             ui.horizontal(|ui| {
-                ui.heading("Hearth");
+                let accent = ui.visuals().selection.bg_fill;
+                ui.label(
+                    egui::RichText::new("Hearth")
+                        .heading()
+                        .strong()
+                        .color(accent),
+                );
                 ui.separator();
                 let model_label = match &app.model {
                     ModelState::Empty => "No model loaded".to_string(),
