@@ -50,6 +50,12 @@ pub enum Error {
     /// Invalid options (sampling parameters, context size, ...), naming the field.
     #[error("{field}: {reason}")]
     Options { field: String, reason: String },
+    /// A file Hearth writes or reads beside the model (a cache) failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// Loading was cancelled by the caller.
     #[error("cancelled")]
     Cancelled,
@@ -66,6 +72,13 @@ impl From<crate::kv::OutOfBlocks> for Error {
 }
 
 impl Error {
+    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     pub(crate) fn options(field: &str, reason: impl Into<String>) -> Self {
         Self::Options {
             field: field.to_string(),

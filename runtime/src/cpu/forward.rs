@@ -7,6 +7,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 
 use super::ops;
 use crate::error::{Error, Result};
+use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
 use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
 
 /// One block's weights as f32: the exact values of the packed matrices the device holds.
@@ -48,6 +49,21 @@ pub struct CpuModel {
     rope_table: Vec<[f32; 2]>,
     n_ctx: usize,
     len: usize,
+    /// Sparse decode attention over speculated tokens, when on.
+    infinigen: Option<CpuInfinigen>,
+    /// Post-RoPE queries per layer, collected while calibrating.
+    captured: Option<Vec<Vec<f32>>>,
+}
+
+/// InfiniGen's state on the reference: the partial skew columns and the partial key cache.
+struct CpuInfinigen {
+    params: IgParams,
+    r: usize,
+    /// Per layer: [n_head_kv][head_dim][r].
+    partial: Vec<Vec<f32>>,
+    /// Per layer: [n_ctx][n_head_kv][r].
+    pkeys: Vec<Vec<f32>>,
+    stats: IgStats,
 }
 
 impl CpuModel {
@@ -84,7 +100,70 @@ impl CpuModel {
             n_ctx,
             len: 0,
             config,
+            infinigen: None,
+            captured: None,
         })
+    }
+
+    /// Runs `tokens` from an empty cache and returns every layer's queries after RoPE,
+    /// [n_tokens][n_head * head_dim] per layer: what skewing is computed from. The cache is
+    /// empty afterwards.
+    pub fn calibrate(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.len = 0;
+        self.captured = Some(vec![Vec::new(); self.config.n_layer]);
+        let run = self.forward(tokens, Logits::Last);
+        let queries = self.captured.take().unwrap_or_default();
+        self.len = 0;
+        run.map(|_| queries)
+    }
+
+    /// Turns InfiniGen decode on (`Some`) or off. Decode steps then attend, from layer
+    /// `dense_layers` on, only to the tokens speculation selects, plus the new one.
+    pub fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) {
+        self.infinigen = setup.map(|(skew, params)| {
+            let c = &self.config;
+            let r = skew.partial_dims(params.partial_ratio);
+            let partial: Vec<Vec<f32>> = (0..c.n_layer).map(|l| skew.partial(l, r)).collect();
+            let mut pkeys = vec![vec![0f32; self.n_ctx * c.n_head_kv * r]; c.n_layer];
+            for (l, pk) in pkeys.iter_mut().enumerate() {
+                for p in 0..self.len {
+                    partial_key(c, &self.k_cache[l], &partial[l], r, p, pk);
+                }
+            }
+            CpuInfinigen {
+                params,
+                r,
+                partial,
+                pkeys,
+                stats: IgStats::default(),
+            }
+        });
+    }
+
+    /// Tokens InfiniGen fetched so far.
+    pub fn infinigen_stats(&self) -> Option<IgStats> {
+        self.infinigen.as_ref().map(|ig| ig.stats)
+    }
+}
+
+/// Writes the partial key of position `p` (its K after RoPE times the partial skew columns)
+/// into `pkeys`.
+fn partial_key(
+    c: &ModelConfig,
+    k_cache: &[f32],
+    partial: &[f32],
+    r: usize,
+    p: usize,
+    pkeys: &mut [f32],
+) {
+    let (hd, n_kv) = (c.head_dim, c.n_head_kv);
+    for g in 0..n_kv {
+        let k = &k_cache[(p * n_kv + g) * hd..][..hd];
+        let a = &partial[g * hd * r..][..hd * r];
+        let out = &mut pkeys[(p * n_kv + g) * r..][..r];
+        for (col, o) in out.iter_mut().enumerate() {
+            *o = (0..hd).map(|i| k[i] * a[i * r + col]).sum();
+        }
     }
 }
 
@@ -152,9 +231,26 @@ impl Backend for CpuModel {
             .copied()
             .collect();
 
+        // Layer l-1's attention input, from which InfiniGen speculates layer l.
+        let mut prev_xn: Option<Vec<f32>> = None;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block.
             let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
+            // Decode steps past the dense layers attend to the speculated tokens only.
+            let selected = match (&mut self.infinigen, &prev_xn) {
+                (Some(ig), Some(prev)) if n == 1 && pos0 > 0 && l >= ig.params.dense_layers => {
+                    Some(speculate_layer(
+                        &c,
+                        ig,
+                        l,
+                        &w.wqkv,
+                        prev,
+                        pos0,
+                        &self.rope_table,
+                    ))
+                }
+                _ => None,
+            };
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
             for (t, row) in qkv.chunks_mut(c.qkv_dim()).enumerate() {
                 let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
@@ -166,6 +262,19 @@ impl Backend for CpuModel {
                 let at = (pos0 + t) * kv_dim;
                 self.k_cache[l][at..at + kv_dim].copy_from_slice(&qk[c.attn_dim()..]);
                 self.v_cache[l][at..at + kv_dim].copy_from_slice(v);
+                if let Some(ig) = &mut self.infinigen {
+                    partial_key(
+                        &c,
+                        &self.k_cache[l],
+                        &ig.partial[l],
+                        ig.r,
+                        pos0 + t,
+                        &mut ig.pkeys[l],
+                    );
+                }
+                if let Some(captured) = &mut self.captured {
+                    captured[l].extend_from_slice(&qk[..c.attn_dim()]);
+                }
             }
             let mut att = vec![0f32; n * c.attn_dim()]; // (n, n_head * head_dim)
             let group = c.n_head / c.n_head_kv;
@@ -175,15 +284,24 @@ impl Backend for CpuModel {
                 for h in 0..c.n_head {
                     let q = &qkv[t * c.qkv_dim() + h * hd..][..hd];
                     let kvh = h / group;
-                    let mut scores: Vec<f32> = (0..n_kv)
-                        .map(|p| {
+                    let positions: Vec<usize> = match &selected {
+                        Some(sel) => sel[kvh]
+                            .iter()
+                            .map(|&p| p as usize)
+                            .chain([pos0 + t])
+                            .collect(),
+                        None => (0..n_kv).collect(),
+                    };
+                    let mut scores: Vec<f32> = positions
+                        .iter()
+                        .map(|&p| {
                             let k = &self.k_cache[l][p * kv_dim + kvh * hd..][..hd];
                             dot(q, k) * scale
                         })
                         .collect();
                     softmax_in_place(&mut scores);
                     let out = &mut att[t * c.attn_dim() + h * hd..][..hd];
-                    for (p, &s) in scores.iter().enumerate() {
+                    for (&p, &s) in positions.iter().zip(&scores) {
                         let v = &self.v_cache[l][p * kv_dim + kvh * hd..][..hd];
                         for (o, &vv) in out.iter_mut().zip(v) {
                             *o += s * vv;
@@ -191,6 +309,7 @@ impl Backend for CpuModel {
                     }
                 }
             }
+            prev_xn = Some(xn);
             add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
 
             // MLP block: down(silu(gate(xn)) * up(xn)).
@@ -216,6 +335,67 @@ impl Backend for CpuModel {
         self.len += n;
         Ok(out)
     }
+}
+
+/// InfiniGen's speculation for layer `l` at a decode step at `pos`: layer l's query from
+/// layer l-1's attention input `prev_xn`, its partial columns against the partial key cache,
+/// and per KV head the positions selected (ascending).
+fn speculate_layer(
+    c: &ModelConfig,
+    ig: &mut CpuInfinigen,
+    l: usize,
+    wqkv: &[f32],
+    prev_xn: &[f32],
+    pos: usize,
+    rope_table: &[[f32; 2]],
+) -> Vec<Vec<u32>> {
+    let (hd, r) = (c.head_dim, ig.r);
+    let group = c.n_head / c.n_head_kv;
+    // The query rows come first in the fused projection.
+    let mut q = matmul(
+        prev_xn,
+        &wqkv[..c.attn_dim() * c.n_embd],
+        c.attn_dim(),
+        c.n_embd,
+    );
+    if let Some(rope) = c.rope {
+        ops::rope(
+            &mut q,
+            &[pos as u32],
+            c.n_head,
+            hd,
+            rope.dims,
+            rope.layout,
+            rope_table,
+        );
+    }
+    let partial = &ig.partial[l];
+    let mut qp = vec![0f32; c.n_head * r];
+    for h in 0..c.n_head {
+        let a = &partial[(h / group) * hd * r..][..hd * r];
+        let qh = &q[h * hd..][..hd];
+        for (col, o) in qp[h * r..][..r].iter_mut().enumerate() {
+            *o = (0..hd).map(|i| qh[i] * a[i * r + col]).sum();
+        }
+    }
+    let pk = &ig.pkeys[l][..pos * c.n_head_kv * r];
+    let scores = infinigen::select::speculate(&qp, pk, c.n_head, c.n_head_kv, r, hd);
+    let budget = ig.params.budget_tokens(pos);
+    (0..c.n_head_kv)
+        .map(|g| {
+            let sel = infinigen::select::select(
+                &scores,
+                pos,
+                c.n_head,
+                c.n_head_kv,
+                g,
+                ig.params.alpha,
+                budget,
+            );
+            ig.stats.record(sel.len(), pos);
+            sel
+        })
+        .collect()
 }
 
 /// Checks a step before any work: ids in the vocabulary, positions within the context.

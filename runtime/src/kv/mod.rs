@@ -8,6 +8,7 @@
 //! ([`KvPlacement::Host`], `--kv-offload full`), so a context larger than device memory runs.
 
 pub mod blocks;
+pub mod infinigen;
 
 use std::fmt;
 use std::sync::Arc;

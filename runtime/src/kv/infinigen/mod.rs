@@ -1,0 +1,106 @@
+//! InfiniGen (seed 001): decode attention over the tokens that matter, chosen ahead of time.
+//!
+//! Offline, each layer's query space is skewed ([`skew`]) so a few columns carry most of the
+//! query-key product. At run time a partial key cache keeps those columns of every key. While
+//! layer i-1 runs, its attention input times layer i's query weight gives an early query for
+//! layer i; its partial columns against the partial keys speculate layer i's scores
+//! ([`select::speculate`]), and the tokens within `alpha` of the best, up to a budget, are the
+//! only ones layer i attends to ([`select::select`]), besides the new token itself. The first
+//! layers, whose inputs differ most from their predecessors', run dense.
+
+pub mod select;
+pub mod skew;
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+pub use skew::Skew;
+
+/// The calibration text skewing runs through by default.
+pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
+
+/// InfiniGen's settings (`--ig-partial-ratio`, `--ig-alpha`, `--ig-budget`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IgParams {
+    /// Fraction of head_dim kept as partial columns.
+    pub partial_ratio: f32,
+    /// Tokens scoring within alpha of their head's best are fetched (in logits, so alpha 5
+    /// keeps tokens down to e^-5 of the best one's weight).
+    pub alpha: f32,
+    /// Most tokens fetched per KV head, as a fraction of the tokens so far.
+    pub budget: f32,
+    /// Fewer tokens than this so far: fetch them all.
+    pub min_budget: usize,
+    /// The first layers run dense.
+    pub dense_layers: usize,
+}
+
+impl IgParams {
+    /// The reference implementation's defaults: alpha 5 for RoPE models, 4 otherwise.
+    pub fn defaults(rope: bool) -> Self {
+        Self {
+            partial_ratio: 0.2,
+            alpha: if rope { 5.0 } else { 4.0 },
+            budget: 0.2,
+            min_budget: 64,
+            dense_layers: 2,
+        }
+    }
+
+    /// Tokens layer attention may fetch per KV head when `n` are in the cache.
+    pub fn budget_tokens(&self, n: usize) -> usize {
+        ((self.budget * n as f32).ceil() as usize)
+            .max(self.min_budget)
+            .min(n)
+    }
+}
+
+/// Tokens fetched, counted over decode steps and layers that run sparse.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IgStats {
+    /// Layer-steps counted (one per KV head).
+    pub selections: u64,
+    pub fetched: u64,
+    /// Tokens that were in the cache at those selections.
+    pub available: u64,
+    pub min_fetched: Option<u32>,
+    pub max_fetched: u32,
+}
+
+impl IgStats {
+    pub fn record(&mut self, fetched: usize, available: usize) {
+        self.selections += 1;
+        self.fetched += fetched as u64;
+        self.available += available as u64;
+        self.min_fetched = Some(
+            self.min_fetched
+                .map_or(fetched as u32, |m| m.min(fetched as u32)),
+        );
+        self.max_fetched = self.max_fetched.max(fetched as u32);
+    }
+
+    /// Mean tokens fetched per KV head and layer.
+    pub fn mean_fetched(&self) -> f64 {
+        self.fetched as f64 / self.selections.max(1) as f64
+    }
+
+    /// Fetched tokens as a fraction of those available.
+    pub fn fetched_fraction(&self) -> f64 {
+        self.fetched as f64 / self.available.max(1) as f64
+    }
+}
+
+/// Where skew matrices computed for `model` are cached: beside it.
+pub fn skew_cache_path(model: &Path) -> PathBuf {
+    let mut name = model.file_name().unwrap_or_default().to_os_string();
+    name.push(".skew");
+    model.with_file_name(name)
+}
+
+/// What a skew depends on: the model file's bytes and the calibration tokens.
+pub fn skew_key(model_bytes: &[u8], calibration: &[u32]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    model_bytes.hash(&mut h);
+    calibration.hash(&mut h);
+    h.finish()
+}

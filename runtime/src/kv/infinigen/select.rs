@@ -1,0 +1,99 @@
+//! Speculation and selection, the CPU reference of the `ig_*` kernels: approximate attention
+//! scores from the partial query and partial keys, and the tokens worth fetching.
+
+/// Scores of every history position for every query head: `scores[h * n + t]` =
+/// qp[h] . pk[t][h / group] / sqrt(head_dim), for `n` = pk.len() / (n_kv * r) positions.
+pub fn speculate(
+    qp: &[f32],
+    pk: &[f32],
+    n_head: usize,
+    n_kv: usize,
+    r: usize,
+    head_dim: usize,
+) -> Vec<f32> {
+    let group = n_head / n_kv;
+    let n = pk.len() / (n_kv * r);
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut scores = vec![0f32; n_head * n];
+    for h in 0..n_head {
+        let q = &qp[h * r..][..r];
+        let g = h / group;
+        for t in 0..n {
+            let k = &pk[(t * n_kv + g) * r..][..r];
+            scores[h * n + t] = scale * q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>();
+        }
+    }
+    scores
+}
+
+/// The positions KV head `g` fetches: a position whose score, relative to its head's best,
+/// is within `alpha` for any query head of the group, at most `budget` of them (the closest
+/// to their head's best; ties keep the earlier position), in ascending order.
+pub fn select(
+    scores: &[f32],
+    n: usize,
+    n_head: usize,
+    n_kv: usize,
+    g: usize,
+    alpha: f32,
+    budget: usize,
+) -> Vec<u32> {
+    let m = relative_scores(scores, n, n_head, n_kv, g);
+    let mut chosen: Vec<u32> = (0..n as u32).filter(|&t| m[t as usize] >= -alpha).collect();
+    if chosen.len() > budget {
+        // Highest relative score first, earlier position first among equals.
+        chosen.sort_by(|&a, &b| m[b as usize].total_cmp(&m[a as usize]).then(a.cmp(&b)));
+        chosen.truncate(budget);
+        chosen.sort_unstable();
+    }
+    chosen
+}
+
+/// m[t] = max over the group's heads h of scores[h][t] - max_t' scores[h][t'] (<= 0).
+fn relative_scores(scores: &[f32], n: usize, n_head: usize, n_kv: usize, g: usize) -> Vec<f32> {
+    let group = n_head / n_kv;
+    let mut m = vec![f32::NEG_INFINITY; n];
+    for h in g * group..(g + 1) * group {
+        let row = &scores[h * n..][..n];
+        let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for (mt, &s) in m.iter_mut().zip(row) {
+            *mt = mt.max(s - best);
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selects_within_alpha_of_any_head_and_caps_at_budget() {
+        // Two query heads share KV head 0; 6 positions.
+        let scores = [
+            0.0, -1.0, -6.0, -3.0, -10.0, -4.5, // head 0: best at 0
+            -9.0, -9.0, -9.0, -2.0, -1.0, -20.0, // head 1: best at 4 (-1)
+        ];
+        let n = 6;
+        // Relative: head 0 [0,-1,-6,-3,-10,-4.5]; head 1 [-8,-8,-8,-1,0,-19].
+        // m = [0, -1, -6, -1, 0, -4.5].
+        assert_eq!(select(&scores, n, 2, 1, 0, 5.0, 6), vec![0, 1, 3, 4, 5]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 0.5, 6), vec![0, 4]);
+        assert_eq!(
+            select(&scores, n, 2, 1, 0, f32::INFINITY, 6),
+            vec![0, 1, 2, 3, 4, 5]
+        );
+        // Budget 3 of the five within alpha: 0 and 4 (m = 0), then 1 before 3 (both -1).
+        assert_eq!(select(&scores, n, 2, 1, 0, 5.0, 3), vec![0, 1, 4]);
+        assert!(select(&[], 0, 2, 1, 0, 5.0, 3).is_empty());
+    }
+
+    #[test]
+    fn speculation_is_a_scaled_dot_product() {
+        // 2 heads, 1 KV head, r = 2 of head_dim 4 (scale 1/2), 2 positions.
+        let qp = [1.0, 2.0, 3.0, 4.0];
+        let pk = [1.0, 0.0, 0.0, 1.0];
+        let s = speculate(&qp, &pk, 2, 1, 2, 4);
+        assert_eq!(s, vec![0.5, 1.0, 1.5, 2.0]);
+    }
+}

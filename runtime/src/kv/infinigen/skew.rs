@@ -1,0 +1,200 @@
+//! Offline skewing (InfiniGen): per layer and KV head, an orthogonal matrix A that turns the
+//! query space into the basis of the query matrix's right singular vectors, largest first.
+//!
+//! For queries Q = U S V^T, Q A with A = V is U S: its energy sits in the first columns. Keys
+//! go through the same A, so (Q A)(K A)^T = Q K^T and attention is unchanged; but the first r
+//! columns of Q A and K A alone already give a good estimate of the scores. For RoPE models A
+//! applies to queries and keys after RoPE, so it cannot be folded into W_Q and W_K; Hearth
+//! applies it after RoPE for every model, which is the same product.
+//!
+//! A KV head serves `group` query heads; their queries are stacked into one matrix, since one
+//! A must serve the keys they share.
+
+use std::path::Path;
+
+use nalgebra::DMatrix;
+
+use crate::error::{Error, Result};
+use crate::model::ModelConfig;
+
+/// The skew matrices of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skew {
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Per layer: [n_head_kv][head_dim][head_dim], row-major; column c is the c-th right
+    /// singular vector, ordered by singular value, largest first.
+    pub matrices: Vec<Vec<f32>>,
+}
+
+impl Skew {
+    /// Skew matrices from calibration queries: per layer, [n_tokens][n_head * head_dim] after
+    /// RoPE (what attention multiplies with the keys).
+    pub fn from_queries(config: &ModelConfig, queries: &[Vec<f32>]) -> Result<Self> {
+        let (hd, n_kv) = (config.head_dim, config.n_head_kv);
+        let group = config.n_head / n_kv;
+        let q_dim = config.n_head * hd;
+        if queries.len() != config.n_layer {
+            return Err(Error::options(
+                "calibration",
+                format!(
+                    "{} layers of queries for {} layers",
+                    queries.len(),
+                    config.n_layer
+                ),
+            ));
+        }
+        let mut matrices = Vec::with_capacity(config.n_layer);
+        for q in queries {
+            let n_tokens = q.len() / q_dim;
+            if n_tokens == 0 || q.len() % q_dim != 0 {
+                return Err(Error::options("calibration", "no calibration tokens"));
+            }
+            let mut layer = Vec::with_capacity(n_kv * hd * hd);
+            for g in 0..n_kv {
+                // Rows: every token of every query head in the group.
+                let rows = n_tokens * group;
+                let m = DMatrix::<f64>::from_fn(rows, hd, |row, i| {
+                    let (t, h) = (row / group, g * group + row % group);
+                    q[t * q_dim + h * hd + i] as f64
+                });
+                layer.extend(right_singular_vectors(m));
+            }
+            matrices.push(layer);
+        }
+        Ok(Self {
+            n_layer: config.n_layer,
+            n_head_kv: n_kv,
+            head_dim: hd,
+            matrices,
+        })
+    }
+
+    /// The first `r` columns of each KV head's matrix, as kernels read them:
+    /// [n_head_kv][head_dim][r] for `layer`.
+    pub fn partial(&self, layer: usize, r: usize) -> Vec<f32> {
+        let hd = self.head_dim;
+        let m = &self.matrices[layer];
+        let mut out = Vec::with_capacity(self.n_head_kv * hd * r);
+        for g in 0..self.n_head_kv {
+            for i in 0..hd {
+                let row = &m[(g * hd + i) * hd..][..hd];
+                out.extend_from_slice(&row[..r]);
+            }
+        }
+        out
+    }
+
+    /// The number of partial columns for a ratio of the head dimension (at least one).
+    pub fn partial_dims(&self, ratio: f32) -> usize {
+        partial_dims(self.head_dim, ratio)
+    }
+}
+
+pub fn partial_dims(head_dim: usize, ratio: f32) -> usize {
+    ((head_dim as f32 * ratio).round() as usize).clamp(1, head_dim)
+}
+
+/// V of the SVD of `m` (rows x d), as a row-major d x d matrix with columns ordered by
+/// singular value, largest first.
+fn right_singular_vectors(m: DMatrix<f64>) -> Vec<f32> {
+    let d = m.ncols();
+    let svd = m.svd(false, true);
+    let v_t = svd.v_t.expect("asked for V^T");
+    let mut order: Vec<usize> = (0..svd.singular_values.len()).collect();
+    order.sort_by(|&a, &b| svd.singular_values[b].total_cmp(&svd.singular_values[a]));
+    // With fewer rows than d, V^T has fewer rows: complete the basis so A stays square.
+    let mut basis: Vec<Vec<f64>> = order
+        .iter()
+        .map(|&k| (0..d).map(|i| v_t[(k, i)]).collect())
+        .collect();
+    complete_basis(&mut basis, d);
+    let mut out = vec![0f32; d * d];
+    for (c, v) in basis.iter().enumerate() {
+        for (i, &x) in v.iter().enumerate() {
+            out[i * d + c] = x as f32;
+        }
+    }
+    out
+}
+
+/// Extends orthonormal `basis` to d vectors with Gram-Schmidt over the unit vectors.
+fn complete_basis(basis: &mut Vec<Vec<f64>>, d: usize) {
+    for e in 0..d {
+        if basis.len() == d {
+            return;
+        }
+        let mut v = vec![0f64; d];
+        v[e] = 1.0;
+        for b in basis.iter() {
+            let dot: f64 = v.iter().zip(b).map(|(x, y)| x * y).sum();
+            v.iter_mut().zip(b).for_each(|(x, y)| *x -= dot * y);
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 1e-6 {
+            v.iter_mut().for_each(|x| *x /= norm);
+            basis.push(v);
+        }
+    }
+}
+
+const MAGIC: &[u8; 8] = b"HRTHSKEW";
+const VERSION: u32 = 1;
+
+impl Skew {
+    /// Writes the matrices with a header naming their shape and `key` (what they were
+    /// computed from), through a temporary file.
+    pub fn save(&self, path: &Path, key: u64) -> Result<()> {
+        let mut bytes = Vec::with_capacity(40 + self.matrices.len() * self.matrices[0].len() * 4);
+        bytes.extend_from_slice(MAGIC);
+        for v in [
+            VERSION,
+            self.n_layer as u32,
+            self.n_head_kv as u32,
+            self.head_dim as u32,
+        ] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&key.to_le_bytes());
+        for m in &self.matrices {
+            for x in m {
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    }
+
+    /// Reads matrices saved for `key` and `config`'s shape; `None` when the file is missing or
+    /// was made for something else (it is then recomputed).
+    pub fn load(path: &Path, key: u64, config: &ModelConfig) -> Option<Self> {
+        let bytes = std::fs::read(path).ok()?;
+        let (header, body) = bytes.split_at_checked(32)?;
+        let word = |i: usize| u32::from_le_bytes(header[8 + 4 * i..12 + 4 * i].try_into().unwrap());
+        let stored_key = u64::from_le_bytes(header[24..32].try_into().unwrap());
+        let shape = [config.n_layer, config.n_head_kv, config.head_dim].map(|v| v as u32);
+        if &header[..8] != MAGIC
+            || word(0) != VERSION
+            || [word(1), word(2), word(3)] != shape
+            || stored_key != key
+        {
+            return None;
+        }
+        let per_layer = config.n_head_kv * config.head_dim * config.head_dim;
+        if body.len() != config.n_layer * per_layer * 4 {
+            return None;
+        }
+        let all: Vec<f32> = body
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        Some(Self {
+            n_layer: config.n_layer,
+            n_head_kv: config.n_head_kv,
+            head_dim: config.head_dim,
+            matrices: all.chunks(per_layer).map(<[f32]>::to_vec).collect(),
+        })
+    }
+}

@@ -1,0 +1,176 @@
+//! InfiniGen on the CPU reference: skewing leaves attention scores unchanged, selecting every
+//! token reproduces dense decoding exactly, and the default settings fetch a fraction of the
+//! tokens while the next-token distribution stays close to dense.
+
+use hearth_models::resolve_gguf;
+use hearth_quant::Format;
+use hearth_runtime::cpu::CpuModel;
+use hearth_runtime::kv::infinigen::{IgParams, Skew};
+use hearth_runtime::model::{Backend, Logits};
+use hearth_runtime::synthetic::Shape;
+use rand::{Rng, SeedableRng};
+
+/// 4 layers, 6 query heads sharing 2 KV heads of 32 dimensions.
+const SMALL: Shape = Shape {
+    n_layer: 4,
+    n_embd: 192,
+    n_ff: 256,
+    n_head: 6,
+    n_head_kv: 2,
+    n_vocab: 256,
+    n_ctx_train: 512,
+    rope_base: 10_000.0,
+    norm_eps: 1e-5,
+    tied_embeddings: false,
+};
+
+fn model(n_ctx: usize) -> CpuModel {
+    let file = SMALL.build_random("small", Format::Q8, 11).unwrap();
+    let resolved = resolve_gguf(&file).unwrap();
+    CpuModel::load(&file, &resolved, n_ctx, &mut |_| true).unwrap()
+}
+
+fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| rng.gen_range(0..SMALL.n_vocab as u32))
+        .collect()
+}
+
+/// Every layer's skew matrix is orthogonal, so (Q A)(K A)^T = Q K^T.
+#[test]
+fn skewing_leaves_attention_scores_unchanged() {
+    let mut m = model(256);
+    let config = m.config().clone();
+    let queries = m.calibrate(&tokens(96, 1)).unwrap();
+    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let hd = config.head_dim;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    for l in 0..config.n_layer {
+        for g in 0..config.n_head_kv {
+            let a = &skew.matrices[l][g * hd * hd..][..hd * hd];
+            let q: Vec<f32> = (0..hd).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let k: Vec<f32> = (0..hd).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let skewed = |x: &[f32]| -> Vec<f32> {
+                (0..hd)
+                    .map(|c| (0..hd).map(|i| x[i] * a[i * hd + c]).sum())
+                    .collect()
+            };
+            let plain: f32 = q.iter().zip(&k).map(|(x, y)| x * y).sum();
+            let (qs, ks) = (skewed(&q), skewed(&k));
+            let after: f32 = qs.iter().zip(&ks).map(|(x, y)| x * y).sum();
+            assert!(
+                (plain - after).abs() <= 1e-5 * (1.0 + plain.abs()),
+                "layer {l} head {g}: {plain} vs {after}"
+            );
+        }
+    }
+    // The calibration queries' energy sits in the first columns: 20% of the columns hold
+    // far more than 20% of it.
+    let q = &queries[1];
+    let (q_dim, r) = (config.n_head * hd, skew.partial_dims(0.2));
+    let a = &skew.matrices[1];
+    let (mut head, mut total) = (0f64, 0f64);
+    for token in q.chunks(q_dim) {
+        for h in 0..config.n_head {
+            let g = h / (config.n_head / config.n_head_kv);
+            let x = &token[h * hd..][..hd];
+            for c in 0..hd {
+                let v: f32 = (0..hd).map(|i| x[i] * a[(g * hd + i) * hd + c]).sum();
+                total += (v * v) as f64;
+                if c < r {
+                    head += (v * v) as f64;
+                }
+            }
+        }
+    }
+    assert!(
+        head / total > 0.4,
+        "first {r} of {hd} columns hold {:.2}",
+        head / total
+    );
+}
+
+/// Decode with InfiniGen at an alpha and budget that select every token gives exactly the
+/// dense logits.
+#[test]
+fn selecting_everything_equals_dense() {
+    let prompt = tokens(40, 3);
+    let mut dense = model(128);
+    let mut sparse = model(128);
+    let config = sparse.config().clone();
+    let queries = sparse.calibrate(&tokens(64, 4)).unwrap();
+    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let params = IgParams {
+        alpha: f32::INFINITY,
+        budget: 1.0,
+        ..IgParams::defaults(true)
+    };
+    sparse.set_infinigen(Some((&skew, params)));
+    let mut a = dense.forward(&prompt, Logits::Last).unwrap();
+    let mut b = sparse.forward(&prompt, Logits::Last).unwrap();
+    assert_eq!(a, b);
+    for step in 0..24 {
+        let next = argmax(&a);
+        a = dense.forward(&[next], Logits::Last).unwrap();
+        b = sparse.forward(&[next], Logits::Last).unwrap();
+        assert_eq!(a, b, "step {step}");
+    }
+    let stats = sparse.infinigen_stats().unwrap();
+    assert_eq!(stats.fetched, stats.available);
+    // Layers 2 and 3, 2 KV heads, 24 steps.
+    assert_eq!(stats.selections, 2 * 2 * 24);
+}
+
+/// At a small budget only that many tokens are fetched, and the next-token distribution
+/// stays near dense's: the speculated tokens are the ones that matter.
+#[test]
+fn a_small_budget_fetches_few_tokens() {
+    let prompt = tokens(200, 5);
+    let mut dense = model(256);
+    let mut sparse = model(256);
+    let config = sparse.config().clone();
+    let queries = sparse.calibrate(&tokens(128, 6)).unwrap();
+    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let params = IgParams {
+        budget: 0.25,
+        min_budget: 0,
+        ..IgParams::defaults(true)
+    };
+    sparse.set_infinigen(Some((&skew, params)));
+    let _ = dense.forward(&prompt, Logits::Last).unwrap();
+    let _ = sparse.forward(&prompt, Logits::Last).unwrap();
+    let next = tokens(8, 7);
+    for &t in &next {
+        let a = dense.forward(&[t], Logits::Last).unwrap();
+        let b = sparse.forward(&[t], Logits::Last).unwrap();
+        let kl = kl_divergence(&a, &b);
+        assert!(kl < 0.05, "KL {kl}");
+    }
+    let stats = sparse.infinigen_stats().unwrap();
+    assert!(stats.fetched_fraction() <= 0.26, "{stats:?}");
+    assert!(stats.max_fetched as usize <= 208usize.div_ceil(4));
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    x.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as u32)
+        .unwrap()
+}
+
+fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let softmax = |x: &[f32]| -> Vec<f64> {
+        let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let e: Vec<f64> = x.iter().map(|&v| (v as f64 - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.into_iter().map(|v| v / s).collect()
+    };
+    let (p, q) = (softmax(p_logits), softmax(q_logits));
+    p.iter()
+        .zip(&q)
+        .filter(|(p, _)| **p > 0.0)
+        .map(|(p, q)| p * (p / q.max(1e-300)).ln())
+        .sum()
+}
