@@ -23,6 +23,11 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("gelu", "gelu.comp", ""),
     ("binary", "binary.comp", ""),
     ("bandwidth_read", "bandwidth_read.comp", ""),
+    ("ig_partial_keys", "ig_partial_keys.comp", ""),
+    ("ig_speculate", "ig_speculate.comp", ""),
+    ("ig_select", "ig_select.comp", ""),
+    ("kv_gather", "kv_gather.comp", ""),
+    ("attn_sparse", "attn_sparse.comp", ""),
 ];
 
 /// Weight formats, each with an include `glsl/include/quant/<format>.glsl` mirroring

@@ -11,6 +11,7 @@ use hearth_models::{
 use crate::cpu::CpuModel;
 use crate::error::Result;
 use crate::kernels::WeightFormat;
+use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
 use crate::kv::{KvPlacement, KvUsage};
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::sample::beam::{BeamParams, Hypothesis};
@@ -47,6 +48,33 @@ pub struct EngineOptions {
     pub max_chunk: usize,
     /// Time every kernel (Vulkan), reported by `Backend::profile`.
     pub profile: bool,
+    /// InfiniGen decode attention (`--kv-offload infinigen`).
+    pub infinigen: Option<InfinigenOptions>,
+}
+
+/// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
+#[derive(Clone, Debug, Default)]
+pub struct InfinigenOptions {
+    /// Fraction of head_dim kept as partial columns; `None`: 0.2.
+    pub partial_ratio: Option<f32>,
+    /// `None`: 5 for RoPE models, 4 otherwise.
+    pub alpha: Option<f32>,
+    /// Most tokens fetched, as a fraction of the context so far; `None`: 0.2.
+    pub budget: Option<f32>,
+    /// A text file to calibrate skewing on; `None`: the text Hearth ships.
+    pub calibration: Option<PathBuf>,
+}
+
+impl InfinigenOptions {
+    pub fn params(&self, rope: bool) -> IgParams {
+        let d = IgParams::defaults(rope);
+        IgParams {
+            partial_ratio: self.partial_ratio.unwrap_or(d.partial_ratio),
+            alpha: self.alpha.unwrap_or(d.alpha),
+            budget: self.budget.unwrap_or(d.budget),
+            ..d
+        }
+    }
 }
 
 impl Default for EngineOptions {
@@ -61,6 +89,7 @@ impl Default for EngineOptions {
             kv_placement: KvPlacement::Device,
             max_chunk: 256,
             profile: false,
+            infinigen: None,
         }
     }
 }
@@ -118,7 +147,7 @@ impl Engine {
         };
         let n_params = config.n_params(model.tensors.tied_embeddings);
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
-        let (backend, device, weight_formats): Loaded = match options.backend {
+        let (mut backend, device, weight_formats): Loaded = match options.backend {
             BackendKind::Vulkan => {
                 let device = open_device(options)?;
                 let vk_options = VkModelOptions {
@@ -139,6 +168,15 @@ impl Engine {
                 (Box::new(m), "CPU reference".to_string(), formats)
             }
         };
+        if let Some(ig) = &options.infinigen {
+            let params = ig.params(config.rope.is_some());
+            let text = match &ig.calibration {
+                Some(p) => std::fs::read_to_string(p).map_err(|e| crate::Error::io(p, e))?,
+                None => infinigen::CALIBRATION_TEXT.to_string(),
+            };
+            let skew = skew_for(&file, &model, &tokenizer, &text, backend.as_mut())?;
+            backend.set_infinigen(Some((&skew, params)))?;
+        }
         let name = file
             .get::<&str>("general.name")?
             .map(str::to_string)
@@ -205,6 +243,11 @@ impl Engine {
         Ok(self.tokenizer.encode_with(&text, encode))
     }
 
+    /// Tokens InfiniGen fetched so far, when it is on.
+    pub fn infinigen_stats(&self) -> Option<IgStats> {
+        self.session.backend().infinigen_stats()
+    }
+
     /// Blocks of the paged KV cache in use and free (Vulkan backend).
     pub fn kv_usage(&self) -> Option<KvUsage> {
         self.session.backend().as_vulkan().map(|m| m.kv_usage())
@@ -254,4 +297,44 @@ fn open_device(options: &EngineOptions) -> Result<Arc<Device>> {
         index: options.device,
         validation: options.validate,
     })?)
+}
+
+/// The skew matrices for `file`: from the cache beside the model when they were computed for
+/// the same file and calibration text, otherwise computed (on `backend` when it is the CPU
+/// reference, else on a CPU reference loaded for it) and cached.
+fn skew_for(
+    file: &GgufFile,
+    model: &hearth_models::ResolvedModel,
+    tokenizer: &Tokenizer,
+    text: &str,
+    backend: &mut (dyn Backend + Send),
+) -> Result<Skew> {
+    let config = backend.config().clone();
+    let tokens = tokenizer.encode(text);
+    if tokens.len() < 16 {
+        return Err(crate::Error::options(
+            "calibration",
+            format!("{} tokens; at least 16 are needed", tokens.len()),
+        ));
+    }
+    let tokens = &tokens[..tokens.len().min(config.n_ctx_train.min(2048))];
+    let key = infinigen::skew_key(file.bytes(), tokens);
+    let path = infinigen::skew_cache_path(file.path());
+    if let Some(skew) = Skew::load(&path, key, &config) {
+        tracing::info!("skew matrices from {}", path.display());
+        return Ok(skew);
+    }
+    tracing::info!(
+        "computing skew matrices from {} calibration tokens",
+        tokens.len()
+    );
+    let queries = match backend.as_cpu_mut() {
+        Some(cpu) if cpu.n_ctx() >= tokens.len() => cpu.calibrate(tokens)?,
+        _ => CpuModel::load(file, model, tokens.len(), &mut |_| true)?.calibrate(tokens)?,
+    };
+    let skew = Skew::from_queries(&config, &queries)?;
+    if let Err(e) = skew.save(&path, key) {
+        tracing::warn!("could not cache the skew matrices: {e}");
+    }
+    Ok(skew)
 }

@@ -106,7 +106,7 @@ fn selecting_everything_equals_dense() {
         budget: 1.0,
         ..IgParams::defaults(true)
     };
-    sparse.set_infinigen(Some((&skew, params)));
+    sparse.enable_infinigen(Some((&skew, params)));
     let mut a = dense.forward(&prompt, Logits::Last).unwrap();
     let mut b = sparse.forward(&prompt, Logits::Last).unwrap();
     assert_eq!(a, b);
@@ -137,7 +137,7 @@ fn a_small_budget_fetches_few_tokens() {
         min_budget: 0,
         ..IgParams::defaults(true)
     };
-    sparse.set_infinigen(Some((&skew, params)));
+    sparse.enable_infinigen(Some((&skew, params)));
     let _ = dense.forward(&prompt, Logits::Last).unwrap();
     let _ = sparse.forward(&prompt, Logits::Last).unwrap();
     let next = tokens(8, 7);

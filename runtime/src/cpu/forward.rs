@@ -119,7 +119,7 @@ impl CpuModel {
 
     /// Turns InfiniGen decode on (`Some`) or off. Decode steps then attend, from layer
     /// `dense_layers` on, only to the tokens speculation selects, plus the new one.
-    pub fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) {
+    pub fn enable_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) {
         self.infinigen = setup.map(|(skew, params)| {
             let c = &self.config;
             let r = skew.partial_dims(params.partial_ratio);
@@ -138,11 +138,6 @@ impl CpuModel {
                 stats: IgStats::default(),
             }
         });
-    }
-
-    /// Tokens InfiniGen fetched so far.
-    pub fn infinigen_stats(&self) -> Option<IgStats> {
-        self.infinigen.as_ref().map(|ig| ig.stats)
     }
 }
 
@@ -215,6 +210,19 @@ impl Backend for CpuModel {
 
     fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+    }
+
+    fn as_cpu_mut(&mut self) -> Option<&mut CpuModel> {
+        Some(self)
+    }
+
+    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
+        self.enable_infinigen(setup);
+        Ok(())
+    }
+
+    fn infinigen_stats(&self) -> Option<IgStats> {
+        self.infinigen.as_ref().map(|ig| ig.stats)
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
@@ -381,17 +389,10 @@ fn speculate_layer(
     let pk = &ig.pkeys[l][..pos * c.n_head_kv * r];
     let scores = infinigen::select::speculate(&qp, pk, c.n_head, c.n_head_kv, r, hd);
     let budget = ig.params.budget_tokens(pos);
+    let k = infinigen::select::fetch_count(&scores, pos, c.n_head, ig.params.alpha, budget);
     (0..c.n_head_kv)
         .map(|g| {
-            let sel = infinigen::select::select(
-                &scores,
-                pos,
-                c.n_head,
-                c.n_head_kv,
-                g,
-                ig.params.alpha,
-                budget,
-            );
+            let sel = infinigen::select::select(&scores, pos, c.n_head, c.n_head_kv, g, k);
             ig.stats.record(sel.len(), pos);
             sel
         })

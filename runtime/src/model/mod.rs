@@ -13,6 +13,7 @@ pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use weights::{LayerWeights, LoadProgress, ProgressFn, WeightReader};
 
 use crate::error::Result;
+use crate::kv::infinigen::{IgParams, IgStats, Skew};
 
 /// Which logits a step returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,25 @@ pub trait Backend {
         None
     }
     fn as_vulkan(&self) -> Option<&VkModel> {
+        None
+    }
+    /// The CPU reference, where this is it.
+    fn as_cpu_mut(&mut self) -> Option<&mut crate::cpu::CpuModel> {
+        None
+    }
+    /// Turns InfiniGen decode attention on (`Some`) or off; an error where the backend does
+    /// not run it.
+    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
+        match setup {
+            None => Ok(()),
+            Some(_) => Err(crate::Error::options(
+                "kv-offload",
+                "infinigen is not available on this backend",
+            )),
+        }
+    }
+    /// Tokens InfiniGen fetched so far, when it is on.
+    fn infinigen_stats(&self) -> Option<IgStats> {
         None
     }
     /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, InfinigenOptions};
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
@@ -48,22 +48,44 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_kv_budget)]
     pub kv_budget: Option<KvBudget>,
     /// Where the KV cache lives: `none` in device memory, `full` in system memory the device
-    /// reads directly (a context larger than device memory still runs).
+    /// reads directly (a context larger than device memory still runs), `infinigen` in system
+    /// memory with decode attention over the speculated tokens only.
     #[arg(long, value_enum, default_value_t = KvOffload::None)]
     pub kv_offload: KvOffload,
+    #[command(flatten)]
+    pub infinigen: InfinigenArgs,
+}
+
+/// InfiniGen's settings (with `--kv-offload infinigen`).
+#[derive(clap::Args, Debug)]
+pub struct InfinigenArgs {
+    /// Fraction of each head's dimensions kept as partial query and key columns [default: 0.2].
+    #[arg(long, value_name = "R")]
+    pub ig_partial_ratio: Option<f32>,
+    /// Fetch tokens whose speculated score is within ALPHA of the best
+    /// [default: 5 with RoPE, 4 without].
+    #[arg(long, value_name = "ALPHA")]
+    pub ig_alpha: Option<f32>,
+    /// Most tokens fetched per step, as a fraction of the context so far [default: 0.2].
+    #[arg(long, value_name = "FRACTION")]
+    pub ig_budget: Option<f32>,
+    /// Text to calibrate the skew matrices on [default: a text Hearth ships].
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvOffload {
     None,
     Full,
+    Infinigen,
 }
 
 impl KvOffload {
     pub fn placement(self) -> KvPlacement {
         match self {
             Self::None => KvPlacement::Device,
-            Self::Full => KvPlacement::Host,
+            Self::Full | Self::Infinigen => KvPlacement::Host,
         }
     }
 }
@@ -129,6 +151,12 @@ impl RunArgs {
             kv_placement: self.kv_offload.placement(),
             max_chunk: self.ubatch.max(1),
             profile: self.profile,
+            infinigen: (self.kv_offload == KvOffload::Infinigen).then(|| InfinigenOptions {
+                partial_ratio: self.infinigen.ig_partial_ratio,
+                alpha: self.infinigen.ig_alpha,
+                budget: self.infinigen.ig_budget,
+                calibration: self.infinigen.calibration.clone(),
+            }),
         };
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template(

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use hearth_runtime::model::Logits;
+use hearth_runtime::model::{Backend, Logits};
 use serde_json::json;
 
-use crate::model_args::{step_bar, ModelArgs};
+use crate::model_args::{step_bar, KvOffload, ModelArgs};
 use crate::{DeviceChoice, Format};
 
 #[derive(clap::Args, Debug)]
@@ -25,6 +25,10 @@ pub struct PerplexityArgs {
     /// Score at most this many windows (-1: all).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     chunks: i64,
+    /// Score the second half of each window one token at a time, as generation sees it
+    /// (implied by `--kv-offload infinigen`, which changes only decode steps).
+    #[arg(long)]
+    decode: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -52,17 +56,18 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     }
     let n_vocab = engine.info().config.n_vocab;
     let first = args.ctx / 2;
+    let decode = args.decode || args.model.run.kv_offload == KvOffload::Infinigen;
     let bar = step_bar(windows as u64, "perplexity");
     let mut per_window = Vec::with_capacity(windows);
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     for w in 0..windows {
         let window = &tokens[w * args.ctx..(w + 1) * args.ctx];
         let backend = engine.session_mut().fresh_backend();
-        let logits = backend.forward(window, Logits::All)?;
+        let logits = window_logits(backend, window, first, decode)?;
         let mut window_nll = 0f64;
-        // Logits at position i predict token i + 1.
+        // Row j predicts token first + j + 1.
         for i in first..args.ctx - 1 {
-            let row = &logits[i * n_vocab..(i + 1) * n_vocab];
+            let row = &logits[(i - first) * n_vocab..(i - first + 1) * n_vocab];
             let lp = log_softmax_at(row, window[i + 1] as usize);
             window_nll -= lp;
             nll2 += lp * lp;
@@ -82,6 +87,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let var = (nll2 / count as f64 - mean * mean).max(0.0);
     let ppl_err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
     let info = engine.info();
+    let ig = engine.infinigen_stats();
     match args.format {
         Format::Table => {
             let windows: Vec<String> = per_window
@@ -89,8 +95,17 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 .enumerate()
                 .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
                 .collect();
+            let fetched = ig.map_or(String::new(), |s| {
+                format!(
+                    "InfiniGen fetched {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head)\n",
+                    100.0 * s.fetched_fraction(),
+                    s.mean_fetched(),
+                    s.min_fetched.unwrap_or(0),
+                    s.max_fetched
+                )
+            });
             crate::inspect::emit(&format!(
-                "{}\n{}: {} tokens in {} windows of {}, {} scored, on {}\n\
+                "{}\n{}: {} tokens in {} windows of {}, {} scored{}, on {}\n{fetched}\
                  Final estimate: PPL = {ppl:.4} +/- {ppl_err:.5}\n",
                 windows.join(","),
                 args.file.display(),
@@ -98,6 +113,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 per_window.len(),
                 args.ctx,
                 count,
+                if decode { " one at a time" } else { "" },
                 info.device
             ))
         }
@@ -111,10 +127,37 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 "n_scored": count,
                 "model": info.path,
                 "device": info.device,
+                "decode": decode,
+                "infinigen": ig.map(|s| json!({
+                    "fetched_fraction": s.fetched_fraction(),
+                    "mean_fetched": s.mean_fetched(),
+                    "min_fetched": s.min_fetched,
+                    "max_fetched": s.max_fetched,
+                })),
             });
             crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))
         }
     }
+}
+
+/// Logits predicting tokens first+1..len of `window`, one row each: from one pass over the
+/// window, or (`decode`) from a pass over window[..=first] and then one step per token.
+fn window_logits(
+    backend: &mut dyn Backend,
+    window: &[u32],
+    first: usize,
+    decode: bool,
+) -> hearth_runtime::Result<Vec<f32>> {
+    if !decode {
+        let all = backend.forward(window, Logits::All)?;
+        let n_vocab = all.len() / window.len();
+        return Ok(all[first * n_vocab..(window.len() - 1) * n_vocab].to_vec());
+    }
+    let mut out = backend.forward(&window[..=first], Logits::Last)?;
+    for &t in &window[first + 1..window.len() - 1] {
+        out.extend(backend.forward(&[t], Logits::Last)?);
+    }
+    Ok(out)
 }
 
 /// log p(target) under softmax(row), in f64.

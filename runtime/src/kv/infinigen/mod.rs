@@ -4,8 +4,9 @@
 //! query-key product. At run time a partial key cache keeps those columns of every key. While
 //! layer i-1 runs, its attention input times layer i's query weight gives an early query for
 //! layer i; its partial columns against the partial keys speculate layer i's scores
-//! ([`select::speculate`]), and the tokens within `alpha` of the best, up to a budget, are the
-//! only ones layer i attends to ([`select::select`]), besides the new token itself. The first
+//! ([`select::speculate`]). Each head counts the tokens within `alpha` of its best; the mean
+//! count, capped by a budget, is how many tokens every KV head fetches, the highest-scoring
+//! ones ([`select::select`]). Layer i attends to those and the new token only. The first
 //! layers, whose inputs differ most from their predecessors', run dense.
 
 pub mod select;
@@ -24,8 +25,8 @@ pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
 pub struct IgParams {
     /// Fraction of head_dim kept as partial columns.
     pub partial_ratio: f32,
-    /// Tokens scoring within alpha of their head's best are fetched (in logits, so alpha 5
-    /// keeps tokens down to e^-5 of the best one's weight).
+    /// Tokens scoring within alpha of their head's best count as critical (in logits, so
+    /// alpha 5 counts tokens down to e^-5 of the best one's weight).
     pub alpha: f32,
     /// Most tokens fetched per KV head, as a fraction of the tokens so far.
     pub budget: f32,

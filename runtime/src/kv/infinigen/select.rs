@@ -26,24 +26,38 @@ pub fn speculate(
     scores
 }
 
-/// The positions KV head `g` fetches: a position whose score, relative to its head's best,
-/// is within `alpha` for any query head of the group, at most `budget` of them (the closest
-/// to their head's best; ties keep the earlier position), in ascending order.
+/// How many tokens each KV head fetches: the mean over query heads of how many score within
+/// `alpha` of their head's best (InfiniGen's count), at most `budget`.
+pub fn fetch_count(scores: &[f32], n: usize, n_head: usize, alpha: f32, budget: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let total: usize = (0..n_head)
+        .map(|h| {
+            let row = &scores[h * n..][..n];
+            let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            row.iter().filter(|&&s| s >= best - alpha).count()
+        })
+        .sum();
+    total.div_ceil(n_head).min(budget)
+}
+
+/// The `k` positions KV head `g` fetches, in ascending order: those whose score is closest to
+/// their head's best for some query head of the group (ties keep the earlier position).
 pub fn select(
     scores: &[f32],
     n: usize,
     n_head: usize,
     n_kv: usize,
     g: usize,
-    alpha: f32,
-    budget: usize,
+    k: usize,
 ) -> Vec<u32> {
     let m = relative_scores(scores, n, n_head, n_kv, g);
-    let mut chosen: Vec<u32> = (0..n as u32).filter(|&t| m[t as usize] >= -alpha).collect();
-    if chosen.len() > budget {
+    let mut chosen: Vec<u32> = (0..n as u32).collect();
+    if k < n {
         // Highest relative score first, earlier position first among equals.
         chosen.sort_by(|&a, &b| m[b as usize].total_cmp(&m[a as usize]).then(a.cmp(&b)));
-        chosen.truncate(budget);
+        chosen.truncate(k);
         chosen.sort_unstable();
     }
     chosen
@@ -68,24 +82,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn selects_within_alpha_of_any_head_and_caps_at_budget() {
+    fn counts_like_infinigen_and_keeps_the_best_per_group() {
         // Two query heads share KV head 0; 6 positions.
         let scores = [
             0.0, -1.0, -6.0, -3.0, -10.0, -4.5, // head 0: best at 0
             -9.0, -9.0, -9.0, -2.0, -1.0, -20.0, // head 1: best at 4 (-1)
         ];
         let n = 6;
+        // Within 5 of the best: head 0 has 4, head 1 has 5 (all but the last): mean 4.5 -> 5.
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6), 5);
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 3), 3);
+        assert_eq!(fetch_count(&scores, n, 2, 0.5, 6), 1);
+        assert_eq!(fetch_count(&scores, n, 2, f32::INFINITY, 6), 6);
+        assert_eq!(fetch_count(&[], 0, 2, 5.0, 3), 0);
         // Relative: head 0 [0,-1,-6,-3,-10,-4.5]; head 1 [-8,-8,-8,-1,0,-19].
         // m = [0, -1, -6, -1, 0, -4.5].
-        assert_eq!(select(&scores, n, 2, 1, 0, 5.0, 6), vec![0, 1, 3, 4, 5]);
-        assert_eq!(select(&scores, n, 2, 1, 0, 0.5, 6), vec![0, 4]);
-        assert_eq!(
-            select(&scores, n, 2, 1, 0, f32::INFINITY, 6),
-            vec![0, 1, 2, 3, 4, 5]
-        );
-        // Budget 3 of the five within alpha: 0 and 4 (m = 0), then 1 before 3 (both -1).
-        assert_eq!(select(&scores, n, 2, 1, 0, 5.0, 3), vec![0, 1, 4]);
-        assert!(select(&[], 0, 2, 1, 0, 5.0, 3).is_empty());
+        assert_eq!(select(&scores, n, 2, 1, 0, 5), vec![0, 1, 3, 4, 5]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 2), vec![0, 4]);
+        // 1 before 3 among equals.
+        assert_eq!(select(&scores, n, 2, 1, 0, 3), vec![0, 1, 4]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 6), vec![0, 1, 2, 3, 4, 5]);
+        assert!(select(&[], 0, 2, 1, 0, 3).is_empty());
     }
 
     #[test]

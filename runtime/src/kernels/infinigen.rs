@@ -1,0 +1,1203 @@
+//! InfiniGen's KV selection on the device, for the one new token of one sequence row.
+//! [`IgPartialKeys`] keeps a layer's partial key cache (keys projected on the first r columns
+//! of the layer's skew) up to date; [`IgSpeculate`] rotates the token's query, projects it the
+//! same way and scores every past position; [`IgSelect`] picks how many positions to fetch
+//! (the mean over heads of those within alpha of the head's best, at most `budget`) and, per
+//! KV head, which (the closest to some head's best, in ascending order); [`KvGather`]
+//! copies their K/V from the (host) pool into a device scratch; [`AttnSparse`] attends over that
+//! scratch plus the token's own position.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
+
+use super::{check_sizes, linear_groups, workgroup_size, RopeSpec};
+use crate::cpu::ops::RopeLayout;
+use crate::kv::{KvLayer, BLOCK_TOKENS};
+use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
+
+/// Most query heads `IgSelect` handles (`MAX_HEADS` in ig_select.comp: its shared array of
+/// per-head maxima).
+pub const IG_MAX_HEADS: u32 = 256;
+
+/// Sizes shared by one layer's InfiniGen kernels, and the buffers they imply:
+/// - `skew` [n_head_kv, head_dim, partial] f32: the first `partial` columns of each KV head's
+///   orthogonal skew;
+/// - `pkeys` [rows, n_ctx, n_head_kv, partial] f32: the partial key cache;
+/// - `scores` [n_head, n_ctx] f32: speculated scores of the current token;
+/// - `sel_idx` [n_head_kv, cap] u32 and `sel_count` [n_head_kv] u32: the selection;
+/// - `k_scratch`, `v_scratch` [n_head_kv, cap, head_dim] f32: the selected K/V.
+#[derive(Clone, Copy, Debug)]
+pub struct IgShape {
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    /// Partial dimensions r per KV head, 1 ..= head_dim.
+    pub partial: u32,
+    /// Positions per row of `pkeys` and per head of `scores`.
+    pub n_ctx: u32,
+    /// Slots per KV head of the selection and the scratch: the most positions it can keep.
+    pub cap: u32,
+}
+
+impl IgShape {
+    pub fn skew_bytes(&self) -> u64 {
+        self.n_head_kv as u64 * self.head_dim as u64 * self.partial as u64 * 4
+    }
+
+    /// Bytes of a partial key cache of `rows` rows.
+    pub fn pkeys_bytes(&self, rows: u32) -> u64 {
+        rows as u64 * self.n_ctx as u64 * self.n_head_kv as u64 * self.partial as u64 * 4
+    }
+
+    pub fn scores_bytes(&self) -> u64 {
+        self.n_head as u64 * self.n_ctx as u64 * 4
+    }
+
+    pub fn sel_idx_bytes(&self) -> u64 {
+        self.n_head_kv as u64 * self.cap as u64 * 4
+    }
+
+    pub fn sel_count_bytes(&self) -> u64 {
+        self.n_head_kv as u64 * 4
+    }
+
+    /// Bytes of `k_scratch` (and of `v_scratch`).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.sel_idx_bytes() * self.head_dim as u64
+    }
+
+    fn check(&self, kernel: &'static str) -> Result<()> {
+        let fail = |message: String| Err(VkError::Kernel { kernel, message });
+        if self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+            return fail(format!(
+                "{} KV heads do not divide {} query heads",
+                self.n_head_kv, self.n_head
+            ));
+        }
+        if self.n_head > IG_MAX_HEADS {
+            return fail(format!(
+                "{} query heads; at most {IG_MAX_HEADS} are supported",
+                self.n_head
+            ));
+        }
+        if self.head_dim == 0 || self.head_dim % 4 != 0 {
+            return fail(format!("head_dim {} is not a multiple of 4", self.head_dim));
+        }
+        if self.partial == 0 || self.partial > self.head_dim {
+            return fail(format!(
+                "{} partial dimensions; need 1 ..= head_dim {}",
+                self.partial, self.head_dim
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that `pos` lies within `row`'s block table and within n_ctx.
+    fn check_position(&self, kernel: &'static str, kv: &KvLayer, row: u32, pos: u32) -> Result<()> {
+        check_sizes(
+            kernel,
+            &[(
+                "tables",
+                kv.tables,
+                (row as u64 + 1) * kv.max_blocks as u64 * 4,
+            )],
+        )?;
+        let held = (kv.max_blocks as u64 * BLOCK_TOKENS as u64).min(self.n_ctx as u64);
+        if pos as u64 >= held {
+            return Err(VkError::Kernel {
+                kernel,
+                message: format!("position {pos} is past the {held} a row holds"),
+            });
+        }
+        Ok(())
+    }
+
+    fn push(&self, row: u32, pos: u32) -> IgPush {
+        IgPush {
+            row,
+            pos,
+            p0: 0,
+            p1: 0,
+            token: 0,
+            q_stride: 0,
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+            r: self.partial,
+            n_ctx: self.n_ctx,
+            max_blocks: 0,
+            cap: self.cap,
+            budget: 0,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            alpha: 0.0,
+            rot_dim: 0,
+            mode: 0,
+        }
+    }
+}
+
+/// Push constants of every InfiniGen kernel (the `Push` block each of them declares).
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct IgPush {
+    row: u32,
+    pos: u32,
+    p0: u32,
+    p1: u32,
+    token: u32,
+    q_stride: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    r: u32,
+    n_ctx: u32,
+    max_blocks: u32,
+    cap: u32,
+    budget: u32,
+    scale: f32,
+    alpha: f32,
+    rot_dim: u32,
+    mode: u32,
+}
+
+/// Where a kernel reads the current token's query heads: token `token` of a [tokens, stride]
+/// f32 buffer whose rows begin with the n_head query heads. This is attn_decode's `qkv` (stride
+/// (n_head + 2 n_head_kv) * head_dim); a plain [n_head * head_dim] vector is [`QueryAt::vector`].
+#[derive(Clone, Copy)]
+pub struct QueryAt<'a> {
+    pub buffer: &'a Buffer,
+    pub token: u32,
+    pub stride: u32,
+}
+
+impl<'a> QueryAt<'a> {
+    pub fn vector(buffer: &'a Buffer, s: IgShape) -> Self {
+        Self {
+            buffer,
+            token: 0,
+            stride: s.n_head * s.head_dim,
+        }
+    }
+
+    fn check(&self, kernel: &'static str, s: IgShape) -> Result<()> {
+        let heads = s.n_head * s.head_dim;
+        if self.stride < heads || self.stride % 4 != 0 {
+            return Err(VkError::Kernel {
+                kernel,
+                message: format!(
+                    "query stride {} must be a multiple of 4 and hold {heads} floats",
+                    self.stride
+                ),
+            });
+        }
+        let end = self.token as u64 * self.stride as u64 + heads as u64;
+        check_sizes(kernel, &[("q", self.buffer, end * 4)])
+    }
+}
+
+fn kernel_error(kernel: Kernel, message: String) -> VkError {
+    VkError::Kernel {
+        kernel: kernel.name,
+        message,
+    }
+}
+
+/// Fills the partial key cache from keys already in the pool.
+pub struct IgPartialKeys {
+    pipeline: Arc<Pipeline>,
+}
+
+impl IgPartialKeys {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(IG_PARTIAL_KEYS, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// pkeys[row][p][g][..] = K(row, p, g) · skew[g] for p in `positions` (prefill: the
+    /// prompt; decode: the new token after rope_kv stored it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        kv: KvLayer<'a>,
+        skew: &'a Buffer,
+        pkeys: &'a Buffer,
+        s: IgShape,
+        row: u32,
+        positions: Range<u32>,
+    ) -> Result<()> {
+        let name = IG_PARTIAL_KEYS.name;
+        s.check(name)?;
+        if positions.is_empty() {
+            return Ok(());
+        }
+        s.check_position(name, &kv, row, positions.end - 1)?;
+        check_sizes(
+            name,
+            &[
+                ("skew", skew, s.skew_bytes()),
+                ("pkeys", pkeys, s.pkeys_bytes(row + 1)),
+            ],
+        )?;
+        let push = IgPush {
+            p0: positions.start,
+            p1: positions.end,
+            max_blocks: kv.max_blocks,
+            ..s.push(row, 0)
+        };
+        let work = positions.len() as u64 * (s.n_head_kv * s.partial) as u64;
+        let groups = linear_groups(rec.device().info(), work, self.pipeline.workgroup_size());
+        // The kernel reads no V, so it has no binding for it.
+        rec.dispatch(
+            &self.pipeline,
+            &[kv.k, kv.tables, skew, pkeys],
+            &push,
+            groups,
+        )
+    }
+}
+
+/// Speculated attention scores of the current token over its history.
+pub struct IgSpeculate {
+    pipeline: Arc<Pipeline>,
+    head_dim: u32,
+}
+
+/// Positions each `ig_speculate` invocation scores (`SPAN` in the shader).
+const SPECULATE_SPAN: u32 = 4;
+
+impl IgSpeculate {
+    pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(IG_SPECULATE, &[workgroup_size(device.info()), head_dim])?,
+            head_dim,
+        })
+    }
+
+    /// scores[h][t] for t < pos: `q_raw` (the query before RoPE) rotated at `pos` as
+    /// [`super::RopeKv`] does, projected on the skew, dotted with pkeys[row][t], times
+    /// 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding position `pos` (any
+    /// buffer when rot_dim is 0). Scores at pos and beyond are left as they were.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        q_raw: QueryAt<'a>,
+        table: &'a Buffer,
+        rope: RopeSpec,
+        skew: &'a Buffer,
+        pkeys: &'a Buffer,
+        scores: &'a Buffer,
+        s: IgShape,
+        row: u32,
+        pos: u32,
+    ) -> Result<()> {
+        let name = IG_SPECULATE.name;
+        s.check(name)?;
+        if s.head_dim != self.head_dim {
+            return Err(kernel_error(
+                IG_SPECULATE,
+                format!(
+                    "built for head_dim {}, called with {}",
+                    self.head_dim, s.head_dim
+                ),
+            ));
+        }
+        if rope.rot_dim % 2 != 0 || rope.rot_dim > s.head_dim {
+            return Err(kernel_error(
+                IG_SPECULATE,
+                format!("rot_dim {} must be even and at most head_dim", rope.rot_dim),
+            ));
+        }
+        if pos > s.n_ctx {
+            return Err(kernel_error(
+                IG_SPECULATE,
+                format!("position {pos} is past n_ctx {}", s.n_ctx),
+            ));
+        }
+        q_raw.check(name, s)?;
+        let table_bytes = (pos as u64 + 1) * (rope.rot_dim / 2) as u64 * 8;
+        check_sizes(
+            name,
+            &[
+                ("table", table, table_bytes),
+                ("skew", skew, s.skew_bytes()),
+                ("pkeys", pkeys, s.pkeys_bytes(row + 1)),
+                ("scores", scores, s.scores_bytes()),
+            ],
+        )?;
+        if pos == 0 {
+            return Ok(());
+        }
+        let push = IgPush {
+            token: q_raw.token,
+            q_stride: q_raw.stride,
+            rot_dim: rope.rot_dim,
+            mode: match rope.layout {
+                RopeLayout::Neox => 0,
+                RopeLayout::Gptj => 1,
+            },
+            ..s.push(row, pos)
+        };
+        let per_group = SPECULATE_SPAN * self.pipeline.workgroup_size();
+        let groups = [pos.div_ceil(per_group), s.n_head, 1];
+        rec.dispatch(
+            &self.pipeline,
+            &[q_raw.buffer, table, skew, pkeys, scores],
+            &push,
+            groups,
+        )
+    }
+}
+
+/// Per KV head, the positions to fetch (InfiniGen's count and choice).
+pub struct IgSelect {
+    pipeline: Arc<Pipeline>,
+}
+
+impl IgSelect {
+    pub fn new(device: &Device) -> Result<Self> {
+        Self::shaped_for(device, device.info().kind)
+    }
+
+    /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
+    /// lavapipe).
+    pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
+        let info = device.info();
+        // One workgroup per KV head makes few groups: on a CPU device one subgroup each, so
+        // its scans need no barriers; on a GPU a full group to stream the scores.
+        let wg = match kind {
+            DeviceKind::Cpu => info.subgroup.size.max(1),
+            _ => workgroup_size(info),
+        };
+        Ok(Self {
+            pipeline: device.pipeline(IG_SELECT, &[wg])?,
+        })
+    }
+
+    /// Writes sel_idx[g][0 .. sel_count[g]] for every KV head g. Each head h counts the
+    /// history positions t < pos scoring at least max_t' scores[h][t'] - alpha; k is the mean
+    /// count over heads rounded up, at most `budget` (<= cap). KV head g keeps the k positions
+    /// with the largest m[t] = max over g's heads h of (scores[h][t] - max_t' scores[h][t'])
+    /// and, at equal m, the lower positions; in ascending order. Scores must be finite.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        scores: &'a Buffer,
+        sel_idx: &'a Buffer,
+        sel_count: &'a Buffer,
+        s: IgShape,
+        pos: u32,
+        alpha: f32,
+        budget: u32,
+    ) -> Result<()> {
+        let name = IG_SELECT.name;
+        s.check(name)?;
+        if alpha.is_nan() || alpha < 0.0 {
+            return Err(kernel_error(
+                IG_SELECT,
+                format!("alpha {alpha} is not >= 0"),
+            ));
+        }
+        if budget > s.cap || pos > s.n_ctx {
+            return Err(kernel_error(
+                IG_SELECT,
+                format!(
+                    "budget {budget} must be at most cap {} and position {pos} at most n_ctx {}",
+                    s.cap, s.n_ctx
+                ),
+            ));
+        }
+        check_sizes(
+            name,
+            &[
+                ("scores", scores, s.scores_bytes()),
+                ("sel_idx", sel_idx, s.sel_idx_bytes()),
+                ("sel_count", sel_count, s.sel_count_bytes()),
+            ],
+        )?;
+        // alpha is >= 0 here; +0 keeps the shader's bit comparisons exact.
+        let push = IgPush {
+            alpha: alpha.abs(),
+            budget,
+            ..s.push(0, pos)
+        };
+        rec.dispatch(
+            &self.pipeline,
+            &[scores, sel_idx, sel_count],
+            &push,
+            [s.n_head_kv, 1, 1],
+        )
+    }
+}
+
+/// Copies the selected positions' K/V from the pool into the device scratch.
+pub struct KvGather {
+    pipeline: Arc<Pipeline>,
+    /// Most workgroups per KV head; they stride over the selection, whose size the host
+    /// does not know.
+    max_groups: u32,
+}
+
+impl KvGather {
+    pub fn new(device: &Device) -> Result<Self> {
+        Self::shaped_for(device, device.info().kind)
+    }
+
+    /// The kernel shaped as it would be for a device of `kind`.
+    pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
+        // A CPU device runs a few groups at a time and pays for every idle one.
+        let max_groups = match kind {
+            DeviceKind::Cpu => 16,
+            _ => 1024,
+        };
+        Ok(Self {
+            pipeline: device.pipeline(KV_GATHER, &[workgroup_size(device.info())])?,
+            max_groups,
+        })
+    }
+
+    /// k_scratch[g][j] = K(row, sel_idx[g][j], g) and likewise V, for j < sel_count[g].
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        kv: KvLayer<'a>,
+        sel_idx: &'a Buffer,
+        sel_count: &'a Buffer,
+        k_scratch: &'a Buffer,
+        v_scratch: &'a Buffer,
+        s: IgShape,
+        row: u32,
+    ) -> Result<()> {
+        let name = KV_GATHER.name;
+        s.check(name)?;
+        check_sizes(
+            name,
+            &[
+                (
+                    "tables",
+                    kv.tables,
+                    (row as u64 + 1) * kv.max_blocks as u64 * 4,
+                ),
+                ("sel_idx", sel_idx, s.sel_idx_bytes()),
+                ("sel_count", sel_count, s.sel_count_bytes()),
+                ("k_scratch", k_scratch, s.scratch_bytes()),
+                ("v_scratch", v_scratch, s.scratch_bytes()),
+            ],
+        )?;
+        if s.cap == 0 {
+            return Ok(());
+        }
+        let push = IgPush {
+            max_blocks: kv.max_blocks,
+            ..s.push(row, 0)
+        };
+        let wg = self.pipeline.workgroup_size() as u64;
+        let vec4s = s.cap as u64 * (s.head_dim / 4) as u64;
+        let groups = vec4s.div_ceil(wg).min(self.max_groups as u64) as u32;
+        rec.dispatch(
+            &self.pipeline,
+            &[
+                kv.k, kv.v, kv.tables, sel_idx, sel_count, k_scratch, v_scratch,
+            ],
+            &push,
+            [groups, s.n_head_kv, 1],
+        )
+    }
+}
+
+/// Decode attention over the gathered selection plus the token's own position.
+pub struct AttnSparse {
+    pipeline: Arc<Pipeline>,
+    head_dim: u32,
+}
+
+impl AttnSparse {
+    pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, device.info().kind)
+    }
+
+    /// The kernel shaped as `AttnDecode` is for a device of `kind`.
+    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+        let info = device.info();
+        let wg = match kind {
+            DeviceKind::Cpu => info.subgroup.size.max(1),
+            _ => workgroup_size(info),
+        };
+        let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
+        // q, the merge slots and the reduction slots.
+        let shared = (head_dim + subgroups * head_dim + wg) as u64 * 4;
+        if shared > info.limits.max_shared_memory as u64 {
+            return Err(kernel_error(
+                ATTN_SPARSE,
+                format!(
+                    "head_dim {head_dim} needs {shared} bytes of shared memory; the device has {}",
+                    info.limits.max_shared_memory
+                ),
+            ));
+        }
+        Ok(Self {
+            pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups])?,
+            head_dim,
+        })
+    }
+
+    /// o[token] = attention of `q` (post-RoPE) over k/v_scratch[g][0 .. sel_count[g]] in
+    /// stored order, then position `pos` of `row` in the pool; `o` is [tokens, n_head *
+    /// head_dim], as `AttnDecode` writes it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        q: QueryAt<'a>,
+        kv: KvLayer<'a>,
+        k_scratch: &'a Buffer,
+        v_scratch: &'a Buffer,
+        sel_count: &'a Buffer,
+        o: &'a Buffer,
+        s: IgShape,
+        row: u32,
+        pos: u32,
+    ) -> Result<()> {
+        let name = ATTN_SPARSE.name;
+        s.check(name)?;
+        if s.head_dim != self.head_dim {
+            return Err(kernel_error(
+                ATTN_SPARSE,
+                format!(
+                    "built for head_dim {}, called with {}",
+                    self.head_dim, s.head_dim
+                ),
+            ));
+        }
+        q.check(name, s)?;
+        s.check_position(name, &kv, row, pos)?;
+        let heads = (s.n_head * s.head_dim) as u64;
+        check_sizes(
+            name,
+            &[
+                ("k_scratch", k_scratch, s.scratch_bytes()),
+                ("v_scratch", v_scratch, s.scratch_bytes()),
+                ("sel_count", sel_count, s.sel_count_bytes()),
+                ("o", o, (q.token as u64 + 1) * heads * 4),
+            ],
+        )?;
+        let push = IgPush {
+            token: q.token,
+            q_stride: q.stride,
+            max_blocks: kv.max_blocks,
+            ..s.push(row, pos)
+        };
+        rec.dispatch(
+            &self.pipeline,
+            &[
+                q.buffer, o, kv.k, kv.v, kv.tables, k_scratch, v_scratch, sel_count,
+            ],
+            &push,
+            [s.n_head, 1, 1],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::ops;
+    use crate::kernels::{AttnDecode, AttnShape, StepToken};
+    use crate::kv::{blocks_for, KvCache, KvPlacement, KvShape};
+    use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
+
+    const EPS: f64 = f32::EPSILON as f64;
+
+    fn shape(n_head: u32, n_head_kv: u32, n_ctx: u32, cap: u32) -> IgShape {
+        IgShape {
+            n_head,
+            n_head_kv,
+            head_dim: 64,
+            partial: 13,
+            n_ctx,
+            cap,
+        }
+    }
+
+    /// A host pool (InfiniGen's placement) whose rows take their blocks in turn, so no row's
+    /// block table is contiguous, holding random K/V at positions 0 .. lens[row] that `k` and
+    /// `v` mirror as [row][pos][kv_head][head_dim].
+    struct Pool {
+        cache: KvCache,
+        k: Vec<Vec<f32>>,
+        v: Vec<Vec<f32>>,
+        kv_dim: usize,
+        head_dim: usize,
+    }
+
+    impl Pool {
+        fn new(s: IgShape, lens: &[usize]) -> Self {
+            let dev = device().unwrap();
+            let n_ctx = s.n_ctx as usize;
+            let kv_dim = (s.n_head_kv * s.head_dim) as usize;
+            let rows = lens.len() + 1;
+            let shape = KvShape {
+                n_layer: 1,
+                n_head_kv: s.n_head_kv as usize,
+                head_dim: s.head_dim as usize,
+                blocks: rows * blocks_for(n_ctx) + 1,
+                rows,
+                n_ctx,
+            };
+            let mut cache = KvCache::new(&dev, shape, KvPlacement::Host).unwrap();
+            // A spare row takes a block every round and frees them all at the end, so rows
+            // neither start at block 0 nor run contiguously once the others are done.
+            let spare = rows - 1;
+            let mut held = vec![0; lens.len()];
+            while held.iter().zip(lens).any(|(h, l)| h < l) {
+                if cache.len(spare) + BLOCK_TOKENS <= n_ctx {
+                    cache.append(spare, BLOCK_TOKENS).unwrap();
+                }
+                for (r, &len) in lens.iter().enumerate() {
+                    let more = (len - held[r]).min(BLOCK_TOKENS);
+                    cache.append(r, more).unwrap();
+                    held[r] += more;
+                }
+            }
+            cache.clear(spare);
+            cache.sync_tables().unwrap();
+            let mut pool = Pool {
+                cache,
+                k: Vec::new(),
+                v: Vec::new(),
+                kv_dim,
+                head_dim: s.head_dim as usize,
+            };
+            let layer = pool.cache.layer(0);
+            let max_blocks = layer.max_blocks as usize;
+            let tables: Vec<u32> = layer.tables.download(lens.len() * max_blocks).unwrap();
+            for (r, &len) in lens.iter().enumerate() {
+                let k = random(len * kv_dim, 100 + r as u64, 1.0);
+                let v = random(len * kv_dim, 200 + r as u64, 1.0);
+                for p in 0..len {
+                    let block = tables[r * max_blocks + p / BLOCK_TOKENS] as usize;
+                    let slot = (block * BLOCK_TOKENS + p % BLOCK_TOKENS) as u64;
+                    let bytes = slot * kv_dim as u64 * 4;
+                    layer.k.upload(bytes, &k[p * kv_dim..][..kv_dim]).unwrap();
+                    layer.v.upload(bytes, &v[p * kv_dim..][..kv_dim]).unwrap();
+                }
+                pool.k.push(k);
+                pool.v.push(v);
+            }
+            for (r, &len) in lens.iter().enumerate() {
+                let blocks = &tables[r * max_blocks..][..blocks_for(len)];
+                assert!(
+                    blocks.windows(2).all(|w| w[1] != w[0] + 1),
+                    "row {r}'s blocks {blocks:?} should be scattered"
+                );
+            }
+            pool
+        }
+
+        fn layer(&self) -> KvLayer<'_> {
+            self.cache.layer(0)
+        }
+
+        /// K of KV head g at position p of `row`.
+        fn k(&self, row: usize, p: usize, g: usize) -> &[f32] {
+            &self.k[row][p * self.kv_dim + g * self.head_dim..][..self.head_dim]
+        }
+
+        fn v(&self, row: usize, p: usize, g: usize) -> &[f32] {
+            &self.v[row][p * self.kv_dim + g * self.head_dim..][..self.head_dim]
+        }
+    }
+
+    fn u32_buffer(dev: &Arc<Device>, data: &[u32]) -> Buffer {
+        Buffer::from_slice(dev, "test u32", data).unwrap()
+    }
+
+    /// x · skew[g][.., c] for every column c, in f64, each with the sum of its terms' absolute
+    /// values.
+    fn project(x: &[f32], skew: &[f32], g: usize, r: usize) -> Vec<(f64, f64)> {
+        let hd = x.len();
+        (0..r)
+            .map(|c| {
+                let terms = (0..hd).map(|i| x[i] as f64 * skew[(g * hd + i) * r + c] as f64);
+                terms.fold((0.0, 0.0), |(sum, abs), t| (sum + t, abs + t.abs()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partial_keys_and_speculated_scores_match_reference() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 300, 300);
+        let (nh, nkv, hd, r) = (6usize, 2usize, 64usize, 13usize);
+        let lens = [150usize, 272];
+        let pool = Pool::new(s, &lens);
+        // Entries of an orthogonal head_dim matrix are about 1/sqrt(head_dim).
+        let skew = random(nkv * hd * r, 5, 0.125);
+        let skew_b = upload(&dev, &skew);
+        let pkeys_b = zeros(&dev, (s.pkeys_bytes(2) / 4) as usize);
+        let partial = IgPartialKeys::new(&dev).unwrap();
+        let (row, pos) = (1usize, 271u32);
+        let written = [(0usize, 17..40u32), (1, 0..100), (1, 100..pos + 1)];
+        run(&dev, |rec| {
+            for (row, range) in written.iter().cloned() {
+                partial
+                    .record(rec, pool.layer(), &skew_b, &pkeys_b, s, row as u32, range)
+                    .unwrap();
+            }
+        });
+        // Every f32 sum of n products is within n * eps/2 * (sum of |products|) of the exact
+        // value, whatever the order; eps rather than eps/2 leaves room for FMA contraction.
+        let pk_len = (s.pkeys_bytes(2) / 4) as usize;
+        let (mut want, mut tol) = (vec![0f32; pk_len], vec![0f32; pk_len]);
+        for (row, range) in &written {
+            for p in range.clone() {
+                for g in 0..nkv {
+                    let at = ((row * s.n_ctx as usize + p as usize) * nkv + g) * r;
+                    let k = pool.k(*row, p as usize, g);
+                    for (c, (v, abs)) in project(k, &skew, g, r).into_iter().enumerate() {
+                        want[at + c] = v as f32;
+                        tol[at + c] = (hd as f64 * EPS * abs) as f32;
+                    }
+                }
+            }
+        }
+        let pkeys: Vec<f32> = pkeys_b.download(pk_len).unwrap();
+        assert_close("partial keys", &pkeys, &want, |i| tol[i]);
+
+        // The raw query is token 1 of a fused projection output.
+        let stride = (nh + 2 * nkv) * hd;
+        let qkv = random(2 * stride, 7, 1.5);
+        let qkv_b = upload(&dev, &qkv);
+        let speculate = IgSpeculate::new(&dev, s.head_dim).unwrap();
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (rot_dim, layout) in [(64u32, RopeLayout::Neox), (48, RopeLayout::Gptj)] {
+            let table = ops::rope_table(s.n_ctx as usize + 1, rot_dim as usize, 10000.0);
+            let table_b = Buffer::from_slice(&dev, "rope table", &table).unwrap();
+            let scores_b = upload(&dev, &vec![9.0; nh * s.n_ctx as usize]);
+            let q = QueryAt {
+                buffer: &qkv_b,
+                token: 1,
+                stride: stride as u32,
+            };
+            let rope = RopeSpec { rot_dim, layout };
+            run(&dev, |rec| {
+                speculate
+                    .record(
+                        rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, row as u32, pos,
+                    )
+                    .unwrap();
+            });
+            let mut q_rot = qkv[stride..][..nh * hd].to_vec();
+            ops::rope(&mut q_rot, &[pos], nh, hd, rot_dim as usize, layout, &table);
+            let mut want = vec![9f32; nh * s.n_ctx as usize];
+            let mut tol = vec![0f32; want.len()];
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let (qp, qp_abs): (Vec<f64>, Vec<f64>) =
+                    project(&q_rot[h * hd..][..hd], &skew, g, r)
+                        .into_iter()
+                        .unzip();
+                for t in 0..pos as usize {
+                    let pk = &pkeys[((row * s.n_ctx as usize + t) * nkv + g) * r..][..r];
+                    let dot: f64 = (0..r).map(|c| qp[c] * pk[c] as f64).sum();
+                    let abs: f64 = (0..r).map(|c| qp_abs[c] * pk[c].abs() as f64).sum();
+                    want[h * s.n_ctx as usize + t] = (scale * dot) as f32;
+                    // The rotation's two products, qp's head_dim terms, the score's r terms.
+                    tol[h * s.n_ctx as usize + t] =
+                        (scale * (hd + r + 4) as f64 * EPS * abs) as f32;
+                }
+            }
+            let got: Vec<f32> = scores_b.download(want.len()).unwrap();
+            assert_close(
+                &format!("scores ({layout:?}, rot_dim {rot_dim})"),
+                &got,
+                &want,
+                |i| tol[i],
+            );
+        }
+        finish(&dev);
+    }
+
+    /// ig_select's rule, from the CPU reference of InfiniGen (`kv::infinigen::select`), on
+    /// the first `pos` scores of each head.
+    fn reference_select(
+        scores: &[f32],
+        s: IgShape,
+        pos: usize,
+        alpha: f32,
+        budget: usize,
+    ) -> Vec<Vec<u32>> {
+        use crate::kv::infinigen::select;
+        let (n_head, n_kv) = (s.n_head as usize, s.n_head_kv as usize);
+        let compact: Vec<f32> = (0..n_head)
+            .flat_map(|h| scores[h * s.n_ctx as usize..][..pos].iter().copied())
+            .collect();
+        let k = select::fetch_count(&compact, pos, n_head, alpha, budget);
+        (0..n_kv)
+            .map(|g| select::select(&compact, pos, n_head, n_kv, g, k))
+            .collect()
+    }
+
+    /// Runs ig_select on `scores` and checks every KV head's selection exactly.
+    #[allow(clippy::too_many_arguments)]
+    fn check_select(
+        select: &IgSelect,
+        scores: &[f32],
+        s: IgShape,
+        pos: u32,
+        alpha: f32,
+        budget: u32,
+        what: &str,
+    ) -> Vec<Vec<u32>> {
+        let dev = device().unwrap();
+        let scores_b = upload(&dev, scores);
+        let idx_b = u32_buffer(&dev, &vec![u32::MAX; (s.n_head_kv * s.cap) as usize]);
+        let count_b = u32_buffer(&dev, &vec![12345; s.n_head_kv as usize]);
+        run(&dev, |rec| {
+            select
+                .record(rec, &scores_b, &idx_b, &count_b, s, pos, alpha, budget)
+                .unwrap();
+        });
+        let counts: Vec<u32> = count_b.download(s.n_head_kv as usize).unwrap();
+        let idx: Vec<u32> = idx_b.download((s.n_head_kv * s.cap) as usize).unwrap();
+        let want = reference_select(scores, s, pos as usize, alpha, budget as usize);
+        for (g, want) in want.iter().enumerate() {
+            let n = counts[g] as usize;
+            assert_eq!(n, want.len(), "{what}: count of KV head {g}");
+            let got = &idx[g * s.cap as usize..][..n];
+            assert_eq!(got, &want[..], "{what}: positions of KV head {g}");
+        }
+        want
+    }
+
+    #[test]
+    fn select_matches_reference() {
+        let Some(dev) = device() else { return };
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let select = IgSelect::shaped_for(&dev, kind).unwrap();
+            for (n_head, n_kv) in [(6, 2), (6, 3)] {
+                let s = shape(n_head, n_kv, 300, 320);
+                let what = |case: &str| format!("{case} ({n_head}/{n_kv} heads, {kind:?} shape)");
+                let scores = random((n_head * s.n_ctx) as usize, 11, 6.0);
+                let uncapped = check_select(&select, &scores, s, 277, 4.0, 320, &what("alpha 4"));
+                assert!(uncapped.iter().all(|k| k.len() > 50 && k.len() < 277));
+                let capped = check_select(&select, &scores, s, 277, 4.0, 50, &what("budget 50"));
+                assert!(capped.iter().all(|k| k.len() == 50));
+                let all = check_select(&select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
+                assert!(all.iter().all(|k| k.iter().copied().eq(0..290)));
+                check_select(
+                    &select,
+                    &scores,
+                    s,
+                    290,
+                    f32::INFINITY,
+                    320,
+                    &what("infinite alpha"),
+                );
+                let best = check_select(&select, &scores, s, 290, 0.0, 320, &what("alpha 0"));
+                assert!(best
+                    .iter()
+                    .all(|k| !k.is_empty() && k.len() <= n_head as usize));
+                let none = check_select(&select, &scores, s, 0, 4.0, 320, &what("pos 0"));
+                assert!(none.iter().all(|k| k.is_empty()));
+                let one = check_select(&select, &scores, s, 1, 4.0, 320, &what("pos 1"));
+                assert!(one.iter().all(|k| k == &[0]));
+                check_select(&select, &scores, s, 277, 4.0, 0, &what("budget 0"));
+
+                // Scores on a grid of 1/4 tie in many places, also at the cut, where the lower
+                // positions must win.
+                let grid: Vec<f32> = scores.iter().map(|x| (x * 4.0).round() / 4.0).collect();
+                for budget in [1, 37, 100] {
+                    let kept = check_select(&select, &grid, s, 300, 5.0, budget, &what("ties"));
+                    assert!(kept.iter().all(|k| k.len() == budget as usize));
+                }
+            }
+        }
+        finish(&dev);
+    }
+
+    /// Tens of thousands of positions: many tiles of the final scan and a radix select whose
+    /// histograms see every position.
+    #[test]
+    fn select_scales_to_long_histories() {
+        let Some(dev) = device() else { return };
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let select = IgSelect::shaped_for(&dev, kind).unwrap();
+            let s = shape(8, 2, 20_000, 1024);
+            let scores = random((s.n_head * s.n_ctx) as usize, 13, 8.0);
+            let what = format!("20000 positions ({kind:?} shape)");
+            let kept = check_select(&select, &scores, s, 19_999, 5.0, 1000, &what);
+            assert!(kept.iter().all(|k| k.len() == 1000));
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn gather_copies_selected_positions_exactly() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 210, 80);
+        let (hd, cap) = (64usize, 80usize);
+        let pool = Pool::new(s, &[90, 200]);
+        // KV head 0: every third position; head 1: a few, in no order, one twice.
+        let lists: [Vec<u32>; 2] = [(0..200).step_by(3).collect(), vec![199, 0, 57, 57, 130]];
+        let mut idx = vec![0u32; 2 * cap];
+        for (g, list) in lists.iter().enumerate() {
+            idx[g * cap..][..list.len()].copy_from_slice(list);
+        }
+        let idx_b = u32_buffer(&dev, &idx);
+        let count_b = u32_buffer(&dev, &[lists[0].len() as u32, lists[1].len() as u32]);
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let gather = KvGather::shaped_for(&dev, kind).unwrap();
+            let n = (s.scratch_bytes() / 4) as usize;
+            let k_b = upload(&dev, &vec![f32::MAX; n]);
+            let v_b = upload(&dev, &vec![f32::MAX; n]);
+            run(&dev, |rec| {
+                gather
+                    .record(rec, pool.layer(), &idx_b, &count_b, &k_b, &v_b, s, 1)
+                    .unwrap();
+            });
+            let (k, v): (Vec<f32>, Vec<f32>) = (k_b.download(n).unwrap(), v_b.download(n).unwrap());
+            let mut want_k = vec![f32::MAX; n];
+            let mut want_v = vec![f32::MAX; n];
+            for (g, list) in lists.iter().enumerate() {
+                for (j, &p) in list.iter().enumerate() {
+                    let at = (g * cap + j) * hd;
+                    want_k[at..at + hd].copy_from_slice(pool.k(1, p as usize, g));
+                    want_v[at..at + hd].copy_from_slice(pool.v(1, p as usize, g));
+                }
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&k) == bits(&want_k), "gathered K ({kind:?} shape)");
+            assert!(bits(&v) == bits(&want_v), "gathered V ({kind:?} shape)");
+        }
+        finish(&dev);
+    }
+
+    /// Attention of one query (post-RoPE) over positions `history` then `pos` of `row`, in f64.
+    fn reference_sparse(
+        pool: &Pool,
+        q: &[f32],
+        s: IgShape,
+        row: usize,
+        pos: usize,
+        history: &[Vec<u32>],
+    ) -> Vec<f32> {
+        let (nh, nkv, hd) = (s.n_head as usize, s.n_head_kv as usize, s.head_dim as usize);
+        let mut out = vec![0f32; nh * hd];
+        for h in 0..nh {
+            let g = h / (nh / nkv);
+            let positions: Vec<usize> = history[g]
+                .iter()
+                .map(|&p| p as usize)
+                .chain([pos])
+                .collect();
+            let qh = &q[h * hd..][..hd];
+            let scores: Vec<f64> = positions
+                .iter()
+                .map(|&p| {
+                    qh.iter()
+                        .zip(pool.k(row, p, g))
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = positions
+                    .iter()
+                    .zip(&e)
+                    .map(|(&p, w)| w * pool.v(row, p, g)[d] as f64)
+                    .sum();
+                out[h * hd + d] = (acc / sum) as f32;
+            }
+        }
+        out
+    }
+
+    /// Gathers `history` per KV head and runs attn_sparse for the token at `pos` of row 1;
+    /// returns its output and the reference.
+    fn run_sparse(
+        kind: DeviceKind,
+        pool: &Pool,
+        s: IgShape,
+        qkv: &Buffer,
+        q: &[f32],
+        pos: u32,
+        history: &[Vec<u32>],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let dev = device().unwrap();
+        let cap = s.cap as usize;
+        let mut idx = vec![0u32; s.n_head_kv as usize * cap];
+        for (g, list) in history.iter().enumerate() {
+            idx[g * cap..][..list.len()].copy_from_slice(list);
+        }
+        let counts: Vec<u32> = history.iter().map(|l| l.len() as u32).collect();
+        let idx_b = u32_buffer(&dev, &idx);
+        let count_b = u32_buffer(&dev, &counts);
+        let n = (s.scratch_bytes() / 4) as usize;
+        let (k_b, v_b) = (zeros(&dev, n), zeros(&dev, n));
+        let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
+        let gather = KvGather::shaped_for(&dev, kind).unwrap();
+        let attn = AttnSparse::shaped_for(&dev, s.head_dim, kind).unwrap();
+        let query = QueryAt {
+            buffer: qkv,
+            token: 0,
+            stride: ((s.n_head + 2 * s.n_head_kv) * s.head_dim),
+        };
+        run(&dev, |rec| {
+            gather
+                .record(rec, pool.layer(), &idx_b, &count_b, &k_b, &v_b, s, 1)
+                .unwrap();
+            attn.record(
+                rec,
+                query,
+                pool.layer(),
+                &k_b,
+                &v_b,
+                &count_b,
+                &o,
+                s,
+                1,
+                pos,
+            )
+            .unwrap();
+        });
+        let want = reference_sparse(pool, q, s, 1, pos as usize, history);
+        (o.download(want.len()).unwrap(), want)
+    }
+
+    #[test]
+    fn sparse_attention_matches_reference() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 3, 230, 160);
+        let pos = 203u32;
+        let pool = Pool::new(s, &[40, pos as usize + 1]);
+        let qkv = random(
+            ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize,
+            21,
+            1.5,
+        );
+        let qkv_b = upload(&dev, &qkv);
+        let keep = random(pos as usize, 22, 1.0);
+        // Head 0: about half the history, ascending; head 1: a few, not in order; head 2: none.
+        let history = vec![
+            (0..pos)
+                .filter(|&t| keep[t as usize] > 0.0)
+                .collect::<Vec<_>>(),
+            vec![202, 3, 150, 77],
+            vec![],
+        ];
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, pos, &history);
+            // As for attn_decode: outputs are O(1) averages of |v| <= 1 over a few hundred
+            // positions, computed in f32.
+            assert_close(
+                &format!("sparse attention ({kind:?} shape)"),
+                &got,
+                &want,
+                |_| 2e-5,
+            );
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn sparse_attention_over_everything_matches_attn_decode() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 300, 300);
+        let pos = 277u32;
+        let pool = Pool::new(s, &[100, pos as usize + 1]);
+        let qkv = random(
+            ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize,
+            31,
+            1.5,
+        );
+        let qkv_b = upload(&dev, &qkv);
+        let steps = Buffer::from_slice(&dev, "steps", &[StepToken::new(1, pos)]).unwrap();
+        let history = vec![(0..pos).collect::<Vec<_>>(); 2];
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let dense = AttnDecode::shaped_for(&dev, s.head_dim, kind).unwrap();
+            let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
+            let shape = AttnShape {
+                tokens: 1,
+                t0: 0,
+                n_head: s.n_head,
+                n_head_kv: s.n_head_kv,
+                head_dim: s.head_dim,
+            };
+            run(&dev, |rec| {
+                dense
+                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape)
+                    .unwrap();
+            });
+            let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, pos, &history);
+            let what = format!("({kind:?} shape)");
+            assert_close(
+                &format!("sparse vs attn_decode {what}"),
+                &got,
+                &dense_out,
+                |_| 2e-5,
+            );
+            assert_close(&format!("sparse vs reference {what}"), &got, &want, |_| {
+                2e-5
+            });
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 64, 32);
+        let pool = Pool::new(s, &[20]);
+        let buf = upload(&dev, &[0.0; 4096]);
+        let small = upload(&dev, &[0.0; 4]);
+        let mut rec = Recorder::new(&dev).unwrap();
+        let message = |r: Result<()>| r.unwrap_err().to_string();
+
+        let select = IgSelect::new(&dev).unwrap();
+        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, 4.0, 33));
+        assert!(err.contains("budget 33"), "{err}");
+        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, -1.0, 8));
+        assert!(err.contains("alpha"), "{err}");
+        let err = message(select.record(&mut rec, &buf, &small, &buf, s, 10, 4.0, 8));
+        assert!(err.contains("sel_idx"), "{err}");
+
+        let partial = IgPartialKeys::new(&dev).unwrap();
+        let wide = IgShape { partial: 65, ..s };
+        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, wide, 0, 0..4));
+        assert!(err.contains("partial dimensions"), "{err}");
+        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, s, 0, 0..65));
+        assert!(err.contains("position 64"), "{err}");
+        let odd = IgShape { n_head_kv: 4, ..s };
+        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, odd, 0, 0..4));
+        assert!(err.contains("do not divide"), "{err}");
+
+        let attn = AttnSparse::new(&dev, 64).unwrap();
+        let err = message(attn.record(
+            &mut rec,
+            QueryAt::vector(&small, s),
+            pool.layer(),
+            &buf,
+            &buf,
+            &buf,
+            &buf,
+            s,
+            0,
+            3,
+        ));
+        assert!(err.contains("binding `q`"), "{err}");
+        assert!(rec.is_empty());
+    }
+}

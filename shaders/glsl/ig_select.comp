@@ -1,0 +1,153 @@
+#version 450
+// InfiniGen's token selection for one row, one workgroup per KV head g. Every head h counts
+// the positions t < pos scoring within alpha of its best mx_h; the mean count over all heads,
+// rounded up and capped by `budget`, is k, how many positions each KV head fetches (InfiniGen's
+// rule: every head gets the typical head's share). KV head g keeps the k positions closest
+// to the best of some head of its group:
+//   d[t] = min over h in g's group of (mx_h - scores[h][t]) >= 0,
+// the k smallest d, ties at the cut going to lower positions: a radix select over d's bits
+// (non-negative floats order like their bits) finds the cut value and how many positions
+// equal to it to keep. A final pass writes the kept positions in ascending order, scanning
+// tiles of WG positions. Every count is an integer, so the result does not depend on
+// scheduling.
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "common.glsl"
+#include "reduce.glsl"
+#include "ig_push.glsl"
+
+const uint MAX_HEADS = 256;                                      // query heads
+const uint ALL = 0xFFFFFFFFu;
+layout(binding = 0) readonly buffer Scores { float scores[]; };  // [n_head, n_ctx]
+layout(binding = 1) writeonly buffer Idx { uint sel_idx[]; };    // [n_kv, cap]
+layout(binding = 2) writeonly buffer Count { uint sel_count[]; }; // [n_kv]
+
+shared float best[MAX_HEADS];
+shared uint hist[256];
+shared uint found[2];
+shared uint tile_sums[WG];
+
+uint group;
+uint h0;
+
+// d[t] as bits. x - x is +0, and d >= 0 by construction, so clearing the sign bit only maps a
+// -0 (from a max that came out as -0) to +0.
+uint key_at(uint t) {
+    float d = best[h0] - scores[h0 * p.n_ctx + t];
+    for (uint i = 1; i < group; ++i) {
+        d = min(d, best[h0 + i] - scores[(h0 + i) * p.n_ctx + t]);
+    }
+    return floatBitsToUint(d) & 0x7FFFFFFFu;
+}
+
+void main() {
+    uint g = gl_WorkGroupID.x;
+    uint tid = gl_LocalInvocationID.x;
+    group = p.n_head / p.n_head_kv;
+    h0 = g * group;
+    uint n = p.pos;
+
+    for (uint h = 0; h < p.n_head; ++h) {
+        float m = uintBitsToFloat(0xFF800000u);
+        for (uint t = tid; t < n; t += WG) {
+            m = max(m, scores[h * p.n_ctx + t]);
+        }
+        m = workgroup_max(m);
+        if (tid == 0) {
+            best[h] = m;
+        }
+    }
+    barrier();
+
+    // k: the mean over heads of the positions within alpha of their head's best.
+    float mine = 0.0;
+    for (uint h = 0; h < p.n_head; ++h) {
+        float floor_h = best[h] - p.alpha;
+        for (uint t = tid; t < n; t += WG) {
+            mine += scores[h * p.n_ctx + t] >= floor_h ? 1.0 : 0.0;
+        }
+    }
+    // Counts stay far below 2^24, where float sums are exact.
+    uint critical = uint(workgroup_sum(mine));
+    uint budget = min(min((critical + p.n_head - 1) / p.n_head, p.budget), p.cap);
+
+    // Keep d < cut, and the first take_eq positions with d == cut.
+    uint cut = 0x7F800000u;
+    uint take_eq = ALL;
+    uint candidates = n;
+    if (candidates > budget && budget == 0) {
+        cut = 0;
+        take_eq = 0;
+    } else if (candidates > budget) {
+        // The budget-th smallest key, 8 bits at a time from the top: `rank` counts from 1
+        // among the keys that share the digits found so far.
+        uint prefix = 0;
+        uint mask = 0;
+        uint rank = budget;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (uint i = tid; i < 256; i += WG) {
+                hist[i] = 0;
+            }
+            barrier();
+            for (uint t = tid; t < n; t += WG) {
+                uint key = key_at(t);
+                if ((key & mask) == prefix) {
+                    atomicAdd(hist[(key >> shift) & 255u], 1u);
+                }
+            }
+            barrier();
+            if (tid == 0) {
+                uint below = 0;
+                uint digit = 0;
+                while (digit < 255 && below + hist[digit] < rank) {
+                    below += hist[digit];
+                    ++digit;
+                }
+                found[0] = digit;
+                found[1] = below;
+            }
+            barrier();
+            prefix |= found[0] << shift;
+            rank -= found[1];
+            mask |= 255u << shift;
+            // found and hist are rewritten only after the next iteration's first barrier.
+        }
+        cut = prefix;
+        take_eq = rank;
+    }
+
+    // Ascending positions: each tile's exclusive scan of (less, equal) flags, packed in one
+    // uint (a tile holds at most WG < 2^16 of each), plus the running totals of earlier tiles.
+    uint run_less = 0;
+    uint run_eq = 0;
+    for (uint base = 0; base < n; base += WG) {
+        uint t = base + tid;
+        uint key = t < n ? key_at(t) : 0;
+        bool less = t < n && key < cut;
+        bool eq = t < n && key == cut;
+        uint flags = (less ? 1u : 0u) | (eq ? 0x10000u : 0u);
+        uint before = subgroupExclusiveAdd(flags);
+        uint total = subgroupAdd(flags);
+        if (gl_NumSubgroups > 1) {
+            if (subgroupElect()) {
+                tile_sums[gl_SubgroupID] = total;
+            }
+            barrier();
+            total = 0;
+            for (uint s = 0; s < gl_NumSubgroups; ++s) {
+                before += s < gl_SubgroupID ? tile_sums[s] : 0;
+                total += tile_sums[s];
+            }
+            barrier();
+        }
+        uint less_before = run_less + (before & 0xFFFFu);
+        uint eq_before = run_eq + (before >> 16);
+        if (less || (eq && eq_before < take_eq)) {
+            sel_idx[g * p.cap + less_before + min(eq_before, take_eq)] = t;
+        }
+        run_less += total & 0xFFFFu;
+        run_eq += total >> 16;
+    }
+    if (tid == 0) {
+        sel_count[g] = run_less + min(run_eq, take_eq);
+    }
+}
