@@ -3,6 +3,7 @@
 //! Vulkan executor in `model::vulkan`).
 
 mod config;
+mod infinigen;
 mod matrix;
 mod vulkan;
 mod weights;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use hearth_models::{GgufFile, ResolvedModel};
 
+use super::infinigen::VkInfinigen;
 use super::{Backend, Logits, Matrix, ModelConfig, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
@@ -26,6 +27,7 @@ use crate::kernels::{
     weight_buffer, AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm,
     RopeKv, RopeSpec, StepToken, SwiGlu, WeightFormat,
 };
+use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::{
     blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage, OutOfBlocks, NO_BEAM,
 };
@@ -227,6 +229,8 @@ pub struct VkModel {
     weight_bytes: Vec<(WeightFormat, u64)>,
     /// Per kernel: (GPU nanoseconds, dispatches), when profiling.
     profile: Option<BTreeMap<&'static str, (f64, u64)>>,
+    /// `--kv-offload infinigen`, when on.
+    ig: Option<VkInfinigen>,
 }
 
 impl VkModel {
@@ -344,6 +348,7 @@ impl VkModel {
             chunk,
             weight_bytes,
             profile: options.profile.then(BTreeMap::new),
+            ig: None,
         })
     }
 
@@ -477,6 +482,13 @@ impl VkModel {
                 .iter()
                 .filter(|r| r.2 <= DECODE_MAX_TOKENS)
                 .all(|r| r.2 == 1);
+        // InfiniGen's sparse decode: one sequence, one token, with history, no beam table.
+        let sparse = match (&self.ig, runs) {
+            (Some(_), [(i, _, 1, len)]) if *len > 0 && seqs[*i].beam.is_none() => {
+                Some((seqs[*i].row as u32, *len as u32))
+            }
+            _ => None,
+        };
         let prefill_runs: Vec<(usize, usize)> = runs
             .iter()
             .filter(|r| r.2 > DECODE_MAX_TOKENS)
@@ -505,6 +517,36 @@ impl VkModel {
             .record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
+            let table = &self.rope_table;
+            let sparse_here = match (&self.ig, sparse) {
+                (Some(ig), Some((row, pos))) => {
+                    // This layer's fetch reads q_spec before the next layer's query replaces it.
+                    if ig.sparse_layer(l) {
+                        ig.record_fetch(&mut rec, l, kv, table, rope, row, pos)?;
+                    }
+                    if let Some(next) = self.layers.get(l + 1).filter(|_| ig.sparse_layer(l + 1)) {
+                        // The next layer's query from this layer's input (its W_Q rows come
+                        // first in the fused projection).
+                        k.matvec(
+                            &mut rec,
+                            &next.wqkv,
+                            MatvecArgs {
+                                norm: Some((&w.attn_norm, eps)),
+                                ..MatvecArgs::plain(
+                                    &next.wqkv.buffer,
+                                    &s.x,
+                                    &ig.q_spec,
+                                    attn_dim,
+                                    e,
+                                    1,
+                                )
+                            },
+                        )?;
+                    }
+                    ig.sparse_layer(l)
+                }
+                _ => false,
+            };
             if streaming {
                 let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
                 k.matvec(
@@ -520,10 +562,9 @@ impl VkModel {
                     .record(&mut rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
                 k.matmul(&mut rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
             }
-            let table = &self.rope_table;
             // A pure decode step (one token per sequence) stores K/V from the attention
             // kernel itself; RoPE and the append run apart for the rest.
-            let rest = if fused {
+            let rest = if fused && !sparse_here {
                 shape(decode_tokens, n - decode_tokens)
             } else {
                 all
@@ -531,7 +572,9 @@ impl VkModel {
             k.rope_kv
                 .record(&mut rec, &s.qkv, table, kv, &s.steps, rest, rope)?;
             let decode = shape(0, decode_tokens);
-            if fused {
+            if let (true, Some(ig), Some((row, pos))) = (sparse_here, &self.ig, sparse) {
+                ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, row, pos)?;
+            } else if fused {
                 k.attn_decode
                     .record_fused(&mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope)?;
             } else if decode_tokens > 0 {
@@ -541,6 +584,13 @@ impl VkModel {
             for &(t0, tokens) in &prefill_runs {
                 k.attn_prefill
                     .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, shape(t0, tokens))?;
+            }
+            if let Some(ig) = self.ig.as_ref().filter(|ig| ig.sparse_layer(l)) {
+                for &(i, _, tokens, len) in runs {
+                    let p0 = len as u32;
+                    let row = seqs[i].row as u32;
+                    ig.record_partial_keys(&mut rec, l, kv, row, p0..p0 + tokens as u32)?;
+                }
             }
             if streaming {
                 let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
@@ -644,6 +694,9 @@ impl VkModel {
             }
         }
         let done = rec.submit()?;
+        if let (Some(ig), Some((_, pos))) = (&mut self.ig, sparse) {
+            ig.count_step(c.n_layer, pos as usize)?;
+        }
         if let Some(profile) = &mut self.profile {
             for k in done.kernels {
                 let e = profile.entry(k.label).or_default();
@@ -716,6 +769,38 @@ impl Backend for VkModel {
 
     fn as_vulkan_mut(&mut self) -> Option<&mut VkModel> {
         Some(self)
+    }
+
+    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
+        self.ig = None;
+        let Some((skew, params)) = setup else {
+            return Ok(());
+        };
+        let c = &self.config;
+        let shape = self.kv.shape();
+        let ig = VkInfinigen::new(
+            &self.device,
+            skew,
+            params,
+            c.n_head,
+            shape.n_ctx,
+            shape.rows,
+        )?;
+        // Partial keys of what the cache already holds.
+        let mut rec = Recorder::new(&self.device)?;
+        for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
+            for row in 0..shape.rows {
+                let len = self.kv.len(row) as u32;
+                ig.record_partial_keys(&mut rec, l, self.kv.layer(l), row as u32, 0..len)?;
+            }
+        }
+        rec.submit()?;
+        self.ig = Some(ig);
+        Ok(())
+    }
+
+    fn infinigen_stats(&self) -> Option<IgStats> {
+        self.ig.as_ref().map(|ig| ig.stats)
     }
 
     fn as_vulkan(&self) -> Option<&VkModel> {
