@@ -70,6 +70,8 @@ pub struct LastRun {
     pub ttft: Option<Duration>,
     pub context_used: usize,
     pub kv: Option<KvUsage>,
+    /// Share of the cached tokens InfiniGen fetched, when it is on.
+    pub fetched: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,6 +243,10 @@ impl App {
                     ttft: Some(Duration::from_secs_f64(stats.ttft_ms / 1e3)),
                     context_used: finished.context_used,
                     kv: finished.kv,
+                    fetched: finished
+                        .infinigen
+                        .filter(|s| s.selections > 0)
+                        .map(|s| s.fetched_fraction()),
                 };
                 let mut message = Message::assistant(gen.text.trim());
                 message.stats = Some(stats);
@@ -288,6 +294,7 @@ impl App {
             device: self.prefs.device,
             n_ctx: self.settings.n_ctx,
             kv_budget_tokens: self.settings.kv_budget_tokens,
+            kv_offload: self.settings.kv_offload,
         };
         self.load_request = Some(request.clone());
         let id = self.worker().load(request);
@@ -313,6 +320,7 @@ impl App {
         self.load_request.as_ref().is_some_and(|r| {
             r.n_ctx != self.settings.n_ctx
                 || r.kv_budget_tokens != self.settings.kv_budget_tokens
+                || r.kv_offload != self.settings.kv_offload
                 || r.device != self.prefs.device
         })
     }

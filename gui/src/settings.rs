@@ -23,6 +23,31 @@ pub struct ModelSettings {
     pub n_ctx: usize,
     /// KV pool in tokens; 0 sizes it for the whole context.
     pub kv_budget_tokens: usize,
+    /// Where the KV cache lives and how decode reads it.
+    pub kv_offload: KvOffload,
+}
+
+/// `--kv-offload`: the KV cache in device memory, in system memory read whole every step,
+/// or in system memory with InfiniGen fetching only the tokens that matter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvOffload {
+    #[default]
+    None,
+    Full,
+    Infinigen,
+}
+
+impl KvOffload {
+    pub const ALL: [KvOffload; 3] = [Self::None, Self::Full, Self::Infinigen];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::None => "Device memory",
+            Self::Full => "System memory",
+            Self::Infinigen => "System memory, InfiniGen",
+        }
+    }
 }
 
 impl Default for ModelSettings {
@@ -32,6 +57,7 @@ impl Default for ModelSettings {
             max_tokens: 1024,
             n_ctx: DEFAULT_MAX_CTX,
             kv_budget_tokens: 0,
+            kv_offload: KvOffload::None,
         }
     }
 }

@@ -12,10 +12,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use hearth_models::ChatMessage;
-use hearth_runtime::engine::{Engine, EngineOptions, ModelInfo};
+use hearth_runtime::engine::{Engine, EngineOptions, InfinigenOptions, ModelInfo};
+use hearth_runtime::kv::infinigen::IgStats;
+use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::kv::KvUsage;
 use hearth_runtime::model::KvBudget;
 use hearth_runtime::session::{GenerateParams, Generation};
+
+use crate::settings::KvOffload;
 
 /// What to load, and how.
 #[derive(Clone, Debug)]
@@ -26,6 +30,7 @@ pub struct LoadRequest {
     pub n_ctx: usize,
     /// KV pool in tokens; 0 sizes it for the whole context.
     pub kv_budget_tokens: usize,
+    pub kv_offload: KvOffload,
 }
 
 enum Command {
@@ -49,6 +54,8 @@ pub struct Finished {
     /// Tokens in the KV cache afterwards: the conversation so far.
     pub context_used: usize,
     pub kv: Option<KvUsage>,
+    /// What InfiniGen fetched so far, when it is on.
+    pub infinigen: Option<IgStats>,
 }
 
 #[derive(Debug)]
@@ -201,6 +208,12 @@ impl State {
             n_ctx: Some(request.n_ctx),
             kv_budget: (request.kv_budget_tokens > 0)
                 .then_some(KvBudget::Tokens(request.kv_budget_tokens)),
+            kv_placement: match request.kv_offload {
+                KvOffload::None => KvPlacement::Device,
+                KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
+            },
+            infinigen: (request.kv_offload == KvOffload::Infinigen)
+                .then(InfinigenOptions::default),
             ..EngineOptions::default()
         };
         let cancel = self.cancel_below.clone();
@@ -273,6 +286,7 @@ impl State {
                     generation,
                     context_used: engine.session().cached().len(),
                     kv: engine.kv_usage(),
+                    infinigen: engine.infinigen_stats(),
                 };
                 self.emit(Event::Finished(Box::new(finished)));
             }

@@ -2,6 +2,7 @@
 //! (saved per model; context length and KV budget take effect on reload).
 
 use crate::app::App;
+use crate::settings::KvOffload;
 
 pub fn show(app: &mut App, ui: &mut egui::Ui) {
     egui::Panel::right("settings")
@@ -99,6 +100,16 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
             .small()
             .weak(),
     );
+    ui.add_space(4.0);
+    ui.label("KV cache");
+    let combo = egui::ComboBox::from_id_salt("kv_offload")
+        .selected_text(s.kv_offload.label())
+        .show_ui(ui, |ui| {
+            for choice in KvOffload::ALL {
+                ui.selectable_value(&mut s.kv_offload, choice, choice.label());
+            }
+        });
+    super::name(&combo.response, "KV cache");
 
     if *s != before {
         app.save_model_settings();

@@ -48,6 +48,9 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
                             };
                             weak(ui, format!("KV blocks {used} / {total}"));
                         }
+                        if let Some(f) = app.last_run.fetched {
+                            weak(ui, format!("InfiniGen fetched {:.0}%", 100.0 * f));
+                        }
                         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                             weak(ui, loaded.info.device.clone());
                         });

@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context, Result};
 use hearth_quant::Format as QuantFormat;
 use hearth_runtime::engine::{BackendKind, Engine};
+use hearth_runtime::kv::infinigen::{IgParams, IgStats};
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::Logits;
 use hearth_runtime::synthetic::{self, Preset, PRESETS};
@@ -57,6 +58,15 @@ pub struct BenchModelArgs {
         default_value = "128"
     )]
     pub(crate) n_gen: Vec<usize>,
+    /// Context already in the cache when each test starts (comma-separated; llama-bench's
+    /// -d): the tests then read that much KV cache at every step.
+    #[arg(
+        short = 'd',
+        long = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub(crate) depth: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -75,6 +85,10 @@ pub struct BenchModelArgs {
 struct Test {
     n_prompt: usize,
     n_gen: usize,
+    /// Tokens in the cache before the timed part.
+    depth: usize,
+    /// What InfiniGen fetched during the timed parts, when it is on.
+    ig: Option<IgStats>,
     samples_ns: Vec<f64>,
     /// KV blocks in use at the end of a repetition.
     kv_blocks_used: usize,
@@ -117,7 +131,8 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         let c = args.concurrency.iter().max().copied().unwrap_or(1);
         (Some((3 * p / 2 + 3 * n / 2).max(2)), c.max(1))
     } else {
-        (Some(most.max(1)), 1)
+        let deepest = args.depth.iter().max().copied().unwrap_or(0);
+        (Some((most + deepest).max(1)), 1)
     };
     let mut engine = match source {
         Source::File(model) => args.run.load(model, device, n_ctx, n_seq)?,
@@ -136,32 +151,37 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         return crate::bench_serving::run(args, &mut engine);
     }
     let mut tests: Vec<Test> = Vec::new();
-    for &p in args.n_prompt.iter().filter(|&&p| p > 0) {
-        tests.push(Test {
-            n_prompt: p,
-            n_gen: 0,
-            samples_ns: Vec::new(),
-            kv_blocks_used: 0,
-        });
-    }
-    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
-        tests.push(Test {
-            n_prompt: 0,
-            n_gen: n,
-            samples_ns: Vec::new(),
-            kv_blocks_used: 0,
-        });
+    for &depth in &args.depth {
+        let pp = args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0));
+        let tg = args.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n));
+        for (n_prompt, n_gen) in pp.chain(tg) {
+            tests.push(Test {
+                n_prompt,
+                n_gen,
+                depth,
+                ig: None,
+                samples_ns: Vec::new(),
+                kv_blocks_used: 0,
+            });
+        }
     }
     let n_vocab = engine.info().config.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     for test in &mut tests {
         for rep in 0..=args.reps {
-            let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen))
+            let tokens: Vec<u32> = (0..test.depth + test.n_prompt.max(test.n_gen))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
+            let before = engine.infinigen_stats();
             let ns = run_test(&mut engine, test, &tokens)?;
             if rep > 0 {
                 test.samples_ns.push(ns);
+                if let (Some(b), Some(a)) = (before, engine.infinigen_stats()) {
+                    let ig = test.ig.get_or_insert_with(IgStats::default);
+                    ig.selections += a.selections - b.selections;
+                    ig.fetched += a.fetched - b.fetched;
+                    ig.available += a.available - b.available;
+                }
             }
             let backend = engine.session().backend();
             test.kv_blocks_used = backend.as_vulkan().map_or(0, |m| m.kv_usage().blocks_used);
@@ -171,9 +191,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     report(args, &engine, &source, &tests)
 }
 
-/// One repetition: its time in nanoseconds.
+/// One repetition: the time of its timed part (after the depth is prefilled) in nanoseconds.
 fn run_test(engine: &mut Engine, test: &Test, tokens: &[u32]) -> Result<f64> {
     let backend = engine.session_mut().fresh_backend();
+    let (context, tokens) = tokens.split_at(test.depth);
+    if !context.is_empty() {
+        backend.forward(context, Logits::Last)?;
+    }
     let start = Instant::now();
     if test.n_prompt > 0 {
         backend.forward(&tokens[..test.n_prompt], Logits::Last)?;
@@ -227,18 +251,30 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
         let kv = m.kv();
         (kv.placement(), kv.shape(), kv.usage())
     });
+    let ig_on = engine.infinigen_stats().is_some();
     let kv_offload = match kv.map(|k| k.0) {
+        Some(KvPlacement::Host) if ig_on => "infinigen",
         Some(KvPlacement::Host) => "full",
         _ => "none",
     };
+    let n_layer = info.config.n_layer as f64;
     let rows: Vec<Value> = tests
         .iter()
         .map(|t| {
-            // Decode step i (from an empty cache after the prompt) reads every cached
-            // position's K and V: n_prompt + i + 1 positions.
+            // Decode step i (after the depth and the prompt) reads every cached position's K
+            // and V: depth + n_prompt + i + 1 positions; under InfiniGen the sparse layers
+            // read only what they fetched.
             let token_bytes = kv.map_or(0, |k| k.1.token_bytes()) as f64;
+            let positions = (t.depth + t.n_prompt) as f64 + (t.n_gen as f64 + 1.0) / 2.0;
+            let read_fraction = match (&t.ig, engine.infinigen_stats()) {
+                (Some(ig), _) if ig.selections > 0 => {
+                    let dense = (IgParams::defaults(true).dense_layers as f64).min(n_layer);
+                    (dense + (n_layer - dense) * ig.fetched_fraction()) / n_layer
+                }
+                _ => 1.0,
+            };
             let kv_read = if t.n_gen > 0 {
-                token_bytes * (t.n_prompt as f64 + (t.n_gen as f64 + 1.0) / 2.0)
+                token_bytes * positions * read_fraction
             } else {
                 0.0
             };
@@ -259,6 +295,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "type_v": "f32",
                 "n_prompt": t.n_prompt,
                 "n_gen": t.n_gen,
+                "n_depth": t.depth,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,
                 "avg_ts": avg_ts,
@@ -270,6 +307,8 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "kv_blocks_total": kv.map_or(0, |k| k.2.blocks_used + k.2.blocks_free),
                 "kv_read_bytes_per_token": kv_read.round() as u64,
                 "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * t.n_gen as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
+                "ig_fetched_fraction": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.fetched_fraction()),
+                "ig_mean_fetched": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.mean_fetched()),
             })
         })
         .collect();
@@ -283,11 +322,14 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                  | --- | ---: | ---: | --- | --- | ---: | ---: |\n",
             );
             for (t, row) in tests.iter().zip(&rows) {
-                let test = if t.n_gen == 0 {
+                let mut test = if t.n_gen == 0 {
                     format!("pp{}", t.n_prompt)
                 } else {
                     format!("tg{}", t.n_gen)
                 };
+                if t.depth > 0 {
+                    test.push_str(&format!(" @ d{}", t.depth));
+                }
                 out.push_str(&format!(
                     "| {} | {:.2} MiB | {:.2} M | {} | {} | {test} | {:.2} ± {:.2} |\n",
                     model_type,
@@ -306,7 +348,21 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                     .filter(|(t, _)| t.n_gen > 0)
                     .map(|(t, row)| {
                         let bytes = row["kv_read_bytes_per_token"].as_f64().unwrap_or_default();
-                        format!("tg{} {:.2} MiB", t.n_gen, bytes / (1 << 20) as f64)
+                        let at = if t.depth > 0 {
+                            format!(" @ d{}", t.depth)
+                        } else {
+                            String::new()
+                        };
+                        let fetched = row["ig_fetched_fraction"]
+                            .as_f64()
+                            .map_or(String::new(), |f| {
+                                format!(" (InfiniGen fetched {:.1}% in its layers)", 100.0 * f)
+                            });
+                        format!(
+                            "tg{}{at} {:.2} MiB{fetched}",
+                            t.n_gen,
+                            bytes / (1 << 20) as f64
+                        )
                     })
                     .collect();
                 out.push_str(&format!(
