@@ -212,8 +212,7 @@ impl State {
                 KvOffload::None => KvPlacement::Device,
                 KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
             },
-            infinigen: (request.kv_offload == KvOffload::Infinigen)
-                .then(InfinigenOptions::default),
+            infinigen: (request.kv_offload == KvOffload::Infinigen).then(InfinigenOptions::default),
             ..EngineOptions::default()
         };
         let cancel = self.cancel_below.clone();

@@ -50,6 +50,8 @@ pub struct EngineOptions {
     pub profile: bool,
     /// InfiniGen decode attention (`--kv-offload infinigen`).
     pub infinigen: Option<InfinigenOptions>,
+    /// H2O heavy-hitter eviction (`--kv-offload h2o`); not together with `infinigen`.
+    pub h2o: Option<H2oOptions>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -77,6 +79,24 @@ impl InfinigenOptions {
     }
 }
 
+/// H2O's settings as the user gives them: InfiniGen's budget, so the two compare.
+#[derive(Clone, Debug, Default)]
+pub struct H2oOptions {
+    /// Most tokens kept per KV head, as a fraction of the context so far; `None`: 0.2.
+    pub budget: Option<f32>,
+}
+
+impl H2oOptions {
+    /// InfiniGen's budget, floor and dense layers (alpha and partial ratio go unused).
+    pub fn params(&self, rope: bool) -> IgParams {
+        let d = IgParams::defaults(rope);
+        IgParams {
+            budget: self.budget.unwrap_or(d.budget),
+            ..d
+        }
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
@@ -90,6 +110,7 @@ impl Default for EngineOptions {
             max_chunk: 256,
             profile: false,
             infinigen: None,
+            h2o: None,
         }
     }
 }
@@ -145,6 +166,12 @@ impl Engine {
             Some(n) => n,
             None => config.n_ctx_train.min(4096),
         };
+        if options.infinigen.is_some() && options.h2o.is_some() {
+            return Err(crate::Error::options(
+                "kv-offload",
+                "infinigen and h2o cannot run together",
+            ));
+        }
         let n_params = config.n_params(model.tensors.tied_embeddings);
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
         let (mut backend, device, weight_formats): Loaded = match options.backend {
@@ -168,6 +195,9 @@ impl Engine {
                 (Box::new(m), "CPU reference".to_string(), formats)
             }
         };
+        if let Some(h2o) = &options.h2o {
+            backend.set_h2o(Some(h2o.params(config.rope.is_some())))?;
+        }
         if let Some(ig) = &options.infinigen {
             let params = ig.params(config.rope.is_some());
             let text = match &ig.calibration {
@@ -246,6 +276,11 @@ impl Engine {
     /// Tokens InfiniGen fetched so far, when it is on.
     pub fn infinigen_stats(&self) -> Option<IgStats> {
         self.session.backend().infinigen_stats()
+    }
+
+    /// Tokens H2O attended to so far, when it is on.
+    pub fn h2o_stats(&self) -> Option<IgStats> {
+        self.session.backend().h2o_stats()
     }
 
     /// Blocks of the paged KV cache in use and free (Vulkan backend).

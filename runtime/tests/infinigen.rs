@@ -1,6 +1,7 @@
 //! InfiniGen on the CPU reference: skewing leaves attention scores unchanged, selecting every
 //! token reproduces dense decoding exactly, and the default settings fetch a fraction of the
-//! tokens while the next-token distribution stays close to dense.
+//! tokens while the next-token distribution stays close to dense. H2O, its baseline: keeping
+//! everything is dense, a small budget keeps the recent window and never takes back a token.
 
 use hearth_models::resolve_gguf;
 use hearth_quant::Format;
@@ -150,6 +151,133 @@ fn a_small_budget_fetches_few_tokens() {
     let stats = sparse.infinigen_stats().unwrap();
     assert!(stats.fetched_fraction() <= 0.26, "{stats:?}");
     assert!(stats.max_fetched as usize <= 208usize.div_ceil(4));
+}
+
+/// H2O with a budget that keeps every token gives exactly the dense logits.
+#[test]
+fn h2o_keeping_everything_equals_dense() {
+    let prompt = tokens(40, 3);
+    let mut dense = model(128);
+    let mut h2o = model(128);
+    h2o.enable_h2o(Some(IgParams {
+        budget: 1.0,
+        ..IgParams::defaults(true)
+    }));
+    let mut a = dense.forward(&prompt, Logits::Last).unwrap();
+    let mut b = h2o.forward(&prompt, Logits::Last).unwrap();
+    assert_eq!(a, b);
+    for step in 0..24 {
+        let next = argmax(&a);
+        a = dense.forward(&[next], Logits::Last).unwrap();
+        b = h2o.forward(&[next], Logits::Last).unwrap();
+        assert_eq!(a, b, "step {step}");
+    }
+    let stats = h2o.h2o_stats().unwrap();
+    assert_eq!(stats.fetched, stats.available);
+    // Layers 2 and 3, 2 KV heads, 24 steps.
+    assert_eq!(stats.selections, 2 * 2 * 24);
+    assert!(h2o.infinigen_stats().is_none());
+}
+
+/// Kept positions per layer and KV head, [n_layer][n_head_kv] (empty for dense layers).
+type Kept = Vec<Vec<Vec<u32>>>;
+
+/// H2O at budget 0.2 over a prompt of 60 and 40 decode steps: the cache length and the kept
+/// positions after the prompt and after every step.
+fn h2o_run() -> (CpuModel, IgParams, Vec<(usize, Kept)>) {
+    let params = IgParams {
+        budget: 0.2,
+        min_budget: 8,
+        ..IgParams::defaults(true)
+    };
+    let mut m = model(128);
+    m.enable_h2o(Some(params));
+    let _ = m.forward(&tokens(60, 8), Logits::Last).unwrap();
+    let mut runs = vec![(m.len(), kept(&m))];
+    for t in tokens(40, 9) {
+        let logits = m.forward(&[t], Logits::Last).unwrap();
+        assert!(logits.iter().all(|x| x.is_finite()));
+        runs.push((m.len(), kept(&m)));
+    }
+    (m, params, runs)
+}
+
+fn kept(m: &CpuModel) -> Kept {
+    let h2o = m.h2o().unwrap();
+    (0..SMALL.n_layer)
+        .map(|l| {
+            let heads = if h2o.applies(l) { SMALL.n_head_kv } else { 0 };
+            (0..heads).map(|g| h2o.kept(l, g).to_vec()).collect()
+        })
+        .collect()
+}
+
+/// Each KV head keeps (and so the next step attends to) at most the budget, always including
+/// the most recent half of it.
+#[test]
+fn h2o_stays_within_budget_and_keeps_the_recent_window() {
+    let (m, params, runs) = h2o_run();
+    for (len, kept) in &runs {
+        let budget = params.budget_tokens(*len);
+        for (l, heads) in kept.iter().enumerate().skip(params.dense_layers) {
+            for (g, k) in heads.iter().enumerate() {
+                assert!(k.len() <= budget, "len {len} layer {l} head {g}: {k:?}");
+                assert!(k.windows(2).all(|w| w[0] < w[1]));
+                assert!(k.iter().all(|&p| (p as usize) < *len));
+                let recent = (len - budget / 2) as u32..*len as u32;
+                assert!(
+                    recent.clone().all(|p| k.contains(&p)),
+                    "len {len} layer {l} head {g}: {recent:?} not all in {k:?}"
+                );
+            }
+        }
+    }
+    // Something was evicted: a budget of 20 out of 100 keeps 20.
+    let (len, kept) = runs.last().unwrap();
+    assert_eq!(*len, 100);
+    assert!(kept[params.dense_layers].iter().all(|k| k.len() == 20));
+    let stats = m.h2o_stats().unwrap();
+    assert_eq!(stats.selections, 2 * 2 * 40);
+    assert!(stats.max_fetched as usize <= params.budget_tokens(99));
+    assert!(stats.fetched_fraction() <= 0.21, "{stats:?}");
+}
+
+/// An evicted position is never kept again, not after more steps and not after truncating
+/// the cache and decoding on.
+#[test]
+fn h2o_never_brings_back_an_evicted_token() {
+    let (mut m, _, runs) = h2o_run();
+    // Per layer and KV head, the positions dropped so far.
+    let mut evicted: Kept = runs[0]
+        .1
+        .iter()
+        .map(|h| vec![Vec::new(); h.len()])
+        .collect();
+    let check = |evicted: &mut Kept, len: usize, kept: &Kept| {
+        for (l, (gone, heads)) in evicted.iter_mut().zip(kept).enumerate() {
+            for (g, (gone, k)) in gone.iter_mut().zip(heads).enumerate() {
+                assert!(
+                    gone.iter().all(|p| !k.contains(p)),
+                    "len {len} layer {l} head {g}: an evicted position is back in {k:?}"
+                );
+                *gone = (0..len as u32).filter(|p| !k.contains(p)).collect();
+            }
+        }
+    };
+    for (len, kept) in &runs {
+        check(&mut evicted, *len, kept);
+    }
+    assert!(evicted.iter().flatten().any(|gone| !gone.is_empty()));
+    // Truncating forgets the last 10 positions; decoding goes on from there.
+    m.truncate(90);
+    assert!(kept(&m).iter().flatten().flatten().all(|&p| p < 90));
+    for gone in evicted.iter_mut().flatten() {
+        gone.retain(|&p| p < 90);
+    }
+    for t in tokens(10, 10) {
+        let _ = m.forward(&[t], Logits::Last).unwrap();
+        check(&mut evicted, m.len(), &kept(&m));
+    }
 }
 
 fn argmax(x: &[f32]) -> u32 {

@@ -7,6 +7,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 
 use super::ops;
 use crate::error::{Error, Result};
+use crate::kv::h2o::H2o;
 use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
 use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
 
@@ -49,10 +50,19 @@ pub struct CpuModel {
     rope_table: Vec<[f32; 2]>,
     n_ctx: usize,
     len: usize,
-    /// Sparse decode attention over speculated tokens, when on.
-    infinigen: Option<CpuInfinigen>,
+    /// Which positions decode steps attend to.
+    sparsity: Sparsity,
     /// Post-RoPE queries per layer, collected while calibrating.
     captured: Option<Vec<Vec<f32>>>,
+}
+
+/// What attention reads: every cached position, the ones InfiniGen speculates (decode steps),
+/// or the ones H2O keeps. The two sparse policies exclude each other: each is the other's
+/// comparison at the same budget.
+enum Sparsity {
+    Dense,
+    Infinigen(CpuInfinigen),
+    H2o { h2o: H2o, stats: IgStats },
 }
 
 /// InfiniGen's state on the reference: the partial skew columns and the partial key cache.
@@ -100,7 +110,7 @@ impl CpuModel {
             n_ctx,
             len: 0,
             config,
-            infinigen: None,
+            sparsity: Sparsity::Dense,
             captured: None,
         })
     }
@@ -109,18 +119,24 @@ impl CpuModel {
     /// [n_tokens][n_head * head_dim] per layer: what skewing is computed from. The cache is
     /// empty afterwards.
     pub fn calibrate(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        self.len = 0;
+        self.truncate(0);
         self.captured = Some(vec![Vec::new(); self.config.n_layer]);
         let run = self.forward(tokens, Logits::Last);
         let queries = self.captured.take().unwrap_or_default();
-        self.len = 0;
+        self.truncate(0);
         run.map(|_| queries)
     }
 
-    /// Turns InfiniGen decode on (`Some`) or off. Decode steps then attend, from layer
-    /// `dense_layers` on, only to the tokens speculation selects, plus the new one.
+    /// Turns InfiniGen decode on (`Some`, in place of H2O) or off. Decode steps then attend,
+    /// from layer `dense_layers` on, only to the tokens speculation selects, plus the new one.
     pub fn enable_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) {
-        self.infinigen = setup.map(|(skew, params)| {
+        let Some((skew, params)) = setup else {
+            if matches!(self.sparsity, Sparsity::Infinigen(_)) {
+                self.sparsity = Sparsity::Dense;
+            }
+            return;
+        };
+        self.sparsity = Sparsity::Infinigen({
             let c = &self.config;
             let r = skew.partial_dims(params.partial_ratio);
             let partial: Vec<Vec<f32>> = (0..c.n_layer).map(|l| skew.partial(l, r)).collect();
@@ -138,6 +154,33 @@ impl CpuModel {
                 stats: IgStats::default(),
             }
         });
+    }
+
+    /// Turns H2O on (`Some`, in place of InfiniGen) or off. From layer `dense_layers` on,
+    /// each KV head then keeps at most `params.budget_tokens(len)` positions: the recent half
+    /// of that budget and the heavy hitters among older ones. Positions already cached start
+    /// kept, with no attention mass.
+    pub fn enable_h2o(&mut self, params: Option<IgParams>) {
+        match params {
+            Some(params) => {
+                let c = &self.config;
+                let h2o = H2o::new(params, c.n_layer, c.n_head_kv, self.n_ctx, self.len);
+                let stats = IgStats::default();
+                self.sparsity = Sparsity::H2o { h2o, stats };
+            }
+            None if matches!(self.sparsity, Sparsity::H2o { .. }) => {
+                self.sparsity = Sparsity::Dense
+            }
+            None => {}
+        }
+    }
+
+    /// H2O's state, when it is on.
+    pub fn h2o(&self) -> Option<&H2o> {
+        match &self.sparsity {
+            Sparsity::H2o { h2o, .. } => Some(h2o),
+            _ => None,
+        }
     }
 }
 
@@ -210,6 +253,9 @@ impl Backend for CpuModel {
 
     fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        if let Sparsity::H2o { h2o, .. } = &mut self.sparsity {
+            h2o.truncate(self.len);
+        }
     }
 
     fn as_cpu_mut(&mut self) -> Option<&mut CpuModel> {
@@ -222,7 +268,22 @@ impl Backend for CpuModel {
     }
 
     fn infinigen_stats(&self) -> Option<IgStats> {
-        self.infinigen.as_ref().map(|ig| ig.stats)
+        match &self.sparsity {
+            Sparsity::Infinigen(ig) => Some(ig.stats),
+            _ => None,
+        }
+    }
+
+    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
+        self.enable_h2o(params);
+        Ok(())
+    }
+
+    fn h2o_stats(&self) -> Option<IgStats> {
+        match &self.sparsity {
+            Sparsity::H2o { stats, .. } => Some(*stats),
+            _ => None,
+        }
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
@@ -244,9 +305,12 @@ impl Backend for CpuModel {
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block.
             let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
-            // Decode steps past the dense layers attend to the speculated tokens only.
-            let selected = match (&mut self.infinigen, &prev_xn) {
-                (Some(ig), Some(prev)) if n == 1 && pos0 > 0 && l >= ig.params.dense_layers => {
+            // Per KV head, the earlier positions this step attends to (ascending), besides its
+            // own tokens; `None`: all of them. Decode steps past the dense layers attend to
+            // InfiniGen's speculated tokens only; H2O layers always attend to what they keep.
+            let decode = n == 1 && pos0 > 0;
+            let history = match (&mut self.sparsity, &prev_xn) {
+                (Sparsity::Infinigen(ig), Some(prev)) if decode && l >= ig.params.dense_layers => {
                     Some(speculate_layer(
                         &c,
                         ig,
@@ -256,6 +320,16 @@ impl Backend for CpuModel {
                         pos0,
                         &self.rope_table,
                     ))
+                }
+                (Sparsity::H2o { h2o, stats }, _) if h2o.applies(l) => {
+                    let kept: Vec<Vec<u32>> =
+                        (0..c.n_head_kv).map(|g| h2o.kept(l, g).to_vec()).collect();
+                    if decode {
+                        for k in &kept {
+                            stats.record(k.len(), pos0);
+                        }
+                    }
+                    Some(kept)
                 }
                 _ => None,
             };
@@ -270,7 +344,7 @@ impl Backend for CpuModel {
                 let at = (pos0 + t) * kv_dim;
                 self.k_cache[l][at..at + kv_dim].copy_from_slice(&qk[c.attn_dim()..]);
                 self.v_cache[l][at..at + kv_dim].copy_from_slice(v);
-                if let Some(ig) = &mut self.infinigen {
+                if let Sparsity::Infinigen(ig) = &mut self.sparsity {
                     partial_key(
                         &c,
                         &self.k_cache[l],
@@ -292,11 +366,11 @@ impl Backend for CpuModel {
                 for h in 0..c.n_head {
                     let q = &qkv[t * c.qkv_dim() + h * hd..][..hd];
                     let kvh = h / group;
-                    let positions: Vec<usize> = match &selected {
-                        Some(sel) => sel[kvh]
+                    let positions: Vec<usize> = match &history {
+                        Some(hist) => hist[kvh]
                             .iter()
                             .map(|&p| p as usize)
-                            .chain([pos0 + t])
+                            .chain(pos0..=pos0 + t)
                             .collect(),
                         None => (0..n_kv).collect(),
                     };
@@ -308,6 +382,11 @@ impl Backend for CpuModel {
                         })
                         .collect();
                     softmax_in_place(&mut scores);
+                    if let Sparsity::H2o { h2o, .. } = &mut self.sparsity {
+                        if h2o.applies(l) {
+                            h2o.add_mass(l, kvh, &positions, &scores);
+                        }
+                    }
                     let out = &mut att[t * c.attn_dim() + h * hd..][..hd];
                     for (&p, &s) in positions.iter().zip(&scores) {
                         let v = &self.v_cache[l][p * kv_dim + kvh * hd..][..hd];
@@ -315,6 +394,11 @@ impl Backend for CpuModel {
                             *o += s * vv;
                         }
                     }
+                }
+            }
+            if let Sparsity::H2o { h2o, .. } = &mut self.sparsity {
+                if h2o.applies(l) {
+                    h2o.end_step(l, pos0..pos0 + n);
                 }
             }
             prev_xn = Some(xn);

@@ -8,6 +8,7 @@
 //! ([`KvPlacement::Host`], `--kv-offload full`), so a context larger than device memory runs.
 
 pub mod blocks;
+pub mod h2o;
 pub mod infinigen;
 
 use std::fmt;

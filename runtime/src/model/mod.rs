@@ -66,6 +66,21 @@ pub trait Backend {
     fn infinigen_stats(&self) -> Option<IgStats> {
         None
     }
+    /// Turns H2O, the heavy-hitter eviction baseline, on (`Some`, with InfiniGen's budget)
+    /// or off; an error where the backend does not run it.
+    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
+        match params {
+            None => Ok(()),
+            Some(_) => Err(crate::Error::options(
+                "kv-offload",
+                "h2o is not available on this backend",
+            )),
+        }
+    }
+    /// Tokens H2O attended to so far, when it is on.
+    fn h2o_stats(&self) -> Option<IgStats> {
+        None
+    }
     /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend
     /// was asked to profile; empty otherwise.
     fn profile(&self) -> Vec<(&'static str, f64, u64)> {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, InfinigenOptions};
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
@@ -49,14 +49,15 @@ pub struct RunArgs {
     pub kv_budget: Option<KvBudget>,
     /// Where the KV cache lives: `none` in device memory, `full` in system memory the device
     /// reads directly (a context larger than device memory still runs), `infinigen` in system
-    /// memory with decode attention over the speculated tokens only.
+    /// memory with decode attention over the speculated tokens only, `h2o` keeping only recent
+    /// tokens and heavy hitters within InfiniGen's budget (the baseline; CPU reference only).
     #[arg(long, value_enum, default_value_t = KvOffload::None)]
     pub kv_offload: KvOffload,
     #[command(flatten)]
     pub infinigen: InfinigenArgs,
 }
 
-/// InfiniGen's settings (with `--kv-offload infinigen`).
+/// InfiniGen's settings (with `--kv-offload infinigen`; `--ig-budget` is H2O's budget too).
 #[derive(clap::Args, Debug)]
 pub struct InfinigenArgs {
     /// Fraction of each head's dimensions kept as partial query and key columns [default: 0.2].
@@ -66,7 +67,8 @@ pub struct InfinigenArgs {
     /// [default: 5 with RoPE, 4 without].
     #[arg(long, value_name = "ALPHA")]
     pub ig_alpha: Option<f32>,
-    /// Most tokens fetched per step, as a fraction of the context so far [default: 0.2].
+    /// Most tokens fetched (InfiniGen) or kept (H2O) per KV head, as a fraction of the
+    /// context so far [default: 0.2].
     #[arg(long, value_name = "FRACTION")]
     pub ig_budget: Option<f32>,
     /// Text to calibrate the skew matrices on [default: a text Hearth ships].
@@ -79,12 +81,14 @@ pub enum KvOffload {
     None,
     Full,
     Infinigen,
+    #[value(name = "h2o")]
+    H2o,
 }
 
 impl KvOffload {
     pub fn placement(self) -> KvPlacement {
         match self {
-            Self::None => KvPlacement::Device,
+            Self::None | Self::H2o => KvPlacement::Device,
             Self::Full | Self::Infinigen => KvPlacement::Host,
         }
     }
@@ -156,6 +160,9 @@ impl RunArgs {
                 alpha: self.infinigen.ig_alpha,
                 budget: self.infinigen.ig_budget,
                 calibration: self.infinigen.calibration.clone(),
+            }),
+            h2o: (self.kv_offload == KvOffload::H2o).then_some(H2oOptions {
+                budget: self.infinigen.ig_budget,
             }),
         };
         let bar = ProgressBar::new(0).with_style(

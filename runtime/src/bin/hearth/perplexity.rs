@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::model::{Backend, Logits};
 use serde_json::json;
 
@@ -26,7 +27,7 @@ pub struct PerplexityArgs {
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     chunks: i64,
     /// Score the second half of each window one token at a time, as generation sees it
-    /// (implied by `--kv-offload infinigen`, which changes only decode steps).
+    /// (implied by `--kv-offload infinigen` and `h2o`, which change only decode steps).
     #[arg(long)]
     decode: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -56,7 +57,11 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     }
     let n_vocab = engine.info().config.n_vocab;
     let first = args.ctx / 2;
-    let decode = args.decode || args.model.run.kv_offload == KvOffload::Infinigen;
+    let decode = args.decode
+        || matches!(
+            args.model.run.kv_offload,
+            KvOffload::Infinigen | KvOffload::H2o
+        );
     let bar = step_bar(windows as u64, "perplexity");
     let mut per_window = Vec::with_capacity(windows);
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
@@ -88,6 +93,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let ppl_err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
     let info = engine.info();
     let ig = engine.infinigen_stats();
+    let h2o = engine.h2o_stats();
     match args.format {
         Format::Table => {
             let windows: Vec<String> = per_window
@@ -95,15 +101,20 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 .enumerate()
                 .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
                 .collect();
-            let fetched = ig.map_or(String::new(), |s| {
+            let line = |who: &str, verb: &str, s: IgStats| {
                 format!(
-                    "InfiniGen fetched {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head)\n",
+                    "{who} {verb} {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head)\n",
                     100.0 * s.fetched_fraction(),
                     s.mean_fetched(),
                     s.min_fetched.unwrap_or(0),
                     s.max_fetched
                 )
-            });
+            };
+            let fetched = match (ig, h2o) {
+                (Some(s), _) => line("InfiniGen", "fetched", s),
+                (None, Some(s)) => line("H2O", "attended", s),
+                (None, None) => String::new(),
+            };
             crate::inspect::emit(&format!(
                 "{}\n{}: {} tokens in {} windows of {}, {} scored{}, on {}\n{fetched}\
                  Final estimate: PPL = {ppl:.4} +/- {ppl_err:.5}\n",
@@ -128,16 +139,22 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 "model": info.path,
                 "device": info.device,
                 "decode": decode,
-                "infinigen": ig.map(|s| json!({
-                    "fetched_fraction": s.fetched_fraction(),
-                    "mean_fetched": s.mean_fetched(),
-                    "min_fetched": s.min_fetched,
-                    "max_fetched": s.max_fetched,
-                })),
+                "infinigen": ig.map(stats_json),
+                "h2o": h2o.map(stats_json),
             });
             crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))
         }
     }
+}
+
+/// Tokens a sparse attention (InfiniGen or H2O) read, for the JSON report.
+fn stats_json(s: IgStats) -> serde_json::Value {
+    json!({
+        "fetched_fraction": s.fetched_fraction(),
+        "mean_fetched": s.mean_fetched(),
+        "min_fetched": s.min_fetched,
+        "max_fetched": s.max_fetched,
+    })
 }
 
 /// Logits predicting tokens first+1..len of `window`, one row each: from one pass over the

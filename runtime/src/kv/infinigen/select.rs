@@ -89,9 +89,11 @@ mod tests {
             -9.0, -9.0, -9.0, -2.0, -1.0, -20.0, // head 1: best at 4 (-1)
         ];
         let n = 6;
-        // Within 5 of the best: head 0 has 4, head 1 has 5 (all but the last): mean 4.5 -> 5.
-        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6), 5);
-        assert_eq!(fetch_count(&scores, n, 2, 5.0, 3), 3);
+        // Within 5 of the best: head 0 has 4 (0, 1, 3, 5), head 1 has 2 (3, 4): mean 3.
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6), 3);
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 2), 2);
+        // Within 7: head 0 has 5, head 1 has 2: mean 3.5 rounds up to 4.
+        assert_eq!(fetch_count(&scores, n, 2, 7.0, 6), 4);
         assert_eq!(fetch_count(&scores, n, 2, 0.5, 6), 1);
         assert_eq!(fetch_count(&scores, n, 2, f32::INFINITY, 6), 6);
         assert_eq!(fetch_count(&[], 0, 2, 5.0, 3), 0);
