@@ -363,11 +363,11 @@ fn skew_for(
         "computing skew matrices from {} calibration tokens",
         tokens.len()
     );
-    let queries = match backend.as_cpu_mut() {
+    let calibration = match backend.as_cpu_mut() {
         Some(cpu) if cpu.n_ctx() >= tokens.len() => cpu.calibrate(tokens)?,
         _ => CpuModel::load(file, model, tokens.len(), &mut |_| true)?.calibrate(tokens)?,
     };
-    let skew = Skew::from_queries(&config, &queries)?;
+    let skew = Skew::from_calibration(&config, &calibration)?;
     if let Err(e) = skew.save(&path, key) {
         tracing::warn!("could not cache the skew matrices: {e}");
     }

@@ -43,8 +43,8 @@ fn tokens(n: usize, seed: u64) -> Vec<u32> {
 fn skewing_leaves_attention_scores_unchanged() {
     let mut m = model(256);
     let config = m.config().clone();
-    let queries = m.calibrate(&tokens(96, 1)).unwrap();
-    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let calibration = m.calibrate(&tokens(96, 1)).unwrap();
+    let skew = Skew::from_calibration(&config, &calibration).unwrap();
     let hd = config.head_dim;
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     for l in 0..config.n_layer {
@@ -66,27 +66,42 @@ fn skewing_leaves_attention_scores_unchanged() {
             );
         }
     }
-    // The calibration queries' energy sits in the first columns: 20% of the columns hold
-    // far more than 20% of it.
-    let q = &queries[1];
-    let (q_dim, r) = (config.n_head * hd, skew.partial_dims(0.2));
+    // The first columns carry the query-key products: on this random model 20% of the
+    // columns hold well over 20% of sum |q_c| * sum |k_c|, the measure they are ordered by.
+    let (q, k) = (&calibration.queries[1], &calibration.keys[1]);
+    let (q_dim, kv_dim, r) = (
+        config.n_head * hd,
+        config.n_head_kv * hd,
+        skew.partial_dims(0.2),
+    );
+    let group = config.n_head / config.n_head_kv;
     let a = &skew.matrices[1];
+    let skewed = |x: &[f32], g: usize, c: usize| -> f64 {
+        (0..hd)
+            .map(|i| (x[i] * a[(g * hd + i) * hd + c]) as f64)
+            .sum::<f64>()
+            .abs()
+    };
     let (mut head, mut total) = (0f64, 0f64);
-    for token in q.chunks(q_dim) {
-        for h in 0..config.n_head {
-            let g = h / (config.n_head / config.n_head_kv);
-            let x = &token[h * hd..][..hd];
-            for c in 0..hd {
-                let v: f32 = (0..hd).map(|i| x[i] * a[(g * hd + i) * hd + c]).sum();
-                total += (v * v) as f64;
-                if c < r {
-                    head += (v * v) as f64;
-                }
+    for g in 0..config.n_head_kv {
+        for c in 0..hd {
+            let sq: f64 = q
+                .chunks(q_dim)
+                .flat_map(|t| (0..group).map(move |i| (t, g * group + i)))
+                .map(|(t, h)| skewed(&t[h * hd..][..hd], g, c))
+                .sum();
+            let sk: f64 = k
+                .chunks(kv_dim)
+                .map(|t| skewed(&t[g * hd..][..hd], g, c))
+                .sum();
+            total += sq * sk;
+            if c < r {
+                head += sq * sk;
             }
         }
     }
     assert!(
-        head / total > 0.4,
+        head / total > 1.5 * r as f64 / hd as f64,
         "first {r} of {hd} columns hold {:.2}",
         head / total
     );
@@ -100,8 +115,8 @@ fn selecting_everything_equals_dense() {
     let mut dense = model(128);
     let mut sparse = model(128);
     let config = sparse.config().clone();
-    let queries = sparse.calibrate(&tokens(64, 4)).unwrap();
-    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let calibration = sparse.calibrate(&tokens(64, 4)).unwrap();
+    let skew = Skew::from_calibration(&config, &calibration).unwrap();
     let params = IgParams {
         alpha: f32::INFINITY,
         budget: 1.0,
@@ -131,8 +146,8 @@ fn a_small_budget_fetches_few_tokens() {
     let mut dense = model(256);
     let mut sparse = model(256);
     let config = sparse.config().clone();
-    let queries = sparse.calibrate(&tokens(128, 6)).unwrap();
-    let skew = Skew::from_queries(&config, &queries).unwrap();
+    let calibration = sparse.calibrate(&tokens(128, 6)).unwrap();
+    let skew = Skew::from_calibration(&config, &calibration).unwrap();
     let params = IgParams {
         budget: 0.25,
         min_budget: 0,

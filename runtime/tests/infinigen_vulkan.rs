@@ -71,7 +71,7 @@ fn tokens(n: usize, seed: u64) -> Vec<u32> {
 fn skew(file: &GgufFile) -> Skew {
     let mut m = cpu(file, 128);
     let config = m.config().clone();
-    Skew::from_queries(&config, &m.calibrate(&tokens(96, 4)).unwrap()).unwrap()
+    Skew::from_calibration(&config, &m.calibrate(&tokens(96, 4)).unwrap()).unwrap()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {

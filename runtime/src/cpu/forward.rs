@@ -8,7 +8,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 use super::ops;
 use crate::error::{Error, Result};
 use crate::kv::h2o::H2o;
-use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
+use crate::kv::infinigen::{self, Calibration, IgParams, IgStats, Skew};
 use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
 
 /// One block's weights as f32: the exact values of the packed matrices the device holds.
@@ -115,16 +115,21 @@ impl CpuModel {
         })
     }
 
-    /// Runs `tokens` from an empty cache and returns every layer's queries after RoPE,
-    /// [n_tokens][n_head * head_dim] per layer: what skewing is computed from. The cache is
-    /// empty afterwards.
-    pub fn calibrate(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    /// Runs `tokens` from an empty cache and returns every layer's queries and keys after
+    /// RoPE: what skewing is computed from. The cache is empty afterwards.
+    pub fn calibrate(&mut self, tokens: &[u32]) -> Result<Calibration> {
         self.truncate(0);
         self.captured = Some(vec![Vec::new(); self.config.n_layer]);
         let run = self.forward(tokens, Logits::Last);
         let queries = self.captured.take().unwrap_or_default();
+        let kv_dim = self.config.n_head_kv * self.config.head_dim;
+        let keys = self
+            .k_cache
+            .iter()
+            .map(|k| k[..tokens.len() * kv_dim].to_vec())
+            .collect();
         self.truncate(0);
-        run.map(|_| queries)
+        run.map(|_| Calibration { queries, keys })
     }
 
     /// Turns InfiniGen decode on (`Some`, in place of H2O) or off. Decode steps then attend,

@@ -9,6 +9,11 @@
 //!
 //! A KV head serves `group` query heads; their queries are stacked into one matrix, since one
 //! A must serve the keys they share.
+//!
+//! Which columns form the partial query and key: a column's share of the products q.k is
+//! about (sum of |q_c|) * (sum of |k_c|) over the calibration tokens, so the columns are
+//! ordered by that product (InfiniGen picks its partial columns by column sums), not by the
+//! query's singular values alone: RoPE leaves keys spread differently from queries.
 
 use std::path::Path;
 
@@ -17,36 +22,45 @@ use nalgebra::DMatrix;
 use crate::error::{Error, Result};
 use crate::model::ModelConfig;
 
+/// What a calibration run gives skewing: per layer, the queries [n_tokens][n_head * head_dim]
+/// and keys [n_tokens][n_head_kv * head_dim], both after RoPE.
+#[derive(Clone, Debug, Default)]
+pub struct Calibration {
+    pub queries: Vec<Vec<f32>>,
+    pub keys: Vec<Vec<f32>>,
+}
+
 /// The skew matrices of a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Skew {
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
-    /// Per layer: [n_head_kv][head_dim][head_dim], row-major; column c is the c-th right
-    /// singular vector, ordered by singular value, largest first.
+    /// Per layer: [n_head_kv][head_dim][head_dim], row-major; the columns are the right
+    /// singular vectors of the queries, the most useful for q.k first.
     pub matrices: Vec<Vec<f32>>,
 }
 
 impl Skew {
-    /// Skew matrices from calibration queries: per layer, [n_tokens][n_head * head_dim] after
-    /// RoPE (what attention multiplies with the keys).
-    pub fn from_queries(config: &ModelConfig, queries: &[Vec<f32>]) -> Result<Self> {
+    /// Skew matrices from a calibration run's queries and keys.
+    pub fn from_calibration(config: &ModelConfig, calibration: &Calibration) -> Result<Self> {
         let (hd, n_kv) = (config.head_dim, config.n_head_kv);
         let group = config.n_head / n_kv;
         let q_dim = config.n_head * hd;
-        if queries.len() != config.n_layer {
+        let (queries, keys) = (&calibration.queries, &calibration.keys);
+        if queries.len() != config.n_layer || keys.len() != config.n_layer {
             return Err(Error::options(
                 "calibration",
                 format!(
-                    "{} layers of queries for {} layers",
+                    "{} layers of queries and {} of keys for {} layers",
                     queries.len(),
+                    keys.len(),
                     config.n_layer
                 ),
             ));
         }
         let mut matrices = Vec::with_capacity(config.n_layer);
-        for q in queries {
+        for (q, k) in queries.iter().zip(keys) {
             let n_tokens = q.len() / q_dim;
             if n_tokens == 0 || q.len() % q_dim != 0 {
                 return Err(Error::options("calibration", "no calibration tokens"));
@@ -59,7 +73,10 @@ impl Skew {
                     let (t, h) = (row / group, g * group + row % group);
                     q[t * q_dim + h * hd + i] as f64
                 });
-                layer.extend(right_singular_vectors(m));
+                let keys =
+                    DMatrix::<f64>::from_fn(n_tokens, hd, |t, i| k[(t * n_kv + g) * hd + i] as f64);
+                let a = right_singular_vectors(m.clone());
+                layer.extend(order_by_product(&a, &m, &keys));
             }
             matrices.push(layer);
         }
@@ -119,6 +136,28 @@ fn right_singular_vectors(m: DMatrix<f64>) -> Vec<f32> {
     out
 }
 
+/// `a` (d x d, row-major) with its columns reordered by (sum |Q a_c|) * (sum |K a_c|), largest
+/// first; a permutation, so still orthogonal.
+fn order_by_product(a: &[f32], q: &DMatrix<f64>, k: &DMatrix<f64>) -> Vec<f32> {
+    let d = q.ncols();
+    let a_m = DMatrix::<f64>::from_fn(d, d, |i, c| a[i * d + c] as f64);
+    let abs_sums = |x: DMatrix<f64>| -> Vec<f64> {
+        (0..d)
+            .map(|c| x.column(c).iter().map(|v| v.abs()).sum())
+            .collect()
+    };
+    let (sq, sk) = (abs_sums(q * &a_m), abs_sums(k * &a_m));
+    let mut order: Vec<usize> = (0..d).collect();
+    order.sort_by(|&x, &y| (sq[y] * sk[y]).total_cmp(&(sq[x] * sk[x])));
+    let mut out = vec![0f32; d * d];
+    for (to, &from) in order.iter().enumerate() {
+        for i in 0..d {
+            out[i * d + to] = a[i * d + from];
+        }
+    }
+    out
+}
+
 /// Extends orthonormal `basis` to d vectors with Gram-Schmidt over the unit vectors.
 fn complete_basis(basis: &mut Vec<Vec<f64>>, d: usize) {
     for e in 0..d {
@@ -140,7 +179,7 @@ fn complete_basis(basis: &mut Vec<Vec<f64>>, d: usize) {
 }
 
 const MAGIC: &[u8; 8] = b"HRTHSKEW";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 impl Skew {
     /// Writes the matrices with a header naming their shape and `key` (what they were
