@@ -63,6 +63,8 @@ pub struct InfinigenOptions {
     pub alpha: Option<f32>,
     /// Most tokens fetched, as a fraction of the context so far; `None`: 0.2.
     pub budget: Option<f32>,
+    /// The newest tokens always fetched besides; `None`: 32.
+    pub recent: Option<usize>,
     /// A text file to calibrate skewing on; `None`: the text Hearth ships.
     pub calibration: Option<PathBuf>,
 }
@@ -74,6 +76,7 @@ impl InfinigenOptions {
             partial_ratio: self.partial_ratio.unwrap_or(d.partial_ratio),
             alpha: self.alpha.unwrap_or(d.alpha),
             budget: self.budget.unwrap_or(d.budget),
+            recent: self.recent.unwrap_or(d.recent),
             ..d
         }
     }

@@ -9,7 +9,8 @@
 // (non-negative floats order like their bits) finds the cut value and how many positions
 // equal to it to keep. A final pass writes the kept positions in ascending order, scanning
 // tiles of WG positions. Every count is an integer, so the result does not depend on
-// scheduling.
+// scheduling. The `recent` newest positions come first (key 0; every other key is d's bits
+// plus one) and add to k.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -36,7 +37,7 @@ uint key_at(uint t) {
     for (uint i = 1; i < group; ++i) {
         d = min(d, best[h0 + i] - scores[(h0 + i) * p.n_ctx + t]);
     }
-    return floatBitsToUint(d) & 0x7FFFFFFFu;
+    return t + p.recent >= p.pos ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
 }
 
 void main() {
@@ -68,10 +69,10 @@ void main() {
     }
     // Counts stay far below 2^24, where float sums are exact.
     uint critical = uint(workgroup_sum(mine));
-    uint budget = min(min((critical + p.n_head - 1) / p.n_head, p.budget), p.cap);
+    uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, p.budget) + p.recent, n), p.cap);
 
     // Keep d < cut, and the first take_eq positions with d == cut.
-    uint cut = 0x7F800000u;
+    uint cut = ALL;
     uint take_eq = ALL;
     uint candidates = n;
     if (candidates > budget && budget == 0) {

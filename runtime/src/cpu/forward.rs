@@ -478,10 +478,11 @@ fn speculate_layer(
     let pk = &ig.pkeys[l][..pos * c.n_head_kv * r];
     let scores = infinigen::select::speculate(&qp, pk, c.n_head, c.n_head_kv, r, hd);
     let budget = ig.params.budget_tokens(pos);
-    let k = infinigen::select::fetch_count(&scores, pos, c.n_head, ig.params.alpha, budget);
+    let (alpha, recent) = (ig.params.alpha, ig.params.recent);
+    let k = infinigen::select::fetch_count(&scores, pos, c.n_head, alpha, budget, recent);
     (0..c.n_head_kv)
         .map(|g| {
-            let sel = infinigen::select::select(&scores, pos, c.n_head, c.n_head_kv, g, k);
+            let sel = infinigen::select::select(&scores, pos, c.n_head, c.n_head_kv, g, k, recent);
             ig.stats.record(sel.len(), pos);
             sel
         })

@@ -135,6 +135,7 @@ impl IgShape {
             alpha: 0.0,
             rot_dim: 0,
             mode: 0,
+            recent: 0,
         }
     }
 }
@@ -161,6 +162,7 @@ struct IgPush {
     alpha: f32,
     rot_dim: u32,
     mode: u32,
+    recent: u32,
 }
 
 /// Where a kernel reads the current token's query heads: token `token` of a [tokens, stride]
@@ -383,7 +385,8 @@ impl IgSelect {
     /// history positions t < pos scoring at least max_t' scores[h][t'] - alpha; k is the mean
     /// count over heads rounded up, at most `budget` (<= cap). KV head g keeps the k positions
     /// with the largest m[t] = max over g's heads h of (scores[h][t] - max_t' scores[h][t'])
-    /// and, at equal m, the lower positions; in ascending order. Scores must be finite.
+    /// and, at equal m, the lower positions, after the `recent` newest positions, which come
+    /// first and add to k; in ascending order. Scores must be finite.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -395,6 +398,7 @@ impl IgSelect {
         pos: u32,
         alpha: f32,
         budget: u32,
+        recent: u32,
     ) -> Result<()> {
         let name = IG_SELECT.name;
         s.check(name)?;
@@ -404,11 +408,12 @@ impl IgSelect {
                 format!("alpha {alpha} is not >= 0"),
             ));
         }
-        if budget > s.cap || pos > s.n_ctx {
+        if budget.saturating_add(recent) > s.cap || pos > s.n_ctx {
             return Err(kernel_error(
                 IG_SELECT,
                 format!(
-                    "budget {budget} must be at most cap {} and position {pos} at most n_ctx {}",
+                    "budget {budget} plus {recent} recent must be at most cap {} and position \
+                     {pos} at most n_ctx {}",
                     s.cap, s.n_ctx
                 ),
             ));
@@ -425,6 +430,7 @@ impl IgSelect {
         let push = IgPush {
             alpha: alpha.abs(),
             budget,
+            recent,
             ..s.push(0, pos)
         };
         rec.dispatch(
@@ -833,20 +839,20 @@ mod tests {
         pos: usize,
         alpha: f32,
         budget: usize,
+        recent: usize,
     ) -> Vec<Vec<u32>> {
         use crate::kv::infinigen::select;
         let (n_head, n_kv) = (s.n_head as usize, s.n_head_kv as usize);
         let compact: Vec<f32> = (0..n_head)
             .flat_map(|h| scores[h * s.n_ctx as usize..][..pos].iter().copied())
             .collect();
-        let k = select::fetch_count(&compact, pos, n_head, alpha, budget);
+        let k = select::fetch_count(&compact, pos, n_head, alpha, budget, recent);
         (0..n_kv)
-            .map(|g| select::select(&compact, pos, n_head, n_kv, g, k))
+            .map(|g| select::select(&compact, pos, n_head, n_kv, g, k, recent))
             .collect()
     }
 
     /// Runs ig_select on `scores` and checks every KV head's selection exactly.
-    #[allow(clippy::too_many_arguments)]
     fn check_select(
         select: &IgSelect,
         scores: &[f32],
@@ -856,18 +862,42 @@ mod tests {
         budget: u32,
         what: &str,
     ) -> Vec<Vec<u32>> {
+        check_select_recent(select, scores, s, pos, alpha, budget, 0, what)
+    }
+
+    /// [`check_select`] with the `recent` newest positions always kept.
+    #[allow(clippy::too_many_arguments)]
+    fn check_select_recent(
+        select: &IgSelect,
+        scores: &[f32],
+        s: IgShape,
+        pos: u32,
+        alpha: f32,
+        budget: u32,
+        recent: u32,
+        what: &str,
+    ) -> Vec<Vec<u32>> {
         let dev = device().unwrap();
         let scores_b = upload(&dev, scores);
         let idx_b = u32_buffer(&dev, &vec![u32::MAX; (s.n_head_kv * s.cap) as usize]);
         let count_b = u32_buffer(&dev, &vec![12345; s.n_head_kv as usize]);
         run(&dev, |rec| {
             select
-                .record(rec, &scores_b, &idx_b, &count_b, s, pos, alpha, budget)
+                .record(
+                    rec, &scores_b, &idx_b, &count_b, s, pos, alpha, budget, recent,
+                )
                 .unwrap();
         });
         let counts: Vec<u32> = count_b.download(s.n_head_kv as usize).unwrap();
         let idx: Vec<u32> = idx_b.download((s.n_head_kv * s.cap) as usize).unwrap();
-        let want = reference_select(scores, s, pos as usize, alpha, budget as usize);
+        let want = reference_select(
+            scores,
+            s,
+            pos as usize,
+            alpha,
+            budget as usize,
+            recent as usize,
+        );
         for (g, want) in want.iter().enumerate() {
             let n = counts[g] as usize;
             assert_eq!(n, want.len(), "{what}: count of KV head {g}");
@@ -890,6 +920,13 @@ mod tests {
                 assert!(uncapped.iter().all(|k| k.len() > 50 && k.len() < 277));
                 let capped = check_select(&select, &scores, s, 277, 4.0, 50, &what("budget 50"));
                 assert!(capped.iter().all(|k| k.len() == 50));
+                let recent =
+                    check_select_recent(&select, &scores, s, 277, 4.0, 50, 20, &what("recent"));
+                assert!(recent
+                    .iter()
+                    .all(|k| k.len() == 70 && k.ends_with(&(257..277).collect::<Vec<u32>>())));
+                let few = check_select_recent(&select, &scores, s, 10, 0.0, 50, 20, &what("short"));
+                assert!(few.iter().all(|k| k.iter().copied().eq(0..10)));
                 let all = check_select(&select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
                 assert!(all.iter().all(|k| k.iter().copied().eq(0..290)));
                 check_select(
@@ -1167,11 +1204,11 @@ mod tests {
         let message = |r: Result<()>| r.unwrap_err().to_string();
 
         let select = IgSelect::new(&dev).unwrap();
-        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, 4.0, 33));
+        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, 4.0, 33, 0));
         assert!(err.contains("budget 33"), "{err}");
-        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, -1.0, 8));
+        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, -1.0, 8, 0));
         assert!(err.contains("alpha"), "{err}");
-        let err = message(select.record(&mut rec, &buf, &small, &buf, s, 10, 4.0, 8));
+        let err = message(select.record(&mut rec, &buf, &small, &buf, s, 10, 4.0, 8, 0));
         assert!(err.contains("sel_idx"), "{err}");
 
         let partial = IgPartialKeys::new(&dev).unwrap();

@@ -58,7 +58,7 @@ impl VkInfinigen {
             head_dim: skew.head_dim as u32,
             partial: r as u32,
             n_ctx: n_ctx as u32,
-            cap: params.budget_tokens(n_ctx).max(1) as u32,
+            cap: (params.budget_tokens(n_ctx) + params.recent).clamp(1, n_ctx) as u32,
         };
         let local =
             |name: &str, bytes: u64| Buffer::new(device, BufferDesc::device_local(name, bytes));
@@ -145,6 +145,7 @@ impl VkInfinigen {
             pos,
             alpha,
             budget.min(s.cap),
+            (self.params.recent as u32).min(s.cap - budget.min(s.cap)),
         )?;
         self.gather.record(
             rec,

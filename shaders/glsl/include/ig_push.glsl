@@ -19,4 +19,5 @@ layout(push_constant) uniform Push {
     float alpha;        // ig_select: keep tokens within alpha of a head's best score
     uint rot_dim;       // ig_speculate: dimensions rotated (0: none)
     uint mode;          // ig_speculate: 0 NeoX, 1 GPT-J
+    uint recent;        // ig_select: the newest positions, always kept on top of the rest
 } p;

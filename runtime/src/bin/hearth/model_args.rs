@@ -71,6 +71,10 @@ pub struct InfinigenArgs {
     /// context so far [default: 0.2].
     #[arg(long, value_name = "FRACTION")]
     pub ig_budget: Option<f32>,
+    /// The newest tokens, fetched always besides the speculated ones (0: InfiniGen's own
+    /// rule) [default: 32].
+    #[arg(long, value_name = "N")]
+    pub ig_recent: Option<usize>,
     /// Text to calibrate the skew matrices on [default: a text Hearth ships].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<std::path::PathBuf>,
@@ -159,6 +163,7 @@ impl RunArgs {
                 partial_ratio: self.infinigen.ig_partial_ratio,
                 alpha: self.infinigen.ig_alpha,
                 budget: self.infinigen.ig_budget,
+                recent: self.infinigen.ig_recent,
                 calibration: self.infinigen.calibration.clone(),
             }),
             h2o: (self.kv_offload == KvOffload::H2o).then_some(H2oOptions {

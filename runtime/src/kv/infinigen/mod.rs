@@ -6,8 +6,9 @@
 //! layer i; its partial columns against the partial keys speculate layer i's scores
 //! ([`select::speculate`]). Each head counts the tokens within `alpha` of its best; the mean
 //! count, capped by a budget, is how many tokens every KV head fetches, the highest-scoring
-//! ones ([`select::select`]). Layer i attends to those and the new token only. The first
-//! layers, whose inputs differ most from their predecessors', run dense.
+//! ones ([`select::select`]), plus a few of the newest. Layer i attends to those and the new
+//! token only. The first layers, whose inputs differ most from their predecessors', run
+//! dense.
 
 pub mod select;
 pub mod skew;
@@ -32,6 +33,9 @@ pub struct IgParams {
     pub budget: f32,
     /// Fewer tokens than this so far: fetch them all.
     pub min_budget: usize,
+    /// The newest tokens, fetched always on top of the speculated ones: small models lean on
+    /// local context that a few partial columns do not speculate well. 0 is InfiniGen's rule.
+    pub recent: usize,
     /// The first layers run dense.
     pub dense_layers: usize,
 }
@@ -44,6 +48,7 @@ impl IgParams {
             alpha: if rope { 5.0 } else { 4.0 },
             budget: 0.2,
             min_budget: 64,
+            recent: 32,
             dense_layers: 2,
         }
     }

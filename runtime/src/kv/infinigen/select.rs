@@ -27,8 +27,16 @@ pub fn speculate(
 }
 
 /// How many tokens each KV head fetches: the mean over query heads of how many score within
-/// `alpha` of their head's best (InfiniGen's count), at most `budget`.
-pub fn fetch_count(scores: &[f32], n: usize, n_head: usize, alpha: f32, budget: usize) -> usize {
+/// `alpha` of their head's best (InfiniGen's count), at most `budget`, plus the `recent`
+/// newest tokens, at most all `n`.
+pub fn fetch_count(
+    scores: &[f32],
+    n: usize,
+    n_head: usize,
+    alpha: f32,
+    budget: usize,
+    recent: usize,
+) -> usize {
     if n == 0 {
         return 0;
     }
@@ -39,11 +47,12 @@ pub fn fetch_count(scores: &[f32], n: usize, n_head: usize, alpha: f32, budget: 
             row.iter().filter(|&&s| s >= best - alpha).count()
         })
         .sum();
-    total.div_ceil(n_head).min(budget)
+    (total.div_ceil(n_head).min(budget) + recent).min(n)
 }
 
-/// The `k` positions KV head `g` fetches, in ascending order: those whose score is closest to
-/// their head's best for some query head of the group (ties keep the earlier position).
+/// The `k` positions KV head `g` fetches, in ascending order: the `recent` newest, then those
+/// whose score is closest to their head's best for some query head of the group (ties keep
+/// the earlier position).
 pub fn select(
     scores: &[f32],
     n: usize,
@@ -51,8 +60,12 @@ pub fn select(
     n_kv: usize,
     g: usize,
     k: usize,
+    recent: usize,
 ) -> Vec<u32> {
-    let m = relative_scores(scores, n, n_head, n_kv, g);
+    let mut m = relative_scores(scores, n, n_head, n_kv, g);
+    for newest in m.iter_mut().skip(n.saturating_sub(recent)) {
+        *newest = f32::INFINITY;
+    }
     let mut chosen: Vec<u32> = (0..n as u32).collect();
     if k < n {
         // Highest relative score first, earlier position first among equals.
@@ -90,21 +103,26 @@ mod tests {
         ];
         let n = 6;
         // Within 5 of the best: head 0 has 4 (0, 1, 3, 5), head 1 has 2 (3, 4): mean 3.
-        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6), 3);
-        assert_eq!(fetch_count(&scores, n, 2, 5.0, 2), 2);
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6, 0), 3);
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 2, 0), 2);
         // Within 7: head 0 has 5, head 1 has 2: mean 3.5 rounds up to 4.
-        assert_eq!(fetch_count(&scores, n, 2, 7.0, 6), 4);
-        assert_eq!(fetch_count(&scores, n, 2, 0.5, 6), 1);
-        assert_eq!(fetch_count(&scores, n, 2, f32::INFINITY, 6), 6);
-        assert_eq!(fetch_count(&[], 0, 2, 5.0, 3), 0);
+        assert_eq!(fetch_count(&scores, n, 2, 7.0, 6, 0), 4);
+        assert_eq!(fetch_count(&scores, n, 2, 0.5, 6, 0), 1);
+        assert_eq!(fetch_count(&scores, n, 2, f32::INFINITY, 6, 0), 6);
+        assert_eq!(fetch_count(&[], 0, 2, 5.0, 3, 0), 0);
         // Relative: head 0 [0,-1,-6,-3,-10,-4.5]; head 1 [-8,-8,-8,-1,0,-19].
         // m = [0, -1, -6, -1, 0, -4.5].
-        assert_eq!(select(&scores, n, 2, 1, 0, 5), vec![0, 1, 3, 4, 5]);
-        assert_eq!(select(&scores, n, 2, 1, 0, 2), vec![0, 4]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 5, 0), vec![0, 1, 3, 4, 5]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 2, 0), vec![0, 4]);
         // 1 before 3 among equals.
-        assert_eq!(select(&scores, n, 2, 1, 0, 3), vec![0, 1, 4]);
-        assert_eq!(select(&scores, n, 2, 1, 0, 6), vec![0, 1, 2, 3, 4, 5]);
-        assert!(select(&[], 0, 2, 1, 0, 3).is_empty());
+        assert_eq!(select(&scores, n, 2, 1, 0, 3, 0), vec![0, 1, 4]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 6, 0), vec![0, 1, 2, 3, 4, 5]);
+        assert!(select(&[], 0, 2, 1, 0, 3, 0).is_empty());
+        // The two newest always, then the best: 0 and 4 (m = 0) take the remaining two.
+        assert_eq!(fetch_count(&scores, n, 2, 0.5, 6, 2), 3);
+        assert_eq!(select(&scores, n, 2, 1, 0, 4, 2), vec![0, 1, 4, 5]);
+        assert_eq!(select(&scores, n, 2, 1, 0, 3, 2), vec![0, 4, 5]);
+        assert_eq!(fetch_count(&scores, n, 2, 5.0, 6, 9), 6);
     }
 
     #[test]
