@@ -125,6 +125,9 @@ fn selecting_everything_equals_dense() {
     let params = IgParams {
         alpha: f32::INFINITY,
         budget: 1.0,
+        // No floor or window, so the sparse path runs rather than the dense shortcut.
+        min_budget: 0,
+        recent: 0,
         ..IgParams::defaults(true)
     };
     sparse.enable_infinigen(Some((&skew, params)));
@@ -384,6 +387,9 @@ fn selecting_everything_matches_dense_on_the_device() {
     let params = IgParams {
         alpha: f32::INFINITY,
         budget: 1.0,
+        // No floor or window, so the sparse path runs rather than the dense shortcut.
+        min_budget: 0,
+        recent: 0,
         ..IgParams::defaults(true)
     };
     sparse.set_infinigen(Some((&skew, params))).unwrap();
@@ -443,4 +449,50 @@ fn sparse_decoding_matches_the_cpu_reference() {
         got.max_fetched as usize <= 161usize.div_ceil(4) + 8,
         "{got:?}"
     );
+}
+
+/// While the floor and the recent window cover the whole history, decode attends densely
+/// (no speculation) on both executors, and every token counts as fetched.
+#[test]
+fn short_histories_attend_densely() {
+    let file = file();
+    let skew = skew(&file);
+    let params = IgParams::defaults(true);
+    let short = params.min_budget + params.recent - 12;
+    let prompt = tokens(short, 8);
+    let mut dense = cpu(&file, 128);
+    let mut sparse = cpu(&file, 128);
+    sparse.enable_infinigen(Some((&skew, params)));
+    let dev = device();
+    let mut on_device = dev.as_ref().map(|d| {
+        let mut m = vulkan(d, &file, 128);
+        m.set_infinigen(Some((&skew, params))).unwrap();
+        (vulkan(d, &file, 128), m)
+    });
+    let _ = dense.forward(&prompt, Logits::Last).unwrap();
+    let _ = sparse.forward(&prompt, Logits::Last).unwrap();
+    if let Some((d, s)) = &mut on_device {
+        d.forward(&prompt, Logits::Last).unwrap();
+        s.forward(&prompt, Logits::Last).unwrap();
+    }
+    for &t in &tokens(12, 9) {
+        let a = dense.forward(&[t], Logits::Last).unwrap();
+        let b = sparse.forward(&[t], Logits::Last).unwrap();
+        assert_eq!(a, b);
+        if let Some((d, s)) = &mut on_device {
+            let (a, b) = (
+                d.forward(&[t], Logits::Last).unwrap(),
+                s.forward(&[t], Logits::Last).unwrap(),
+            );
+            assert_eq!(a, b, "the device's dense shortcut");
+        }
+    }
+    let stats = sparse.infinigen_stats().unwrap();
+    assert_eq!(
+        (stats.fetched, stats.selections),
+        (stats.available, 2 * 2 * 12)
+    );
+    if let Some((_, s)) = &on_device {
+        assert_eq!(s.infinigen_stats().unwrap(), stats);
+    }
 }

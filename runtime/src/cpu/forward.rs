@@ -315,6 +315,14 @@ impl Backend for CpuModel {
             // InfiniGen's speculated tokens only; H2O layers always attend to what they keep.
             let decode = n == 1 && pos0 > 0;
             let history = match (&mut self.sparsity, &prev_xn) {
+                (Sparsity::Infinigen(ig), _)
+                    if decode && l >= ig.params.dense_layers && ig.params.fetches_all(pos0) =>
+                {
+                    for _ in 0..c.n_head_kv {
+                        ig.stats.record(pos0, pos0);
+                    }
+                    None
+                }
                 (Sparsity::Infinigen(ig), Some(prev)) if decode && l >= ig.params.dense_layers => {
                     Some(speculate_layer(
                         &c,

@@ -214,6 +214,14 @@ impl VkInfinigen {
         )?)
     }
 
+    /// Counts a decode step at `pos` that read every token (`IgParams::fetches_all`).
+    pub fn count_dense_step(&mut self, n_layer: usize, pos: usize) {
+        let heads = (n_layer - self.params.dense_layers) * self.shape.n_head_kv as usize;
+        for _ in 0..heads {
+            self.stats.record(pos, pos);
+        }
+    }
+
     /// Counts what a sparse step at `pos` fetched, per sparse layer and KV head.
     pub fn count_step(&mut self, n_layer: usize, pos: usize) -> Result<()> {
         for l in self.params.dense_layers..n_layer {

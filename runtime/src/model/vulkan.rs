@@ -483,9 +483,16 @@ impl VkModel {
                 .filter(|r| r.2 <= DECODE_MAX_TOKENS)
                 .all(|r| r.2 == 1);
         // InfiniGen's sparse decode: one sequence, one token, with history, no beam table.
+        // Short histories that the floor and recent window cover whole attend densely.
+        let mut fetches_all = None;
         let sparse = match (&self.ig, runs) {
-            (Some(_), [(i, _, 1, len)]) if *len > 0 && seqs[*i].beam.is_none() => {
-                Some((seqs[*i].row as u32, *len as u32))
+            (Some(ig), [(i, _, 1, len)]) if *len > 0 && seqs[*i].beam.is_none() => {
+                if ig.params.fetches_all(*len) {
+                    fetches_all = Some(*len);
+                    None
+                } else {
+                    Some((seqs[*i].row as u32, *len as u32))
+                }
             }
             _ => None,
         };
@@ -696,6 +703,9 @@ impl VkModel {
         let done = rec.submit()?;
         if let (Some(ig), Some((_, pos))) = (&mut self.ig, sparse) {
             ig.count_step(c.n_layer, pos as usize)?;
+        }
+        if let (Some(ig), Some(pos)) = (&mut self.ig, fetches_all) {
+            ig.count_dense_step(c.n_layer, pos);
         }
         if let Some(profile) = &mut self.profile {
             for k in done.kernels {

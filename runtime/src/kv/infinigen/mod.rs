@@ -53,6 +53,12 @@ impl IgParams {
         }
     }
 
+    /// Whether a decode step with `n` tokens cached would fetch them all anyway (the floor
+    /// and the recent window cover them): it then attends densely, skipping speculation.
+    pub fn fetches_all(&self, n: usize) -> bool {
+        self.min_budget + self.recent >= n
+    }
+
     /// Tokens layer attention may fetch per KV head when `n` are in the cache.
     pub fn budget_tokens(&self, n: usize) -> usize {
         ((self.budget * n as f32).ceil() as usize)
