@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{ATTN_DECODE, ATTN_PREFILL, ROPE_KV};
 
-use super::{check_sizes, linear_groups, workgroup_size};
+use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, NO_BEAM};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
@@ -207,6 +207,32 @@ fn record_attention<'a>(
     rec.dispatch(pipeline, &buffers, &push, groups)
 }
 
+/// Workgroup size and subgroups per workgroup of a decode attention kernel shaped for a device
+/// of `kind`, once its shared memory fits: q, a merge slot per subgroup and a reduction slot
+/// per invocation, plus `extra` vectors of head_dim.
+pub(crate) fn decode_shape(
+    kernel: &'static str,
+    device: &Device,
+    kind: DeviceKind,
+    head_dim: u32,
+    extra: u32,
+) -> Result<(u32, u32)> {
+    let info = device.info();
+    let wg = head_workgroup_size(info, kind);
+    let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
+    let shared = ((1 + subgroups + extra) * head_dim + wg) as u64 * 4;
+    if shared > info.limits.max_shared_memory as u64 {
+        return Err(VkError::Kernel {
+            kernel,
+            message: format!(
+                "head_dim {head_dim} needs {shared} bytes of shared memory; the device has {}",
+                info.limits.max_shared_memory
+            ),
+        });
+    }
+    Ok((wg, subgroups))
+}
+
 /// Decode attention: each token against every position of its own sequence up to its own.
 pub struct AttnDecode {
     pipeline: Arc<Pipeline>,
@@ -223,25 +249,9 @@ impl AttnDecode {
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
     /// lavapipe).
     pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
-        let info = device.info();
-        // On CPU devices one subgroup per workgroup: no barriers (coroutine switches there)
-        // and no cross-subgroup merge; positions are spread over its lanes.
-        let wg = match kind {
-            DeviceKind::Cpu => info.subgroup.size.max(1),
-            _ => workgroup_size(info),
-        };
-        let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
-        // q, the merge slots, the reduction slots, and (fused) q, k, v being rotated.
-        let shared = (head_dim + subgroups * head_dim + wg + 4 * head_dim) as u64 * 4;
-        if shared > info.limits.max_shared_memory as u64 {
-            return Err(VkError::Kernel {
-                kernel: ATTN_DECODE.name,
-                message: format!(
-                    "head_dim {head_dim} needs {shared} bytes of shared memory; the device has {}",
-                    info.limits.max_shared_memory
-                ),
-            });
-        }
+        // On CPU devices positions are spread over one subgroup's lanes; the fused variant
+        // also keeps q, k, v being rotated in shared memory.
+        let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, 4)?;
         Ok(Self {
             pipeline: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 0])?,
             fused: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 1])?,

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
 
-use super::{check_sizes, linear_groups, workgroup_size, RopeSpec};
+use super::attention::decode_shape;
+use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, RopeSpec};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, BLOCK_TOKENS};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
@@ -369,13 +370,9 @@ impl IgSelect {
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
     /// lavapipe).
     pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
-        let info = device.info();
-        // One workgroup per KV head makes few groups: on a CPU device one subgroup each, so
-        // its scans need no barriers; on a GPU a full group to stream the scores.
-        let wg = match kind {
-            DeviceKind::Cpu => info.subgroup.size.max(1),
-            _ => workgroup_size(info),
-        };
+        // One workgroup per KV head: on a CPU device one subgroup, so its scans need no
+        // barriers; on a GPU a full group to stream the scores.
+        let wg = head_workgroup_size(device.info(), kind);
         Ok(Self {
             pipeline: device.pipeline(IG_SELECT, &[wg])?,
         })
@@ -531,23 +528,7 @@ impl AttnSparse {
 
     /// The kernel shaped as `AttnDecode` is for a device of `kind`.
     pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
-        let info = device.info();
-        let wg = match kind {
-            DeviceKind::Cpu => info.subgroup.size.max(1),
-            _ => workgroup_size(info),
-        };
-        let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
-        // q, the merge slots and the reduction slots.
-        let shared = (head_dim + subgroups * head_dim + wg) as u64 * 4;
-        if shared > info.limits.max_shared_memory as u64 {
-            return Err(kernel_error(
-                ATTN_SPARSE,
-                format!(
-                    "head_dim {head_dim} needs {shared} bytes of shared memory; the device has {}",
-                    info.limits.max_shared_memory
-                ),
-            ));
-        }
+        let (wg, subgroups) = decode_shape(ATTN_SPARSE.name, device, kind, head_dim, 0)?;
         Ok(Self {
             pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups])?,
             head_dim,

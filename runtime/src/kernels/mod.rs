@@ -96,6 +96,16 @@ pub fn workgroup_size(info: &DeviceInfo) -> u32 {
     preferred.clamp(info.subgroup.size, info.limits.max_workgroup_invocations)
 }
 
+/// Invocations per workgroup for kernels shaped as for a device of `kind` that run one
+/// workgroup per head: on CPU devices one subgroup, so no barriers (coroutine switches there)
+/// and no cross-subgroup merge; on GPUs a full group.
+pub(crate) fn head_workgroup_size(info: &DeviceInfo, kind: DeviceKind) -> u32 {
+    match kind {
+        DeviceKind::Cpu => info.subgroup.size.max(1),
+        _ => workgroup_size(info),
+    }
+}
+
 /// Checks that each (binding name, buffer, bytes needed) fits.
 pub(crate) fn check_sizes(kernel: &'static str, needs: &[(&str, &Buffer, u64)]) -> Result<()> {
     for &(binding, buffer, bytes) in needs {
