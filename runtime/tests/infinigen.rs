@@ -131,15 +131,7 @@ fn selecting_everything_equals_dense() {
         ..IgParams::defaults(true)
     };
     sparse.enable_infinigen(Some((&skew, params)));
-    let mut a = dense.forward(&prompt, Logits::Last).unwrap();
-    let mut b = sparse.forward(&prompt, Logits::Last).unwrap();
-    assert_eq!(a, b);
-    for step in 0..24 {
-        let next = argmax(&a);
-        a = dense.forward(&[next], Logits::Last).unwrap();
-        b = sparse.forward(&[next], Logits::Last).unwrap();
-        assert_eq!(a, b, "step {step}");
-    }
+    assert_same_greedy_decoding(&mut dense, &mut sparse, &prompt, 24);
     let stats = sparse.infinigen_stats().unwrap();
     assert_eq!(stats.fetched, stats.available);
     // Layers 2 and 3, 2 KV heads, 24 steps.
@@ -191,15 +183,7 @@ fn h2o_keeping_everything_equals_dense() {
         budget: 1.0,
         ..IgParams::defaults(true)
     }));
-    let mut a = dense.forward(&prompt, Logits::Last).unwrap();
-    let mut b = h2o.forward(&prompt, Logits::Last).unwrap();
-    assert_eq!(a, b);
-    for step in 0..24 {
-        let next = argmax(&a);
-        a = dense.forward(&[next], Logits::Last).unwrap();
-        b = h2o.forward(&[next], Logits::Last).unwrap();
-        assert_eq!(a, b, "step {step}");
-    }
+    assert_same_greedy_decoding(&mut dense, &mut h2o, &prompt, 24);
     let stats = h2o.h2o_stats().unwrap();
     assert_eq!(stats.fetched, stats.available);
     // Layers 2 and 3, 2 KV heads, 24 steps.
@@ -305,6 +289,22 @@ fn h2o_never_brings_back_an_evicted_token() {
     for t in tokens(10, 10) {
         let _ = m.forward(&[t], Logits::Last).unwrap();
         check(&mut evicted, m.len(), &kept(&m));
+    }
+}
+
+/// Feeds `prompt`, then `steps` tokens chosen greedily from `a`'s logits, to both models, and
+/// checks that their logits are identical throughout.
+fn assert_same_greedy_decoding(a: &mut CpuModel, b: &mut CpuModel, prompt: &[u32], steps: usize) {
+    let mut want = a.forward(prompt, Logits::Last).unwrap();
+    assert_eq!(want, b.forward(prompt, Logits::Last).unwrap(), "prompt");
+    for step in 0..steps {
+        let next = argmax(&want);
+        want = a.forward(&[next], Logits::Last).unwrap();
+        assert_eq!(
+            want,
+            b.forward(&[next], Logits::Last).unwrap(),
+            "step {step}"
+        );
     }
 }
 
