@@ -3,7 +3,8 @@
 //! tokens while the next-token distribution stays close to dense. In the Vulkan executor:
 //! selecting every token matches dense decoding, and at a small budget the device fetches what
 //! the reference fetches and predicts the same distribution (without a Vulkan device these
-//! skip outside CI and fail in CI). H2O, the baseline: keeping everything is dense, a small
+//! skip outside CI and fail in CI). With a pool smaller than the sequence, the device evicts
+//! and fetches what the reference does. H2O, the baseline: keeping everything is dense, a small
 //! budget keeps the recent window and never takes back a token.
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use hearth_quant::Format;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::kv::infinigen::{IgParams, Skew};
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
+use hearth_runtime::model::{Backend, KvBudget, Logits, VkModel, VkModelOptions};
 use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 use rand::{Rng, SeedableRng};
@@ -353,9 +354,19 @@ fn cpu(file: &GgufFile, n_ctx: usize) -> CpuModel {
 }
 
 fn vulkan(dev: &Arc<Device>, file: &GgufFile, n_ctx: usize) -> VkModel {
+    vulkan_with(dev, file, n_ctx, None)
+}
+
+fn vulkan_with(
+    dev: &Arc<Device>,
+    file: &GgufFile,
+    n_ctx: usize,
+    kv_budget: Option<KvBudget>,
+) -> VkModel {
     let resolved = resolve_gguf(file).unwrap();
     let options = VkModelOptions {
         n_ctx,
+        kv_budget,
         kv_placement: KvPlacement::Host,
         ..VkModelOptions::default()
     };
@@ -494,5 +505,93 @@ fn short_histories_attend_densely() {
     );
     if let Some((_, s)) = &on_device {
         assert_eq!(s.infinigen_stats().unwrap(), stats);
+    }
+}
+
+/// A pool of 100 tokens (7 blocks) serves a sequence of 150: past 100, every step evicts
+/// the least fetched token outside the recent window. The device evicts, fetches and predicts
+/// as the reference does; a pool as large as the run changes nothing; and truncation keeps
+/// what came after the last eviction, or starts over.
+#[test]
+fn pool_eviction_matches_the_cpu_reference() {
+    let file = file();
+    let skew = skew(&file);
+    let params = IgParams {
+        budget: 0.25,
+        min_budget: 0,
+        recent: 8,
+        pool_capacity: Some(100),
+        ..IgParams::defaults(true)
+    };
+    let mut reference = cpu(&file, 256);
+    reference.enable_infinigen(Some((&skew, params)));
+    let mut roomy = cpu(&file, 256);
+    let roomy_params = IgParams {
+        pool_capacity: Some(256),
+        ..params
+    };
+    roomy.enable_infinigen(Some((&skew, roomy_params)));
+    let mut unbounded = cpu(&file, 256);
+    unbounded.enable_infinigen(Some((
+        &skew,
+        IgParams {
+            pool_capacity: None,
+            ..params
+        },
+    )));
+    let dev = device();
+    let mut on_device = dev.as_ref().map(|d| {
+        let mut m = vulkan_with(d, &file, 256, Some(KvBudget::Tokens(100)));
+        m.set_infinigen(Some((&skew, params))).unwrap();
+        m
+    });
+    let prompt = tokens(90, 12);
+    for m in [&mut reference, &mut roomy, &mut unbounded] {
+        m.forward(&prompt, Logits::Last).unwrap();
+    }
+    if let Some(m) = &mut on_device {
+        m.forward(&prompt, Logits::Last).unwrap();
+    }
+    for (step, &t) in tokens(60, 13).iter().enumerate() {
+        let a = reference.forward(&[t], Logits::Last).unwrap();
+        assert_eq!(
+            roomy.forward(&[t], Logits::Last).unwrap(),
+            unbounded.forward(&[t], Logits::Last).unwrap(),
+            "step {step}: a pool that never fills"
+        );
+        if let Some(m) = &mut on_device {
+            let b = m.forward(&[t], Logits::Last).unwrap();
+            let d = max_diff(&a, &b);
+            assert!(d < 2e-3, "step {step}: logits differ by {d}");
+        }
+    }
+    let want = reference.infinigen_stats().unwrap();
+    assert_eq!(want.evicted, 50);
+    assert_eq!(roomy.infinigen_stats().unwrap().evicted, 0);
+    // Past 100 tokens, a quarter of the 100 held and the 8 newest.
+    assert!(want.max_fetched as usize <= 25 + 8, "{want:?}");
+    assert_eq!(reference.len(), 150);
+    if let Some(m) = &mut on_device {
+        assert_eq!(m.infinigen_stats().unwrap(), want);
+        assert_eq!(m.len(), 150);
+        assert_eq!(m.kv_usage().blocks_used, 7);
+    }
+    // The last token came after the last eviction: it can go. Going further back cannot be
+    // undone, so the sequence starts over.
+    reference.truncate(149);
+    assert_eq!(reference.len(), 149);
+    reference.truncate(120);
+    assert_eq!(reference.len(), 0);
+    if let Some(m) = &mut on_device {
+        m.truncate(149);
+        assert_eq!(m.len(), 149);
+        m.truncate(120);
+        assert_eq!((m.len(), m.kv_usage().blocks_used), (0, 0));
+        // It starts over cleanly: the same prompt gives the reference's logits again.
+        let mut fresh = cpu(&file, 256);
+        fresh.enable_infinigen(Some((&skew, params)));
+        let a = fresh.forward(&prompt, Logits::Last).unwrap();
+        let b = m.forward(&prompt, Logits::Last).unwrap();
+        assert!(max_diff(&a, &b) < 2e-3);
     }
 }

@@ -75,8 +75,8 @@ void main() {
         }
         barrier();
         for (uint i = tid; i < p.rot_dim / 2; i += WG) {
-            ROTATE(qf, i, pos)
-            ROTATE(kf, i, pos)
+            ROTATE(qf, i, st.w)
+            ROTATE(kf, i, st.w)
         }
         barrier();
         bool writer = h % (p.n_head / p.n_head_kv) == 0;

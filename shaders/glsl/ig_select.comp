@@ -9,8 +9,9 @@
 // (non-negative floats order like their bits) finds the cut value and how many positions
 // equal to it to keep. A final pass writes the kept positions in ascending order, scanning
 // tiles of WG positions. Every count is an integer, so the result does not depend on
-// scheduling. The `recent` newest positions come first (key 0; every other key is d's bits
-// plus one) and add to k.
+// scheduling. The `recent` newest tokens come first (key 0; every other key is d's bits plus
+// one) and add to k; seq_pos says which they are, since once the row's pool evicts tokens
+// an entry's index is no longer its position.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -19,8 +20,9 @@
 const uint MAX_HEADS = 256;                                      // query heads
 const uint ALL = 0xFFFFFFFFu;
 layout(binding = 0) readonly buffer Scores { float scores[]; };  // [n_head, n_ctx]
-layout(binding = 1) writeonly buffer Idx { uint sel_idx[]; };    // [n_kv, cap]
-layout(binding = 2) writeonly buffer Count { uint sel_count[]; }; // [n_kv]
+layout(binding = 1) readonly buffer SeqPos { uint seq_pos[]; };  // [rows, n_ctx]
+layout(binding = 2) writeonly buffer Idx { uint sel_idx[]; };    // [n_kv, cap]
+layout(binding = 3) writeonly buffer Count { uint sel_count[]; }; // [n_kv]
 
 shared float best[MAX_HEADS];
 shared uint hist[256];
@@ -37,7 +39,8 @@ uint key_at(uint t) {
     for (uint i = 1; i < group; ++i) {
         d = min(d, best[h0 + i] - scores[(h0 + i) * p.n_ctx + t]);
     }
-    return t + p.recent >= p.pos ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
+    bool recent = seq_pos[p.row * p.n_ctx + t] + p.recent >= p.seq_pos;
+    return recent ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
 }
 
 void main() {

@@ -1,6 +1,6 @@
 #version 450
 // InfiniGen's speculated attention scores for the current token of one row: its query (before
-// RoPE) is rotated at `pos` as rope_kv.comp does, projected on the first r columns of its KV
+// RoPE) is rotated at `seq_pos` as rope_kv.comp does, projected on the first r columns of its KV
 // head's skew, and dotted with the partial key cache:
 //   scores[h][t] = scale * sum_c qp[h][c] * pkeys[row][t][h / group][c],  t < pos.
 // Workgroup (x, h) covers positions [x * SPAN * WG, (x + 1) * SPAN * WG) of head h; each
@@ -33,7 +33,7 @@ void main() {
     for (uint i = tid; i < half_rot; i += WG) {
         uint a = p.mode == 0 ? i : 2 * i;
         uint b = p.mode == 0 ? i + half_rot : 2 * i + 1;
-        vec2 rot = cs[p.pos * half_rot + i];
+        vec2 rot = cs[p.seq_pos * half_rot + i];
         float x0 = qf[a];
         float x1 = qf[b];
         qf[a] = x0 * rot.x - x1 * rot.y;

@@ -1,8 +1,8 @@
 #version 450
 // RoPE and KV-cache append in one pass over the fused projection output.
 // qkv holds, per token, the query heads, then the key heads, then the value heads. Query and
-// key heads are rotated in place; keys and values are stored in the paged cache at the
-// token's own (row, position) (see attn_push.glsl). One invocation per (token, head, pair of
+// key heads are rotated in place by the token's position; keys and values are stored in the
+// paged cache at the token's own (row, index) (see attn_push.glsl). One invocation per (token, head, pair of
 // dimensions). Pairs below rot_dim / 2 rotate (NeoX: dims (i, i + rot_dim/2); GPT-J: dims
 // (2i, 2i + 1)); the rest pass through, so rot_dim = 0 means no rotary embedding at all.
 #include "common.glsl"
@@ -42,7 +42,7 @@ void main() {
     float x1 = qkv[base + b];
     bool is_v = head >= p.n_head + p.n_head_kv;
     if (i < half_rot && !is_v) {
-        vec2 r = cs[pos * half_rot + i];
+        vec2 r = cs[st.w * half_rot + i];
         float y0 = x0 * r.x - x1 * r.y;
         x1 = x0 * r.y + x1 * r.x;
         x0 = y0;

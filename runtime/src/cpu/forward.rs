@@ -8,6 +8,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 use super::ops;
 use crate::error::{Error, Result};
 use crate::kv::h2o::H2o;
+use crate::kv::infinigen::evict::SlotMap;
 use crate::kv::infinigen::{self, Calibration, IgParams, IgStats, Skew};
 use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
 
@@ -73,7 +74,29 @@ struct CpuInfinigen {
     partial: Vec<Vec<f32>>,
     /// Per layer: [n_ctx][n_head_kv][r].
     pkeys: Vec<Vec<f32>>,
+    /// The pool's entries when it has a capacity; K/V stay at their positions here, and
+    /// attention reads the positions the entries hold.
+    slots: Option<SlotMap>,
+    /// Fetches of each entry, summed over sparse layers and KV heads.
+    fetches: Vec<u32>,
     stats: IgStats,
+}
+
+impl CpuInfinigen {
+    /// Makes room for `n` tokens as the device's pool does and returns the positions held
+    /// before them, in entry order (`None` without a capacity: every earlier position).
+    fn make_room(&mut self, n: usize) -> Result<Option<Vec<u32>>> {
+        let Some(map) = &mut self.slots else {
+            return Ok(None);
+        };
+        let before = map.slots();
+        map.make_room(n, &mut self.fetches)
+            .map_err(|e| Error::options("kv-pool-capacity", e.to_string()))?;
+        self.stats.evicted += (before - map.slots()) as u64;
+        let held = map.positions().to_vec();
+        map.append(n);
+        Ok(Some(held))
+    }
 }
 
 impl CpuModel {
@@ -151,11 +174,18 @@ impl CpuModel {
                     partial_key(c, &self.k_cache[l], &partial[l], r, p, pk);
                 }
             }
+            let slots = params.pool_capacity.map(|capacity| {
+                let mut map = SlotMap::new(capacity, params.recent);
+                map.append(self.len);
+                map
+            });
             CpuInfinigen {
                 params,
                 r,
                 partial,
                 pkeys,
+                slots,
+                fetches: vec![0; self.n_ctx],
                 stats: IgStats::default(),
             }
         });
@@ -258,6 +288,17 @@ impl Backend for CpuModel {
 
     fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        if let Sparsity::Infinigen(CpuInfinigen {
+            slots: Some(map),
+            fetches,
+            ..
+        }) = &mut self.sparsity
+        {
+            let entries = map.slots();
+            let kept = map.truncate(len);
+            fetches[kept..entries].fill(0);
+            self.len = map.next_position();
+        }
         if let Sparsity::H2o { h2o, .. } = &mut self.sparsity {
             h2o.truncate(self.len);
         }
@@ -297,6 +338,13 @@ impl Backend for CpuModel {
         let (n, e, hd) = (tokens.len(), c.n_embd, c.head_dim);
         let kv_dim = c.n_head_kv * hd;
         let pos0 = self.len;
+        // With a pool capacity: the positions held before this step's tokens, in entry order.
+        let held = match &mut self.sparsity {
+            Sparsity::Infinigen(ig) => ig.make_room(n)?,
+            _ => None,
+        };
+        let entries = held.as_ref().map_or(pos0, Vec::len);
+        let all_held = || held.as_ref().map(|h| vec![h.clone(); c.n_head_kv]);
 
         // x: (n, n_embd), the residual stream
         let mut x: Vec<f32> = tokens
@@ -316,12 +364,12 @@ impl Backend for CpuModel {
             let decode = n == 1 && pos0 > 0;
             let history = match (&mut self.sparsity, &prev_xn) {
                 (Sparsity::Infinigen(ig), _)
-                    if decode && l >= ig.params.dense_layers && ig.params.fetches_all(pos0) =>
+                    if decode && l >= ig.params.dense_layers && ig.params.fetches_all(entries) =>
                 {
                     for _ in 0..c.n_head_kv {
-                        ig.stats.record(pos0, pos0);
+                        ig.stats.record(entries, entries);
                     }
-                    None
+                    all_held()
                 }
                 (Sparsity::Infinigen(ig), Some(prev)) if decode && l >= ig.params.dense_layers => {
                     Some(speculate_layer(
@@ -331,6 +379,7 @@ impl Backend for CpuModel {
                         &w.wqkv,
                         prev,
                         pos0,
+                        held.as_deref(),
                         &self.rope_table,
                     ))
                 }
@@ -344,7 +393,7 @@ impl Backend for CpuModel {
                     }
                     Some(kept)
                 }
-                _ => None,
+                _ => all_held(),
             };
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
             for (t, row) in qkv.chunks_mut(c.qkv_dim()).enumerate() {
@@ -452,6 +501,7 @@ fn speculate_layer(
     wqkv: &[f32],
     prev_xn: &[f32],
     pos: usize,
+    held: Option<&[u32]>,
     rope_table: &[[f32; 2]],
 ) -> Vec<Vec<u32>> {
     let (hd, r) = (c.head_dim, ig.r);
@@ -483,16 +533,30 @@ fn speculate_layer(
             *o = (0..hd).map(|i| qh[i] * a[i * r + col]).sum();
         }
     }
-    let pk = &ig.pkeys[l][..pos * c.n_head_kv * r];
-    let scores = infinigen::select::speculate(&qp, pk, c.n_head, c.n_head_kv, r, hd);
-    let budget = ig.params.budget_tokens(pos);
+    // The entries held, in entry order: every earlier position, or what the pool kept.
+    let n = held.map_or(pos, <[u32]>::len);
+    let position = |t: usize| held.map_or(t, |h| h[t] as usize);
+    let stride = c.n_head_kv * r;
+    let pk: Vec<f32> = (0..n)
+        .flat_map(|t| &ig.pkeys[l][position(t) * stride..][..stride])
+        .copied()
+        .collect();
+    let scores = infinigen::select::speculate(&qp, &pk, c.n_head, c.n_head_kv, r, hd);
+    let budget = ig.params.budget_tokens(n);
     let (alpha, recent) = (ig.params.alpha, ig.params.recent);
-    let k = infinigen::select::fetch_count(&scores, pos, c.n_head, alpha, budget, recent);
+    let k = infinigen::select::fetch_count(&scores, n, c.n_head, alpha, budget, recent);
+    let is_recent = |t: usize| position(t) + recent >= pos;
     (0..c.n_head_kv)
         .map(|g| {
-            let sel = infinigen::select::select(&scores, pos, c.n_head, c.n_head_kv, g, k, recent);
-            ig.stats.record(sel.len(), pos);
-            sel
+            let sel =
+                infinigen::select::select_among(&scores, n, c.n_head, c.n_head_kv, g, k, is_recent);
+            ig.stats.record(sel.len(), n);
+            for &t in &sel {
+                ig.fetches[t as usize] += 1;
+            }
+            sel.into_iter()
+                .map(|t| position(t as usize) as u32)
+                .collect()
         })
         .collect()
 }

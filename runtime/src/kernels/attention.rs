@@ -22,11 +22,13 @@ use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError}
 pub struct StepToken {
     /// The cache row (sequence slot) it is written to.
     pub row: u32,
-    /// Its position in the sequence.
+    /// Its index in the row: where its K/V go, after the `pos` entries it attends to.
     pub pos: u32,
     /// Offset of its sequence's beam table, or `NO_BEAM`.
     pub beam: u32,
-    pub pad: u32,
+    /// Its position in the sequence, which RoPE turns it by: `pos` unless the row's pool
+    /// evicted tokens (`kv::infinigen::evict`).
+    pub rope_pos: u32,
 }
 
 impl StepToken {
@@ -35,7 +37,7 @@ impl StepToken {
             row,
             pos,
             beam: NO_BEAM,
-            pad: 0,
+            rope_pos: pos,
         }
     }
 }

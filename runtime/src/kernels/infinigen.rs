@@ -29,7 +29,9 @@ pub const IG_MAX_HEADS: u32 = 256;
 /// - `pkeys` [rows, n_ctx, n_head_kv, partial] f32: the partial key cache;
 /// - `scores` [n_head, n_ctx] f32: speculated scores of the current token;
 /// - `sel_idx` [n_head_kv, cap] u32 and `sel_count` [n_head_kv] u32: the selection;
-/// - `k_scratch`, `v_scratch` [n_head_kv, cap, head_dim] f32: the selected K/V.
+/// - `k_scratch`, `v_scratch` [n_head_kv, cap, head_dim] f32: the selected K/V;
+/// - `seq_pos` [rows, n_ctx] u32: the sequence position each row entry holds (the entry's
+///   index until the pool evicts), and `fetches` [rows, n_ctx] u32: how often each was fetched.
 #[derive(Clone, Copy, Debug)]
 pub struct IgShape {
     pub n_head: u32,
@@ -59,6 +61,11 @@ impl IgShape {
 
     pub fn sel_idx_bytes(&self) -> u64 {
         self.n_head_kv as u64 * self.cap as u64 * 4
+    }
+
+    /// Bytes of a [rows, n_ctx] u32 map, as `seq_pos` and `fetches` are.
+    pub fn seq_pos_bytes(&self, rows: u32) -> u64 {
+        rows as u64 * self.n_ctx as u64 * 4
     }
 
     pub fn sel_count_bytes(&self) -> u64 {
@@ -137,6 +144,29 @@ impl IgShape {
             rot_dim: 0,
             mode: 0,
             recent: 0,
+            seq_pos: pos,
+        }
+    }
+}
+
+/// The current token of one row: at index `index` of the row, after the `index` entries it
+/// may attend to, and at position `pos` of its sequence (the angle RoPE turns its query by, and
+/// what the recent window counts back from). The two agree unless the row's pool has evicted
+/// tokens (`kv::infinigen::evict`); then `seq_pos` maps the row's entries to positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IgToken {
+    pub row: u32,
+    pub index: u32,
+    pub pos: u32,
+}
+
+impl IgToken {
+    /// A token of a row that never evicted: its index is its position.
+    pub fn new(row: u32, pos: u32) -> Self {
+        Self {
+            row,
+            index: pos,
+            pos,
         }
     }
 }
@@ -164,6 +194,7 @@ struct IgPush {
     rot_dim: u32,
     mode: u32,
     recent: u32,
+    seq_pos: u32,
 }
 
 /// Where a kernel reads the current token's query heads: token `token` of a [tokens, stride]
@@ -281,10 +312,10 @@ impl IgSpeculate {
         })
     }
 
-    /// scores[h][t] for t < pos: `q_raw` (the query before RoPE) rotated at `pos` as
+    /// scores[h][t] for t < at.index: `q_raw` (the query before RoPE) rotated at `at.pos` as
     /// [`super::RopeKv`] does, projected on the skew, dotted with pkeys[row][t], times
-    /// 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding position `pos` (any
-    /// buffer when rot_dim is 0). Scores at pos and beyond are left as they were.
+    /// 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding position `at.pos` (any
+    /// buffer when rot_dim is 0). Scores at the index and beyond are left as they were.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -296,10 +327,10 @@ impl IgSpeculate {
         pkeys: &'a Buffer,
         scores: &'a Buffer,
         s: IgShape,
-        row: u32,
-        pos: u32,
+        at: IgToken,
     ) -> Result<()> {
         let name = IG_SPECULATE.name;
+        let (row, pos) = (at.row, at.index);
         s.check(name)?;
         if s.head_dim != self.head_dim {
             return Err(kernel_error(
@@ -319,11 +350,11 @@ impl IgSpeculate {
         if pos > s.n_ctx {
             return Err(kernel_error(
                 IG_SPECULATE,
-                format!("position {pos} is past n_ctx {}", s.n_ctx),
+                format!("index {pos} is past n_ctx {}", s.n_ctx),
             ));
         }
         q_raw.check(name, s)?;
-        let table_bytes = (pos as u64 + 1) * (rope.rot_dim / 2) as u64 * 8;
+        let table_bytes = (at.pos as u64 + 1) * (rope.rot_dim / 2) as u64 * 8;
         check_sizes(
             name,
             &[
@@ -344,6 +375,7 @@ impl IgSpeculate {
                 RopeLayout::Neox => 0,
                 RopeLayout::Gptj => 1,
             },
+            seq_pos: at.pos,
             ..s.push(row, pos)
         };
         let per_group = SPECULATE_SPAN * self.pipeline.workgroup_size();
@@ -379,25 +411,28 @@ impl IgSelect {
     }
 
     /// Writes sel_idx[g][0 .. sel_count[g]] for every KV head g. Each head h counts the
-    /// history positions t < pos scoring at least max_t' scores[h][t'] - alpha; k is the mean
+    /// history entries t < at.index scoring at least max_t' scores[h][t'] - alpha; k is the mean
     /// count over heads rounded up, at most `budget` (<= cap). KV head g keeps the k positions
     /// with the largest m[t] = max over g's heads h of (scores[h][t] - max_t' scores[h][t'])
     /// and, at equal m, the lower positions, after the `recent` newest positions, which come
-    /// first and add to k; in ascending order. Scores must be finite.
+    /// first and add to k; in ascending order. Scores must be finite. The newest are those
+    /// whose position, `seq_pos[row][t]` ([rows, n_ctx] u32), is within `recent` of `at.pos`.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
         scores: &'a Buffer,
+        seq_pos: &'a Buffer,
         sel_idx: &'a Buffer,
         sel_count: &'a Buffer,
         s: IgShape,
-        pos: u32,
+        at: IgToken,
         alpha: f32,
         budget: u32,
         recent: u32,
     ) -> Result<()> {
         let name = IG_SELECT.name;
+        let pos = at.index;
         s.check(name)?;
         if alpha.is_nan() || alpha < 0.0 {
             return Err(kernel_error(
@@ -419,6 +454,7 @@ impl IgSelect {
             name,
             &[
                 ("scores", scores, s.scores_bytes()),
+                ("seq_pos", seq_pos, s.seq_pos_bytes(at.row + 1)),
                 ("sel_idx", sel_idx, s.sel_idx_bytes()),
                 ("sel_count", sel_count, s.sel_count_bytes()),
             ],
@@ -428,11 +464,12 @@ impl IgSelect {
             alpha: alpha.abs(),
             budget,
             recent,
-            ..s.push(0, pos)
+            seq_pos: at.pos,
+            ..s.push(at.row, pos)
         };
         rec.dispatch(
             &self.pipeline,
-            &[scores, sel_idx, sel_count],
+            &[scores, seq_pos, sel_idx, sel_count],
             &push,
             [s.n_head_kv, 1, 1],
         )
@@ -465,7 +502,9 @@ impl KvGather {
         })
     }
 
-    /// k_scratch[g][j] = K(row, sel_idx[g][j], g) and likewise V, for j < sel_count[g].
+    /// k_scratch[g][j] = K(row, sel_idx[g][j], g) and likewise V, for j < sel_count[g]; each
+    /// fetch adds one to the entry's counter in `fetches` ([rows, n_ctx] u32), which pool
+    /// eviction reads.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -473,6 +512,7 @@ impl KvGather {
         kv: KvLayer<'a>,
         sel_idx: &'a Buffer,
         sel_count: &'a Buffer,
+        fetches: &'a Buffer,
         k_scratch: &'a Buffer,
         v_scratch: &'a Buffer,
         s: IgShape,
@@ -490,6 +530,7 @@ impl KvGather {
                 ),
                 ("sel_idx", sel_idx, s.sel_idx_bytes()),
                 ("sel_count", sel_count, s.sel_count_bytes()),
+                ("fetches", fetches, s.seq_pos_bytes(row + 1)),
                 ("k_scratch", k_scratch, s.scratch_bytes()),
                 ("v_scratch", v_scratch, s.scratch_bytes()),
             ],
@@ -507,7 +548,7 @@ impl KvGather {
         rec.dispatch(
             &self.pipeline,
             &[
-                kv.k, kv.v, kv.tables, sel_idx, sel_count, k_scratch, v_scratch,
+                kv.k, kv.v, kv.tables, sel_idx, sel_count, k_scratch, v_scratch, fetches,
             ],
             &push,
             [groups, s.n_head_kv, 1],
@@ -764,8 +805,15 @@ mod tests {
         let qkv_b = upload(&dev, &qkv);
         let speculate = IgSpeculate::new(&dev, s.head_dim).unwrap();
         let scale = 1.0 / (hd as f64).sqrt();
-        for (rot_dim, layout) in [(64u32, RopeLayout::Neox), (48, RopeLayout::Gptj)] {
-            let table = ops::rope_table(s.n_ctx as usize + 1, rot_dim as usize, 10000.0);
+        // The last case is a row whose pool evicted 500 tokens: RoPE turns the query by its
+        // position, past its index.
+        let cases = [
+            (64u32, RopeLayout::Neox, pos),
+            (48, RopeLayout::Gptj, pos),
+            (64, RopeLayout::Neox, pos + 500),
+        ];
+        for (rot_dim, layout, seq_pos) in cases {
+            let table = ops::rope_table(seq_pos as usize + 1, rot_dim as usize, 10000.0);
             let table_b = Buffer::from_slice(&dev, "rope table", &table).unwrap();
             let scores_b = upload(&dev, &vec![9.0; nh * s.n_ctx as usize]);
             let q = QueryAt {
@@ -774,15 +822,26 @@ mod tests {
                 stride: stride as u32,
             };
             let rope = RopeSpec { rot_dim, layout };
+            let at = IgToken {
+                row: row as u32,
+                index: pos,
+                pos: seq_pos,
+            };
             run(&dev, |rec| {
                 speculate
-                    .record(
-                        rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, row as u32, pos,
-                    )
+                    .record(rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, at)
                     .unwrap();
             });
             let mut q_rot = qkv[stride..][..nh * hd].to_vec();
-            ops::rope(&mut q_rot, &[pos], nh, hd, rot_dim as usize, layout, &table);
+            ops::rope(
+                &mut q_rot,
+                &[seq_pos],
+                nh,
+                hd,
+                rot_dim as usize,
+                layout,
+                &table,
+            );
             let mut want = vec![9f32; nh * s.n_ctx as usize];
             let mut tol = vec![0f32; want.len()];
             for h in 0..nh {
@@ -803,7 +862,7 @@ mod tests {
             }
             let got: Vec<f32> = scores_b.download(want.len()).unwrap();
             assert_close(
-                &format!("scores ({layout:?}, rot_dim {rot_dim})"),
+                &format!("scores ({layout:?}, rot_dim {rot_dim}, position {seq_pos})"),
                 &got,
                 &want,
                 |i| tol[i],
@@ -813,7 +872,9 @@ mod tests {
     }
 
     /// ig_select's rule, from the CPU reference of InfiniGen (`kv::infinigen::select`), on
-    /// the first `pos` scores of each head.
+    /// the first `pos` scores of each head; entry t holds position seq_pos[t], and the
+    /// current token position `now`.
+    #[allow(clippy::too_many_arguments)]
     fn reference_select(
         scores: &[f32],
         s: IgShape,
@@ -821,6 +882,8 @@ mod tests {
         alpha: f32,
         budget: usize,
         recent: usize,
+        seq_pos: &[u32],
+        now: u32,
     ) -> Vec<Vec<u32>> {
         use crate::kv::infinigen::select;
         let (n_head, n_kv) = (s.n_head as usize, s.n_head_kv as usize);
@@ -828,8 +891,9 @@ mod tests {
             .flat_map(|h| scores[h * s.n_ctx as usize..][..pos].iter().copied())
             .collect();
         let k = select::fetch_count(&compact, pos, n_head, alpha, budget, recent);
+        let is_recent = |t: usize| seq_pos[t] as usize + recent >= now as usize;
         (0..n_kv)
-            .map(|g| select::select(&compact, pos, n_head, n_kv, g, k, recent))
+            .map(|g| select::select_among(&compact, pos, n_head, n_kv, g, k, is_recent))
             .collect()
     }
 
@@ -846,9 +910,10 @@ mod tests {
         check_select_recent(select, scores, s, pos, alpha, budget, 0, what)
     }
 
-    /// [`check_select`] with the `recent` newest positions always kept.
+    /// [`check_select_recent`] for the token at `pos` of row 1, whose entries hold the
+    /// positions `seq_pos` (an evicting pool) and whose own position is `now`.
     #[allow(clippy::too_many_arguments)]
-    fn check_select_recent(
+    fn check_select_at(
         select: &IgSelect,
         scores: &[f32],
         s: IgShape,
@@ -856,16 +921,27 @@ mod tests {
         alpha: f32,
         budget: u32,
         recent: u32,
+        seq_pos: &[u32],
+        now: u32,
         what: &str,
     ) -> Vec<Vec<u32>> {
         let dev = device().unwrap();
         let scores_b = upload(&dev, scores);
+        // Row 0 holds garbage: the kernel must read row 1's map.
+        let mut map = vec![u32::MAX / 2; 2 * s.n_ctx as usize];
+        map[s.n_ctx as usize..][..seq_pos.len()].copy_from_slice(seq_pos);
+        let map_b = u32_buffer(&dev, &map);
         let idx_b = u32_buffer(&dev, &vec![u32::MAX; (s.n_head_kv * s.cap) as usize]);
         let count_b = u32_buffer(&dev, &vec![12345; s.n_head_kv as usize]);
+        let at = IgToken {
+            row: 1,
+            index: pos,
+            pos: now,
+        };
         run(&dev, |rec| {
             select
                 .record(
-                    rec, &scores_b, &idx_b, &count_b, s, pos, alpha, budget, recent,
+                    rec, &scores_b, &map_b, &idx_b, &count_b, s, at, alpha, budget, recent,
                 )
                 .unwrap();
         });
@@ -878,6 +954,8 @@ mod tests {
             alpha,
             budget as usize,
             recent as usize,
+            seq_pos,
+            now,
         );
         for (g, want) in want.iter().enumerate() {
             let n = counts[g] as usize;
@@ -886,6 +964,24 @@ mod tests {
             assert_eq!(got, &want[..], "{what}: positions of KV head {g}");
         }
         want
+    }
+
+    /// [`check_select`] with the `recent` newest positions always kept.
+    #[allow(clippy::too_many_arguments)]
+    fn check_select_recent(
+        select: &IgSelect,
+        scores: &[f32],
+        s: IgShape,
+        pos: u32,
+        alpha: f32,
+        budget: u32,
+        recent: u32,
+        what: &str,
+    ) -> Vec<Vec<u32>> {
+        let identity: Vec<u32> = (0..s.n_ctx).collect();
+        check_select_at(
+            select, scores, s, pos, alpha, budget, recent, &identity, pos, what,
+        )
     }
 
     #[test]
@@ -906,6 +1002,19 @@ mod tests {
                 assert!(recent
                     .iter()
                     .all(|k| k.len() == 70 && k.ends_with(&(257..277).collect::<Vec<u32>>())));
+                // An evicting row: 277 entries holding positions scattered over 0 .. 1000 in
+                // no order; the newest 20 (985 .. 1000) wherever they sit.
+                let mut seq_pos: Vec<u32> = (0..257).map(|t| t * 3).collect();
+                seq_pos.extend(985..1005);
+                seq_pos.swap(3, 270);
+                seq_pos.swap(100, 260);
+                let what_ev = what("evicted");
+                let ev = check_select_at(
+                    &select, &scores, s, 277, 4.0, 50, 20, &seq_pos, 1005, &what_ev,
+                );
+                assert!(ev.iter().all(|k| k.len() == 70
+                    && [3u32, 100].iter().all(|t| k.contains(t))
+                    && !k.contains(&270)));
                 let few = check_select_recent(&select, &scores, s, 10, 0.0, 50, 20, &what("short"));
                 assert!(few.iter().all(|k| k.iter().copied().eq(0..10)));
                 let all = check_select(&select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
@@ -976,11 +1085,29 @@ mod tests {
             let n = (s.scratch_bytes() / 4) as usize;
             let k_b = upload(&dev, &vec![f32::MAX; n]);
             let v_b = upload(&dev, &vec![f32::MAX; n]);
+            let fetches_b = u32_buffer(&dev, &vec![1; 2 * s.n_ctx as usize]);
             run(&dev, |rec| {
                 gather
-                    .record(rec, pool.layer(), &idx_b, &count_b, &k_b, &v_b, s, 1)
+                    .record(
+                        rec,
+                        pool.layer(),
+                        &idx_b,
+                        &count_b,
+                        &fetches_b,
+                        &k_b,
+                        &v_b,
+                        s,
+                        1,
+                    )
                     .unwrap();
             });
+            // Every fetch counts once in row 1's counters, on top of what they held.
+            let fetches: Vec<u32> = fetches_b.download(2 * s.n_ctx as usize).unwrap();
+            let mut want = vec![1u32; 2 * s.n_ctx as usize];
+            for &p in lists.iter().flatten() {
+                want[s.n_ctx as usize + p as usize] += 1;
+            }
+            assert_eq!(fetches, want, "fetch counters ({kind:?} shape)");
             let (k, v): (Vec<f32>, Vec<f32>) = (k_b.download(n).unwrap(), v_b.download(n).unwrap());
             let mut want_k = vec![f32::MAX; n];
             let mut want_v = vec![f32::MAX; n];
@@ -1065,6 +1192,7 @@ mod tests {
         let n = (s.scratch_bytes() / 4) as usize;
         let (k_b, v_b) = (zeros(&dev, n), zeros(&dev, n));
         let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
+        let fetches_b = u32_buffer(&dev, &vec![0; 2 * s.n_ctx as usize]);
         let gather = KvGather::shaped_for(&dev, kind).unwrap();
         let attn = AttnSparse::shaped_for(&dev, s.head_dim, kind).unwrap();
         let query = QueryAt {
@@ -1074,7 +1202,17 @@ mod tests {
         };
         run(&dev, |rec| {
             gather
-                .record(rec, pool.layer(), &idx_b, &count_b, &k_b, &v_b, s, 1)
+                .record(
+                    rec,
+                    pool.layer(),
+                    &idx_b,
+                    &count_b,
+                    &fetches_b,
+                    &k_b,
+                    &v_b,
+                    s,
+                    1,
+                )
                 .unwrap();
             attn.record(
                 rec,
@@ -1185,12 +1323,19 @@ mod tests {
         let message = |r: Result<()>| r.unwrap_err().to_string();
 
         let select = IgSelect::new(&dev).unwrap();
-        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, 4.0, 33, 0));
+        let at = IgToken::new(0, 10);
+        let select_err = |map: &Buffer, idx: &Buffer, alpha: f32, budget: u32| {
+            let mut rec = Recorder::new(&dev).unwrap();
+            message(select.record(&mut rec, &buf, map, idx, &buf, s, at, alpha, budget, 0))
+        };
+        let err = select_err(&buf, &buf, 4.0, 33);
         assert!(err.contains("budget 33"), "{err}");
-        let err = message(select.record(&mut rec, &buf, &buf, &buf, s, 10, -1.0, 8, 0));
+        let err = select_err(&buf, &buf, -1.0, 8);
         assert!(err.contains("alpha"), "{err}");
-        let err = message(select.record(&mut rec, &buf, &small, &buf, s, 10, 4.0, 8, 0));
+        let err = select_err(&buf, &small, 4.0, 8);
         assert!(err.contains("sel_idx"), "{err}");
+        let err = select_err(&small, &buf, 4.0, 8);
+        assert!(err.contains("seq_pos"), "{err}");
 
         let partial = IgPartialKeys::new(&dev).unwrap();
         let wide = IgShape { partial: 65, ..s };

@@ -250,6 +250,40 @@ impl KvCache {
         Ok(())
     }
 
+    /// Records the moves of pool eviction in `row` (`infinigen::evict`): entry `from`'s K and
+    /// V go to entry `to`, in every layer. Sources and destinations are distinct entries.
+    pub fn record_entry_moves<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        row: usize,
+        moves: &[infinigen::evict::SlotMove],
+    ) -> Result<()> {
+        let entry = self.shape.block_layer_bytes() / BLOCK_TOKENS as u64;
+        let table = &self.rows[row];
+        let at = |i: u32| {
+            let (block, slot) = table.locate(i as usize).expect("moves stay inside the row");
+            (block as u64 * BLOCK_TOKENS as u64 + slot as u64) * entry
+        };
+        if let Some(m) = moves.iter().find(|m| {
+            let (block, _) = table
+                .locate(m.to as usize)
+                .expect("moves stay inside the row");
+            self.pool.refs(block) > 1
+        }) {
+            return Err(VkError::Kernel {
+                kernel: "kv_evict_move",
+                message: format!("entry {} of row {row} is shared with another row", m.to),
+            });
+        }
+        let offsets: Vec<(u64, u64)> = moves.iter().map(|m| (at(m.from), at(m.to))).collect();
+        for buffers in [&self.k, &self.v] {
+            for b in buffers {
+                rec.copy_regions("kv_evict_move", b, b, &offsets, entry)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Blocks copied on write since the cache was made (beam reorders copy none).
     pub fn block_copies(&self) -> u64 {
         self.block_copies.get()

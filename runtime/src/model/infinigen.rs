@@ -7,19 +7,27 @@
 //! scratch; then l's attention over the scratch and the new token. Every step appends its
 //! keys' partial columns to the partial key cache. Steps with several sequences, and prefill,
 //! attend densely.
+//!
+//! With a pool capacity (`--kv-pool-capacity`), row 0 (the single sequence the engine's
+//! session runs) evicts its least fetched tokens to make room (`kv::infinigen::evict`): their
+//! entries are refilled from the end of the row by device copies of K, V and partial keys,
+//! and `seq_pos` records which position each entry now holds.
 
 use std::sync::Arc;
 
+use crate::error::Error;
 use crate::error::Result;
 use crate::kernels::infinigen::{
-    AttnSparse, IgPartialKeys, IgSelect, IgShape, IgSpeculate, KvGather, QueryAt,
+    AttnSparse, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgToken, KvGather, QueryAt,
 };
 use crate::kernels::RopeSpec;
+use crate::kv::infinigen::evict::{SlotMap, SlotMove};
 use crate::kv::infinigen::{IgParams, IgStats, Skew};
-use crate::kv::KvLayer;
+use crate::kv::{KvCache, KvLayer};
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
 pub(super) struct VkInfinigen {
+    device: Arc<Device>,
     pub params: IgParams,
     pub shape: IgShape,
     partial_keys: IgPartialKeys,
@@ -39,6 +47,12 @@ pub(super) struct VkInfinigen {
     v_scratch: Buffer,
     /// Per layer: [n_kv] tokens selected, read back for the figures.
     sel_count: Vec<Buffer>,
+    /// [rows, n_ctx]: the sequence position each row entry holds.
+    seq_pos: Buffer,
+    /// [rows, n_ctx]: how often each entry was fetched, summed over layers and KV heads.
+    fetches: Buffer,
+    /// Row 0's entries when its pool has a capacity.
+    slots: Option<SlotMap>,
     pub stats: IgStats,
 }
 
@@ -82,6 +96,17 @@ impl VkInfinigen {
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
         let head_dim = skew.head_dim as u32;
+        let identity: Vec<u32> = (0..rows).flat_map(|_| 0..n_ctx as u32).collect();
+        let seq_pos = Buffer::new(
+            device,
+            BufferDesc::host_visible("entry positions", shape.seq_pos_bytes(rows as u32)),
+        )?;
+        seq_pos.upload(0, &identity)?;
+        let fetches = Buffer::new(
+            device,
+            BufferDesc::readback("fetch counters", shape.seq_pos_bytes(rows as u32)),
+        )?;
+        fetches.upload(0, &vec![0u32; rows * n_ctx])?;
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
@@ -97,9 +122,88 @@ impl VkInfinigen {
             k_scratch: local("selected K", shape.scratch_bytes())?,
             v_scratch: local("selected V", shape.scratch_bytes())?,
             sel_count,
+            seq_pos,
+            fetches,
+            device: device.clone(),
+            slots: params
+                .pool_capacity
+                .map(|capacity| SlotMap::new(capacity, params.recent)),
             stats: IgStats::default(),
             shape,
         })
+    }
+
+    /// Tokens `row` has evicted: how far its positions run ahead of its entries.
+    pub fn evicted(&self, row: usize) -> usize {
+        match (&self.slots, row) {
+            (Some(map), 0) => map.evicted(),
+            _ => 0,
+        }
+    }
+
+    /// Notes that row 0 already holds `len` tokens (the cache when InfiniGen is turned on).
+    pub fn adopt(&mut self, len: usize) {
+        if let Some(map) = &mut self.slots {
+            map.clear();
+            map.append(len);
+        }
+    }
+
+    /// Makes room in row 0 for `incoming` tokens and records their positions: when the pool
+    /// would overflow, the least fetched tokens leave and the last entries fill their places
+    /// (copied on the device before this returns), and the row shrinks in `kv`.
+    pub fn make_room(&mut self, kv: &mut KvCache, incoming: usize) -> Result<()> {
+        let Some(map) = &mut self.slots else {
+            return Ok(());
+        };
+        let slots = map.slots();
+        let mut fetches: Vec<u32> = self.fetches.download(slots)?;
+        let moves = map
+            .make_room(incoming, &mut fetches)
+            .map_err(|e| Error::options("kv-pool-capacity", e.to_string()))?;
+        if !moves.is_empty() {
+            let mut rec = Recorder::new(&self.device)?;
+            kv.record_entry_moves(&mut rec, 0, &moves)?;
+            for pkeys in &self.pkeys[self.params.dense_layers.min(self.pkeys.len())..] {
+                record_pkey_moves(&mut rec, self.shape, pkeys, &moves)?;
+            }
+            rec.submit()?;
+        }
+        let kept = map.slots();
+        kv.truncate(0, kept);
+        self.stats.evicted += (slots - kept) as u64;
+        self.fetches.upload(0, &fetches)?;
+        // The new tokens' positions, then every entry that moved.
+        let next = map.next_position() as u32;
+        let new: Vec<u32> = (next..next + incoming as u32).collect();
+        self.seq_pos.upload(kept as u64 * 4, &new)?;
+        for m in &moves {
+            let at = m.to as usize;
+            self.seq_pos
+                .upload(at as u64 * 4, &map.positions()[at..at + 1])?;
+        }
+        map.append(incoming);
+        Ok(())
+    }
+
+    /// Forgets row 0's tokens from position `len` on and returns the entries it keeps: all
+    /// of them up to `len` when the tokens past `len` are the row's last entries (they
+    /// arrived after its last eviction), otherwise none (the row starts over).
+    pub fn truncate_row0(&mut self, entries: usize, len: usize) -> Result<usize> {
+        let Some(map) = &mut self.slots else {
+            return Ok(len.min(entries));
+        };
+        let kept = map.truncate(len);
+        if kept < entries {
+            self.fetches
+                .upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
+        }
+        if map.slots() == 0 {
+            // Entries are positions again.
+            let identity: Vec<u32> = (0..self.shape.n_ctx).collect();
+            self.seq_pos.upload(0, &identity)?;
+        }
+        Ok(kept)
     }
 
     /// Whether layer `l` attends sparsely in a decode step.
@@ -107,9 +211,8 @@ impl VkInfinigen {
         l >= self.params.dense_layers
     }
 
-    /// Speculates layer `l`'s scores for the token at `pos` of `row` from `q_spec`, selects
-    /// and gathers the tokens it will attend to.
-    #[allow(clippy::too_many_arguments)]
+    /// Speculates layer `l`'s scores for the token `at` from `q_spec`, selects and gathers the
+    /// tokens it will attend to.
     pub fn record_fetch<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
@@ -117,11 +220,10 @@ impl VkInfinigen {
         kv: KvLayer<'a>,
         table: &'a Buffer,
         rope: RopeSpec,
-        row: u32,
-        pos: u32,
+        at: IgToken,
     ) -> Result<()> {
         let s = self.shape;
-        let budget = self.params.budget_tokens(pos as usize) as u32;
+        let budget = self.params.budget_tokens(at.index as usize) as u32;
         let q = QueryAt::vector(&self.q_spec, s);
         self.speculate.record(
             rec,
@@ -132,17 +234,17 @@ impl VkInfinigen {
             &self.pkeys[l],
             &self.scores,
             s,
-            row,
-            pos,
+            at,
         )?;
         let alpha = self.params.alpha.min(f32::MAX);
         self.select.record(
             rec,
             &self.scores,
+            &self.seq_pos,
             &self.sel_idx,
             &self.sel_count[l],
             s,
-            pos,
+            at,
             alpha,
             budget.min(s.cap),
             (self.params.recent as u32).min(s.cap - budget.min(s.cap)),
@@ -152,10 +254,11 @@ impl VkInfinigen {
             kv,
             &self.sel_idx,
             &self.sel_count[l],
+            &self.fetches,
             &self.k_scratch,
             &self.v_scratch,
             s,
-            row,
+            at.row,
         )?;
         Ok(())
     }
@@ -232,4 +335,20 @@ impl VkInfinigen {
         }
         Ok(())
     }
+}
+
+/// Records eviction's moves in row 0 of a layer's partial key cache.
+fn record_pkey_moves<'a>(
+    rec: &mut Recorder<'a>,
+    s: IgShape,
+    pkeys: &'a Buffer,
+    moves: &[SlotMove],
+) -> Result<()> {
+    let entry = (s.n_head_kv * s.partial) as u64 * 4;
+    // Row 0's entries come first.
+    let offsets: Vec<(u64, u64)> = moves
+        .iter()
+        .map(|m| (m.from as u64 * entry, m.to as u64 * entry))
+        .collect();
+    Ok(rec.copy_regions("kv_evict_move", pkeys, pkeys, &offsets, entry)?)
 }

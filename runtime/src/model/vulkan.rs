@@ -23,6 +23,7 @@ use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::Error;
 use crate::error::Result;
+use crate::kernels::infinigen::IgToken;
 use crate::kernels::{
     weight_buffer, AttnDecode, AttnPrefill, AttnShape, Embed, Matmul, Matvec, MatvecArgs, RmsNorm,
     RopeKv, RopeSpec, StepToken, SwiGlu, WeightFormat,
@@ -407,7 +408,7 @@ impl VkModel {
             if s.row >= self.kv.shape().rows {
                 return Err(Error::options("row", format!("no cache row {}", s.row)));
             }
-            check_step(&self.config, s.tokens, self.kv.len(s.row), n_ctx)?;
+            check_step(&self.config, s.tokens, self.position(s.row), n_ctx)?;
             needed += self.kv.blocks_needed(s.row, s.tokens.len());
         }
         let free = self.kv.pool().free_blocks();
@@ -425,11 +426,13 @@ impl VkModel {
         for &i in &order {
             let s = &seqs[i];
             let len = self.kv.len(s.row);
+            let pos = self.position(s.row);
             runs.push((i, ids.len(), s.tokens.len(), len));
             for (j, &id) in s.tokens.iter().enumerate() {
                 ids.push(id);
                 steps.push(StepToken {
                     beam: s.beam.unwrap_or(NO_BEAM),
+                    rope_pos: (pos + j) as u32,
                     ..StepToken::new(s.row as u32, (len + j) as u32)
                 });
             }
@@ -444,6 +447,12 @@ impl VkModel {
             }
         }
         result
+    }
+
+    /// The next token's position in `row`'s sequence: its entries, and more once its pool has
+    /// evicted tokens.
+    fn position(&self, row: usize) -> usize {
+        self.kv.len(row) + self.ig.as_ref().map_or(0, |ig| ig.evicted(row))
     }
 
     fn record_step(
@@ -491,7 +500,12 @@ impl VkModel {
                     fetches_all = Some(*len);
                     None
                 } else {
-                    Some((seqs[*i].row as u32, *len as u32))
+                    let row = seqs[*i].row as u32;
+                    Some(IgToken {
+                        row,
+                        index: *len as u32,
+                        pos: steps[0].rope_pos,
+                    })
                 }
             }
             _ => None,
@@ -526,10 +540,10 @@ impl VkModel {
             let kv = self.kv.layer(l);
             let table = &self.rope_table;
             let sparse_here = match (&self.ig, sparse) {
-                (Some(ig), Some((row, pos))) => {
+                (Some(ig), Some(at)) => {
                     // This layer's fetch reads q_spec before the next layer's query replaces it.
                     if ig.sparse_layer(l) {
-                        ig.record_fetch(&mut rec, l, kv, table, rope, row, pos)?;
+                        ig.record_fetch(&mut rec, l, kv, table, rope, at)?;
                     }
                     if let Some(next) = self.layers.get(l + 1).filter(|_| ig.sparse_layer(l + 1)) {
                         // The next layer's query from this layer's input (its W_Q rows come
@@ -579,8 +593,8 @@ impl VkModel {
             k.rope_kv
                 .record(&mut rec, &s.qkv, table, kv, &s.steps, rest, rope)?;
             let decode = shape(0, decode_tokens);
-            if let (true, Some(ig), Some((row, pos))) = (sparse_here, &self.ig, sparse) {
-                ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, row, pos)?;
+            if let (true, Some(ig), Some(at)) = (sparse_here, &self.ig, sparse) {
+                ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, at.row, at.index)?;
             } else if fused {
                 k.attn_decode
                     .record_fused(&mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope)?;
@@ -701,8 +715,8 @@ impl VkModel {
             }
         }
         let done = rec.submit()?;
-        if let (Some(ig), Some((_, pos))) = (&mut self.ig, sparse) {
-            ig.count_step(c.n_layer, pos as usize)?;
+        if let (Some(ig), Some(at)) = (&mut self.ig, sparse) {
+            ig.count_step(c.n_layer, at.index as usize)?;
         }
         if let (Some(ig), Some(pos)) = (&mut self.ig, fetches_all) {
             ig.count_dense_step(c.n_layer, pos);
@@ -796,6 +810,8 @@ impl Backend for VkModel {
             shape.n_ctx,
             shape.rows,
         )?;
+        let mut ig = ig;
+        ig.adopt(self.kv.len(0));
         // Partial keys of what the cache already holds.
         let mut rec = Recorder::new(&self.device)?;
         for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
@@ -822,11 +838,17 @@ impl Backend for VkModel {
     }
 
     fn len(&self) -> usize {
-        self.kv.len(0)
+        self.position(0)
     }
 
     fn truncate(&mut self, len: usize) {
-        self.kv.truncate(0, len);
+        let entries = self.kv.len(0);
+        let kept = match &mut self.ig {
+            // A failed counter reset leaves old counts on fresh tokens: eviction order only.
+            Some(ig) => ig.truncate_row0(entries, len).unwrap_or(0),
+            None => len,
+        };
+        self.kv.truncate(0, kept);
     }
 
     fn profile(&self) -> Vec<(&'static str, f64, u64)> {
@@ -838,7 +860,7 @@ impl Backend for VkModel {
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        check_step(&self.config, tokens, self.kv.len(0), self.n_ctx())?;
+        check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
         let chunks = tokens.len().div_ceil(self.chunk);
         let mut out = Vec::new();
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
@@ -853,7 +875,17 @@ impl Backend for VkModel {
                 logits: rows,
                 beam: None,
             };
-            out.extend(self.step_batch(&[step])?.remove(0));
+            let before = self.position(0);
+            if let Some(ig) = &mut self.ig {
+                ig.make_room(&mut self.kv, chunk.len())?;
+            }
+            match self.step_batch(&[step]) {
+                Ok(mut logits) => out.extend(logits.remove(0)),
+                Err(e) => {
+                    self.truncate(before);
+                    return Err(e);
+                }
+            }
         }
         Ok(out)
     }

@@ -266,25 +266,47 @@ impl<'a> Recorder<'a> {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
+        self.copy_regions(label, src, dst, &[(src_offset, dst_offset)], size)
+    }
+
+    /// Copies `size` bytes from each source offset to its destination offset in one command;
+    /// the source ranges must not overlap the destination ranges.
+    pub fn copy_regions(
+        &mut self,
+        label: &'static str,
+        src: &'a Buffer,
+        dst: &'a Buffer,
+        offsets: &[(u64, u64)],
+        size: u64,
+    ) -> Result<()> {
         let fits = |b: &Buffer, off: u64| off.checked_add(size).is_some_and(|e| e <= b.size());
-        if !fits(src, src_offset) || !fits(dst, dst_offset) {
+        if let Some(bad) = offsets
+            .iter()
+            .find(|&&(s, d)| !fits(src, s) || !fits(dst, d))
+        {
             return Err(VkError::Allocation {
                 what: format!("{} -> {}", src.name(), dst.name()),
-                message: format!("copy of {size} bytes is out of bounds"),
+                message: format!("copy of {size} bytes at {bad:?} is out of bounds"),
             });
+        }
+        if offsets.is_empty() {
+            return Ok(());
         }
         self.barrier_before_command();
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
-        let region = vk::BufferCopy {
-            src_offset,
-            dst_offset,
-            size,
-        };
-        // SAFETY: both buffers are alive for the recorder's lifetime; the range was checked.
+        let regions: Vec<vk::BufferCopy> = offsets
+            .iter()
+            .map(|&(src_offset, dst_offset)| vk::BufferCopy {
+                src_offset,
+                dst_offset,
+                size,
+            })
+            .collect();
+        // SAFETY: both buffers are alive for the recorder's lifetime; the ranges were checked.
         unsafe {
             self.device
                 .raw
-                .cmd_copy_buffer(self.cmd, src.raw, dst.raw, &[region])
+                .cmd_copy_buffer(self.cmd, src.raw, dst.raw, &regions)
         };
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE);
         self.labels.push(label);

@@ -1,6 +1,8 @@
 // Push constants and per-token positions shared by rope_kv and the attention kernels.
-// A step's tokens may belong to several sequences: token t is at position steps[t].y of the
-// sequence in row steps[t].x, whose beam table (or NO_BEAM) starts at steps[t].z.
+// A step's tokens may belong to several sequences: token t sits at index steps[t].y of
+// row steps[t].x (after the steps[t].y it attends to), its sequence's beam table (or NO_BEAM)
+// starts at steps[t].z, and RoPE turns it by its position in the sequence, steps[t].w: the
+// index itself unless the row's pool evicted tokens (runtime/src/kv/infinigen/evict.rs).
 layout(binding = STEPS_BINDING) readonly buffer Steps { uvec4 steps[]; };
 layout(push_constant) uniform Push {
     uint tokens;        // tokens in this dispatch, starting at token t0 of the step

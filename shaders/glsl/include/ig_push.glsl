@@ -2,7 +2,7 @@
 // each kernel reads the fields it needs.
 layout(push_constant) uniform Push {
     uint row;           // sequence slot in the paged pool
-    uint pos;           // the current token's position; its history is 0 .. pos
+    uint pos;           // the current token's index in its row; its history is 0 .. pos
     uint p0;            // ig_partial_keys: positions p0 .. p1
     uint p1;
     uint token;         // queries: token `token` of a [tokens, q_stride] buffer, heads first
@@ -20,4 +20,6 @@ layout(push_constant) uniform Push {
     uint rot_dim;       // ig_speculate: dimensions rotated (0: none)
     uint mode;          // ig_speculate: 0 NeoX, 1 GPT-J
     uint recent;        // ig_select: the newest positions, always kept on top of the rest
+    uint seq_pos;       // the current token's position in its sequence: `pos` unless the
+                        // row's pool evicted tokens (RoPE's angle; what `recent` counts from)
 } p;

@@ -10,6 +10,7 @@
 //! token only. The first layers, whose inputs differ most from their predecessors', run
 //! dense.
 
+pub mod evict;
 pub mod select;
 pub mod skew;
 
@@ -38,6 +39,9 @@ pub struct IgParams {
     pub recent: usize,
     /// The first layers run dense.
     pub dense_layers: usize,
+    /// Most tokens a sequence's pool holds (`--kv-pool-capacity`); past that, the least
+    /// fetched leave ([`evict`]). `None`: the whole context.
+    pub pool_capacity: Option<usize>,
 }
 
 impl IgParams {
@@ -50,6 +54,7 @@ impl IgParams {
             min_budget: 64,
             recent: 32,
             dense_layers: 2,
+            pool_capacity: None,
         }
     }
 
@@ -77,6 +82,8 @@ pub struct IgStats {
     pub available: u64,
     pub min_fetched: Option<u32>,
     pub max_fetched: u32,
+    /// Tokens evicted from the pool (`--kv-pool-capacity`).
+    pub evicted: u64,
 }
 
 impl IgStats {

@@ -62,9 +62,25 @@ pub fn select(
     k: usize,
     recent: usize,
 ) -> Vec<u32> {
+    select_among(scores, n, n_head, n_kv, g, k, |t| t + recent >= n)
+}
+
+/// [`select`] where `is_recent(t)` says which entries are among the newest (once the pool
+/// evicts, an entry's index is no longer its position).
+pub fn select_among(
+    scores: &[f32],
+    n: usize,
+    n_head: usize,
+    n_kv: usize,
+    g: usize,
+    k: usize,
+    is_recent: impl Fn(usize) -> bool,
+) -> Vec<u32> {
     let mut m = relative_scores(scores, n, n_head, n_kv, g);
-    for newest in m.iter_mut().skip(n.saturating_sub(recent)) {
-        *newest = f32::INFINITY;
+    for (t, mt) in m.iter_mut().enumerate() {
+        if is_recent(t) {
+            *mt = f32::INFINITY;
+        }
     }
     let mut chosen: Vec<u32> = (0..n as u32).collect();
     if k < n {
