@@ -11,6 +11,7 @@ use hearth_models::{
 use crate::cpu::CpuModel;
 use crate::error::Result;
 use crate::kernels::WeightFormat;
+use crate::kv::infinigen::evict::PoolCapacity;
 use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
 use crate::kv::{KvPlacement, KvUsage};
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
@@ -67,16 +68,20 @@ pub struct InfinigenOptions {
     pub recent: Option<usize>,
     /// A text file to calibrate skewing on; `None`: the text Hearth ships.
     pub calibration: Option<PathBuf>,
+    /// Most tokens a sequence's pool holds (evicting past that); `None`: the whole context.
+    pub pool_capacity: Option<PoolCapacity>,
 }
 
 impl InfinigenOptions {
-    pub fn params(&self, rope: bool) -> IgParams {
+    /// The settings for a model with (or without) RoPE and a context of `n_ctx`.
+    pub fn params(&self, rope: bool, n_ctx: usize) -> IgParams {
         let d = IgParams::defaults(rope);
         IgParams {
             partial_ratio: self.partial_ratio.unwrap_or(d.partial_ratio),
             alpha: self.alpha.unwrap_or(d.alpha),
             budget: self.budget.unwrap_or(d.budget),
             recent: self.recent.unwrap_or(d.recent),
+            pool_capacity: self.pool_capacity.map(|c| c.tokens(n_ctx)),
             ..d
         }
     }
@@ -143,6 +148,8 @@ pub struct Engine {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     session: Session,
+    /// Tokens the session's KV pool holds, when it evicts (`--kv-pool-capacity`).
+    pool_capacity: Option<usize>,
 }
 
 impl Engine {
@@ -175,6 +182,11 @@ impl Engine {
                 "infinigen and h2o cannot run together",
             ));
         }
+        let pool_capacity = options
+            .infinigen
+            .as_ref()
+            .and_then(|ig| ig.pool_capacity)
+            .map(|c| c.tokens(n_ctx));
         let n_params = config.n_params(model.tensors.tied_embeddings);
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
         let (mut backend, device, weight_formats): Loaded = match options.backend {
@@ -183,7 +195,11 @@ impl Engine {
                 let vk_options = VkModelOptions {
                     n_ctx,
                     n_seq: options.n_seq,
-                    kv_budget: options.kv_budget,
+                    // A pool capacity sizes the pool unless the budget says otherwise.
+                    kv_budget: options.kv_budget.or_else(|| {
+                        let tokens = pool_capacity? * options.n_seq;
+                        Some(KvBudget::Tokens(tokens))
+                    }),
                     kv_placement: options.kv_placement,
                     max_chunk: options.max_chunk,
                     profile: options.profile,
@@ -202,7 +218,7 @@ impl Engine {
             backend.set_h2o(Some(h2o.params(config.rope.is_some())))?;
         }
         if let Some(ig) = &options.infinigen {
-            let params = ig.params(config.rope.is_some());
+            let params = ig.params(config.rope.is_some(), n_ctx);
             let text = match &ig.calibration {
                 Some(p) => std::fs::read_to_string(p).map_err(|e| crate::Error::io(p, e))?,
                 None => infinigen::CALIBRATION_TEXT.to_string(),
@@ -235,6 +251,7 @@ impl Engine {
             tokenizer,
             template,
             session: Session::new(backend),
+            pool_capacity,
         })
     }
 
@@ -291,9 +308,22 @@ impl Engine {
         self.session.backend().as_vulkan().map(|m| m.kv_usage())
     }
 
+    /// Pool eviction moves one sequence's K/V within its row, which rows sharing blocks (the
+    /// scheduler's prefix sharing, beams) cannot allow.
+    fn one_sequence_only(&self, what: &str) -> Result<()> {
+        match self.pool_capacity {
+            Some(tokens) => Err(crate::Error::options(
+                "kv-pool-capacity",
+                format!("{what} is not available with an evicting pool ({tokens} tokens)"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// A continuous-batching scheduler over the model's KV cache (the session's cache is
     /// emptied). Needs the Vulkan backend.
     pub fn scheduler(&mut self) -> Result<Scheduler<'_>> {
+        self.one_sequence_only("batching")?;
         let model = self
             .session
             .fresh_backend()
@@ -305,6 +335,7 @@ impl Engine {
     /// Beam search from `prompt` over the indirect KV cache (needs `n_seq` >= the beam
     /// width); on the CPU reference, the copying reference search.
     pub fn beam_search(&mut self, prompt: &[u32], params: &BeamParams) -> Result<Vec<Hypothesis>> {
+        self.one_sequence_only("beam search")?;
         let tokenizer = &self.tokenizer;
         let eos = |t| tokenizer.is_end_of_generation(t);
         let backend = self.session.fresh_backend();

@@ -165,6 +165,8 @@ impl Session {
         let mut keep = common_prefix(&self.cached, prompt).min(prompt.len() - 1);
         keep = keep.min(self.backend.len());
         self.backend.truncate(keep);
+        // An evicting pool may not go back that far and start over instead.
+        keep = self.backend.len();
         self.cached.truncate(keep);
 
         let start = Instant::now();

@@ -1,6 +1,7 @@
 //! End-to-end checks on a real model, SmolLM2-135M-Instruct (Q4_1; `scripts/setup` fetches it):
 //! the Vulkan executor against the CPU reference, position by position, and generation through
-//! a session on both (the generation test keeps its KV cache in host memory, `--kv-offload full`).
+//! a session on both (the generation test keeps its KV cache in host memory, `--kv-offload full`),
+//! and generation through an InfiniGen pool that evicts (`--kv-pool-capacity`).
 //!
 //! Both paths use the same f16-rounded weights, so differences come only from the order of
 //! floating-point operations. Outside CI a machine without the model or a Vulkan device skips
@@ -11,6 +12,8 @@ use std::sync::Arc;
 
 use hearth_models::{resolve_gguf, GgufFile, Tokenizer};
 use hearth_runtime::cpu::CpuModel;
+use hearth_runtime::engine::{Engine, EngineOptions, InfinigenOptions};
+use hearth_runtime::kv::infinigen::evict::PoolCapacity;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
 use hearth_runtime::sample::SamplerParams;
@@ -200,4 +203,53 @@ fn a_request_longer_than_the_context_fails_before_any_work() {
     // Cancelling loading stops it with a clear error.
     let err = CpuModel::load(&file, &model, 16, &mut |_| false).err();
     assert!(matches!(err, Some(Error::Cancelled)));
+}
+
+/// Through the engine, generation runs past an InfiniGen pool of 128 tokens; a request that
+/// shares only a few words with the cached one goes back past evicted tokens, so the row
+/// starts over and answers as a fresh engine does; batching is refused with a clear error.
+#[test]
+fn generation_runs_past_an_evicting_pool() {
+    let Some(path) = model_path() else { return };
+    if device().is_none() {
+        return;
+    }
+    let options = EngineOptions {
+        n_ctx: Some(512),
+        kv_placement: KvPlacement::Host,
+        infinigen: Some(InfinigenOptions {
+            pool_capacity: Some(PoolCapacity::Tokens(128)),
+            ..InfinigenOptions::default()
+        }),
+        ..EngineOptions::default()
+    };
+    let load = || Engine::load(&path, &options, &mut |_| true).unwrap();
+    let mut engine = load();
+    let prompt = engine.tokenize("Once upon a time, in a small village by the sea, there lived");
+    let long = GenerateParams {
+        max_tokens: Some(200),
+        sampler: SamplerParams::greedy(),
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let g = engine.generate(&prompt, &long, &mut |_| true).unwrap();
+    assert_eq!(g.tokens.len(), 200);
+    // Every token but the last one generated went through the pool.
+    let stored = prompt.len() + 199;
+    let stats = engine.infinigen_stats().unwrap();
+    assert_eq!(stats.evicted as usize, stored - 128);
+    assert_eq!(engine.kv_usage().unwrap().blocks_used, 8);
+
+    let other = engine.tokenize("Once upon a time, there was a dragon who");
+    let short = GenerateParams {
+        max_tokens: Some(24),
+        ..long
+    };
+    let again = engine.generate(&other, &short, &mut |_| true).unwrap();
+    let fresh = load().generate(&other, &short, &mut |_| true).unwrap();
+    assert_eq!(again.tokens, fresh.tokens);
+    assert_eq!(again.timings.cached_tokens, 0, "the row started over");
+
+    let err = engine.scheduler().err().expect("batching is refused");
+    assert!(err.to_string().contains("kv-pool-capacity"), "{err}");
 }

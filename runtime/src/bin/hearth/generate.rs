@@ -85,6 +85,12 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             t.generation_tokens_per_second(),
             engine.info().device,
         );
+        if let Some(s) = engine.infinigen_stats() {
+            eprintln!(
+                "{}",
+                crate::model_args::sparsity_line("InfiniGen", "fetched", s)
+            );
+        }
     } else {
         let out = json!({
             "text": generation.text,
@@ -93,6 +99,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             "prompt_tokens": prompt.len(),
             "seed": params.sampler.seed,
             "device": engine.info().device,
+            "infinigen": engine.infinigen_stats().map(crate::model_args::stats_json),
             "timings": {
                 "prompt_tokens": t.prompt_tokens,
                 "prompt_ms": t.prompt.as_secs_f64() * 1e3,

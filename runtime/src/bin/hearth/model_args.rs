@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
+use hearth_runtime::kv::infinigen::evict::PoolCapacity;
+use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
@@ -78,6 +80,11 @@ pub struct InfinigenArgs {
     /// Text to calibrate the skew matrices on [default: a text Hearth ships].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<std::path::PathBuf>,
+    /// Most tokens a sequence's KV pool holds, as a fraction of the context (`0.5`) or tokens
+    /// (`1024`); past that, the least fetched tokens outside the `--ig-recent` window are
+    /// evicted, so generation runs on [default: the whole context].
+    #[arg(long, value_name = "SIZE")]
+    pub kv_pool_capacity: Option<PoolCapacity>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +152,13 @@ impl RunArgs {
         n_seq: usize,
         load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
     ) -> hearth_runtime::Result<Engine> {
+        if self.infinigen.kv_pool_capacity.is_some() && self.kv_offload != KvOffload::Infinigen {
+            return Err(hearth_runtime::Error::Options {
+                field: "kv-pool-capacity".into(),
+                reason: "evicts by InfiniGen's fetch counts: it needs --kv-offload infinigen"
+                    .into(),
+            });
+        }
         let options = EngineOptions {
             backend: if self.cpu {
                 BackendKind::Cpu
@@ -165,6 +179,7 @@ impl RunArgs {
                 budget: self.infinigen.ig_budget,
                 recent: self.infinigen.ig_recent,
                 calibration: self.infinigen.calibration.clone(),
+                pool_capacity: self.infinigen.kv_pool_capacity,
             }),
             h2o: (self.kv_offload == KvOffload::H2o).then_some(H2oOptions {
                 budget: self.infinigen.ig_budget,
@@ -270,4 +285,31 @@ pub fn print_profile(engine: &Engine) {
             ns / 1e3 / n as f64
         );
     }
+}
+
+/// What a sparse attention (InfiniGen or H2O) read, in words: "InfiniGen fetched 13.3% of the
+/// tokens (...)".
+pub fn sparsity_line(who: &str, verb: &str, s: IgStats) -> String {
+    let evicted = match s.evicted {
+        0 => String::new(),
+        n => format!("; the pool evicted {n} tokens"),
+    };
+    format!(
+        "{who} {verb} {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head){evicted}",
+        100.0 * s.fetched_fraction(),
+        s.mean_fetched(),
+        s.min_fetched.unwrap_or(0),
+        s.max_fetched
+    )
+}
+
+/// What a sparse attention read, for JSON reports.
+pub fn stats_json(s: IgStats) -> serde_json::Value {
+    serde_json::json!({
+        "fetched_fraction": s.fetched_fraction(),
+        "mean_fetched": s.mean_fetched(),
+        "min_fetched": s.min_fetched,
+        "max_fetched": s.max_fetched,
+        "evicted": s.evicted,
+    })
 }

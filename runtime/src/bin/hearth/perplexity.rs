@@ -6,11 +6,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::model::{Backend, Logits};
 use serde_json::json;
 
-use crate::model_args::{step_bar, KvOffload, ModelArgs};
+use crate::model_args::{sparsity_line, stats_json, step_bar, KvOffload, ModelArgs};
 use crate::{DeviceChoice, Format};
 
 #[derive(clap::Args, Debug)]
@@ -101,18 +100,9 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 .enumerate()
                 .map(|(i, p)| format!("[{}]{p:.4}", i + 1))
                 .collect();
-            let line = |who: &str, verb: &str, s: IgStats| {
-                format!(
-                    "{who} {verb} {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head)\n",
-                    100.0 * s.fetched_fraction(),
-                    s.mean_fetched(),
-                    s.min_fetched.unwrap_or(0),
-                    s.max_fetched
-                )
-            };
             let fetched = match (ig, h2o) {
-                (Some(s), _) => line("InfiniGen", "fetched", s),
-                (None, Some(s)) => line("H2O", "attended", s),
+                (Some(s), _) => sparsity_line("InfiniGen", "fetched", s) + "\n",
+                (None, Some(s)) => sparsity_line("H2O", "attended", s) + "\n",
                 (None, None) => String::new(),
             };
             crate::inspect::emit(&format!(
@@ -145,16 +135,6 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
             crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))
         }
     }
-}
-
-/// Tokens a sparse attention (InfiniGen or H2O) read, for the JSON report.
-fn stats_json(s: IgStats) -> serde_json::Value {
-    json!({
-        "fetched_fraction": s.fetched_fraction(),
-        "mean_fetched": s.mean_fetched(),
-        "min_fetched": s.min_fetched,
-        "max_fetched": s.max_fetched,
-    })
 }
 
 /// Logits predicting tokens first+1..len of `window`, one row each: from one pass over the
