@@ -4,7 +4,8 @@
 //! selecting every token matches dense decoding, and at a small budget the device fetches what
 //! the reference fetches and predicts the same distribution (without a Vulkan device these
 //! skip outside CI and fail in CI). With a pool smaller than the sequence, the device evicts
-//! and fetches what the reference does. H2O, the baseline: keeping everything is dense, a small
+//! and fetches what the reference does, and a step of several sequences (one sharing another's
+//! prefix) runs each as it runs alone. H2O, the baseline: keeping everything is dense, a small
 //! budget keeps the recent window and never takes back a token.
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use hearth_quant::Format;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::kv::infinigen::{IgParams, Skew};
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::model::{Backend, KvBudget, Logits, VkModel, VkModelOptions};
+use hearth_runtime::model::{Backend, KvBudget, Logits, SeqStep, VkModel, VkModelOptions};
 use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 use rand::{Rng, SeedableRng};
@@ -363,9 +364,20 @@ fn vulkan_with(
     n_ctx: usize,
     kv_budget: Option<KvBudget>,
 ) -> VkModel {
+    vulkan_rows(dev, file, n_ctx, kv_budget, 1)
+}
+
+fn vulkan_rows(
+    dev: &Arc<Device>,
+    file: &GgufFile,
+    n_ctx: usize,
+    kv_budget: Option<KvBudget>,
+    n_seq: usize,
+) -> VkModel {
     let resolved = resolve_gguf(file).unwrap();
     let options = VkModelOptions {
         n_ctx,
+        n_seq,
         kv_budget,
         kv_placement: KvPlacement::Host,
         ..VkModelOptions::default()
@@ -594,4 +606,67 @@ fn pool_eviction_matches_the_cpu_reference() {
         let b = m.forward(&prompt, Logits::Last).unwrap();
         assert!(max_diff(&a, &b) < 2e-3);
     }
+}
+
+/// A decode step of three sequences runs InfiniGen for each, in one submission: one row
+/// shares the first 64 positions of another (forked, with its partial keys), and every row
+/// fetches and predicts what it does decoding alone.
+#[test]
+fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
+    let Some(dev) = device() else { return };
+    let file = file();
+    let skew = skew(&file);
+    let params = IgParams {
+        budget: 0.25,
+        min_budget: 0,
+        recent: 8,
+        ..IgParams::defaults(true)
+    };
+    let a = tokens(120, 20);
+    let b: Vec<u32> = a[..64].iter().copied().chain(tokens(40, 21)).collect();
+    let c = tokens(90, 22);
+    let mut batched = vulkan_rows(&dev, &file, 256, None, 3);
+    batched.set_infinigen(Some((&skew, params))).unwrap();
+    fn step(row: usize, tokens: &[u32], logits: Option<Logits>) -> SeqStep<'_> {
+        SeqStep {
+            row,
+            tokens,
+            logits,
+            beam: None,
+        }
+    }
+    batched.step_batch(&[step(0, &a, None)]).unwrap();
+    batched.fork(0, 1, 64);
+    batched
+        .step_batch(&[step(1, &b[64..], None), step(2, &c, None)])
+        .unwrap();
+    let mut alone: Vec<VkModel> = [&a, &b, &c]
+        .iter()
+        .map(|prompt| {
+            let mut m = vulkan(&dev, &file, 256);
+            m.set_infinigen(Some((&skew, params))).unwrap();
+            m.forward(prompt, Logits::Last).unwrap();
+            m
+        })
+        .collect();
+    for i in 0..10u64 {
+        let next: Vec<Vec<u32>> = (0..3).map(|r| tokens(1, 100 * r + i)).collect();
+        let steps: Vec<SeqStep> = (0..3)
+            .map(|r| step(r, &next[r], Some(Logits::Last)))
+            .collect();
+        let together = batched.step_batch(&steps).unwrap();
+        for (r, m) in alone.iter_mut().enumerate() {
+            let want = m.forward(&next[r], Logits::Last).unwrap();
+            let d = max_diff(&together[r], &want);
+            assert!(d < 1e-4, "step {i}, row {r}: logits differ by {d}");
+        }
+    }
+    let got = batched.infinigen_stats().unwrap();
+    let want = alone
+        .iter()
+        .map(|m| m.infinigen_stats().unwrap())
+        .fold((0, 0, 0), |(s, f, a), x| {
+            (s + x.selections, f + x.fetched, a + x.available)
+        });
+    assert_eq!((got.selections, got.fetched, got.available), want);
 }

@@ -1,12 +1,13 @@
 //! InfiniGen in the Vulkan executor: the buffers and kernels of `--kv-offload infinigen`, and
 //! what each layer of a step records (see `kv::infinigen` for the method).
 //!
-//! A single-sequence decode step runs, in layer l >= dense_layers: speculation of l's scores
-//! from the query that layer l-1's input produced through l's W_Q (recorded at the start of
-//! layer l-1), selection, and the gather of the selected K/V from the pool into a device
-//! scratch; then l's attention over the scratch and the new token. Every step appends its
-//! keys' partial columns to the partial key cache. Steps with several sequences, and prefill,
-//! attend densely.
+//! A decode step (one new token for each of its sequences) runs, in layer l >= dense_layers,
+//! for every sequence: speculation of l's scores from the query that layer l-1's input
+//! produced through l's W_Q, selection, and the gather of the selected K/V from the pool into
+//! the sequence's device scratch; then l's attention over the scratch and the new token. Every
+//! step appends its keys' partial columns to the partial key cache, and a forked row gets a
+//! copy of its source's. Prefill, and decode steps whose histories the floor and the recent
+//! window cover, attend densely.
 //!
 //! With a pool capacity (`--kv-pool-capacity`), row 0 (the single sequence the engine's
 //! session runs) evicts its least fetched tokens to make room (`kv::infinigen::evict`): their
@@ -39,14 +40,19 @@ pub(super) struct VkInfinigen {
     skew: Vec<Buffer>,
     /// Per layer: [rows, n_ctx, n_kv, r].
     pkeys: Vec<Buffer>,
-    /// [n_head * head_dim]: the next layer's query before RoPE, from this layer's input.
+    /// [rows, n_head * head_dim]: each decode token's query for the next layer, before RoPE,
+    /// from this layer's input.
     pub q_spec: Buffer,
     scores: Buffer,
     sel_idx: Buffer,
-    k_scratch: Buffer,
-    v_scratch: Buffer,
-    /// Per layer: [n_kv] tokens selected, read back for the figures.
-    sel_count: Vec<Buffer>,
+    /// Per token of a decode step: the K and V it gathered.
+    scratch: Vec<(Buffer, Buffer)>,
+    /// Per layer and token of a decode step: [n_kv] tokens selected, read back for the
+    /// figures.
+    sel_count: Vec<Vec<Buffer>>,
+    /// Partial keys to copy when the next step starts: (source row, row, positions), for
+    /// rows forked from others.
+    forks: Vec<(u32, u32, u32)>,
     /// [rows, n_ctx]: the sequence position each row entry holds.
     seq_pos: Buffer,
     /// [rows, n_ctx]: how often each entry was fetched, summed over layers and KV heads.
@@ -89,10 +95,21 @@ impl VkInfinigen {
             .collect::<crate::vk::Result<Vec<_>>>()?;
         let sel_count = (0..skew.n_layer)
             .map(|l| {
-                Buffer::new(
-                    device,
-                    BufferDesc::readback(&format!("blk.{l}.selected"), shape.sel_count_bytes()),
-                )
+                (0..rows)
+                    .map(|t| {
+                        let name = format!("blk.{l}.selected.{t}");
+                        Buffer::new(device, BufferDesc::readback(&name, shape.sel_count_bytes()))
+                    })
+                    .collect::<crate::vk::Result<Vec<_>>>()
+            })
+            .collect::<crate::vk::Result<Vec<_>>>()?;
+        let scratch = (0..rows)
+            .map(|t| {
+                let bytes = shape.scratch_bytes();
+                Ok((
+                    local(&format!("selected K.{t}"), bytes)?,
+                    local(&format!("selected V.{t}"), bytes)?,
+                ))
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
         let head_dim = skew.head_dim as u32;
@@ -116,12 +133,15 @@ impl VkInfinigen {
             attn: AttnSparse::new(device, head_dim)?,
             skew: skew_buffers,
             pkeys,
-            q_spec: local("speculated query", (n_head * skew.head_dim * 4) as u64)?,
+            q_spec: local(
+                "speculated query",
+                (rows * n_head * skew.head_dim * 4) as u64,
+            )?,
             scores: local("speculated scores", shape.scores_bytes())?,
             sel_idx: local("selected positions", shape.sel_idx_bytes())?,
-            k_scratch: local("selected K", shape.scratch_bytes())?,
-            v_scratch: local("selected V", shape.scratch_bytes())?,
+            scratch,
             sel_count,
+            forks: Vec::new(),
             seq_pos,
             fetches,
             device: device.clone(),
@@ -211,8 +231,9 @@ impl VkInfinigen {
         l >= self.params.dense_layers
     }
 
-    /// Speculates layer `l`'s scores for the token `at` from `q_spec`, selects and gathers the
-    /// tokens it will attend to.
+    /// Speculates layer `l`'s scores for token `t` of a decode step, `at`, from `q_spec`,
+    /// selects and gathers the tokens it will attend to into its scratch.
+    #[allow(clippy::too_many_arguments)]
     pub fn record_fetch<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
@@ -220,11 +241,17 @@ impl VkInfinigen {
         kv: KvLayer<'a>,
         table: &'a Buffer,
         rope: RopeSpec,
+        t: usize,
         at: IgToken,
     ) -> Result<()> {
         let s = self.shape;
         let budget = self.params.budget_tokens(at.index as usize) as u32;
-        let q = QueryAt::vector(&self.q_spec, s);
+        let q = QueryAt {
+            token: t as u32,
+            ..QueryAt::vector(&self.q_spec, s)
+        };
+        let (k_scratch, v_scratch) = &self.scratch[t];
+        let sel_count = &self.sel_count[l][t];
         self.speculate.record(
             rec,
             q,
@@ -242,7 +269,7 @@ impl VkInfinigen {
             &self.scores,
             &self.seq_pos,
             &self.sel_idx,
-            &self.sel_count[l],
+            sel_count,
             s,
             at,
             alpha,
@@ -253,18 +280,18 @@ impl VkInfinigen {
             rec,
             kv,
             &self.sel_idx,
-            &self.sel_count[l],
+            sel_count,
             &self.fetches,
-            &self.k_scratch,
-            &self.v_scratch,
+            k_scratch,
+            v_scratch,
             s,
             at.row,
         )?;
         Ok(())
     }
 
-    /// Layer `l`'s attention for the token at `pos` of `row` over what `record_fetch`
-    /// gathered and the token itself; `qkv` holds the token's query after RoPE at `token`.
+    /// Layer `l`'s attention for token `t` of a decode step, `at`, over what `record_fetch`
+    /// gathered and the token itself; `qkv` holds the step's queries after RoPE.
     #[allow(clippy::too_many_arguments)]
     pub fn record_attention<'a>(
         &'a self,
@@ -274,26 +301,66 @@ impl VkInfinigen {
         qkv_stride: u32,
         kv: KvLayer<'a>,
         out: &'a Buffer,
-        row: u32,
-        pos: u32,
+        t: usize,
+        at: IgToken,
     ) -> Result<()> {
         let q = QueryAt {
             buffer: qkv,
-            token: 0,
+            token: t as u32,
             stride: qkv_stride,
         };
+        let (k_scratch, v_scratch) = &self.scratch[t];
         Ok(self.attn.record(
             rec,
             q,
             kv,
-            &self.k_scratch,
-            &self.v_scratch,
-            &self.sel_count[l],
+            k_scratch,
+            v_scratch,
+            &self.sel_count[l][t],
             out,
             self.shape,
-            row,
-            pos,
+            at.row,
+            at.index,
         )?)
+    }
+
+    /// Notes that `row` now shares `src`'s first `len` positions: their partial keys are
+    /// copied when the next step starts.
+    pub fn fork(&mut self, src: usize, row: usize, len: usize) {
+        self.forks.retain(|f| f.1 != row as u32);
+        if len > 0 && src != row {
+            self.forks.push((src as u32, row as u32, len as u32));
+        }
+    }
+
+    /// The rows forked since the last step, for [`record_forks`](Self::record_forks).
+    pub fn take_forks(&mut self) -> Vec<(u32, u32, u32)> {
+        std::mem::take(&mut self.forks)
+    }
+
+    /// Records the partial key copies of forked rows.
+    pub fn record_forks<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        forks: &[(u32, u32, u32)],
+    ) -> Result<()> {
+        let s = self.shape;
+        let entry = (s.n_head_kv * s.partial) as u64 * 4;
+        let row_bytes = s.n_ctx as u64 * entry;
+        for &(src, row, len) in forks {
+            for pkeys in &self.pkeys[self.params.dense_layers.min(self.pkeys.len())..] {
+                let (from, to) = (src as u64 * row_bytes, row as u64 * row_bytes);
+                rec.copy_as(
+                    "ig_fork_partial_keys",
+                    pkeys,
+                    from,
+                    pkeys,
+                    to,
+                    len as u64 * entry,
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Appends the partial keys of `row`'s positions `positions` in layer `l` (their K must
@@ -325,12 +392,15 @@ impl VkInfinigen {
         }
     }
 
-    /// Counts what a sparse step at `pos` fetched, per sparse layer and KV head.
-    pub fn count_step(&mut self, n_layer: usize, pos: usize) -> Result<()> {
+    /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
+    pub fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
         for l in self.params.dense_layers..n_layer {
-            let counts: Vec<u32> = self.sel_count[l].download(self.shape.n_head_kv as usize)?;
-            for c in counts {
-                self.stats.record(c as usize, pos);
+            for (t, at) in tokens.iter().enumerate() {
+                let counts: Vec<u32> =
+                    self.sel_count[l][t].download(self.shape.n_head_kv as usize)?;
+                for c in counts {
+                    self.stats.record(c as usize, at.index as usize);
+                }
             }
         }
         Ok(())

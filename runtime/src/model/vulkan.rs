@@ -386,6 +386,15 @@ impl VkModel {
         self.kv.usage()
     }
 
+    /// Makes row `dst` share the first `len` positions of row `src` (prefix sharing; blocks
+    /// are copied on write), InfiniGen's partial keys included.
+    pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.kv.fork(src, dst, len);
+        if let Some(ig) = &mut self.ig {
+            ig.fork(src, dst, len);
+        }
+    }
+
     /// Most tokens one [`step_batch`](Self::step_batch) takes.
     pub fn max_step_tokens(&self) -> usize {
         self.chunk
@@ -491,24 +500,34 @@ impl VkModel {
                 .iter()
                 .filter(|r| r.2 <= DECODE_MAX_TOKENS)
                 .all(|r| r.2 == 1);
-        // InfiniGen's sparse decode: one sequence, one token, with history, no beam table.
-        // Short histories that the floor and recent window cover whole attend densely.
-        let mut fetches_all = None;
-        let sparse = match (&self.ig, runs) {
-            (Some(ig), [(i, _, 1, len)]) if *len > 0 && seqs[*i].beam.is_none() => {
-                if ig.params.fetches_all(*len) {
-                    fetches_all = Some(*len);
-                    None
-                } else {
-                    let row = seqs[*i].row as u32;
-                    Some(IgToken {
-                        row,
-                        index: *len as u32,
-                        pos: steps[0].rope_pos,
+        // InfiniGen's sparse decode: every sequence brings one token (token t is run t), has
+        // history and reads no beam table. A step where some history is short enough for the
+        // floor and the recent window to cover attends densely.
+        let decodes: Vec<IgToken> = match &self.ig {
+            Some(_)
+                if runs
+                    .iter()
+                    .all(|r| r.2 == 1 && r.3 > 0 && seqs[r.0].beam.is_none()) =>
+            {
+                runs.iter()
+                    .map(|&(i, t0, _, len)| IgToken {
+                        row: seqs[i].row as u32,
+                        index: len as u32,
+                        pos: steps[t0].rope_pos,
                     })
-                }
+                    .collect()
             }
-            _ => None,
+            _ => Vec::new(),
+        };
+        let (sparse, fetches_all) = match &self.ig {
+            Some(ig)
+                if decodes
+                    .iter()
+                    .any(|d| ig.params.fetches_all(d.index as usize)) =>
+            {
+                (Vec::new(), decodes)
+            }
+            _ => (decodes, Vec::new()),
         };
         let prefill_runs: Vec<(usize, usize)> = runs
             .iter()
@@ -527,23 +546,33 @@ impl VkModel {
         // (CPU devices stream for prefill too).
         let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
+        let forks = self
+            .ig
+            .as_mut()
+            .map(VkInfinigen::take_forks)
+            .unwrap_or_default();
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
             Recorder::new(&self.device)?
         };
         self.kv.record_copies(&mut rec, copies)?;
+        if let Some(ig) = &self.ig {
+            ig.record_forks(&mut rec, &forks)?;
+        }
         let ek = k.of(self.token_embd.format);
         ek.embed
             .record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
             let table = &self.rope_table;
-            let sparse_here = match (&self.ig, sparse) {
-                (Some(ig), Some(at)) => {
+            let sparse_here = match &self.ig {
+                Some(ig) if !sparse.is_empty() => {
                     // This layer's fetch reads q_spec before the next layer's query replaces it.
                     if ig.sparse_layer(l) {
-                        ig.record_fetch(&mut rec, l, kv, table, rope, at)?;
+                        for (t, &at) in sparse.iter().enumerate() {
+                            ig.record_fetch(&mut rec, l, kv, table, rope, t, at)?;
+                        }
                     }
                     if let Some(next) = self.layers.get(l + 1).filter(|_| ig.sparse_layer(l + 1)) {
                         // The next layer's query from this layer's input (its W_Q rows come
@@ -559,7 +588,7 @@ impl VkModel {
                                     &ig.q_spec,
                                     attn_dim,
                                     e,
-                                    1,
+                                    t,
                                 )
                             },
                         )?;
@@ -593,8 +622,10 @@ impl VkModel {
             k.rope_kv
                 .record(&mut rec, &s.qkv, table, kv, &s.steps, rest, rope)?;
             let decode = shape(0, decode_tokens);
-            if let (true, Some(ig), Some(at)) = (sparse_here, &self.ig, sparse) {
-                ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, at.row, at.index)?;
+            if let (true, Some(ig)) = (sparse_here, &self.ig) {
+                for (t, &at) in sparse.iter().enumerate() {
+                    ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, t, at)?;
+                }
             } else if fused {
                 k.attn_decode
                     .record_fused(&mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope)?;
@@ -715,11 +746,13 @@ impl VkModel {
             }
         }
         let done = rec.submit()?;
-        if let (Some(ig), Some(at)) = (&mut self.ig, sparse) {
-            ig.count_step(c.n_layer, at.index as usize)?;
-        }
-        if let (Some(ig), Some(pos)) = (&mut self.ig, fetches_all) {
-            ig.count_dense_step(c.n_layer, pos);
+        if let Some(ig) = &mut self.ig {
+            if !sparse.is_empty() {
+                ig.count_step(c.n_layer, &sparse)?;
+            }
+            for d in &fetches_all {
+                ig.count_dense_step(c.n_layer, d.index as usize);
+            }
         }
         if let Some(profile) = &mut self.profile {
             for k in done.kernels {

@@ -334,21 +334,20 @@ impl<'a> Scheduler<'a> {
             }
         }
         let free = self.rows.iter().position(|r| matches!(r, Row::Free));
-        let kv = self.model.kv_mut();
         let (row, keep) = match (free, best) {
             (Some(row), Some((src, keep))) => {
-                kv.fork(src, row, keep);
+                self.model.fork(src, row, keep);
                 (row, keep)
             }
             (Some(row), None) => (row, 0),
             // No free row: take over the best cached one, or the least recently used.
             (None, Some((src, keep))) if matches!(self.rows[src], Row::Cached { .. }) => {
-                kv.truncate(src, keep);
+                self.model.kv_mut().truncate(src, keep);
                 (src, keep)
             }
             (None, _) => {
                 let lru = lru_cached(&self.rows)?;
-                kv.clear(lru);
+                self.model.kv_mut().clear(lru);
                 (lru, 0)
             }
         };
