@@ -114,7 +114,8 @@ pub struct Generation {
 /// One model with its KV cache and the tokens the cache holds.
 pub struct Session {
     backend: Box<dyn Backend + Send>,
-    /// Tokens at positions 0..backend.len().
+    /// Tokens at positions 0..cached.len(); the backend may hold more after
+    /// [`backend_at`](Session::backend_at), which the next use drops.
     cached: Vec<u32>,
 }
 
@@ -136,6 +137,22 @@ impl Session {
         self.cached.clear();
         self.backend.truncate(0);
         &mut *self.backend
+    }
+
+    /// Hands out the backend with the cache holding `prefix` (the part already cached is
+    /// kept, the rest runs), for direct use past it: benchmarks at a depth run the depth once.
+    /// The session then counts only `prefix` as cached.
+    pub fn backend_at(&mut self, prefix: &[u32]) -> Result<&mut dyn Backend> {
+        let keep = common_prefix(&self.cached, prefix).min(self.backend.len());
+        self.backend.truncate(keep);
+        // An evicting pool may not go back that far and start over instead.
+        let keep = self.backend.len().min(keep);
+        self.cached.truncate(keep);
+        if keep < prefix.len() {
+            self.backend.forward(&prefix[keep..], Logits::Last)?;
+        }
+        self.cached = prefix.to_vec();
+        Ok(&mut *self.backend)
     }
 
     /// Tokens in the KV cache.

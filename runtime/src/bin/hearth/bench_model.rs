@@ -1,7 +1,10 @@
 //! `hearth bench -m MODEL`: prompt processing (pp) and text generation (tg) speed, measured
 //! the way llama-bench measures them: pp evaluates a prompt of random tokens from an empty
 //! cache; tg generates tokens one at a time from an empty cache. Each test runs once to warm
-//! up, then `reps` times; JSON uses llama-bench's field names.
+//! up, then `reps` times; JSON uses llama-bench's field names. With a depth, the cache holds
+//! that many tokens first (prefilled once per test, then truncated back to it for every
+//! repetition); with `--parallel N`, tg runs N sequences that share the depth, one decode
+//! step for all of them at a time.
 //!
 //! `hearth bench --synthetic PRESET` measures a model shape without its file: the runtime's
 //! `synthetic` module builds a Llama-architecture file of that shape in memory.
@@ -13,7 +16,7 @@ use hearth_quant::Format as QuantFormat;
 use hearth_runtime::engine::{BackendKind, Engine};
 use hearth_runtime::kv::infinigen::{IgParams, IgStats};
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::model::Logits;
+use hearth_runtime::model::{Backend, Logits, SeqStep};
 use hearth_runtime::synthetic::{self, Preset, PRESETS};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -67,6 +70,11 @@ pub struct BenchModelArgs {
         default_value = "0"
     )]
     pub(crate) depth: Vec<usize>,
+    /// Sequences generating at once in tg tests (comma-separated): they share the depth's
+    /// context, and each decode step runs one token of each (the batched matrix-vector
+    /// path); t/s counts every sequence's tokens.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_name = "N,...")]
+    pub(crate) parallel: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -87,6 +95,8 @@ struct Test {
     n_gen: usize,
     /// Tokens in the cache before the timed part.
     depth: usize,
+    /// Sequences generating at once (tg).
+    parallel: usize,
     /// What InfiniGen fetched during the timed parts, when it is on.
     ig: Option<IgStats>,
     samples_ns: Vec<f64>,
@@ -132,7 +142,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         (Some((3 * p / 2 + 3 * n / 2).max(2)), c.max(1))
     } else {
         let deepest = args.depth.iter().max().copied().unwrap_or(0);
-        (Some((most + deepest).max(1)), 1)
+        let widest = args.parallel.iter().max().copied().unwrap_or(1);
+        if widest > 1 && args.run.infinigen.kv_pool_capacity.is_some() {
+            return Err(anyhow!(
+                "--parallel with --kv-pool-capacity: an evicting pool serves one sequence"
+            ));
+        }
+        (Some((most + deepest).max(1)), widest.max(1))
     };
     let mut engine = match source {
         Source::File(model) => args.run.load(model, device, n_ctx, n_seq)?,
@@ -152,13 +168,18 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     }
     let mut tests: Vec<Test> = Vec::new();
     for &depth in &args.depth {
-        let pp = args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0));
-        let tg = args.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n));
-        for (n_prompt, n_gen) in pp.chain(tg) {
+        let pp = args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, 1));
+        let tg = args
+            .n_gen
+            .iter()
+            .filter(|&&n| n > 0)
+            .flat_map(|&n| args.parallel.iter().map(move |&b| (0, n, b.max(1))));
+        for (n_prompt, n_gen, parallel) in pp.chain(tg) {
             tests.push(Test {
                 n_prompt,
                 n_gen,
                 depth,
+                parallel,
                 ig: None,
                 samples_ns: Vec::new(),
                 kv_blocks_used: 0,
@@ -168,12 +189,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     let n_vocab = engine.info().config.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     for test in &mut tests {
+        let context: Vec<u32> = (0..test.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
         for rep in 0..=args.reps {
-            let tokens: Vec<u32> = (0..test.depth + test.n_prompt.max(test.n_gen))
+            let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen * test.parallel))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
             let before = engine.infinigen_stats();
-            let ns = run_test(&mut engine, test, &tokens)?;
+            let ns = run_test(&mut engine, test, &context, &tokens)?;
             if rep > 0 {
                 test.samples_ns.push(ns);
                 if let (Some(b), Some(a)) = (before, engine.infinigen_stats()) {
@@ -191,12 +213,12 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     report(args, &engine, &source, &tests)
 }
 
-/// One repetition: the time of its timed part (after the depth is prefilled) in nanoseconds.
-fn run_test(engine: &mut Engine, test: &Test, tokens: &[u32]) -> Result<f64> {
-    let backend = engine.session_mut().fresh_backend();
-    let (context, tokens) = tokens.split_at(test.depth);
-    if !context.is_empty() {
-        backend.forward(context, Logits::Last)?;
+/// One repetition: the time of its timed part (after the cache holds `context`) in
+/// nanoseconds.
+fn run_test(engine: &mut Engine, test: &Test, context: &[u32], tokens: &[u32]) -> Result<f64> {
+    let backend = engine.session_mut().backend_at(context)?;
+    if test.parallel > 1 {
+        return run_parallel(backend, test, tokens);
     }
     let start = Instant::now();
     if test.n_prompt > 0 {
@@ -204,6 +226,33 @@ fn run_test(engine: &mut Engine, test: &Test, tokens: &[u32]) -> Result<f64> {
     }
     for &t in &tokens[..test.n_gen] {
         backend.forward(&[t], Logits::Last)?;
+    }
+    Ok(start.elapsed().as_nanos() as f64)
+}
+
+/// tg with `test.parallel` sequences: rows 1.. share row 0's context, and every step decodes
+/// one token of each.
+fn run_parallel(backend: &mut dyn Backend, test: &Test, tokens: &[u32]) -> Result<f64> {
+    let model = backend
+        .as_vulkan_mut()
+        .ok_or_else(|| anyhow!("--parallel needs a Vulkan device"))?;
+    let depth = model.kv().len(0);
+    for row in 1..test.parallel {
+        model.fork(0, row, depth);
+    }
+    let start = Instant::now();
+    for next in tokens.chunks(test.parallel).take(test.n_gen) {
+        let steps: Vec<SeqStep> = next
+            .iter()
+            .enumerate()
+            .map(|(row, t)| SeqStep {
+                row,
+                tokens: std::slice::from_ref(t),
+                logits: Some(Logits::Last),
+                beam: None,
+            })
+            .collect();
+        model.step_batch(&steps)?;
     }
     Ok(start.elapsed().as_nanos() as f64)
 }
@@ -278,7 +327,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
             } else {
                 0.0
             };
-            let n = (t.n_prompt + t.n_gen) as f64;
+            let n = (t.n_prompt + t.n_gen * t.parallel) as f64;
             let samples_ts: Vec<f64> = t.samples_ns.iter().map(|ns| n * 1e9 / ns).collect();
             let (avg_ns, stddev_ns) = mean_sd(&t.samples_ns);
             let (avg_ts, stddev_ts) = mean_sd(&samples_ts);
@@ -296,6 +345,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "n_prompt": t.n_prompt,
                 "n_gen": t.n_gen,
                 "n_depth": t.depth,
+                "n_parallel": t.parallel,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,
                 "avg_ts": avg_ts,
@@ -306,7 +356,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "kv_blocks_used": t.kv_blocks_used,
                 "kv_blocks_total": kv.map_or(0, |k| k.2.blocks_used + k.2.blocks_free),
                 "kv_read_bytes_per_token": kv_read.round() as u64,
-                "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * t.n_gen as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
+                "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * (t.n_gen * t.parallel) as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
                 "ig_fetched_fraction": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.fetched_fraction()),
                 "ig_mean_fetched": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.mean_fetched()),
             })
@@ -322,14 +372,7 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                  | --- | ---: | ---: | --- | --- | ---: | ---: |\n",
             );
             for (t, row) in tests.iter().zip(&rows) {
-                let mut test = if t.n_gen == 0 {
-                    format!("pp{}", t.n_prompt)
-                } else {
-                    format!("tg{}", t.n_gen)
-                };
-                if t.depth > 0 {
-                    test.push_str(&format!(" @ d{}", t.depth));
-                }
+                let test = test_name(t);
                 out.push_str(&format!(
                     "| {} | {:.2} MiB | {:.2} M | {} | {} | {test} | {:.2} ± {:.2} |\n",
                     model_type,
@@ -348,19 +391,14 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                     .filter(|(t, _)| t.n_gen > 0)
                     .map(|(t, row)| {
                         let bytes = row["kv_read_bytes_per_token"].as_f64().unwrap_or_default();
-                        let at = if t.depth > 0 {
-                            format!(" @ d{}", t.depth)
-                        } else {
-                            String::new()
-                        };
                         let fetched = row["ig_fetched_fraction"]
                             .as_f64()
                             .map_or(String::new(), |f| {
                                 format!(" (InfiniGen fetched {:.1}% in its layers)", 100.0 * f)
                             });
                         format!(
-                            "tg{}{at} {:.2} MiB{fetched}",
-                            t.n_gen,
+                            "{} {:.2} MiB{fetched}",
+                            test_name(t),
                             bytes / (1 << 20) as f64
                         )
                     })
@@ -377,6 +415,22 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
             crate::inspect::emit(&out)
         }
     }
+}
+
+/// "pp512", "tg128 @ d2048", "tg32 x8 @ d4096".
+fn test_name(t: &Test) -> String {
+    let mut name = if t.n_gen == 0 {
+        format!("pp{}", t.n_prompt)
+    } else {
+        format!("tg{}", t.n_gen)
+    };
+    if t.parallel > 1 {
+        name.push_str(&format!(" x{}", t.parallel));
+    }
+    if t.depth > 0 {
+        name.push_str(&format!(" @ d{}", t.depth));
+    }
+    name
 }
 
 /// The presets as a table: shape, parameters, and file size in Q4.
