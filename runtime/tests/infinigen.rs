@@ -150,12 +150,7 @@ fn a_small_budget_fetches_few_tokens() {
     let config = sparse.config().clone();
     let calibration = sparse.calibrate(&tokens(128, 6)).unwrap();
     let skew = Skew::from_calibration(&config, &calibration).unwrap();
-    let params = IgParams {
-        budget: 0.25,
-        min_budget: 0,
-        recent: 8,
-        ..IgParams::defaults(true)
-    };
+    let params = small_budget();
     sparse.enable_infinigen(Some((&skew, params)));
     let _ = dense.forward(&prompt, Logits::Last).unwrap();
     let _ = sparse.forward(&prompt, Logits::Last).unwrap();
@@ -391,6 +386,16 @@ fn skew(file: &GgufFile) -> Skew {
     Skew::from_calibration(&config, &m.calibrate(&tokens(96, 4)).unwrap()).unwrap()
 }
 
+/// A quarter of the tokens, the 8 newest besides and no floor: sparse from the first step.
+fn small_budget() -> IgParams {
+    IgParams {
+        budget: 0.25,
+        min_budget: 0,
+        recent: 8,
+        ..IgParams::defaults(true)
+    }
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -439,12 +444,7 @@ fn sparse_decoding_matches_the_cpu_reference() {
     let Some(dev) = device() else { return };
     let file = file();
     let skew = skew(&file);
-    let params = IgParams {
-        budget: 0.25,
-        min_budget: 0,
-        recent: 8,
-        ..IgParams::defaults(true)
-    };
+    let params = small_budget();
     let mut reference = cpu(&file, 256);
     reference.enable_infinigen(Some((&skew, params)));
     let mut device_model = vulkan(&dev, &file, 256);
@@ -529,11 +529,8 @@ fn pool_eviction_matches_the_cpu_reference() {
     let file = file();
     let skew = skew(&file);
     let params = IgParams {
-        budget: 0.25,
-        min_budget: 0,
-        recent: 8,
         pool_capacity: Some(100),
-        ..IgParams::defaults(true)
+        ..small_budget()
     };
     let mut reference = cpu(&file, 256);
     reference.enable_infinigen(Some((&skew, params)));
@@ -616,12 +613,7 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
     let Some(dev) = device() else { return };
     let file = file();
     let skew = skew(&file);
-    let params = IgParams {
-        budget: 0.25,
-        min_budget: 0,
-        recent: 8,
-        ..IgParams::defaults(true)
-    };
+    let params = small_budget();
     let a = tokens(120, 20);
     let b: Vec<u32> = a[..64].iter().copied().chain(tokens(40, 21)).collect();
     let c = tokens(90, 22);
