@@ -2,8 +2,8 @@
 //! the way llama-bench measures them: pp evaluates a prompt of random tokens from an empty
 //! cache; tg generates tokens one at a time from an empty cache. Each test runs once to warm
 //! up, then `reps` times; JSON uses llama-bench's field names. With a depth, the cache holds
-//! that many tokens first (prefilled once per test, then truncated back to it for every
-//! repetition); with `--parallel N`, tg runs N sequences that share the depth, one decode
+//! that many tokens first (prefilled once per depth, then truncated back to for every
+//! repetition and test); with `--parallel N`, tg runs N sequences that share the depth, one decode
 //! step for all of them at a time.
 //!
 //! `hearth bench --synthetic PRESET` measures a model shape without its file: the runtime's
@@ -188,8 +188,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     }
     let n_vocab = engine.info().config.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    // One context per depth, so the tests at a depth share its prefill.
+    let mut contexts: std::collections::HashMap<usize, Vec<u32>> = Default::default();
     for test in &mut tests {
-        let context: Vec<u32> = (0..test.depth).map(|_| rng.gen_range(0..n_vocab)).collect();
+        let context = contexts
+            .entry(test.depth)
+            .or_insert_with(|| (0..test.depth).map(|_| rng.gen_range(0..n_vocab)).collect())
+            .clone();
         for rep in 0..=args.reps {
             let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen * test.parallel))
                 .map(|_| rng.gen_range(0..n_vocab))
