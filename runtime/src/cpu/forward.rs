@@ -8,7 +8,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 use super::ops;
 use crate::error::{Error, Result};
 use crate::kv::h2o::H2o;
-use crate::kv::infinigen::evict::SlotMap;
+use crate::kv::infinigen::evict::{SlotMap, SINKS};
 use crate::kv::infinigen::{self, Calibration, IgParams, IgStats, Skew};
 use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
 
@@ -175,7 +175,7 @@ impl CpuModel {
                 }
             }
             let slots = params.pool_capacity.map(|capacity| {
-                let mut map = SlotMap::new(capacity, params.recent);
+                let mut map = SlotMap::new(capacity, params.recent).keeping_first(SINKS);
                 map.append(self.len);
                 map
             });

@@ -22,7 +22,7 @@ use crate::kernels::infinigen::{
     AttnSparse, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgToken, KvGather, QueryAt,
 };
 use crate::kernels::RopeSpec;
-use crate::kv::infinigen::evict::{SlotMap, SlotMove};
+use crate::kv::infinigen::evict::{SlotMap, SlotMove, SINKS};
 use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::{KvCache, KvLayer};
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
@@ -147,7 +147,7 @@ impl VkInfinigen {
             device: device.clone(),
             slots: params
                 .pool_capacity
-                .map(|capacity| SlotMap::new(capacity, params.recent)),
+                .map(|capacity| SlotMap::new(capacity, params.recent).keeping_first(SINKS)),
             stats: IgStats::default(),
             shape,
         })

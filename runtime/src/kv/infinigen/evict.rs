@@ -1,8 +1,9 @@
 //! Pool eviction (`--kv-pool-capacity`): a sequence keeps at most `capacity` tokens' K/V, so
 //! generation runs past what the pool holds. When a step needs room, old tokens leave: among
 //! those outside the current window (the newest `window` tokens, which selection fetches
-//! anyway), the ones fetched least often so far (InfiniGen's counter policy), the oldest
-//! among equals.
+//! anyway) and past the first few (the attention sinks most heads lean on, [`SINKS`]), the
+//! ones fetched least often so far (InfiniGen's counter policy), the oldest among equals.
+//! Prefill fetches nothing, so what a prompt overflows leaves oldest first.
 //!
 //! Attention does not care in which slot a token's K/V sit, and RoPE has already turned each
 //! key by its own position, so a kept token may move. The row stays dense: the last slots'
@@ -12,6 +13,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+
+/// The first tokens of a sequence, which eviction keeps: small models park much of their
+/// attention on them (attention sinks), and dropping them costs far more than their share.
+pub const SINKS: usize = 4;
 
 /// How many tokens a sequence's pool holds (`--kv-pool-capacity`): a fraction of the context
 /// (`0.5`) or a token count (`1024`, `1024t`).
@@ -99,6 +104,8 @@ impl std::error::Error for NoRoom {}
 pub struct SlotMap {
     capacity: usize,
     window: usize,
+    /// Positions below this are never evicted.
+    sinks: usize,
     /// Position of the token in each slot.
     positions: Vec<u32>,
     /// Positions seen: the next token's position.
@@ -111,9 +118,15 @@ impl SlotMap {
         Self {
             capacity,
             window: window.max(1),
+            sinks: 0,
             positions: Vec::new(),
             next: 0,
         }
+    }
+
+    /// Never evicts the first `n` positions either.
+    pub fn keeping_first(self, n: usize) -> Self {
+        Self { sinks: n, ..self }
     }
 
     pub fn capacity(&self) -> usize {
@@ -201,7 +214,9 @@ impl SlotMap {
             return Ok(Vec::new());
         }
         let mut candidates: Vec<usize> = (0..slots)
-            .filter(|&s| !self.is_recent(s, self.window))
+            .filter(|&s| {
+                !self.is_recent(s, self.window) && self.positions[s] as usize >= self.sinks
+            })
             .collect();
         if need > candidates.len() || incoming > self.capacity {
             return Err(NoRoom {
@@ -342,6 +357,20 @@ mod tests {
         map.append(5);
         assert_eq!(map.truncate(2), 2);
         assert_eq!(map.positions(), &[0, 1]);
+    }
+
+    #[test]
+    fn the_first_tokens_stay() {
+        let mut map = SlotMap::new(8, 2).keeping_first(2);
+        map.append(8);
+        // Positions 0 and 1 were never fetched, but they are sinks.
+        let mut fetches = vec![0, 0, 3, 1, 2, 5, 0, 0];
+        let moves = map.make_room(2, &mut fetches).unwrap();
+        assert_eq!(
+            moves,
+            vec![SlotMove { from: 6, to: 3 }, SlotMove { from: 7, to: 4 }]
+        );
+        assert_eq!(map.positions(), &[0, 1, 2, 6, 7, 5]);
     }
 
     #[test]
