@@ -182,11 +182,11 @@ impl Engine {
                 "infinigen and h2o cannot run together",
             ));
         }
-        let pool_capacity = options
+        let ig_params = options
             .infinigen
             .as_ref()
-            .and_then(|ig| ig.pool_capacity)
-            .map(|c| c.tokens(n_ctx));
+            .map(|ig| ig.params(config.rope.is_some(), n_ctx));
+        let pool_capacity = ig_params.and_then(|p| p.pool_capacity);
         let n_params = config.n_params(model.tensors.tied_embeddings);
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
         let (mut backend, device, weight_formats): Loaded = match options.backend {
@@ -217,8 +217,7 @@ impl Engine {
         if let Some(h2o) = &options.h2o {
             backend.set_h2o(Some(h2o.params(config.rope.is_some())))?;
         }
-        if let Some(ig) = &options.infinigen {
-            let params = ig.params(config.rope.is_some(), n_ctx);
+        if let (Some(ig), Some(params)) = (&options.infinigen, ig_params) {
             let text = match &ig.calibration {
                 Some(p) => std::fs::read_to_string(p).map_err(|e| crate::Error::io(p, e))?,
                 None => infinigen::CALIBRATION_TEXT.to_string(),

@@ -71,6 +71,12 @@ impl From<crate::kv::OutOfBlocks> for Error {
     }
 }
 
+impl From<crate::kv::infinigen::evict::NoRoom> for Error {
+    fn from(e: crate::kv::infinigen::evict::NoRoom) -> Self {
+        Self::options("kv-pool-capacity", e.to_string())
+    }
+}
+
 impl Error {
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
         Self::Io {

@@ -143,16 +143,25 @@ impl Session {
     /// kept, the rest runs), for direct use past it: benchmarks at a depth run the depth once.
     /// The session then counts only `prefix` as cached.
     pub fn backend_at(&mut self, prefix: &[u32]) -> Result<&mut dyn Backend> {
-        let keep = common_prefix(&self.cached, prefix).min(self.backend.len());
-        self.backend.truncate(keep);
-        // An evicting pool may not go back that far and start over instead.
-        let keep = self.backend.len().min(keep);
-        self.cached.truncate(keep);
+        let keep = self.keep_prefix(prefix, prefix.len());
         if keep < prefix.len() {
             self.backend.forward(&prefix[keep..], Logits::Last)?;
         }
         self.cached = prefix.to_vec();
         Ok(&mut *self.backend)
+    }
+
+    /// Cuts the cache back to what it shares with `tokens`, at most `limit` tokens, and
+    /// returns how many it kept.
+    fn keep_prefix(&mut self, tokens: &[u32], limit: usize) -> usize {
+        let keep = common_prefix(&self.cached, tokens)
+            .min(limit)
+            .min(self.backend.len());
+        self.backend.truncate(keep);
+        // An evicting pool may not go back that far and start over instead.
+        let keep = self.backend.len();
+        self.cached.truncate(keep);
+        keep
     }
 
     /// Tokens in the KV cache.
@@ -179,12 +188,7 @@ impl Session {
         params.check(prompt, n_ctx)?;
 
         // Reuse the cached prefix; at least one token must run to produce logits.
-        let mut keep = common_prefix(&self.cached, prompt).min(prompt.len() - 1);
-        keep = keep.min(self.backend.len());
-        self.backend.truncate(keep);
-        // An evicting pool may not go back that far and start over instead.
-        keep = self.backend.len();
-        self.cached.truncate(keep);
+        let keep = self.keep_prefix(prompt, prompt.len() - 1);
 
         let start = Instant::now();
         let new = &prompt[keep..];

@@ -124,14 +124,7 @@ fn selecting_everything_equals_dense() {
     let config = sparse.config().clone();
     let calibration = sparse.calibrate(&tokens(64, 4)).unwrap();
     let skew = Skew::from_calibration(&config, &calibration).unwrap();
-    let params = IgParams {
-        alpha: f32::INFINITY,
-        budget: 1.0,
-        // No floor or window, so the sparse path runs rather than the dense shortcut.
-        min_budget: 0,
-        recent: 0,
-        ..IgParams::defaults(true)
-    };
+    let params = select_everything();
     sparse.enable_infinigen(Some((&skew, params)));
     assert_same_greedy_decoding(&mut dense, &mut sparse, &prompt, 24);
     let stats = sparse.infinigen_stats().unwrap();
@@ -386,6 +379,18 @@ fn skew(file: &GgufFile) -> Skew {
     Skew::from_calibration(&config, &m.calibrate(&tokens(96, 4)).unwrap()).unwrap()
 }
 
+/// An alpha and budget that select every token, with no floor or window, so the sparse path
+/// runs rather than the dense shortcut.
+fn select_everything() -> IgParams {
+    IgParams {
+        alpha: f32::INFINITY,
+        budget: 1.0,
+        min_budget: 0,
+        recent: 0,
+        ..IgParams::defaults(true)
+    }
+}
+
 /// A quarter of the tokens, the 8 newest besides and no floor: sparse from the first step.
 fn small_budget() -> IgParams {
     IgParams {
@@ -412,14 +417,7 @@ fn selecting_everything_matches_dense_on_the_device() {
     let skew = skew(&file);
     let mut dense = vulkan(&dev, &file, 256);
     let mut sparse = vulkan(&dev, &file, 256);
-    let params = IgParams {
-        alpha: f32::INFINITY,
-        budget: 1.0,
-        // No floor or window, so the sparse path runs rather than the dense shortcut.
-        min_budget: 0,
-        recent: 0,
-        ..IgParams::defaults(true)
-    };
+    let params = select_everything();
     sparse.set_infinigen(Some((&skew, params))).unwrap();
     let prompt = tokens(70, 3);
     let mut a = dense.forward(&prompt, Logits::Last).unwrap();

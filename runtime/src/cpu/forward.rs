@@ -90,8 +90,7 @@ impl CpuInfinigen {
             return Ok(None);
         };
         let before = map.slots();
-        map.make_room(n, &mut self.fetches)
-            .map_err(|e| Error::options("kv-pool-capacity", e.to_string()))?;
+        map.make_room(n, &mut self.fetches)?;
         self.stats.evicted += (before - map.slots()) as u64;
         let held = map.positions().to_vec();
         map.append(n);

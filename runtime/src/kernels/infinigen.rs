@@ -50,9 +50,14 @@ impl IgShape {
         self.n_head_kv as u64 * self.head_dim as u64 * self.partial as u64 * 4
     }
 
+    /// Bytes of one entry (position) of the partial key cache: every KV head's columns.
+    pub fn pkey_entry_bytes(&self) -> u64 {
+        self.n_head_kv as u64 * self.partial as u64 * 4
+    }
+
     /// Bytes of a partial key cache of `rows` rows.
     pub fn pkeys_bytes(&self, rows: u32) -> u64 {
-        rows as u64 * self.n_ctx as u64 * self.n_head_kv as u64 * self.partial as u64 * 4
+        rows as u64 * self.n_ctx as u64 * self.pkey_entry_bytes()
     }
 
     pub fn scores_bytes(&self) -> u64 {

@@ -16,7 +16,6 @@
 
 use std::sync::Arc;
 
-use crate::error::Error;
 use crate::error::Result;
 use crate::kernels::infinigen::{
     AttnSparse, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgToken, KvGather, QueryAt,
@@ -178,9 +177,7 @@ impl VkInfinigen {
         };
         let slots = map.slots();
         let mut fetches: Vec<u32> = self.fetches.download(slots)?;
-        let moves = map
-            .make_room(incoming, &mut fetches)
-            .map_err(|e| Error::options("kv-pool-capacity", e.to_string()))?;
+        let moves = map.make_room(incoming, &mut fetches)?;
         if !moves.is_empty() {
             let mut rec = Recorder::new(&self.device)?;
             kv.record_entry_moves(&mut rec, 0, &moves)?;
@@ -344,9 +341,8 @@ impl VkInfinigen {
         rec: &mut Recorder<'a>,
         forks: &[(u32, u32, u32)],
     ) -> Result<()> {
-        let s = self.shape;
-        let entry = (s.n_head_kv * s.partial) as u64 * 4;
-        let row_bytes = s.n_ctx as u64 * entry;
+        let entry = self.shape.pkey_entry_bytes();
+        let row_bytes = self.shape.pkeys_bytes(1);
         for &(src, row, len) in forks {
             for pkeys in &self.pkeys[self.params.dense_layers.min(self.pkeys.len())..] {
                 let (from, to) = (src as u64 * row_bytes, row as u64 * row_bytes);
@@ -414,7 +410,7 @@ fn record_pkey_moves<'a>(
     pkeys: &'a Buffer,
     moves: &[SlotMove],
 ) -> Result<()> {
-    let entry = (s.n_head_kv * s.partial) as u64 * 4;
+    let entry = s.pkey_entry_bytes();
     // Row 0's entries come first.
     let offsets: Vec<(u64, u64)> = moves
         .iter()

@@ -877,8 +877,12 @@ impl Backend for VkModel {
     fn truncate(&mut self, len: usize) {
         let entries = self.kv.len(0);
         let kept = match &mut self.ig {
-            // A failed counter reset leaves old counts on fresh tokens: eviction order only.
-            Some(ig) => ig.truncate_row0(entries, len).unwrap_or(0),
+            // Should resetting the counters or positions fail, the row starts over, its
+            // entries forgotten as the map forgets them.
+            Some(ig) => ig.truncate_row0(entries, len).unwrap_or_else(|_| {
+                ig.adopt(0);
+                0
+            }),
             None => len,
         };
         self.kv.truncate(0, kept);
