@@ -321,8 +321,13 @@ fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
         .sum()
 }
 
+/// A device with the validation layer on, synchronization checks included (where the layer
+/// is installed, as in CI): InfiniGen's fetch runs without barriers around it.
 fn device() -> Option<Arc<Device>> {
-    match Device::new(DeviceDesc::default()) {
+    match Device::new(DeviceDesc {
+        validation: true,
+        ..DeviceDesc::default()
+    }) {
         Ok(d) => Some(d),
         Err(e) => {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true");
@@ -331,6 +336,11 @@ fn device() -> Option<Arc<Device>> {
             None
         }
     }
+}
+
+fn no_validation_messages(dev: &Device) {
+    let messages = dev.take_validation_messages();
+    assert!(messages.is_empty(), "{}", messages.join("\n"));
 }
 
 fn file() -> GgufFile {
@@ -433,6 +443,7 @@ fn selecting_everything_matches_dense_on_the_device() {
     let stats = sparse.infinigen_stats().unwrap();
     assert_eq!(stats.fetched, stats.available);
     assert_eq!(stats.selections, 2 * 2 * 20);
+    no_validation_messages(&dev);
 }
 
 /// At a small budget (and a recent window), the device fetches what the CPU reference fetches
@@ -470,6 +481,15 @@ fn sparse_decoding_matches_the_cpu_reference() {
         got.max_fetched as usize <= 161usize.div_ceil(4) + 8,
         "{got:?}"
     );
+    // Every fetch kernel (speculate, select, gather for each sparse layer and step) was
+    // recorded with no barrier between it and some kernel of the layer before, and the
+    // synchronization checks found no race in that.
+    let sparse_layers = SMALL.n_layer - params.dense_layers;
+    assert_eq!(
+        device_model.fetch_alongside(),
+        (3 * sparse_layers * 12, 3 * sparse_layers * 12)
+    );
+    no_validation_messages(&dev);
 }
 
 /// While the floor and the recent window cover the whole history, decode attends densely
@@ -515,6 +535,9 @@ fn short_histories_attend_densely() {
     );
     if let Some((_, s)) = &on_device {
         assert_eq!(s.infinigen_stats().unwrap(), stats);
+    }
+    if let Some(dev) = &dev {
+        no_validation_messages(dev);
     }
 }
 
@@ -601,6 +624,9 @@ fn pool_eviction_matches_the_cpu_reference() {
         let b = m.forward(&prompt, Logits::Last).unwrap();
         assert!(max_diff(&a, &b) < 2e-3);
     }
+    if let Some(dev) = &dev {
+        no_validation_messages(dev);
+    }
 }
 
 /// A decode step of three sequences runs InfiniGen for each, in one submission: one row
@@ -659,4 +685,14 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
             (s + x.selections, f + x.fetched, a + x.available)
         });
     assert_eq!((got.selections, got.fetched, got.available), want);
+    // The three sequences' fetches run alongside the previous layer too (each has its own
+    // scores, selection and scratch), but for the middle gather: the gathers of a step add
+    // to one fetch counter buffer, so they run one after another.
+    let sparse_layers = SMALL.n_layer - params.dense_layers;
+    let (n, shared) = batched.fetch_alongside();
+    assert_eq!(
+        (n, shared),
+        (9 * sparse_layers * 10, 8 * sparse_layers * 10)
+    );
+    no_validation_messages(&dev);
 }

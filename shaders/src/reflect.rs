@@ -1,14 +1,17 @@
-//! Minimal SPIR-V reflection: which (set, binding) pairs a compute kernel uses, and how many
-//! bytes its push-constant block spans. Enough to build pipeline layouts from the shader and to
+//! Minimal SPIR-V reflection: which (set, binding) pairs a compute kernel uses, which of them
+//! it may write, and how many bytes its push-constant block spans. Enough to build pipeline layouts from the shader and to
 //! check each Rust push-constant struct against it; not a general SPIR-V reader.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What a kernel binds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reflection {
     /// Storage-buffer bindings as (set, binding), sorted.
     pub bindings: Vec<(u32, u32)>,
+    /// Per binding: whether the kernel may write it (a block not declared `readonly`). The
+    /// recorder orders commands by these, so a wrong answer here is a data race.
+    pub writes: Vec<bool>,
     /// Size in bytes of the push-constant block (0 when there is none).
     pub push_constant_size: u32,
 }
@@ -38,6 +41,7 @@ const DEC_ARRAY_STRIDE: u32 = 6;
 const DEC_BINDING: u32 = 33;
 const DEC_DESCRIPTOR_SET: u32 = 34;
 const DEC_OFFSET: u32 = 35;
+const DEC_NON_WRITABLE: u32 = 24;
 const SC_UNIFORM: u32 = 2;
 const SC_PUSH_CONSTANT: u32 = 9;
 const SC_STORAGE_BUFFER: u32 = 12;
@@ -60,6 +64,9 @@ pub fn reflect(words: &[u32]) -> Result<Reflection, ReflectError> {
     let mut bindings: HashMap<u32, (Option<u32>, Option<u32>)> = HashMap::new();
     let mut strides: HashMap<u32, u32> = HashMap::new();
     let mut offsets: HashMap<(u32, u32), u32> = HashMap::new();
+    // Ids (variables) and (struct, member) pairs decorated NonWritable.
+    let mut non_writable: HashSet<u32> = HashSet::new();
+    let mut non_writable_members: HashSet<(u32, u32)> = HashSet::new();
     let mut variables = Vec::new();
 
     let mut i = 5;
@@ -98,6 +105,12 @@ pub fn reflect(words: &[u32]) -> Result<Reflection, ReflectError> {
                 }
                 _ => {}
             },
+            OP_DECORATE if a.len() >= 2 && a[1] == DEC_NON_WRITABLE => {
+                non_writable.insert(a[0]);
+            }
+            OP_MEMBER_DECORATE if a.len() >= 3 && a[2] == DEC_NON_WRITABLE => {
+                non_writable_members.insert((a[0], a[1]));
+            }
             OP_MEMBER_DECORATE if a.len() >= 4 && a[2] == DEC_OFFSET => {
                 offsets.insert((a[0], a[1]), a[3]);
             }
@@ -106,12 +119,29 @@ pub fn reflect(words: &[u32]) -> Result<Reflection, ReflectError> {
         i += count;
     }
 
+    // A block is read-only when the variable, or every member of its struct, is NonWritable.
+    let read_only = |var: u32, ty: u32| {
+        if non_writable.contains(&var) {
+            return true;
+        }
+        let Some(Type::Pointer(pointee)) = types.get(&ty) else {
+            return false;
+        };
+        match types.get(pointee) {
+            Some(Type::Struct(members)) => {
+                (0..members.len() as u32).all(|m| non_writable_members.contains(&(*pointee, m)))
+            }
+            _ => false,
+        }
+    };
     let mut out = Reflection::default();
+    // Aliased blocks share a binding: it is written if any of them is.
+    let mut buffers: BTreeMap<(u32, u32), bool> = BTreeMap::new();
     for (ty, id, class) in variables {
         match class {
             SC_STORAGE_BUFFER | SC_UNIFORM => {
                 if let Some(&(set, Some(binding))) = bindings.get(&id) {
-                    out.bindings.push((set.unwrap_or(0), binding));
+                    *buffers.entry((set.unwrap_or(0), binding)).or_default() |= !read_only(id, ty);
                 }
             }
             SC_PUSH_CONSTANT => {
@@ -124,8 +154,8 @@ pub fn reflect(words: &[u32]) -> Result<Reflection, ReflectError> {
             _ => {}
         }
     }
-    out.bindings.sort_unstable();
-    out.bindings.dedup();
+    out.bindings = buffers.keys().copied().collect();
+    out.writes = buffers.values().copied().collect();
     Ok(out)
 }
 
@@ -180,6 +210,22 @@ mod tests {
     fn rmsnorm_binds_three_buffers_and_eight_bytes_of_push_constants() {
         let r = reflect(crate::RMSNORM.spirv).unwrap();
         assert_eq!(r.bindings, vec![(0, 0), (0, 1), (0, 2)]);
+        assert_eq!(r.writes, vec![false, false, true]);
         assert_eq!(r.push_constant_size, 8);
+    }
+
+    #[test]
+    fn read_write_blocks_count_as_written() {
+        // kv_gather: the cache (bindings 0, 1) is declared read-write, the selection
+        // (3, 4) read-only, the scratch (5, 6) write-only and the fetch counters read-write.
+        let r = reflect(crate::KV_GATHER.spirv).unwrap();
+        let written: Vec<u32> = r
+            .bindings
+            .iter()
+            .zip(&r.writes)
+            .filter(|(_, &w)| w)
+            .map(|(&(_, b), _)| b)
+            .collect();
+        assert_eq!(written, vec![0, 1, 5, 6, 7]);
     }
 }

@@ -26,6 +26,13 @@ use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::{KvCache, KvLayer};
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
+/// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute.
+pub const FETCH_KERNELS: [&str; 3] = [
+    hearth_shaders::IG_SPECULATE.name,
+    hearth_shaders::IG_SELECT.name,
+    hearth_shaders::KV_GATHER.name,
+];
+
 pub(super) struct VkInfinigen {
     device: Arc<Device>,
     pub params: IgParams,
@@ -42,9 +49,10 @@ pub(super) struct VkInfinigen {
     /// [rows, n_head * head_dim]: each decode token's query for the next layer, before RoPE,
     /// from this layer's input.
     pub q_spec: Buffer,
-    scores: Buffer,
-    sel_idx: Buffer,
-    /// Per token of a decode step: the K and V it gathered.
+    /// Per token of a decode step: speculated scores and selected entries.
+    scores: Vec<Buffer>,
+    sel_idx: Vec<Buffer>,
+    /// Per token of a decode step and layer parity: the K and V it gathered.
     scratch: Vec<(Buffer, Buffer)>,
     /// Per layer and token of a decode step: [n_kv] tokens selected, read back for the
     /// figures.
@@ -102,15 +110,23 @@ impl VkInfinigen {
                     .collect::<crate::vk::Result<Vec<_>>>()
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
-        let scratch = (0..rows)
-            .map(|t| {
+        // Per token and layer parity (see `scratch`).
+        let scratch = (0..2 * rows)
+            .map(|i| {
                 let bytes = shape.scratch_bytes();
+                let (t, parity) = (i / 2, i % 2);
                 Ok((
-                    local(&format!("selected K.{t}"), bytes)?,
-                    local(&format!("selected V.{t}"), bytes)?,
+                    local(&format!("selected K.{t}.{parity}"), bytes)?,
+                    local(&format!("selected V.{t}.{parity}"), bytes)?,
                 ))
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
+        // Per token, so the sequences of a batched step select independently.
+        let per_token = |what: &str, bytes: u64| {
+            (0..rows)
+                .map(|t| local(&format!("{what}.{t}"), bytes))
+                .collect::<crate::vk::Result<Vec<_>>>()
+        };
         let head_dim = skew.head_dim as u32;
         let identity: Vec<u32> = (0..rows).flat_map(|_| 0..n_ctx as u32).collect();
         let seq_pos = Buffer::new(
@@ -136,8 +152,8 @@ impl VkInfinigen {
                 "speculated query",
                 (rows * n_head * skew.head_dim * 4) as u64,
             )?,
-            scores: local("speculated scores", shape.scores_bytes())?,
-            sel_idx: local("selected positions", shape.sel_idx_bytes())?,
+            scores: per_token("speculated scores", shape.scores_bytes())?,
+            sel_idx: per_token("selected positions", shape.sel_idx_bytes())?,
             scratch,
             sel_count,
             forks: Vec::new(),
@@ -224,70 +240,115 @@ impl VkInfinigen {
     }
 
     /// Whether layer `l` attends sparsely in a decode step.
+    /// Whether layer `l` attends sparsely; layer 0 never does, having no previous layer to
+    /// speculate from.
     pub fn sparse_layer(&self, l: usize) -> bool {
-        l >= self.params.dense_layers
+        l >= self.params.dense_layers.max(1)
     }
 
-    /// Speculates layer `l`'s scores for token `t` of a decode step, `at`, from `q_spec`,
-    /// selects and gathers the tokens it will attend to into its scratch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_fetch<'a>(
+    /// Layer `l`'s fetch for the tokens of a decode step (token t is `tokens[t]`): its
+    /// speculation, selection and gather, recorded one step at a time (`Fetch::step`).
+    pub fn fetch<'a>(
+        &'a self,
+        l: usize,
+        kv: KvLayer<'a>,
+        table: &'a Buffer,
+        rope: RopeSpec,
+        tokens: &'a [IgToken],
+    ) -> Fetch<'a> {
+        Fetch {
+            ig: self,
+            l,
+            kv,
+            table,
+            rope,
+            tokens,
+            done: 0,
+        }
+    }
+
+    /// Speculates layer `l`'s scores for token `t` of a decode step, `at`, from `q_spec`.
+    fn record_speculate<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
-        kv: KvLayer<'a>,
         table: &'a Buffer,
         rope: RopeSpec,
         t: usize,
         at: IgToken,
     ) -> Result<()> {
-        let s = self.shape;
-        let budget = self.params.budget_tokens(at.index as usize) as u32;
         let q = QueryAt {
             token: t as u32,
-            ..QueryAt::vector(&self.q_spec, s)
+            ..QueryAt::vector(&self.q_spec, self.shape)
         };
-        let (k_scratch, v_scratch) = &self.scratch[t];
-        let sel_count = &self.sel_count[l][t];
-        self.speculate.record(
+        Ok(self.speculate.record(
             rec,
             q,
             table,
             rope,
             &self.skew[l],
             &self.pkeys[l],
-            &self.scores,
-            s,
+            &self.scores[t],
+            self.shape,
             at,
-        )?;
+        )?)
+    }
+
+    /// Selects layer `l`'s tokens for token `t` from its speculated scores.
+    fn record_select<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        t: usize,
+        at: IgToken,
+    ) -> Result<()> {
+        let s = self.shape;
+        let budget = (self.params.budget_tokens(at.index as usize) as u32).min(s.cap);
         let alpha = self.params.alpha.min(f32::MAX);
-        self.select.record(
+        Ok(self.select.record(
             rec,
-            &self.scores,
+            &self.scores[t],
             &self.seq_pos,
-            &self.sel_idx,
-            sel_count,
+            &self.sel_idx[t],
+            &self.sel_count[l][t],
             s,
             at,
             alpha,
-            budget.min(s.cap),
-            (self.params.recent as u32).min(s.cap - budget.min(s.cap)),
-        )?;
-        self.gather.record(
+            budget,
+            (self.params.recent as u32).min(s.cap - budget),
+        )?)
+    }
+
+    /// Gathers the selected K/V of layer `l` (`kv`) into token `t`'s scratch for l.
+    fn record_gather<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        kv: KvLayer<'a>,
+        t: usize,
+        at: IgToken,
+    ) -> Result<()> {
+        let (k_scratch, v_scratch) = self.scratch(l, t);
+        Ok(self.gather.record(
             rec,
             kv,
-            &self.sel_idx,
-            sel_count,
+            &self.sel_idx[t],
+            &self.sel_count[l][t],
             &self.fetches,
             k_scratch,
             v_scratch,
-            s,
+            self.shape,
             at.row,
-        )?;
-        Ok(())
+        )?)
     }
 
-    /// Layer `l`'s attention for token `t` of a decode step, `at`, over what `record_fetch`
+    /// Token `t`'s scratch for layer `l`: consecutive layers use different ones, so layer l's
+    /// fetch can run while layer l-1 attends over its own.
+    fn scratch(&self, l: usize, t: usize) -> &(Buffer, Buffer) {
+        &self.scratch[2 * t + l % 2]
+    }
+
+    /// Layer `l`'s attention for token `t` of a decode step, `at`, over what `record_gather`
     /// gathered and the token itself; `qkv` holds the step's queries after RoPE.
     #[allow(clippy::too_many_arguments)]
     pub fn record_attention<'a>(
@@ -306,7 +367,7 @@ impl VkInfinigen {
             token: t as u32,
             stride: qkv_stride,
         };
-        let (k_scratch, v_scratch) = &self.scratch[t];
+        let (k_scratch, v_scratch) = self.scratch(l, t);
         Ok(self.attn.record(
             rec,
             q,
@@ -398,6 +459,46 @@ impl VkInfinigen {
                     self.stats.record(c as usize, at.index as usize);
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// One layer's fetch (speculation, then selection, then gather) for a decode step's tokens.
+/// The forward pass records a step right after each of the previous layer's kernels that
+/// waits for its predecessor: the step shares no buffer with that kernel, so the two form
+/// one group of commands that a GPU runs together.
+pub(super) struct Fetch<'a> {
+    ig: &'a VkInfinigen,
+    l: usize,
+    kv: KvLayer<'a>,
+    table: &'a Buffer,
+    rope: RopeSpec,
+    tokens: &'a [IgToken],
+    /// Steps recorded.
+    done: usize,
+}
+
+impl<'a> Fetch<'a> {
+    /// Records the next step for every token; nothing once all three are.
+    pub fn step(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
+        let ig = self.ig;
+        for (t, &at) in self.tokens.iter().enumerate() {
+            match self.done {
+                0 => ig.record_speculate(rec, self.l, self.table, self.rope, t, at)?,
+                1 => ig.record_select(rec, self.l, t, at)?,
+                2 => ig.record_gather(rec, self.l, self.kv, t, at)?,
+                _ => return Ok(()),
+            }
+        }
+        self.done += 1;
+        Ok(())
+    }
+
+    /// Records the steps left.
+    pub fn finish(mut self, rec: &mut Recorder<'a>) -> Result<()> {
+        while self.done < 3 {
+            self.step(rec)?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ mod vulkan;
 mod weights;
 
 pub use config::{ModelConfig, Rope};
+pub use infinigen::FETCH_KERNELS;
 pub use matrix::Matrix;
 pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use weights::{LayerWeights, LoadProgress, ProgressFn, WeightReader};
@@ -81,9 +82,20 @@ pub trait Backend {
     fn h2o_stats(&self) -> Option<IgStats> {
         None
     }
-    /// Time per kernel since load as (kernel, nanoseconds, dispatches), where the backend
-    /// was asked to profile; empty otherwise.
-    fn profile(&self) -> Vec<(&'static str, f64, u64)> {
-        Vec::new()
+    /// GPU time per kernel since load, where the backend was asked to profile; empty
+    /// otherwise.
+    fn profile(&self) -> Profile {
+        Profile::default()
     }
+}
+
+/// GPU time per kernel since load (`--profile`).
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// (kernel, nanoseconds, dispatches).
+    pub kernels: Vec<(&'static str, f64, u64)>,
+    /// How long InfiniGen's fetch kernels ran while other kernels ran too: the part of the
+    /// fetch hidden behind the previous layer's compute. Zero on a device that runs one
+    /// command at a time.
+    pub fetch_overlap_ns: f64,
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use hearth_models::{GgufFile, ResolvedModel};
 
-use super::infinigen::VkInfinigen;
-use super::{Backend, Logits, Matrix, ModelConfig, ProgressFn, WeightReader};
+use super::infinigen::{VkInfinigen, FETCH_KERNELS};
+use super::{Backend, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::Error;
@@ -228,10 +228,22 @@ pub struct VkModel {
     chunk: usize,
     /// Bytes of packed weight matrices per format.
     weight_bytes: Vec<(WeightFormat, u64)>,
-    /// Per kernel: (GPU nanoseconds, dispatches), when profiling.
-    profile: Option<BTreeMap<&'static str, (f64, u64)>>,
+    /// Running totals, when profiling.
+    profile: Option<ProfileTotals>,
+    /// InfiniGen fetch commands recorded since load, and how many of them shared a group
+    /// (no barrier between) with the previous layer's kernels.
+    fetch_alongside: (usize, usize),
     /// `--kv-offload infinigen`, when on.
     ig: Option<VkInfinigen>,
+}
+
+/// What `--profile` has timed since load.
+#[derive(Default)]
+struct ProfileTotals {
+    /// Per kernel: (GPU nanoseconds, dispatches).
+    kernels: BTreeMap<&'static str, (f64, u64)>,
+    /// See `Profile::fetch_overlap_ns`.
+    fetch_overlap_ns: f64,
 }
 
 impl VkModel {
@@ -348,7 +360,8 @@ impl VkModel {
             scratch,
             chunk,
             weight_bytes,
-            profile: options.profile.then(BTreeMap::new),
+            profile: options.profile.then(ProfileTotals::default),
+            fetch_alongside: (0, 0),
             ig: None,
         })
     }
@@ -372,6 +385,12 @@ impl VkModel {
     /// Bytes of the KV cache.
     pub fn kv_bytes(&self) -> u64 {
         self.kv.shape().total_bytes()
+    }
+
+    /// InfiniGen fetch commands recorded since load, and how many of them were recorded to
+    /// run alongside the previous layer's kernels (see `Completed::alongside`).
+    pub fn fetch_alongside(&self) -> (usize, usize) {
+        self.fetch_alongside
     }
 
     pub fn kv(&self) -> &KvCache {
@@ -566,36 +585,25 @@ impl VkModel {
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
             let table = &self.rope_table;
-            let sparse_here = match &self.ig {
-                Some(ig) if !sparse.is_empty() => {
-                    // This layer's fetch reads q_spec before the next layer's query replaces it.
-                    if ig.sparse_layer(l) {
-                        for (t, &at) in sparse.iter().enumerate() {
-                            ig.record_fetch(&mut rec, l, kv, table, rope, t, at)?;
-                        }
-                    }
-                    if let Some(next) = self.layers.get(l + 1).filter(|_| ig.sparse_layer(l + 1)) {
-                        // The next layer's query from this layer's input (its W_Q rows come
-                        // first in the fused projection).
-                        k.matvec(
-                            &mut rec,
-                            &next.wqkv,
-                            MatvecArgs {
-                                norm: Some((&w.attn_norm, eps)),
-                                ..MatvecArgs::plain(
-                                    &next.wqkv.buffer,
-                                    &s.x,
-                                    &ig.q_spec,
-                                    attn_dim,
-                                    e,
-                                    t,
-                                )
-                            },
-                        )?;
-                    }
-                    ig.sparse_layer(l)
+            let sparse_here =
+                !sparse.is_empty() && self.ig.as_ref().is_some_and(|ig| ig.sparse_layer(l));
+            // The next layer's fetch, when it attends sparsely: its query from this layer's
+            // input, then speculation, selection and gather, each step recorded after one of
+            // this layer's kernels so that a GPU runs the two together (`Fetch`).
+            let mut fetch_next = match (&self.ig, self.layers.get(l + 1)) {
+                (Some(ig), Some(next)) if !sparse.is_empty() && ig.sparse_layer(l + 1) => {
+                    k.matvec(
+                        &mut rec,
+                        &next.wqkv,
+                        MatvecArgs {
+                            // Its W_Q rows come first in the fused projection.
+                            norm: Some((&w.attn_norm, eps)),
+                            ..MatvecArgs::plain(&next.wqkv.buffer, &s.x, &ig.q_spec, attn_dim, e, t)
+                        },
+                    )?;
+                    Some(ig.fetch(l + 1, self.kv.layer(l + 1), table, rope, &sparse))
                 }
-                _ => false,
+                _ => None,
             };
             if streaming {
                 let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
@@ -619,8 +627,12 @@ impl VkModel {
             } else {
                 all
             };
+            let before = rec.len();
             k.rope_kv
                 .record(&mut rec, &s.qkv, table, kv, &s.steps, rest, rope)?;
+            if let Some(f) = fetch_next.as_mut().filter(|_| rec.len() > before) {
+                f.step(&mut rec)?;
+            }
             let decode = shape(0, decode_tokens);
             if let (true, Some(ig)) = (sparse_here, &self.ig) {
                 for (t, &at) in sparse.iter().enumerate() {
@@ -636,6 +648,9 @@ impl VkModel {
             for &(t0, tokens) in &prefill_runs {
                 k.attn_prefill
                     .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, shape(t0, tokens))?;
+            }
+            if let Some(f) = &mut fetch_next {
+                f.step(&mut rec)?;
             }
             if let Some(ig) = self.ig.as_ref().filter(|ig| ig.sparse_layer(l)) {
                 for &(i, _, tokens, len) in runs {
@@ -654,6 +669,9 @@ impl VkModel {
                         ..mv(&w.wo.buffer, &s.att, &s.x, e, attn_dim)
                     },
                 )?;
+                if let Some(f) = &mut fetch_next {
+                    f.step(&mut rec)?;
+                }
                 k.matvec(
                     &mut rec,
                     &w.w_gate_up,
@@ -663,6 +681,9 @@ impl VkModel {
                         ..mv(&w.w_gate_up.buffer, &s.x, &s.hidden, n_ff, e)
                     },
                 )?;
+                if let Some(f) = &mut fetch_next {
+                    f.step(&mut rec)?;
+                }
                 k.matvec(
                     &mut rec,
                     &w.w_down,
@@ -673,6 +694,9 @@ impl VkModel {
                 )?;
             } else {
                 k.matmul(&mut rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)?;
+                if let Some(f) = &mut fetch_next {
+                    f.step(&mut rec)?;
+                }
                 k.rmsnorm
                     .record(&mut rec, &s.x, &w.ffn_norm, &s.xn, t, e, eps)?;
                 k.matmul(
@@ -685,9 +709,15 @@ impl VkModel {
                     e,
                     false,
                 )?;
+                if let Some(f) = &mut fetch_next {
+                    f.step(&mut rec)?;
+                }
                 k.swiglu
                     .record_fused(&mut rec, &s.gate_up, &s.hidden, t, n_ff)?;
                 k.matmul(&mut rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)?;
+            }
+            if let Some(fetch) = fetch_next {
+                fetch.finish(&mut rec)?;
             }
         }
 
@@ -754,9 +784,13 @@ impl VkModel {
                 ig.count_dense_step(c.n_layer, d.index as usize);
             }
         }
+        let (n, shared) = done.alongside(&FETCH_KERNELS);
+        self.fetch_alongside.0 += n;
+        self.fetch_alongside.1 += shared;
         if let Some(profile) = &mut self.profile {
+            profile.fetch_overlap_ns += done.overlap_ns(&FETCH_KERNELS);
             for k in done.kernels {
-                let e = profile.entry(k.label).or_default();
+                let e = profile.kernels.entry(k.label).or_default();
                 e.0 += k.ns;
                 e.1 += 1;
             }
@@ -888,12 +922,18 @@ impl Backend for VkModel {
         self.kv.truncate(0, kept);
     }
 
-    fn profile(&self) -> Vec<(&'static str, f64, u64)> {
-        self.profile
-            .iter()
-            .flatten()
-            .map(|(&k, &(ns, n))| (k, ns, n))
-            .collect()
+    fn profile(&self) -> Profile {
+        let Some(totals) = &self.profile else {
+            return Profile::default();
+        };
+        Profile {
+            kernels: totals
+                .kernels
+                .iter()
+                .map(|(&k, &(ns, n))| (k, ns, n))
+                .collect(),
+            fetch_overlap_ns: totals.fetch_overlap_ns,
+        }
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {

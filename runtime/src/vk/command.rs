@@ -1,6 +1,10 @@
 //! Recording and submitting work. A `Recorder` collects dispatches and copies into one command
-//! buffer, puts a memory barrier between consecutive commands, optionally times each with
-//! timestamp queries, and `submit` runs it all in one submission and waits on a fence.
+//! buffer, puts a memory barrier before each command that touches a buffer in conflict with a
+//! command since the last barrier, optionally times each with timestamp queries, and `submit`
+//! runs it all in one submission and waits on a fence.
+//!
+//! Commands between two barriers are independent, so a GPU may run them at once: a layer's
+//! InfiniGen fetch, recorded between the previous layer's kernels, overlaps their compute.
 
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
@@ -20,7 +24,15 @@ const MAX_QUERIES: u32 = 8192;
 #[derive(Clone, Debug)]
 pub struct KernelTime {
     pub label: &'static str,
+    /// Start, from the submission's first timestamp.
+    pub start_ns: f64,
     pub ns: f64,
+}
+
+impl KernelTime {
+    fn end_ns(&self) -> f64 {
+        self.start_ns + self.ns
+    }
 }
 
 /// What a submission took.
@@ -30,6 +42,9 @@ pub struct Completed {
     pub wall: Duration,
     /// Per-command GPU times, when the recorder was created with timing on.
     pub kernels: Vec<KernelTime>,
+    /// Every command's label and group: commands of one group had no barrier between them,
+    /// so a device may run them together.
+    pub groups: Vec<(&'static str, usize)>,
 }
 
 impl Completed {
@@ -41,6 +56,80 @@ impl Completed {
             .map(|k| k.ns)
             .sum()
     }
+
+    /// How many commands are labelled in `these`, and how many of them share their group with
+    /// a command that is not: work recorded to run alongside the rest.
+    pub fn alongside(&self, these: &[&str]) -> (usize, usize) {
+        let mine = |label: &str| these.contains(&label);
+        let shared = |group: usize| {
+            self.groups
+                .iter()
+                .any(|&(label, g)| g == group && !mine(label))
+        };
+        self.groups
+            .iter()
+            .filter(|(label, _)| mine(label))
+            .fold((0, 0), |(n, s), &(_, g)| {
+                (n + 1, s + usize::from(shared(g)))
+            })
+    }
+
+    /// Time during which a command labelled in `these` ran while any other command ran too:
+    /// the part of their work hidden behind the rest.
+    pub fn overlap_ns(&self, these: &[&str]) -> f64 {
+        let others = merged_spans(self.kernels.iter().filter(|k| !these.contains(&k.label)));
+        merged_spans(self.kernels.iter().filter(|k| these.contains(&k.label)))
+            .iter()
+            .map(|&(a0, a1)| {
+                others
+                    .iter()
+                    .map(|&(b0, b1)| (a1.min(b1) - a0.max(b0)).max(0.0))
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+}
+
+/// The union of the commands' [start, end) spans, as sorted disjoint spans.
+fn merged_spans<'k>(kernels: impl Iterator<Item = &'k KernelTime>) -> Vec<(f64, f64)> {
+    let mut spans: Vec<(f64, f64)> = kernels.map(|k| (k.start_ns, k.end_ns())).collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut merged: Vec<(f64, f64)> = Vec::with_capacity(spans.len());
+    for (s, e) in spans {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// The buffers read and written since the last barrier.
+#[derive(Default)]
+struct Hazards {
+    read: Vec<vk::Buffer>,
+    written: Vec<vk::Buffer>,
+}
+
+impl Hazards {
+    /// Whether a command reading `reads` and writing `writes` must wait for the commands since
+    /// the last barrier: it reads what they write, or writes what they read or write.
+    fn conflict(&self, reads: &[vk::Buffer], writes: &[vk::Buffer]) -> bool {
+        reads.iter().any(|b| self.written.contains(b))
+            || writes
+                .iter()
+                .any(|b| self.written.contains(b) || self.read.contains(b))
+    }
+
+    fn add(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
+        self.read.extend_from_slice(reads);
+        self.written.extend_from_slice(writes);
+    }
+
+    fn clear(&mut self) {
+        self.read.clear();
+        self.written.clear();
+    }
 }
 
 pub struct Recorder<'a> {
@@ -50,7 +139,11 @@ pub struct Recorder<'a> {
     cmd: vk::CommandBuffer,
     queries: Option<vk::QueryPool>,
     labels: Vec<&'static str>,
-    commands: u32,
+    /// Each command's group (the barriers before it).
+    groups: Vec<usize>,
+    hazards: Hazards,
+    /// Barriers recorded so far.
+    barriers: usize,
     /// The buffers recorded here must outlive the recorder (it waits for completion).
     _buffers: PhantomData<&'a Buffer>,
 }
@@ -94,7 +187,9 @@ impl<'a> Recorder<'a> {
             cmd,
             queries: None,
             labels: Vec::new(),
-            commands: 0,
+            groups: Vec::new(),
+            hazards: Hazards::default(),
+            barriers: 0,
             _buffers: PhantomData,
         };
         let begin = vk::CommandBufferBeginInfo::default()
@@ -133,9 +228,12 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// Orders this command after everything recorded before it.
-    fn barrier_before_command(&mut self) {
-        if self.commands > 0 {
+    /// Orders a command with these accesses after everything recorded before it when it
+    /// conflicts with a command since the last barrier; otherwise the two may run together.
+    fn barrier_before_command(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
+        if self.hazards.conflict(reads, writes) {
+            self.hazards.clear();
+            self.barriers += 1;
             let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
             let barrier = vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
@@ -158,7 +256,8 @@ impl<'a> Recorder<'a> {
                 )
             };
         }
-        self.commands += 1;
+        self.hazards.add(reads, writes);
+        self.groups.push(self.barriers);
     }
 
     /// Records one dispatch of `pipeline` with `buffers` bound to its bindings in order.
@@ -193,7 +292,11 @@ impl<'a> Recorder<'a> {
                 "workgroup count {groups:?} outside 1..={max:?}"
             )));
         }
-        self.barrier_before_command();
+        let (written, read): (Vec<_>, Vec<_>) =
+            buffers.iter().zip(&pipeline.writes).partition(|(_, &w)| w);
+        let raw = |list: Vec<(&&Buffer, &bool)>| list.iter().map(|(b, _)| b.raw).collect();
+        let (reads, writes): (Vec<vk::Buffer>, Vec<vk::Buffer>) = (raw(read), raw(written));
+        self.barrier_before_command(&reads, &writes);
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
             .iter()
             .map(|b| {
@@ -292,7 +395,7 @@ impl<'a> Recorder<'a> {
         if offsets.is_empty() {
             return Ok(());
         }
-        self.barrier_before_command();
+        self.barrier_before_command(&[src.raw], &[dst.raw]);
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
         let regions: Vec<vk::BufferCopy> = offsets
             .iter()
@@ -326,6 +429,12 @@ impl<'a> Recorder<'a> {
         self.labels.is_empty()
     }
 
+    /// Barriers recorded so far: one less than the number of groups of commands that may run
+    /// together.
+    pub fn barriers(&self) -> usize {
+        self.barriers
+    }
+
     /// Submits everything in one submission and waits for it to finish.
     pub fn submit(self) -> Result<Completed> {
         let raw = &self.device.raw;
@@ -355,6 +464,12 @@ impl<'a> Recorder<'a> {
             Ok(Completed {
                 wall,
                 kernels: self.read_timestamps()?,
+                groups: self
+                    .labels
+                    .iter()
+                    .copied()
+                    .zip(self.groups.iter().copied())
+                    .collect(),
             })
         }
     }
@@ -389,6 +504,7 @@ impl<'a> Recorder<'a> {
             .enumerate()
             .map(|(i, &label)| KernelTime {
                 label,
+                start_ns: stamps[2 * i].saturating_sub(stamps[0]) as f64 * period as f64,
                 ns: stamps[2 * i + 1].saturating_sub(stamps[2 * i]) as f64 * period as f64,
             })
             .collect())

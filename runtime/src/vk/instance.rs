@@ -70,11 +70,17 @@ impl Instance {
             .api_version(vk::API_VERSION_1_2);
         let layer_names = [VALIDATION_LAYER.as_ptr()];
         let ext_names = [ash::ext::debug_utils::NAME.as_ptr()];
+        // Synchronization validation too: the recorder leaves out barriers between
+        // independent commands, and a missing one is a race that a CPU device never shows.
+        let features = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut checks =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&features);
         let mut info = vk::InstanceCreateInfo::default().application_info(&app);
         if validation {
             info = info
                 .enabled_layer_names(&layer_names)
-                .enabled_extension_names(&ext_names);
+                .enabled_extension_names(&ext_names)
+                .push_next(&mut checks);
         }
         // SAFETY: every pointer in `info` refers to locals that outlive the call.
         let raw = unsafe { entry.create_instance(&info, None) }.map_err(|r| match r {

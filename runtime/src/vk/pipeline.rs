@@ -23,6 +23,8 @@ pub struct Pipeline {
     set_layout: vk::DescriptorSetLayout,
     /// Binding numbers in set 0, ascending: the buffers a dispatch must supply, in order.
     pub(crate) bindings: Vec<u32>,
+    /// Per binding: whether the kernel may write it (the recorder orders commands by this).
+    pub(crate) writes: Vec<bool>,
     pub(crate) push_size: u32,
     /// Specialization constants, by id (0 is the workgroup size in every kernel).
     pub spec: Vec<u32>,
@@ -167,6 +169,7 @@ impl Device {
                     layout,
                     set_layout,
                     bindings,
+                    writes: reflection.writes.clone(),
                     push_size: reflection.push_constant_size,
                     spec: spec.to_vec(),
                 }),

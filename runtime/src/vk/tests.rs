@@ -151,3 +151,75 @@ fn timed_recorder_reports_each_dispatch() {
     );
     finish(&dev);
 }
+
+#[test]
+fn barriers_separate_only_commands_that_share_a_written_buffer() {
+    let Some(dev) = device() else { return };
+    let swiglu = crate::kernels::SwiGlu::new(&dev).unwrap();
+    let n = 256;
+    let gate: Vec<f32> = (0..n).map(|i| i as f32 / 64.0 - 2.0).collect();
+    let up = vec![0.5f32; n];
+    let a = Buffer::from_slice(&dev, "a", &gate).unwrap();
+    let b = Buffer::from_slice(&dev, "b", &up).unwrap();
+    let [c, d, e, f] =
+        ["c", "d", "e", "f"].map(|name| Buffer::from_slice(&dev, name, &vec![0f32; n]).unwrap());
+    let mut rec = Recorder::new(&dev).unwrap();
+    // Two products of the same inputs into different outputs: independent.
+    swiglu.record(&mut rec, &a, &b, &c, n as u32).unwrap();
+    swiglu.record(&mut rec, &a, &b, &d, n as u32).unwrap();
+    assert_eq!(rec.barriers(), 0);
+    // Reading c, which the first wrote, waits for it.
+    swiglu.record(&mut rec, &c, &b, &e, n as u32).unwrap();
+    assert_eq!(rec.barriers(), 1);
+    // Writing c, which the last one reads, waits for that read.
+    swiglu.record(&mut rec, &d, &b, &c, n as u32).unwrap();
+    assert_eq!(rec.barriers(), 2);
+    // A copy of buffers nobody since the last barrier wrote needs nothing.
+    rec.copy(&a, 0, &f, 0, (n * 4) as u64).unwrap();
+    assert_eq!(rec.barriers(), 2);
+    let done = rec.submit().unwrap();
+    let groups: Vec<usize> = done.groups.iter().map(|g| g.1).collect();
+    assert_eq!(groups, vec![0, 0, 1, 2, 2]);
+    assert_eq!(done.alongside(&["copy"]), (1, 1));
+
+    let silu_times = |g: &[f32], u: &[f32]| -> Vec<f32> {
+        g.iter()
+            .zip(u)
+            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            .collect()
+    };
+    let first = silu_times(&gate, &up);
+    let close = |got: Vec<f32>, want: &[f32]| {
+        got.iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs()))
+    };
+    assert!(close(d.download(n).unwrap(), &first));
+    assert!(close(e.download(n).unwrap(), &silu_times(&first, &up)));
+    assert!(close(c.download(n).unwrap(), &silu_times(&first, &up)));
+    assert_eq!(f.download::<f32>(n).unwrap(), gate);
+    finish(&dev);
+}
+
+#[test]
+fn overlap_counts_time_shared_with_other_commands_once() {
+    let k = |label, start_ns, ns| KernelTime {
+        label,
+        start_ns,
+        ns,
+    };
+    let done = Completed {
+        wall: Default::default(),
+        groups: Vec::new(),
+        kernels: vec![
+            k("fetch", 0.0, 10.0),
+            k("matvec", 5.0, 15.0),
+            // Inside the matvec's span: the same 5 ns are not counted twice.
+            k("attn", 6.0, 2.0),
+            k("fetch", 30.0, 10.0),
+        ],
+    };
+    assert_eq!(done.overlap_ns(&["fetch"]), 5.0);
+    assert_eq!(done.overlap_ns(&["attn"]), 2.0);
+    assert_eq!(done.overlap_ns(&["nothing"]), 0.0);
+}

@@ -8,7 +8,7 @@ use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, Inf
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
 use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::model::{KvBudget, ProgressFn};
+use hearth_runtime::model::{KvBudget, ProgressFn, FETCH_KERNELS};
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -267,12 +267,19 @@ pub fn step_bar(len: u64, what: &str) -> ProgressBar {
 
 /// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
 pub fn print_profile(engine: &Engine) {
-    let mut rows = engine.session().backend().profile();
+    let profile = engine.session().backend().profile();
+    let mut rows = profile.kernels;
     if rows.is_empty() {
         return;
     }
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = rows.iter().map(|r| r.1).sum();
+    let fetch: f64 = rows
+        .iter()
+        .filter(|r| FETCH_KERNELS.contains(&r.0))
+        .map(|r| r.1)
+        .sum();
+
     eprintln!(
         "{:<16} {:>10} {:>7} {:>10} {:>9}",
         "kernel", "ms", "%", "dispatches", "us each"
@@ -283,6 +290,13 @@ pub fn print_profile(engine: &Engine) {
             ns / 1e6,
             100.0 * ns / total,
             ns / 1e3 / n as f64
+        );
+    }
+    if fetch > 0.0 {
+        eprintln!(
+            "InfiniGen fetch: {:.1} ms, {:.1} ms of it alongside other kernels",
+            fetch / 1e6,
+            profile.fetch_overlap_ns / 1e6
         );
     }
 }
