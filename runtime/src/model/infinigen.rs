@@ -188,6 +188,7 @@ impl VkInfinigen {
     /// would overflow, the least fetched tokens leave and the last entries fill their places
     /// (copied on the device before this returns), and the row shrinks in `kv`.
     pub fn make_room(&mut self, kv: &mut KvCache, incoming: usize) -> Result<()> {
+        let first_sparse = self.first_sparse();
         let Some(map) = &mut self.slots else {
             return Ok(());
         };
@@ -197,7 +198,7 @@ impl VkInfinigen {
         if !moves.is_empty() {
             let mut rec = Recorder::new(&self.device)?;
             kv.record_entry_moves(&mut rec, 0, &moves)?;
-            for pkeys in &self.pkeys[self.params.dense_layers.min(self.pkeys.len())..] {
+            for pkeys in &self.pkeys[first_sparse.min(self.pkeys.len())..] {
                 record_pkey_moves(&mut rec, self.shape, pkeys, &moves)?;
             }
             rec.submit()?;
@@ -243,7 +244,11 @@ impl VkInfinigen {
     /// Whether layer `l` attends sparsely; layer 0 never does, having no previous layer to
     /// speculate from.
     pub fn sparse_layer(&self, l: usize) -> bool {
-        l >= self.params.dense_layers.max(1)
+        l >= self.first_sparse()
+    }
+
+    fn first_sparse(&self) -> usize {
+        self.params.dense_layers.max(1)
     }
 
     /// Layer `l`'s fetch for the tokens of a decode step (token t is `tokens[t]`): its
@@ -391,21 +396,14 @@ impl VkInfinigen {
         }
     }
 
-    /// The rows forked since the last step, for [`record_forks`](Self::record_forks).
-    pub fn take_forks(&mut self) -> Vec<(u32, u32, u32)> {
-        std::mem::take(&mut self.forks)
-    }
-
-    /// Records the partial key copies of forked rows.
-    pub fn record_forks<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        forks: &[(u32, u32, u32)],
-    ) -> Result<()> {
+    /// Records the partial key copies of the rows forked since the last step. They stay
+    /// pending until [`forks_done`](Self::forks_done): a step that fails before it runs
+    /// leaves them for the next.
+    pub fn record_forks<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<()> {
         let entry = self.shape.pkey_entry_bytes();
         let row_bytes = self.shape.pkeys_bytes(1);
-        for &(src, row, len) in forks {
-            for pkeys in &self.pkeys[self.params.dense_layers.min(self.pkeys.len())..] {
+        for &(src, row, len) in &self.forks {
+            for pkeys in &self.pkeys[self.first_sparse().min(self.pkeys.len())..] {
                 let (from, to) = (src as u64 * row_bytes, row as u64 * row_bytes);
                 rec.copy_as(
                     "ig_fork_partial_keys",
@@ -418,6 +416,11 @@ impl VkInfinigen {
             }
         }
         Ok(())
+    }
+
+    /// The step that copied the pending forks' partial keys ran.
+    pub fn forks_done(&mut self) {
+        self.forks.clear();
     }
 
     /// Appends the partial keys of `row`'s positions `positions` in layer `l` (their K must
@@ -443,7 +446,7 @@ impl VkInfinigen {
 
     /// Counts a decode step at `pos` that read every token (`IgParams::fetches_all`).
     pub fn count_dense_step(&mut self, n_layer: usize, pos: usize) {
-        let heads = (n_layer - self.params.dense_layers) * self.shape.n_head_kv as usize;
+        let heads = n_layer.saturating_sub(self.first_sparse()) * self.shape.n_head_kv as usize;
         for _ in 0..heads {
             self.stats.record(pos, pos);
         }
@@ -451,7 +454,7 @@ impl VkInfinigen {
 
     /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
     pub fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
-        for l in self.params.dense_layers..n_layer {
+        for l in self.first_sparse()..n_layer {
             for (t, at) in tokens.iter().enumerate() {
                 let counts: Vec<u32> =
                     self.sel_count[l][t].download(self.shape.n_head_kv as usize)?;

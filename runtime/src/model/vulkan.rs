@@ -565,11 +565,6 @@ impl VkModel {
         // (CPU devices stream for prefill too).
         let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
-        let forks = self
-            .ig
-            .as_mut()
-            .map(VkInfinigen::take_forks)
-            .unwrap_or_default();
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
@@ -577,7 +572,7 @@ impl VkModel {
         };
         self.kv.record_copies(&mut rec, copies)?;
         if let Some(ig) = &self.ig {
-            ig.record_forks(&mut rec, &forks)?;
+            ig.record_forks(&mut rec)?;
         }
         let ek = k.of(self.token_embd.format);
         ek.embed
@@ -777,6 +772,7 @@ impl VkModel {
         }
         let done = rec.submit()?;
         if let Some(ig) = &mut self.ig {
+            ig.forks_done();
             if !sparse.is_empty() {
                 ig.count_step(c.n_layer, &sparse)?;
             }
