@@ -12,6 +12,7 @@
 // same time, so each load is one load broadcast to all lanes, and there are no barriers.
 #include "common.glsl"
 #define KV_BINDING 2
+#define KV_READ_ONLY
 #define KV_BEAMS
 #include "kv_cache.glsl"
 #define STEPS_BINDING 6

@@ -8,6 +8,7 @@
 #include "common.glsl"
 #include "reduce.glsl"
 #define KV_BINDING 2
+#define KV_READ_ONLY
 #include "kv_cache.glsl"
 #include "ig_push.glsl"
 

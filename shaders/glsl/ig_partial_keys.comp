@@ -6,6 +6,7 @@
 // floats of pkeys.
 #include "common.glsl"
 #define KV_BINDING 0
+#define KV_READ_ONLY
 #include "kv_cache.glsl"
 #include "ig_push.glsl"
 

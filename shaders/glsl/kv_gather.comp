@@ -1,11 +1,12 @@
 #version 450
 // Copies the selected positions' K and V of one row from the paged pool (host memory under
 // InfiniGen) into the device scratch: k_scratch[g][j] = K(row, sel_idx[g][j], g) for
-// j < sel_count[g], and likewise V, and counts each fetch in `fetches` (what pool eviction
-// keeps). Workgroup row y is KV head y; the x groups stride over its selection's vec4s, so the
+// j < sel_count[g], and likewise V, and counts each fetch in the row's `fetches` (what pool
+// eviction keeps; one buffer per row, so the gathers of a step's sequences are independent). Workgroup row y is KV head y; the x groups stride over its selection's vec4s, so the
 // host can size the dispatch without knowing the count.
 #include "common.glsl"
 #define KV_BINDING 0
+#define KV_READ_ONLY
 #include "kv_cache.glsl"
 #include "ig_push.glsl"
 
@@ -13,7 +14,7 @@ layout(binding = 3) readonly buffer Idx { uint sel_idx[]; };     // [n_kv, cap]
 layout(binding = 4) readonly buffer Count { uint sel_count[]; }; // [n_kv]
 layout(binding = 5) writeonly buffer KS { vec4 k_scratch[]; };   // [n_kv, cap, head_dim]
 layout(binding = 6) writeonly buffer VS { vec4 v_scratch[]; };   // [n_kv, cap, head_dim]
-layout(binding = 7) buffer Fetches { uint fetches[]; };          // [rows, n_ctx]
+layout(binding = 7) buffer Fetches { uint fetches[]; };          // [n_ctx], this row's
 
 void main() {
     uint g = gl_WorkGroupID.y;
@@ -25,7 +26,7 @@ void main() {
         uint d = e % hd4;
         uint t = sel_idx[g * p.cap + j];
         if (d == 0) {
-            atomicAdd(fetches[p.row * p.n_ctx + t], 1u);
+            atomicAdd(fetches[t], 1u);
         }
         uint src = kv_index4(kv_slot(p.row, t, p.max_blocks), g, p.n_head_kv, p.head_dim) + d;
         uint dst = (g * p.cap + j) * hd4 + d;

@@ -31,7 +31,8 @@ pub const IG_MAX_HEADS: u32 = 256;
 /// - `sel_idx` [n_head_kv, cap] u32 and `sel_count` [n_head_kv] u32: the selection;
 /// - `k_scratch`, `v_scratch` [n_head_kv, cap, head_dim] f32: the selected K/V;
 /// - `seq_pos` [rows, n_ctx] u32: the sequence position each row entry holds (the entry's
-///   index until the pool evicts), and `fetches` [rows, n_ctx] u32: how often each was fetched.
+///   index until the pool evicts), and `fetches` [n_ctx] u32 per row: how often each was
+///   fetched.
 #[derive(Clone, Copy, Debug)]
 pub struct IgShape {
     pub n_head: u32,
@@ -68,7 +69,7 @@ impl IgShape {
         self.n_head_kv as u64 * self.cap as u64 * 4
     }
 
-    /// Bytes of a [rows, n_ctx] u32 map, as `seq_pos` and `fetches` are.
+    /// Bytes of a [rows, n_ctx] u32 map, as `seq_pos` is (and one row's `fetches`).
     pub fn seq_pos_bytes(&self, rows: u32) -> u64 {
         rows as u64 * self.n_ctx as u64 * 4
     }
@@ -508,8 +509,8 @@ impl KvGather {
     }
 
     /// k_scratch[g][j] = K(row, sel_idx[g][j], g) and likewise V, for j < sel_count[g]; each
-    /// fetch adds one to the entry's counter in `fetches` ([rows, n_ctx] u32), which pool
-    /// eviction reads.
+    /// fetch adds one to the entry's counter in `fetches` (the row's own [n_ctx] u32), which
+    /// pool eviction reads.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -535,7 +536,7 @@ impl KvGather {
                 ),
                 ("sel_idx", sel_idx, s.sel_idx_bytes()),
                 ("sel_count", sel_count, s.sel_count_bytes()),
-                ("fetches", fetches, s.seq_pos_bytes(row + 1)),
+                ("fetches", fetches, s.seq_pos_bytes(1)),
                 ("k_scratch", k_scratch, s.scratch_bytes()),
                 ("v_scratch", v_scratch, s.scratch_bytes()),
             ],
@@ -1090,7 +1091,7 @@ mod tests {
             let n = (s.scratch_bytes() / 4) as usize;
             let k_b = upload(&dev, &vec![f32::MAX; n]);
             let v_b = upload(&dev, &vec![f32::MAX; n]);
-            let fetches_b = u32_buffer(&dev, &vec![1; 2 * s.n_ctx as usize]);
+            let fetches_b = u32_buffer(&dev, &vec![1; s.n_ctx as usize]);
             run(&dev, |rec| {
                 gather
                     .record(
@@ -1107,10 +1108,10 @@ mod tests {
                     .unwrap();
             });
             // Every fetch counts once in row 1's counters, on top of what they held.
-            let fetches: Vec<u32> = fetches_b.download(2 * s.n_ctx as usize).unwrap();
-            let mut want = vec![1u32; 2 * s.n_ctx as usize];
+            let fetches: Vec<u32> = fetches_b.download(s.n_ctx as usize).unwrap();
+            let mut want = vec![1u32; s.n_ctx as usize];
             for &p in lists.iter().flatten() {
-                want[s.n_ctx as usize + p as usize] += 1;
+                want[p as usize] += 1;
             }
             assert_eq!(fetches, want, "fetch counters ({kind:?} shape)");
             let (k, v): (Vec<f32>, Vec<f32>) = (k_b.download(n).unwrap(), v_b.download(n).unwrap());
@@ -1197,7 +1198,7 @@ mod tests {
         let n = (s.scratch_bytes() / 4) as usize;
         let (k_b, v_b) = (zeros(&dev, n), zeros(&dev, n));
         let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
-        let fetches_b = u32_buffer(&dev, &vec![0; 2 * s.n_ctx as usize]);
+        let fetches_b = u32_buffer(&dev, &vec![0; s.n_ctx as usize]);
         let gather = KvGather::shaped_for(&dev, kind).unwrap();
         let attn = AttnSparse::shaped_for(&dev, s.head_dim, kind).unwrap();
         let query = QueryAt {

@@ -62,8 +62,8 @@ pub(super) struct VkInfinigen {
     forks: Vec<(u32, u32, u32)>,
     /// [rows, n_ctx]: the sequence position each row entry holds.
     seq_pos: Buffer,
-    /// [rows, n_ctx]: how often each entry was fetched, summed over layers and KV heads.
-    fetches: Buffer,
+    /// Per row, [n_ctx]: how often each entry was fetched, summed over layers and KV heads.
+    fetches: Vec<Buffer>,
     /// Row 0's entries when its pool has a capacity.
     slots: Option<SlotMap>,
     pub stats: IgStats,
@@ -134,11 +134,14 @@ impl VkInfinigen {
             BufferDesc::host_visible("entry positions", shape.seq_pos_bytes(rows as u32)),
         )?;
         seq_pos.upload(0, &identity)?;
-        let fetches = Buffer::new(
-            device,
-            BufferDesc::readback("fetch counters", shape.seq_pos_bytes(rows as u32)),
-        )?;
-        fetches.upload(0, &vec![0u32; rows * n_ctx])?;
+        let fetches = (0..rows)
+            .map(|row| {
+                let name = format!("fetch counters.{row}");
+                let b = Buffer::new(device, BufferDesc::readback(&name, shape.seq_pos_bytes(1)))?;
+                b.upload(0, &vec![0u32; n_ctx])?;
+                Ok(b)
+            })
+            .collect::<crate::vk::Result<Vec<_>>>()?;
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
@@ -193,7 +196,7 @@ impl VkInfinigen {
             return Ok(());
         };
         let slots = map.slots();
-        let mut fetches: Vec<u32> = self.fetches.download(slots)?;
+        let mut fetches: Vec<u32> = self.fetches[0].download(slots)?;
         let moves = map.make_room(incoming, &mut fetches)?;
         if !moves.is_empty() {
             let mut rec = Recorder::new(&self.device)?;
@@ -206,7 +209,7 @@ impl VkInfinigen {
         let kept = map.slots();
         kv.truncate(0, kept);
         self.stats.evicted += (slots - kept) as u64;
-        self.fetches.upload(0, &fetches)?;
+        self.fetches[0].upload(0, &fetches)?;
         // The new tokens' positions, then every entry that moved.
         let next = map.next_position() as u32;
         let new: Vec<u32> = (next..next + incoming as u32).collect();
@@ -229,8 +232,7 @@ impl VkInfinigen {
         };
         let kept = map.truncate(len);
         if kept < entries {
-            self.fetches
-                .upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
+            self.fetches[0].upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
         }
         if map.slots() == 0 {
             // Entries are positions again.
@@ -339,7 +341,7 @@ impl VkInfinigen {
             kv,
             &self.sel_idx[t],
             &self.sel_count[l][t],
-            &self.fetches,
+            &self.fetches[at.row as usize],
             k_scratch,
             v_scratch,
             self.shape,

@@ -7,9 +7,15 @@
 // KV_BLOCK] at slot pos % KV_BLOCK. Beam search reads history through an indirection (the
 // indirect KV cache): a sequence with a beam table finds position pos in row beams[beam +
 // pos], the row whose lane held its ancestor when pos was written, so reordering beams
-// copies no K/V. The including kernel defines KV_BINDING.
-layout(binding = KV_BINDING) buffer KCache { vec4 k_cache[]; };
-layout(binding = KV_BINDING + 1) buffer VCache { vec4 v_cache[]; };
+// copies no K/V. The including kernel defines KV_BINDING, and KV_READ_ONLY when it only reads
+// the cache (the recorder then lets it run beside other readers of the same layer).
+#ifdef KV_READ_ONLY
+#define KV_ACCESS readonly
+#else
+#define KV_ACCESS
+#endif
+layout(binding = KV_BINDING) KV_ACCESS buffer KCache { vec4 k_cache[]; };
+layout(binding = KV_BINDING + 1) KV_ACCESS buffer VCache { vec4 v_cache[]; };
 layout(binding = KV_BINDING + 2) readonly buffer Tables { uint tables[]; };
 
 const uint KV_BLOCK = 16;
