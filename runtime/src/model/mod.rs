@@ -99,3 +99,14 @@ pub struct Profile {
     /// command at a time.
     pub fetch_overlap_ns: f64,
 }
+
+impl Profile {
+    /// GPU time of InfiniGen's fetch kernels (speculation, selection, gather).
+    pub fn fetch_ns(&self) -> f64 {
+        self.kernels
+            .iter()
+            .filter(|k| FETCH_KERNELS.contains(&k.0))
+            .map(|k| k.1)
+            .sum()
+    }
+}

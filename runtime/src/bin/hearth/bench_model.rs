@@ -99,6 +99,9 @@ struct Test {
     parallel: usize,
     /// What InfiniGen fetched during the timed parts, when it is on.
     ig: Option<IgStats>,
+    /// With `--profile`: GPU time of InfiniGen's fetch kernels during the timed parts, and
+    /// how much of it ran alongside other kernels (ns).
+    ig_fetch_ns: (f64, f64),
     samples_ns: Vec<f64>,
     /// KV blocks in use at the end of a repetition.
     kv_blocks_used: usize,
@@ -181,6 +184,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
                 depth,
                 parallel,
                 ig: None,
+                ig_fetch_ns: (0.0, 0.0),
                 samples_ns: Vec::new(),
                 kv_blocks_used: 0,
             });
@@ -200,9 +204,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
             let before = engine.infinigen_stats();
+            let fetch_before = fetch_ns(&engine);
             let ns = run_test(&mut engine, test, &context, &tokens)?;
             if rep > 0 {
                 test.samples_ns.push(ns);
+                let fetch_after = fetch_ns(&engine);
+                test.ig_fetch_ns.0 += fetch_after.0 - fetch_before.0;
+                test.ig_fetch_ns.1 += fetch_after.1 - fetch_before.1;
                 if let (Some(b), Some(a)) = (before, engine.infinigen_stats()) {
                     let ig = test.ig.get_or_insert_with(IgStats::default);
                     ig.selections += a.selections - b.selections;
@@ -216,6 +224,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     }
     crate::model_args::print_profile(&engine);
     report(args, &engine, &source, &tests)
+}
+
+/// GPU time of InfiniGen's fetch kernels so far, and the part of it that ran alongside other
+/// kernels (ns; zero unless profiling).
+fn fetch_ns(engine: &Engine) -> (f64, f64) {
+    let profile = engine.session().backend().profile();
+    (profile.fetch_ns(), profile.fetch_overlap_ns)
 }
 
 /// One repetition: the time of its timed part (after the cache holds `context`) in
@@ -333,6 +348,8 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 0.0
             };
             let n = (t.n_prompt + t.n_gen * t.parallel) as f64;
+            // Tokens generated over the timed repetitions.
+            let generated = (t.n_gen * t.parallel * t.samples_ns.len()).max(1) as f64;
             let samples_ts: Vec<f64> = t.samples_ns.iter().map(|ns| n * 1e9 / ns).collect();
             let (avg_ns, stddev_ns) = mean_sd(&t.samples_ns);
             let (avg_ts, stddev_ts) = mean_sd(&samples_ts);
@@ -364,6 +381,8 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * (t.n_gen * t.parallel) as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
                 "ig_fetched_fraction": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.fetched_fraction()),
                 "ig_mean_fetched": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.mean_fetched()),
+                "ig_fetch_ms_per_token": (t.ig_fetch_ns.0 > 0.0).then(|| t.ig_fetch_ns.0 / 1e6 / generated),
+                "ig_fetch_overlap_ms_per_token": (t.ig_fetch_ns.0 > 0.0).then(|| t.ig_fetch_ns.1 / 1e6 / generated),
             })
         })
         .collect();

@@ -8,7 +8,7 @@ use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, Inf
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
 use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::model::{KvBudget, ProgressFn, FETCH_KERNELS};
+use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -268,18 +268,13 @@ pub fn step_bar(len: u64, what: &str) -> ProgressBar {
 /// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
 pub fn print_profile(engine: &Engine) {
     let profile = engine.session().backend().profile();
-    let mut rows = profile.kernels;
+    let mut rows = profile.kernels.clone();
     if rows.is_empty() {
         return;
     }
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = rows.iter().map(|r| r.1).sum();
-    let fetch: f64 = rows
-        .iter()
-        .filter(|r| FETCH_KERNELS.contains(&r.0))
-        .map(|r| r.1)
-        .sum();
-
+    let fetch = profile.fetch_ns();
     eprintln!(
         "{:<16} {:>10} {:>7} {:>10} {:>9}",
         "kernel", "ms", "%", "dispatches", "us each"
