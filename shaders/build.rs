@@ -39,6 +39,11 @@ const FORMATS: &[&str] = &[
 /// Kernels compiled once per weight format, as `<kernel>_<format>`.
 const FORMAT_KERNELS: &[&str] = &["matvec", "matmul", "embed", "dequant"];
 
+/// Formats whose blocks the lane-per-row matrix-vector product (CPU devices) can also load 8
+/// bytes at a time, compiled again as `matvec_<format>_wide` with WIDE_LOADS defined, for
+/// devices with 64-bit integers in shaders.
+const WIDE_FORMATS: &[&str] = &["q4", "q8"];
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("glsl");
     println!("cargo:rerun-if-changed={}", root.display());
@@ -52,6 +57,13 @@ fn main() {
         .iter()
         .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
         .collect();
+    for format in WIDE_FORMATS {
+        variants.push((
+            format!("matvec_{format}_wide"),
+            "matvec.comp".to_string(),
+            format.to_string(),
+        ));
+    }
     for kernel in FORMAT_KERNELS {
         for format in FORMATS {
             variants.push((
@@ -77,6 +89,9 @@ fn main() {
             shaderc::EnvVersion::Vulkan1_2 as u32,
         );
         options.set_optimization_level(shaderc::OptimizationLevel::Performance);
+        if name.ends_with("_wide") {
+            options.add_macro_definition("WIDE_LOADS", None);
+        }
         let include_root = root.clone();
         let format = format.to_string();
         options.set_include_callback(move |requested, _kind, from, _depth| {

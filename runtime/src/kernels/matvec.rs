@@ -72,6 +72,9 @@ struct Shape {
     lane_rows: bool,
     /// Rows a lane works on together, sharing x (lane per row; 1 otherwise).
     rb: u32,
+    /// Load weight blocks 8 bytes at a time where the format has such a variant (lane per
+    /// row, on devices with 64-bit shader integers): a CPU device pays per load and lane.
+    wide: bool,
     /// Lanes (lane per row) or subgroups (subgroup per row) in a workgroup: each owns rows.
     units: u32,
     /// Rows per unit are chosen per matrix to give about this many workgroups, within
@@ -117,6 +120,7 @@ impl Matvec {
                 // at 4 tokens per pass (more spill registers). Q8's realigned 34-byte blocks
                 // do best at 16 (its output head: 8.3 -> 6.6 ms).
                 rb: if format == WeightFormat::Q8 { 16 } else { 12 },
+                wide: info.arithmetic.shader_int64,
                 units: subgroup,
                 target_groups: 32,
                 min_rows: 1,
@@ -129,6 +133,7 @@ impl Matvec {
                     tokens,
                     lane_rows: false,
                     rb: 1,
+                    wide: false,
                     units: workgroup / subgroup,
                     target_groups: u32::MAX,
                     min_rows: 2,
@@ -146,8 +151,13 @@ impl Matvec {
             shape.lane_rows as u32,
             shape.rb,
         ];
+        let wide = format!("matvec_{}_wide", format.name().to_ascii_lowercase());
+        let kernel = match hearth_shaders::by_name(&wide) {
+            Some(kernel) if shape.wide && shape.lane_rows => kernel,
+            _ => format_kernel("matvec", format)?,
+        };
         Ok(Self {
-            pipeline: device.pipeline(format_kernel("matvec", format)?, &spec)?,
+            pipeline: device.pipeline(kernel, &spec)?,
             format,
             shape,
         })
@@ -217,15 +227,17 @@ pub(crate) mod tests {
         assert_close, device, finish, random, run, upload, upload_weights, zeros,
     };
 
-    /// Both shapes of the kernel, whatever the device: lane per row and subgroup per row,
-    /// with several rows per unit so row edges are exercised.
-    fn both_shapes(dev: &Device, format: WeightFormat, tokens: u32) -> [Matvec; 2] {
+    /// Every shape of the kernel, whatever the device: lane per row (with 8-byte loads where
+    /// the device has them, then without) and subgroup per row, with several rows per unit
+    /// so row edges are exercised.
+    fn shapes(dev: &Device, format: WeightFormat, tokens: u32) -> Vec<Matvec> {
         let subgroup = dev.info().subgroup.size;
         let lane = Shape {
             workgroup: subgroup,
             tokens,
             lane_rows: true,
             rb: 2,
+            wide: dev.info().arithmetic.shader_int64,
             units: subgroup,
             target_groups: 2,
             min_rows: 1,
@@ -236,12 +248,20 @@ pub(crate) mod tests {
             tokens,
             lane_rows: false,
             rb: 1,
+            wide: false,
             units: 2,
             target_groups: 4,
             min_rows: 1,
             max_rows: 2,
         };
-        [lane, sub].map(|shape| Matvec::with_shape(dev, format, shape).unwrap())
+        let narrow = Shape {
+            wide: false,
+            ..lane
+        };
+        [lane, narrow, sub]
+            .iter()
+            .map(|&shape| Matvec::with_shape(dev, format, shape).unwrap())
+            .collect()
     }
 
     /// Tolerance for f32 sums of k products: the factored block sums (d sum q x + m sum x)
@@ -260,18 +280,18 @@ pub(crate) mod tests {
         let Some(dev) = device() else { return };
         for format in WeightFormat::ALL {
             let block = shader_block(format) as usize;
-            // Every format in the lane-per-row shape; the subgroup-per-row shape reads weights
-            // through the same include, so a few formats cover it.
-            let shapes = if matches!(
+            // Every format in the lane-per-row shape, and without 8-byte loads those that have
+            // them; the subgroup-per-row shape reads weights through the same include, so a
+            // few formats cover it.
+            let narrow_too = matches!(format, WeightFormat::Q4 | WeightFormat::Q8);
+            let sub_too = matches!(
                 format,
                 WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H
-            ) {
-                2
-            } else {
-                1
-            };
+            );
+            let wanted = [true, narrow_too, sub_too];
             for tokens in [1, 8] {
-                for kernel in both_shapes(&dev, format, tokens).into_iter().take(shapes) {
+                let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
+                for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
                     for &(m, blocks, batch) in &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3)] {
                         let k = blocks * block;
                         let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
@@ -319,7 +339,7 @@ pub(crate) mod tests {
         for format in [WeightFormat::Q4, WeightFormat::Q3H] {
             let block = shader_block(format) as usize;
             for tokens in [1, 8] {
-                for kernel in both_shapes(&dev, format, tokens) {
+                for kernel in shapes(&dev, format, tokens) {
                     for &(m, blocks, batch) in &[(5, 1, 1), (37, 9, 3), (19, 2, 10)] {
                         let k = blocks * block;
                         check_folded(&dev, &kernel, m, k, batch);

@@ -102,8 +102,9 @@ impl Buffer {
     pub fn new(device: &Arc<Device>, desc: BufferDesc<'_>) -> Result<Self> {
         let limits = &device.info().limits;
         // Vulkan forbids empty buffers; a zero-sized tensor still gets a valid binding.
-        // Rounded to whole words: f16 kernels read 32-bit words, the last possibly half-used.
-        let size = desc.size.max(4).next_multiple_of(4);
+        // Rounded to whole 8-byte words: f16 kernels read 32-bit words and the wide
+        // matrix-vector kernels 64-bit ones, the last possibly part-used.
+        let size = desc.size.max(8).next_multiple_of(8);
         for (limit_name, limit) in [
             ("maxMemoryAllocationSize", limits.max_memory_allocation_size),
             ("maxStorageBufferRange", limits.max_storage_buffer_range),

@@ -54,6 +54,8 @@ pub struct SubgroupCaps {
 pub struct ArithmeticCaps {
     pub shader_float16: bool,
     pub shader_int8: bool,
+    /// 64-bit integers in shaders (the wide matrix-vector kernels).
+    pub shader_int64: bool,
     pub storage_buffer_8bit: bool,
     pub storage_buffer_16bit: bool,
     pub integer_dot_product: bool,
@@ -220,6 +222,7 @@ pub(crate) fn query(
             features2 = features2.push_next(&mut f13);
         }
         raw.get_physical_device_features2(physical, &mut features2);
+        let shader_int64 = features2.features.shader_int64 != 0;
 
         let families = raw.get_physical_device_queue_family_properties(physical);
         let compute_family = families
@@ -298,6 +301,7 @@ pub(crate) fn query(
             arithmetic: ArithmeticCaps {
                 shader_float16: f12.shader_float16 != 0,
                 shader_int8: f12.shader_int8 != 0,
+                shader_int64,
                 storage_buffer_8bit: f12.storage_buffer8_bit_access != 0,
                 storage_buffer_16bit: f11.storage_buffer16_bit_access != 0,
                 integer_dot_product: f13.shader_integer_dot_product != 0

@@ -121,8 +121,10 @@ impl Device {
             .shader_float16(a.shader_float16)
             .shader_int8(a.shader_int8)
             .storage_buffer8_bit_access(a.storage_buffer_8bit);
+        let base = vk::PhysicalDeviceFeatures::default().shader_int64(a.shader_int64);
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
+            .enabled_features(&base)
             .enabled_extension_names(&extensions)
             .push_next(&mut f11)
             .push_next(&mut f12);

@@ -60,9 +60,10 @@ fn print_device(out: &mut String, d: &DeviceInfo) {
     ));
     out.push('\n');
     out.push_str(&format!(
-        "    arithmetic    fp16 {}, int8 {}, 8-bit storage {}, 16-bit storage {}, int dot {}, coop matrix {}",
+        "    arithmetic    fp16 {}, int8 {}, int64 {}, 8-bit storage {}, 16-bit storage {}, int dot {}, coop matrix {}",
         yes(a.shader_float16),
         yes(a.shader_int8),
+        yes(a.shader_int64),
         yes(a.storage_buffer_8bit),
         yes(a.storage_buffer_16bit),
         yes(a.integer_dot_product),
