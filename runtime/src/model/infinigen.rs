@@ -4,7 +4,8 @@
 //! A decode step (one new token for each of its sequences) runs, in layer l >= dense_layers,
 //! for every sequence: speculation of l's scores from the query that layer l-1's input
 //! produced through l's W_Q, selection, and the gather of the selected K/V from the pool into
-//! the sequence's device scratch; then l's attention over the scratch and the new token. Every
+//! the sequence's device scratch, each recorded beside one of layer l-1's kernels (`Fetch`);
+//! then l's attention over the scratch and the new token. Every
 //! step appends its keys' partial columns to the partial key cache, and a forked row gets a
 //! copy of its source's. Prefill, and decode steps whose histories the floor and the recent
 //! window cover, attend densely.
