@@ -50,7 +50,14 @@ const uint CHUNKS = QK / 8;    // 8-value chunks per block
 
 float scale[TOKENS];           // 1/rms of each token's x (NORM), else 1
 uint tok[TOKENS];              // token index, clamped to n - 1 (results past n are not written)
-uint rows[RB];                 // the rows being computed, clamped to the matrix
+uint row0;                     // the first row being computed
+uint row_stride;               // and the step to the next
+
+// Row r of those being computed, clamped to the matrix. Computed rather than kept in an array:
+// a CPU device reads and writes an array with a varying index one lane at a time.
+uint row_at(uint r) {
+    return min(row0 + r * row_stride, p.m - 1);
+}
 float dots[RB * TOKENS];       // their dot products with each token's x'
 
 // x'[t, i .. i + 4], i a multiple of 4.
@@ -62,7 +69,7 @@ vec4 xn4(uint t, uint i) {
     return v;
 }
 
-// Lane per row: this lane's full dot products of rows[] with the tile's tokens.
+// Lane per row: this lane's full dot products of its rows with the tile's tokens.
 // x is the same for every lane, so rather than each lane loading all of it (a gather per
 // value on a CPU device), the eight lanes load a block's x as one vec4 each per 32 values and
 // hand it round with subgroupBroadcast, a register shuffle. It is then shared by RB rows, each
@@ -100,7 +107,7 @@ void rows_dots_lane(uint row_offset) {
         }
         for (uint r = 0; r < RB; ++r) {
             Block blk;
-            block_load((rows[r] + row_offset) * blocks + c, blk);
+            block_load((row_at(r) + row_offset) * blocks + c, blk);
             vec2 dm = block_dm(blk);
             float sq[TOKENS];
             for (uint t = 0; t < TOKENS; ++t) {
@@ -121,10 +128,10 @@ void rows_dots_lane(uint row_offset) {
     }
 }
 
-// Subgroup per row: the lanes share rows[0] (RB is 1), then the subgroup sums.
+// Subgroup per row: the lanes share row_at(0) (RB is 1), then the subgroup sums.
 void rows_dots_subgroup(uint row_offset) {
     uint chunks = p.k / 8;
-    uint row = rows[0] + row_offset;
+    uint row = row_at(0) + row_offset;
     for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = 0.0;
     }
@@ -141,7 +148,7 @@ void rows_dots_subgroup(uint row_offset) {
     }
 }
 
-// dots[] for rows[] + row_offset (the up half of a gated matrix is rows m..2m).
+// dots[] for the rows + row_offset (the up half of a gated matrix is rows m..2m).
 void rows_dots(uint row_offset) {
     if (LANE_ROWS) {
         rows_dots_lane(row_offset);
@@ -184,9 +191,8 @@ void main() {
     for (uint r0 = 0; r0 < p.rows; r0 += RB) {
         // Rows past m are computed on a clamped row (whole subgroups stay together through
         // the subgroup operations) and not written.
-        for (uint r = 0; r < RB; ++r) {
-            rows[r] = min(first + (r0 + r) * stride, p.m - 1);
-        }
+        row0 = first + r0 * stride;
+        row_stride = stride;
         rows_dots(0);
         float gate[RB * TOKENS];
         if (gated) {
@@ -211,7 +217,7 @@ void main() {
                     float a = gate[r * TOKENS + t];
                     v = a / (1.0 + exp(-a)) * v;
                 }
-                uint o = (t0 + t) * p.m + rows[r];
+                uint o = (t0 + t) * p.m + row_at(r);
                 y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;
             }
         }
