@@ -10,22 +10,10 @@ const bool HAS_BASE = true;
 #define Block uint[BLOCK_WORDS]
 
 #ifdef WIDE_LOADS
-// Three 8-byte loads cover the block's five words (a CPU device pays per load and lane, not
-// per byte). Buffers are whole 8-byte words, so the last block's third load stays inside.
-#extension GL_ARB_gpu_shader_int64 : require
-layout(binding = W_BINDING) readonly buffer Weights64 { uint64_t w64[]; };
+#include "quant/wide.glsl"
 
 void block_load(uint b, out Block blk) {
-    uint at = BLOCK_WORDS * b;
-    uvec2 a0 = unpackUint2x32(w64[at / 2]);
-    uvec2 a1 = unpackUint2x32(w64[at / 2 + 1]);
-    uvec2 a2 = unpackUint2x32(w64[at / 2 + 2]);
-    bool odd = (at & 1u) != 0u;
-    blk[0] = odd ? a0.y : a0.x;
-    blk[1] = odd ? a1.x : a0.y;
-    blk[2] = odd ? a1.y : a1.x;
-    blk[3] = odd ? a2.x : a1.y;
-    blk[4] = odd ? a2.y : a2.x;
+    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
 }
 #else
 void block_load(uint b, out Block blk) {

@@ -12,29 +12,11 @@ const bool HAS_BASE = false;
 #define Block uint[BLOCK_WORDS]
 
 #ifdef WIDE_LOADS
-// Five 8-byte loads cover the nine words (see q4.glsl).
-#extension GL_ARB_gpu_shader_int64 : require
-layout(binding = W_BINDING) readonly buffer Weights64 { uint64_t w64[]; };
+#include "quant/wide.glsl"
 
 void block_load(uint b, out Block blk) {
     uint byte = 34 * b;
-    uint at = byte >> 2;
-    uvec2 a0 = unpackUint2x32(w64[at / 2]);
-    uvec2 a1 = unpackUint2x32(w64[at / 2 + 1]);
-    uvec2 a2 = unpackUint2x32(w64[at / 2 + 2]);
-    uvec2 a3 = unpackUint2x32(w64[at / 2 + 3]);
-    uvec2 a4 = unpackUint2x32(w64[at / 2 + 4]);
-    // Word `at` is the high half of the first load when it is odd.
-    bool odd = (at & 1u) != 0u;
-    blk[0] = odd ? a0.y : a0.x;
-    blk[1] = odd ? a1.x : a0.y;
-    blk[2] = odd ? a1.y : a1.x;
-    blk[3] = odd ? a2.x : a1.y;
-    blk[4] = odd ? a2.y : a2.x;
-    blk[5] = odd ? a3.x : a2.y;
-    blk[6] = odd ? a3.y : a3.x;
-    blk[7] = odd ? a4.x : a3.y;
-    blk[8] = odd ? a4.y : a4.x;
+    WIDE_WORDS(byte >> 2, 9, blk)
     blk[9] = byte & 2u;
 }
 #else

@@ -1,0 +1,22 @@
+// 8-byte weight loads for the lane-per-row matrix-vector product on devices with 64-bit shader
+// integers (variants `matvec_<format>_wide`, WIDE_LOADS): a CPU device turns each load whose
+// address differs per lane into one scalar load per lane, whatever its width, so fewer and
+// wider loads cost less. Buffers are whole 8-byte words, so a block's last load stays inside.
+#extension GL_ARB_gpu_shader_int64 : require
+layout(binding = W_BINDING) readonly buffer Weights64 { uint64_t w64[]; };
+
+// The N words from word `at` on (a block's words), from the N / 2 + 1 8-byte words that cover
+// them: the first starts in the high half of the first load when `at` is odd.
+#define WIDE_WORDS(at, N, out_words)                                              \
+    {                                                                             \
+        uvec2 a[N / 2 + 1];                                                       \
+        for (uint k = 0; k < N / 2 + 1; ++k) {                                    \
+            a[k] = unpackUint2x32(w64[(at) / 2 + k]);                             \
+        }                                                                         \
+        bool odd = ((at) & 1u) != 0u;                                             \
+        for (uint i = 0; i < N; ++i) {                                            \
+            uint lo = (i & 1u) == 0u ? a[i / 2].x : a[i / 2].y;                   \
+            uint hi = (i & 1u) == 0u ? a[i / 2].y : a[i / 2 + 1].x;               \
+            out_words[i] = odd ? hi : lo;                                         \
+        }                                                                         \
+    }
