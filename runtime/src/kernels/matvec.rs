@@ -92,6 +92,14 @@ impl Shape {
     }
 }
 
+/// The variant of `format` that loads blocks 8 bytes at a time, where the format has one.
+fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
+    hearth_shaders::by_name(&format!(
+        "matvec_{}_wide",
+        format.name().to_ascii_lowercase()
+    ))
+}
+
 pub struct Matvec {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
@@ -151,8 +159,7 @@ impl Matvec {
             shape.lane_rows as u32,
             shape.rb,
         ];
-        let wide = format!("matvec_{}_wide", format.name().to_ascii_lowercase());
-        let kernel = match hearth_shaders::by_name(&wide) {
+        let kernel = match wide_kernel(format) {
             Some(kernel) if shape.wide && shape.lane_rows => kernel,
             _ => format_kernel("matvec", format)?,
         };
@@ -283,7 +290,7 @@ pub(crate) mod tests {
             // Every format in the lane-per-row shape, and without 8-byte loads those that have
             // them; the subgroup-per-row shape reads weights through the same include, so a
             // few formats cover it.
-            let narrow_too = matches!(format, WeightFormat::Q4 | WeightFormat::Q8);
+            let narrow_too = wide_kernel(format).is_some();
             let sub_too = matches!(
                 format,
                 WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H

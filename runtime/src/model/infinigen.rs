@@ -243,9 +243,8 @@ impl VkInfinigen {
         Ok(kept)
     }
 
-    /// Whether layer `l` attends sparsely in a decode step.
-    /// Whether layer `l` attends sparsely; layer 0 never does, having no previous layer to
-    /// speculate from.
+    /// Whether layer `l` attends sparsely in a decode step; layer 0 never does, having no
+    /// previous layer to speculate from.
     pub fn sparse_layer(&self, l: usize) -> bool {
         l >= self.first_sparse()
     }
@@ -499,6 +498,14 @@ impl<'a> Fetch<'a> {
         }
         self.done += 1;
         Ok(())
+    }
+
+    /// Records the next step of `fetch`, when there is a fetch.
+    pub fn step_of(fetch: &mut Option<Self>, rec: &mut Recorder<'a>) -> Result<()> {
+        match fetch {
+            Some(f) => f.step(rec),
+            None => Ok(()),
+        }
     }
 
     /// Records the steps left.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use hearth_models::{GgufFile, ResolvedModel};
 
-use super::infinigen::{VkInfinigen, FETCH_KERNELS};
+use super::infinigen::{Fetch, VkInfinigen, FETCH_KERNELS};
 use super::{Backend, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
@@ -644,9 +644,7 @@ impl VkModel {
                 k.attn_prefill
                     .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, shape(t0, tokens))?;
             }
-            if let Some(f) = &mut fetch_next {
-                f.step(&mut rec)?;
-            }
+            Fetch::step_of(&mut fetch_next, &mut rec)?;
             if let Some(ig) = self.ig.as_ref().filter(|ig| ig.sparse_layer(l)) {
                 for &(i, _, tokens, len) in runs {
                     let p0 = len as u32;
@@ -664,9 +662,7 @@ impl VkModel {
                         ..mv(&w.wo.buffer, &s.att, &s.x, e, attn_dim)
                     },
                 )?;
-                if let Some(f) = &mut fetch_next {
-                    f.step(&mut rec)?;
-                }
+                Fetch::step_of(&mut fetch_next, &mut rec)?;
                 k.matvec(
                     &mut rec,
                     &w.w_gate_up,
@@ -676,9 +672,7 @@ impl VkModel {
                         ..mv(&w.w_gate_up.buffer, &s.x, &s.hidden, n_ff, e)
                     },
                 )?;
-                if let Some(f) = &mut fetch_next {
-                    f.step(&mut rec)?;
-                }
+                Fetch::step_of(&mut fetch_next, &mut rec)?;
                 k.matvec(
                     &mut rec,
                     &w.w_down,
@@ -689,9 +683,7 @@ impl VkModel {
                 )?;
             } else {
                 k.matmul(&mut rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)?;
-                if let Some(f) = &mut fetch_next {
-                    f.step(&mut rec)?;
-                }
+                Fetch::step_of(&mut fetch_next, &mut rec)?;
                 k.rmsnorm
                     .record(&mut rec, &s.x, &w.ffn_norm, &s.xn, t, e, eps)?;
                 k.matmul(
@@ -704,9 +696,7 @@ impl VkModel {
                     e,
                     false,
                 )?;
-                if let Some(f) = &mut fetch_next {
-                    f.step(&mut rec)?;
-                }
+                Fetch::step_of(&mut fetch_next, &mut rec)?;
                 k.swiglu
                     .record_fused(&mut rec, &s.gate_up, &s.hidden, t, n_ff)?;
                 k.matmul(&mut rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)?;

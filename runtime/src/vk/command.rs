@@ -292,10 +292,10 @@ impl<'a> Recorder<'a> {
                 "workgroup count {groups:?} outside 1..={max:?}"
             )));
         }
-        let (written, read): (Vec<_>, Vec<_>) =
-            buffers.iter().zip(&pipeline.writes).partition(|(_, &w)| w);
-        let raw = |list: Vec<(&&Buffer, &bool)>| list.iter().map(|(b, _)| b.raw).collect();
-        let (reads, writes): (Vec<vk::Buffer>, Vec<vk::Buffer>) = (raw(read), raw(written));
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for (b, &written) in buffers.iter().zip(&pipeline.writes) {
+            if written { &mut writes } else { &mut reads }.push(b.raw);
+        }
         self.barrier_before_command(&reads, &writes);
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
             .iter()
