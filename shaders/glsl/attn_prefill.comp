@@ -8,8 +8,13 @@
 // the cache (a chunked prompt, an earlier turn, a shared prefix).
 //
 // GPUs stage each K/V tile in shared memory (STAGE). CPU devices run one subgroup per
-// workgroup and read K/V straight from the cache: every lane reads the same position at the
-// same time, so each load is one load broadcast to all lanes, and there are no barriers.
+// workgroup, a tile as wide as the subgroup: lane j loads the key and value at position j of
+// the tile, and every lane takes them from lane j with subgroupBroadcast, a register shuffle.
+// A CPU device turns each load into one load per lane, so were every lane to read every key,
+// each would be read once per lane.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #define KV_BINDING 2
 #define KV_READ_ONLY
@@ -19,7 +24,7 @@
 #include "attn_push.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
-layout(constant_id = 2) const uint BC = 16;                   // key positions per tile
+layout(constant_id = 2) const uint BC = 16;   // key positions per tile (the subgroup, !STAGE)
 layout(constant_id = 3) const bool STAGE = true;              // K/V tiles in shared memory
 const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
@@ -27,6 +32,10 @@ layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head
 
 shared vec4 ks[BC][HD4];
 shared vec4 vs[BC][HD4];
+
+// F(j) for each lane j < BC of the broadcast path (subgroupBroadcast takes a constant lane).
+#define EACH_LANE(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) \
+    F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
 
 void main() {
     uint h = gl_WorkGroupID.y;
@@ -52,14 +61,18 @@ void main() {
     float l = 0.0;
 
     for (uint k0 = 0; k0 <= last; k0 += BC) {
-        // Where each position of the tile lives (positions past `last` repeat it, masked).
-        uint kb[BC];
-        for (uint j = 0; j < BC; ++j) {
-            uint pos = min(k0 + j, last);
-            uint slot = kv_slot(kv_row(seq.x, seq.z, pos), pos, p.max_blocks);
-            kb[j] = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
-        }
+        float s[BC];
+        // This lane's key and value (broadcast path).
+        vec4 kl[HD4];
+        vec4 vl[HD4];
         if (STAGE) {
+            // Where each position of the tile lives (positions past `last` repeat it, masked).
+            uint kb[BC];
+            for (uint j = 0; j < BC; ++j) {
+                uint pos = min(k0 + j, last);
+                uint slot = kv_slot(kv_row(seq.x, seq.z, pos), pos, p.max_blocks);
+                kb[j] = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
+            }
             for (uint e = tid; e < BC * HD4; e += WG) {
                 uint j = e / HD4;
                 uint d = e % HD4;
@@ -67,18 +80,34 @@ void main() {
                 vs[j][d] = v_cache[kb[j] + d];
             }
             barrier();
-        }
-        // Dimension-outer loops keep the tile's scores (and one slice of q or acc) in
-        // registers: head_dim floats per query do not fit there on a CPU device.
-        float s[BC];
-        for (uint j = 0; j < BC; ++j) {
-            s[j] = 0.0;
-        }
-        for (uint d = 0; d < HD4; ++d) {
-            vec4 qd = q[d];
+            // Dimension-outer loops keep the tile's scores (and one slice of q) in registers.
             for (uint j = 0; j < BC; ++j) {
-                s[j] += dot(qd, STAGE ? ks[j][d] : k_cache[kb[j] + d]);
+                s[j] = 0.0;
             }
+            for (uint d = 0; d < HD4; ++d) {
+                vec4 qd = q[d];
+                for (uint j = 0; j < BC; ++j) {
+                    s[j] += dot(qd, ks[j][d]);
+                }
+            }
+        } else {
+            uint pos = min(k0 + tid, last);
+            uint kb = kv_index4(kv_slot(kv_row(seq.x, seq.z, pos), pos, p.max_blocks), kvh,
+                                p.n_head_kv, HEAD_DIM);
+            [[unroll]] for (uint d = 0; d < HD4; ++d) {
+                kl[d] = k_cache[kb + d];
+                vl[d] = v_cache[kb + d];
+            }
+#define SCORE(J)                                                   \
+            if (J < BC) {                                          \
+                float sj = 0.0;                                    \
+                [[unroll]] for (uint d = 0; d < HD4; ++d) {        \
+                    sj += dot(q[d], subgroupBroadcast(kl[d], J));  \
+                }                                                  \
+                s[J] = sj;                                         \
+            }
+            EACH_LANE(SCORE)
+#undef SCORE
         }
         float tile_max = -1e30;
         for (uint j = 0; j < BC; ++j) {
@@ -92,12 +121,25 @@ void main() {
             s[j] = exp(s[j] - m_new);    // 0 for masked positions
             l += s[j];
         }
-        for (uint d = 0; d < HD4; ++d) {
-            vec4 a = acc[d] * c;
-            for (uint j = 0; j < BC; ++j) {
-                a += s[j] * (STAGE ? vs[j][d] : v_cache[kb[j] + d]);
+        if (STAGE) {
+            for (uint d = 0; d < HD4; ++d) {
+                vec4 a = acc[d] * c;
+                for (uint j = 0; j < BC; ++j) {
+                    a += s[j] * vs[j][d];
+                }
+                acc[d] = a;
             }
-            acc[d] = a;
+        } else {
+            [[unroll]] for (uint d = 0; d < HD4; ++d) {
+                vec4 a = acc[d] * c;
+#define WEIGH(J)                                              \
+                if (J < BC) {                                 \
+                    a += s[J] * subgroupBroadcast(vl[d], J);  \
+                }
+                EACH_LANE(WEIGH)
+#undef WEIGH
+                acc[d] = a;
+            }
         }
         m = m_new;
         if (STAGE) {

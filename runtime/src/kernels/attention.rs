@@ -336,10 +336,14 @@ impl AttnPrefill {
     pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
         let info = device.info();
         let (wg, tile, stage) = match kind {
-            // One subgroup of queries reading K/V straight from the cache (broadcast loads).
-            DeviceKind::Cpu => (info.subgroup.size.max(1), 8u64, false),
+            // One subgroup of queries; each lane loads one key and value of a tile as wide as
+            // the subgroup and hands them round (at most 16 lanes: see EACH_LANE).
+            DeviceKind::Cpu if (1..=16).contains(&info.subgroup.size) => {
+                (info.subgroup.size, info.subgroup.size as u64, false)
+            }
             _ => {
-                // The K and V tiles live in shared memory: BC rows of head_dim each.
+                // The K and V tiles live in shared memory: BC rows of head_dim each (also on a
+                // CPU device whose subgroups are wider than the broadcast path handles).
                 let mut tile = 32;
                 while tile > 1
                     && 2 * tile * head_dim as u64 * 4 > info.limits.max_shared_memory as u64
