@@ -24,6 +24,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #define W_BINDING 0
 #include "format.glsl"                                        // W [m or 2m, k]
@@ -59,6 +60,15 @@ uint row_at(uint r) {
     return min(row0 + r * row_stride, p.m - 1);
 }
 float dots[RB * TOKENS];       // their dot products with each token's x'
+// A block's x' for every token, broadcast (lane per row): chunk j of token t in
+// xlo/xhi[t * CHUNKS + j], and the sum of its values in sx[t].
+vec4 xlo[TOKENS * CHUNKS];
+vec4 xhi[TOKENS * CHUNKS];
+float sx[TOKENS];
+// A prompt chunk's rows are unrolled, so that dots[] has fixed registers: a CPU device reads
+// and writes an array at a varying index one lane at a time. Decode (one token) keeps the
+// loop: the unrolled code of twelve rows outgrows the instruction cache there for no gain.
+const bool UNROLL_ROWS = TOKENS > 1;
 
 // x'[t, i .. i + 4], i a multiple of 4.
 vec4 xn4(uint t, uint i) {
@@ -67,6 +77,28 @@ vec4 xn4(uint t, uint i) {
         v *= scale[t] * g[i >> 2];
     }
     return v;
+}
+
+// Adds block c of row r (of those this lane computes) times the block's x' to dots[].
+void row_block(uint r, uint c, uint blocks, uint row_offset) {
+    Block blk;
+    block_load((row_at(r) + row_offset) * blocks + c, blk);
+    vec2 dm = block_dm(blk);
+    float sq[TOKENS];
+    for (uint t = 0; t < TOKENS; ++t) {
+        sq[t] = 0.0;
+    }
+    for (uint j = 0; j < CHUNKS; ++j) {
+        vec4 qlo;
+        vec4 qhi;
+        block_levels8(blk, j, qlo, qhi);
+        for (uint t = 0; t < TOKENS; ++t) {
+            sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
+        }
+    }
+    for (uint t = 0; t < TOKENS; ++t) {
+        dots[r * TOKENS + t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
+    }
 }
 
 // Lane per row: this lane's full dot products of its rows with the tile's tokens.
@@ -81,10 +113,6 @@ void rows_dots_lane(uint row_offset) {
         dots[i] = 0.0;
     }
     for (uint c = 0; c < blocks; ++c) {
-        // The block's x for every token, broadcast: chunk j of token t in xlo/xhi[t * CHUNKS + j].
-        vec4 xlo[TOKENS * CHUNKS];
-        vec4 xhi[TOKENS * CHUNKS];
-        float sx[TOKENS];
         for (uint t = 0; t < TOKENS; ++t) {
             for (uint s = 0; s < QK / 32; ++s) {
                 vec4 xv = xn4(t, c * QK + 32 * s + 4 * lane);
@@ -105,24 +133,13 @@ void rows_dots_lane(uint row_offset) {
                 }
             }
         }
-        for (uint r = 0; r < RB; ++r) {
-            Block blk;
-            block_load((row_at(r) + row_offset) * blocks + c, blk);
-            vec2 dm = block_dm(blk);
-            float sq[TOKENS];
-            for (uint t = 0; t < TOKENS; ++t) {
-                sq[t] = 0.0;
+        if (UNROLL_ROWS) {
+            [[unroll]] for (uint r = 0; r < RB; ++r) {
+                row_block(r, c, blocks, row_offset);
             }
-            for (uint j = 0; j < CHUNKS; ++j) {
-                vec4 qlo;
-                vec4 qhi;
-                block_levels8(blk, j, qlo, qhi);
-                for (uint t = 0; t < TOKENS; ++t) {
-                    sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
-                }
-            }
-            for (uint t = 0; t < TOKENS; ++t) {
-                dots[r * TOKENS + t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
+        } else {
+            for (uint r = 0; r < RB; ++r) {
+                row_block(r, c, blocks, row_offset);
             }
         }
     }

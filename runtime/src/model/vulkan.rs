@@ -89,11 +89,12 @@ pub struct SeqStep<'a> {
 const KV_HEADROOM: u64 = 512 << 20;
 
 /// Tokens that share one pass over the weights in the matvec kernel when a step has more
-/// than one: CPU devices spill registers past 4 (16 runs four times slower than 4 on
-/// lavapipe); GPUs take a whole decode batch.
+/// than one: on CPU devices 8, past which the unrolled rows (see `matvec.comp`) spill
+/// registers and outgrow the instruction cache (12 runs half as fast as 8 on lavapipe, 16 a
+/// quarter); GPUs take a whole decode batch.
 fn matvec_tokens(device: &Device) -> u32 {
     match device.info().kind {
-        DeviceKind::Cpu => 4,
+        DeviceKind::Cpu => 8,
         _ => DECODE_MAX_TOKENS as u32,
     }
 }
