@@ -92,6 +92,9 @@ impl Shape {
     }
 }
 
+/// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
+const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
+
 /// The variant of `format` that loads blocks 8 bytes at a time, where the format has one.
 fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
     hearth_shaders::by_name(&format!(
@@ -116,9 +119,11 @@ impl Matvec {
         // group, rows per lane, so x is shared by all lanes and nothing is reduced. Each
         // workgroup has a fixed cost there (a few microseconds), so rows per lane grow with
         // the matrix, keeping a few dozen groups to spread over the cores. GPUs get several
-        // subgroups per group, each streaming its own rows with coalesced loads.
+        // subgroups per group, each streaming its own rows with coalesced loads. The lane
+        // shape hands x round among eight lanes, so a CPU device with narrower SIMD (4 lanes
+        // without AVX) takes the GPU shape.
         let shape = match info.kind {
-            DeviceKind::Cpu => Shape {
+            DeviceKind::Cpu if subgroup >= LANE_ROWS_MIN_SUBGROUP => Shape {
                 workgroup: subgroup,
                 tokens,
                 lane_rows: true,
