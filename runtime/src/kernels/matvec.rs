@@ -87,7 +87,9 @@ struct Shape {
 impl Shape {
     /// Rows per unit: a multiple of `rb`.
     fn rows_per_unit(&self, m: u32) -> u32 {
-        let rows = (m / (self.units * self.target_groups)).clamp(self.min_rows, self.max_rows);
+        // Saturating: GPUs set no target (u32::MAX) and take min_rows.
+        let groups = self.units.saturating_mul(self.target_groups);
+        let rows = (m / groups).clamp(self.min_rows, self.max_rows);
         rows.next_multiple_of(self.rb)
     }
 }
@@ -129,9 +131,9 @@ impl Matvec {
                 lane_rows: true,
                 // Twelve rows share each broadcast block of x (the broadcasts cost as much as
                 // the products otherwise); a lane keeps rb x tokens sums. Measured on
-                // lavapipe with SmolLM2: decode 22 -> 29 tokens/s over rb = 2, prefill best
-                // at 4 tokens per pass (more spill registers). Q8's realigned 34-byte blocks
-                // do best at 16 (its output head: 8.3 -> 6.6 ms).
+                // lavapipe with SmolLM2: decode 22 -> 29 tokens/s over rb = 2; prefill (rows
+                // unrolled, 8 tokens) about as fast at 16 and slower at 6 or 8. Q8's
+                // realigned 34-byte blocks do best at 16 (its output head: 8.3 -> 6.6 ms).
                 rb: if format == WeightFormat::Q8 { 16 } else { 12 },
                 wide: info.arithmetic.shader_int64,
                 units: subgroup,
