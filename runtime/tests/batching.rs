@@ -6,6 +6,9 @@
 //! Outside CI a machine without a Vulkan device skips these tests; in CI (`CI=true`) a
 //! missing device fails them.
 
+mod common;
+use common::in_ci;
+
 use std::collections::HashMap;
 
 use hearth_models::resolve_gguf;
@@ -39,7 +42,7 @@ const TINY: Shape = Shape {
 fn have_device() -> bool {
     match Device::new(DeviceDesc::default()) {
         Ok(_) => true,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+        Err(e) if in_ci() => {
             panic!("CI needs a Vulkan device: {e}")
         }
         Err(e) => {

@@ -8,6 +8,9 @@
 //! prefix) runs each as it runs alone. H2O, the baseline: keeping everything is dense, a small
 //! budget keeps the recent window and never takes back a token.
 
+mod common;
+use common::in_ci;
+
 use std::sync::Arc;
 
 use hearth_models::{resolve_gguf, GgufFile};
@@ -330,8 +333,7 @@ fn device() -> Option<Arc<Device>> {
     }) {
         Ok(d) => Some(d),
         Err(e) => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(!ci, "CI needs a Vulkan device: {e}");
+            assert!(!in_ci(), "CI needs a Vulkan device: {e}");
             eprintln!("skipping: no Vulkan device: {e}");
             None
         }

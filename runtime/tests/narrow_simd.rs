@@ -5,18 +5,16 @@
 //! Outside CI a machine without a Vulkan device skips the test; in CI (`CI=true`) a missing
 //! device fails it.
 
+mod common;
+use common::in_ci;
+
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::Logits;
 use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc, DeviceKind};
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// 2 layers, width 128 (four Q4 blocks per row), 4 query heads
-/// sharing 2 key/value heads.
+/// 2 layers, width 128 (four Q4 blocks per row), 4 query heads sharing 2 key/value heads.
 const SMALL: Shape = Shape {
     n_layer: 2,
     n_embd: 128,

@@ -3,6 +3,9 @@
 //! it). The outputs must open, hold the expected format for every tensor, keep the metadata,
 //! mark Hearth's formats with their version, and dequantize close to the source.
 
+mod common;
+use common::in_ci;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -24,8 +27,7 @@ fn model_path() -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(!in_ci, "CI needs {} (run scripts/setup)", path.display());
+    assert!(!in_ci(), "CI needs {} (run scripts/setup)", path.display());
     eprintln!("skipping: {} not found (run scripts/setup)", path.display());
     None
 }

@@ -7,6 +7,9 @@
 //! floating-point operations. Outside CI a machine without the model or a Vulkan device skips
 //! these tests; in CI (`CI=true`) either missing fails them.
 
+mod common;
+use common::in_ci;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -22,10 +25,6 @@ use hearth_runtime::vk::{Device, DeviceDesc};
 use hearth_runtime::Error;
 
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 fn skip(why: String) -> Option<()> {
     assert!(!in_ci(), "CI needs {why}");

@@ -4,6 +4,9 @@
 //! generates. Outside CI a machine without a Vulkan device skips the Vulkan test; in CI
 //! (`CI=true`) a missing device fails it.
 
+mod common;
+use common::in_ci;
+
 use hearth_models::{resolve_gguf, Tokenizer};
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
@@ -12,10 +15,6 @@ use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams};
 use hearth_runtime::synthetic::{self, Shape, PRESETS};
 use hearth_runtime::vk::{Device, DeviceDesc};
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 /// A model small enough to run anywhere: 2 layers, width 64, 4 query heads sharing 2
 /// key/value heads of 16 dimensions, 256 tokens.
