@@ -18,6 +18,7 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("rope", "rope.comp", ""),
     ("rope_kv", "rope_kv.comp", ""),
     ("attn_decode", "attn_decode.comp", ""),
+    ("attn_merge", "attn_merge.comp", ""),
     ("attn_prefill", "attn_prefill.comp", ""),
     ("swiglu", "swiglu.comp", ""),
     ("gelu", "gelu.comp", ""),

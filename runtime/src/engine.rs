@@ -388,8 +388,11 @@ fn skew_for(
     let tokens = &tokens[..tokens.len().min(config.n_ctx_train.min(2048))];
     let key = infinigen::skew_key(file.bytes(), tokens);
     let path = infinigen::skew_cache_path(file.path());
-    if let Some(skew) = Skew::load(&path, key, &config) {
-        tracing::info!("skew matrices from {}", path.display());
+    if let Some((p, skew)) = path
+        .as_ref()
+        .and_then(|p| Some((p, Skew::load(p, key, &config)?)))
+    {
+        tracing::info!("skew matrices from {}", p.display());
         return Ok(skew);
     }
     tracing::info!(
@@ -401,7 +404,7 @@ fn skew_for(
         _ => CpuModel::load(file, model, tokens.len(), &mut |_| true)?.calibrate(tokens)?,
     };
     let skew = Skew::from_calibration(&config, &calibration)?;
-    if let Err(e) = skew.save(&path, key) {
+    if let Some(Err(e)) = path.map(|p| skew.save(&p, key)) {
         tracing::warn!("could not cache the skew matrices: {e}");
     }
     Ok(skew)

@@ -7,6 +7,8 @@
 // (max, sum, weighted V) triples are then merged across the workgroup. A token at position
 // pos attends to positions [0, pos], so this kernel also serves short multi-token steps and a
 // batch of sequences (one token or a few each).
+// With p.splits > 1 each (query head, token) has p.splits workgroups along z, each over one
+// run of positions, and partials go to attn_merge.comp (attn_split.glsl).
 //
 // FUSED (every sequence in the dispatch has one new token): the kernel also does rope_kv's
 // work for its token, saving a dispatch per layer: it rotates its query head and the new
@@ -21,6 +23,7 @@
 #include "kv_cache.glsl"
 #define STEPS_BINDING 6
 #include "attn_push.glsl"
+#include "attn_split.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint SUBGROUPS = 64;            // most subgroups in a workgroup
@@ -29,6 +32,7 @@ const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
 layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, rot_dim/2] (cos, sin)
+layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
 shared vec4 qs[HD4];
 shared float qf[HEAD_DIM];
@@ -62,6 +66,8 @@ void main() {
     uint n_kv = st.y + 1;
     uint tid = gl_LocalInvocationID.x;
     uint pos = st.y;
+    uint z = gl_WorkGroupID.z;
+    uint len = p.splits > 1 ? split_len(n_kv, p.splits) : n_kv;
     if (FUSED) {
         uint base = t * p.q_stride;
         uint kbase = base + (p.n_head + kvh) * HEAD_DIM;
@@ -79,7 +85,7 @@ void main() {
             ROTATE(kf, i, st.w)
         }
         barrier();
-        bool writer = h % (p.n_head / p.n_head_kv) == 0;
+        bool writer = z == 0 && h % (p.n_head / p.n_head_kv) == 0;
         uint kb = kv_index4(kv_slot(st.x, pos, p.max_blocks), kvh, p.n_head_kv, HEAD_DIM);
         for (uint d = tid; d < HD4; d += WG) {
             qs[d] = vec4(qf[4 * d], qf[4 * d + 1], qf[4 * d + 2], qf[4 * d + 3]) * p.scale;
@@ -102,7 +108,10 @@ void main() {
     for (uint d = 0; d < HD4; ++d) {
         acc[d] = vec4(0.0);
     }
-    for (uint j = tid; j < n_kv; j += WG) {
+    // A run past the token's last position is empty and leaves the partial (-1e30, 0), which
+    // weighs nothing in the merge.
+    uint end = min(n_kv, (z + 1) * len);
+    for (uint j = z * len + tid; j < end; j += WG) {
         // FUSED: the token's own position comes from shared memory, not the cache.
         bool fresh = FUSED && j == pos;
         uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);
@@ -132,11 +141,19 @@ void main() {
         }
     }
     barrier();
+    uint slot = ((gl_WorkGroupID.y * p.n_head + h) * p.splits + z) * (HD4 + 1);
     for (uint d = tid; d < HD4; d += WG) {
         vec4 sum = vec4(0.0);
         for (uint s = 0; s < gl_NumSubgroups; ++s) {
             sum += merged[s][d];
         }
-        o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+        if (p.splits > 1) {
+            part[slot + d] = sum;
+        } else {
+            o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+        }
+    }
+    if (p.splits > 1 && tid == 0) {
+        part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
     }
 }

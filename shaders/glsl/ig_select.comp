@@ -27,6 +27,7 @@ layout(binding = 3) writeonly buffer Count { uint sel_count[]; }; // [n_kv]
 shared float best[MAX_HEADS];
 shared uint hist[256];
 shared uint found[2];
+shared uint chunk_sums[16];
 shared uint tile_sums[WG];
 
 uint group;
@@ -99,10 +100,25 @@ void main() {
                 }
             }
             barrier();
+            // The first digit whose running count reaches rank (255 if none does): the chunk
+            // of 16 digits holding it, from chunk sums taken in parallel, then the digit.
+            for (uint c = tid; c < 16; c += WG) {
+                uint sum = 0;
+                for (uint i = 0; i < 16; ++i) {
+                    sum += hist[16 * c + i];
+                }
+                chunk_sums[c] = sum;
+            }
+            barrier();
             if (tid == 0) {
                 uint below = 0;
-                uint digit = 0;
-                while (digit < 255 && below + hist[digit] < rank) {
+                uint chunk = 0;
+                while (chunk < 15 && below + chunk_sums[chunk] < rank) {
+                    below += chunk_sums[chunk];
+                    ++chunk;
+                }
+                uint digit = 16 * chunk;
+                while (digit < 16 * chunk + 15 && below + hist[digit] < rank) {
                     below += hist[digit];
                     ++digit;
                 }

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{ATTN_DECODE, ATTN_PREFILL, ROPE_KV};
+use hearth_shaders::{ATTN_DECODE, ATTN_MERGE, ATTN_PREFILL, ROPE_KV};
 
 use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, NO_BEAM};
-use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
+use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Where one token of a step belongs, as the kernels read it (`uvec4` in `attn_push.glsl`).
 #[repr(C)]
@@ -94,6 +94,7 @@ impl AttnShape {
                 Some(RopeLayout::Gptj) => 1,
                 _ => 0,
             },
+            splits: 1,
         }
     }
 }
@@ -112,6 +113,7 @@ struct AttnPush {
     scale: f32,
     rot_dim: u32,
     mode: u32,
+    splits: u32,
 }
 
 /// How the keys and queries rotate; `rot_dim` 0 means no rotary embedding.
@@ -176,8 +178,9 @@ fn check_rope(s: AttnShape, rope: RopeSpec) -> Result<()> {
     Ok(())
 }
 
-/// Checks the shape and records one attention dispatch over `groups`; `extra` buffers are
-/// bound after the common ones (binding 7 on).
+/// Checks the shape and records one attention dispatch over `groups` (`splits` is the
+/// push constant of split decode attention, 1 elsewhere); `extra` buffers are bound after the
+/// common ones (binding 7 on).
 #[allow(clippy::too_many_arguments)]
 fn record_attention<'a>(
     rec: &mut Recorder<'a>,
@@ -189,6 +192,7 @@ fn record_attention<'a>(
     s: AttnShape,
     rope: Option<RopeSpec>,
     groups: [u32; 3],
+    splits: u32,
 ) -> Result<()> {
     if built_head_dim != s.head_dim {
         return Err(VkError::Kernel {
@@ -203,7 +207,10 @@ fn record_attention<'a>(
     if s.tokens == 0 {
         return Ok(());
     }
-    let push = s.push(&kv, rope);
+    let push = AttnPush {
+        splits,
+        ..s.push(&kv, rope)
+    };
     let mut buffers = vec![qkv, o, kv.k, kv.v, kv.tables, kv.beams, steps];
     buffers.extend_from_slice(extra);
     rec.dispatch(pipeline, &buffers, &push, groups)
@@ -240,49 +247,56 @@ pub struct AttnDecode {
     pipeline: Arc<Pipeline>,
     /// The variant that also rotates and stores its token's query, key and value.
     fused: Arc<Pipeline>,
+    split: Split,
     head_dim: u32,
 }
 
 impl AttnDecode {
-    pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+    pub fn new(device: &Arc<Device>, head_dim: u32) -> Result<Self> {
         Self::shaped_for(device, head_dim, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
     /// lavapipe).
-    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+    pub(crate) fn shaped_for(
+        device: &Arc<Device>,
+        head_dim: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
         // On CPU devices positions are spread over one subgroup's lanes; the fused variant
         // also keeps q, k, v being rotated in shared memory.
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, 4)?;
         Ok(Self {
             pipeline: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 0])?,
             fused: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 1])?,
+            split: Split::new(device, head_dim, kind)?,
             head_dim,
         })
     }
 
-    /// Attention for tokens whose K/V `RopeKv` has stored.
+    /// Attention for tokens whose K/V `RopeKv` has stored; none attends to more than
+    /// `longest` positions (its own included).
+    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
-        &self,
+        &'a self,
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
         kv: KvLayer<'a>,
         steps: &'a Buffer,
         o: &'a Buffer,
         s: AttnShape,
+        longest: u32,
     ) -> Result<()> {
-        let groups = [s.n_head, s.tokens, 1];
         // The rope table binding is unused here; any buffer fills it.
-        record_attention(
+        self.record_split(
             rec,
             &self.pipeline,
-            self.head_dim,
             [qkv, o, steps],
-            &[qkv],
+            qkv,
             kv,
             s,
             None,
-            groups,
+            longest,
         )
     }
 
@@ -290,10 +304,10 @@ impl AttnDecode {
     /// of their sequence (a decode step): each workgroup rotates its query and the new key
     /// and stores the key and value itself. No token may read (through a beam table) a
     /// position another token of the dispatch writes: nothing orders the two. `table` is as
-    /// for [`RopeKv::record`].
+    /// for [`RopeKv::record`]; `longest` as for [`record`](Self::record).
     #[allow(clippy::too_many_arguments)]
     pub fn record_fused<'a>(
-        &self,
+        &'a self,
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
         table: &'a Buffer,
@@ -302,20 +316,125 @@ impl AttnDecode {
         o: &'a Buffer,
         s: AttnShape,
         rope: RopeSpec,
+        longest: u32,
     ) -> Result<()> {
         check_rope(s, rope)?;
-        let groups = [s.n_head, s.tokens, 1];
-        record_attention(
+        self.record_split(
             rec,
             &self.fused,
-            self.head_dim,
             [qkv, o, steps],
-            &[table],
+            table,
             kv,
             s,
             Some(rope),
-            groups,
+            longest,
         )
+    }
+
+    /// One attention dispatch, and when it splits, the merge after it.
+    #[allow(clippy::too_many_arguments)]
+    fn record_split<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        pipeline: &Pipeline,
+        [qkv, o, steps]: [&'a Buffer; 3],
+        table: &'a Buffer,
+        kv: KvLayer<'a>,
+        s: AttnShape,
+        rope: Option<RopeSpec>,
+        longest: u32,
+    ) -> Result<()> {
+        let runs = self.split.runs(s.n_head * s.tokens, longest);
+        record_attention(
+            rec,
+            pipeline,
+            self.head_dim,
+            [qkv, o, steps],
+            &[table, &self.split.partials],
+            kv,
+            s,
+            rope,
+            [s.n_head, s.tokens, runs],
+            runs,
+        )?;
+        self.split.merge(rec, o, s, runs)
+    }
+}
+
+/// Workgroups split decode attention aims at on a GPU: a few per core of the largest GPUs,
+/// so that one token over a long context keeps all of them busy.
+const GPU_SPLIT_GROUPS: u32 = 1024;
+/// Fewest positions per run (`SPLIT_MIN` in `attn_split.glsl`).
+const SPLIT_MIN: u32 = 256;
+
+/// What split decode attention (`include/attn_split.glsl`) adds to a kernel: the partials
+/// of its runs and the merge that combines them. Only GPUs split: a CPU device's few cores
+/// are busy with one workgroup per head.
+pub(crate) struct Split {
+    merge: Arc<Pipeline>,
+    /// Room for the partials of `max_groups` workgroups.
+    pub(crate) partials: Buffer,
+    /// Most workgroups a split dispatch may have (0: never split).
+    max_groups: u32,
+    head_dim: u32,
+}
+
+/// Push constants of attn_merge.comp.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MergePush {
+    tokens: u32,
+    t0: u32,
+    n_head: u32,
+    splits: u32,
+}
+
+impl Split {
+    pub(crate) fn new(device: &Arc<Device>, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+        let max_groups = match kind {
+            DeviceKind::Cpu => 0,
+            _ => GPU_SPLIT_GROUPS,
+        };
+        let bytes = max_groups.max(1) as u64 * (head_dim as u64 / 4 + 1) * 16;
+        Ok(Self {
+            merge: device.pipeline(ATTN_MERGE, &[workgroup_size(device.info()), head_dim])?,
+            partials: Buffer::new(
+                device,
+                BufferDesc::device_local("attention partials", bytes),
+            )?,
+            max_groups,
+            head_dim,
+        })
+    }
+
+    /// Runs per (head, token) for `workgroups` (head, token) pairs over at most `longest`
+    /// positions each: enough to fill the device, none shorter than `SPLIT_MIN`.
+    pub(crate) fn runs(&self, workgroups: u32, longest: u32) -> u32 {
+        let fill = self.max_groups / workgroups.max(1);
+        fill.min(longest.div_ceil(SPLIT_MIN)).max(1)
+    }
+
+    /// Writes o for tokens s.t0 .. s.t0 + s.tokens from the partials of `runs` runs each
+    /// (nothing when `runs` is 1: the kernel wrote o itself).
+    pub(crate) fn merge<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        o: &'a Buffer,
+        s: AttnShape,
+        runs: u32,
+    ) -> Result<()> {
+        if runs == 1 || s.tokens == 0 {
+            return Ok(());
+        }
+        let push = MergePush {
+            tokens: s.tokens,
+            t0: s.t0,
+            n_head: s.n_head,
+            splits: runs,
+        };
+        let items = s.tokens as u64 * s.n_head as u64 * (self.head_dim as u64 / 4);
+        let groups = linear_groups(rec.device().info(), items, self.merge.workgroup_size());
+        rec.dispatch(&self.merge, &[&self.partials, o], &push, groups)
     }
 }
 
@@ -391,6 +510,7 @@ impl AttnPrefill {
             s,
             None,
             groups,
+            1,
         )
     }
 }
@@ -632,10 +752,11 @@ mod tests {
         let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, kind).unwrap();
         let layer = cache.layer(0);
         let fused = decode && tokens == 1;
+        let longest = pos0 + tokens;
         run(&dev, |rec| {
             if fused {
                 decode_kernel
-                    .record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope)
+                    .record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
                     .unwrap();
                 return;
             }
@@ -644,7 +765,7 @@ mod tests {
                 .unwrap();
             if decode {
                 decode_kernel
-                    .record(rec, &qkv_b, layer, &steps_b, &o, s)
+                    .record(rec, &qkv_b, layer, &steps_b, &o, s, longest)
                     .unwrap();
             } else {
                 prefill_kernel
@@ -694,6 +815,9 @@ mod tests {
         check(true, 1, 0, 4, 4, 16);
         check(true, 1, 37, 6, 2, 24);
         check(true, 2, 130, 9, 3, 64);
+        // Long enough for GPU shapes to split positions over workgroups (a short last run).
+        check(true, 1, 1100, 9, 3, 64);
+        check(true, 2, 700, 6, 2, 32);
     }
 
     #[test]
@@ -709,28 +833,30 @@ mod tests {
     #[test]
     fn batched_decode_reads_each_sequence_and_beam_table() {
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            batched_decode_shaped(kind);
+            batched_decode_shaped(kind, [33, 5, 40]);
+            // GPU shapes split the long sequences' positions; the short one has idle runs.
+            batched_decode_shaped(kind, [633, 5, 640]);
         }
     }
 
-    fn batched_decode_shaped(kind: DeviceKind) {
+    fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
         let Some(dev) = device() else { return };
         let h = Heads {
             n_head: 6,
             n_head_kv: 2,
             head_dim: 32,
         };
-        let lens = [33usize, 5, 40];
-        let n_ctx = 48;
+        let n_ctx = lens[2] + 8;
         let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx);
         for r in 0..lens.len() {
             cache.append(r, 1).unwrap();
         }
         cache.sync_tables().unwrap();
         // Row 2's sequence took positions 0..30 from row 0 (its ancestor's lane), and the
-        // rest, including the new position 40, from its own row. As in beam search, it reads
-        // nothing that another sequence writes in the same step (row 0 writes position 33).
-        let beam_rows: Vec<u32> = (0..=40).map(|p| if p < 30 { 0 } else { 2 }).collect();
+        // rest, including its new position, from its own row. As in beam search, it reads
+        // nothing that another sequence writes in the same step (row 0 writes position
+        // lens[0]).
+        let beam_rows: Vec<u32> = (0..=lens[2]).map(|p| if p < 30 { 0 } else { 2 }).collect();
         let mut beams: Vec<u32> = beam_rows.clone();
         beams.resize(n_ctx, 0);
         let base = cache.set_beams(2, &beams).unwrap();
@@ -759,14 +885,15 @@ mod tests {
         let layer = cache.layer(0);
         // One new token per sequence: the fused kernel rotates and stores K/V itself.
         run(&dev, |rec| {
-            attn.record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope)
+            let longest = lens[2] as u32 + 1;
+            attn.record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
                 .unwrap();
         });
         reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
         let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
         let want = reference_attention(&qkv, &logical, &steps, h, &source);
         assert_close(
-            &format!("batched decode ({kind:?} shape)"),
+            &format!("batched decode, lengths {lens:?} ({kind:?} shape)"),
             &o.download(want.len()).unwrap(),
             &want,
             |_| 2e-5,

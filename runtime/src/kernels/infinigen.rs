@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
 
-use super::attention::decode_shape;
+use super::attention::{decode_shape, AttnShape, Split};
 use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, RopeSpec};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, BLOCK_TOKENS};
@@ -151,6 +151,7 @@ impl IgShape {
             mode: 0,
             recent: 0,
             seq_pos: pos,
+            splits: 1,
         }
     }
 }
@@ -201,6 +202,7 @@ struct IgPush {
     mode: u32,
     recent: u32,
     seq_pos: u32,
+    splits: u32,
 }
 
 /// Where a kernel reads the current token's query heads: token `token` of a [tokens, stride]
@@ -409,8 +411,13 @@ impl IgSelect {
     /// lavapipe).
     pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
         // One workgroup per KV head: on a CPU device one subgroup, so its scans need no
-        // barriers; on a GPU a full group to stream the scores.
-        let wg = head_workgroup_size(device.info(), kind);
+        // barriers; on a GPU the largest group, since a handful of workgroups stream every
+        // score several times and their loops' latency is the kernel's time.
+        let info = device.info();
+        let wg = match kind {
+            DeviceKind::Cpu => head_workgroup_size(info, kind),
+            _ => info.limits.max_workgroup_invocations.clamp(1, 1024),
+        };
         Ok(Self {
             pipeline: device.pipeline(IG_SELECT, &[wg])?,
         })
@@ -565,19 +572,25 @@ impl KvGather {
 /// Decode attention over the gathered selection plus the token's own position.
 pub struct AttnSparse {
     pipeline: Arc<Pipeline>,
+    split: Split,
     head_dim: u32,
 }
 
 impl AttnSparse {
-    pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
+    pub fn new(device: &Arc<Device>, head_dim: u32) -> Result<Self> {
         Self::shaped_for(device, head_dim, device.info().kind)
     }
 
     /// The kernel shaped as `AttnDecode` is for a device of `kind`.
-    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+    pub(crate) fn shaped_for(
+        device: &Arc<Device>,
+        head_dim: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
         let (wg, subgroups) = decode_shape(ATTN_SPARSE.name, device, kind, head_dim, 0)?;
         Ok(Self {
             pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups])?,
+            split: Split::new(device, head_dim, kind)?,
             head_dim,
         })
     }
@@ -587,7 +600,7 @@ impl AttnSparse {
     /// head_dim], as `AttnDecode` writes it.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
-        &self,
+        &'a self,
         rec: &mut Recorder<'a>,
         q: QueryAt<'a>,
         kv: KvLayer<'a>,
@@ -622,20 +635,39 @@ impl AttnSparse {
                 ("o", o, (q.token as u64 + 1) * heads * 4),
             ],
         )?;
+        // The selection holds at most cap entries, and the token's own comes after them.
+        let runs = self.split.runs(s.n_head, s.cap + 1);
         let push = IgPush {
             token: q.token,
             q_stride: q.stride,
             max_blocks: kv.max_blocks,
+            splits: runs,
             ..s.push(row, pos)
         };
         rec.dispatch(
             &self.pipeline,
             &[
-                q.buffer, o, kv.k, kv.v, kv.tables, k_scratch, v_scratch, sel_count,
+                q.buffer,
+                o,
+                kv.k,
+                kv.v,
+                kv.tables,
+                k_scratch,
+                v_scratch,
+                sel_count,
+                &self.split.partials,
             ],
             &push,
-            [s.n_head, 1, 1],
-        )
+            [s.n_head, 1, runs],
+        )?;
+        let token = AttnShape {
+            tokens: 1,
+            t0: q.token,
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+        };
+        self.split.merge(rec, o, token, runs)
     }
 }
 
@@ -1299,7 +1331,7 @@ mod tests {
             };
             run(&dev, |rec| {
                 dense
-                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape)
+                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape, pos + 1)
                     .unwrap();
             });
             let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
@@ -1325,6 +1357,7 @@ mod tests {
         let pool = Pool::new(s, &[20]);
         let buf = upload(&dev, &[0.0; 4096]);
         let small = upload(&dev, &[0.0; 4]);
+        let attn = AttnSparse::new(&dev, 64).unwrap();
         let mut rec = Recorder::new(&dev).unwrap();
         let message = |r: Result<()>| r.unwrap_err().to_string();
 
@@ -1353,7 +1386,6 @@ mod tests {
         let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, odd, 0, 0..4));
         assert!(err.contains("do not divide"), "{err}");
 
-        let attn = AttnSparse::new(&dev, 64).unwrap();
         let err = message(attn.record(
             &mut rec,
             QueryAt::vector(&small, s),

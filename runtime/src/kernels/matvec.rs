@@ -142,7 +142,11 @@ impl Matvec {
                 max_rows: 48,
             },
             _ => {
-                let workgroup = (4 * subgroup).min(info.limits.max_workgroup_invocations);
+                // One row per subgroup and eight subgroups per group: on an H100 the Q4
+                // 4096x11008 product ran 676 GB/s with two rows per subgroup and four
+                // subgroups, 764 GB/s so, and 469 GB/s with four rows (more rows leave
+                // fewer loads in flight); 7B decode went 105 -> 119 tokens/s.
+                let workgroup = (8 * subgroup).min(info.limits.max_workgroup_invocations);
                 Shape {
                     workgroup,
                     tokens,
@@ -151,8 +155,8 @@ impl Matvec {
                     wide: false,
                     units: workgroup / subgroup,
                     target_groups: u32::MAX,
-                    min_rows: 2,
-                    max_rows: 2,
+                    min_rows: 1,
+                    max_rows: 1,
                 }
             }
         };

@@ -515,6 +515,12 @@ impl VkModel {
             .filter(|r| r.2 <= DECODE_MAX_TOKENS)
             .map(|r| r.2)
             .sum();
+        // The most positions a decode token attends to (its own included).
+        let longest = steps[..decode_tokens]
+            .iter()
+            .map(|st| st.pos + 1)
+            .max()
+            .unwrap_or(0);
         let fused = decode_tokens > 0
             && runs
                 .iter()
@@ -635,11 +641,12 @@ impl VkModel {
                     ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, t, at)?;
                 }
             } else if fused {
-                k.attn_decode
-                    .record_fused(&mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope)?;
+                k.attn_decode.record_fused(
+                    &mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope, longest,
+                )?;
             } else if decode_tokens > 0 {
                 k.attn_decode
-                    .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, decode)?;
+                    .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, decode, longest)?;
             }
             for &(t0, tokens) in &prefill_runs {
                 k.attn_prefill

@@ -22,4 +22,5 @@ layout(push_constant) uniform Push {
     uint recent;        // ig_select: the newest positions, always kept on top of the rest
     uint seq_pos;       // the current token's position in its sequence: `pos` unless the
                         // row's pool evicted tokens (RoPE's angle; what `recent` counts from)
+    uint splits;        // attn_sparse: workgroups per head (include/attn_split.glsl)
 } p;

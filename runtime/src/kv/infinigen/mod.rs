@@ -109,11 +109,15 @@ impl IgStats {
     }
 }
 
-/// Where skew matrices computed for `model` are cached: beside it.
-pub fn skew_cache_path(model: &Path) -> PathBuf {
+/// Where skew matrices computed for `model` are cached: beside it. None for a model with no
+/// file (`synthetic:NAME`, built in memory), whose skews are not kept.
+pub fn skew_cache_path(model: &Path) -> Option<PathBuf> {
+    if !model.is_file() {
+        return None;
+    }
     let mut name = model.file_name().unwrap_or_default().to_os_string();
     name.push(".skew");
-    model.with_file_name(name)
+    Some(model.with_file_name(name))
 }
 
 /// What a skew depends on: the model file's bytes and the calibration tokens.
