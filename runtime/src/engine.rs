@@ -70,6 +70,8 @@ pub struct InfinigenOptions {
     pub calibration: Option<PathBuf>,
     /// Most tokens a sequence's pool holds (evicting past that); `None`: the whole context.
     pub pool_capacity: Option<PoolCapacity>,
+    /// Each layer's fetch apart from the previous layer's kernels (for measuring the overlap).
+    pub serial_fetch: bool,
 }
 
 impl InfinigenOptions {
@@ -82,6 +84,7 @@ impl InfinigenOptions {
             budget: self.budget.unwrap_or(d.budget),
             recent: self.recent.unwrap_or(d.recent),
             pool_capacity: self.pool_capacity.map(|c| c.tokens(n_ctx)),
+            serial_fetch: self.serial_fetch,
             ..d
         }
     }

@@ -460,14 +460,28 @@ fn sparse_decoding_matches_the_cpu_reference() {
     reference.enable_infinigen(Some((&skew, params)));
     let mut device_model = vulkan(&dev, &file, 256);
     device_model.set_infinigen(Some((&skew, params))).unwrap();
+    // The same with each fetch recorded apart (`--ig-serial-fetch`): only the ordering
+    // changes, so the logits are the same to the bit.
+    let mut serial = vulkan(&dev, &file, 256);
+    let serial_params = IgParams {
+        serial_fetch: true,
+        ..params
+    };
+    serial.set_infinigen(Some((&skew, serial_params))).unwrap();
     let prompt = tokens(150, 5);
     let _ = reference.forward(&prompt, Logits::Last).unwrap();
     let _ = device_model.forward(&prompt, Logits::Last).unwrap();
+    let _ = serial.forward(&prompt, Logits::Last).unwrap();
     for (step, &t) in tokens(12, 6).iter().enumerate() {
         let a = reference.forward(&[t], Logits::Last).unwrap();
         let b = device_model.forward(&[t], Logits::Last).unwrap();
         let d = max_diff(&a, &b);
         assert!(d < 2e-3, "step {step}: logits differ by {d}");
+        let c = serial.forward(&[t], Logits::Last).unwrap();
+        assert!(
+            max_diff(&b, &c) == 0.0,
+            "step {step}: serial fetch changed the logits"
+        );
     }
     let (want, got) = (
         reference.infinigen_stats().unwrap(),
@@ -491,6 +505,7 @@ fn sparse_decoding_matches_the_cpu_reference() {
         device_model.fetch_alongside(),
         (3 * sparse_layers * 12, 3 * sparse_layers * 12)
     );
+    assert_eq!(serial.fetch_alongside(), (3 * sparse_layers * 12, 0));
     no_validation_messages(&dev);
 }
 

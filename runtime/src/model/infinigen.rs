@@ -488,13 +488,22 @@ impl<'a> Fetch<'a> {
     /// Records the next step for every token; nothing once all three are.
     pub fn step(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
         let ig = self.ig;
+        if self.done >= 3 {
+            return Ok(());
+        }
+        let serial = ig.params.serial_fetch;
+        if serial {
+            rec.barrier();
+        }
         for (t, &at) in self.tokens.iter().enumerate() {
             match self.done {
                 0 => ig.record_speculate(rec, self.l, self.table, self.rope, t, at)?,
                 1 => ig.record_select(rec, self.l, t, at)?,
-                2 => ig.record_gather(rec, self.l, self.kv, t, at)?,
-                _ => return Ok(()),
+                _ => ig.record_gather(rec, self.l, self.kv, t, at)?,
             }
+        }
+        if serial {
+            rec.barrier();
         }
         self.done += 1;
         Ok(())

@@ -121,6 +121,10 @@ impl Hazards {
                 .any(|b| self.written.contains(b) || self.read.contains(b))
     }
 
+    fn is_empty(&self) -> bool {
+        self.read.is_empty() && self.written.is_empty()
+    }
+
     fn add(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
         self.read.extend_from_slice(reads);
         self.written.extend_from_slice(writes);
@@ -232,32 +236,44 @@ impl<'a> Recorder<'a> {
     /// conflicts with a command since the last barrier; otherwise the two may run together.
     fn barrier_before_command(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
         if self.hazards.conflict(reads, writes) {
-            self.hazards.clear();
-            self.barriers += 1;
-            let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            let barrier = vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(
-                    vk::AccessFlags::SHADER_READ
-                        | vk::AccessFlags::SHADER_WRITE
-                        | vk::AccessFlags::TRANSFER_READ
-                        | vk::AccessFlags::TRANSFER_WRITE,
-                );
-            // SAFETY: recording into our command buffer.
-            unsafe {
-                self.device.raw.cmd_pipeline_barrier(
-                    self.cmd,
-                    stages,
-                    stages,
-                    vk::DependencyFlags::empty(),
-                    &[barrier],
-                    &[],
-                    &[],
-                )
-            };
+            self.emit_barrier();
         }
         self.hazards.add(reads, writes);
         self.groups.push(self.barriers);
+    }
+
+    /// Orders everything recorded after this after everything recorded before, whatever
+    /// they access (commands otherwise wait only for those whose buffers they share).
+    pub fn barrier(&mut self) {
+        if !self.hazards.is_empty() {
+            self.emit_barrier();
+        }
+    }
+
+    fn emit_barrier(&mut self) {
+        self.hazards.clear();
+        self.barriers += 1;
+        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            );
+        // SAFETY: recording into our command buffer.
+        unsafe {
+            self.device.raw.cmd_pipeline_barrier(
+                self.cmd,
+                stages,
+                stages,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
     }
 
     /// Records one dispatch of `pipeline` with `buffers` bound to its bindings in order.

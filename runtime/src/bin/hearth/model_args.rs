@@ -85,6 +85,10 @@ pub struct InfinigenArgs {
     /// evicted, so generation runs on [default: the whole context].
     #[arg(long, value_name = "SIZE")]
     pub kv_pool_capacity: Option<PoolCapacity>,
+    /// Run each layer's fetch apart from the previous layer's kernels instead of beside them
+    /// (a barrier on each side): the difference in speed is what the overlap saves.
+    #[arg(long)]
+    pub ig_serial_fetch: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +184,7 @@ impl RunArgs {
                 recent: self.infinigen.ig_recent,
                 calibration: self.infinigen.calibration.clone(),
                 pool_capacity: self.infinigen.kv_pool_capacity,
+                serial_fetch: self.infinigen.ig_serial_fetch,
             }),
             h2o: (self.kv_offload == KvOffload::H2o).then_some(H2oOptions {
                 budget: self.infinigen.ig_budget,

@@ -42,6 +42,9 @@ pub struct IgParams {
     /// Most tokens a sequence's pool holds (`--kv-pool-capacity`); past that, the least
     /// fetched leave ([`evict`]). `None`: the whole context.
     pub pool_capacity: Option<usize>,
+    /// Record each layer's fetch apart from the previous layer's kernels (a barrier on each
+    /// side), to measure what running them together saves.
+    pub serial_fetch: bool,
 }
 
 impl IgParams {
@@ -55,6 +58,7 @@ impl IgParams {
             recent: 32,
             dense_layers: 2,
             pool_capacity: None,
+            serial_fetch: false,
         }
     }
 
