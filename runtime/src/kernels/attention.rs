@@ -274,8 +274,9 @@ impl AttnDecode {
         })
     }
 
-    /// Attention for tokens whose K/V `RopeKv` has stored; none attends to more than
-    /// `longest` positions (its own included).
+    /// Attention for tokens whose K/V `RopeKv` has stored. `longest`, the most positions a
+    /// token attends to (its own included), sizes the split on GPUs; the result does not
+    /// depend on it, since each run covers its share of the token's own positions.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &'a self,
