@@ -1,8 +1,8 @@
 #version 450
 // Attention for decode: each new token against every cached position of its own sequence,
 // read through the paged cache's block table (and beam table, for beam search).
-// One workgroup per (query head, token); grouped-query attention maps query head h to KV head
-// h / (n_head / n_head_kv), which each of its group's workgroups reads in place.
+// One workgroup per (QH query heads, token); grouped-query attention maps query head h to KV
+// head h / (n_head / n_head_kv), which each of its group's workgroups reads in place.
 // Each invocation runs an online softmax over positions tid, tid + WG, ...; the partial
 // (max, sum, weighted V) triples are then merged across the workgroup. A token at position
 // pos attends to positions [0, pos], so this kernel also serves short multi-token steps and a
@@ -16,6 +16,7 @@
 // uses them from shared memory for the token's own position, which other workgroups may
 // still be writing.
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "reduce.glsl"
 #define KV_BINDING 2
@@ -28,14 +29,18 @@
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint SUBGROUPS = 64;            // most subgroups in a workgroup
 layout(constant_id = 3) const bool FUSED = false;
+// Query heads per workgroup, all of one KV head's group: each key and value row is loaded
+// once for all of them. CPU devices take the whole group (they load a row lane by lane, at
+// a cost per lane); GPUs take 1, for more workgroups.
+layout(constant_id = 4) const uint QH = 1;
 const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
 layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, rot_dim/2] (cos, sin)
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
-shared vec4 qs[HD4];
-shared float qf[HEAD_DIM];
+shared vec4 qs[QH * HD4];
+shared float qf[QH * HEAD_DIM];
 shared float kf[HEAD_DIM];
 shared vec4 knew[HD4];
 shared vec4 vnew[HD4];
@@ -44,25 +49,25 @@ float qkv_at(uint i) {
     return qkv[i >> 2][i & 3u];
 }
 
-// Rotates pair i of a head held in ARR (shared), as rope_kv.comp does.
-#define ROTATE(ARR, i, pos)                                                      \
+// Rotates pair i of the head at ARR[OFF ..] (shared), as rope_kv.comp does.
+#define ROTATE(ARR, OFF, i, pos)                                               \
     {                                                                          \
         uint half_rot = p.rot_dim / 2;                                         \
-        uint a = p.mode == 0 ? i : 2 * i;                                      \
-        uint b = p.mode == 0 ? i + half_rot : 2 * i + 1;                       \
+        uint a = OFF + (p.mode == 0 ? i : 2 * i);                              \
+        uint b = OFF + (p.mode == 0 ? i + half_rot : 2 * i + 1);               \
         vec2 r = cs[pos * half_rot + i];                                       \
-        float x0 = ARR[a];                                                       \
-        float x1 = ARR[b];                                                       \
-        ARR[a] = x0 * r.x - x1 * r.y;                                            \
-        ARR[b] = x0 * r.y + x1 * r.x;                                            \
+        float x0 = ARR[a];                                                     \
+        float x1 = ARR[b];                                                     \
+        ARR[a] = x0 * r.x - x1 * r.y;                                          \
+        ARR[b] = x0 * r.y + x1 * r.x;                                          \
     }
 shared vec4 merged[SUBGROUPS][HD4];
 
 void main() {
-    uint h = gl_WorkGroupID.x;
+    uint h0 = gl_WorkGroupID.x * QH;                           // the first of its query heads
     uint t = p.t0 + gl_WorkGroupID.y;
     uvec4 st = steps[t];
-    uint kvh = h / (p.n_head / p.n_head_kv);
+    uint kvh = h0 / (p.n_head / p.n_head_kv);
     uint n_kv = st.y + 1;
     uint tid = gl_LocalInvocationID.x;
     uint pos = st.y;
@@ -72,8 +77,10 @@ void main() {
         uint base = t * p.q_stride;
         uint kbase = base + (p.n_head + kvh) * HEAD_DIM;
         uint vbase = base + (p.n_head + p.n_head_kv + kvh) * HEAD_DIM;
+        for (uint d = tid; d < QH * HEAD_DIM; d += WG) {
+            qf[d] = qkv_at(base + h0 * HEAD_DIM + d);
+        }
         for (uint d = tid; d < HEAD_DIM; d += WG) {
-            qf[d] = qkv_at(base + h * HEAD_DIM + d);
             kf[d] = qkv_at(kbase + d);
         }
         for (uint d = tid; d < HD4; d += WG) {
@@ -81,32 +88,41 @@ void main() {
         }
         barrier();
         for (uint i = tid; i < p.rot_dim / 2; i += WG) {
-            ROTATE(qf, i, st.w)
-            ROTATE(kf, i, st.w)
+            for (uint qh = 0; qh < QH; ++qh) {
+                ROTATE(qf, qh * HEAD_DIM, i, st.w)
+            }
+            ROTATE(kf, 0, i, st.w)
         }
         barrier();
-        bool writer = z == 0 && h % (p.n_head / p.n_head_kv) == 0;
+        bool writer = z == 0 && h0 % (p.n_head / p.n_head_kv) == 0;
         uint kb = kv_index4(kv_slot(st.x, pos, p.max_blocks), kvh, p.n_head_kv, HEAD_DIM);
         for (uint d = tid; d < HD4; d += WG) {
-            qs[d] = vec4(qf[4 * d], qf[4 * d + 1], qf[4 * d + 2], qf[4 * d + 3]) * p.scale;
             knew[d] = vec4(kf[4 * d], kf[4 * d + 1], kf[4 * d + 2], kf[4 * d + 3]);
             if (writer) {
                 k_cache[kb + d] = knew[d];
                 v_cache[kb + d] = vnew[d];
             }
         }
+        for (uint d = tid; d < QH * HD4; d += WG) {
+            qs[d] = vec4(qf[4 * d], qf[4 * d + 1], qf[4 * d + 2], qf[4 * d + 3]) * p.scale;
+        }
     } else {
-        for (uint d = tid; d < HD4; d += WG) {
-            qs[d] = qkv[(t * p.q_stride + h * HEAD_DIM) / 4 + d] * p.scale;
+        for (uint d = tid; d < QH * HD4; d += WG) {
+            qs[d] = qkv[(t * p.q_stride + h0 * HEAD_DIM) / 4 + d] * p.scale;
         }
     }
     barrier();
 
-    float m = -1e30;
-    float l = 0.0;
-    vec4 acc[HD4];
-    for (uint d = 0; d < HD4; ++d) {
-        acc[d] = vec4(0.0);
+    // Each query head's online softmax: max m, sum l and weighted V acc.
+    float m[QH];
+    float l[QH];
+    vec4 acc[QH * HD4];
+    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+        m[qh] = -1e30;
+        l[qh] = 0.0;
+    }
+    [[unroll]] for (uint i = 0; i < QH * HD4; ++i) {
+        acc[i] = vec4(0.0);
     }
     // A run past the token's last position is empty and leaves the partial (-1e30, 0), which
     // weighs nothing in the merge.
@@ -116,44 +132,62 @@ void main() {
         bool fresh = FUSED && j == pos;
         uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);
         uint kb = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
-        float s = 0.0;
-        for (uint d = 0; d < HD4; ++d) {
-            s += dot(qs[d], fresh ? knew[d] : k_cache[kb + d]);
+        float s[QH];
+        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+            s[qh] = 0.0;
         }
-        float m_new = max(m, s);
-        float c = exp(m - m_new);
-        float e = exp(s - m_new);
-        l = l * c + e;
-        for (uint d = 0; d < HD4; ++d) {
-            acc[d] = acc[d] * c + e * (fresh ? vnew[d] : v_cache[kb + d]);
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {
+            vec4 k = fresh ? knew[d] : k_cache[kb + d];
+            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+                s[qh] += dot(qs[qh * HD4 + d], k);
+            }
         }
-        m = m_new;
+        float c[QH];
+        float e[QH];
+        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+            float m_new = max(m[qh], s[qh]);
+            c[qh] = exp(m[qh] - m_new);
+            e[qh] = exp(s[qh] - m_new);
+            l[qh] = l[qh] * c[qh] + e[qh];
+            m[qh] = m_new;
+        }
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {
+            vec4 v = fresh ? vnew[d] : v_cache[kb + d];
+            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+                acc[qh * HD4 + d] = acc[qh * HD4 + d] * c[qh] + e[qh] * v;
+            }
+        }
     }
 
-    // Merge: rescale every partial to the workgroup's max, then sum.
-    float m_all = workgroup_max(m);
-    float f = exp(m - m_all);
-    float l_all = workgroup_sum(l * f);
-    for (uint d = 0; d < HD4; ++d) {
-        vec4 v = subgroupAdd(acc[d] * f);
-        if (subgroupElect()) {
-            merged[gl_SubgroupID][d] = v;
+    // Merge each head: rescale every partial to the workgroup's max, then sum.
+    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+        uint h = h0 + qh;
+        float m_all = workgroup_max(m[qh]);
+        float f = exp(m[qh] - m_all);
+        float l_all = workgroup_sum(l[qh] * f);
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {
+            vec4 v = subgroupAdd(acc[qh * HD4 + d] * f);
+            if (subgroupElect()) {
+                merged[gl_SubgroupID][d] = v;
+            }
         }
-    }
-    barrier();
-    uint slot = ((gl_WorkGroupID.y * p.n_head + h) * p.splits + z) * (HD4 + 1);
-    for (uint d = tid; d < HD4; d += WG) {
-        vec4 sum = vec4(0.0);
-        for (uint s = 0; s < gl_NumSubgroups; ++s) {
-            sum += merged[s][d];
+        barrier();
+        uint slot = ((gl_WorkGroupID.y * p.n_head + h) * p.splits + z) * (HD4 + 1);
+        for (uint d = tid; d < HD4; d += WG) {
+            vec4 sum = vec4(0.0);
+            for (uint s = 0; s < gl_NumSubgroups; ++s) {
+                sum += merged[s][d];
+            }
+            if (p.splits > 1) {
+                part[slot + d] = sum;
+            } else {
+                o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+            }
         }
-        if (p.splits > 1) {
-            part[slot + d] = sum;
-        } else {
-            o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+        if (p.splits > 1 && tid == 0) {
+            part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
         }
-    }
-    if (p.splits > 1 && tid == 0) {
-        part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
+        // merged is the next head's.
+        barrier();
     }
 }

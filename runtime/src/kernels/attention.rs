@@ -249,11 +249,17 @@ pub struct AttnDecode {
     fused: Arc<Pipeline>,
     split: Split,
     head_dim: u32,
+    /// Query heads per workgroup (`QH` in the shader).
+    heads_per_group: u32,
 }
 
+/// Most query heads one workgroup of a CPU device takes (their K/V rows are loaded once).
+const CPU_MAX_HEADS_PER_GROUP: u32 = 8;
+
 impl AttnDecode {
-    pub fn new(device: &Arc<Device>, head_dim: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads.
+    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
@@ -261,16 +267,27 @@ impl AttnDecode {
     pub(crate) fn shaped_for(
         device: &Arc<Device>,
         head_dim: u32,
+        group: u32,
         kind: DeviceKind,
     ) -> Result<Self> {
-        // On CPU devices positions are spread over one subgroup's lanes; the fused variant
-        // also keeps q, k, v being rotated in shared memory.
-        let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, 4)?;
+        // On CPU devices positions are spread over one subgroup's lanes, and a workgroup
+        // takes a KV head's whole group of query heads: a CPU device loads a row lane by
+        // lane, so one load serves them all. GPUs take one query head per workgroup, for
+        // more workgroups. The fused variant also keeps q, k, v being rotated in shared
+        // memory.
+        let heads_per_group = match kind {
+            DeviceKind::Cpu if (1..=CPU_MAX_HEADS_PER_GROUP).contains(&group) => group,
+            _ => 1,
+        };
+        let extra = 2 * heads_per_group + 2;
+        let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
+        let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group];
         Ok(Self {
-            pipeline: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 0])?,
-            fused: device.pipeline(ATTN_DECODE, &[wg, head_dim, subgroups, 1])?,
+            pipeline: device.pipeline(ATTN_DECODE, &constants(0))?,
+            fused: device.pipeline(ATTN_DECODE, &constants(1))?,
             split: Split::new(device, head_dim, kind)?,
             head_dim,
+            heads_per_group,
         })
     }
 
@@ -345,7 +362,18 @@ impl AttnDecode {
         rope: Option<RopeSpec>,
         longest: u32,
     ) -> Result<()> {
-        let runs = self.split.runs(s.n_head * s.tokens, longest);
+        let group = s.n_head / s.n_head_kv.max(1);
+        if group % self.heads_per_group != 0 {
+            return Err(VkError::Kernel {
+                kernel: pipeline.name,
+                message: format!(
+                    "built for {} query heads per KV head, called with {}/{}",
+                    self.heads_per_group, s.n_head, s.n_head_kv
+                ),
+            });
+        }
+        let workgroups = s.n_head / self.heads_per_group;
+        let runs = self.split.runs(workgroups * s.tokens, longest);
         record_attention(
             rec,
             pipeline,
@@ -355,7 +383,7 @@ impl AttnDecode {
             kv,
             s,
             rope,
-            [s.n_head, s.tokens, runs],
+            [workgroups, s.tokens, runs],
             runs,
         )?;
         self.split.merge(rec, o, s, runs)
@@ -749,7 +777,8 @@ mod tests {
             layout: RopeLayout::Gptj,
         };
         let s = h.shape(tokens, 0);
-        let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, kind).unwrap();
+        let decode_kernel =
+            AttnDecode::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
         let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, kind).unwrap();
         let layer = cache.layer(0);
         let fused = decode && tokens == 1;
@@ -882,7 +911,7 @@ mod tests {
             layout: RopeLayout::Gptj,
         };
         let s = h.shape(steps.len() as u32, 0);
-        let attn = AttnDecode::shaped_for(&dev, h.head_dim, kind).unwrap();
+        let attn = AttnDecode::shaped_for(&dev, h.head_dim, h.n_head / h.n_head_kv, kind).unwrap();
         let layer = cache.layer(0);
         // One new token per sequence: the fused kernel rotates and stores K/V itself.
         run(&dev, |rec| {

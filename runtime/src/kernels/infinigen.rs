@@ -1320,7 +1320,8 @@ mod tests {
         let steps = Buffer::from_slice(&dev, "steps", &[StepToken::new(1, pos)]).unwrap();
         let history = vec![(0..pos).collect::<Vec<_>>(); 2];
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let dense = AttnDecode::shaped_for(&dev, s.head_dim, kind).unwrap();
+            let dense =
+                AttnDecode::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
             let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
             let shape = AttnShape {
                 tokens: 1,

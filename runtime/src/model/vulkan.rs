@@ -321,7 +321,11 @@ impl VkModel {
             rmsnorm: RmsNorm::new(device)?,
             swiglu: SwiGlu::new(device)?,
             rope_kv: RopeKv::new(device)?,
-            attn_decode: AttnDecode::new(device, c.head_dim as u32)?,
+            attn_decode: AttnDecode::new(
+                device,
+                c.head_dim as u32,
+                (c.n_head / c.n_head_kv.max(1)) as u32,
+            )?,
             attn_prefill: AttnPrefill::new(device, c.head_dim as u32)?,
         };
         let f32s = |name: &str, n: usize| {
