@@ -39,7 +39,7 @@ layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head
 layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, rot_dim/2] (cos, sin)
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
-shared vec4 qs[QH * HD4];
+#include "attn_online.glsl"
 shared float qf[QH * HEAD_DIM];
 shared float kf[HEAD_DIM];
 shared vec4 knew[HD4];
@@ -61,7 +61,6 @@ float qkv_at(uint i) {
         ARR[a] = x0 * r.x - x1 * r.y;                                          \
         ARR[b] = x0 * r.y + x1 * r.x;                                          \
     }
-shared vec4 merged[SUBGROUPS][HD4];
 
 void main() {
     uint h0 = gl_WorkGroupID.x * QH;                           // the first of its query heads
@@ -113,17 +112,7 @@ void main() {
     }
     barrier();
 
-    // Each query head's online softmax: max m, sum l and weighted V acc.
-    float m[QH];
-    float l[QH];
-    vec4 acc[QH * HD4];
-    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-        m[qh] = -1e30;
-        l[qh] = 0.0;
-    }
-    [[unroll]] for (uint i = 0; i < QH * HD4; ++i) {
-        acc[i] = vec4(0.0);
-    }
+    online_begin();
     // A run past the token's last position is empty and leaves the partial (-1e30, 0), which
     // weighs nothing in the merge.
     uint end = min(n_kv, (z + 1) * len);
@@ -132,62 +121,12 @@ void main() {
         bool fresh = FUSED && j == pos;
         uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);
         uint kb = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
-        float s[QH];
-        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-            s[qh] = 0.0;
-        }
-        [[unroll]] for (uint d = 0; d < HD4; ++d) {
-            vec4 k = fresh ? knew[d] : k_cache[kb + d];
-            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-                s[qh] += dot(qs[qh * HD4 + d], k);
-            }
-        }
-        float c[QH];
-        float e[QH];
-        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-            float m_new = max(m[qh], s[qh]);
-            c[qh] = exp(m[qh] - m_new);
-            e[qh] = exp(s[qh] - m_new);
-            l[qh] = l[qh] * c[qh] + e[qh];
-            m[qh] = m_new;
-        }
-        [[unroll]] for (uint d = 0; d < HD4; ++d) {
-            vec4 v = fresh ? vnew[d] : v_cache[kb + d];
-            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-                acc[qh * HD4 + d] = acc[qh * HD4 + d] * c[qh] + e[qh] * v;
-            }
-        }
+#define K_AT(d) (fresh ? knew[d] : k_cache[kb + d])
+#define V_AT(d) (fresh ? vnew[d] : v_cache[kb + d])
+        ONLINE_ADD(K_AT, V_AT)
+#undef K_AT
+#undef V_AT
     }
 
-    // Merge each head: rescale every partial to the workgroup's max, then sum.
-    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
-        uint h = h0 + qh;
-        float m_all = workgroup_max(m[qh]);
-        float f = exp(m[qh] - m_all);
-        float l_all = workgroup_sum(l[qh] * f);
-        [[unroll]] for (uint d = 0; d < HD4; ++d) {
-            vec4 v = subgroupAdd(acc[qh * HD4 + d] * f);
-            if (subgroupElect()) {
-                merged[gl_SubgroupID][d] = v;
-            }
-        }
-        barrier();
-        uint slot = ((gl_WorkGroupID.y * p.n_head + h) * p.splits + z) * (HD4 + 1);
-        for (uint d = tid; d < HD4; d += WG) {
-            vec4 sum = vec4(0.0);
-            for (uint s = 0; s < gl_NumSubgroups; ++s) {
-                sum += merged[s][d];
-            }
-            if (p.splits > 1) {
-                part[slot + d] = sum;
-            } else {
-                o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
-            }
-        }
-        if (p.splits > 1 && tid == 0) {
-            part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
-        }
-        // merged is the next head's.
-        barrier();
-    }
+    online_end(h0, t, gl_WorkGroupID.y, z);
 }

@@ -256,6 +256,16 @@ pub struct AttnDecode {
 /// Most query heads one workgroup of a CPU device takes (their K/V rows are loaded once).
 const CPU_MAX_HEADS_PER_GROUP: u32 = 8;
 
+/// Query heads per workgroup of decode attention for a device of `kind`, when `group` query
+/// heads share each KV head: on CPU devices the whole group, since they load a K/V row lane
+/// by lane and one load then serves every head; on GPUs one, for more workgroups.
+pub(crate) fn heads_per_workgroup(kind: DeviceKind, group: u32) -> u32 {
+    match kind {
+        DeviceKind::Cpu if (1..=CPU_MAX_HEADS_PER_GROUP).contains(&group) => group,
+        _ => 1,
+    }
+}
+
 impl AttnDecode {
     /// For a model whose KV heads are each shared by `group` query heads.
     pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
@@ -270,15 +280,9 @@ impl AttnDecode {
         group: u32,
         kind: DeviceKind,
     ) -> Result<Self> {
-        // On CPU devices positions are spread over one subgroup's lanes, and a workgroup
-        // takes a KV head's whole group of query heads: a CPU device loads a row lane by
-        // lane, so one load serves them all. GPUs take one query head per workgroup, for
-        // more workgroups. The fused variant also keeps q, k, v being rotated in shared
-        // memory.
-        let heads_per_group = match kind {
-            DeviceKind::Cpu if (1..=CPU_MAX_HEADS_PER_GROUP).contains(&group) => group,
-            _ => 1,
-        };
+        // On CPU devices positions are spread over one subgroup's lanes. The fused variant
+        // also keeps q, k, v being rotated in shared memory.
+        let heads_per_group = heads_per_workgroup(kind, group);
         let extra = 2 * heads_per_group + 2;
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
         let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group];

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
 
-use super::attention::{decode_shape, AttnShape, Split};
+use super::attention::{decode_shape, heads_per_workgroup, AttnShape, Split};
 use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, RopeSpec};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, BLOCK_TOKENS};
@@ -574,24 +574,36 @@ pub struct AttnSparse {
     pipeline: Arc<Pipeline>,
     split: Split,
     head_dim: u32,
+    /// Query heads per workgroup (`QH` in the shader).
+    heads_per_group: u32,
 }
 
 impl AttnSparse {
-    pub fn new(device: &Arc<Device>, head_dim: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads.
+    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, device.info().kind)
     }
 
     /// The kernel shaped as `AttnDecode` is for a device of `kind`.
     pub(crate) fn shaped_for(
         device: &Arc<Device>,
         head_dim: u32,
+        group: u32,
         kind: DeviceKind,
     ) -> Result<Self> {
-        let (wg, subgroups) = decode_shape(ATTN_SPARSE.name, device, kind, head_dim, 0)?;
+        let heads_per_group = heads_per_workgroup(kind, group);
+        let (wg, subgroups) = decode_shape(
+            ATTN_SPARSE.name,
+            device,
+            kind,
+            head_dim,
+            heads_per_group - 1,
+        )?;
         Ok(Self {
-            pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups])?,
+            pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups, heads_per_group])?,
             split: Split::new(device, head_dim, kind)?,
             head_dim,
+            heads_per_group,
         })
     }
 
@@ -635,8 +647,18 @@ impl AttnSparse {
                 ("o", o, (q.token as u64 + 1) * heads * 4),
             ],
         )?;
+        if (s.n_head / s.n_head_kv) % self.heads_per_group != 0 {
+            return Err(kernel_error(
+                ATTN_SPARSE,
+                format!(
+                    "built for {} query heads per KV head, called with {}/{}",
+                    self.heads_per_group, s.n_head, s.n_head_kv
+                ),
+            ));
+        }
+        let workgroups = s.n_head / self.heads_per_group;
         // The selection holds at most cap entries, and the token's own comes after them.
-        let runs = self.split.runs(s.n_head, s.cap + 1);
+        let runs = self.split.runs(workgroups, s.cap + 1);
         let push = IgPush {
             token: q.token,
             q_stride: q.stride,
@@ -658,7 +680,7 @@ impl AttnSparse {
                 &self.split.partials,
             ],
             &push,
-            [s.n_head, 1, runs],
+            [workgroups, 1, runs],
         )?;
         let token = AttnShape {
             tokens: 1,
@@ -1232,7 +1254,7 @@ mod tests {
         let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
         let fetches_b = u32_buffer(&dev, &vec![0; s.n_ctx as usize]);
         let gather = KvGather::shaped_for(&dev, kind).unwrap();
-        let attn = AttnSparse::shaped_for(&dev, s.head_dim, kind).unwrap();
+        let attn = AttnSparse::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
         let query = QueryAt {
             buffer: qkv,
             token: 0,
@@ -1358,7 +1380,7 @@ mod tests {
         let pool = Pool::new(s, &[20]);
         let buf = upload(&dev, &[0.0; 4096]);
         let small = upload(&dev, &[0.0; 4]);
-        let attn = AttnSparse::new(&dev, 64).unwrap();
+        let attn = AttnSparse::new(&dev, 64, 3).unwrap();
         let mut rec = Recorder::new(&dev).unwrap();
         let message = |r: Result<()>| r.unwrap_err().to_string();
 

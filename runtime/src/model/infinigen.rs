@@ -149,7 +149,7 @@ impl VkInfinigen {
             speculate: IgSpeculate::new(device, head_dim)?,
             select: IgSelect::new(device)?,
             gather: KvGather::new(device)?,
-            attn: AttnSparse::new(device, head_dim)?,
+            attn: AttnSparse::new(device, head_dim, (n_head / skew.n_head_kv) as u32)?,
             skew: skew_buffers,
             pkeys,
             q_spec: local(

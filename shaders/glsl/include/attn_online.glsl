@@ -1,0 +1,92 @@
+// The online softmax that decode attention (attn_decode.comp, attn_sparse.comp) runs for QH
+// query heads sharing one KV head, and its merge. Each invocation takes entries (key and
+// value rows) one at a time, loading each row once for all QH heads; then the workgroup
+// rescales the invocations' partials to its max and sums them. The including kernel defines
+// HEAD_DIM, HD4, QH and SUBGROUPS, fills qs with the scaled queries, declares o (binding 1)
+// and part (binding 8), and has n_head and splits in its push constants (include/
+// attn_split.glsl says what splits > 1 writes).
+
+shared vec4 qs[QH * HD4];
+shared vec4 merged[SUBGROUPS][HD4];
+
+// Per query head: the running max m, the sum l and the weighted V acc.
+float on_m[QH];
+float on_l[QH];
+vec4 on_acc[QH * HD4];
+
+void online_begin() {
+    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+        on_m[qh] = -1e30;
+        on_l[qh] = 0.0;
+    }
+    [[unroll]] for (uint i = 0; i < QH * HD4; ++i) {
+        on_acc[i] = vec4(0.0);
+    }
+}
+
+// Adds one entry, whose key's vec4 d is KEY(d) and value's VALUE(d).
+#define ONLINE_ADD(KEY, VALUE)                                                    \
+    {                                                                             \
+        float s[QH];                                                              \
+        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {                             \
+            s[qh] = 0.0;                                                          \
+        }                                                                         \
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {                               \
+            vec4 k = KEY(d);                                                     \
+            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {                         \
+                s[qh] += dot(qs[qh * HD4 + d], k);                                \
+            }                                                                     \
+        }                                                                         \
+        float c[QH];                                                              \
+        float e[QH];                                                              \
+        [[unroll]] for (uint qh = 0; qh < QH; ++qh) {                             \
+            float m_new = max(on_m[qh], s[qh]);                                   \
+            c[qh] = exp(on_m[qh] - m_new);                                        \
+            e[qh] = exp(s[qh] - m_new);                                           \
+            on_l[qh] = on_l[qh] * c[qh] + e[qh];                                  \
+            on_m[qh] = m_new;                                                     \
+        }                                                                         \
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {                               \
+            vec4 v = VALUE(d);                                                     \
+            [[unroll]] for (uint qh = 0; qh < QH; ++qh) {                         \
+                on_acc[qh * HD4 + d] = on_acc[qh * HD4 + d] * c[qh] + e[qh] * v;  \
+            }                                                                     \
+        }                                                                         \
+    }
+
+// Merges the workgroup's partials for query heads h0 .. h0 + QH and writes them: to o at
+// token `out_token` or, with splits > 1, as run z's partials of the dispatch's token
+// `part_token`.
+void online_end(uint h0, uint out_token, uint part_token, uint z) {
+    uint tid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint qh = 0; qh < QH; ++qh) {
+        uint h = h0 + qh;
+        float m_all = workgroup_max(on_m[qh]);
+        float f = exp(on_m[qh] - m_all);
+        float l_all = workgroup_sum(on_l[qh] * f);
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {
+            vec4 v = subgroupAdd(on_acc[qh * HD4 + d] * f);
+            if (subgroupElect()) {
+                merged[gl_SubgroupID][d] = v;
+            }
+        }
+        barrier();
+        uint slot = ((part_token * p.n_head + h) * p.splits + z) * (HD4 + 1);
+        for (uint d = tid; d < HD4; d += WG) {
+            vec4 sum = vec4(0.0);
+            for (uint s = 0; s < gl_NumSubgroups; ++s) {
+                sum += merged[s][d];
+            }
+            if (p.splits > 1) {
+                part[slot + d] = sum;
+            } else {
+                o[(out_token * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+            }
+        }
+        if (p.splits > 1 && tid == 0) {
+            part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
+        }
+        // merged is the next head's.
+        barrier();
+    }
+}
