@@ -266,6 +266,26 @@ pub(crate) fn heads_per_workgroup(kind: DeviceKind, group: u32) -> u32 {
     }
 }
 
+/// Workgroups per token of a decode attention kernel built for `heads_per_group` query heads
+/// per workgroup, or an error when the model's grouping does not match the build.
+pub(crate) fn head_workgroups(
+    kernel: &'static str,
+    heads_per_group: u32,
+    n_head: u32,
+    n_head_kv: u32,
+) -> Result<u32> {
+    if (n_head / n_head_kv.max(1)) % heads_per_group != 0 {
+        return Err(VkError::Kernel {
+            kernel,
+            message: format!(
+                "built for {heads_per_group} query heads per KV head, called with \
+                 {n_head}/{n_head_kv}"
+            ),
+        });
+    }
+    Ok(n_head / heads_per_group)
+}
+
 impl AttnDecode {
     /// For a model whose KV heads are each shared by `group` query heads.
     pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
@@ -366,17 +386,8 @@ impl AttnDecode {
         rope: Option<RopeSpec>,
         longest: u32,
     ) -> Result<()> {
-        let group = s.n_head / s.n_head_kv.max(1);
-        if group % self.heads_per_group != 0 {
-            return Err(VkError::Kernel {
-                kernel: pipeline.name,
-                message: format!(
-                    "built for {} query heads per KV head, called with {}/{}",
-                    self.heads_per_group, s.n_head, s.n_head_kv
-                ),
-            });
-        }
-        let workgroups = s.n_head / self.heads_per_group;
+        let workgroups =
+            head_workgroups(pipeline.name, self.heads_per_group, s.n_head, s.n_head_kv)?;
         let runs = self.split.runs(workgroups * s.tokens, longest);
         record_attention(
             rec,
@@ -946,6 +957,8 @@ mod tests {
         let (cache, _) = scattered_cache(h, &[4], 8);
         let buf = upload(&dev, &[0.0; 1024]);
         let kernel = AttnPrefill::new(&dev, 16).unwrap();
+        // Built for two query heads per KV head, as a CPU device groups them.
+        let decode = AttnDecode::shaped_for(&dev, 16, 2, DeviceKind::Cpu).unwrap();
         let mut rec = Recorder::new(&dev).unwrap();
         let err = kernel
             .record(&mut rec, &buf, cache.layer(0), &buf, &buf, h.shape(40, 0))
@@ -959,5 +972,14 @@ mod tests {
             .record(&mut rec, &buf, cache.layer(0), &buf, &buf, bad)
             .unwrap_err();
         assert!(err.to_string().contains("do not divide"), "{err}");
+        let three = AttnShape {
+            n_head: 3,
+            n_head_kv: 1,
+            ..h.shape(1, 0)
+        };
+        let err = decode
+            .record(&mut rec, &buf, cache.layer(0), &buf, &buf, three, 1)
+            .unwrap_err();
+        assert!(err.to_string().contains("query heads per KV head"), "{err}");
     }
 }

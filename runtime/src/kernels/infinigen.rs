@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
 
-use super::attention::{decode_shape, heads_per_workgroup, AttnShape, Split};
+use super::attention::{decode_shape, head_workgroups, heads_per_workgroup, AttnShape, Split};
 use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, RopeSpec};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, BLOCK_TOKENS};
@@ -647,16 +647,7 @@ impl AttnSparse {
                 ("o", o, (q.token as u64 + 1) * heads * 4),
             ],
         )?;
-        if (s.n_head / s.n_head_kv) % self.heads_per_group != 0 {
-            return Err(kernel_error(
-                ATTN_SPARSE,
-                format!(
-                    "built for {} query heads per KV head, called with {}/{}",
-                    self.heads_per_group, s.n_head, s.n_head_kv
-                ),
-            ));
-        }
-        let workgroups = s.n_head / self.heads_per_group;
+        let workgroups = head_workgroups(name, self.heads_per_group, s.n_head, s.n_head_kv)?;
         // The selection holds at most cap entries, and the token's own comes after them.
         let runs = self.split.runs(workgroups, s.cap + 1);
         let push = IgPush {
