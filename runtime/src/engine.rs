@@ -391,12 +391,11 @@ fn skew_for(
     let tokens = &tokens[..tokens.len().min(config.n_ctx_train.min(2048))];
     let key = infinigen::skew_key(file.bytes(), tokens);
     let path = infinigen::skew_cache_path(file.path());
-    if let Some((p, skew)) = path
-        .as_ref()
-        .and_then(|p| Some((p, Skew::load(p, key, &config)?)))
-    {
-        tracing::info!("skew matrices from {}", p.display());
-        return Ok(skew);
+    if let Some(p) = &path {
+        if let Some(skew) = Skew::load(p, key, &config) {
+            tracing::info!("skew matrices from {}", p.display());
+            return Ok(skew);
+        }
     }
     tracing::info!(
         "computing skew matrices from {} calibration tokens",

@@ -415,7 +415,8 @@ const SPLIT_MIN: u32 = 256;
 /// of its runs and the merge that combines them. Only GPUs split: a CPU device's few cores
 /// are busy with one workgroup per head.
 pub(crate) struct Split {
-    merge: Arc<Pipeline>,
+    /// Built only on devices that split.
+    merge: Option<Arc<Pipeline>>,
     /// Room for the partials of `max_groups` workgroups.
     pub(crate) partials: Buffer,
     /// Most workgroups a split dispatch may have (0: never split).
@@ -440,8 +441,12 @@ impl Split {
             _ => GPU_SPLIT_GROUPS,
         };
         let bytes = max_groups.max(1) as u64 * (head_dim as u64 / 4 + 1) * 16;
+        let merge = match max_groups {
+            0 => None,
+            _ => Some(device.pipeline(ATTN_MERGE, &[workgroup_size(device.info()), head_dim])?),
+        };
         Ok(Self {
-            merge: device.pipeline(ATTN_MERGE, &[workgroup_size(device.info()), head_dim])?,
+            merge,
             partials: Buffer::new(
                 device,
                 BufferDesc::device_local("attention partials", bytes),
@@ -467,9 +472,10 @@ impl Split {
         s: AttnShape,
         runs: u32,
     ) -> Result<()> {
-        if runs == 1 || s.tokens == 0 {
+        // More than one run only where the device splits, so where the merge was built.
+        let Some(merge) = self.merge.as_ref().filter(|_| runs > 1 && s.tokens > 0) else {
             return Ok(());
-        }
+        };
         let push = MergePush {
             tokens: s.tokens,
             t0: s.t0,
@@ -477,8 +483,8 @@ impl Split {
             splits: runs,
         };
         let items = s.tokens as u64 * s.n_head as u64 * (self.head_dim as u64 / 4);
-        let groups = linear_groups(rec.device().info(), items, self.merge.workgroup_size());
-        rec.dispatch(&self.merge, &[&self.partials, o], &push, groups)
+        let groups = linear_groups(rec.device().info(), items, merge.workgroup_size());
+        rec.dispatch(merge, &[&self.partials, o], &push, groups)
     }
 }
 

@@ -15,5 +15,5 @@ layout(push_constant) uniform Push {
     float scale;        // 1 / sqrt(head_dim)
     uint rot_dim;       // rope_kv: dimensions rotated (0: none)
     uint mode;          // rope_kv: 0 NeoX, 1 GPT-J
-    uint splits;        // attn_decode: workgroups per (head, token), see attn_split.glsl
+    uint splits;        // attn_decode: runs per (query head, token), see attn_split.glsl
 } p;
