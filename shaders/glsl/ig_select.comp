@@ -1,7 +1,9 @@
 #version 450
-// InfiniGen's token selection for one row, one workgroup per KV head g. Every head h counts
-// the positions t < pos scoring within alpha of its best mx_h; the mean count over all heads,
-// rounded up and capped by `budget`, is k, how many positions each KV head fetches (InfiniGen's
+// InfiniGen's token selection for the current token of each row of a step, one workgroup per
+// (KV head g, token): the y row of workgroups is the token (ig_step.glsl), whose scores,
+// selection and count are its own slices of the buffers. Every head h counts the positions
+// t < index scoring within alpha of its best mx_h; the mean count over all heads,
+// rounded up and capped by the token's budget, is k, how many positions each KV head fetches (InfiniGen's
 // rule: every head gets the typical head's share). KV head g keeps the k positions closest
 // to the best of some head of its group:
 //   d[t] = min over h in g's group of (mx_h - scores[h][t]) >= 0,
@@ -16,13 +18,15 @@
 #include "common.glsl"
 #include "reduce.glsl"
 #include "ig_push.glsl"
+#define IG_STEPS_BINDING 4
+#include "ig_step.glsl"
 
 const uint MAX_HEADS = 256;                                      // query heads
 const uint ALL = 0xFFFFFFFFu;
-layout(binding = 0) readonly buffer Scores { float scores[]; };  // [n_head, n_ctx]
+layout(binding = 0) readonly buffer Scores { float scores[]; };  // [tokens, n_head, n_ctx]
 layout(binding = 1) readonly buffer SeqPos { uint seq_pos[]; };  // [rows, n_ctx]
-layout(binding = 2) writeonly buffer Idx { uint sel_idx[]; };    // [n_kv, cap]
-layout(binding = 3) writeonly buffer Count { uint sel_count[]; }; // [n_kv]
+layout(binding = 2) writeonly buffer Idx { uint sel_idx[]; };    // [tokens, n_kv, cap]
+layout(binding = 3) writeonly buffer Count { uint sel_count[]; }; // [tokens, n_kv]
 
 shared float best[MAX_HEADS];
 shared uint hist[256];
@@ -32,29 +36,37 @@ shared uint tile_sums[WG];
 
 uint group;
 uint h0;
+uint sb;            // this token's scores: scores[sb + h * n_ctx + t]
+IgStep at;
+uint recent;        // the newest positions kept on top of the budget
 
 // d[t] as bits. x - x is +0, and d >= 0 by construction, so clearing the sign bit only maps a
 // -0 (from a max that came out as -0) to +0.
 uint key_at(uint t) {
-    float d = best[h0] - scores[h0 * p.n_ctx + t];
+    float d = best[h0] - scores[sb + h0 * p.n_ctx + t];
     for (uint i = 1; i < group; ++i) {
-        d = min(d, best[h0 + i] - scores[(h0 + i) * p.n_ctx + t]);
+        d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
     }
-    bool recent = seq_pos[p.row * p.n_ctx + t] + p.recent >= p.seq_pos;
-    return recent ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
+    bool newest = seq_pos[at.row * p.n_ctx + t] + recent >= at.pos;
+    return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
 }
 
 void main() {
     uint g = gl_WorkGroupID.x;
+    uint tk = gl_WorkGroupID.y;
     uint tid = gl_LocalInvocationID.x;
     group = p.n_head / p.n_head_kv;
     h0 = g * group;
-    uint n = p.pos;
+    at = steps[tk];
+    sb = tk * p.n_head * p.n_ctx;
+    recent = min(p.recent, p.cap - min(at.budget, p.cap));
+    uint n = at.index;
+    uint out_base = (tk * p.n_head_kv + g) * p.cap;
 
     for (uint h = 0; h < p.n_head; ++h) {
         float m = uintBitsToFloat(0xFF800000u);
         for (uint t = tid; t < n; t += WG) {
-            m = max(m, scores[h * p.n_ctx + t]);
+            m = max(m, scores[sb + h * p.n_ctx + t]);
         }
         m = workgroup_max(m);
         if (tid == 0) {
@@ -68,12 +80,12 @@ void main() {
     for (uint h = 0; h < p.n_head; ++h) {
         float floor_h = best[h] - p.alpha;
         for (uint t = tid; t < n; t += WG) {
-            mine += scores[h * p.n_ctx + t] >= floor_h ? 1.0 : 0.0;
+            mine += scores[sb + h * p.n_ctx + t] >= floor_h ? 1.0 : 0.0;
         }
     }
     // Counts stay far below 2^24, where float sums are exact.
     uint critical = uint(workgroup_sum(mine));
-    uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, p.budget) + p.recent, n), p.cap);
+    uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, at.budget) + recent, n), p.cap);
 
     // Keep d < cut, and the first take_eq positions with d == cut.
     uint cut = ALL;
@@ -162,12 +174,12 @@ void main() {
         uint less_before = run_less + (before & 0xFFFFu);
         uint eq_before = run_eq + (before >> 16);
         if (less || (eq && eq_before < take_eq)) {
-            sel_idx[g * p.cap + less_before + min(eq_before, take_eq)] = t;
+            sel_idx[out_base + less_before + min(eq_before, take_eq)] = t;
         }
         run_less += total & 0xFFFFu;
         run_eq += total >> 16;
     }
     if (tid == 0) {
-        sel_count[g] = run_less + min(run_eq, take_eq);
+        sel_count[tk * p.n_head_kv + g] = run_less + min(run_eq, take_eq);
     }
 }

@@ -1,19 +1,21 @@
-//! InfiniGen's KV selection on the device, for the one new token of one sequence row.
-//! [`IgPartialKeys`] keeps a layer's partial key cache (keys projected on the first r columns
-//! of the layer's skew) up to date; [`IgSpeculate`] rotates the token's query, projects it the
-//! same way and scores every past position; [`IgSelect`] picks how many positions to fetch
-//! (the mean over heads of those within alpha of the head's best, at most `budget`) and, per
-//! KV head, which (the closest to some head's best, in ascending order); [`KvGather`]
-//! copies their K/V from the (host) pool into a device scratch; [`AttnSparse`] attends over that
-//! scratch plus the token's own position.
+//! InfiniGen's KV selection on the device, for the new tokens of a decode step (one per
+//! sequence row, all in each dispatch: [`IgBatch`]). [`IgPartialKeys`] keeps a layer's partial
+//! key cache (keys projected on the first r columns of the layer's skew) up to date;
+//! [`IgSpeculate`] rotates each token's query, projects it the same way and scores every past
+//! position; [`IgSelect`] picks how many positions to fetch (the mean over heads of those
+//! within alpha of the head's best, at most the token's budget) and, per KV head, which (the
+//! closest to some head's best, in ascending order); [`KvGather`] copies their K/V from the
+//! (host) pool into a device scratch; [`AttnSparse`] attends over that scratch plus the
+//! token's own position.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, ATTN_SPARSE, IG_PARTIAL_KEYS, IG_SELECT, IG_SPECULATE, KV_GATHER};
 
-use super::attention::{decode_shape, head_workgroups, heads_per_workgroup, AttnShape, Split};
+use super::attention::{
+    decode_shape, head_workgroups, heads_per_workgroup, AttnShape, Split, StepToken,
+};
 use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, RopeSpec};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, BLOCK_TOKENS};
@@ -23,15 +25,17 @@ use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError}
 /// per-head maxima).
 pub const IG_MAX_HEADS: u32 = 256;
 
-/// Sizes shared by one layer's InfiniGen kernels, and the buffers they imply:
+/// Sizes shared by one layer's InfiniGen kernels, and the buffers they imply, for a step of
+/// `tokens` tokens:
 /// - `skew` [n_head_kv, head_dim, partial] f32: the first `partial` columns of each KV head's
 ///   orthogonal skew;
 /// - `pkeys` [rows, n_ctx, n_head_kv, partial] f32: the partial key cache;
-/// - `scores` [n_head, n_ctx] f32: speculated scores of the current token;
-/// - `sel_idx` [n_head_kv, cap] u32 and `sel_count` [n_head_kv] u32: the selection;
-/// - `k_scratch`, `v_scratch` [n_head_kv, cap, head_dim] f32: the selected K/V;
+/// - `scores` [tokens, n_head, n_ctx] f32: speculated scores of each token;
+/// - `sel_idx` [tokens, n_head_kv, cap] u32 and `sel_count` [tokens, n_head_kv] u32: the
+///   selections;
+/// - `k_scratch`, `v_scratch` [tokens, n_head_kv, cap, head_dim] f32: the selected K/V;
 /// - `seq_pos` [rows, n_ctx] u32: the sequence position each row entry holds (the entry's
-///   index until the pool evicts), and `fetches` [n_ctx] u32 per row: how often each was
+///   index until the pool evicts), and `fetches` [rows, n_ctx] u32: how often each was
 ///   fetched.
 #[derive(Clone, Copy, Debug)]
 pub struct IgShape {
@@ -61,26 +65,26 @@ impl IgShape {
         rows as u64 * self.n_ctx as u64 * self.pkey_entry_bytes()
     }
 
-    pub fn scores_bytes(&self) -> u64 {
-        self.n_head as u64 * self.n_ctx as u64 * 4
+    pub fn scores_bytes(&self, tokens: u32) -> u64 {
+        tokens as u64 * self.n_head as u64 * self.n_ctx as u64 * 4
     }
 
-    pub fn sel_idx_bytes(&self) -> u64 {
-        self.n_head_kv as u64 * self.cap as u64 * 4
+    pub fn sel_idx_bytes(&self, tokens: u32) -> u64 {
+        tokens as u64 * self.n_head_kv as u64 * self.cap as u64 * 4
     }
 
-    /// Bytes of a [rows, n_ctx] u32 map, as `seq_pos` is (and one row's `fetches`).
+    /// Bytes of a [rows, n_ctx] u32 map, as `seq_pos` and `fetches` are.
     pub fn seq_pos_bytes(&self, rows: u32) -> u64 {
         rows as u64 * self.n_ctx as u64 * 4
     }
 
-    pub fn sel_count_bytes(&self) -> u64 {
-        self.n_head_kv as u64 * 4
+    pub fn sel_count_bytes(&self, tokens: u32) -> u64 {
+        tokens as u64 * self.n_head_kv as u64 * 4
     }
 
     /// Bytes of `k_scratch` (and of `v_scratch`).
-    pub fn scratch_bytes(&self) -> u64 {
-        self.sel_idx_bytes() * self.head_dim as u64
+    pub fn scratch_bytes(&self, tokens: u32) -> u64 {
+        self.sel_idx_bytes(tokens) * self.head_dim as u64
     }
 
     fn check(&self, kernel: &'static str) -> Result<()> {
@@ -129,13 +133,10 @@ impl IgShape {
         Ok(())
     }
 
-    fn push(&self, row: u32, pos: u32) -> IgPush {
+    fn push(&self) -> IgPush {
         IgPush {
-            row,
-            pos,
-            p0: 0,
-            p1: 0,
             token: 0,
+            tokens: 0,
             q_stride: 0,
             n_head: self.n_head,
             n_head_kv: self.n_head_kv,
@@ -144,13 +145,11 @@ impl IgShape {
             n_ctx: self.n_ctx,
             max_blocks: 0,
             cap: self.cap,
-            budget: 0,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
             alpha: 0.0,
             rot_dim: 0,
             mode: 0,
             recent: 0,
-            seq_pos: pos,
             splits: 1,
         }
     }
@@ -178,15 +177,88 @@ impl IgToken {
     }
 }
 
+/// A token of a batched dispatch as the kernels read it (`IgStep` in ig_step.glsl): the
+/// token, and the most positions per KV head it fetches besides the recent ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct IgStep {
+    pub row: u32,
+    pub index: u32,
+    pub pos: u32,
+    pub budget: u32,
+}
+
+impl IgStep {
+    pub fn new(at: IgToken, budget: u32) -> Self {
+        Self {
+            row: at.row,
+            index: at.index,
+            pos: at.pos,
+            budget,
+        }
+    }
+}
+
+/// The tokens of a decode step, one per sequence row: token t of every InfiniGen dispatch
+/// is `steps[t]`, which `buffer` holds too ([tokens] `IgStep`), and its slices of the
+/// per-token buffers (scores, selection, scratch) are the t-th.
+#[derive(Clone, Copy)]
+pub struct IgBatch<'a> {
+    pub buffer: &'a Buffer,
+    pub steps: &'a [IgStep],
+}
+
+impl IgBatch<'_> {
+    fn tokens(&self) -> u32 {
+        self.steps.len() as u32
+    }
+
+    /// The longest history among the tokens.
+    fn longest(&self) -> u32 {
+        self.steps.iter().map(|s| s.index).max().unwrap_or(0)
+    }
+
+    /// Rows the tokens reach into: the highest row plus one.
+    fn rows(&self) -> u32 {
+        self.steps.iter().map(|s| s.row + 1).max().unwrap_or(0)
+    }
+
+    fn check(&self, kernel: &'static str) -> Result<()> {
+        check_sizes(
+            kernel,
+            &[(
+                "steps",
+                self.buffer,
+                self.steps.len() as u64 * std::mem::size_of::<IgStep>() as u64,
+            )],
+        )
+    }
+
+    /// Checks every token's entry against `kv`'s block tables and n_ctx.
+    fn check_positions(&self, kernel: &'static str, s: &IgShape, kv: &KvLayer) -> Result<()> {
+        self.steps
+            .iter()
+            .try_for_each(|st| s.check_position(kernel, kv, st.row, st.index))
+    }
+
+    /// Checks that every token's history fits in n_ctx.
+    fn check_indices(&self, kernel: Kernel, s: &IgShape) -> Result<()> {
+        match self.steps.iter().find(|st| st.index > s.n_ctx) {
+            Some(st) => Err(kernel_error(
+                kernel,
+                format!("index {} is past n_ctx {}", st.index, s.n_ctx),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Push constants of every InfiniGen kernel (the `Push` block each of them declares).
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct IgPush {
-    row: u32,
-    pos: u32,
-    p0: u32,
-    p1: u32,
     token: u32,
+    tokens: u32,
     q_stride: u32,
     n_head: u32,
     n_head_kv: u32,
@@ -195,19 +267,18 @@ struct IgPush {
     n_ctx: u32,
     max_blocks: u32,
     cap: u32,
-    budget: u32,
     scale: f32,
     alpha: f32,
     rot_dim: u32,
     mode: u32,
     recent: u32,
-    seq_pos: u32,
     splits: u32,
 }
 
-/// Where a kernel reads the current token's query heads: token `token` of a [tokens, stride]
-/// f32 buffer whose rows begin with the n_head query heads. This is attn_decode's `qkv` (stride
-/// (n_head + 2 n_head_kv) * head_dim); a plain [n_head * head_dim] vector is [`QueryAt::vector`].
+/// Where a kernel reads the tokens' query heads: token t of a dispatch at row `token + t` of
+/// a [tokens, stride] f32 buffer whose rows begin with the n_head query heads. This is
+/// attn_decode's `qkv` (stride (n_head + 2 n_head_kv) * head_dim); a plain [tokens, n_head *
+/// head_dim] buffer is [`QueryAt::vectors`].
 #[derive(Clone, Copy)]
 pub struct QueryAt<'a> {
     pub buffer: &'a Buffer,
@@ -216,7 +287,7 @@ pub struct QueryAt<'a> {
 }
 
 impl<'a> QueryAt<'a> {
-    pub fn vector(buffer: &'a Buffer, s: IgShape) -> Self {
+    pub fn vectors(buffer: &'a Buffer, s: IgShape) -> Self {
         Self {
             buffer,
             token: 0,
@@ -224,7 +295,8 @@ impl<'a> QueryAt<'a> {
         }
     }
 
-    fn check(&self, kernel: &'static str, s: IgShape) -> Result<()> {
+    /// Checks the stride and that the buffer holds `tokens` rows from `token`.
+    fn check(&self, kernel: &'static str, s: IgShape, tokens: u32) -> Result<()> {
         let heads = s.n_head * s.head_dim;
         if self.stride < heads || self.stride % 4 != 0 {
             return Err(VkError::Kernel {
@@ -235,7 +307,7 @@ impl<'a> QueryAt<'a> {
                 ),
             });
         }
-        let end = self.token as u64 * self.stride as u64 + heads as u64;
+        let end = (self.token + tokens.max(1) - 1) as u64 * self.stride as u64 + heads as u64;
         check_sizes(kernel, &[("q", self.buffer, end * 4)])
     }
 }
@@ -259,8 +331,9 @@ impl IgPartialKeys {
         })
     }
 
-    /// pkeys[row][p][g][..] = K(row, p, g) · skew[g] for p in `positions` (prefill: the
-    /// prompt; decode: the new token after rope_kv stored it).
+    /// pkeys[row][pos][g][..] = K(row, pos, g) · skew[g] for every token (row, pos) of
+    /// `tokens`, which `steps` holds ([tokens] `StepToken`: a step's new tokens once rope_kv
+    /// stored their keys, or a row's history).
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -269,41 +342,45 @@ impl IgPartialKeys {
         skew: &'a Buffer,
         pkeys: &'a Buffer,
         s: IgShape,
-        row: u32,
-        positions: Range<u32>,
+        steps: &'a Buffer,
+        tokens: &[StepToken],
     ) -> Result<()> {
         let name = IG_PARTIAL_KEYS.name;
         s.check(name)?;
-        if positions.is_empty() {
+        if tokens.is_empty() {
             return Ok(());
         }
-        s.check_position(name, &kv, row, positions.end - 1)?;
+        for t in tokens {
+            s.check_position(name, &kv, t.row, t.pos)?;
+        }
+        let rows = tokens.iter().map(|t| t.row + 1).max().unwrap_or(0);
+        let token_bytes = std::mem::size_of::<StepToken>() as u64;
         check_sizes(
             name,
             &[
                 ("skew", skew, s.skew_bytes()),
-                ("pkeys", pkeys, s.pkeys_bytes(row + 1)),
+                ("pkeys", pkeys, s.pkeys_bytes(rows)),
+                ("steps", steps, tokens.len() as u64 * token_bytes),
             ],
         )?;
         let push = IgPush {
-            p0: positions.start,
-            p1: positions.end,
+            tokens: tokens.len() as u32,
             max_blocks: kv.max_blocks,
-            ..s.push(row, 0)
+            ..s.push()
         };
-        let work = positions.len() as u64 * (s.n_head_kv * s.partial) as u64;
+        let work = tokens.len() as u64 * (s.n_head_kv * s.partial) as u64;
         let groups = linear_groups(rec.device().info(), work, self.pipeline.workgroup_size());
         // The kernel reads no V, so it has no binding for it.
         rec.dispatch(
             &self.pipeline,
-            &[kv.k, kv.tables, skew, pkeys],
+            &[kv.k, kv.tables, skew, pkeys, steps],
             &push,
             groups,
         )
     }
 }
 
-/// Speculated attention scores of the current token over its history.
+/// Speculated attention scores of each token over its history.
 pub struct IgSpeculate {
     pipeline: Arc<Pipeline>,
     head_dim: u32,
@@ -320,10 +397,11 @@ impl IgSpeculate {
         })
     }
 
-    /// scores[h][t] for t < at.index: `q_raw` (the query before RoPE) rotated at `at.pos` as
-    /// [`super::RopeKv`] does, projected on the skew, dotted with pkeys[row][t], times
-    /// 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding position `at.pos` (any
-    /// buffer when rot_dim is 0). Scores at the index and beyond are left as they were.
+    /// scores[t][h][i] for i < index of token t of `batch`: its query before RoPE (`q_raw`)
+    /// rotated at its position as [`super::RopeKv`] does, projected on the skew, dotted with
+    /// pkeys[row][i], times 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding
+    /// every token's position (any buffer when rot_dim is 0). Scores at the index and beyond
+    /// are left as they were.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -335,10 +413,9 @@ impl IgSpeculate {
         pkeys: &'a Buffer,
         scores: &'a Buffer,
         s: IgShape,
-        at: IgToken,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
         let name = IG_SPECULATE.name;
-        let (row, pos) = (at.row, at.index);
         s.check(name)?;
         if s.head_dim != self.head_dim {
             return Err(kernel_error(
@@ -355,49 +432,48 @@ impl IgSpeculate {
                 format!("rot_dim {} must be even and at most head_dim", rope.rot_dim),
             ));
         }
-        if pos > s.n_ctx {
-            return Err(kernel_error(
-                IG_SPECULATE,
-                format!("index {pos} is past n_ctx {}", s.n_ctx),
-            ));
-        }
-        q_raw.check(name, s)?;
-        let table_bytes = (at.pos as u64 + 1) * (rope.rot_dim / 2) as u64 * 8;
+        batch.check(name)?;
+        batch.check_indices(IG_SPECULATE, &s)?;
+        let tokens = batch.tokens();
+        q_raw.check(name, s, tokens)?;
+        let last_pos = batch.steps.iter().map(|st| st.pos).max().unwrap_or(0);
+        let table_bytes = (last_pos as u64 + 1) * (rope.rot_dim / 2) as u64 * 8;
         check_sizes(
             name,
             &[
                 ("table", table, table_bytes),
                 ("skew", skew, s.skew_bytes()),
-                ("pkeys", pkeys, s.pkeys_bytes(row + 1)),
-                ("scores", scores, s.scores_bytes()),
+                ("pkeys", pkeys, s.pkeys_bytes(batch.rows())),
+                ("scores", scores, s.scores_bytes(tokens)),
             ],
         )?;
-        if pos == 0 {
+        let longest = batch.longest();
+        if longest == 0 {
             return Ok(());
         }
         let push = IgPush {
             token: q_raw.token,
+            tokens,
             q_stride: q_raw.stride,
             rot_dim: rope.rot_dim,
             mode: match rope.layout {
                 RopeLayout::Neox => 0,
                 RopeLayout::Gptj => 1,
             },
-            seq_pos: at.pos,
-            ..s.push(row, pos)
+            ..s.push()
         };
         let per_group = SPECULATE_SPAN * self.pipeline.workgroup_size();
-        let groups = [pos.div_ceil(per_group), s.n_head, 1];
+        let groups = [longest.div_ceil(per_group), s.n_head, tokens];
         rec.dispatch(
             &self.pipeline,
-            &[q_raw.buffer, table, skew, pkeys, scores],
+            &[q_raw.buffer, table, skew, pkeys, scores, batch.buffer],
             &push,
             groups,
         )
     }
 }
 
-/// Per KV head, the positions to fetch (InfiniGen's count and choice).
+/// Per token and KV head, the positions to fetch (InfiniGen's count and choice).
 pub struct IgSelect {
     pipeline: Arc<Pipeline>,
 }
@@ -410,8 +486,8 @@ impl IgSelect {
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
     /// lavapipe).
     pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
-        // One workgroup per KV head: on a CPU device one subgroup, so its scans need no
-        // barriers; on a GPU the largest group, since a handful of workgroups stream every
+        // One workgroup per KV head and token: on a CPU device one subgroup, so its scans need
+        // no barriers; on a GPU the largest group, since a handful of workgroups stream every
         // score several times and their loops' latency is the kernel's time.
         let info = device.info();
         let wg = match kind {
@@ -423,13 +499,14 @@ impl IgSelect {
         })
     }
 
-    /// Writes sel_idx[g][0 .. sel_count[g]] for every KV head g. Each head h counts the
-    /// history entries t < at.index scoring at least max_t' scores[h][t'] - alpha; k is the mean
-    /// count over heads rounded up, at most `budget` (<= cap). KV head g keeps the k positions
-    /// with the largest m[t] = max over g's heads h of (scores[h][t] - max_t' scores[h][t'])
-    /// and, at equal m, the lower positions, after the `recent` newest positions, which come
-    /// first and add to k; in ascending order. Scores must be finite. The newest are those
-    /// whose position, `seq_pos[row][t]` ([rows, n_ctx] u32), is within `recent` of `at.pos`.
+    /// Writes sel_idx[t][g][0 .. sel_count[t][g]] for every token t of `batch` and KV head g.
+    /// Each head h counts the history entries i < index scoring at least
+    /// max_i' scores[t][h][i'] minus alpha; k is the mean count over heads rounded up, at most
+    /// the token's budget (<= cap). KV head g keeps the k positions with the largest m[i] = max over g's heads h of
+    /// (scores[t][h][i] - max_i' scores[t][h][i']) and, at equal m, the lower positions,
+    /// after the newest positions (`recent` of them, at most cap - budget), which come first
+    /// and add to k; in ascending order. Scores must be finite. The newest are those whose
+    /// position, `seq_pos[row][i]` ([rows, n_ctx] u32), is within that many of the token's.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -439,13 +516,11 @@ impl IgSelect {
         sel_idx: &'a Buffer,
         sel_count: &'a Buffer,
         s: IgShape,
-        at: IgToken,
+        batch: IgBatch<'a>,
         alpha: f32,
-        budget: u32,
         recent: u32,
     ) -> Result<()> {
         let name = IG_SELECT.name;
-        let pos = at.index;
         s.check(name)?;
         if alpha.is_nan() || alpha < 0.0 {
             return Err(kernel_error(
@@ -453,38 +528,39 @@ impl IgSelect {
                 format!("alpha {alpha} is not >= 0"),
             ));
         }
-        if budget.saturating_add(recent) > s.cap || pos > s.n_ctx {
+        if let Some(st) = batch.steps.iter().find(|st| st.budget > s.cap) {
             return Err(kernel_error(
                 IG_SELECT,
-                format!(
-                    "budget {budget} plus {recent} recent must be at most cap {} and position \
-                     {pos} at most n_ctx {}",
-                    s.cap, s.n_ctx
-                ),
+                format!("budget {} must be at most cap {}", st.budget, s.cap),
             ));
         }
+        batch.check(name)?;
+        batch.check_indices(IG_SELECT, &s)?;
+        let tokens = batch.tokens();
         check_sizes(
             name,
             &[
-                ("scores", scores, s.scores_bytes()),
-                ("seq_pos", seq_pos, s.seq_pos_bytes(at.row + 1)),
-                ("sel_idx", sel_idx, s.sel_idx_bytes()),
-                ("sel_count", sel_count, s.sel_count_bytes()),
+                ("scores", scores, s.scores_bytes(tokens)),
+                ("seq_pos", seq_pos, s.seq_pos_bytes(batch.rows())),
+                ("sel_idx", sel_idx, s.sel_idx_bytes(tokens)),
+                ("sel_count", sel_count, s.sel_count_bytes(tokens)),
             ],
         )?;
+        if tokens == 0 {
+            return Ok(());
+        }
         // alpha is >= 0 here; +0 keeps the shader's bit comparisons exact.
         let push = IgPush {
+            tokens,
             alpha: alpha.abs(),
-            budget,
             recent,
-            seq_pos: at.pos,
-            ..s.push(at.row, pos)
+            ..s.push()
         };
         rec.dispatch(
             &self.pipeline,
-            &[scores, seq_pos, sel_idx, sel_count],
+            &[scores, seq_pos, sel_idx, sel_count, batch.buffer],
             &push,
-            [s.n_head_kv, 1, 1],
+            [s.n_head_kv, tokens, 1],
         )
     }
 }
@@ -492,8 +568,8 @@ impl IgSelect {
 /// Copies the selected positions' K/V from the pool into the device scratch.
 pub struct KvGather {
     pipeline: Arc<Pipeline>,
-    /// Most workgroups per KV head; they stride over the selection, whose size the host
-    /// does not know.
+    /// Most workgroups per KV head and token; they stride over the selection, whose size the
+    /// host does not know.
     max_groups: u32,
 }
 
@@ -515,9 +591,9 @@ impl KvGather {
         })
     }
 
-    /// k_scratch[g][j] = K(row, sel_idx[g][j], g) and likewise V, for j < sel_count[g]; each
-    /// fetch adds one to the entry's counter in `fetches` (the row's own [n_ctx] u32), which
-    /// pool eviction reads.
+    /// k_scratch[t][g][j] = K(row, sel_idx[t][g][j], g) and likewise V, for j <
+    /// sel_count[t][g], token t of `batch` being in `row`; each fetch adds one to the entry's
+    /// counter in `fetches` ([rows, n_ctx] u32), which pool eviction reads.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
@@ -529,47 +605,56 @@ impl KvGather {
         k_scratch: &'a Buffer,
         v_scratch: &'a Buffer,
         s: IgShape,
-        row: u32,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
         let name = KV_GATHER.name;
         s.check(name)?;
+        batch.check(name)?;
+        let (tokens, rows) = (batch.tokens(), batch.rows());
         check_sizes(
             name,
             &[
-                (
-                    "tables",
-                    kv.tables,
-                    (row as u64 + 1) * kv.max_blocks as u64 * 4,
-                ),
-                ("sel_idx", sel_idx, s.sel_idx_bytes()),
-                ("sel_count", sel_count, s.sel_count_bytes()),
-                ("fetches", fetches, s.seq_pos_bytes(1)),
-                ("k_scratch", k_scratch, s.scratch_bytes()),
-                ("v_scratch", v_scratch, s.scratch_bytes()),
+                ("tables", kv.tables, rows as u64 * kv.max_blocks as u64 * 4),
+                ("sel_idx", sel_idx, s.sel_idx_bytes(tokens)),
+                ("sel_count", sel_count, s.sel_count_bytes(tokens)),
+                ("fetches", fetches, s.seq_pos_bytes(rows)),
+                ("k_scratch", k_scratch, s.scratch_bytes(tokens)),
+                ("v_scratch", v_scratch, s.scratch_bytes(tokens)),
             ],
         )?;
-        if s.cap == 0 {
+        if s.cap == 0 || tokens == 0 {
             return Ok(());
         }
         let push = IgPush {
+            tokens,
             max_blocks: kv.max_blocks,
-            ..s.push(row, 0)
+            ..s.push()
         };
+        // No token keeps more than its history or the cap.
+        let most = s.cap.min(batch.longest()).max(1);
         let wg = self.pipeline.workgroup_size() as u64;
-        let vec4s = s.cap as u64 * (s.head_dim / 4) as u64;
+        let vec4s = most as u64 * (s.head_dim / 4) as u64;
         let groups = vec4s.div_ceil(wg).min(self.max_groups as u64) as u32;
         rec.dispatch(
             &self.pipeline,
             &[
-                kv.k, kv.v, kv.tables, sel_idx, sel_count, k_scratch, v_scratch, fetches,
+                kv.k,
+                kv.v,
+                kv.tables,
+                sel_idx,
+                sel_count,
+                k_scratch,
+                v_scratch,
+                fetches,
+                batch.buffer,
             ],
             &push,
-            [groups, s.n_head_kv, 1],
+            [groups, s.n_head_kv, tokens],
         )
     }
 }
 
-/// Decode attention over the gathered selection plus the token's own position.
+/// Decode attention over the gathered selections plus each token's own position.
 pub struct AttnSparse {
     pipeline: Arc<Pipeline>,
     split: Split,
@@ -607,9 +692,9 @@ impl AttnSparse {
         })
     }
 
-    /// o[token] = attention of `q` (post-RoPE) over k/v_scratch[g][0 .. sel_count[g]] in
-    /// stored order, then position `pos` of `row` in the pool; `o` is [tokens, n_head *
-    /// head_dim], as `AttnDecode` writes it.
+    /// o[q.token + t] = attention of token t of `batch` (its query `q`, post-RoPE) over
+    /// k/v_scratch[t][g][0 .. sel_count[t][g]] in stored order, then its own entry in the
+    /// pool; `o` is [tokens, n_head * head_dim], as `AttnDecode` writes it.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &'a self,
@@ -621,8 +706,7 @@ impl AttnSparse {
         sel_count: &'a Buffer,
         o: &'a Buffer,
         s: IgShape,
-        row: u32,
-        pos: u32,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
         let name = ATTN_SPARSE.name;
         s.check(name)?;
@@ -635,27 +719,35 @@ impl AttnSparse {
                 ),
             ));
         }
-        q.check(name, s)?;
-        s.check_position(name, &kv, row, pos)?;
+        let tokens = batch.tokens();
+        q.check(name, s, tokens)?;
+        batch.check(name)?;
+        batch.check_positions(name, &s, &kv)?;
         let heads = (s.n_head * s.head_dim) as u64;
         check_sizes(
             name,
             &[
-                ("k_scratch", k_scratch, s.scratch_bytes()),
-                ("v_scratch", v_scratch, s.scratch_bytes()),
-                ("sel_count", sel_count, s.sel_count_bytes()),
-                ("o", o, (q.token as u64 + 1) * heads * 4),
+                ("k_scratch", k_scratch, s.scratch_bytes(tokens)),
+                ("v_scratch", v_scratch, s.scratch_bytes(tokens)),
+                ("sel_count", sel_count, s.sel_count_bytes(tokens)),
+                ("o", o, (q.token + tokens) as u64 * heads * 4),
             ],
         )?;
+        if tokens == 0 {
+            return Ok(());
+        }
         let workgroups = head_workgroups(name, self.heads_per_group, s.n_head, s.n_head_kv)?;
-        // The selection holds at most cap entries, and the token's own comes after them.
-        let runs = self.split.runs(workgroups, s.cap + 1);
+        // A selection holds at most cap entries and the history, and the token's own comes
+        // after them.
+        let longest = s.cap.min(batch.longest()) + 1;
+        let runs = self.split.runs(workgroups * tokens, longest);
         let push = IgPush {
             token: q.token,
+            tokens,
             q_stride: q.stride,
             max_blocks: kv.max_blocks,
             splits: runs,
-            ..s.push(row, pos)
+            ..s.push()
         };
         rec.dispatch(
             &self.pipeline,
@@ -669,18 +761,19 @@ impl AttnSparse {
                 v_scratch,
                 sel_count,
                 &self.split.partials,
+                batch.buffer,
             ],
             &push,
-            [workgroups, 1, runs],
+            [workgroups, tokens, runs],
         )?;
-        let token = AttnShape {
-            tokens: 1,
+        let shape = AttnShape {
+            tokens,
             t0: q.token,
             n_head: s.n_head,
             n_head_kv: s.n_head_kv,
             head_dim: s.head_dim,
         };
-        self.split.merge(rec, o, token, runs)
+        self.split.merge(rec, o, shape, runs)
     }
 }
 
@@ -798,6 +891,10 @@ mod tests {
         Buffer::from_slice(dev, "test u32", data).unwrap()
     }
 
+    fn steps_buffer(dev: &Arc<Device>, steps: &[IgStep]) -> Buffer {
+        Buffer::from_slice(dev, "test steps", steps).unwrap()
+    }
+
     /// x · skew[g][.., c] for every column c, in f64, each with the sum of its terms' absolute
     /// values.
     fn project(x: &[f32], skew: &[f32], g: usize, r: usize) -> Vec<(f64, f64)> {
@@ -823,11 +920,20 @@ mod tests {
         let pkeys_b = zeros(&dev, (s.pkeys_bytes(2) / 4) as usize);
         let partial = IgPartialKeys::new(&dev).unwrap();
         let (row, pos) = (1usize, 271u32);
+        // Two dispatches, each over tokens of both rows in no order.
         let written = [(0usize, 17..40u32), (1, 0..100), (1, 100..pos + 1)];
+        let tokens: Vec<StepToken> = written
+            .iter()
+            .flat_map(|(row, range)| range.clone().map(|p| StepToken::new(*row as u32, p)))
+            .rev()
+            .collect();
+        let (first, second) = tokens.split_at(50);
+        let first_b = Buffer::from_slice(&dev, "tokens", first).unwrap();
+        let second_b = Buffer::from_slice(&dev, "tokens", second).unwrap();
         run(&dev, |rec| {
-            for (row, range) in written.iter().cloned() {
+            for (b, list) in [(&first_b, first), (&second_b, second)] {
                 partial
-                    .record(rec, pool.layer(), &skew_b, &pkeys_b, s, row as u32, range)
+                    .record(rec, pool.layer(), &skew_b, &pkeys_b, s, b, list)
                     .unwrap();
             }
         });
@@ -850,9 +956,10 @@ mod tests {
         let pkeys: Vec<f32> = pkeys_b.download(pk_len).unwrap();
         assert_close("partial keys", &pkeys, &want, |i| tol[i]);
 
-        // The raw query is token 1 of a fused projection output.
+        // The raw queries are tokens 1 and 2 of a fused projection output: token 0 of the
+        // dispatch is row 1's, token 1 row 0's (a shorter history).
         let stride = (nh + 2 * nkv) * hd;
-        let qkv = random(2 * stride, 7, 1.5);
+        let qkv = random(3 * stride, 7, 1.5);
         let qkv_b = upload(&dev, &qkv);
         let speculate = IgSpeculate::new(&dev, s.head_dim).unwrap();
         let scale = 1.0 / (hd as f64).sqrt();
@@ -863,52 +970,68 @@ mod tests {
             (48, RopeLayout::Gptj, pos),
             (64, RopeLayout::Neox, pos + 500),
         ];
+        let per_token = nh * s.n_ctx as usize;
         for (rot_dim, layout, seq_pos) in cases {
             let table = ops::rope_table(seq_pos as usize + 1, rot_dim as usize, 10000.0);
             let table_b = Buffer::from_slice(&dev, "rope table", &table).unwrap();
-            let scores_b = upload(&dev, &vec![9.0; nh * s.n_ctx as usize]);
+            let scores_b = upload(&dev, &vec![9.0; 2 * per_token]);
             let q = QueryAt {
                 buffer: &qkv_b,
                 token: 1,
                 stride: stride as u32,
             };
             let rope = RopeSpec { rot_dim, layout };
-            let at = IgToken {
-                row: row as u32,
-                index: pos,
-                pos: seq_pos,
+            let ats = [
+                IgToken {
+                    row: row as u32,
+                    index: pos,
+                    pos: seq_pos,
+                },
+                IgToken::new(0, 40),
+            ];
+            let steps: Vec<IgStep> = ats.iter().map(|&at| IgStep::new(at, 0)).collect();
+            let steps_b = steps_buffer(&dev, &steps);
+            let batch = IgBatch {
+                buffer: &steps_b,
+                steps: &steps,
             };
             run(&dev, |rec| {
                 speculate
-                    .record(rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, at)
+                    .record(
+                        rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, batch,
+                    )
                     .unwrap();
             });
-            let mut q_rot = qkv[stride..][..nh * hd].to_vec();
-            ops::rope(
-                &mut q_rot,
-                &[seq_pos],
-                nh,
-                hd,
-                rot_dim as usize,
-                layout,
-                &table,
-            );
-            let mut want = vec![9f32; nh * s.n_ctx as usize];
+            let mut want = vec![9f32; 2 * per_token];
             let mut tol = vec![0f32; want.len()];
-            for h in 0..nh {
-                let g = h / (nh / nkv);
-                let (qp, qp_abs): (Vec<f64>, Vec<f64>) =
-                    project(&q_rot[h * hd..][..hd], &skew, g, r)
-                        .into_iter()
-                        .unzip();
-                for t in 0..pos as usize {
-                    let pk = &pkeys[((row * s.n_ctx as usize + t) * nkv + g) * r..][..r];
-                    let dot: f64 = (0..r).map(|c| qp[c] * pk[c] as f64).sum();
-                    let abs: f64 = (0..r).map(|c| qp_abs[c] * pk[c].abs() as f64).sum();
-                    want[h * s.n_ctx as usize + t] = (scale * dot) as f32;
-                    // The rotation's two products, qp's head_dim terms, the score's r terms.
-                    tol[h * s.n_ctx as usize + t] =
-                        (scale * (hd + r + 4) as f64 * EPS * abs) as f32;
+            for (tk, at) in ats.iter().enumerate() {
+                let mut q_rot = qkv[(1 + tk) * stride..][..nh * hd].to_vec();
+                ops::rope(
+                    &mut q_rot,
+                    &[at.pos],
+                    nh,
+                    hd,
+                    rot_dim as usize,
+                    layout,
+                    &table,
+                );
+                for h in 0..nh {
+                    let g = h / (nh / nkv);
+                    let (qp, qp_abs): (Vec<f64>, Vec<f64>) =
+                        project(&q_rot[h * hd..][..hd], &skew, g, r)
+                            .into_iter()
+                            .unzip();
+                    let row = at.row as usize;
+                    for t in 0..at.index as usize {
+                        let pk = &pkeys[((row * s.n_ctx as usize + t) * nkv + g) * r..][..r];
+                        let dot: f64 = (0..r).map(|c| qp[c] * pk[c] as f64).sum();
+                        let abs: f64 = (0..r).map(|c| qp_abs[c] * pk[c].abs() as f64).sum();
+                        let at = tk * per_token + h * s.n_ctx as usize + t;
+                        want[at] = (scale * dot) as f32;
+                        // The rotation's two products, qp's head_dim terms, the score's r
+                        // terms.
+                        tol[at] = (scale * (hd + r + 4) as f64 * EPS * abs) as f32;
+                    }
                 }
             }
             let got: Vec<f32> = scores_b.download(want.len()).unwrap();
@@ -961,8 +1084,97 @@ mod tests {
         check_select_recent(select, scores, s, pos, alpha, budget, 0, what)
     }
 
-    /// [`check_select_recent`] for the token at `pos` of row 1, whose entries hold the
-    /// positions `seq_pos` (an evicting pool) and whose own position is `now`.
+    /// A token for [`check_select_batch`]: its scores ([n_head, n_ctx]), its index (history
+    /// length) and budget, the positions its row's entries hold, and its own position.
+    struct SelectCase<'a> {
+        scores: &'a [f32],
+        index: u32,
+        budget: u32,
+        seq_pos: &'a [u32],
+        now: u32,
+    }
+
+    /// Runs ig_select on the tokens of `cases` in one dispatch, token t in row t + 1 (row 0
+    /// holds garbage, which no token may read), and checks every token's selection for every
+    /// KV head exactly; returns them, per token and KV head.
+    fn check_select_batch(
+        select: &IgSelect,
+        s: IgShape,
+        cases: &[SelectCase],
+        alpha: f32,
+        recent: u32,
+        what: &str,
+    ) -> Vec<Vec<Vec<u32>>> {
+        let dev = device().unwrap();
+        let (n_ctx, tokens) = (s.n_ctx as usize, cases.len() as u32);
+        let scores: Vec<f32> = cases
+            .iter()
+            .flat_map(|c| c.scores.iter().copied())
+            .collect();
+        let scores_b = upload(&dev, &scores);
+        let mut map = vec![u32::MAX / 2; (cases.len() + 1) * n_ctx];
+        for (t, c) in cases.iter().enumerate() {
+            map[(t + 1) * n_ctx..][..c.seq_pos.len()].copy_from_slice(c.seq_pos);
+        }
+        let map_b = u32_buffer(&dev, &map);
+        let list = (s.n_head_kv * s.cap) as usize;
+        let idx_b = u32_buffer(&dev, &vec![u32::MAX; cases.len() * list]);
+        let count_b = u32_buffer(&dev, &vec![12345; cases.len() * s.n_head_kv as usize]);
+        let steps: Vec<IgStep> = cases
+            .iter()
+            .enumerate()
+            .map(|(t, c)| IgStep {
+                row: t as u32 + 1,
+                index: c.index,
+                pos: c.now,
+                budget: c.budget,
+            })
+            .collect();
+        let steps_b = steps_buffer(&dev, &steps);
+        let batch = IgBatch {
+            buffer: &steps_b,
+            steps: &steps,
+        };
+        run(&dev, |rec| {
+            select
+                .record(
+                    rec, &scores_b, &map_b, &idx_b, &count_b, s, batch, alpha, recent,
+                )
+                .unwrap();
+        });
+        let counts: Vec<u32> = count_b
+            .download(tokens as usize * s.n_head_kv as usize)
+            .unwrap();
+        let idx: Vec<u32> = idx_b.download(cases.len() * list).unwrap();
+        let mut kept = Vec::new();
+        for (t, c) in cases.iter().enumerate() {
+            let want = reference_select(
+                c.scores,
+                s,
+                c.index as usize,
+                alpha,
+                c.budget as usize,
+                recent as usize,
+                c.seq_pos,
+                c.now,
+            );
+            for (g, want) in want.iter().enumerate() {
+                let n = counts[t * s.n_head_kv as usize + g] as usize;
+                assert_eq!(n, want.len(), "{what}: count of token {t}, KV head {g}");
+                let got = &idx[t * list + g * s.cap as usize..][..n];
+                assert_eq!(
+                    got,
+                    &want[..],
+                    "{what}: positions of token {t}, KV head {g}"
+                );
+            }
+            kept.push(want);
+        }
+        kept
+    }
+
+    /// [`check_select_batch`] for one token at `pos`, whose entries hold the positions
+    /// `seq_pos` (an evicting pool) and whose own position is `now`.
     #[allow(clippy::too_many_arguments)]
     fn check_select_at(
         select: &IgSelect,
@@ -976,45 +1188,14 @@ mod tests {
         now: u32,
         what: &str,
     ) -> Vec<Vec<u32>> {
-        let dev = device().unwrap();
-        let scores_b = upload(&dev, scores);
-        // Row 0 holds garbage: the kernel must read row 1's map.
-        let mut map = vec![u32::MAX / 2; 2 * s.n_ctx as usize];
-        map[s.n_ctx as usize..][..seq_pos.len()].copy_from_slice(seq_pos);
-        let map_b = u32_buffer(&dev, &map);
-        let idx_b = u32_buffer(&dev, &vec![u32::MAX; (s.n_head_kv * s.cap) as usize]);
-        let count_b = u32_buffer(&dev, &vec![12345; s.n_head_kv as usize]);
-        let at = IgToken {
-            row: 1,
-            index: pos,
-            pos: now,
-        };
-        run(&dev, |rec| {
-            select
-                .record(
-                    rec, &scores_b, &map_b, &idx_b, &count_b, s, at, alpha, budget, recent,
-                )
-                .unwrap();
-        });
-        let counts: Vec<u32> = count_b.download(s.n_head_kv as usize).unwrap();
-        let idx: Vec<u32> = idx_b.download((s.n_head_kv * s.cap) as usize).unwrap();
-        let want = reference_select(
+        let case = SelectCase {
             scores,
-            s,
-            pos as usize,
-            alpha,
-            budget as usize,
-            recent as usize,
+            index: pos,
+            budget,
             seq_pos,
             now,
-        );
-        for (g, want) in want.iter().enumerate() {
-            let n = counts[g] as usize;
-            assert_eq!(n, want.len(), "{what}: count of KV head {g}");
-            let got = &idx[g * s.cap as usize..][..n];
-            assert_eq!(got, &want[..], "{what}: positions of KV head {g}");
-        }
-        want
+        };
+        check_select_batch(select, s, &[case], alpha, recent, what).remove(0)
     }
 
     /// [`check_select`] with the `recent` newest positions always kept.
@@ -1117,26 +1298,90 @@ mod tests {
         finish(&dev);
     }
 
+    /// One dispatch selects for several tokens of different rows, histories, budgets and
+    /// positions, each as it would alone.
+    #[test]
+    fn select_batches_the_tokens_of_a_step() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 300, 320);
+        let scores: Vec<Vec<f32>> = (0..3)
+            .map(|i| random((s.n_head * s.n_ctx) as usize, 40 + i, 6.0))
+            .collect();
+        let identity: Vec<u32> = (0..s.n_ctx).collect();
+        let mut evicted: Vec<u32> = (0..257).map(|t| t * 3).collect();
+        evicted.extend(985..1005);
+        evicted.swap(3, 270);
+        let cases = [
+            SelectCase {
+                scores: &scores[0],
+                index: 277,
+                budget: 50,
+                seq_pos: &identity,
+                now: 277,
+            },
+            SelectCase {
+                scores: &scores[1],
+                index: 12,
+                budget: 300,
+                seq_pos: &identity,
+                now: 12,
+            },
+            SelectCase {
+                scores: &scores[2],
+                index: 277,
+                budget: 7,
+                seq_pos: &evicted,
+                now: 1005,
+            },
+        ];
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let select = IgSelect::shaped_for(&dev, kind).unwrap();
+            let kept = check_select_batch(&select, s, &cases, 4.0, 20, &format!("{kind:?}"));
+            assert!(kept[0].iter().all(|k| k.len() == 70));
+            assert!(kept[1].iter().all(|k| k.iter().copied().eq(0..12)));
+            assert!(kept[2].iter().all(|k| k.len() == 27));
+        }
+        finish(&dev);
+    }
+
     #[test]
     fn gather_copies_selected_positions_exactly() {
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 210, 80);
-        let (hd, cap) = (64usize, 80usize);
+        let (hd, cap, n_ctx) = (64usize, 80usize, 210usize);
         let pool = Pool::new(s, &[90, 200]);
-        // KV head 0: every third position; head 1: a few, in no order, one twice.
-        let lists: [Vec<u32>; 2] = [(0..200).step_by(3).collect(), vec![199, 0, 57, 57, 130]];
-        let mut idx = vec![0u32; 2 * cap];
-        for (g, list) in lists.iter().enumerate() {
-            idx[g * cap..][..list.len()].copy_from_slice(list);
+        // Token 0 is row 1's. KV head 0: every third position; head 1: a few, in no order,
+        // one twice. Token 1 is row 0's, with a shorter history.
+        let rows = [1usize, 0];
+        let lists: [[Vec<u32>; 2]; 2] = [
+            [(0..200).step_by(3).collect(), vec![199, 0, 57, 57, 130]],
+            [(5..90).step_by(7).collect(), vec![89, 0, 0]],
+        ];
+        let mut idx = vec![0u32; 2 * 2 * cap];
+        let mut counts = Vec::new();
+        for (t, token) in lists.iter().enumerate() {
+            for (g, list) in token.iter().enumerate() {
+                idx[(t * 2 + g) * cap..][..list.len()].copy_from_slice(list);
+                counts.push(list.len() as u32);
+            }
         }
         let idx_b = u32_buffer(&dev, &idx);
-        let count_b = u32_buffer(&dev, &[lists[0].len() as u32, lists[1].len() as u32]);
+        let count_b = u32_buffer(&dev, &counts);
+        let steps = [
+            IgStep::new(IgToken::new(1, 199), 0),
+            IgStep::new(IgToken::new(0, 89), 0),
+        ];
+        let steps_b = steps_buffer(&dev, &steps);
+        let batch = IgBatch {
+            buffer: &steps_b,
+            steps: &steps,
+        };
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
             let gather = KvGather::shaped_for(&dev, kind).unwrap();
-            let n = (s.scratch_bytes() / 4) as usize;
+            let n = (s.scratch_bytes(2) / 4) as usize;
             let k_b = upload(&dev, &vec![f32::MAX; n]);
             let v_b = upload(&dev, &vec![f32::MAX; n]);
-            let fetches_b = u32_buffer(&dev, &vec![1; s.n_ctx as usize]);
+            let fetches_b = u32_buffer(&dev, &vec![1; 2 * n_ctx]);
             run(&dev, |rec| {
                 gather
                     .record(
@@ -1148,27 +1393,27 @@ mod tests {
                         &k_b,
                         &v_b,
                         s,
-                        1,
+                        batch,
                     )
                     .unwrap();
             });
-            // Every fetch counts once in row 1's counters, on top of what they held.
-            let fetches: Vec<u32> = fetches_b.download(s.n_ctx as usize).unwrap();
-            let mut want = vec![1u32; s.n_ctx as usize];
-            for &p in lists.iter().flatten() {
-                want[p as usize] += 1;
+            // Every fetch counts once in its row's counters, on top of what they held.
+            let fetches: Vec<u32> = fetches_b.download(2 * n_ctx).unwrap();
+            let mut want = vec![1u32; 2 * n_ctx];
+            let (mut want_k, mut want_v) = (vec![f32::MAX; n], vec![f32::MAX; n]);
+            for (t, token) in lists.iter().enumerate() {
+                let row = rows[t];
+                for (g, list) in token.iter().enumerate() {
+                    for (j, &p) in list.iter().enumerate() {
+                        want[row * n_ctx + p as usize] += 1;
+                        let at = ((t * 2 + g) * cap + j) * hd;
+                        want_k[at..at + hd].copy_from_slice(pool.k(row, p as usize, g));
+                        want_v[at..at + hd].copy_from_slice(pool.v(row, p as usize, g));
+                    }
+                }
             }
             assert_eq!(fetches, want, "fetch counters ({kind:?} shape)");
             let (k, v): (Vec<f32>, Vec<f32>) = (k_b.download(n).unwrap(), v_b.download(n).unwrap());
-            let mut want_k = vec![f32::MAX; n];
-            let mut want_v = vec![f32::MAX; n];
-            for (g, list) in lists.iter().enumerate() {
-                for (j, &p) in list.iter().enumerate() {
-                    let at = (g * cap + j) * hd;
-                    want_k[at..at + hd].copy_from_slice(pool.k(1, p as usize, g));
-                    want_v[at..at + hd].copy_from_slice(pool.v(1, p as usize, g));
-                }
-            }
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert!(bits(&k) == bits(&want_k), "gathered K ({kind:?} shape)");
             assert!(bits(&v) == bits(&want_v), "gathered V ({kind:?} shape)");
@@ -1220,36 +1465,58 @@ mod tests {
         out
     }
 
-    /// Gathers `history` per KV head and runs attn_sparse for the token at `pos` of row 1;
-    /// returns its output and the reference.
+    /// A token of [`run_sparse`]: its row and index, and the history positions it attends to
+    /// per KV head.
+    struct SparseToken {
+        row: u32,
+        index: u32,
+        history: Vec<Vec<u32>>,
+    }
+
+    /// Gathers each token's history per KV head and runs attn_sparse over all of them in one
+    /// dispatch each, token t's query being row t of `qkv` (`q` on the host); returns the
+    /// output ([tokens, n_head * head_dim]) and the reference.
     fn run_sparse(
         kind: DeviceKind,
         pool: &Pool,
         s: IgShape,
         qkv: &Buffer,
         q: &[f32],
-        pos: u32,
-        history: &[Vec<u32>],
+        tokens: &[SparseToken],
     ) -> (Vec<f32>, Vec<f32>) {
         let dev = device().unwrap();
-        let cap = s.cap as usize;
-        let mut idx = vec![0u32; s.n_head_kv as usize * cap];
-        for (g, list) in history.iter().enumerate() {
-            idx[g * cap..][..list.len()].copy_from_slice(list);
+        let (cap, n_kv) = (s.cap as usize, s.n_head_kv as usize);
+        let mut idx = vec![0u32; tokens.len() * n_kv * cap];
+        let mut counts = Vec::new();
+        for (t, token) in tokens.iter().enumerate() {
+            for (g, list) in token.history.iter().enumerate() {
+                idx[(t * n_kv + g) * cap..][..list.len()].copy_from_slice(list);
+                counts.push(list.len() as u32);
+            }
         }
-        let counts: Vec<u32> = history.iter().map(|l| l.len() as u32).collect();
         let idx_b = u32_buffer(&dev, &idx);
         let count_b = u32_buffer(&dev, &counts);
-        let n = (s.scratch_bytes() / 4) as usize;
+        let steps: Vec<IgStep> = tokens
+            .iter()
+            .map(|t| IgStep::new(IgToken::new(t.row, t.index), 0))
+            .collect();
+        let steps_b = steps_buffer(&dev, &steps);
+        let batch = IgBatch {
+            buffer: &steps_b,
+            steps: &steps,
+        };
+        let n = (s.scratch_bytes(tokens.len() as u32) / 4) as usize;
         let (k_b, v_b) = (zeros(&dev, n), zeros(&dev, n));
-        let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
-        let fetches_b = u32_buffer(&dev, &vec![0; s.n_ctx as usize]);
+        let heads = (s.n_head * s.head_dim) as usize;
+        let o = zeros(&dev, tokens.len() * heads);
+        let fetches_b = u32_buffer(&dev, &vec![0; 2 * s.n_ctx as usize]);
         let gather = KvGather::shaped_for(&dev, kind).unwrap();
         let attn = AttnSparse::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
+        let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
         let query = QueryAt {
             buffer: qkv,
             token: 0,
-            stride: ((s.n_head + 2 * s.n_head_kv) * s.head_dim),
+            stride: stride as u32,
         };
         run(&dev, |rec| {
             gather
@@ -1262,24 +1529,21 @@ mod tests {
                     &k_b,
                     &v_b,
                     s,
-                    1,
+                    batch,
                 )
                 .unwrap();
-            attn.record(
-                rec,
-                query,
-                pool.layer(),
-                &k_b,
-                &v_b,
-                &count_b,
-                &o,
-                s,
-                1,
-                pos,
-            )
-            .unwrap();
+            attn.record(rec, query, pool.layer(), &k_b, &v_b, &count_b, &o, s, batch)
+                .unwrap();
         });
-        let want = reference_sparse(pool, q, s, 1, pos as usize, history);
+        let want: Vec<f32> = tokens
+            .iter()
+            .enumerate()
+            .flat_map(|(t, token)| {
+                let (row, index) = (token.row as usize, token.index as usize);
+                let q = &q[t * stride..][..heads];
+                reference_sparse(pool, q, s, row, index, &token.history)
+            })
+            .collect();
         (o.download(want.len()).unwrap(), want)
     }
 
@@ -1289,23 +1553,30 @@ mod tests {
         let s = shape(6, 3, 230, 160);
         let pos = 203u32;
         let pool = Pool::new(s, &[40, pos as usize + 1]);
-        let qkv = random(
-            ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize,
-            21,
-            1.5,
-        );
+        // Token 0 is row 1's; token 1 is row 0's, with a short history.
+        let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
+        let qkv = random(2 * stride, 21, 1.5);
         let qkv_b = upload(&dev, &qkv);
         let keep = random(pos as usize, 22, 1.0);
         // Head 0: about half the history, ascending; head 1: a few, not in order; head 2: none.
-        let history = vec![
-            (0..pos)
-                .filter(|&t| keep[t as usize] > 0.0)
-                .collect::<Vec<_>>(),
-            vec![202, 3, 150, 77],
-            vec![],
+        let tokens = [
+            SparseToken {
+                row: 1,
+                index: pos,
+                history: vec![
+                    (0..pos).filter(|&t| keep[t as usize] > 0.0).collect(),
+                    vec![202, 3, 150, 77],
+                    vec![],
+                ],
+            },
+            SparseToken {
+                row: 0,
+                index: 39,
+                history: vec![vec![], (0..39).rev().collect(), vec![38, 0]],
+            },
         ];
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, pos, &history);
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
             // As for attn_decode: outputs are O(1) averages of |v| <= 1 over a few hundred
             // positions, computed in f32.
             assert_close(
@@ -1331,7 +1602,11 @@ mod tests {
         );
         let qkv_b = upload(&dev, &qkv);
         let steps = Buffer::from_slice(&dev, "steps", &[StepToken::new(1, pos)]).unwrap();
-        let history = vec![(0..pos).collect::<Vec<_>>(); 2];
+        let tokens = [SparseToken {
+            row: 1,
+            index: pos,
+            history: vec![(0..pos).collect::<Vec<_>>(); 2],
+        }];
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
             let dense =
                 AttnDecode::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
@@ -1349,7 +1624,7 @@ mod tests {
                     .unwrap();
             });
             let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
-            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, pos, &history);
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
             let what = format!("({kind:?} shape)");
             assert_close(
                 &format!("sparse vs attn_decode {what}"),
@@ -1372,14 +1647,23 @@ mod tests {
         let buf = upload(&dev, &[0.0; 4096]);
         let small = upload(&dev, &[0.0; 4]);
         let attn = AttnSparse::new(&dev, 64, 3).unwrap();
-        let mut rec = Recorder::new(&dev).unwrap();
         let message = |r: Result<()>| r.unwrap_err().to_string();
 
         let select = IgSelect::new(&dev).unwrap();
-        let at = IgToken::new(0, 10);
+        let steps = [IgStep::new(IgToken::new(0, 10), 8)];
+        let steps_b = steps_buffer(&dev, &steps);
+        let batch = IgBatch {
+            buffer: &steps_b,
+            steps: &steps,
+        };
         let select_err = |map: &Buffer, idx: &Buffer, alpha: f32, budget: u32| {
+            let steps = [IgStep { budget, ..steps[0] }];
             let mut rec = Recorder::new(&dev).unwrap();
-            message(select.record(&mut rec, &buf, map, idx, &buf, s, at, alpha, budget, 0))
+            let batch = IgBatch {
+                steps: &steps,
+                ..batch
+            };
+            message(select.record(&mut rec, &buf, map, idx, &buf, s, batch, alpha, 0))
         };
         let err = select_err(&buf, &buf, 4.0, 33);
         assert!(err.contains("budget 33"), "{err}");
@@ -1389,28 +1673,49 @@ mod tests {
         assert!(err.contains("sel_idx"), "{err}");
         let err = select_err(&small, &buf, 4.0, 8);
         assert!(err.contains("seq_pos"), "{err}");
+        // A step buffer shorter than its tokens.
+        let two = [steps[0], steps[0]];
+        let short = IgBatch {
+            steps: &two,
+            ..batch
+        };
+        let at3 = [IgStep::new(IgToken::new(0, 3), 8)];
+        let mut rec = Recorder::new(&dev).unwrap();
+        let err = message(select.record(&mut rec, &buf, &buf, &buf, &buf, s, short, 4.0, 0));
+        assert!(err.contains("binding `steps`"), "{err}");
 
         let partial = IgPartialKeys::new(&dev).unwrap();
         let wide = IgShape { partial: 65, ..s };
-        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, wide, 0, 0..4));
+        let keys: Vec<StepToken> = (0..4).map(|p| StepToken::new(0, p)).collect();
+        let keys_b = Buffer::from_slice(&dev, "tokens", &keys).unwrap();
+        let partial_err = |shape: IgShape, keys: &[StepToken]| {
+            let mut rec = Recorder::new(&dev).unwrap();
+            message(partial.record(&mut rec, pool.layer(), &buf, &buf, shape, &keys_b, keys))
+        };
+        let err = partial_err(wide, &keys);
         assert!(err.contains("partial dimensions"), "{err}");
-        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, s, 0, 0..65));
+        let err = partial_err(s, &[StepToken::new(0, 64)]);
         assert!(err.contains("position 64"), "{err}");
         let odd = IgShape { n_head_kv: 4, ..s };
-        let err = message(partial.record(&mut rec, pool.layer(), &buf, &buf, odd, 0, 0..4));
+        let err = partial_err(odd, &keys);
         assert!(err.contains("do not divide"), "{err}");
+        let five: Vec<StepToken> = (0..5).map(|p| StepToken::new(0, p)).collect();
+        let err = partial_err(s, &five);
+        assert!(err.contains("binding `steps`"), "{err}");
 
         let err = message(attn.record(
             &mut rec,
-            QueryAt::vector(&small, s),
+            QueryAt::vectors(&small, s),
             pool.layer(),
             &buf,
             &buf,
             &buf,
             &buf,
             s,
-            0,
-            3,
+            IgBatch {
+                steps: &at3,
+                ..batch
+            },
         ));
         assert!(err.contains("binding `q`"), "{err}");
         assert!(rec.is_empty());

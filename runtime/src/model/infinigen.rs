@@ -1,13 +1,13 @@
 //! InfiniGen in the Vulkan executor: the buffers and kernels of `--kv-offload infinigen`, and
 //! what each layer of a step records (see `kv::infinigen` for the method).
 //!
-//! A decode step (one new token for each of its sequences) runs, in layer l >= dense_layers,
-//! for every sequence: speculation of l's scores from the query that layer l-1's input
-//! produced through l's W_Q, selection, and the gather of the selected K/V from the pool into
-//! the sequence's device scratch, each recorded beside one of layer l-1's kernels (`Fetch`);
-//! then l's attention over the scratch and the new token. Every
-//! step appends its keys' partial columns to the partial key cache, and a forked row gets a
-//! copy of its source's. Prefill, and decode steps whose histories the floor and the recent
+//! A decode step (one new token for each of its sequences) runs, in layer l >= dense_layers:
+//! speculation of l's scores from the query that layer l-1's input produced through l's W_Q,
+//! selection, and the gather of the selected K/V from the pool into the device scratch, each
+//! recorded beside one of layer l-1's kernels (`Fetch`); then l's attention over the scratch
+//! and the new token. Each is one dispatch for all the step's sequences (`IgBatch`: token t
+//! has the t-th slice of every per-token buffer). Every step appends its keys' partial
+//! columns to the partial key cache, and a forked row gets a copy of its source's. Prefill, and decode steps whose histories the floor and the recent
 //! window cover, attend densely.
 //!
 //! With a pool capacity (`--kv-pool-capacity`), row 0 (the single sequence the engine's
@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::kernels::infinigen::{
-    AttnSparse, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgToken, KvGather, QueryAt,
+    AttnSparse, IgBatch, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgStep, IgToken, KvGather,
+    QueryAt,
 };
-use crate::kernels::RopeSpec;
+use crate::kernels::{RopeSpec, StepToken};
 use crate::kv::infinigen::evict::{SlotMap, SlotMove, SINKS};
 use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::{KvCache, KvLayer};
@@ -50,21 +51,22 @@ pub(super) struct VkInfinigen {
     /// [rows, n_head * head_dim]: each decode token's query for the next layer, before RoPE,
     /// from this layer's input.
     pub q_spec: Buffer,
-    /// Per token of a decode step: speculated scores and selected entries.
-    scores: Vec<Buffer>,
-    sel_idx: Vec<Buffer>,
-    /// Per token of a decode step and layer parity: the K and V it gathered.
-    scratch: Vec<(Buffer, Buffer)>,
-    /// Per layer and token of a decode step: [n_kv] tokens selected, read back for the
-    /// figures.
-    sel_count: Vec<Vec<Buffer>>,
+    /// [rows] `IgStep`: the tokens of the decode step being recorded.
+    steps: Buffer,
+    /// Speculated scores and selected entries of each token of a decode step ([tokens, ..]).
+    scores: Buffer,
+    sel_idx: Buffer,
+    /// Per layer parity: the K and V each token gathered.
+    scratch: [(Buffer, Buffer); 2],
+    /// Per layer: [tokens, n_kv] tokens selected, read back for the figures.
+    sel_count: Vec<Buffer>,
     /// Partial keys to copy when the next step starts: (source row, row, positions), for
     /// rows forked from others.
     forks: Vec<(u32, u32, u32)>,
     /// [rows, n_ctx]: the sequence position each row entry holds.
     seq_pos: Buffer,
-    /// Per row, [n_ctx]: how often each entry was fetched, summed over layers and KV heads.
-    fetches: Vec<Buffer>,
+    /// [rows, n_ctx]: how often each entry was fetched, summed over layers and KV heads.
+    fetches: Buffer,
     /// Row 0's entries when its pool has a capacity.
     slots: Option<SlotMap>,
     pub stats: IgStats,
@@ -101,32 +103,23 @@ impl VkInfinigen {
                 )
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
+        // A decode step has at most one token per row.
+        let tokens = rows as u32;
         let sel_count = (0..skew.n_layer)
             .map(|l| {
-                (0..rows)
-                    .map(|t| {
-                        let name = format!("blk.{l}.selected.{t}");
-                        Buffer::new(device, BufferDesc::readback(&name, shape.sel_count_bytes()))
-                    })
-                    .collect::<crate::vk::Result<Vec<_>>>()
+                let name = format!("blk.{l}.selected");
+                Buffer::new(
+                    device,
+                    BufferDesc::readback(&name, shape.sel_count_bytes(tokens)),
+                )
             })
             .collect::<crate::vk::Result<Vec<_>>>()?;
-        // Per token and layer parity (see `scratch`).
-        let scratch = (0..2 * rows)
-            .map(|i| {
-                let bytes = shape.scratch_bytes();
-                let (t, parity) = (i / 2, i % 2);
-                Ok((
-                    local(&format!("selected K.{t}.{parity}"), bytes)?,
-                    local(&format!("selected V.{t}.{parity}"), bytes)?,
-                ))
-            })
-            .collect::<crate::vk::Result<Vec<_>>>()?;
-        // Per token, so the sequences of a batched step select independently.
-        let per_token = |what: &str, bytes: u64| {
-            (0..rows)
-                .map(|t| local(&format!("{what}.{t}"), bytes))
-                .collect::<crate::vk::Result<Vec<_>>>()
+        let scratch_pair = |parity: usize| -> crate::vk::Result<(Buffer, Buffer)> {
+            let bytes = shape.scratch_bytes(tokens);
+            Ok((
+                local(&format!("selected K.{parity}"), bytes)?,
+                local(&format!("selected V.{parity}"), bytes)?,
+            ))
         };
         let head_dim = skew.head_dim as u32;
         let identity: Vec<u32> = (0..rows).flat_map(|_| 0..n_ctx as u32).collect();
@@ -135,14 +128,12 @@ impl VkInfinigen {
             BufferDesc::host_visible("entry positions", shape.seq_pos_bytes(rows as u32)),
         )?;
         seq_pos.upload(0, &identity)?;
-        let fetches = (0..rows)
-            .map(|row| {
-                let name = format!("fetch counters.{row}");
-                let b = Buffer::new(device, BufferDesc::readback(&name, shape.seq_pos_bytes(1)))?;
-                b.upload(0, &vec![0u32; n_ctx])?;
-                Ok(b)
-            })
-            .collect::<crate::vk::Result<Vec<_>>>()?;
+        let fetches = Buffer::new(
+            device,
+            BufferDesc::readback("fetch counters", shape.seq_pos_bytes(rows as u32)),
+        )?;
+        fetches.upload(0, &vec![0u32; rows * n_ctx])?;
+        let step_bytes = (rows * std::mem::size_of::<IgStep>()) as u64;
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
@@ -156,9 +147,13 @@ impl VkInfinigen {
                 "speculated query",
                 (rows * n_head * skew.head_dim * 4) as u64,
             )?,
-            scores: per_token("speculated scores", shape.scores_bytes())?,
-            sel_idx: per_token("selected positions", shape.sel_idx_bytes())?,
-            scratch,
+            steps: Buffer::new(
+                device,
+                BufferDesc::host_visible("InfiniGen step tokens", step_bytes),
+            )?,
+            scores: local("speculated scores", shape.scores_bytes(tokens))?,
+            sel_idx: local("selected positions", shape.sel_idx_bytes(tokens))?,
+            scratch: [scratch_pair(0)?, scratch_pair(1)?],
             sel_count,
             forks: Vec::new(),
             seq_pos,
@@ -197,7 +192,8 @@ impl VkInfinigen {
             return Ok(());
         };
         let slots = map.slots();
-        let mut fetches: Vec<u32> = self.fetches[0].download(slots)?;
+        // Row 0's counters come first.
+        let mut fetches: Vec<u32> = self.fetches.download(slots)?;
         let moves = map.make_room(incoming, &mut fetches)?;
         if !moves.is_empty() {
             let mut rec = Recorder::new(&self.device)?;
@@ -210,7 +206,7 @@ impl VkInfinigen {
         let kept = map.slots();
         kv.truncate(0, kept);
         self.stats.evicted += (slots - kept) as u64;
-        self.fetches[0].upload(0, &fetches)?;
+        self.fetches.upload(0, &fetches)?;
         // The new tokens' positions, then every entry that moved.
         let next = map.next_position() as u32;
         let new: Vec<u32> = (next..next + incoming as u32).collect();
@@ -233,7 +229,8 @@ impl VkInfinigen {
         };
         let kept = map.truncate(len);
         if kept < entries {
-            self.fetches[0].upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
+            self.fetches
+                .upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
         }
         if map.slots() == 0 {
             // Entries are positions again.
@@ -253,15 +250,39 @@ impl VkInfinigen {
         self.params.dense_layers.max(1)
     }
 
-    /// Layer `l`'s fetch for the tokens of a decode step (token t is `tokens[t]`): its
-    /// speculation, selection and gather, recorded one step at a time (`Fetch::step`).
+    /// Writes the tokens of the decode step being recorded (token t is `tokens[t]`) for the
+    /// kernels, each with its budget, and returns them for [`batch`](Self::batch). The step
+    /// must be recorded and run before the next one writes its own.
+    pub fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
+        let cap = self.shape.cap;
+        let steps: Vec<IgStep> = tokens
+            .iter()
+            .map(|&at| {
+                let budget = self.params.budget_tokens(at.index as usize) as u32;
+                IgStep::new(at, budget.min(cap))
+            })
+            .collect();
+        self.steps.upload(0, &steps)?;
+        Ok(steps)
+    }
+
+    /// The step's tokens as the kernels take them: `steps` from [`set_step`](Self::set_step).
+    pub fn batch<'a>(&'a self, steps: &'a [IgStep]) -> IgBatch<'a> {
+        IgBatch {
+            buffer: &self.steps,
+            steps,
+        }
+    }
+
+    /// Layer `l`'s fetch for the tokens of a decode step: its speculation, selection and
+    /// gather, recorded one step at a time (`Fetch::step`).
     pub fn fetch<'a>(
         &'a self,
         l: usize,
         kv: KvLayer<'a>,
         table: &'a Buffer,
         rope: RopeSpec,
-        tokens: &'a [IgToken],
+        batch: IgBatch<'a>,
     ) -> Fetch<'a> {
         Fetch {
             ig: self,
@@ -269,94 +290,83 @@ impl VkInfinigen {
             kv,
             table,
             rope,
-            tokens,
+            batch,
             done: 0,
         }
     }
 
-    /// Speculates layer `l`'s scores for token `t` of a decode step, `at`, from `q_spec`.
+    /// Speculates layer `l`'s scores for the step's tokens from `q_spec`.
     fn record_speculate<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
         table: &'a Buffer,
         rope: RopeSpec,
-        t: usize,
-        at: IgToken,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
-        let q = QueryAt {
-            token: t as u32,
-            ..QueryAt::vector(&self.q_spec, self.shape)
-        };
         Ok(self.speculate.record(
             rec,
-            q,
+            QueryAt::vectors(&self.q_spec, self.shape),
             table,
             rope,
             &self.skew[l],
             &self.pkeys[l],
-            &self.scores[t],
+            &self.scores,
             self.shape,
-            at,
+            batch,
         )?)
     }
 
-    /// Selects layer `l`'s tokens for token `t` from its speculated scores.
+    /// Selects layer `l`'s tokens for the step's tokens from their speculated scores.
     fn record_select<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
-        t: usize,
-        at: IgToken,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
-        let s = self.shape;
-        let budget = (self.params.budget_tokens(at.index as usize) as u32).min(s.cap);
-        let alpha = self.params.alpha.min(f32::MAX);
         Ok(self.select.record(
             rec,
-            &self.scores[t],
+            &self.scores,
             &self.seq_pos,
-            &self.sel_idx[t],
-            &self.sel_count[l][t],
-            s,
-            at,
-            alpha,
-            budget,
-            (self.params.recent as u32).min(s.cap - budget),
+            &self.sel_idx,
+            &self.sel_count[l],
+            self.shape,
+            batch,
+            self.params.alpha.min(f32::MAX),
+            self.params.recent.min(u32::MAX as usize) as u32,
         )?)
     }
 
-    /// Gathers the selected K/V of layer `l` (`kv`) into token `t`'s scratch for l.
+    /// Gathers the selected K/V of layer `l` (`kv`) into the scratch for l.
     fn record_gather<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
         kv: KvLayer<'a>,
-        t: usize,
-        at: IgToken,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
-        let (k_scratch, v_scratch) = self.scratch(l, t);
+        let (k_scratch, v_scratch) = self.scratch(l);
         Ok(self.gather.record(
             rec,
             kv,
-            &self.sel_idx[t],
-            &self.sel_count[l][t],
-            &self.fetches[at.row as usize],
+            &self.sel_idx,
+            &self.sel_count[l],
+            &self.fetches,
             k_scratch,
             v_scratch,
             self.shape,
-            at.row,
+            batch,
         )?)
     }
 
-    /// Token `t`'s scratch for layer `l`: consecutive layers use different ones, so layer l's
-    /// fetch can run while layer l-1 attends over its own.
-    fn scratch(&self, l: usize, t: usize) -> &(Buffer, Buffer) {
-        &self.scratch[2 * t + l % 2]
+    /// The scratch of layer `l`: consecutive layers use different ones, so layer l's fetch
+    /// can run while layer l-1 attends over its own.
+    fn scratch(&self, l: usize) -> &(Buffer, Buffer) {
+        &self.scratch[l % 2]
     }
 
-    /// Layer `l`'s attention for token `t` of a decode step, `at`, over what `record_gather`
-    /// gathered and the token itself; `qkv` holds the step's queries after RoPE.
+    /// Layer `l`'s attention for the step's tokens over what `record_gather` gathered and
+    /// each token itself; `qkv` holds the step's queries after RoPE (token t in row t).
     #[allow(clippy::too_many_arguments)]
     pub fn record_attention<'a>(
         &'a self,
@@ -366,26 +376,24 @@ impl VkInfinigen {
         qkv_stride: u32,
         kv: KvLayer<'a>,
         out: &'a Buffer,
-        t: usize,
-        at: IgToken,
+        batch: IgBatch<'a>,
     ) -> Result<()> {
         let q = QueryAt {
             buffer: qkv,
-            token: t as u32,
+            token: 0,
             stride: qkv_stride,
         };
-        let (k_scratch, v_scratch) = self.scratch(l, t);
+        let (k_scratch, v_scratch) = self.scratch(l);
         Ok(self.attn.record(
             rec,
             q,
             kv,
             k_scratch,
             v_scratch,
-            &self.sel_count[l][t],
+            &self.sel_count[l],
             out,
             self.shape,
-            at.row,
-            at.index,
+            batch,
         )?)
     }
 
@@ -425,15 +433,15 @@ impl VkInfinigen {
         self.forks.clear();
     }
 
-    /// Appends the partial keys of `row`'s positions `positions` in layer `l` (their K must
-    /// be in the pool).
+    /// Appends the partial keys of the tokens `tokens` (their K must be in the pool) in layer
+    /// `l`; `steps` holds them ([tokens] `StepToken`).
     pub fn record_partial_keys<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
         kv: KvLayer<'a>,
-        row: u32,
-        positions: std::ops::Range<u32>,
+        steps: &'a Buffer,
+        tokens: &[StepToken],
     ) -> Result<()> {
         Ok(self.partial_keys.record(
             rec,
@@ -441,8 +449,8 @@ impl VkInfinigen {
             &self.skew[l],
             &self.pkeys[l],
             self.shape,
-            row,
-            positions,
+            steps,
+            tokens,
         )?)
     }
 
@@ -456,11 +464,11 @@ impl VkInfinigen {
 
     /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
     pub fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
+        let n_kv = self.shape.n_head_kv as usize;
         for l in self.first_sparse()..n_layer {
-            for (t, at) in tokens.iter().enumerate() {
-                let counts: Vec<u32> =
-                    self.sel_count[l][t].download(self.shape.n_head_kv as usize)?;
-                for c in counts {
+            let counts: Vec<u32> = self.sel_count[l].download(tokens.len() * n_kv)?;
+            for (at, counts) in tokens.iter().zip(counts.chunks(n_kv)) {
+                for &c in counts {
                     self.stats.record(c as usize, at.index as usize);
                 }
             }
@@ -479,13 +487,13 @@ pub(super) struct Fetch<'a> {
     kv: KvLayer<'a>,
     table: &'a Buffer,
     rope: RopeSpec,
-    tokens: &'a [IgToken],
+    batch: IgBatch<'a>,
     /// Steps recorded.
     done: usize,
 }
 
 impl<'a> Fetch<'a> {
-    /// Records the next step for every token; nothing once all three are.
+    /// Records the next step, for every token; nothing once all three are.
     pub fn step(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
         let ig = self.ig;
         if self.done >= 3 {
@@ -495,12 +503,10 @@ impl<'a> Fetch<'a> {
         if serial {
             rec.barrier();
         }
-        for (t, &at) in self.tokens.iter().enumerate() {
-            match self.done {
-                0 => ig.record_speculate(rec, self.l, self.table, self.rope, t, at)?,
-                1 => ig.record_select(rec, self.l, t, at)?,
-                _ => ig.record_gather(rec, self.l, self.kv, t, at)?,
-            }
+        match self.done {
+            0 => ig.record_speculate(rec, self.l, self.table, self.rope, self.batch)?,
+            1 => ig.record_select(rec, self.l, self.batch)?,
+            _ => ig.record_gather(rec, self.l, self.kv, self.batch)?,
         }
         if serial {
             rec.barrier();

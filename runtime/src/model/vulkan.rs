@@ -576,6 +576,11 @@ impl VkModel {
         // (CPU devices stream for prefill too).
         let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
+        // The sparse tokens, with their budgets, where the InfiniGen kernels read them.
+        let ig_steps = match &self.ig {
+            Some(ig) if !sparse.is_empty() => ig.set_step(&sparse)?,
+            _ => Vec::new(),
+        };
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
@@ -607,7 +612,8 @@ impl VkModel {
                             ..MatvecArgs::plain(&next.wqkv.buffer, &s.x, &ig.q_spec, attn_dim, e, t)
                         },
                     )?;
-                    Some(ig.fetch(l + 1, self.kv.layer(l + 1), table, rope, &sparse))
+                    let batch = ig.batch(&ig_steps);
+                    Some(ig.fetch(l + 1, self.kv.layer(l + 1), table, rope, batch))
                 }
                 _ => None,
             };
@@ -641,9 +647,8 @@ impl VkModel {
             }
             let decode = shape(0, decode_tokens);
             if let (true, Some(ig)) = (sparse_here, &self.ig) {
-                for (t, &at) in sparse.iter().enumerate() {
-                    ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, t, at)?;
-                }
+                let batch = ig.batch(&ig_steps);
+                ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, batch)?;
             } else if fused {
                 k.attn_decode.record_fused(
                     &mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope, longest,
@@ -658,11 +663,7 @@ impl VkModel {
             }
             Fetch::step_of(&mut fetch_next, &mut rec)?;
             if let Some(ig) = self.ig.as_ref().filter(|ig| ig.sparse_layer(l)) {
-                for &(i, _, tokens, len) in runs {
-                    let p0 = len as u32;
-                    let row = seqs[i].row as u32;
-                    ig.record_partial_keys(&mut rec, l, kv, row, p0..p0 + tokens as u32)?;
-                }
+                ig.record_partial_keys(&mut rec, l, kv, &s.steps, steps)?;
             }
             if streaming {
                 let mv = |w, x, y, m, kk| MatvecArgs::plain(w, x, y, m, kk, t);
@@ -877,15 +878,20 @@ impl Backend for VkModel {
         )?;
         let mut ig = ig;
         ig.adopt(self.kv.len(0));
-        // Partial keys of what the cache already holds.
-        let mut rec = Recorder::new(&self.device)?;
-        for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
-            for row in 0..shape.rows {
-                let len = self.kv.len(row) as u32;
-                ig.record_partial_keys(&mut rec, l, self.kv.layer(l), row as u32, 0..len)?;
+        // Partial keys of what the cache already holds: every entry of every row.
+        let held: Vec<StepToken> = (0..shape.rows)
+            .flat_map(|row| {
+                (0..self.kv.len(row) as u32).map(move |pos| StepToken::new(row as u32, pos))
+            })
+            .collect();
+        if !held.is_empty() {
+            let held_b = Buffer::from_slice(&self.device, "cached tokens", &held)?;
+            let mut rec = Recorder::new(&self.device)?;
+            for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
+                ig.record_partial_keys(&mut rec, l, self.kv.layer(l), &held_b, &held)?;
             }
+            rec.submit()?;
         }
-        rec.submit()?;
         self.ig = Some(ig);
         Ok(())
     }
