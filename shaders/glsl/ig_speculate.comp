@@ -13,7 +13,7 @@
 #include "ig_step.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
-const uint SPAN = 4;                                           // positions per invocation
+layout(constant_id = 2) const uint SPAN = 4;                   // positions per invocation
 layout(binding = 0) readonly buffer Q { float q_raw[]; };      // [tokens, q_stride], heads first
 layout(binding = 1) readonly buffer Table { vec2 cs[]; };      // [positions, rot_dim/2] (cos, sin)
 layout(binding = 2) readonly buffer Skew { float skew[]; };    // [n_kv, head_dim, r]
