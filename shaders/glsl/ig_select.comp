@@ -2,9 +2,9 @@
 // InfiniGen's token selection for the current token of each row of a step, one workgroup per
 // (KV head g, token): the y row of workgroups is the token (ig_step.glsl), whose scores,
 // selection and count are its own slices of the buffers. Every head h counts the positions
-// t < index scoring within alpha of its best mx_h; the mean count over all heads,
-// rounded up and capped by the token's budget, is k, how many positions each KV head fetches (InfiniGen's
-// rule: every head gets the typical head's share). KV head g keeps the k positions closest
+// t < index scoring within alpha of its best mx_h; the mean count over all heads, rounded up
+// and capped by the token's budget, is k, how many positions each KV head fetches
+// (InfiniGen's rule: every head gets the typical head's share). KV head g keeps the k positions closest
 // to the best of some head of its group:
 //   d[t] = min over h in g's group of (mx_h - scores[h][t]) >= 0,
 // the k smallest d, ties at the cut going to lower positions: a radix select over d's bits

@@ -7,8 +7,8 @@
 //! recorded beside one of layer l-1's kernels (`Fetch`); then l's attention over the scratch
 //! and the new token. Each is one dispatch for all the step's sequences (`IgBatch`: token t
 //! has the t-th slice of every per-token buffer). Every step appends its keys' partial
-//! columns to the partial key cache, and a forked row gets a copy of its source's. Prefill, and decode steps whose histories the floor and the recent
-//! window cover, attend densely.
+//! columns to the partial key cache, and a forked row gets a copy of its source's. Prefill,
+//! and decode steps whose histories the floor and the recent window cover, attend densely.
 //!
 //! With a pool capacity (`--kv-pool-capacity`), row 0 (the single sequence the engine's
 //! session runs) evicts its least fetched tokens to make room (`kv::infinigen::evict`): their
