@@ -11,7 +11,8 @@
 // workgroup, a tile as wide as the subgroup: lane j loads the key and value at position j of
 // the tile, and every lane takes them from lane j with subgroupBroadcast, a register shuffle.
 // A CPU device turns each load into one load per lane, so were every lane to read every key,
-// each would be read once per lane.
+// each would be read once per lane. There a lane also takes HEADS query heads of its token
+// that share a KV head, so each key and value loaded and broadcast serves all of them.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
@@ -26,6 +27,7 @@
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint BC = 16;   // key positions per tile (the subgroup, !STAGE)
 layout(constant_id = 3) const bool STAGE = true;              // K/V tiles in shared memory
+layout(constant_id = 4) const uint HEADS = 1;  // query heads per invocation (one KV head's)
 const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
@@ -38,8 +40,8 @@ shared vec4 vs[BC][HD4];
     F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
 
 void main() {
-    uint h = gl_WorkGroupID.y;
-    uint kvh = h / (p.n_head / p.n_head_kv);
+    uint h0 = gl_WorkGroupID.y * HEADS;
+    uint kvh = h0 / (p.n_head / p.n_head_kv);
     uint tid = gl_LocalInvocationID.x;
     uint first = gl_WorkGroupID.x * WG;
     uvec4 seq = steps[p.t0];
@@ -51,17 +53,23 @@ void main() {
     // The last position any query of this workgroup sees.
     uint last = seq.y + min(first + WG, p.tokens) - 1;
 
-    vec4 q[HD4];
-    vec4 acc[HD4];
-    for (uint d = 0; d < HD4; ++d) {
-        q[d] = qkv[(t * p.q_stride + h * HEAD_DIM) / 4 + d] * p.scale;
-        acc[d] = vec4(0.0);
+    // Head g's slice d of q and of the weighted V sum at [g * HD4 + d].
+    vec4 q[HEADS * HD4];
+    vec4 acc[HEADS * HD4];
+    float m[HEADS];
+    float l[HEADS];
+    [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+        [[unroll]] for (uint d = 0; d < HD4; ++d) {
+            q[g * HD4 + d] = qkv[(t * p.q_stride + (h0 + g) * HEAD_DIM) / 4 + d] * p.scale;
+            acc[g * HD4 + d] = vec4(0.0);
+        }
+        m[g] = -1e30;
+        l[g] = 0.0;
     }
-    float m = -1e30;
-    float l = 0.0;
 
     for (uint k0 = 0; k0 <= last; k0 += BC) {
-        float s[BC];
+        // Head g's score of tile position j at [g * BC + j].
+        float s[HEADS * BC];
         // This lane's key and value (broadcast path).
         vec4 kl[HD4];
         vec4 vl[HD4];
@@ -81,13 +89,15 @@ void main() {
             }
             barrier();
             // Dimension-outer loops keep the tile's scores (and one slice of q) in registers.
-            for (uint j = 0; j < BC; ++j) {
+            for (uint j = 0; j < HEADS * BC; ++j) {
                 s[j] = 0.0;
             }
             for (uint d = 0; d < HD4; ++d) {
-                vec4 qd = q[d];
                 for (uint j = 0; j < BC; ++j) {
-                    s[j] += dot(qd, ks[j][d]);
+                    vec4 kd = ks[j][d];
+                    [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+                        s[g * BC + j] += dot(q[g * HD4 + d], kd);
+                    }
                 }
             }
         } else {
@@ -98,57 +108,71 @@ void main() {
                 kl[d] = k_cache[kb + d];
                 vl[d] = v_cache[kb + d];
             }
-#define SCORE(J)                                                   \
-            if (J < BC) {                                          \
-                float sj = 0.0;                                    \
-                [[unroll]] for (uint d = 0; d < HD4; ++d) {        \
-                    sj += dot(q[d], subgroupBroadcast(kl[d], J));  \
-                }                                                  \
-                s[J] = sj;                                         \
+#define SCORE(J)                                                           \
+            if (J < BC) {                                                  \
+                [[unroll]] for (uint g = 0; g < HEADS; ++g) {              \
+                    s[g * BC + J] = 0.0;                                   \
+                }                                                          \
+                [[unroll]] for (uint d = 0; d < HD4; ++d) {                \
+                    vec4 kd = subgroupBroadcast(kl[d], J);                 \
+                    [[unroll]] for (uint g = 0; g < HEADS; ++g) {          \
+                        s[g * BC + J] += dot(q[g * HD4 + d], kd);          \
+                    }                                                      \
+                }                                                          \
             }
             EACH_LANE(SCORE)
 #undef SCORE
         }
-        float tile_max = -1e30;
-        for (uint j = 0; j < BC; ++j) {
-            s[j] = k0 + j <= qpos ? s[j] : -1e30;
-            tile_max = max(tile_max, s[j]);
-        }
-        float m_new = max(m, tile_max);
-        float c = exp(m - m_new);
-        l *= c;
-        for (uint j = 0; j < BC; ++j) {
-            s[j] = exp(s[j] - m_new);    // 0 for masked positions
-            l += s[j];
+        float c[HEADS];
+        [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+            float tile_max = -1e30;
+            for (uint j = 0; j < BC; ++j) {
+                s[g * BC + j] = k0 + j <= qpos ? s[g * BC + j] : -1e30;
+                tile_max = max(tile_max, s[g * BC + j]);
+            }
+            float m_new = max(m[g], tile_max);
+            c[g] = exp(m[g] - m_new);
+            l[g] *= c[g];
+            for (uint j = 0; j < BC; ++j) {
+                s[g * BC + j] = exp(s[g * BC + j] - m_new);    // 0 for masked positions
+                l[g] += s[g * BC + j];
+            }
+            m[g] = m_new;
         }
         if (STAGE) {
             for (uint d = 0; d < HD4; ++d) {
-                vec4 a = acc[d] * c;
-                for (uint j = 0; j < BC; ++j) {
-                    a += s[j] * vs[j][d];
+                [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+                    vec4 a = acc[g * HD4 + d] * c[g];
+                    for (uint j = 0; j < BC; ++j) {
+                        a += s[g * BC + j] * vs[j][d];
+                    }
+                    acc[g * HD4 + d] = a;
                 }
-                acc[d] = a;
             }
+            barrier();
         } else {
             [[unroll]] for (uint d = 0; d < HD4; ++d) {
-                vec4 a = acc[d] * c;
-#define WEIGH(J)                                              \
-                if (J < BC) {                                 \
-                    a += s[J] * subgroupBroadcast(vl[d], J);  \
+                [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+                    acc[g * HD4 + d] *= c[g];
+                }
+#define WEIGH(J)                                                           \
+                if (J < BC) {                                              \
+                    vec4 vd = subgroupBroadcast(vl[d], J);                 \
+                    [[unroll]] for (uint g = 0; g < HEADS; ++g) {          \
+                        acc[g * HD4 + d] += s[g * BC + J] * vd;            \
+                    }                                                      \
                 }
                 EACH_LANE(WEIGH)
 #undef WEIGH
-                acc[d] = a;
             }
-        }
-        m = m_new;
-        if (STAGE) {
-            barrier();
         }
     }
     if (live) {
-        for (uint d = 0; d < HD4; ++d) {
-            o[(t * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = acc[d] / l;
+        [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+            for (uint d = 0; d < HD4; ++d) {
+                o[(t * p.n_head * HEAD_DIM + (h0 + g) * HEAD_DIM) / 4 + d] =
+                    acc[g * HD4 + d] / l[g];
+            }
         }
     }
 }

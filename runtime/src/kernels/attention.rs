@@ -493,16 +493,24 @@ impl Split {
 pub struct AttnPrefill {
     pipeline: Arc<Pipeline>,
     head_dim: u32,
+    /// Query heads per invocation (see `heads_per_workgroup`).
+    heads: u32,
 }
 
 impl AttnPrefill {
-    pub fn new(device: &Device, head_dim: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads.
+    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
     /// lavapipe).
-    pub(crate) fn shaped_for(device: &Device, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+    pub(crate) fn shaped_for(
+        device: &Device,
+        head_dim: u32,
+        group: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
         let info = device.info();
         let (wg, tile, stage) = match kind {
             // One subgroup of queries; each lane loads one key and value of a tile as wide as
@@ -528,9 +536,18 @@ impl AttnPrefill {
                 message: format!("head_dim {head_dim} does not fit in shared memory"),
             });
         }
+        // The broadcast path shares each key a lane hands round among the heads of its KV
+        // group (lavapipe, SmolLM2 pp512: 9.0 -> 5.3 ms per layer and 256 tokens).
+        let heads = if stage {
+            1
+        } else {
+            heads_per_workgroup(kind, group)
+        };
+        let spec = [wg, head_dim, tile as u32, stage as u32, heads];
         Ok(Self {
-            pipeline: device.pipeline(ATTN_PREFILL, &[wg, head_dim, tile as u32, stage as u32])?,
+            pipeline: device.pipeline(ATTN_PREFILL, &spec)?,
             head_dim,
+            heads,
         })
     }
 
@@ -545,9 +562,11 @@ impl AttnPrefill {
         o: &'a Buffer,
         s: AttnShape,
     ) -> Result<()> {
+        // The shape first: its errors say more than a grouping mismatch would.
+        s.check(self.pipeline.name, qkv, o, steps)?;
         let groups = [
             s.tokens.div_ceil(self.pipeline.workgroup_size()).max(1),
-            s.n_head,
+            head_workgroups(self.pipeline.name, self.heads, s.n_head, s.n_head_kv)?,
             1,
         ];
         record_attention(
@@ -800,7 +819,8 @@ mod tests {
         let s = h.shape(tokens, 0);
         let decode_kernel =
             AttnDecode::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
-        let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, kind).unwrap();
+        let prefill_kernel =
+            AttnPrefill::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
         let layer = cache.layer(0);
         let fused = decode && tokens == 1;
         let longest = pos0 + tokens;
@@ -962,7 +982,7 @@ mod tests {
         };
         let (cache, _) = scattered_cache(h, &[4], 8);
         let buf = upload(&dev, &[0.0; 1024]);
-        let kernel = AttnPrefill::new(&dev, 16).unwrap();
+        let kernel = AttnPrefill::new(&dev, 16, 2).unwrap();
         // Built for two query heads per KV head, as a CPU device groups them.
         let decode = AttnDecode::shaped_for(&dev, 16, 2, DeviceKind::Cpu).unwrap();
         let mut rec = Recorder::new(&dev).unwrap();

@@ -315,18 +315,16 @@ impl VkModel {
         };
         let rope_table = Buffer::from_slice(device, "rope table", &table)?;
 
+        // Query heads sharing each KV head.
+        let group = (c.n_head / c.n_head_kv.max(1)) as u32;
         let kernels = Kernels {
             formats,
             matvec_prefill: device.info().kind == DeviceKind::Cpu,
             rmsnorm: RmsNorm::new(device)?,
             swiglu: SwiGlu::new(device)?,
             rope_kv: RopeKv::new(device)?,
-            attn_decode: AttnDecode::new(
-                device,
-                c.head_dim as u32,
-                (c.n_head / c.n_head_kv.max(1)) as u32,
-            )?,
-            attn_prefill: AttnPrefill::new(device, c.head_dim as u32)?,
+            attn_decode: AttnDecode::new(device, c.head_dim as u32, group)?,
+            attn_prefill: AttnPrefill::new(device, c.head_dim as u32, group)?,
         };
         let f32s = |name: &str, n: usize| {
             Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
