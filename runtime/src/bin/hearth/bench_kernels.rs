@@ -89,6 +89,9 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
     if wanted("read_bandwidth") {
         rows.push(device_read_bandwidth(&device, &name, reps)?);
     }
+    if wanted("dispatch") {
+        rows.push(dispatch_cost(&device, &name, reps)?);
+    }
     for format in WeightFormat::ALL {
         if !wanted(&kernel_name("matvec", format)) {
             continue;
@@ -248,6 +251,30 @@ fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Resul
         name,
         bytes,
         0,
+        seconds,
+    ))
+}
+
+/// The fixed cost of one dispatch: a Q4 product of one block per row and eight rows, whose
+/// work is negligible. A decode step pays it once per kernel (four products and attention per
+/// layer), which on a CPU device, where waking the worker threads dominates it, is a large
+/// part of a small model's step.
+fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<Row> {
+    let (m, k) = (8u32, 32u32);
+    let format = WeightFormat::Q4;
+    let kernel = Matvec::new(device, format, 1)?;
+    let w = weights(device, format, m as usize, k as usize)?;
+    let x = Buffer::from_slice(device, "x", &vec![0.5f32; k as usize])?;
+    let y = Buffer::from_slice(device, "y", &vec![0f32; m as usize])?;
+    let seconds = median_seconds(device, reps.max(20), |rec| {
+        kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
+    })?;
+    Ok(Row::new(
+        "dispatch",
+        format!("matvec_q4 {m}x{k}"),
+        name,
+        matrix_bytes(format, m, k) + k as u64 * 4,
+        2 * m as u64 * k as u64,
         seconds,
     ))
 }
