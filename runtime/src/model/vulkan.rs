@@ -90,8 +90,9 @@ const KV_HEADROOM: u64 = 512 << 20;
 
 /// Tokens that share one pass over the weights in the matvec kernel when a step has more
 /// than one: on CPU devices 8 (4 for 64-value blocks: Q4B64 pp512 45 -> 132 on lavapipe),
-/// past which the unrolled rows (see `matvec.comp`) spill registers and outgrow the instruction cache (12 runs half as fast as 8 on lavapipe, 16 a
-/// quarter); GPUs take a whole decode batch.
+/// past which the unrolled rows (see `matvec.comp`) spill registers and outgrow the
+/// instruction cache (12 runs half as fast as 8 on lavapipe, 16 a quarter); GPUs take a
+/// whole decode batch.
 fn matvec_tokens(device: &Device, format: WeightFormat) -> u32 {
     match device.info().kind {
         DeviceKind::Cpu if crate::kernels::shader_block(format) > 32 => 4,
