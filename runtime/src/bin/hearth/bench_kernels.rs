@@ -105,12 +105,7 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             ) {
                 continue;
             }
-            let w = weights(&device, format, m as usize, k as usize)?;
-            let x = Buffer::from_slice(&device, "x", &vec![0.5f32; k as usize])?;
-            let y = Buffer::from_slice(&device, "y", &vec![0f32; m as usize])?;
-            let seconds = median_seconds(&device, reps, |rec| {
-                kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
-            })?;
+            let seconds = matvec_seconds(&device, &kernel, m, k, reps)?;
             let bytes = matrix_bytes(format, m, k) + k as u64 * 4;
             let flops = 2 * m as u64 * k as u64;
             rows.push(Row::new(
@@ -255,6 +250,22 @@ fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Resul
     ))
 }
 
+/// Median time of one decode product (one token) of an [m, k] matrix with `kernel`.
+fn matvec_seconds(
+    device: &Arc<Device>,
+    kernel: &Matvec,
+    m: u32,
+    k: u32,
+    reps: usize,
+) -> Result<f64> {
+    let w = weights(device, kernel.format(), m as usize, k as usize)?;
+    let x = Buffer::from_slice(device, "x", &vec![0.5f32; k as usize])?;
+    let y = Buffer::from_slice(device, "y", &vec![0f32; m as usize])?;
+    median_seconds(device, reps, |rec| {
+        kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
+    })
+}
+
 /// The fixed cost of one dispatch: a Q4 product of one block per row and eight rows, whose
 /// work is negligible. A decode step pays it once per kernel (four products and attention per
 /// layer), which on a CPU device, where waking the worker threads dominates it, is a large
@@ -263,12 +274,7 @@ fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<Row> {
     let (m, k) = (8u32, 32u32);
     let format = WeightFormat::Q4;
     let kernel = Matvec::new(device, format, 1)?;
-    let w = weights(device, format, m as usize, k as usize)?;
-    let x = Buffer::from_slice(device, "x", &vec![0.5f32; k as usize])?;
-    let y = Buffer::from_slice(device, "y", &vec![0f32; m as usize])?;
-    let seconds = median_seconds(device, reps.max(20), |rec| {
-        kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
-    })?;
+    let seconds = matvec_seconds(device, &kernel, m, k, reps.max(20))?;
     Ok(Row::new(
         "dispatch",
         format!("matvec_q4 {m}x{k}"),
