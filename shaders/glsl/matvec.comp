@@ -68,6 +68,7 @@ float sx[TOKENS];
 // A prompt chunk's rows are unrolled, so that dots[] has fixed registers: a CPU device reads
 // and writes an array at a varying index one lane at a time. Decode (one token) keeps the
 // loop: the unrolled code of twelve rows outgrows the instruction cache there for no gain.
+// Formats with UNROLL_CHUNKS (format.glsl) also unroll a block's chunks in prompt chunks.
 const bool UNROLL_ROWS = TOKENS > 1;
 
 // x'[t, i .. i + 4], i a multiple of 4.
@@ -79,6 +80,16 @@ vec4 xn4(uint t, uint i) {
     return v;
 }
 
+// Adds chunk j of a block's levels times each token's x' chunk to sq[].
+void chunk_dots(Block blk, uint j, inout float sq[TOKENS]) {
+    vec4 qlo;
+    vec4 qhi;
+    block_levels8(blk, j, qlo, qhi);
+    for (uint t = 0; t < TOKENS; ++t) {
+        sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
+    }
+}
+
 // Adds block c of row r (of those this lane computes) times the block's x' to dots[].
 void row_block(uint r, uint c, uint blocks, uint row_offset) {
     Block blk;
@@ -88,12 +99,13 @@ void row_block(uint r, uint c, uint blocks, uint row_offset) {
     for (uint t = 0; t < TOKENS; ++t) {
         sq[t] = 0.0;
     }
-    for (uint j = 0; j < CHUNKS; ++j) {
-        vec4 qlo;
-        vec4 qhi;
-        block_levels8(blk, j, qlo, qhi);
-        for (uint t = 0; t < TOKENS; ++t) {
-            sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
+    if (UNROLL_ROWS && UNROLL_CHUNKS) {
+        [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
+            chunk_dots(blk, j, sq);
+        }
+    } else {
+        for (uint j = 0; j < CHUNKS; ++j) {
+            chunk_dots(blk, j, sq);
         }
     }
     for (uint t = 0; t < TOKENS; ++t) {
