@@ -518,8 +518,9 @@ impl IgSelect {
     /// the token's budget (<= cap). KV head g keeps the k positions with the largest
     /// m[i] = max over g's heads h of (scores[t][h][i] - max_i' scores[t][h][i']) and, at equal
     /// m, the lower positions, after the newest positions (`recent` of them, at most
-    /// cap - budget), which come first and add to k; in ascending order. Scores must be finite. The newest are those whose
-    /// position, `seq_pos[row][i]` ([rows, n_ctx] u32), is within that many of the token's.
+    /// cap - budget), which come first and add to k; in ascending order. Scores must be
+    /// finite. The newest are those whose position, `seq_pos[row][i]` ([rows, n_ctx] u32), is
+    /// within that many of the token's.
     #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
