@@ -57,6 +57,16 @@ pub enum RopeLayout {
     Gptj,
 }
 
+impl RopeLayout {
+    /// The two dimensions of pair `i` when `half` pairs rotate.
+    fn pair(self, i: usize, half: usize) -> (usize, usize) {
+        match self {
+            RopeLayout::Neox => (i, i + half),
+            RopeLayout::Gptj => (2 * i, 2 * i + 1),
+        }
+    }
+}
+
 /// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
 pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
     let half = rot_dim / 2;
@@ -84,14 +94,38 @@ pub fn rope(
     for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
         for head in token.chunks_mut(head_dim) {
             for i in 0..half {
-                let (a, b) = match layout {
-                    RopeLayout::Neox => (i, i + half),
-                    RopeLayout::Gptj => (2 * i, 2 * i + 1),
-                };
+                let (a, b) = layout.pair(i, half);
                 let [c, s] = table[pos[t] as usize * half + i];
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * c - x1 * s;
                 head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// Moves `x` ([tokens, heads, head_dim], already rotated by RoPE) by `shift[t]` positions:
+/// each pair turns by shift * its frequency, as if token t had sat that much further on.
+pub fn rope_shift(
+    x: &mut [f32],
+    shift: &[f64],
+    heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    layout: RopeLayout,
+    base: f64,
+) {
+    let half = rot_dim / 2;
+    for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
+        let turns: Vec<(f64, f64)> = (0..half)
+            .map(|i| (shift[t] * base.powf(-2.0 * i as f64 / rot_dim as f64)).sin_cos())
+            .collect();
+        for head in token.chunks_mut(head_dim) {
+            for (i, &(s, c)) in turns.iter().enumerate() {
+                let (a, b) = layout.pair(i, half);
+                let (x0, x1) = (head[a] as f64, head[b] as f64);
+                head[a] = (x0 * c - x1 * s) as f32;
+                head[b] = (x0 * s + x1 * c) as f32;
             }
         }
     }
@@ -148,4 +182,28 @@ pub fn matvec_magnitude(w: &[f32], x: &[f32], m: usize, k: usize) -> Vec<f32> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_shift_moves_a_rotated_token_to_another_position() {
+        let (heads, hd, rot, base) = (2, 8, 6, 500.0);
+        let table = rope_table(64, rot, base);
+        let x: Vec<f32> = (0..2 * heads * hd)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        for layout in [RopeLayout::Neox, RopeLayout::Gptj] {
+            let mut moved = x.clone();
+            rope(&mut moved, &[5, 40], heads, hd, rot, layout, &table);
+            rope_shift(&mut moved, &[50.0, -31.0], heads, hd, rot, layout, base);
+            let mut want = x.clone();
+            rope(&mut want, &[55, 9], heads, hd, rot, layout, &table);
+            for (a, b) in moved.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-5, "{layout:?}: {a} vs {b}");
+            }
+        }
+    }
 }

@@ -17,7 +17,7 @@ pub mod skew;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-pub use skew::{Calibration, Skew};
+pub use skew::{spread_positions, Calibration, Skew};
 
 /// The calibration text skewing runs through by default.
 pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");

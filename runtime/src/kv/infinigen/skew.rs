@@ -10,6 +10,12 @@
 //! A KV head serves `group` query heads; their queries are stacked into one matrix, since one
 //! A must serve the keys they share.
 //!
+//! A calibration text covers only its own few hundred positions, where RoPE's slow pairs have
+//! hardly turned. A basis fitted there mixes those pairs in ways that stop concentrating the
+//! product once they have turned, far into a long context. So for RoPE models each calibration
+//! query and key is first moved to random positions spread over the model's context
+//! ([`spread_positions`]).
+//!
 //! Which columns form the partial query and key: a column's share of the products q.k is
 //! about (sum of |q_c|) * (sum of |k_c|) over the calibration tokens, so the columns are
 //! ordered by that product (InfiniGen picks its partial columns by column sums), not by the
@@ -18,7 +24,9 @@
 use std::path::Path;
 
 use nalgebra::DMatrix;
+use rand::{rngs::StdRng, Rng, SeedableRng};
 
+use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::model::ModelConfig;
 
@@ -59,12 +67,20 @@ impl Skew {
                 ),
             ));
         }
+        let kv_dim = n_kv * hd;
+        let whole = |q: &Vec<f32>, k: &Vec<f32>| {
+            !q.is_empty() && q.len() % q_dim == 0 && k.len() == q.len() / q_dim * kv_dim
+        };
+        if !queries.iter().zip(keys).all(|(q, k)| whole(q, k)) {
+            return Err(Error::options(
+                "calibration",
+                "no calibration tokens, or queries and keys of different tokens",
+            ));
+        }
+        let spread = spread_positions(config, calibration);
         let mut matrices = Vec::with_capacity(config.n_layer);
-        for (q, k) in queries.iter().zip(keys) {
+        for (q, k) in spread.queries.iter().zip(&spread.keys) {
             let n_tokens = q.len() / q_dim;
-            if n_tokens == 0 || q.len() % q_dim != 0 {
-                return Err(Error::options("calibration", "no calibration tokens"));
-            }
             let mut layer = Vec::with_capacity(n_kv * hd * hd);
             for g in 0..n_kv {
                 // Rows: every token of every query head in the group.
@@ -107,6 +123,52 @@ impl Skew {
     pub fn partial_dims(&self, ratio: f32) -> usize {
         partial_dims(self.head_dim, ratio)
     }
+}
+
+/// Places each calibration token is copied to by [`spread_positions`].
+const SPREAD_COPIES: usize = 4;
+/// The farthest position [`spread_positions`] moves a token to, for models trained on longer
+/// contexts: a wider spread fits the first few thousand positions, where most use is, worse.
+const SPREAD_MAX: usize = 32768;
+
+/// The calibration's queries and keys (token t at position t), each copied to
+/// [`SPREAD_COPIES`] positions drawn uniformly from the model's context (a fixed seed, so the
+/// matrices are reproducible). Unchanged for models without RoPE.
+pub fn spread_positions(config: &ModelConfig, calibration: &Calibration) -> Calibration {
+    let Some(rope) = config.rope else {
+        return calibration.clone();
+    };
+    let span = config.n_ctx_train.clamp(1, SPREAD_MAX);
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let mut spread = |rows: &[f32], heads: usize| -> Vec<f32> {
+        let width = heads * config.head_dim;
+        let n = rows.len() / width;
+        let mut out = Vec::with_capacity(rows.len() * SPREAD_COPIES);
+        let mut shifts = Vec::with_capacity(n * SPREAD_COPIES);
+        for t in 0..n {
+            for _ in 0..SPREAD_COPIES {
+                out.extend_from_slice(&rows[t * width..][..width]);
+                shifts.push(rng.gen_range(0..span) as f64 - t as f64);
+            }
+        }
+        let base = rope.base as f64;
+        ops::rope_shift(
+            &mut out,
+            &shifts,
+            heads,
+            config.head_dim,
+            rope.dims,
+            rope.layout,
+            base,
+        );
+        out
+    };
+    let mut moved = Calibration::default();
+    for (q, k) in calibration.queries.iter().zip(&calibration.keys) {
+        moved.queries.push(spread(q, config.n_head));
+        moved.keys.push(spread(k, config.n_head_kv));
+    }
+    moved
 }
 
 pub fn partial_dims(head_dim: usize, ratio: f32) -> usize {
@@ -179,7 +241,7 @@ fn complete_basis(basis: &mut Vec<Vec<f64>>, d: usize) {
 }
 
 const MAGIC: &[u8; 8] = b"HRTHSKEW";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 impl Skew {
     /// Writes the matrices with a header naming their shape and `key` (what they were
