@@ -13,7 +13,9 @@
 // tiles of WG positions. Every count is an integer, so the result does not depend on
 // scheduling. The `recent` newest tokens come first (key 0; every other key is d's bits plus
 // one) and add to k; seq_pos says which they are, since once the row's pool evicts tokens
-// an entry's index is no longer its position.
+// an entry's index is no longer its position. The keys of the first KEY_CACHE positions are
+// computed once, in the counting pass, and kept in shared memory for the five passes that
+// read them; later positions (longer histories than the cache holds) recompute theirs.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -21,6 +23,7 @@
 #define IG_STEPS_BINDING 4
 #include "ig_step.glsl"
 
+layout(constant_id = 1) const uint KEY_CACHE = 1024;            // keys kept in shared memory
 const uint MAX_HEADS = 256;                                      // query heads
 const uint ALL = 0xFFFFFFFFu;
 layout(binding = 0) readonly buffer Scores { float scores[]; };  // [tokens, n_head, n_ctx]
@@ -33,6 +36,7 @@ shared uint hist[256];
 shared uint found[2];
 shared uint chunk_sums[16];
 shared uint tile_sums[WG];
+shared uint keys[KEY_CACHE];
 
 uint group;
 uint h0;
@@ -42,13 +46,20 @@ uint recent;        // the newest positions kept on top of the budget
 
 // d[t] as bits. x - x is +0, and d >= 0 by construction, so clearing the sign bit only maps a
 // -0 (from a max that came out as -0) to +0.
+uint key_of(uint t, float d) {
+    bool newest = seq_pos[at.row * p.n_ctx + t] + recent >= at.pos;
+    return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
+}
+
 uint key_at(uint t) {
+    if (t < KEY_CACHE) {
+        return keys[t];
+    }
     float d = best[h0] - scores[sb + h0 * p.n_ctx + t];
     for (uint i = 1; i < group; ++i) {
         d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
     }
-    bool newest = seq_pos[at.row * p.n_ctx + t] + recent >= at.pos;
-    return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
+    return key_of(t, d);
 }
 
 void main() {
@@ -75,12 +86,20 @@ void main() {
     }
     barrier();
 
-    // k: the mean over heads of the positions within alpha of their head's best.
+    // k: the mean over heads of the positions within alpha of their head's best. The same
+    // pass fills the key cache from the group's scores.
     float mine = 0.0;
-    for (uint h = 0; h < p.n_head; ++h) {
-        float floor_h = best[h] - p.alpha;
-        for (uint t = tid; t < n; t += WG) {
-            mine += scores[sb + h * p.n_ctx + t] >= floor_h ? 1.0 : 0.0;
+    for (uint t = tid; t < n; t += WG) {
+        float d = uintBitsToFloat(0x7F800000u);
+        for (uint h = 0; h < p.n_head; ++h) {
+            float s = scores[sb + h * p.n_ctx + t];
+            mine += s >= best[h] - p.alpha ? 1.0 : 0.0;
+            if (h - h0 < group) {
+                d = min(d, best[h] - s);
+            }
+        }
+        if (t < KEY_CACHE) {
+            keys[t] = key_of(t, d);
         }
     }
     // Counts stay far below 2^24, where float sums are exact.

@@ -25,6 +25,9 @@ use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError}
 /// per-head maxima).
 pub const IG_MAX_HEADS: u32 = 256;
 
+/// Most positions whose selection keys `IgSelect` keeps in shared memory (`KEY_CACHE`).
+const MAX_KEY_CACHE: u32 = 16384;
+
 /// Sizes shared by one layer's InfiniGen kernels, and the buffers they imply, for a step of
 /// `tokens` tokens:
 /// - `skew` [n_head_kv, head_dim, partial] f32: the first `partial` columns of each KV head's
@@ -507,8 +510,17 @@ impl IgSelect {
             DeviceKind::Cpu => head_workgroup_size(info, kind),
             _ => info.limits.max_workgroup_invocations.clamp(1, 1024),
         };
+        // The shared memory the kernel's other arrays leave (per-head maxima, histogram,
+        // scan and reduction slots: under 3 KiB plus 8 bytes per invocation) holds the keys.
+        let free = info.limits.max_shared_memory.saturating_sub(3072 + 8 * wg);
+        Self::with_key_cache(device, wg, (free / 4).clamp(1, MAX_KEY_CACHE))
+    }
+
+    /// The kernel with `wg` invocations and `keys` positions' keys kept in shared memory
+    /// (tests make it small, so that histories run past it).
+    pub(crate) fn with_key_cache(device: &Device, wg: u32, keys: u32) -> Result<Self> {
         Ok(Self {
-            pipeline: device.pipeline(IG_SELECT, &[wg])?,
+            pipeline: device.pipeline(IG_SELECT, &[wg, keys])?,
         })
     }
 
@@ -1238,18 +1250,32 @@ mod tests {
     #[test]
     fn select_matches_reference() {
         let Some(dev) = device() else { return };
-        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let select = IgSelect::shaped_for(&dev, kind).unwrap();
+        // Both shapes, and one whose key cache (64 positions) most histories here outgrow.
+        let selects = [
+            (
+                "CPU shape",
+                IgSelect::shaped_for(&dev, DeviceKind::Cpu).unwrap(),
+            ),
+            (
+                "GPU shape",
+                IgSelect::shaped_for(&dev, DeviceKind::Discrete).unwrap(),
+            ),
+            (
+                "64 keys cached",
+                IgSelect::with_key_cache(&dev, 32, 64).unwrap(),
+            ),
+        ];
+        for (kind, select) in &selects {
             for (n_head, n_kv) in [(6, 2), (6, 3)] {
                 let s = shape(n_head, n_kv, 300, 320);
-                let what = |case: &str| format!("{case} ({n_head}/{n_kv} heads, {kind:?} shape)");
+                let what = |case: &str| format!("{case} ({n_head}/{n_kv} heads, {kind})");
                 let scores = random((n_head * s.n_ctx) as usize, 11, 6.0);
-                let uncapped = check_select(&select, &scores, s, 277, 4.0, 320, &what("alpha 4"));
+                let uncapped = check_select(select, &scores, s, 277, 4.0, 320, &what("alpha 4"));
                 assert!(uncapped.iter().all(|k| k.len() > 50 && k.len() < 277));
-                let capped = check_select(&select, &scores, s, 277, 4.0, 50, &what("budget 50"));
+                let capped = check_select(select, &scores, s, 277, 4.0, 50, &what("budget 50"));
                 assert!(capped.iter().all(|k| k.len() == 50));
                 let recent =
-                    check_select_recent(&select, &scores, s, 277, 4.0, 50, 20, &what("recent"));
+                    check_select_recent(select, &scores, s, 277, 4.0, 50, 20, &what("recent"));
                 assert!(recent
                     .iter()
                     .all(|k| k.len() == 70 && k.ends_with(&(257..277).collect::<Vec<u32>>())));
@@ -1261,17 +1287,17 @@ mod tests {
                 seq_pos.swap(100, 260);
                 let what_ev = what("evicted");
                 let ev = check_select_at(
-                    &select, &scores, s, 277, 4.0, 50, 20, &seq_pos, 1005, &what_ev,
+                    select, &scores, s, 277, 4.0, 50, 20, &seq_pos, 1005, &what_ev,
                 );
                 assert!(ev.iter().all(|k| k.len() == 70
                     && [3u32, 100].iter().all(|t| k.contains(t))
                     && !k.contains(&270)));
-                let few = check_select_recent(&select, &scores, s, 10, 0.0, 50, 20, &what("short"));
+                let few = check_select_recent(select, &scores, s, 10, 0.0, 50, 20, &what("short"));
                 assert!(few.iter().all(|k| k.iter().copied().eq(0..10)));
-                let all = check_select(&select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
+                let all = check_select(select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
                 assert!(all.iter().all(|k| k.iter().copied().eq(0..290)));
                 check_select(
-                    &select,
+                    select,
                     &scores,
                     s,
                     290,
@@ -1279,21 +1305,21 @@ mod tests {
                     320,
                     &what("infinite alpha"),
                 );
-                let best = check_select(&select, &scores, s, 290, 0.0, 320, &what("alpha 0"));
+                let best = check_select(select, &scores, s, 290, 0.0, 320, &what("alpha 0"));
                 assert!(best
                     .iter()
                     .all(|k| !k.is_empty() && k.len() <= n_head as usize));
-                let none = check_select(&select, &scores, s, 0, 4.0, 320, &what("pos 0"));
+                let none = check_select(select, &scores, s, 0, 4.0, 320, &what("pos 0"));
                 assert!(none.iter().all(|k| k.is_empty()));
-                let one = check_select(&select, &scores, s, 1, 4.0, 320, &what("pos 1"));
+                let one = check_select(select, &scores, s, 1, 4.0, 320, &what("pos 1"));
                 assert!(one.iter().all(|k| k == &[0]));
-                check_select(&select, &scores, s, 277, 4.0, 0, &what("budget 0"));
+                check_select(select, &scores, s, 277, 4.0, 0, &what("budget 0"));
 
                 // Scores on a grid of 1/4 tie in many places, also at the cut, where the lower
                 // positions must win.
                 let grid: Vec<f32> = scores.iter().map(|x| (x * 4.0).round() / 4.0).collect();
                 for budget in [1, 37, 100] {
-                    let kept = check_select(&select, &grid, s, 300, 5.0, budget, &what("ties"));
+                    let kept = check_select(select, &grid, s, 300, 5.0, budget, &what("ties"));
                     assert!(kept.iter().all(|k| k.len() == budget as usize));
                 }
             }
