@@ -137,7 +137,7 @@ impl VkInfinigen {
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
-            speculate: IgSpeculate::new(device, head_dim)?,
+            speculate: IgSpeculate::new(device, head_dim, (n_head / skew.n_head_kv) as u32)?,
             select: IgSelect::new(device)?,
             gather: KvGather::new(device)?,
             attn: AttnSparse::new(device, head_dim, (n_head / skew.n_head_kv) as u32)?,
