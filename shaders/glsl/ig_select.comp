@@ -1,7 +1,8 @@
 #version 450
 // InfiniGen's token selection for the current token of each row of a step, one workgroup per
-// (KV head g, token): the y row of workgroups is the token (ig_step.glsl), whose scores,
-// selection and count are its own slices of the buffers. Every head h counts the positions
+// (KV head g, token), or on CPU devices per token for every KV head in turn (EVERY_KV_HEAD),
+// so that the heads' maxima and counts are taken once: the y row of workgroups is the token
+// (ig_step.glsl), whose scores, selection and count are its own slices of the buffers. Every head h counts the positions
 // t < index scoring within alpha of its best mx_h; the mean count over all heads, rounded up
 // and capped by the token's budget, is k, how many positions each KV head fetches
 // (InfiniGen's rule: every head gets the typical head's share). KV head g keeps the k positions closest
@@ -14,8 +15,9 @@
 // scheduling. The `recent` newest tokens come first (key 0; every other key is d's bits plus
 // one) and add to k; seq_pos says which they are, since once the row's pool evicts tokens
 // an entry's index is no longer its position. The keys of the first KEY_CACHE positions are
-// computed once, in the counting pass, and kept in shared memory for the five passes that
-// read them; later positions (longer histories than the cache holds) recompute theirs.
+// computed once (for the first KV head in the counting pass) and kept in shared memory for
+// the five passes that read them; later positions (longer histories than the cache holds)
+// recompute theirs.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -24,6 +26,7 @@
 #include "ig_step.glsl"
 
 layout(constant_id = 1) const uint KEY_CACHE = 1024;            // keys kept in shared memory
+layout(constant_id = 2) const bool EVERY_KV_HEAD = false;       // one workgroup per token
 const uint MAX_HEADS = 256;                                      // query heads
 const uint ALL = 0xFFFFFFFFu;
 layout(binding = 0) readonly buffer Scores { float scores[]; };  // [tokens, n_head, n_ctx]
@@ -62,50 +65,11 @@ uint key_at(uint t) {
     return key_of(t, d);
 }
 
-void main() {
-    uint g = gl_WorkGroupID.x;
-    uint tk = gl_WorkGroupID.y;
+// KV head g keeps the `budget` positions of smallest key (after the cache holds its keys),
+// written in ascending order.
+void select_for(uint g, uint tk, uint n, uint budget) {
     uint tid = gl_LocalInvocationID.x;
-    group = p.n_head / p.n_head_kv;
-    h0 = g * group;
-    at = steps[tk];
-    sb = tk * p.n_head * p.n_ctx;
-    recent = min(p.recent, p.cap - min(at.budget, p.cap));
-    uint n = at.index;
     uint out_base = (tk * p.n_head_kv + g) * p.cap;
-
-    for (uint h = 0; h < p.n_head; ++h) {
-        float m = uintBitsToFloat(0xFF800000u);
-        for (uint t = tid; t < n; t += WG) {
-            m = max(m, scores[sb + h * p.n_ctx + t]);
-        }
-        m = workgroup_max(m);
-        if (tid == 0) {
-            best[h] = m;
-        }
-    }
-    barrier();
-
-    // k: the mean over heads of the positions within alpha of their head's best. The same
-    // pass fills the key cache from the group's scores.
-    float mine = 0.0;
-    for (uint t = tid; t < n; t += WG) {
-        float d = uintBitsToFloat(0x7F800000u);
-        for (uint h = 0; h < p.n_head; ++h) {
-            float s = scores[sb + h * p.n_ctx + t];
-            mine += s >= best[h] - p.alpha ? 1.0 : 0.0;
-            if (h - h0 < group) {
-                d = min(d, best[h] - s);
-            }
-        }
-        if (t < KEY_CACHE) {
-            keys[t] = key_of(t, d);
-        }
-    }
-    // Counts stay far below 2^24, where float sums are exact.
-    uint critical = uint(workgroup_sum(mine));
-    uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, at.budget) + recent, n), p.cap);
-
     // Keep d < cut, and the first take_eq positions with d == cut.
     uint cut = ALL;
     uint take_eq = ALL;
@@ -200,5 +164,69 @@ void main() {
     }
     if (tid == 0) {
         sel_count[tk * p.n_head_kv + g] = run_less + min(run_eq, take_eq);
+    }
+}
+
+// The keys of KV head g's first KEY_CACHE positions into the cache.
+void fill_keys(uint n) {
+    for (uint t = gl_LocalInvocationID.x; t < min(n, KEY_CACHE); t += WG) {
+        float d = uintBitsToFloat(0x7F800000u);
+        for (uint i = 0; i < group; ++i) {
+            d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
+        }
+        keys[t] = key_of(t, d);
+    }
+}
+
+void main() {
+    uint g0 = EVERY_KV_HEAD ? 0 : gl_WorkGroupID.x;
+    uint g_end = EVERY_KV_HEAD ? p.n_head_kv : g0 + 1;
+    uint tk = gl_WorkGroupID.y;
+    uint tid = gl_LocalInvocationID.x;
+    group = p.n_head / p.n_head_kv;
+    h0 = g0 * group;
+    at = steps[tk];
+    sb = tk * p.n_head * p.n_ctx;
+    recent = min(p.recent, p.cap - min(at.budget, p.cap));
+    uint n = at.index;
+
+    for (uint h = 0; h < p.n_head; ++h) {
+        float m = uintBitsToFloat(0xFF800000u);
+        for (uint t = tid; t < n; t += WG) {
+            m = max(m, scores[sb + h * p.n_ctx + t]);
+        }
+        m = workgroup_max(m);
+        if (tid == 0) {
+            best[h] = m;
+        }
+    }
+    barrier();
+
+    // k: the mean over heads of the positions within alpha of their head's best. The same
+    // pass fills the key cache for the first KV head.
+    float mine = 0.0;
+    for (uint t = tid; t < n; t += WG) {
+        float d = uintBitsToFloat(0x7F800000u);
+        for (uint h = 0; h < p.n_head; ++h) {
+            float s = scores[sb + h * p.n_ctx + t];
+            mine += s >= best[h] - p.alpha ? 1.0 : 0.0;
+            if (h - h0 < group) {
+                d = min(d, best[h] - s);
+            }
+        }
+        if (t < KEY_CACHE) {
+            keys[t] = key_of(t, d);
+        }
+    }
+    // Counts stay far below 2^24, where float sums are exact.
+    uint critical = uint(workgroup_sum(mine));
+    uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, at.budget) + recent, n), p.cap);
+
+    for (uint g = g0; g < g_end; ++g) {
+        h0 = g * group;
+        if (g != g0) {
+            fill_keys(n);
+        }
+        select_for(g, tk, n, budget);
     }
 }
