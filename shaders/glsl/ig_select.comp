@@ -1,12 +1,14 @@
 #version 450
 // InfiniGen's token selection for the current token of each row of a step, one workgroup per
-// (KV head g, token), or on CPU devices per token for every KV head in turn (EVERY_KV_HEAD),
-// so that the heads' maxima and counts are taken once: the y row of workgroups is the token
-// (ig_step.glsl), whose scores, selection and count are its own slices of the buffers. Every head h counts the positions
-// t < index scoring within alpha of its best mx_h; the mean count over all heads, rounded up
-// and capped by the token's budget, is k, how many positions each KV head fetches
-// (InfiniGen's rule: every head gets the typical head's share). KV head g keeps the k positions closest
-// to the best of some head of its group:
+// (KV head g, token), or on CPU devices one per token for every KV head in turn
+// (EVERY_KV_HEAD), so that the heads' maxima and counts are taken once. The y row of
+// workgroups is the token (ig_step.glsl), whose scores, selection and count are its own
+// slices of the buffers.
+//
+// Every head h counts the positions t < index scoring within alpha of its best mx_h; the
+// mean count over all heads, rounded up and capped by the token's budget, is k, how many
+// positions each KV head fetches (InfiniGen's rule: every head gets the typical head's
+// share). KV head g keeps the k positions closest to the best of some head of its group:
 //   d[t] = min over h in g's group of (mx_h - scores[h][t]) >= 0,
 // the k smallest d, ties at the cut going to lower positions: a radix select over d's bits
 // (non-negative floats order like their bits) finds the cut value and how many positions
@@ -14,10 +16,11 @@
 // tiles of WG positions. Every count is an integer, so the result does not depend on
 // scheduling. The `recent` newest tokens come first (key 0; every other key is d's bits plus
 // one) and add to k; seq_pos says which they are, since once the row's pool evicts tokens
-// an entry's index is no longer its position. The keys of the first KEY_CACHE positions are
-// computed once (for the first KV head in the counting pass) and kept in shared memory for
-// the five passes that read them; later positions (longer histories than the cache holds)
-// recompute theirs.
+// an entry's index is no longer its position.
+//
+// The keys of the first KEY_CACHE positions are computed once (for the first KV head, in the
+// counting pass) and kept in shared memory for the five passes that read them; later
+// positions (longer histories than the cache holds) recompute theirs.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -54,15 +57,17 @@ uint key_of(uint t, float d) {
     return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
 }
 
-uint key_at(uint t) {
-    if (t < KEY_CACHE) {
-        return keys[t];
-    }
-    float d = best[h0] - scores[sb + h0 * p.n_ctx + t];
-    for (uint i = 1; i < group; ++i) {
+// d[t] for the KV head whose first query head is h0.
+float distance(uint t) {
+    float d = uintBitsToFloat(0x7F800000u);
+    for (uint i = 0; i < group; ++i) {
         d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
     }
-    return key_of(t, d);
+    return d;
+}
+
+uint key_at(uint t) {
+    return t < KEY_CACHE ? keys[t] : key_of(t, distance(t));
 }
 
 // KV head g keeps the `budget` positions of smallest key (after the cache holds its keys),
@@ -167,14 +172,11 @@ void select_for(uint g, uint tk, uint n, uint budget) {
     }
 }
 
-// The keys of KV head g's first KEY_CACHE positions into the cache.
+// The keys of the first KEY_CACHE positions, for the KV head whose first query head is h0.
+// Each invocation writes the positions it later reads (t = tid + k * WG), so no barrier.
 void fill_keys(uint n) {
     for (uint t = gl_LocalInvocationID.x; t < min(n, KEY_CACHE); t += WG) {
-        float d = uintBitsToFloat(0x7F800000u);
-        for (uint i = 0; i < group; ++i) {
-            d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
-        }
-        keys[t] = key_of(t, d);
+        keys[t] = key_of(t, distance(t));
     }
 }
 
