@@ -116,10 +116,11 @@ pub fn rope_shift(
     base: f64,
 ) {
     let half = rot_dim / 2;
+    let freqs: Vec<f64> = (0..half)
+        .map(|i| base.powf(-2.0 * i as f64 / rot_dim as f64))
+        .collect();
     for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
-        let turns: Vec<(f64, f64)> = (0..half)
-            .map(|i| (shift[t] * base.powf(-2.0 * i as f64 / rot_dim as f64)).sin_cos())
-            .collect();
+        let turns: Vec<(f64, f64)> = freqs.iter().map(|f| (shift[t] * f).sin_cos()).collect();
         for head in token.chunks_mut(head_dim) {
             for (i, &(s, c)) in turns.iter().enumerate() {
                 let (a, b) = layout.pair(i, half);

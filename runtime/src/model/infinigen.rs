@@ -137,10 +137,10 @@ impl VkInfinigen {
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
-            speculate: IgSpeculate::new(device, head_dim, (n_head / skew.n_head_kv) as u32)?,
+            speculate: IgSpeculate::new(device, head_dim, shape.n_head / shape.n_head_kv)?,
             select: IgSelect::new(device)?,
             gather: KvGather::new(device)?,
-            attn: AttnSparse::new(device, head_dim, (n_head / skew.n_head_kv) as u32)?,
+            attn: AttnSparse::new(device, head_dim, shape.n_head / shape.n_head_kv)?,
             skew: skew_buffers,
             pkeys,
             q_spec: local(
