@@ -9,6 +9,7 @@
 // heads in shared memory (QH * head_dim * r multiply-adds, far less than the SPAN * WG * r *
 // QH it then spends on scores). CPU devices take a KV head's whole group (QH > 1), so that each
 // partial key is loaded once for all the heads that read it.
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "ig_push.glsl"
 #define IG_STEPS_BINDING 5
@@ -17,14 +18,15 @@
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint SPAN = 4;                   // positions per invocation
 layout(constant_id = 3) const uint QH = 1;                     // query heads per workgroup
+layout(constant_id = 4) const uint R4 = 4;                     // p.r / 4
 layout(binding = 0) readonly buffer Q { float q_raw[]; };      // [tokens, q_stride], heads first
 layout(binding = 1) readonly buffer Table { vec2 cs[]; };      // [positions, rot_dim/2] (cos, sin)
 layout(binding = 2) readonly buffer Skew { float skew[]; };    // [n_kv, head_dim, r]
-layout(binding = 3) readonly buffer PKeys { float pkeys[]; };  // [rows, n_ctx, n_kv, r]
+layout(binding = 3) readonly buffer PKeys { vec4 pkeys[]; };   // [rows, n_ctx, n_kv, r]
 layout(binding = 4) writeonly buffer Scores { float scores[]; }; // [tokens, n_head, n_ctx]
 
 shared float qf[QH * HEAD_DIM];                                // [QH][head_dim]
-shared float qp[QH * HEAD_DIM];                                // [QH][r], r <= head_dim
+shared vec4 qp[QH * R4];                                       // [QH][r]
 
 void main() {
     uint h0 = gl_WorkGroupID.y * QH;
@@ -61,25 +63,30 @@ void main() {
         for (uint i = 0; i < HEAD_DIM; ++i) {
             sum += qf[head + i] * skew[(g * HEAD_DIM + i) * p.r + c];
         }
-        qp[jc] = sum;
+        qp[jc / 4][jc % 4] = sum;
     }
     barrier();
+    // The projected queries stay in registers while the workgroup scores its positions.
+    vec4 qv[QH * R4];
+    [[unroll]] for (uint i = 0; i < QH * R4; ++i) {
+        qv[i] = qp[i];
+    }
     uint out_base = (tk * p.n_head + h0) * p.n_ctx;
     for (uint k = 0; k < SPAN; ++k) {
         uint t = first + k * WG + tid;
         if (t < at.index) {
-            uint kb = ((at.row * p.n_ctx + t) * p.n_head_kv + g) * p.r;
+            uint kb = ((at.row * p.n_ctx + t) * p.n_head_kv + g) * R4;
             float sums[QH];
-            for (uint j = 0; j < QH; ++j) {
+            [[unroll]] for (uint j = 0; j < QH; ++j) {
                 sums[j] = 0.0;
             }
-            for (uint c = 0; c < p.r; ++c) {
-                float key = pkeys[kb + c];
-                for (uint j = 0; j < QH; ++j) {
-                    sums[j] += qp[j * p.r + c] * key;
+            [[unroll]] for (uint c = 0; c < R4; ++c) {
+                vec4 key = pkeys[kb + c];
+                [[unroll]] for (uint j = 0; j < QH; ++j) {
+                    sums[j] += dot(qv[j * R4 + c], key);
                 }
             }
-            for (uint j = 0; j < QH; ++j) {
+            [[unroll]] for (uint j = 0; j < QH; ++j) {
                 scores[out_base + j * p.n_ctx + t] = p.scale * sums[j];
             }
         }

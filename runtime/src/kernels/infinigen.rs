@@ -45,7 +45,9 @@ pub struct IgShape {
     pub n_head: u32,
     pub n_head_kv: u32,
     pub head_dim: u32,
-    /// Partial dimensions r per KV head, 1 ..= head_dim.
+    /// Columns r per KV head of `skew` and `pkeys`, a multiple of 4 up to head_dim: the
+    /// model's partial dimensions, zero-filled (`Skew::partial_padded`) so that `ig_speculate`
+    /// loads each position's partial key four columns at a time.
     pub partial: u32,
     /// Positions per row of `pkeys` and per head of `scores`.
     pub n_ctx: u32,
@@ -107,9 +109,9 @@ impl IgShape {
         if self.head_dim == 0 || self.head_dim % 4 != 0 {
             return fail(format!("head_dim {} is not a multiple of 4", self.head_dim));
         }
-        if self.partial == 0 || self.partial > self.head_dim {
+        if self.partial == 0 || self.partial % 4 != 0 || self.partial > self.head_dim {
             return fail(format!(
-                "{} partial dimensions; need 1 ..= head_dim {}",
+                "{} partial dimensions; need a multiple of 4 up to head_dim {}",
                 self.partial, self.head_dim
             ));
         }
@@ -386,7 +388,9 @@ impl IgPartialKeys {
 /// Speculated attention scores of each token over its history.
 pub struct IgSpeculate {
     pipeline: Arc<Pipeline>,
+    /// The head_dim and partial columns it was built for.
     head_dim: u32,
+    partial: u32,
     /// Positions each invocation scores (`SPAN` in the shader).
     span: u32,
     /// Query heads per workgroup (`QH`).
@@ -394,18 +398,15 @@ pub struct IgSpeculate {
 }
 
 impl IgSpeculate {
-    /// For a model whose KV heads are each shared by `group` query heads.
-    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, group, device.info().kind)
+    /// For a model of shape `s`, whose KV heads are each shared by n_head / n_head_kv query
+    /// heads.
+    pub fn new(device: &Device, s: IgShape) -> Result<Self> {
+        Self::shaped_for(device, s, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind`.
-    pub(crate) fn shaped_for(
-        device: &Device,
-        head_dim: u32,
-        group: u32,
-        kind: DeviceKind,
-    ) -> Result<Self> {
+    pub(crate) fn shaped_for(device: &Device, s: IgShape, kind: DeviceKind) -> Result<Self> {
+        s.check(IG_SPECULATE.name)?;
         // Each workgroup first projects its head's query on the skew. A CPU device also pays
         // a fixed cost per workgroup, so it takes longer spans: on lavapipe, eight sequences
         // at 2048 tokens, 4.1 -> 3.0 ms per dispatch going from 4 to 16 (32 is no faster).
@@ -416,16 +417,18 @@ impl IgSpeculate {
         // On a CPU device a workgroup scores all the query heads of a KV head, loading each
         // partial key once for them: on lavapipe, eight sequences at 2048 tokens, 3.0 -> 2.0
         // ms per dispatch.
-        let heads_per_group = heads_per_workgroup(kind, group);
+        let heads_per_group = heads_per_workgroup(kind, s.n_head / s.n_head_kv);
         let spec = [
             workgroup_size(device.info()),
-            head_dim,
+            s.head_dim,
             span,
             heads_per_group,
+            s.partial / 4,
         ];
         Ok(Self {
             pipeline: device.pipeline(IG_SPECULATE, &spec)?,
-            head_dim,
+            head_dim: s.head_dim,
+            partial: s.partial,
             span,
             heads_per_group,
         })
@@ -451,12 +454,12 @@ impl IgSpeculate {
     ) -> Result<()> {
         let name = IG_SPECULATE.name;
         s.check(name)?;
-        if s.head_dim != self.head_dim {
+        if (s.head_dim, s.partial) != (self.head_dim, self.partial) {
             return Err(kernel_error(
                 IG_SPECULATE,
                 format!(
-                    "built for head_dim {}, called with {}",
-                    self.head_dim, s.head_dim
+                    "built for head_dim {} and {} partial columns, called with {} and {}",
+                    self.head_dim, self.partial, s.head_dim, s.partial
                 ),
             ));
         }
@@ -624,6 +627,8 @@ pub struct KvGather {
     /// Most workgroups per KV head and token; they stride over the selection, whose size the
     /// host does not know.
     max_groups: u32,
+    /// Each invocation copies whole positions (`PER_POSITION`), not single vec4s.
+    per_position: bool,
 }
 
 impl KvGather {
@@ -633,14 +638,17 @@ impl KvGather {
 
     /// The kernel shaped as it would be for a device of `kind`.
     pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
-        // A CPU device runs a few groups at a time and pays for every idle one.
-        let max_groups = match kind {
-            DeviceKind::Cpu => 16,
-            _ => 1024,
+        // A CPU device runs a few groups at a time and pays for every idle one, and for each
+        // lane's lookup of a position in the block table.
+        let (max_groups, per_position) = match kind {
+            DeviceKind::Cpu => (16, true),
+            _ => (1024, false),
         };
+        let spec = [workgroup_size(device.info()), per_position as u32];
         Ok(Self {
-            pipeline: device.pipeline(KV_GATHER, &[workgroup_size(device.info())])?,
+            pipeline: device.pipeline(KV_GATHER, &spec)?,
             max_groups,
+            per_position,
         })
     }
 
@@ -686,8 +694,11 @@ impl KvGather {
         // No token keeps more than its history or the cap.
         let most = s.cap.min(batch.longest()).max(1);
         let wg = self.pipeline.workgroup_size() as u64;
-        let vec4s = most as u64 * (s.head_dim / 4) as u64;
-        let groups = vec4s.div_ceil(wg).min(self.max_groups as u64) as u32;
+        let items = match self.per_position {
+            true => most as u64,
+            false => most as u64 * (s.head_dim / 4) as u64,
+        };
+        let groups = items.div_ceil(wg).min(self.max_groups as u64) as u32;
         rec.dispatch(
             &self.pipeline,
             &[
@@ -845,7 +856,7 @@ mod tests {
             n_head,
             n_head_kv,
             head_dim: 64,
-            partial: 13,
+            partial: 16,
             n_ctx,
             cap,
         }
@@ -964,11 +975,15 @@ mod tests {
     fn partial_keys_and_speculated_scores_match_reference() {
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 300, 300);
-        let (nh, nkv, hd, r) = (6usize, 2usize, 64usize, 13usize);
+        let (nh, nkv, hd, r) = (6usize, 2usize, 64usize, s.partial as usize);
         let lens = [150usize, 272];
         let pool = Pool::new(s, &lens);
-        // Entries of an orthogonal head_dim matrix are about 1/sqrt(head_dim).
-        let skew = random(nkv * hd * r, 5, 0.125);
+        // Entries of an orthogonal head_dim matrix are about 1/sqrt(head_dim). As for a model,
+        // 13 columns are zero-filled to the shape's 16.
+        let mut skew = random(nkv * hd * r, 5, 0.125);
+        for row in skew.chunks_mut(r) {
+            row[13..].fill(0.0);
+        }
         let skew_b = upload(&dev, &skew);
         let pkeys_b = zeros(&dev, (s.pkeys_bytes(2) / 4) as usize);
         let partial = IgPartialKeys::new(&dev).unwrap();
@@ -1027,8 +1042,7 @@ mod tests {
         for ((rot_dim, layout, seq_pos), kind) in
             cases.into_iter().flat_map(|c| shapes.map(|k| (c, k)))
         {
-            let speculate =
-                IgSpeculate::shaped_for(&dev, s.head_dim, (nh / nkv) as u32, kind).unwrap();
+            let speculate = IgSpeculate::shaped_for(&dev, s, kind).unwrap();
             let table = ops::rope_table(seq_pos as usize + 1, rot_dim as usize, 10000.0);
             let table_b = Buffer::from_slice(&dev, "rope table", &table).unwrap();
             let scores_b = upload(&dev, &vec![9.0; 2 * per_token]);
@@ -1762,15 +1776,23 @@ mod tests {
         assert!(err.contains("binding `steps`"), "{err}");
 
         let partial = IgPartialKeys::new(&dev).unwrap();
-        let wide = IgShape { partial: 65, ..s };
         let keys: Vec<StepToken> = (0..4).map(|p| StepToken::new(0, p)).collect();
         let keys_b = Buffer::from_slice(&dev, "tokens", &keys).unwrap();
         let partial_err = |shape: IgShape, keys: &[StepToken]| {
             let mut rec = Recorder::new(&dev).unwrap();
             message(partial.record(&mut rec, pool.layer(), &buf, &buf, shape, &keys_b, keys))
         };
-        let err = partial_err(wide, &keys);
-        assert!(err.contains("partial dimensions"), "{err}");
+        // Wider than a head, and not padded to a multiple of 4.
+        for columns in [68, 13] {
+            let err = partial_err(
+                IgShape {
+                    partial: columns,
+                    ..s
+                },
+                &keys,
+            );
+            assert!(err.contains("partial dimensions"), "{err}");
+        }
         let err = partial_err(s, &[StepToken::new(0, 64)]);
         assert!(err.contains("position 64"), "{err}");
         let odd = IgShape { n_head_kv: 4, ..s };

@@ -82,18 +82,23 @@ impl VkInfinigen {
         rows: usize,
     ) -> Result<Self> {
         let r = skew.partial_dims(params.partial_ratio);
+        // Zero columns up to a multiple of 4 (`IgShape::partial`).
+        let width = r.next_multiple_of(4);
         let shape = IgShape {
             n_head: n_head as u32,
             n_head_kv: skew.n_head_kv as u32,
             head_dim: skew.head_dim as u32,
-            partial: r as u32,
+            partial: width as u32,
             n_ctx: n_ctx as u32,
             cap: (params.budget_tokens(n_ctx) + params.recent).clamp(1, n_ctx) as u32,
         };
         let local =
             |name: &str, bytes: u64| Buffer::new(device, BufferDesc::device_local(name, bytes));
         let skew_buffers = (0..skew.n_layer)
-            .map(|l| Buffer::from_slice(device, &format!("blk.{l}.skew"), &skew.partial(l, r)))
+            .map(|l| {
+                let columns = skew.partial_padded(l, r, width);
+                Buffer::from_slice(device, &format!("blk.{l}.skew"), &columns)
+            })
             .collect::<crate::vk::Result<Vec<_>>>()?;
         let pkeys = (0..skew.n_layer)
             .map(|l| {
@@ -137,7 +142,7 @@ impl VkInfinigen {
         Ok(Self {
             params,
             partial_keys: IgPartialKeys::new(device)?,
-            speculate: IgSpeculate::new(device, head_dim, shape.n_head / shape.n_head_kv)?,
+            speculate: IgSpeculate::new(device, shape)?,
             select: IgSelect::new(device)?,
             gather: KvGather::new(device)?,
             attn: AttnSparse::new(device, head_dim, shape.n_head / shape.n_head_kv)?,

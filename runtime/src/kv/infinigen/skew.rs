@@ -107,13 +107,20 @@ impl Skew {
     /// The first `r` columns of each KV head's matrix, as kernels read them:
     /// [n_head_kv][head_dim][r] for `layer`.
     pub fn partial(&self, layer: usize, r: usize) -> Vec<f32> {
+        self.partial_padded(layer, r, r)
+    }
+
+    /// [`partial`](Self::partial) with each row zero-filled to `width` >= r columns: the
+    /// device reads partial keys four columns at a time, and zero columns change no score.
+    pub fn partial_padded(&self, layer: usize, r: usize, width: usize) -> Vec<f32> {
         let hd = self.head_dim;
         let m = &self.matrices[layer];
-        let mut out = Vec::with_capacity(self.n_head_kv * hd * r);
+        let mut out = Vec::with_capacity(self.n_head_kv * hd * width);
         for g in 0..self.n_head_kv {
             for i in 0..hd {
                 let row = &m[(g * hd + i) * hd..][..hd];
                 out.extend_from_slice(&row[..r]);
+                out.resize(out.len() + width - r, 0.0);
             }
         }
         out
