@@ -67,13 +67,20 @@ impl RopeLayout {
     }
 }
 
+/// Each rotated pair's angle per position: base^(-2i / rot_dim) for pair i.
+fn rope_freqs(rot_dim: usize, base: f64) -> Vec<f64> {
+    (0..rot_dim / 2)
+        .map(|i| base.powf(-2.0 * i as f64 / rot_dim as f64))
+        .collect()
+}
+
 /// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
 pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
-    let half = rot_dim / 2;
-    let mut table = Vec::with_capacity(max_pos * half);
+    let freqs = rope_freqs(rot_dim, base);
+    let mut table = Vec::with_capacity(max_pos * freqs.len());
     for pos in 0..max_pos {
-        for i in 0..half {
-            let angle = pos as f64 * base.powf(-2.0 * i as f64 / rot_dim as f64);
+        for f in &freqs {
+            let angle = pos as f64 * f;
             table.push([angle.cos() as f32, angle.sin() as f32]);
         }
     }
@@ -115,10 +122,8 @@ pub fn rope_shift(
     layout: RopeLayout,
     base: f64,
 ) {
-    let half = rot_dim / 2;
-    let freqs: Vec<f64> = (0..half)
-        .map(|i| base.powf(-2.0 * i as f64 / rot_dim as f64))
-        .collect();
+    let freqs = rope_freqs(rot_dim, base);
+    let half = freqs.len();
     for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
         let turns: Vec<(f64, f64)> = freqs.iter().map(|f| (shift[t] * f).sin_cos()).collect();
         for head in token.chunks_mut(head_dim) {
