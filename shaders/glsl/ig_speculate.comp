@@ -8,7 +8,9 @@
 // history; shorter ones leave their last groups idle). Each workgroup rebuilds qp for its
 // heads in shared memory (QH * head_dim * r multiply-adds, far less than the SPAN * WG * r *
 // QH it then spends on scores). CPU devices take a KV head's whole group (QH > 1), so that each
-// partial key is loaded once for all the heads that read it.
+// partial key is loaded once for all the heads that read it. r is a multiple of 4 (the host
+// zero-fills the skew's columns to one) and a specialization constant, so a partial key is
+// r / 4 vec4 loads and the projected queries stay in registers.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "ig_push.glsl"
@@ -18,7 +20,8 @@
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint SPAN = 4;                   // positions per invocation
 layout(constant_id = 3) const uint QH = 1;                     // query heads per workgroup
-layout(constant_id = 4) const uint R4 = 4;                     // p.r / 4
+layout(constant_id = 4) const uint R4 = 4;                     // partial columns r / 4
+const uint R = 4 * R4;                                         // partial columns (p.r)
 layout(binding = 0) readonly buffer Q { float q_raw[]; };      // [tokens, q_stride], heads first
 layout(binding = 1) readonly buffer Table { vec2 cs[]; };      // [positions, rot_dim/2] (cos, sin)
 layout(binding = 2) readonly buffer Skew { float skew[]; };    // [n_kv, head_dim, r]
@@ -56,12 +59,12 @@ void main() {
         qf[b] = x0 * rot.y + x1 * rot.x;
     }
     barrier();
-    for (uint jc = tid; jc < QH * p.r; jc += WG) {
-        uint head = jc / p.r * HEAD_DIM;
-        uint c = jc % p.r;
+    for (uint jc = tid; jc < QH * R; jc += WG) {
+        uint head = jc / R * HEAD_DIM;
+        uint c = jc % R;
         float sum = 0.0;
         for (uint i = 0; i < HEAD_DIM; ++i) {
-            sum += qf[head + i] * skew[(g * HEAD_DIM + i) * p.r + c];
+            sum += qf[head + i] * skew[(g * HEAD_DIM + i) * R + c];
         }
         qp[jc / 4][jc % 4] = sum;
     }
