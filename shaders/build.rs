@@ -29,6 +29,9 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("ig_select", "ig_select.comp", ""),
     ("kv_gather", "kv_gather.comp", ""),
     ("attn_sparse", "attn_sparse.comp", ""),
+    ("h2o_update", "h2o_update.comp", ""),
+    ("h2o_lse", "h2o_lse.comp", ""),
+    ("h2o_mass", "h2o_mass.comp", ""),
 ];
 
 /// Weight formats, each with an include `glsl/include/quant/<format>.glsl` mirroring

@@ -6,7 +6,8 @@
 //! skip outside CI and fail in CI). With a pool smaller than the sequence, the device evicts
 //! and fetches what the reference does, and a step of several sequences (one sharing another's
 //! prefix) runs each as it runs alone. H2O, the baseline: keeping everything is dense, a small
-//! budget keeps the recent window and never takes back a token.
+//! budget keeps the recent window and never takes back a token; on the device it keeps and
+//! predicts what the reference does, one sequence or several in a step.
 
 mod common;
 use common::in_ci;
@@ -731,5 +732,128 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
     let sparse_layers = SMALL.n_layer - params.dense_layers;
     let all = 3 * sparse_layers * 10;
     assert_eq!(batched.fetch_alongside(), (all, all));
+    no_validation_messages(&dev);
+}
+
+/// H2O at budget 0.2 with a floor of 8 (sparse from the first decode step).
+fn h2o_small_budget() -> IgParams {
+    IgParams {
+        budget: 0.2,
+        min_budget: 8,
+        ..IgParams::defaults(true)
+    }
+}
+
+/// H2O on the device attends to what the CPU reference keeps and predicts the same
+/// distribution: a prompt in three chunks (dense, evicting once after the last), decode steps
+/// (evicting on the device), then a truncation and more steps.
+#[test]
+fn h2o_on_the_device_matches_the_cpu_reference() {
+    let Some(dev) = device() else { return };
+    let file = file();
+    let params = h2o_small_budget();
+    let mut reference = cpu(&file, 256);
+    reference.enable_h2o(Some(params));
+    let resolved = resolve_gguf(&file).unwrap();
+    let options = VkModelOptions {
+        n_ctx: 256,
+        max_chunk: 64,
+        ..VkModelOptions::default()
+    };
+    let mut device_model = VkModel::load(&dev, &file, &resolved, options, &mut |_| true).unwrap();
+    device_model.set_h2o(Some(params)).unwrap();
+    let prompt = tokens(150, 5);
+    let a = reference.forward(&prompt, Logits::Last).unwrap();
+    let b = device_model.forward(&prompt, Logits::Last).unwrap();
+    assert!(max_diff(&a, &b) < 2e-3, "prompt");
+    let compare = |reference: &mut CpuModel, device_model: &mut VkModel, seed: u64| {
+        for (step, &t) in tokens(12, seed).iter().enumerate() {
+            let a = reference.forward(&[t], Logits::Last).unwrap();
+            let b = device_model.forward(&[t], Logits::Last).unwrap();
+            let d = max_diff(&a, &b);
+            assert!(d < 2e-3, "seed {seed} step {step}: logits differ by {d}");
+            let (want, got) = (
+                reference.h2o_stats().unwrap(),
+                device_model.h2o_stats().unwrap(),
+            );
+            assert_eq!(got, want, "seed {seed} step {step}");
+            let h2o = reference.h2o().unwrap();
+            for l in params.dense_layers..SMALL.n_layer {
+                for g in 0..SMALL.n_head_kv {
+                    let head = device_model.h2o_head(0, l, g).unwrap().unwrap();
+                    assert_eq!(
+                        head.kept,
+                        h2o.kept(l, g),
+                        "seed {seed} step {step} layer {l}"
+                    );
+                }
+            }
+        }
+    };
+    compare(&mut reference, &mut device_model, 6);
+    // At 162 tokens each KV head keeps ceil(0.2 * 162) = 33 of them.
+    let stats = device_model.h2o_stats().unwrap();
+    assert_eq!(stats.max_fetched, 33, "{stats:?}");
+    reference.truncate(140);
+    device_model.truncate(140);
+    compare(&mut reference, &mut device_model, 7);
+    no_validation_messages(&dev);
+}
+
+/// With several sequences in one step (one sharing another's prefix), H2O on the device
+/// decodes each as it decodes alone.
+#[test]
+fn batched_h2o_matches_one_sequence_at_a_time() {
+    let Some(dev) = device() else { return };
+    let file = file();
+    let params = h2o_small_budget();
+    let a = tokens(120, 20);
+    let b: Vec<u32> = a[..64].iter().copied().chain(tokens(40, 21)).collect();
+    let c = tokens(90, 22);
+    let mut batched = vulkan_rows(&dev, &file, 256, None, 3);
+    batched.set_h2o(Some(params)).unwrap();
+    fn step(row: usize, tokens: &[u32], logits: Option<Logits>) -> SeqStep<'_> {
+        SeqStep {
+            row,
+            tokens,
+            logits,
+            beam: None,
+        }
+    }
+    batched.step_batch(&[step(0, &a, None)]).unwrap();
+    batched.fork(0, 1, 64);
+    batched
+        .step_batch(&[step(1, &b[64..], None), step(2, &c, None)])
+        .unwrap();
+    let mut alone: Vec<VkModel> = [&a, &a, &c]
+        .iter()
+        .map(|prompt| {
+            let mut m = vulkan(&dev, &file, 256);
+            m.set_h2o(Some(params)).unwrap();
+            m.forward(prompt, Logits::Last).unwrap();
+            m
+        })
+        .collect();
+    // Row 1 took row 0's state for its first 64 entries, then its own 40 tokens.
+    alone[1].truncate(64);
+    alone[1].forward(&b[64..], Logits::Last).unwrap();
+    for i in 0..10u64 {
+        let next: Vec<Vec<u32>> = (0..3).map(|r| tokens(1, 100 * r + i)).collect();
+        let steps: Vec<SeqStep> = (0..3)
+            .map(|r| step(r, &next[r], Some(Logits::Last)))
+            .collect();
+        let together = batched.step_batch(&steps).unwrap();
+        for (r, m) in alone.iter_mut().enumerate() {
+            let want = m.forward(&next[r], Logits::Last).unwrap();
+            let d = max_diff(&together[r], &want);
+            assert!(d < 1e-4, "step {i}, row {r}: logits differ by {d}");
+        }
+    }
+    let got = batched.h2o_stats().unwrap();
+    let want = alone
+        .iter()
+        .map(|m| m.h2o_stats().unwrap())
+        .fold(0, |f, x| f + x.fetched);
+    assert_eq!(got.fetched, want);
     no_validation_messages(&dev);
 }

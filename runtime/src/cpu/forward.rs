@@ -192,8 +192,8 @@ impl CpuModel {
 
     /// Turns H2O on (`Some`, in place of InfiniGen) or off. From layer `dense_layers` on,
     /// each KV head then keeps at most `params.budget_tokens(len)` positions: the recent half
-    /// of that budget and the heavy hitters among older ones. Positions already cached start
-    /// kept, with no attention mass.
+    /// of that budget and the heavy hitters among older ones. Of the positions already
+    /// cached, with no attention mass yet, each head keeps the newest budget's worth.
     pub fn enable_h2o(&mut self, params: Option<IgParams>) {
         match params {
             Some(params) => {
@@ -359,7 +359,8 @@ impl Backend for CpuModel {
             let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
             // Per KV head, the earlier positions this step attends to (ascending), besides its
             // own tokens; `None`: all of them. Decode steps past the dense layers attend to
-            // InfiniGen's speculated tokens only; H2O layers always attend to what they keep.
+            // InfiniGen's speculated tokens only, or to what H2O keeps; longer steps attend
+            // densely.
             let decode = n == 1 && pos0 > 0;
             let history = match (&mut self.sparsity, &prev_xn) {
                 (Sparsity::Infinigen(ig), _)
@@ -382,13 +383,11 @@ impl Backend for CpuModel {
                         &self.rope_table,
                     ))
                 }
-                (Sparsity::H2o { h2o, stats }, _) if h2o.applies(l) => {
+                (Sparsity::H2o { h2o, stats }, _) if decode && h2o.applies(l) => {
                     let kept: Vec<Vec<u32>> =
                         (0..c.n_head_kv).map(|g| h2o.kept(l, g).to_vec()).collect();
-                    if decode {
-                        for k in &kept {
-                            stats.record(k.len(), pos0);
-                        }
+                    for k in &kept {
+                        stats.record(k.len(), pos0);
                     }
                     Some(kept)
                 }

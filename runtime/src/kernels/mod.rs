@@ -7,6 +7,7 @@ mod bandwidth;
 mod dequant;
 mod elementwise;
 mod embed;
+pub mod h2o;
 pub mod infinigen;
 mod matmul;
 mod matvec;

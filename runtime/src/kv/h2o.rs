@@ -5,23 +5,42 @@
 //! softmax probabilities of the head's query heads, summed over steps. After a step, a KV head
 //! that keeps more than [`IgParams::budget_tokens`] positions evicts, among those older than
 //! the recent half of the budget, the ones with the least mass. Eviction is permanent: unlike
-//! InfiniGen, which may fetch any cached token, H2O never attends to an evicted token again.
+//! InfiniGen, which may fetch any cached token, H2O never attends to an evicted token again
+//! while it decodes.
 //!
-//! Like InfiniGen, the first `dense_layers` layers run dense. A step attends to the kept
-//! positions and, causally, to its own tokens; from an empty cache (a prompt) that is dense
-//! attention, and the prompt's rows give the first decode step its statistics.
+//! Like InfiniGen, the first `dense_layers` layers run dense. A decode step (one token)
+//! attends to the kept positions and itself. A step of several tokens (a prompt, or a later
+//! message) attends densely, as prefill does; its rows add to the masses and the cache then
+//! evicts down to the budget. The Vulkan executor keeps the same state on the device
+//! (`model::h2o`), with this module's [`Head`] as its host-side view.
 
 use std::ops::Range;
 
 use super::infinigen::IgParams;
 
 /// What H2O knows about one KV head of one layer.
-#[derive(Clone, Debug)]
-struct Head {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Head {
     /// [n_ctx]: attention mass each position has received.
-    mass: Vec<f32>,
+    pub mass: Vec<f32>,
     /// Positions still kept, ascending.
-    kept: Vec<u32>,
+    pub kept: Vec<u32>,
+}
+
+impl Head {
+    /// Ends a step that wrote positions `new`: they join the kept positions, and the head
+    /// evicts down to `budget` (the budget for `new.end` cached tokens).
+    pub fn end_step(&mut self, new: Range<usize>, budget: usize) {
+        self.kept.extend(new.start as u32..new.end as u32);
+        evict(self, new.end, budget);
+    }
+
+    /// Forgets positions from `len` on. Positions evicted before `len` stay evicted.
+    pub fn truncate(&mut self, len: usize) {
+        self.kept.retain(|&p| (p as usize) < len);
+        let end = len.min(self.mass.len());
+        self.mass[end..].fill(0.0);
+    }
 }
 
 /// H2O's state for one sequence: every sparse layer's KV heads.
@@ -34,14 +53,15 @@ pub struct H2o {
 }
 
 impl H2o {
-    /// State for a cache of `n_ctx` positions whose first `len` are already there: kept, with
-    /// no mass yet.
+    /// State for a cache of `n_ctx` positions whose first `len` are already there, with no
+    /// mass yet: each head keeps the budget's worth of them, the newest.
     pub fn new(params: IgParams, n_layer: usize, n_kv: usize, n_ctx: usize, len: usize) -> Self {
         let sparse_layers = n_layer.saturating_sub(params.dense_layers);
-        let head = Head {
+        let mut head = Head {
             mass: vec![0.0; n_ctx],
-            kept: (0..len as u32).collect(),
+            kept: Vec::new(),
         };
+        head.end_step(0..len, params.budget_tokens(len));
         Self {
             params,
             n_kv,
@@ -82,18 +102,14 @@ impl H2o {
     pub fn end_step(&mut self, l: usize, new: Range<usize>) {
         let budget = self.params.budget_tokens(new.end);
         for g in 0..self.n_kv {
-            let head = self.head_mut(l, g);
-            head.kept.extend(new.start as u32..new.end as u32);
-            evict(head, new.end, budget);
+            self.head_mut(l, g).end_step(new.clone(), budget);
         }
     }
 
     /// Forgets positions from `len` on. Positions evicted before `len` stay evicted.
     pub fn truncate(&mut self, len: usize) {
         for head in &mut self.heads {
-            head.kept.retain(|&p| (p as usize) < len);
-            let end = len.min(head.mass.len());
-            head.mass[end..].fill(0.0);
+            head.truncate(len);
         }
     }
 

@@ -3,6 +3,7 @@
 //! Vulkan executor in `model::vulkan`).
 
 mod config;
+mod h2o;
 mod infinigen;
 mod matrix;
 mod vulkan;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use hearth_models::{GgufFile, ResolvedModel};
 
+use super::h2o::VkH2o;
 use super::infinigen::{Fetch, VkInfinigen, FETCH_KERNELS};
 use super::{Backend, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
@@ -238,6 +239,8 @@ pub struct VkModel {
     fetch_alongside: (usize, usize),
     /// `--kv-offload infinigen`, when on.
     ig: Option<VkInfinigen>,
+    /// `--kv-offload h2o`, when on.
+    h2o: Option<VkH2o>,
 }
 
 /// What `--profile` has timed since load.
@@ -368,6 +371,7 @@ impl VkModel {
             profile: options.profile.then(ProfileTotals::default),
             fetch_alongside: (0, 0),
             ig: None,
+            h2o: None,
         })
     }
 
@@ -417,6 +421,20 @@ impl VkModel {
         if let Some(ig) = &mut self.ig {
             ig.fork(src, dst, len);
         }
+        if let Some(h2o) = &mut self.h2o {
+            h2o.fork(src, dst, len);
+        }
+    }
+
+    /// What H2O's KV head `g` of layer `l` keeps in row `row` (positions ascending, and the
+    /// mass of every position), when H2O is on and the layer runs it.
+    pub fn h2o_head(&self, row: usize, l: usize, g: usize) -> Result<Option<crate::kv::h2o::Head>> {
+        match &self.h2o {
+            Some(h2o) if h2o.applies(l) && l < self.config.n_layer && g < self.config.n_head_kv => {
+                Ok(Some(h2o.head(row, l, g)?))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Most tokens one [`step_batch`](Self::step_batch) takes.
@@ -447,6 +465,17 @@ impl VkModel {
         let free = self.kv.pool().free_blocks();
         if needed > free {
             return Err(OutOfBlocks { needed, free }.into());
+        }
+        if let Some(h2o) = &mut self.h2o {
+            if seqs.iter().any(|s| s.beam.is_some()) {
+                return Err(Error::options(
+                    "kv-offload",
+                    "h2o does not run with beam search",
+                ));
+            }
+            for s in seqs {
+                h2o.sync(s.row, self.kv.len(s.row))?;
+            }
         }
         // Short sequences (decode) first, so one decode-attention dispatch covers them; each
         // longer run gets a prefill-attention dispatch of its own.
@@ -530,24 +559,24 @@ impl VkModel {
                 .iter()
                 .filter(|r| r.2 <= DECODE_MAX_TOKENS)
                 .all(|r| r.2 == 1);
-        // InfiniGen's sparse decode: every sequence brings one token (token t is run t), has
-        // history and reads no beam table. A step where some history is short enough for the
-        // floor and the recent window to cover attends densely.
-        let decodes: Vec<IgToken> = match &self.ig {
-            Some(_)
-                if runs
-                    .iter()
-                    .all(|r| r.2 == 1 && r.3 > 0 && seqs[r.0].beam.is_none()) =>
-            {
-                runs.iter()
-                    .map(|&(i, t0, _, len)| IgToken {
-                        row: seqs[i].row as u32,
-                        index: len as u32,
-                        pos: steps[t0].rope_pos,
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
+        // InfiniGen's and H2O's sparse decode: every sequence brings one token (token t is
+        // run t), has history and reads no beam table. For InfiniGen, a step where some
+        // history is short enough for the floor and the recent window to cover attends
+        // densely.
+        let decodes: Vec<IgToken> = if (self.ig.is_some() || self.h2o.is_some())
+            && runs
+                .iter()
+                .all(|r| r.2 == 1 && r.3 > 0 && seqs[r.0].beam.is_none())
+        {
+            runs.iter()
+                .map(|&(i, t0, _, len)| IgToken {
+                    row: seqs[i].row as u32,
+                    index: len as u32,
+                    pos: steps[t0].rope_pos,
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
         let (sparse, fetches_all) = match &self.ig {
             Some(ig)
@@ -576,11 +605,18 @@ impl VkModel {
         // (CPU devices stream for prefill too).
         let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
-        // The sparse tokens, with their budgets, where the InfiniGen kernels read them.
-        let ig_steps = match &self.ig {
-            Some(ig) if !sparse.is_empty() => ig.set_step(&sparse)?,
-            _ => Vec::new(),
+        // The sparse tokens, with their budgets, where the InfiniGen or H2O kernels read them.
+        let ig_steps = match (&self.ig, &self.h2o) {
+            _ if sparse.is_empty() => Vec::new(),
+            (Some(ig), _) => ig.set_step(&sparse)?,
+            (None, Some(h2o)) => h2o.set_step(&sparse)?,
+            (None, None) => Vec::new(),
         };
+        // A dense step under H2O adds each run's attention to its row's masses.
+        let dense_runs: Vec<(usize, &[StepToken])> = runs
+            .iter()
+            .map(|&(_, t0, tokens, _)| (t0, &steps[t0..t0 + tokens]))
+            .collect();
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {
@@ -596,8 +632,12 @@ impl VkModel {
         for (l, w) in self.layers.iter().enumerate() {
             let kv = self.kv.layer(l);
             let table = &self.rope_table;
-            let sparse_here =
-                !sparse.is_empty() && self.ig.as_ref().is_some_and(|ig| ig.sparse_layer(l));
+            let sparse_here = !sparse.is_empty()
+                && (self.ig.as_ref().is_some_and(|ig| ig.sparse_layer(l))
+                    || self.h2o.as_ref().is_some_and(|h2o| h2o.applies(l)));
+            // H2O's masses read the rotated queries, which only rope_kv leaves in qkv.
+            let h2o_dense_here =
+                sparse.is_empty() && self.h2o.as_ref().is_some_and(|h2o| h2o.applies(l));
             // The next layer's fetch, when it attends sparsely: its query from this layer's
             // input, then speculation, selection and gather, each step recorded after one of
             // this layer's kernels so that a GPU runs the two together (`Fetch`).
@@ -634,7 +674,8 @@ impl VkModel {
             }
             // A pure decode step (one token per sequence) stores K/V from the attention
             // kernel itself; RoPE and the append run apart for the rest.
-            let rest = if fused && !sparse_here {
+            let fused_here = fused && !sparse_here && !h2o_dense_here;
+            let rest = if fused_here {
                 shape(decode_tokens, n - decode_tokens)
             } else {
                 all
@@ -649,7 +690,10 @@ impl VkModel {
             if let (true, Some(ig)) = (sparse_here, &self.ig) {
                 let batch = ig.batch(&ig_steps);
                 ig.record_attention(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, batch)?;
-            } else if fused {
+            } else if let (true, Some(h2o)) = (sparse_here, &self.h2o) {
+                let batch = h2o.batch(&ig_steps);
+                h2o.record_decode(&mut rec, l, &s.qkv, qkv_dim, kv, &s.att, batch)?;
+            } else if fused_here {
                 k.attn_decode.record_fused(
                     &mut rec, &s.qkv, table, kv, &s.steps, &s.att, decode, rope, longest,
                 )?;
@@ -660,6 +704,9 @@ impl VkModel {
             for &(t0, tokens) in &prefill_runs {
                 k.attn_prefill
                     .record(&mut rec, &s.qkv, kv, &s.steps, &s.att, shape(t0, tokens))?;
+            }
+            if let (true, Some(h2o)) = (h2o_dense_here, &self.h2o) {
+                h2o.record_dense(&mut rec, l, &s.qkv, qkv_dim, kv, &s.steps, &dense_runs)?;
             }
             Fetch::step_of(&mut fetch_next, &mut rec)?;
             if let Some(ig) = self.ig.as_ref().filter(|ig| ig.sparse_layer(l)) {
@@ -783,6 +830,15 @@ impl VkModel {
                 ig.count_dense_step(c.n_layer, d.index as usize);
             }
         }
+        if let Some(h2o) = &mut self.h2o {
+            if sparse.is_empty() {
+                for &(i, _, tokens, len) in runs {
+                    h2o.end_dense(seqs[i].row, len, len + tokens)?;
+                }
+            } else {
+                h2o.end_decode(&sparse)?;
+            }
+        }
         let (n, shared) = done.alongside(&FETCH_KERNELS);
         self.fetch_alongside.0 += n;
         self.fetch_alongside.1 += shared;
@@ -900,6 +956,36 @@ impl Backend for VkModel {
         self.ig.as_ref().map(|ig| ig.stats)
     }
 
+    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
+        self.h2o = None;
+        let Some(params) = params else {
+            return Ok(());
+        };
+        let c = &self.config;
+        let shape = self.kv.shape();
+        let mut h2o = VkH2o::new(
+            &self.device,
+            params,
+            c.n_layer,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            shape.n_ctx,
+            shape.rows,
+            self.chunk,
+        )?;
+        // What the cache already holds joins with no mass (as `kv::h2o::H2o::new` does).
+        for row in 0..shape.rows {
+            h2o.sync(row, self.kv.len(row))?;
+        }
+        self.h2o = Some(h2o);
+        Ok(())
+    }
+
+    fn h2o_stats(&self) -> Option<IgStats> {
+        self.h2o.as_ref().map(|h2o| h2o.stats)
+    }
+
     fn as_vulkan(&self) -> Option<&VkModel> {
         Some(self)
     }
@@ -960,7 +1046,19 @@ impl Backend for VkModel {
             if let Some(ig) = &mut self.ig {
                 ig.make_room(&mut self.kv, chunk.len())?;
             }
-            match self.step_batch(&[step]) {
+            // A prompt's chunks are one step to H2O: it evicts after the last.
+            if let Some(h2o) = &mut self.h2o {
+                h2o.hold_eviction(i + 1 < chunks);
+            }
+            let result = self.step_batch(&[step]);
+            if let Some(h2o) = &mut self.h2o {
+                h2o.hold_eviction(false);
+                if result.is_err() {
+                    // The chunks that ran evict as a step of their own.
+                    h2o.settle(0)?;
+                }
+            }
+            match result {
                 Ok(mut logits) => out.extend(logits.remove(0)),
                 Err(e) => {
                     self.truncate(before);

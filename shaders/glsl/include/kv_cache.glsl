@@ -8,14 +8,17 @@
 // indirect KV cache): a sequence with a beam table finds position pos in row beams[beam +
 // pos], the row whose lane held its ancestor when pos was written, so reordering beams
 // copies no K/V. The including kernel defines KV_BINDING, and KV_READ_ONLY when it only reads
-// the cache (the recorder then lets it run beside other readers of the same layer).
+// the cache (the recorder then lets it run beside other readers of the same layer), and
+// KV_KEYS_ONLY when it reads no values (binding KV_BINDING + 1 is then left out).
 #ifdef KV_READ_ONLY
 #define KV_ACCESS readonly
 #else
 #define KV_ACCESS
 #endif
 layout(binding = KV_BINDING) KV_ACCESS buffer KCache { vec4 k_cache[]; };
+#ifndef KV_KEYS_ONLY
 layout(binding = KV_BINDING + 1) KV_ACCESS buffer VCache { vec4 v_cache[]; };
+#endif
 layout(binding = KV_BINDING + 2) readonly buffer Tables { uint tables[]; };
 
 const uint KV_BLOCK = 16;
