@@ -605,6 +605,12 @@ impl VkModel {
         // (CPU devices stream for prefill too).
         let streaming = n <= DECODE_MAX_TOKENS || k.matvec_prefill;
         let t = n as u32;
+        // H2O's decode attends over kept positions: a prompt's held entries join them first.
+        if let Some(h2o) = &mut self.h2o {
+            for d in &sparse {
+                h2o.settle(d.row as usize)?;
+            }
+        }
         // The sparse tokens, with their budgets, where the InfiniGen or H2O kernels read them.
         let ig_steps = match (&self.ig, &self.h2o) {
             _ if sparse.is_empty() => Vec::new(),
@@ -1029,8 +1035,11 @@ impl Backend for VkModel {
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
         let chunks = tokens.len().div_ceil(self.chunk);
+        // Chunks of equal size, so a prompt's last is never a lone token, which InfiniGen
+        // and H2O would take for a decode step.
+        let size = tokens.len().div_ceil(chunks.max(1)).max(1);
         let mut out = Vec::new();
-        for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
+        for (i, chunk) in tokens.chunks(size).enumerate() {
             let rows = match logits {
                 Logits::All => Some(Logits::All),
                 Logits::Last if i + 1 == chunks => Some(Logits::Last),

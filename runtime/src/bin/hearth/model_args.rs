@@ -52,7 +52,7 @@ pub struct RunArgs {
     /// Where the KV cache lives: `none` in device memory, `full` in system memory the device
     /// reads directly (a context larger than device memory still runs), `infinigen` in system
     /// memory with decode attention over the speculated tokens only, `h2o` keeping only recent
-    /// tokens and heavy hitters within InfiniGen's budget (the baseline; CPU reference only).
+    /// tokens and heavy hitters within InfiniGen's budget (the baseline).
     #[arg(long, value_enum, default_value_t = KvOffload::None)]
     pub kv_offload: KvOffload,
     #[command(flatten)]
