@@ -214,6 +214,21 @@ pub struct IgBatch<'a> {
 }
 
 impl IgBatch<'_> {
+    /// Writes the step's tokens into `buffer` as the kernels read them, each with the budget
+    /// `budget` gives it, and returns them (the `steps` of a batch over `buffer`).
+    pub fn write(
+        buffer: &Buffer,
+        tokens: &[IgToken],
+        budget: impl Fn(IgToken) -> u32,
+    ) -> Result<Vec<IgStep>> {
+        let steps: Vec<IgStep> = tokens
+            .iter()
+            .map(|&at| IgStep::new(at, budget(at)))
+            .collect();
+        buffer.upload(0, &steps)?;
+        Ok(steps)
+    }
+
     fn tokens(&self) -> u32 {
         self.steps.len() as u32
     }

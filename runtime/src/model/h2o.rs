@@ -289,12 +289,9 @@ impl VkH2o {
     /// with the budget for its row once it is cached, and returns them for
     /// [`batch`](Self::batch).
     pub fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
-        let steps: Vec<IgStep> = tokens
-            .iter()
-            .map(|&at| IgStep::new(at, self.params.budget_tokens(at.index as usize + 1) as u32))
-            .collect();
-        self.steps.upload(0, &steps)?;
-        Ok(steps)
+        Ok(IgBatch::write(&self.steps, tokens, |at| {
+            self.params.budget_tokens(at.index as usize + 1) as u32
+        })?)
     }
 
     pub fn batch<'a>(&'a self, steps: &'a [IgStep]) -> IgBatch<'a> {

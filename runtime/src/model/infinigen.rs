@@ -260,15 +260,9 @@ impl VkInfinigen {
     /// must be recorded and run before the next one writes its own.
     pub fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
         let cap = self.shape.cap;
-        let steps: Vec<IgStep> = tokens
-            .iter()
-            .map(|&at| {
-                let budget = self.params.budget_tokens(at.index as usize) as u32;
-                IgStep::new(at, budget.min(cap))
-            })
-            .collect();
-        self.steps.upload(0, &steps)?;
-        Ok(steps)
+        Ok(IgBatch::write(&self.steps, tokens, |at| {
+            (self.params.budget_tokens(at.index as usize) as u32).min(cap)
+        })?)
     }
 
     /// The step's tokens as the kernels take them: `steps` from [`set_step`](Self::set_step).
