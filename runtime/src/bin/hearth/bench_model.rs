@@ -97,7 +97,7 @@ struct Test {
     depth: usize,
     /// Sequences generating at once (tg).
     parallel: usize,
-    /// What InfiniGen fetched during the timed parts, when it is on.
+    /// What InfiniGen fetched, or H2O kept, during the timed parts, when one is on.
     ig: Option<IgStats>,
     /// With `--profile`: GPU time of InfiniGen's fetch kernels during the timed parts, and
     /// how much of it ran alongside other kernels (ns).
@@ -203,7 +203,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
             let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen * test.parallel))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
-            let before = engine.infinigen_stats();
+            let before = sparse_stats(&engine);
             let fetch_before = fetch_ns(&engine);
             let ns = run_test(&mut engine, test, &context, &tokens)?;
             if rep > 0 {
@@ -211,7 +211,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
                 let fetch_after = fetch_ns(&engine);
                 test.ig_fetch_ns.0 += fetch_after.0 - fetch_before.0;
                 test.ig_fetch_ns.1 += fetch_after.1 - fetch_before.1;
-                if let (Some(b), Some(a)) = (before, engine.infinigen_stats()) {
+                if let (Some(b), Some(a)) = (before, sparse_stats(&engine)) {
                     let ig = test.ig.get_or_insert_with(IgStats::default);
                     ig.selections += a.selections - b.selections;
                     ig.fetched += a.fetched - b.fetched;
@@ -224,6 +224,11 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     }
     crate::model_args::print_profile(&engine);
     report(args, &engine, &source, &tests)
+}
+
+/// What InfiniGen fetched, or H2O kept, so far: the tokens its sparse layers attended to.
+fn sparse_stats(engine: &Engine) -> Option<IgStats> {
+    engine.infinigen_stats().or_else(|| engine.h2o_stats())
 }
 
 /// GPU time of InfiniGen's fetch kernels so far, and the part of it that ran alongside other
@@ -321,9 +326,11 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
         (kv.placement(), kv.shape(), kv.usage())
     });
     let ig_on = engine.infinigen_stats().is_some();
+    let h2o_on = engine.h2o_stats().is_some();
     let kv_offload = match kv.map(|k| k.0) {
         Some(KvPlacement::Host) if ig_on => "infinigen",
         Some(KvPlacement::Host) => "full",
+        _ if h2o_on => "h2o",
         _ => "none",
     };
     let n_layer = info.config.n_layer as f64;
@@ -332,11 +339,11 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
         .map(|t| {
             // Decode step i (after the depth and the prompt) reads every cached position's K
             // and V: depth + n_prompt + i + 1 positions; under InfiniGen the sparse layers
-            // read only what they fetched.
+            // read only what they fetched, under H2O what they keep.
             let token_bytes = kv.map_or(0, |k| k.1.token_bytes()) as f64;
             let positions = (t.depth + t.n_prompt) as f64 + (t.n_gen as f64 + 1.0) / 2.0;
-            let read_fraction = match (&t.ig, engine.infinigen_stats()) {
-                (Some(ig), _) if ig.selections > 0 => {
+            let read_fraction = match &t.ig {
+                Some(ig) if ig.selections > 0 => {
                     let dense = (IgParams::defaults(true).dense_layers as f64).min(n_layer);
                     (dense + (n_layer - dense) * ig.fetched_fraction()) / n_layer
                 }
@@ -379,8 +386,10 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                 "kv_blocks_total": kv.map_or(0, |k| k.2.blocks_used + k.2.blocks_free),
                 "kv_read_bytes_per_token": kv_read.round() as u64,
                 "kv_read_bytes_per_s": if avg_ns > 0.0 { (kv_read * (t.n_gen * t.parallel) as f64 * 1e9 / avg_ns).round() as u64 } else { 0 },
-                "ig_fetched_fraction": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.fetched_fraction()),
-                "ig_mean_fetched": t.ig.filter(|ig| ig.selections > 0).map(|ig| ig.mean_fetched()),
+                "ig_fetched_fraction": t.ig.filter(|ig| ig_on && ig.selections > 0).map(|ig| ig.fetched_fraction()),
+                "ig_mean_fetched": t.ig.filter(|ig| ig_on && ig.selections > 0).map(|ig| ig.mean_fetched()),
+                "h2o_kept_fraction": t.ig.filter(|ig| h2o_on && ig.selections > 0).map(|ig| ig.fetched_fraction()),
+                "h2o_mean_kept": t.ig.filter(|ig| h2o_on && ig.selections > 0).map(|ig| ig.mean_fetched()),
                 "ig_fetch_ms_per_token": (t.ig_fetch_ns.0 > 0.0).then(|| t.ig_fetch_ns.0 / 1e6 / generated),
                 "ig_fetch_overlap_ms_per_token": (t.ig_fetch_ns.0 > 0.0).then(|| t.ig_fetch_ns.1 / 1e6 / generated),
             })
@@ -415,11 +424,14 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                     .filter(|(t, _)| t.n_gen > 0)
                     .map(|(t, row)| {
                         let bytes = row["kv_read_bytes_per_token"].as_f64().unwrap_or_default();
-                        let fetched = row["ig_fetched_fraction"]
-                            .as_f64()
-                            .map_or(String::new(), |f| {
-                                format!(" (InfiniGen fetched {:.1}% in its layers)", 100.0 * f)
-                            });
+                        let share = |key: &str, what: &str| {
+                            row[key]
+                                .as_f64()
+                                .map(|f| format!(" ({what} {:.1}% in its layers)", 100.0 * f))
+                        };
+                        let fetched = share("ig_fetched_fraction", "InfiniGen fetched")
+                            .or_else(|| share("h2o_kept_fraction", "H2O kept"))
+                            .unwrap_or_default();
                         format!(
                             "{} {:.2} MiB{fetched}",
                             test_name(t),
