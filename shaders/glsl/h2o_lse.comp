@@ -46,7 +46,7 @@ void main() {
     for (uint j = tid; j <= index; j += WG) {
         uint kb = kv_index4(kv_slot(row, j, p.max_blocks), g, p.n_head_kv, HEAD_DIM);
 #define KEY_AT(d) k_cache[kb + d]
-        GROUP_SCORES(s, qs, KEY_AT)
+        GROUP_SCORES(s, qs, 0, KEY_AT)
 #undef KEY_AT
         ONLINE_MAX_SUM(s, m, l)
     }

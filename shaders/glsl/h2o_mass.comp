@@ -36,9 +36,9 @@ void main() {
     bool live = j <= last;
     // Invocations past the run's last entry load entry 0 and store nothing.
     uint kb = kv_index4(kv_slot(row, live ? j : 0, p.max_blocks), g, p.n_head_kv, HEAD_DIM);
-    vec4 k[HD4];
+    vec4 key[HD4];
     [[unroll]] for (uint d = 0; d < HD4; ++d) {
-        k[d] = k_cache[kb + d];
+        key[d] = k_cache[kb + d];
     }
     uint at = (row * p.n_head_kv + g) * p.n_ctx + j;
     float acc = live ? mass[at] : 0.0;
@@ -64,19 +64,12 @@ void main() {
                 continue;
             }
             float s[GROUP];
-#define KEY_AT(d) k[d]
-            [[unroll]] for (uint h = 0; h < GROUP; ++h) {
-                s[h] = 0.0;
-            }
-            [[unroll]] for (uint d = 0; d < HD4; ++d) {
-                [[unroll]] for (uint h = 0; h < GROUP; ++h) {
-                    s[h] += dot(qs_tile[(i * GROUP + h) * HD4 + d], KEY_AT(d));
-                }
-            }
+#define KEY_AT(d) key[d]
+            GROUP_SCORES(s, qs_tile, i * GROUP * HD4, KEY_AT)
 #undef KEY_AT
             [[unroll]] for (uint h = 0; h < GROUP; ++h) {
                 vec2 st = stats_tile[i * GROUP + h];
-                acc += exp(s[h] * p.scale - st.x) / st.y;
+                acc += exp(s[h] - st.x) / st.y;
             }
         }
     }

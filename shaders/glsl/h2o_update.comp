@@ -62,12 +62,12 @@ void main() {
         l[h] = 0.0;
     }
     for (uint j = tid; j <= count; j += WG) {
-        GROUP_SCORES(s, qs, KEY_AT)
+        GROUP_SCORES(s, qs, 0, KEY_AT)
         ONLINE_MAX_SUM(s, m, l)
     }
     MERGE_MAX_SUM(m, l)
     for (uint j = tid; j <= count; j += WG) {
-        GROUP_SCORES(s, qs, KEY_AT)
+        GROUP_SCORES(s, qs, 0, KEY_AT)
         uint pos = j == count ? at.index : kept[slots + j];
         float acc = mass[masses + pos];
         [[unroll]] for (uint h = 0; h < GROUP; ++h) {

@@ -99,27 +99,16 @@ impl H2oKernel {
     /// with the query heads and then the key heads.
     fn check(&self, s: IgShape, q: QueryAt, tokens: u32) -> Result<()> {
         let name = self.kernel.name;
-        let fail = |message: String| {
-            Err(VkError::Kernel {
-                kernel: name,
-                message,
-            })
-        };
         if s.head_dim != self.head_dim || s.n_head != s.n_head_kv * self.group {
-            return fail(format!(
-                "built for head_dim {} and {} query heads per KV head, called with {} and {}/{}",
-                self.head_dim, self.group, s.head_dim, s.n_head, s.n_head_kv
-            ));
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: format!(
+                    "built for head_dim {} and {} query heads per KV head, called with {} and {}/{}",
+                    self.head_dim, self.group, s.head_dim, s.n_head, s.n_head_kv
+                ),
+            });
         }
-        let heads = (s.n_head + s.n_head_kv) * s.head_dim;
-        if q.stride < heads || q.stride % 4 != 0 {
-            return fail(format!(
-                "query stride {} must be a multiple of 4 and hold {heads} floats",
-                q.stride
-            ));
-        }
-        let end = (q.token + tokens.max(1) - 1) as u64 * q.stride as u64 + heads as u64;
-        check_sizes(name, &[("q", q.buffer, end * 4)])
+        q.check_width(name, (s.n_head + s.n_head_kv) * s.head_dim, tokens)
     }
 }
 
@@ -149,19 +138,9 @@ impl H2oUpdate {
         let name = k.kernel.name;
         let tokens = batch.steps.len() as u32;
         k.check(s, q, tokens)?;
-        let rows = batch.steps.iter().map(|st| st.row + 1).max().unwrap_or(0);
-        state.check(name, s, rows)?;
-        check_sizes(
-            name,
-            &[
-                ("k_scratch", k_scratch, s.scratch_bytes(tokens)),
-                (
-                    "steps",
-                    batch.buffer,
-                    std::mem::size_of_val(batch.steps) as u64,
-                ),
-            ],
-        )?;
+        state.check(name, s, batch.rows())?;
+        batch.check(name)?;
+        check_sizes(name, &[("k_scratch", k_scratch, s.scratch_bytes(tokens))])?;
         // The new entry takes a slot before the lightest leaves.
         if let Some(st) = batch
             .steps
@@ -218,29 +197,12 @@ impl DenseRun<'_> {
         if !consecutive {
             return fail("a run's tokens must be consecutive entries of one row".into());
         }
-        let end = first.pos as u64 + self.run.len() as u64;
-        let held = (kv.max_blocks as u64 * crate::kv::BLOCK_TOKENS as u64).min(s.n_ctx as u64);
-        if end > held {
-            return fail(format!(
-                "entries up to {end} are past the {held} a row holds"
-            ));
-        }
+        // The last entry lies within the row's block table and n_ctx.
+        let last = first.pos + self.run.len() as u32 - 1;
+        s.check_position(kernel, kv, first.row, last)?;
         let step_bytes = std::mem::size_of::<StepToken>() as u64;
-        check_sizes(
-            kernel,
-            &[
-                (
-                    "steps",
-                    self.steps,
-                    (self.q.token as u64 + self.run.len() as u64) * step_bytes,
-                ),
-                (
-                    "tables",
-                    kv.tables,
-                    (first.row as u64 + 1) * kv.max_blocks as u64 * 4,
-                ),
-            ],
-        )
+        let steps = (self.q.token as u64 + self.run.len() as u64) * step_bytes;
+        check_sizes(kernel, &[("steps", self.steps, steps)])
     }
 }
 

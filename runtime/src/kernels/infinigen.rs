@@ -119,7 +119,13 @@ impl IgShape {
     }
 
     /// Checks that `pos` lies within `row`'s block table and within n_ctx.
-    fn check_position(&self, kernel: &'static str, kv: &KvLayer, row: u32, pos: u32) -> Result<()> {
+    pub(crate) fn check_position(
+        &self,
+        kernel: &'static str,
+        kv: &KvLayer,
+        row: u32,
+        pos: u32,
+    ) -> Result<()> {
         check_sizes(
             kernel,
             &[(
@@ -239,11 +245,11 @@ impl IgBatch<'_> {
     }
 
     /// Rows the tokens reach into: the highest row plus one.
-    fn rows(&self) -> u32 {
+    pub(crate) fn rows(&self) -> u32 {
         self.steps.iter().map(|s| s.row + 1).max().unwrap_or(0)
     }
 
-    fn check(&self, kernel: &'static str) -> Result<()> {
+    pub(crate) fn check(&self, kernel: &'static str) -> Result<()> {
         check_sizes(
             kernel,
             &[(
@@ -317,17 +323,22 @@ impl<'a> QueryAt<'a> {
 
     /// Checks the stride and that the buffer holds `tokens` rows from `token`.
     fn check(&self, kernel: &'static str, s: IgShape, tokens: u32) -> Result<()> {
-        let heads = s.n_head * s.head_dim;
-        if self.stride < heads || self.stride % 4 != 0 {
+        self.check_width(kernel, s.n_head * s.head_dim, tokens)
+    }
+
+    /// Checks that each row holds `width` floats (a multiple of 4 apart) and that the buffer
+    /// holds `tokens` rows from `token`.
+    pub(crate) fn check_width(&self, kernel: &'static str, width: u32, tokens: u32) -> Result<()> {
+        if self.stride < width || self.stride % 4 != 0 {
             return Err(VkError::Kernel {
                 kernel,
                 message: format!(
-                    "query stride {} must be a multiple of 4 and hold {heads} floats",
+                    "query stride {} must be a multiple of 4 and hold {width} floats",
                     self.stride
                 ),
             });
         }
-        let end = (self.token + tokens.max(1) - 1) as u64 * self.stride as u64 + heads as u64;
+        let end = (self.token + tokens.max(1) - 1) as u64 * self.stride as u64 + width as u64;
         check_sizes(kernel, &[("q", self.buffer, end * 4)])
     }
 }

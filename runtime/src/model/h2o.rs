@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use super::infinigen::count_selections;
 use crate::error::Result;
 use crate::kernels::h2o::{DenseRun, H2oLse, H2oMass, H2oState, H2oUpdate};
 use crate::kernels::infinigen::{AttnSparse, IgBatch, IgShape, IgStep, IgToken, KvGather, QueryAt};
@@ -212,6 +213,13 @@ impl VkH2o {
         Ok(())
     }
 
+    /// Reads row `src`'s state, edits every head with `edit`, and stores it as row `dst`'s.
+    fn rewrite(&self, src: usize, dst: usize, edit: impl Fn(&mut Head)) -> Result<()> {
+        let mut heads = self.read_row(src)?;
+        heads.iter_mut().for_each(edit);
+        self.write_row(dst, &heads)
+    }
+
     /// Brings row `row`'s state in line with its `len` cached entries: positions past them
     /// are forgotten, and entries it has not taken in yet (pending, or appended outside a
     /// step) join with the mass they have, after which the row evicts.
@@ -221,29 +229,25 @@ impl VkH2o {
             return Ok(());
         }
         let from = self.pending[row].take().unwrap_or(was).min(len);
-        let mut heads = self.read_row(row)?;
-        for h in &mut heads {
+        let budget = self.params.budget_tokens(len);
+        self.rewrite(row, row, |h| {
             h.truncate(len);
             if from < len {
-                h.end_step(from..len, self.params.budget_tokens(len));
+                h.end_step(from..len, budget);
             }
-        }
-        self.write_row(row, &heads)?;
+        })?;
         self.synced[row] = len;
         Ok(())
     }
 
-    /// Takes in row `row`'s pending entries (of a prompt whose later chunks failed).
+    /// Takes in row `row`'s pending entries: they join the kept positions and the row evicts.
     pub fn settle(&mut self, row: usize) -> Result<()> {
         let Some(from) = self.pending[row].take() else {
             return Ok(());
         };
         let len = self.synced[row];
-        let mut heads = self.read_row(row)?;
-        for h in &mut heads {
-            h.end_step(from..len, self.params.budget_tokens(len));
-        }
-        self.write_row(row, &heads)
+        let budget = self.params.budget_tokens(len);
+        self.rewrite(row, row, |h| h.end_step(from..len, budget))
     }
 
     /// While `hold` is true, a dense step leaves its entries pending: the chunks of one
@@ -256,28 +260,18 @@ impl VkH2o {
     /// step added to the masses: they (and any pending before them) join the kept positions
     /// and the row evicts, unless eviction is held.
     pub fn end_dense(&mut self, row: usize, old: usize, new: usize) -> Result<()> {
-        let from = *self.pending[row].get_or_insert(old);
+        self.pending[row].get_or_insert(old);
         self.synced[row] = new;
-        if self.holding {
-            return Ok(());
+        match self.holding {
+            true => Ok(()),
+            false => self.settle(row),
         }
-        self.pending[row] = None;
-        let mut heads = self.read_row(row)?;
-        for h in &mut heads {
-            h.end_step(from..new, self.params.budget_tokens(new));
-        }
-        self.write_row(row, &heads)
     }
 
     /// Row `dst` now shares `src`'s first `len` entries: it takes `src`'s state for them.
     /// Should that fail, `dst` keeps what it had up to `len`, trimmed at its next step.
     pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
-        let copied = self.read_row(src).and_then(|mut heads| {
-            for h in &mut heads {
-                h.truncate(len);
-            }
-            self.write_row(dst, &heads)
-        });
+        let copied = self.rewrite(src, dst, |h| h.truncate(len));
         self.pending[dst] = None;
         self.synced[dst] = match copied {
             Ok(()) => len,
@@ -407,14 +401,7 @@ impl VkH2o {
     /// that each token's row grew by it.
     pub fn end_decode(&mut self, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
-        for counts in &self.sel_count {
-            let counts: Vec<u32> = counts.download(tokens.len() * n_kv)?;
-            for (at, counts) in tokens.iter().zip(counts.chunks(n_kv)) {
-                for &c in counts {
-                    self.stats.record(c as usize, at.index as usize);
-                }
-            }
-        }
+        count_selections(&mut self.stats, &self.sel_count, tokens, n_kv)?;
         for at in tokens {
             self.synced[at.row as usize] = at.index as usize + 1;
         }

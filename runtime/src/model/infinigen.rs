@@ -464,16 +464,29 @@ impl VkInfinigen {
     /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
     pub fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
-        for l in self.first_sparse()..n_layer {
-            let counts: Vec<u32> = self.sel_count[l].download(tokens.len() * n_kv)?;
-            for (at, counts) in tokens.iter().zip(counts.chunks(n_kv)) {
-                for &c in counts {
-                    self.stats.record(c as usize, at.index as usize);
-                }
+        let first = self.first_sparse().min(n_layer);
+        let layers = &self.sel_count[first..n_layer];
+        count_selections(&mut self.stats, layers, tokens, n_kv)
+    }
+}
+
+/// Counts, in `stats`, the tokens each of a decode step's `tokens` attended to in each layer
+/// and KV head, as `sel_count` ([tokens, n_kv] per layer, read back) holds them.
+pub(super) fn count_selections(
+    stats: &mut IgStats,
+    sel_count: &[Buffer],
+    tokens: &[IgToken],
+    n_kv: usize,
+) -> Result<()> {
+    for counts in sel_count {
+        let counts: Vec<u32> = counts.download(tokens.len() * n_kv)?;
+        for (at, counts) in tokens.iter().zip(counts.chunks(n_kv)) {
+            for &c in counts {
+                stats.record(c as usize, at.index as usize);
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// One layer's fetch (speculation, then selection, then gather) for a decode step's tokens.

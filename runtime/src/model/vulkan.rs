@@ -619,10 +619,13 @@ impl VkModel {
             (None, None) => Vec::new(),
         };
         // A dense step under H2O adds each run's attention to its row's masses.
-        let dense_runs: Vec<(usize, &[StepToken])> = runs
-            .iter()
-            .map(|&(_, t0, tokens, _)| (t0, &steps[t0..t0 + tokens]))
-            .collect();
+        let dense_runs: Vec<(usize, &[StepToken])> = match &self.h2o {
+            Some(_) if sparse.is_empty() => runs
+                .iter()
+                .map(|&(_, t0, tokens, _)| (t0, &steps[t0..t0 + tokens]))
+                .collect(),
+            _ => Vec::new(),
+        };
         let mut rec = if self.profile.is_some() {
             Recorder::timed(&self.device)?
         } else {

@@ -21,9 +21,9 @@ layout(push_constant) uniform Push {
     float scale;        // 1 / sqrt(head_dim)
 } p;
 
-// Scores of the group's GROUP query heads (qs[h * HD4 + d], staged by the kernel) against the
-// key whose vec4 d is KEY(d), times p.scale, into s[GROUP].
-#define GROUP_SCORES(s, qs, KEY)                                                  \
+// Scores of the group's GROUP query heads (qs[base + h * HD4 + d], staged by the kernel) against
+// the key whose vec4 d is KEY(d), times p.scale, into s[GROUP].
+#define GROUP_SCORES(s, qs, base, KEY)                                            \
     {                                                                             \
         [[unroll]] for (uint h = 0; h < GROUP; ++h) {                             \
             s[h] = 0.0;                                                           \
@@ -31,7 +31,7 @@ layout(push_constant) uniform Push {
         [[unroll]] for (uint d = 0; d < HD4; ++d) {                               \
             vec4 k = KEY(d);                                                      \
             [[unroll]] for (uint h = 0; h < GROUP; ++h) {                         \
-                s[h] += dot(qs[h * HD4 + d], k);                                  \
+                s[h] += dot(qs[(base) + h * HD4 + d], k);                         \
             }                                                                     \
         }                                                                         \
         [[unroll]] for (uint h = 0; h < GROUP; ++h) {                             \
