@@ -35,6 +35,11 @@ layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together 
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
+#ifdef WIDE_LOADS
+// x and g again, 8 bytes per load (see VEC4_AT).
+layout(binding = 1) readonly buffer X64 { u64vec2 x64[]; };
+layout(binding = 3) readonly buffer G64 { u64vec2 g64[]; };
+#endif
 layout(push_constant) uniform Push {
     uint m;
     uint k;
@@ -70,6 +75,15 @@ float sx[TOKENS];
 // loop: the unrolled code of twelve rows outgrows the instruction cache there for no gain.
 // Formats with UNROLL_CHUNKS (format.glsl) also unroll a block's chunks in prompt chunks.
 const bool UNROLL_ROWS = TOKENS > 1;
+
+// Values i .. i + 4 of x or g (i a multiple of 4). A CPU device loads lane by lane and pays
+// per load, whatever its width, so where it has 64-bit integers they come in two loads.
+#ifdef WIDE_LOADS
+#define VEC4_AT(buf, i) \
+    uintBitsToFloat(uvec4(unpackUint2x32(buf##64[(i) >> 2].x), unpackUint2x32(buf##64[(i) >> 2].y)))
+#else
+#define VEC4_AT(buf, i) buf[(i) >> 2]
+#endif
 
 // x'[t, i .. i + 4], i a multiple of 4.
 vec4 xn4(uint t, uint i) {
@@ -125,9 +139,16 @@ void rows_dots_lane(uint row_offset) {
         dots[i] = 0.0;
     }
     for (uint c = 0; c < blocks; ++c) {
-        for (uint t = 0; t < TOKENS; ++t) {
-            for (uint s = 0; s < QK / 32; ++s) {
-                vec4 xv = xn4(t, c * QK + 32 * s + 4 * lane);
+        for (uint s = 0; s < QK / 32; ++s) {
+            uint i = c * QK + 32 * s + 4 * lane;
+            // The norm gain is the same for every token: loaded once, as each load costs a
+            // CPU device one scalar load per lane.
+            vec4 gv = (p.flags & NORM) != 0u ? VEC4_AT(g, i) : vec4(1.0);
+            for (uint t = 0; t < TOKENS; ++t) {
+                vec4 xv = VEC4_AT(x, tok[t] * p.k + i);
+                if ((p.flags & NORM) != 0u) {
+                    xv *= scale[t] * gv;
+                }
                 // Chunk JJ of these 32 values: x values 8 JJ .. 8 JJ + 8 sit in lanes 2 JJ, 2 JJ + 1.
 #define CHUNK(JJ)                                                          \
                 xlo[t * CHUNKS + 4 * s + JJ] = subgroupBroadcast(xv, 2 * JJ);     \
@@ -138,6 +159,8 @@ void rows_dots_lane(uint row_offset) {
                 CHUNK(3)
 #undef CHUNK
             }
+        }
+        for (uint t = 0; t < TOKENS; ++t) {
             sx[t] = 0.0;
             if (HAS_BASE) {
                 for (uint j = 0; j < CHUNKS; ++j) {

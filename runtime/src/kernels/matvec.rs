@@ -94,6 +94,24 @@ impl Shape {
     }
 }
 
+/// Rows a lane works on together in the lane-per-row shape. They share each broadcast block of
+/// x (the broadcasts and x's loads cost as much as the products otherwise), and a lane keeps
+/// rows x tokens sums. Measured on lavapipe with SmolLM2:
+/// - decode: 12 rows ran 22 -> 29 tokens/s over 2;
+/// - prompt chunks, rows unrolled: Q2, Q3 and Q4 (8 tokens a pass, blocks unpacked in a loop)
+///   gain from 24 rows (pp512 Q4 162 -> 169, Q3 149 -> 165, Q2 160 -> 170 tokens/s over 12);
+///   the formats that unroll a block's chunks (and F16) outgrow the instruction cache there
+///   and keep 12 (Q5 84 -> 75 at 24). SmolLM2's row counts are multiples of 8 x 24, and
+///   counts between 12 and 24 that leave a workgroup's rows part-filled were slower;
+/// - Q8's realigned 34-byte blocks do best at 16 (its output head: 8.3 -> 6.6 ms).
+fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
+    match format {
+        WeightFormat::Q8 => 16,
+        WeightFormat::Q2 | WeightFormat::Q3 | WeightFormat::Q4 if tokens > 1 => 24,
+        _ => 12,
+    }
+}
+
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
@@ -129,12 +147,7 @@ impl Matvec {
                 workgroup: subgroup,
                 tokens,
                 lane_rows: true,
-                // Twelve rows share each broadcast block of x (the broadcasts cost as much as
-                // the products otherwise); a lane keeps rb x tokens sums. Measured on
-                // lavapipe with SmolLM2: decode 22 -> 29 tokens/s over rb = 2; prefill (rows
-                // unrolled, 8 tokens) about as fast at 16 and slower at 6 or 8. Q8's
-                // realigned 34-byte blocks do best at 16 (its output head: 8.3 -> 6.6 ms).
-                rb: if format == WeightFormat::Q8 { 16 } else { 12 },
+                rb: rows_per_lane(format, tokens),
                 wide: info.arithmetic.shader_int64,
                 units: subgroup,
                 target_groups: 32,
