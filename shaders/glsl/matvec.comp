@@ -70,10 +70,11 @@ float dots[RB * TOKENS];       // their dot products with each token's x'
 vec4 xlo[TOKENS * CHUNKS];
 vec4 xhi[TOKENS * CHUNKS];
 float sx[TOKENS];
-// A prompt chunk's rows are unrolled, so that dots[] has fixed registers: a CPU device reads
-// and writes an array at a varying index one lane at a time. Decode (one token) keeps the
-// loop: the unrolled code of twelve rows outgrows the instruction cache there for no gain.
-// Formats with UNROLL_CHUNKS (format.glsl) also unroll a block's chunks in prompt chunks.
+// With several tokens, the loops over rows, tokens and a block's chunks are unrolled, so that
+// dots[], xlo[] and xhi[] are indexed by constants and stay in registers: a CPU device reads
+// and writes an array at a varying index one lane at a time (16 tokens ran at a sixth of the
+// speed with the chunk loop left to the compiler). Decode (one token) keeps the loops: the
+// unrolled code of twelve rows outgrows the instruction cache there for no gain.
 const bool UNROLL_ROWS = TOKENS > 1;
 
 // Values i .. i + 4 of x or g (i a multiple of 4). A CPU device loads lane by lane and pays
@@ -99,7 +100,7 @@ void chunk_dots(Block blk, uint j, inout float sq[TOKENS]) {
     vec4 qlo;
     vec4 qhi;
     block_levels8(blk, j, qlo, qhi);
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         sq[t] += dot(qlo, xlo[t * CHUNKS + j]) + dot(qhi, xhi[t * CHUNKS + j]);
     }
 }
@@ -110,10 +111,10 @@ void row_block(uint r, uint c, uint blocks, uint row_offset) {
     block_load((row_at(r) + row_offset) * blocks + c, blk);
     vec2 dm = block_dm(blk);
     float sq[TOKENS];
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         sq[t] = 0.0;
     }
-    if (UNROLL_ROWS && UNROLL_CHUNKS) {
+    if (UNROLL_ROWS) {
         [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
             chunk_dots(blk, j, sq);
         }
@@ -122,7 +123,7 @@ void row_block(uint r, uint c, uint blocks, uint row_offset) {
             chunk_dots(blk, j, sq);
         }
     }
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         dots[r * TOKENS + t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
     }
 }
@@ -144,7 +145,7 @@ void rows_dots_lane(uint row_offset) {
             // The norm gain is the same for every token: loaded once, as each load costs a
             // CPU device one scalar load per lane.
             vec4 gv = (p.flags & NORM) != 0u ? VEC4_AT(g, i) : vec4(1.0);
-            for (uint t = 0; t < TOKENS; ++t) {
+            [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
                 vec4 xv = VEC4_AT(x, tok[t] * p.k + i);
                 if ((p.flags & NORM) != 0u) {
                     xv *= scale[t] * gv;
@@ -160,7 +161,7 @@ void rows_dots_lane(uint row_offset) {
 #undef CHUNK
             }
         }
-        for (uint t = 0; t < TOKENS; ++t) {
+        [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
             sx[t] = 0.0;
             if (HAS_BASE) {
                 for (uint j = 0; j < CHUNKS; ++j) {
@@ -184,18 +185,18 @@ void rows_dots_lane(uint row_offset) {
 void rows_dots_subgroup(uint row_offset) {
     uint chunks = p.k / 8;
     uint row = row_at(0) + row_offset;
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = 0.0;
     }
     for (uint c = gl_SubgroupInvocationID; c < chunks; c += gl_SubgroupSize) {
         vec4 lo;
         vec4 hi;
         dequant8(row * (chunks / CHUNKS) + c / CHUNKS, c % CHUNKS, lo, hi);
-        for (uint t = 0; t < TOKENS; ++t) {
+        [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
             dots[t] += dot(lo, xn4(t, 8 * c)) + dot(hi, xn4(t, 8 * c + 4));
         }
     }
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = subgroupAdd(dots[t]);
     }
 }
@@ -223,10 +224,10 @@ float inv_rms(uint t) {
 
 void main() {
     uint t0 = gl_WorkGroupID.y * TOKENS;
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         tok[t] = min(t0 + t, p.n - 1);
     }
-    for (uint t = 0; t < TOKENS; ++t) {
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         scale[t] = (p.flags & NORM) != 0u ? inv_rms(t) : 1.0;
     }
     bool gated = (p.flags & GATED) != 0u;
@@ -260,7 +261,7 @@ void main() {
             if (first + (r0 + r) * stride >= p.m) {
                 continue;
             }
-            for (uint t = 0; t < TOKENS; ++t) {
+            [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
                 if (t0 + t >= p.n) {
                     break;
                 }

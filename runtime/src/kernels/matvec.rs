@@ -98,16 +98,18 @@ impl Shape {
 /// x (the broadcasts and x's loads cost as much as the products otherwise), and a lane keeps
 /// rows x tokens sums. Measured on lavapipe with SmolLM2:
 /// - decode: 12 rows ran 22 -> 29 tokens/s over 2;
-/// - prompt chunks, rows unrolled: Q2, Q3 and Q4 (8 tokens a pass, blocks unpacked in a loop)
-///   gain from 24 rows (pp512 Q4 162 -> 169, Q3 149 -> 165, Q2 160 -> 170 tokens/s over 12);
-///   the formats that unroll a block's chunks (and F16) outgrow the instruction cache there
-///   and keep 12 (Q5 84 -> 75 at 24). SmolLM2's row counts are multiples of 8 x 24, and
-///   counts between 12 and 24 that leave a workgroup's rows part-filled were slower;
+/// - several tokens (rows unrolled): 24 rows, pp512 over 12 with 16 tokens a pass: Q4 168 ->
+///   179, Q2 170 -> 177, Q3 157 -> 162, Q3H 133 -> 138 tokens/s; Q5 and Q6 at 8 tokens fell
+///   to 17 and 8 tokens/s with 12 rows (spilled) against 93 and 90 with 24. F16, whose
+///   unpacked chunks are the widest code, keeps 12 (125 against 118 with 24). SmolLM2's row
+///   counts are multiples of 8 x 24; counts that leave a workgroup's rows part-filled ran
+///   slower;
 /// - Q8's realigned 34-byte blocks do best at 16 (its output head: 8.3 -> 6.6 ms).
 fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
     match format {
         WeightFormat::Q8 => 16,
-        WeightFormat::Q2 | WeightFormat::Q3 | WeightFormat::Q4 if tokens > 1 => 24,
+        WeightFormat::F16 | WeightFormat::F32 => 12,
+        _ if tokens > 1 => 24,
         _ => 12,
     }
 }
@@ -320,7 +322,7 @@ pub(crate) mod tests {
                 WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H
             );
             let wanted = [true, narrow_too, sub_too];
-            for tokens in [1, 8] {
+            for tokens in [1, 8, 16] {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
                     for &(m, blocks, batch) in &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3)] {
@@ -369,7 +371,7 @@ pub(crate) mod tests {
         let Some(dev) = device() else { return };
         for format in [WeightFormat::Q4, WeightFormat::Q3H] {
             let block = shader_block(format) as usize;
-            for tokens in [1, 8] {
+            for tokens in [1, 8, 16] {
                 for kernel in shapes(&dev, format, tokens) {
                     for &(m, blocks, batch) in &[(5, 1, 1), (37, 9, 3), (19, 2, 10)] {
                         let k = blocks * block;

@@ -89,16 +89,15 @@ pub struct SeqStep<'a> {
 /// Headroom left free on the device when the KV budget is chosen automatically.
 const KV_HEADROOM: u64 = 512 << 20;
 
-/// Tokens that share one pass over the weights in the matvec kernel when a step has more
-/// than one: on CPU devices 8 (4 for 64-value blocks: Q4B64 pp512 45 -> 132 on lavapipe),
-/// past which the unrolled rows (see `matvec.comp`) spill registers and outgrow the
-/// instruction cache (12 runs half as fast as 8 on lavapipe, 16 a quarter); GPUs take a
-/// whole decode batch.
-fn matvec_tokens(device: &Device, format: WeightFormat) -> u32 {
-    match device.info().kind {
-        DeviceKind::Cpu if crate::kernels::shader_block(format) > 32 => 4,
-        DeviceKind::Cpu => 8,
-        _ => DECODE_MAX_TOKENS as u32,
+/// Tokens of a prompt chunk that share one pass over the weights in the matvec kernel on CPU
+/// devices (GPUs run prompts through matmul). With its loops unrolled (see `matvec.comp`)
+/// the kernel keeps 16 tokens' x in registers. On lavapipe with SmolLM2, pp512 against 8
+/// tokens a pass: Q4 166 -> 179, Q3H 126 -> 138, F16 96 -> 125, Q5 93 -> 123 tokens/s; Q6,
+/// whose unpacking takes the most registers, ran 90 -> 74 and keeps 8.
+fn prompt_pass_tokens(format: WeightFormat) -> u32 {
+    match format {
+        WeightFormat::Q6 => 8,
+        _ => 16,
     }
 }
 
@@ -123,17 +122,25 @@ struct FormatKernels {
     embed: Embed,
     /// One token per pass (decode).
     matvec: Matvec,
-    /// `matvec_tokens` tokens per pass.
-    matvec_tokens: Matvec,
+    /// Decode batches: up to `DECODE_MAX_TOKENS` tokens per pass.
+    matvec_batch: Matvec,
+    /// Prompt chunks on CPU devices, where `prompt_pass_tokens` exceeds a decode batch.
+    matvec_prompt: Option<Matvec>,
     matmul: Matmul,
 }
 
 impl FormatKernels {
     fn new(device: &Device, format: WeightFormat) -> Result<Self> {
+        let cpu = device.info().kind == DeviceKind::Cpu;
+        let prompt_tokens = prompt_pass_tokens(format);
         Ok(Self {
             embed: Embed::new(device, format)?,
             matvec: Matvec::new(device, format, 1)?,
-            matvec_tokens: Matvec::new(device, format, matvec_tokens(device, format))?,
+            matvec_batch: Matvec::new(device, format, DECODE_MAX_TOKENS as u32)?,
+            matvec_prompt: match cpu && prompt_tokens > DECODE_MAX_TOKENS as u32 {
+                true => Some(Matvec::new(device, format, prompt_tokens)?),
+                false => None,
+            },
             matmul: Matmul::new(device, format)?,
         })
     }
@@ -156,8 +163,8 @@ impl Kernels {
         &self.formats[&format]
     }
 
-    /// A weight-streaming product with `w` in its format: one token per pass for a single
-    /// token, `matvec_tokens` otherwise.
+    /// A weight-streaming product with `w` in its format, with the kernel whose tokens per
+    /// pass fit the step: one, a decode batch's, or a prompt chunk's.
     fn matvec<'a>(
         &self,
         rec: &mut Recorder<'a>,
@@ -165,10 +172,10 @@ impl Kernels {
         args: MatvecArgs<'a>,
     ) -> Result<()> {
         let f = self.of(w.format);
-        let kernel = if args.batch == 1 {
-            &f.matvec
-        } else {
-            &f.matvec_tokens
+        let kernel = match (args.batch, &f.matvec_prompt) {
+            (1, _) => &f.matvec,
+            (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
+            _ => &f.matvec_batch,
         };
         Ok(kernel.record(rec, args)?)
     }

@@ -4,7 +4,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
 
 const uint QK = 32;
 const bool HAS_BASE = false;
-const bool UNROLL_CHUNKS = true;
 #define BLOCK_WORDS 16
 #define Block uint[BLOCK_WORDS]
 

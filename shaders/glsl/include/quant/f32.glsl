@@ -1,9 +1,5 @@
 // F32: plain floats, read in blocks of 32 so every format shares one interface:
 //   QK, HAS_BASE          values per block; whether blocks carry a base m besides a scale d
-//   UNROLL_CHUNKS         whether a prompt chunk's product unrolls the chunks of a block: a
-//                         CPU device then keeps the unpacking's words and shifts constant
-//                         (lavapipe pp512: Q3H, Q5, Q6 about 2x, Q4B64 and F16 +6-15%; the
-//                         simpler Q2, Q3, Q4 and Q8 blocks run 5-10% slower unrolled)
 //   BLOCK_WORDS           32-bit words a block is loaded into (`Block`)
 //   block_load(b, blk)    loads block b once; each lane then unpacks it from registers
 //   block_dm(blk)         (d, m); value = q * d + m (m = 0 without a base)
@@ -15,7 +11,6 @@ layout(binding = W_BINDING) readonly buffer Weights { vec4 w[]; };
 
 const uint QK = 32;
 const bool HAS_BASE = false;
-const bool UNROLL_CHUNKS = false;
 #define BLOCK_WORDS 32
 #define Block uint[BLOCK_WORDS]
 

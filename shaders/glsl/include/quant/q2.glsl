@@ -6,7 +6,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
 const uint QK = 32;
 const bool HAS_BASE = true;
-const bool UNROLL_CHUNKS = false;
 #define BLOCK_WORDS 3
 #define Block uint[BLOCK_WORDS]
 

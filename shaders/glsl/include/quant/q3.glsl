@@ -7,7 +7,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
 
 const uint QK = 32;
 const bool HAS_BASE = true;
-const bool UNROLL_CHUNKS = false;
 #define BLOCK_WORDS 4
 #define Block uint[BLOCK_WORDS]
 

@@ -8,7 +8,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
 
 const uint QK = 64;
 const bool HAS_BASE = true;
-const bool UNROLL_CHUNKS = true;
 #define BLOCK_WORDS 8
 #define Block uint[BLOCK_WORDS]
 

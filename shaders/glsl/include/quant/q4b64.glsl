@@ -6,7 +6,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
 const uint QK = 64;
 const bool HAS_BASE = true;
-const bool UNROLL_CHUNKS = true;
 #define BLOCK_WORDS 9
 #define Block uint[BLOCK_WORDS]
 

@@ -8,7 +8,6 @@ layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
 
 const uint QK = 32;
 const bool HAS_BASE = false;
-const bool UNROLL_CHUNKS = false;
 #define BLOCK_WORDS 10
 #define Block uint[BLOCK_WORDS]
 
