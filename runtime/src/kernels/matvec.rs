@@ -133,7 +133,7 @@ pub struct Matvec {
 
 impl Matvec {
     /// A product for up to `tokens` tokens per pass over the weights (more are done in further
-    /// passes): 1 for decode; on CPU devices a prompt chunk uses 8.
+    /// passes): 1 for decode, up to 8 for a decode batch; on CPU devices a prompt chunk uses 16.
     pub fn new(device: &Device, format: WeightFormat, tokens: u32) -> Result<Self> {
         let info = device.info();
         let subgroup = info.subgroup.size.max(1);
