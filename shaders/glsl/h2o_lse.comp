@@ -4,6 +4,9 @@
 // each position's share. Token t0 + i of the run (row steps[t0].x, entry steps[t0].y + i)
 // attended to entries 0 ..= its own. Workgroup (i, g): for each query head h of KV head g,
 // stats[t][h] = (max score, sum of exp(score - max)), scores scaled by p.scale.
+// On CPU devices (Q_REGS) the token's queries are copied from shared memory into registers
+// before the walk over positions: a CPU device loads shared memory inside a loop lane by
+// lane, so every position would otherwise load all GROUP x HEAD_DIM query values per lane.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -14,6 +17,7 @@
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;
 layout(constant_id = 2) const uint GROUP = 1;                  // query heads per KV head
+layout(constant_id = 3) const bool Q_REGS = false;             // queries in registers (CPU)
 const uint HD4 = HEAD_DIM / 4;
 #include "h2o.glsl"
 
@@ -35,6 +39,13 @@ void main() {
         qs[d] = q[qrow + g * GROUP * HD4 + d];
     }
     barrier();
+    // Outside any loop, so a CPU device loads each value once for all lanes.
+    vec4 qr[GROUP * HD4];
+    if (Q_REGS) {
+        [[unroll]] for (uint d = 0; d < GROUP * HD4; ++d) {
+            qr[d] = qs[d];
+        }
+    }
 
     float m[GROUP];
     float l[GROUP];
@@ -46,7 +57,11 @@ void main() {
     for (uint j = tid; j <= index; j += WG) {
         uint kb = kv_index4(kv_slot(row, j, p.max_blocks), g, p.n_head_kv, HEAD_DIM);
 #define KEY_AT(d) k_cache[kb + d]
-        GROUP_SCORES(s, qs, 0, KEY_AT)
+        if (Q_REGS) {
+            GROUP_SCORES(s, qr, 0, KEY_AT)
+        } else {
+            GROUP_SCORES(s, qs, 0, KEY_AT)
+        }
 #undef KEY_AT
         ONLINE_MAX_SUM(s, m, l)
     }

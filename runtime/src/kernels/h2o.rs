@@ -16,7 +16,7 @@ use hearth_shaders::{Kernel, H2O_LSE, H2O_MASS, H2O_UPDATE};
 use super::infinigen::{IgBatch, IgShape, QueryAt};
 use super::{check_sizes, head_workgroup_size, StepToken};
 use crate::kv::KvLayer;
-use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
+use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Push constants of the H2O kernels (`Push` in include/h2o.glsl).
 #[repr(C)]
@@ -84,11 +84,25 @@ struct H2oKernel {
 
 impl H2oKernel {
     fn new(device: &Device, kernel: Kernel, head_dim: u32, group: u32) -> Result<Self> {
+        Self::shaped_for(device, kernel, head_dim, group, device.info().kind)
+    }
+
+    /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
+    /// lavapipe).
+    fn shaped_for(
+        device: &Device,
+        kernel: Kernel,
+        head_dim: u32,
+        group: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
         // One workgroup per head or position block: on CPU devices a single subgroup, so
-        // its barriers are cheap.
-        let wg = head_workgroup_size(device.info(), device.info().kind);
+        // its barriers are cheap. There h2o_lse and h2o_mass keep the queries in registers
+        // (Q_REGS), h2o_mass handing them round a subgroup of at most 16 lanes.
+        let wg = head_workgroup_size(device.info(), kind);
+        let q_regs = kind == DeviceKind::Cpu && (1..=16).contains(&wg);
         Ok(Self {
-            pipeline: device.pipeline(kernel, &[wg, head_dim, group])?,
+            pipeline: device.pipeline(kernel, &[wg, head_dim, group, q_regs as u32])?,
             kernel,
             head_dim,
             group,
@@ -214,6 +228,13 @@ impl H2oLse {
         Ok(Self(H2oKernel::new(device, H2O_LSE, head_dim, group)?))
     }
 
+    #[cfg(test)]
+    fn shaped_for(device: &Device, head_dim: u32, group: u32, kind: DeviceKind) -> Result<Self> {
+        Ok(Self(H2oKernel::shaped_for(
+            device, H2O_LSE, head_dim, group, kind,
+        )?))
+    }
+
     /// stats[q.token + i][h] = (max, sum of exp(score - max)) over entries 0 ..= the i-th
     /// token's own, for every query head h; `stats` is [tokens, n_head] vec2.
     pub fn record<'a>(
@@ -249,6 +270,13 @@ pub struct H2oMass(H2oKernel);
 impl H2oMass {
     pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
         Ok(Self(H2oKernel::new(device, H2O_MASS, head_dim, group)?))
+    }
+
+    #[cfg(test)]
+    fn shaped_for(device: &Device, head_dim: u32, group: u32, kind: DeviceKind) -> Result<Self> {
+        Ok(Self(H2oKernel::shaped_for(
+            device, H2O_MASS, head_dim, group, kind,
+        )?))
     }
 
     /// mass[row][g][j] += the probabilities the run's query heads of KV head g gave entry j,
@@ -453,7 +481,8 @@ mod tests {
 
     /// A run of 70 tokens at entries 40.. of a row (earlier entries from a previous chunk),
     /// starting at token 3 of its step: h2o_lse and h2o_mass add to every entry the softmax
-    /// probabilities the run's query heads gave it, as an f64 reference does.
+    /// probabilities the run's query heads gave it, as an f64 reference does, shaped both
+    /// for CPU devices (queries in registers) and for GPUs (queries in shared memory).
     #[test]
     fn dense_masses_match_reference() {
         let Some(dev) = device() else { return };
@@ -494,17 +523,9 @@ mod tests {
             .iter()
             .map(|x| x.abs())
             .collect();
-        let (qb, mass_b) = (upload(&dev, &q), upload(&dev, &mass));
+        let qb = upload(&dev, &q);
         let steps_b = Buffer::from_slice(&dev, "test steps", &steps).unwrap();
-        let stats = upload(&dev, &vec![0.0; (t0 + tokens) * N_HEAD * 2]);
         let (counts, kept) = (u32s(&dev, &[0; 2 * N_KV]), u32s(&dev, &[0; 2 * N_KV * 8]));
-        let state = H2oState {
-            kept: &kept,
-            kept_count: &counts,
-            mass: &mass_b,
-        };
-        let lse = H2oLse::new(&dev, HD as u32, GROUP as u32).unwrap();
-        let mass_k = H2oMass::new(&dev, HD as u32, GROUP as u32).unwrap();
         let run_of = DenseRun {
             q: QueryAt {
                 buffer: &qb,
@@ -514,11 +535,22 @@ mod tests {
             steps: &steps_b,
             run: &steps[t0..],
         };
-        run(&dev, |rec| {
-            lse.record(rec, layer, run_of, &stats, s).unwrap();
-            mass_k.record(rec, layer, run_of, &stats, state, s).unwrap();
-        });
-        let got: Vec<f32> = mass_b.download(mass.len()).unwrap();
+        let masses_for = |kind: DeviceKind| -> Vec<f32> {
+            let mass_b = upload(&dev, &mass);
+            let stats = upload(&dev, &vec![0.0; (t0 + tokens) * N_HEAD * 2]);
+            let state = H2oState {
+                kept: &kept,
+                kept_count: &counts,
+                mass: &mass_b,
+            };
+            let lse = H2oLse::shaped_for(&dev, HD as u32, GROUP as u32, kind).unwrap();
+            let mass_k = H2oMass::shaped_for(&dev, HD as u32, GROUP as u32, kind).unwrap();
+            run(&dev, |rec| {
+                lse.record(rec, layer, run_of, &stats, s).unwrap();
+                mass_k.record(rec, layer, run_of, &stats, state, s).unwrap();
+            });
+            mass_b.download(mass.len()).unwrap()
+        };
 
         let mut want: Vec<f64> = mass.iter().map(|&m| m as f64).collect();
         for i in 0..tokens {
@@ -534,7 +566,11 @@ mod tests {
             }
         }
         let want: Vec<f32> = want.iter().map(|&m| m as f32).collect();
-        assert_close("mass", &got, &want, |i| 1e-5 * (1.0 + want[i].abs()));
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let got = masses_for(kind);
+            let what = format!("mass ({kind:?} shape)");
+            assert_close(&what, &got, &want, |i| 1e-5 * (1.0 + want[i].abs()));
+        }
         finish(&dev);
     }
 
