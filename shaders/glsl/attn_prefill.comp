@@ -35,9 +35,6 @@ layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head
 shared vec4 ks[BC][HD4];
 shared vec4 vs[BC][HD4];
 
-// F(j) for each lane j < BC of the broadcast path (subgroupBroadcast takes a constant lane).
-#define EACH_LANE(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) \
-    F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
 
 void main() {
     uint h0 = gl_WorkGroupID.y * HEADS;

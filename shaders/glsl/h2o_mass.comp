@@ -35,10 +35,6 @@ shared vec2 stats_tile[TILE * GROUP];
 const uint QV = GROUP * HD4;                // query vec4s per token
 const uint QPL = (QV + WG - 1) / WG;        // of them loaded per lane (Q_REGS)
 
-// F(L) for each lane L < 16 (subgroupBroadcast takes a constant lane).
-#define EACH_LANE(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) \
-    F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
-
 // Adds the probabilities token i of the run gave this invocation's position to acc.
 #define ADD_TOKEN(qv, base, st_at)                                              \
     {                                                                           \

@@ -80,6 +80,8 @@ struct H2oKernel {
     kernel: Kernel,
     head_dim: u32,
     group: u32,
+    /// The CPU-device shape (Q_REGS in the shaders).
+    q_regs: bool,
 }
 
 impl H2oKernel {
@@ -106,7 +108,17 @@ impl H2oKernel {
             kernel,
             head_dim,
             group,
+            q_regs,
         })
+    }
+
+    /// Workgroups along the tokens of a run for h2o_lse: one per token, or on CPU devices one
+    /// per subgroup of tokens.
+    fn token_groups(&self, tokens: u32) -> u32 {
+        match self.q_regs {
+            true => tokens.div_ceil(self.pipeline.workgroup_size()),
+            false => tokens,
+        }
     }
 
     /// Checks that `s` is the shape the kernel was built for and that q holds `tokens` rows
@@ -259,7 +271,7 @@ impl H2oLse {
             &k.pipeline,
             &[run.q.buffer, kv.k, kv.tables, run.steps, stats],
             &H2oPush::new(s, run.q, tokens, kv.max_blocks),
-            [tokens, s.n_head_kv, 1],
+            [k.token_groups(tokens), s.n_head_kv, 1],
         )
     }
 }
