@@ -62,8 +62,8 @@ void main() {
     }
     uint at = (row * p.n_head_kv + g) * p.n_ctx + j;
     float acc = live ? mass[at] : 0.0;
-    // Tokens before entry j did not see it. The tiles start from the workgroup's first
-    // position, so every invocation meets the same barriers.
+    // Tokens before entry j did not see it. Both walks start from the workgroup's first
+    // position, so every invocation meets the same barriers and broadcasts.
     uint from = j > first ? j - first : 0;
     uint j0 = gl_WorkGroupID.x * WG;
     uint from0 = j0 > first ? j0 - first : 0;
