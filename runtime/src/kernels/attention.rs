@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{ATTN_DECODE, ATTN_MERGE, ATTN_PREFILL, ROPE_KV};
 
-use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size};
+use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, BROADCAST_LANES};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, NO_BEAM};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
@@ -514,8 +514,8 @@ impl AttnPrefill {
         let info = device.info();
         let (wg, tile, stage) = match kind {
             // One subgroup of queries; each lane loads one key and value of a tile as wide as
-            // the subgroup and hands them round (at most 16 lanes: see EACH_LANE).
-            DeviceKind::Cpu if (1..=16).contains(&info.subgroup.size) => {
+            // the subgroup and hands them round (at most BROADCAST_LANES).
+            DeviceKind::Cpu if (1..=BROADCAST_LANES).contains(&info.subgroup.size) => {
                 (info.subgroup.size, info.subgroup.size as u64, false)
             }
             _ => {

@@ -14,7 +14,7 @@ use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{Kernel, H2O_LSE, H2O_MASS, H2O_UPDATE};
 
 use super::infinigen::{IgBatch, IgShape, QueryAt};
-use super::{check_sizes, head_workgroup_size, StepToken};
+use super::{check_sizes, head_workgroup_size, StepToken, BROADCAST_LANES};
 use crate::kv::KvLayer;
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
@@ -100,9 +100,9 @@ impl H2oKernel {
     ) -> Result<Self> {
         // One workgroup per head or position block: on CPU devices a single subgroup, so
         // its barriers are cheap. There h2o_lse and h2o_mass keep the queries in registers
-        // (Q_REGS), h2o_mass handing them round a subgroup of at most 16 lanes.
+        // (Q_REGS), both handing loads round a subgroup of at most BROADCAST_LANES.
         let wg = head_workgroup_size(device.info(), kind);
-        let q_regs = kind == DeviceKind::Cpu && (1..=16).contains(&wg);
+        let q_regs = kind == DeviceKind::Cpu && (1..=BROADCAST_LANES).contains(&wg);
         Ok(Self {
             pipeline: device.pipeline(kernel, &[wg, head_dim, group, q_regs as u32])?,
             kernel,

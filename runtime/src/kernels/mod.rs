@@ -97,6 +97,10 @@ pub fn workgroup_size(info: &DeviceInfo) -> u32 {
     preferred.clamp(info.subgroup.size, info.limits.max_workgroup_invocations)
 }
 
+/// Most lanes a CPU-device path hands loads round with subgroupBroadcast: `EACH_LANE` in
+/// include/common.glsl names lanes 0 to 15, as the broadcast takes a constant lane.
+pub(crate) const BROADCAST_LANES: u32 = 16;
+
 /// Invocations per workgroup for kernels shaped as for a device of `kind` that run one
 /// workgroup per head: on CPU devices one subgroup, so no barriers (coroutine switches there)
 /// and no cross-subgroup merge; on GPUs a full group.
