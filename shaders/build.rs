@@ -44,8 +44,8 @@ const FORMATS: &[&str] = &[
 const FORMAT_KERNELS: &[&str] = &["matvec", "matmul", "embed", "dequant"];
 
 /// Formats whose blocks the lane-per-row matrix-vector product (CPU devices) can also load 8
-/// bytes at a time, compiled again as `matvec_<format>_wide` with WIDE_LOADS defined, for
-/// devices with 64-bit integers in shaders.
+/// bytes at a time through buffer device addresses, compiled again as `matvec_<format>_wide`
+/// with WIDE_LOADS defined, for devices with 64-bit integers in shaders and those addresses.
 const WIDE_FORMATS: &[&str] = &["q4", "q8"];
 
 fn main() {

@@ -26,7 +26,20 @@
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+layout(push_constant) uniform Push {
+    uint m;
+    uint k;
+    uint flags;
+    float eps;
+    uint n;
+    uint rows;      // rows per lane (lane per row) or per subgroup
+    // Addresses of W, x and g: read through them by the wide variants (see address.glsl).
+    uvec2 w_addr;
+    uvec2 x_addr;
+    uvec2 g_addr;
+} p;
 #define W_BINDING 0
+#define W_ADDR p.w_addr
 #include "format.glsl"                                        // W [m or 2m, k]
 
 layout(constant_id = 1) const uint TOKENS = 1;
@@ -35,19 +48,6 @@ layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together 
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
-#ifdef WIDE_LOADS
-// x and g again, 8 bytes per load (see VEC4_AT).
-layout(binding = 1) readonly buffer X64 { u64vec2 x64[]; };
-layout(binding = 3) readonly buffer G64 { u64vec2 g64[]; };
-#endif
-layout(push_constant) uniform Push {
-    uint m;
-    uint k;
-    uint flags;
-    float eps;
-    uint n;
-    uint rows;      // rows per lane (lane per row) or per subgroup
-} p;
 
 const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
@@ -78,10 +78,10 @@ float sx[TOKENS];
 const bool UNROLL_ROWS = TOKENS > 1;
 
 // Values i .. i + 4 of x or g (i a multiple of 4). A CPU device loads lane by lane and pays
-// per load, whatever its width, so where it has 64-bit integers they come in two loads.
+// per load, whatever its width, so the wide variants load them as one 16-byte word through
+// their addresses (two 8-byte loads ran pp512 2% slower on lavapipe).
 #ifdef WIDE_LOADS
-#define VEC4_AT(buf, i) \
-    uintBitsToFloat(uvec4(unpackUint2x32(buf##64[(i) >> 2].x), unpackUint2x32(buf##64[(i) >> 2].y)))
+#define VEC4_AT(buf, i) uintBitsToFloat(load_words128(p.buf##_addr, (i) >> 2, buf.length()))
 #else
 #define VEC4_AT(buf, i) buf[(i) >> 2]
 #endif

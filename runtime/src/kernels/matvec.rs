@@ -17,6 +17,10 @@ struct MatvecPush {
     eps: f32,
     n: u32,
     rows: u32,
+    /// Device addresses of W, x and the norm gain, for the wide variants (0 elsewhere).
+    w_addr: u64,
+    x_addr: u64,
+    g_addr: u64,
 }
 
 const NORM: u32 = 1;
@@ -117,6 +121,12 @@ fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
+/// Whether the device can run the wide variants: 8-byte loads through buffer device addresses.
+fn has_wide_loads(device: &Device) -> bool {
+    let a = &device.info().arithmetic;
+    a.shader_int64 && a.buffer_device_address
+}
+
 /// The variant of `format` that loads blocks 8 bytes at a time, where the format has one.
 fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
     hearth_shaders::by_name(&format!(
@@ -129,6 +139,8 @@ pub struct Matvec {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
     shape: Shape,
+    /// A wide variant: reads W, x and the gain through their device addresses.
+    wide: bool,
 }
 
 impl Matvec {
@@ -150,7 +162,7 @@ impl Matvec {
                 tokens,
                 lane_rows: true,
                 rb: rows_per_lane(format, tokens),
-                wide: info.arithmetic.shader_int64,
+                wide: has_wide_loads(device),
                 units: subgroup,
                 target_groups: 32,
                 min_rows: 1,
@@ -185,14 +197,16 @@ impl Matvec {
             shape.lane_rows as u32,
             shape.rb,
         ];
-        let kernel = match wide_kernel(format) {
-            Some(kernel) if shape.wide && shape.lane_rows => kernel,
-            _ => format_kernel("matvec", format)?,
+        let wide = wide_kernel(format).filter(|_| shape.wide && shape.lane_rows);
+        let kernel = match wide {
+            Some(kernel) => kernel,
+            None => format_kernel("matvec", format)?,
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             format,
             shape,
+            wide: wide.is_some(),
         })
     }
 
@@ -233,6 +247,20 @@ impl Matvec {
             flags |= GATED;
         }
         let (gain, eps) = a.norm.unwrap_or((a.x, 0.0));
+        let address = |what: &str, b: &Buffer| -> Result<u64> {
+            match b.device_address() {
+                // The wide variants read x and the gain 16 bytes at a time through these.
+                Some(addr) if addr % 16 == 0 => Ok(addr),
+                _ if !self.wide => Ok(0),
+                found => Err(VkError::Kernel {
+                    kernel: name,
+                    message: format!(
+                        "{what} ({}) has no 16-byte aligned device address: {found:?}",
+                        b.name()
+                    ),
+                }),
+            }
+        };
         let rows = self.shape.rows_per_unit(a.m);
         let push = MatvecPush {
             m: a.m,
@@ -241,6 +269,9 @@ impl Matvec {
             eps,
             n: a.batch,
             rows,
+            w_addr: address("w", a.w)?,
+            x_addr: address("x", a.x)?,
+            g_addr: address("norm gain", gain)?,
         };
         let groups = [
             a.m.div_ceil(self.shape.units * rows),
@@ -270,7 +301,7 @@ pub(crate) mod tests {
             tokens,
             lane_rows: true,
             rb: 2,
-            wide: dev.info().arithmetic.shader_int64,
+            wide: has_wide_loads(dev),
             units: subgroup,
             target_groups: 2,
             min_rows: 1,

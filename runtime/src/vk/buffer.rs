@@ -96,6 +96,7 @@ pub struct Buffer {
     size: u64,
     memory: MemoryKind,
     name: String,
+    address: Option<u64>,
 }
 
 impl Buffer {
@@ -118,13 +119,15 @@ impl Buffer {
                 });
             }
         }
+        let mut usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        if device.info().arithmetic.buffer_device_address {
+            usage |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
+        }
         let info = vk::BufferCreateInfo::default()
             .size(size)
-            .usage(
-                vk::BufferUsageFlags::STORAGE_BUFFER
-                    | vk::BufferUsageFlags::TRANSFER_SRC
-                    | vk::BufferUsageFlags::TRANSFER_DST,
-            )
+            .usage(usage)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: valid create info on a live device.
         let raw = unsafe { device.raw.create_buffer(&info, None) }.call("vkCreateBuffer")?;
@@ -156,13 +159,14 @@ impl Buffer {
                 });
             }
         };
-        let buffer = Self {
+        let mut buffer = Self {
             device: device.clone(),
             raw,
             allocation: Some(allocation),
             size,
             memory: desc.memory,
             name: desc.name.into(),
+            address: None,
         };
         let a = buffer
             .allocation
@@ -171,6 +175,13 @@ impl Buffer {
         // SAFETY: memory and offset come from an allocation made for this buffer's requirements.
         unsafe { device.raw.bind_buffer_memory(raw, a.memory(), a.offset()) }
             .call("vkBindBufferMemory")?;
+        if device.info().arithmetic.buffer_device_address {
+            let info = vk::BufferDeviceAddressInfo::default().buffer(raw);
+            // SAFETY: the buffer has SHADER_DEVICE_ADDRESS usage on a device with the feature
+            // enabled, and is bound to memory allocated with the address flag (the allocator
+            // sets it on every allocation there).
+            buffer.address = Some(unsafe { device.raw.get_buffer_device_address(&info) });
+        }
         Ok(buffer)
     }
 
@@ -184,6 +195,12 @@ impl Buffer {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The buffer's address, for shaders that read it through one (`include/address.glsl`);
+    /// `None` where the device has no buffer device addresses.
+    pub fn device_address(&self) -> Option<u64> {
+        self.address
     }
 
     pub fn name(&self) -> &str {

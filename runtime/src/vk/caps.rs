@@ -60,6 +60,8 @@ pub struct ArithmeticCaps {
     pub storage_buffer_16bit: bool,
     pub integer_dot_product: bool,
     pub cooperative_matrix: bool,
+    /// Buffers read through 64-bit addresses in shaders (the wide matrix-vector kernels).
+    pub buffer_device_address: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -307,6 +309,7 @@ pub(crate) fn query(
                 integer_dot_product: f13.shader_integer_dot_product != 0
                     || has_ext(ash::khr::shader_integer_dot_product::NAME),
                 cooperative_matrix: has_ext(ash::khr::cooperative_matrix::NAME),
+                buffer_device_address: f12.buffer_device_address != 0,
             },
             limits: LimitCaps {
                 max_workgroup_size: l.max_compute_work_group_size,

@@ -120,7 +120,8 @@ impl Device {
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(a.shader_float16)
             .shader_int8(a.shader_int8)
-            .storage_buffer8_bit_access(a.storage_buffer_8bit);
+            .storage_buffer8_bit_access(a.storage_buffer_8bit)
+            .buffer_device_address(a.buffer_device_address);
         let base = vk::PhysicalDeviceFeatures::default().shader_int64(a.shader_int64);
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -139,7 +140,7 @@ impl Device {
             device: raw.clone(),
             physical_device: physical,
             debug_settings: Default::default(),
-            buffer_device_address: false,
+            buffer_device_address: a.buffer_device_address,
             allocation_sizes: Default::default(),
         })
         .map_err(|e| VkError::Allocation {

@@ -1,8 +1,10 @@
-// 8-byte weight loads for the lane-per-row matrix-vector product on devices with 64-bit shader
-// integers (variants `matvec_<format>_wide`, WIDE_LOADS): a CPU device turns each load whose
-// address differs per lane into one scalar load per lane, whatever its width, so fewer and
-// wider loads cost less. Buffers are whole 8-byte words, so a block's last load stays inside.
-#extension GL_ARB_gpu_shader_int64 : require
+// 8-byte weight loads for the lane-per-row matrix-vector product on CPU devices with 64-bit
+// shader integers and buffer device addresses (variants `matvec_<format>_wide`, WIDE_LOADS): a
+// load whose address differs per lane costs such a device a scalar load per lane, whatever its
+// width, so fewer and wider loads cost less, and loads through an address (address.glsl) cost
+// less than from a bound buffer. The including kernel defines W_ADDR, the weights' address.
+// Buffers are whole 8-byte words, so a block's last load stays inside.
+#include "address.glsl"
 layout(binding = W_BINDING) readonly buffer Weights64 { uint64_t w64[]; };
 
 // The N words from word `at` on (a block's words), from the N / 2 + 1 8-byte words that cover
@@ -11,7 +13,7 @@ layout(binding = W_BINDING) readonly buffer Weights64 { uint64_t w64[]; };
     {                                                                             \
         uvec2 a[N / 2 + 1];                                                       \
         for (uint k = 0; k < N / 2 + 1; ++k) {                                    \
-            a[k] = unpackUint2x32(w64[(at) / 2 + k]);                             \
+            a[k] = load_words64(W_ADDR, (at) / 2 + k, w64.length());              \
         }                                                                         \
         bool odd = ((at) & 1u) != 0u;                                             \
         for (uint i = 0; i < N; ++i) {                                            \
