@@ -10,7 +10,9 @@ extern crate hearth_glslang_link;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// (variant name, source file in glsl/, weight format or "" when the kernel reads no weights)
+/// (variant name, source file in glsl/, weight format or "" when the kernel reads no weights).
+/// A `_wide` variant is compiled with WIDE_LOADS defined: for CPU devices, it reads the
+/// buffers whose loads differ per lane through their device addresses (include/address.glsl).
 const VARIANTS: &[(&str, &str, &str)] = &[
     ("rmsnorm", "rmsnorm.comp", ""),
     ("layernorm", "layernorm.comp", ""),
@@ -18,8 +20,10 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("rope", "rope.comp", ""),
     ("rope_kv", "rope_kv.comp", ""),
     ("attn_decode", "attn_decode.comp", ""),
+    ("attn_decode_wide", "attn_decode.comp", ""),
     ("attn_merge", "attn_merge.comp", ""),
     ("attn_prefill", "attn_prefill.comp", ""),
+    ("attn_prefill_wide", "attn_prefill.comp", ""),
     ("swiglu", "swiglu.comp", ""),
     ("gelu", "gelu.comp", ""),
     ("binary", "binary.comp", ""),

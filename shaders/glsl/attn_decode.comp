@@ -121,8 +121,8 @@ void main() {
         bool fresh = FUSED && j == pos;
         uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);
         uint kb = kv_index4(slot, kvh, p.n_head_kv, HEAD_DIM);
-#define K_AT(d) (fresh ? knew[d] : k_cache[kb + d])
-#define V_AT(d) (fresh ? vnew[d] : v_cache[kb + d])
+#define K_AT(d) (fresh ? knew[d] : K_LOAD(kb + d))
+#define V_AT(d) (fresh ? vnew[d] : V_LOAD(kb + d))
         ONLINE_ADD(K_AT, V_AT)
 #undef K_AT
 #undef V_AT

@@ -12,7 +12,8 @@
 // the tile, and every lane takes them from lane j with subgroupBroadcast, a register shuffle.
 // A CPU device turns each load into one load per lane, so were every lane to read every key,
 // each would be read once per lane. There a lane also takes HEADS query heads of its token
-// that share a KV head, so each key and value loaded and broadcast serves all of them.
+// that share a KV head, so each key and value loaded and broadcast serves all of them, and
+// the `_wide` variant loads them through their addresses (K_LOAD in kv_cache.glsl).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
@@ -102,8 +103,8 @@ void main() {
             uint kb = kv_index4(kv_slot(kv_row(seq.x, seq.z, pos), pos, p.max_blocks), kvh,
                                 p.n_head_kv, HEAD_DIM);
             [[unroll]] for (uint d = 0; d < HD4; ++d) {
-                kl[d] = k_cache[kb + d];
-                vl[d] = v_cache[kb + d];
+                kl[d] = K_LOAD(kb + d);
+                vl[d] = V_LOAD(kb + d);
             }
 #define SCORE(J)                                                           \
             if (J < BC) {                                                  \

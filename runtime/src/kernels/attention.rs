@@ -9,9 +9,14 @@
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{ATTN_DECODE, ATTN_MERGE, ATTN_PREFILL, ROPE_KV};
+use hearth_shaders::{
+    ATTN_DECODE, ATTN_DECODE_WIDE, ATTN_MERGE, ATTN_PREFILL, ATTN_PREFILL_WIDE, ROPE_KV,
+};
 
-use super::{check_sizes, head_workgroup_size, linear_groups, workgroup_size, BROADCAST_LANES};
+use super::{
+    check_sizes, has_wide_loads, head_workgroup_size, linear_groups, workgroup_size,
+    BROADCAST_LANES,
+};
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, NO_BEAM};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
@@ -95,6 +100,9 @@ impl AttnShape {
                 _ => 0,
             },
             splits: 1,
+            _pad: 0,
+            k_addr: kv.k.device_address().unwrap_or(0),
+            v_addr: kv.v.device_address().unwrap_or(0),
         }
     }
 }
@@ -114,6 +122,10 @@ struct AttnPush {
     rot_dim: u32,
     mode: u32,
     splits: u32,
+    _pad: u32,
+    /// The layer's K and V addresses, for the kernels that read them so (0 elsewhere).
+    k_addr: u64,
+    v_addr: u64,
 }
 
 /// How the keys and queries rotate; `rot_dim` 0 means no rotary embedding.
@@ -306,9 +318,14 @@ impl AttnDecode {
         let extra = 2 * heads_per_group + 2;
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
         let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group];
+        let kernel = if kind == DeviceKind::Cpu && has_wide_loads(device) {
+            ATTN_DECODE_WIDE
+        } else {
+            ATTN_DECODE
+        };
         Ok(Self {
-            pipeline: device.pipeline(ATTN_DECODE, &constants(0))?,
-            fused: device.pipeline(ATTN_DECODE, &constants(1))?,
+            pipeline: device.pipeline(kernel, &constants(0))?,
+            fused: device.pipeline(kernel, &constants(1))?,
             split: Split::new(device, head_dim, kind)?,
             head_dim,
             heads_per_group,
@@ -544,8 +561,13 @@ impl AttnPrefill {
             heads_per_workgroup(kind, group)
         };
         let spec = [wg, head_dim, tile as u32, stage as u32, heads];
+        let kernel = if !stage && has_wide_loads(device) {
+            ATTN_PREFILL_WIDE
+        } else {
+            ATTN_PREFILL
+        };
         Ok(Self {
-            pipeline: device.pipeline(ATTN_PREFILL, &spec)?,
+            pipeline: device.pipeline(kernel, &spec)?,
             head_dim,
             heads,
         })

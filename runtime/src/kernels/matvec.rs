@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_sizes, format_kernel, matrix_bytes, WeightFormat};
+use super::{check_sizes, format_kernel, has_wide_loads, matrix_bytes, WeightFormat};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 #[repr(C)]
@@ -120,12 +120,6 @@ fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
 
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
-
-/// Whether the device can run the wide variants: 8-byte loads through buffer device addresses.
-fn has_wide_loads(device: &Device) -> bool {
-    let a = &device.info().arithmetic;
-    a.shader_int64 && a.buffer_device_address
-}
 
 /// The variant of `format` that loads blocks 8 bytes at a time, where the format has one.
 fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {

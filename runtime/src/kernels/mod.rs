@@ -101,6 +101,14 @@ pub fn workgroup_size(info: &DeviceInfo) -> u32 {
 /// include/common.glsl names lanes 0 to 15, as the broadcast takes a constant lane.
 pub(crate) const BROADCAST_LANES: u32 = 16;
 
+/// Whether the device runs the `_wide` kernel variants, which read through buffer device
+/// addresses in 8- and 16-byte words (include/address.glsl): cheaper than bound buffers for
+/// loads that differ per lane on a CPU device.
+pub(crate) fn has_wide_loads(device: &Device) -> bool {
+    let a = &device.info().arithmetic;
+    a.shader_int64 && a.buffer_device_address
+}
+
 /// Invocations per workgroup for kernels shaped as for a device of `kind` that run one
 /// workgroup per head: on CPU devices one subgroup, so no barriers (coroutine switches there)
 /// and no cross-subgroup merge; on GPUs a full group.

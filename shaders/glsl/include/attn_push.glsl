@@ -16,4 +16,6 @@ layout(push_constant) uniform Push {
     uint rot_dim;       // rope_kv: dimensions rotated (0: none)
     uint mode;          // rope_kv: 0 NeoX, 1 GPT-J
     uint splits;        // attn_decode: runs per (query head, token), see attn_split.glsl
+    uvec2 k_addr;       // this layer's K and V through their addresses (WIDE_LOADS variants)
+    uvec2 v_addr;
 } p;

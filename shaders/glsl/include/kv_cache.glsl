@@ -21,6 +21,18 @@ layout(binding = KV_BINDING + 1) KV_ACCESS buffer VCache { vec4 v_cache[]; };
 #endif
 layout(binding = KV_BINDING + 2) readonly buffer Tables { uint tables[]; };
 
+// vec4 i of K or V. The `_wide` variants (WIDE_LOADS, for CPU devices) read through the
+// layer's addresses, k_addr and v_addr in the including kernel's push constants, 16 bytes a
+// load (include/address.glsl); the others read the bound buffers.
+#ifdef WIDE_LOADS
+#include "address.glsl"
+#define K_LOAD(i) uintBitsToFloat(load_words128(p.k_addr, (i), k_cache.length()))
+#define V_LOAD(i) uintBitsToFloat(load_words128(p.v_addr, (i), v_cache.length()))
+#else
+#define K_LOAD(i) k_cache[i]
+#define V_LOAD(i) v_cache[i]
+#endif
+
 const uint KV_BLOCK = 16;
 const uint NO_BEAM = 0xFFFFFFFFu;
 
