@@ -47,11 +47,6 @@ const FORMATS: &[&str] = &[
 /// Kernels compiled once per weight format, as `<kernel>_<format>`.
 const FORMAT_KERNELS: &[&str] = &["matvec", "matmul", "embed", "dequant"];
 
-/// Formats whose blocks the lane-per-row matrix-vector product (CPU devices) can also load 8
-/// bytes at a time through buffer device addresses, compiled again as `matvec_<format>_wide`
-/// with WIDE_LOADS defined, for devices with 64-bit integers in shaders and those addresses.
-const WIDE_FORMATS: &[&str] = &["q4", "q8"];
-
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("glsl");
     println!("cargo:rerun-if-changed={}", root.display());
@@ -65,7 +60,9 @@ fn main() {
         .iter()
         .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
         .collect();
-    for format in WIDE_FORMATS {
+    // Every format's product again with WIDE_LOADS: the lane-per-row shape (CPU devices) then
+    // loads blocks 8 or 16 bytes at a time through buffer device addresses.
+    for format in FORMATS {
         variants.push((
             format!("matvec_{format}_wide"),
             "matvec.comp".to_string(),

@@ -20,6 +20,7 @@
 #include "common.glsl"
 #include "reduce.glsl"
 #define KV_BINDING 2
+#define BY_ADDRESS_ID 5
 #define KV_BEAMS
 #include "kv_cache.glsl"
 #define STEPS_BINDING 6

@@ -19,6 +19,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #define KV_BINDING 2
+#define BY_ADDRESS_ID 5
 #define KV_READ_ONLY
 #define KV_BEAMS
 #include "kv_cache.glsl"

@@ -40,6 +40,7 @@ layout(push_constant) uniform Push {
 } p;
 #define W_BINDING 0
 #define W_ADDR p.w_addr
+#define BY_ADDRESS_ID 4
 #include "format.glsl"                                        // W [m or 2m, k]
 
 layout(constant_id = 1) const uint TOKENS = 1;
@@ -48,6 +49,11 @@ layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together 
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
+#ifdef WIDE_LOADS
+// x and g as 16-byte words (see VEC4_AT).
+layout(binding = 1) readonly buffer X128 { u64vec2 x128[]; };
+layout(binding = 3) readonly buffer G128 { u64vec2 g128[]; };
+#endif
 
 const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
@@ -78,10 +84,10 @@ float sx[TOKENS];
 const bool UNROLL_ROWS = TOKENS > 1;
 
 // Values i .. i + 4 of x or g (i a multiple of 4). A CPU device loads lane by lane and pays
-// per load, whatever its width, so the wide variants load them as one 16-byte word through
-// their addresses (two 8-byte loads ran pp512 2% slower on lavapipe).
+// per load, whatever its width, so the wide variants load them as one 16-byte word (two
+// 8-byte loads through the addresses ran pp512 2% slower on lavapipe).
 #ifdef WIDE_LOADS
-#define VEC4_AT(buf, i) uintBitsToFloat(load_words128(p.buf##_addr, (i) >> 2, buf.length()))
+#define VEC4_AT(buf, i) uintBitsToFloat(WORDS128_AT(p.buf##_addr, buf##128, (i) >> 2))
 #else
 #define VEC4_AT(buf, i) buf[(i) >> 2]
 #endif

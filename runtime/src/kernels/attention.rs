@@ -14,8 +14,8 @@ use hearth_shaders::{
 };
 
 use super::{
-    check_sizes, has_wide_loads, head_workgroup_size, linear_groups, workgroup_size,
-    BROADCAST_LANES,
+    check_sizes, has_wide_loads, head_workgroup_size, linear_groups, wide_by_address,
+    workgroup_size, BROADCAST_LANES,
 };
 use crate::cpu::ops::RopeLayout;
 use crate::kv::{KvLayer, NO_BEAM};
@@ -317,7 +317,8 @@ impl AttnDecode {
         let heads_per_group = heads_per_workgroup(kind, group);
         let extra = 2 * heads_per_group + 2;
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
-        let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group];
+        let by_address = wide_by_address() as u32;
+        let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group, by_address];
         let kernel = if kind == DeviceKind::Cpu && has_wide_loads(device) {
             ATTN_DECODE_WIDE
         } else {
@@ -560,7 +561,14 @@ impl AttnPrefill {
         } else {
             heads_per_workgroup(kind, group)
         };
-        let spec = [wg, head_dim, tile as u32, stage as u32, heads];
+        let spec = [
+            wg,
+            head_dim,
+            tile as u32,
+            stage as u32,
+            heads,
+            wide_by_address() as u32,
+        ];
         let kernel = if !stage && has_wide_loads(device) {
             ATTN_PREFILL_WIDE
         } else {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_sizes, format_kernel, has_wide_loads, matrix_bytes, WeightFormat};
+use super::{
+    check_sizes, format_kernel, has_wide_loads, matrix_bytes, wide_by_address, WeightFormat,
+};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 #[repr(C)]
@@ -76,9 +78,13 @@ struct Shape {
     lane_rows: bool,
     /// Rows a lane works on together, sharing x (lane per row; 1 otherwise).
     rb: u32,
-    /// Load weight blocks 8 bytes at a time where the format has such a variant (lane per
-    /// row, on devices with 64-bit shader integers): a CPU device pays per load and lane.
+    /// Load weight blocks, x and the gain 8 or 16 bytes at a time (the `_wide` variant; lane
+    /// per row, on devices with 64-bit shader integers and buffer device addresses): a CPU
+    /// device pays per load and lane.
     wide: bool,
+    /// The wide variant reads through the buffers' addresses, else from the bound buffers
+    /// (`wide_by_address`).
+    by_address: bool,
     /// Lanes (lane per row) or subgroups (subgroup per row) in a workgroup: each owns rows.
     units: u32,
     /// Rows per unit are chosen per matrix to give about this many workgroups, within
@@ -121,7 +127,8 @@ fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
-/// The variant of `format` that loads blocks 8 bytes at a time, where the format has one.
+/// The variant of `format` that loads blocks 8 or 16 bytes at a time through their addresses
+/// (every format has one; `None` only if the shader build left it out).
 fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
     hearth_shaders::by_name(&format!(
         "matvec_{}_wide",
@@ -157,6 +164,7 @@ impl Matvec {
                 lane_rows: true,
                 rb: rows_per_lane(format, tokens),
                 wide: has_wide_loads(device),
+                by_address: wide_by_address(),
                 units: subgroup,
                 target_groups: 32,
                 min_rows: 1,
@@ -174,6 +182,7 @@ impl Matvec {
                     lane_rows: false,
                     rb: 1,
                     wide: false,
+                    by_address: false,
                     units: workgroup / subgroup,
                     target_groups: u32::MAX,
                     min_rows: 1,
@@ -190,6 +199,7 @@ impl Matvec {
             shape.tokens,
             shape.lane_rows as u32,
             shape.rb,
+            shape.by_address as u32,
         ];
         let wide = wide_kernel(format).filter(|_| shape.wide && shape.lane_rows);
         let kernel = match wide {
@@ -245,7 +255,7 @@ impl Matvec {
             match b.device_address() {
                 // The wide variants read x and the gain 16 bytes at a time through these.
                 Some(addr) if addr % 16 == 0 => Ok(addr),
-                _ if !self.wide => Ok(0),
+                _ if !(self.wide && self.shape.by_address) => Ok(0),
                 found => Err(VkError::Kernel {
                     kernel: name,
                     message: format!(
@@ -285,8 +295,8 @@ pub(crate) mod tests {
         assert_close, device, finish, random, run, upload, upload_weights, zeros,
     };
 
-    /// Every shape of the kernel, whatever the device: lane per row (with 8-byte loads where
-    /// the device has them, then without) and subgroup per row, with several rows per unit
+    /// Every shape of the kernel, whatever the device: lane per row (with wide loads where
+    /// the device has them, through addresses and from the bound buffers, then without) and subgroup per row, with several rows per unit
     /// so row edges are exercised.
     fn shapes(dev: &Device, format: WeightFormat, tokens: u32) -> Vec<Matvec> {
         let subgroup = dev.info().subgroup.size;
@@ -296,6 +306,7 @@ pub(crate) mod tests {
             lane_rows: true,
             rb: 2,
             wide: has_wide_loads(dev),
+            by_address: true,
             units: subgroup,
             target_groups: 2,
             min_rows: 1,
@@ -307,16 +318,21 @@ pub(crate) mod tests {
             lane_rows: false,
             rb: 1,
             wide: false,
+            by_address: false,
             units: 2,
             target_groups: 4,
             min_rows: 1,
             max_rows: 2,
         };
+        let bound = Shape {
+            by_address: false,
+            ..lane
+        };
         let narrow = Shape {
             wide: false,
             ..lane
         };
-        [lane, narrow, sub]
+        [lane, bound, narrow, sub]
             .iter()
             .map(|&shape| Matvec::with_shape(dev, format, shape).unwrap())
             .collect()
@@ -338,15 +354,14 @@ pub(crate) mod tests {
         let Some(dev) = device() else { return };
         for format in WeightFormat::ALL {
             let block = shader_block(format) as usize;
-            // Every format in the lane-per-row shape, and without 8-byte loads those that have
-            // them; the subgroup-per-row shape reads weights through the same include, so a
-            // few formats cover it.
-            let narrow_too = wide_kernel(format).is_some();
+            // Every format in the lane-per-row shape, with wide loads both ways and without; the
+            // subgroup-per-row shape reads weights through the same include, so a few formats
+            // cover it.
             let sub_too = matches!(
                 format,
                 WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H
             );
-            let wanted = [true, narrow_too, sub_too];
+            let wanted = [true, true, true, sub_too];
             for tokens in [1, 8, 16] {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {

@@ -109,6 +109,22 @@ pub(crate) fn has_wide_loads(device: &Device) -> bool {
     a.shader_int64 && a.buffer_device_address
 }
 
+/// Whether the `_wide` variants read through the buffers' addresses (specialization constant
+/// BY_ADDRESS) or from the bound buffers. A CPU device runs on this host, and lavapipe's LLVM
+/// turns a per-lane load through an address into scalar loads (cheaper than a bound buffer's
+/// checked ones) except where the host has AVX-512, whose gather instructions made the
+/// products 2-3x slower on such a host.
+pub(crate) fn wide_by_address() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        !std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        true
+    }
+}
+
 /// Invocations per workgroup for kernels shaped as for a device of `kind` that run one
 /// workgroup per head: on CPU devices one subgroup, so no barriers (coroutine switches there)
 /// and no cross-subgroup merge; on GPUs a full group.

@@ -21,13 +21,17 @@ layout(binding = KV_BINDING + 1) KV_ACCESS buffer VCache { vec4 v_cache[]; };
 #endif
 layout(binding = KV_BINDING + 2) readonly buffer Tables { uint tables[]; };
 
-// vec4 i of K or V. The `_wide` variants (WIDE_LOADS, for CPU devices) read through the
-// layer's addresses, k_addr and v_addr in the including kernel's push constants, 16 bytes a
-// load (include/address.glsl); the others read the bound buffers.
+// vec4 i of K or V. The `_wide` variants (WIDE_LOADS, for CPU devices) read 16 bytes a load
+// through the layer's addresses, k_addr and v_addr in the including kernel's push constants,
+// where the host allows (include/address.glsl; the kernel defines BY_ADDRESS_ID).
 #ifdef WIDE_LOADS
 #include "address.glsl"
-#define K_LOAD(i) uintBitsToFloat(load_words128(p.k_addr, (i), k_cache.length()))
-#define V_LOAD(i) uintBitsToFloat(load_words128(p.v_addr, (i), v_cache.length()))
+layout(binding = KV_BINDING) readonly buffer K128 { u64vec2 k128[]; };
+#define K_LOAD(i) uintBitsToFloat(WORDS128_AT(p.k_addr, k128, (i)))
+#ifndef KV_KEYS_ONLY
+layout(binding = KV_BINDING + 1) readonly buffer V128 { u64vec2 v128[]; };
+#define V_LOAD(i) uintBitsToFloat(WORDS128_AT(p.v_addr, v128, (i)))
+#endif
 #else
 #define K_LOAD(i) k_cache[i]
 #define V_LOAD(i) v_cache[i]

@@ -7,6 +7,13 @@ const bool HAS_BASE = false;
 #define BLOCK_WORDS 16
 #define Block uint[BLOCK_WORDS]
 
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_UVEC4S(4 * b, 4, blk)
+}
+#else
 void block_load(uint b, out Block blk) {
     for (uint i = 0; i < 4; ++i) {
         uvec4 v = w[4 * b + i];
@@ -16,6 +23,7 @@ void block_load(uint b, out Block blk) {
         blk[4 * i + 3] = v.w;
     }
 }
+#endif
 
 vec2 block_dm(Block blk) {
     return vec2(1.0, 0.0);

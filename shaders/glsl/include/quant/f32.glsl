@@ -14,6 +14,13 @@ const bool HAS_BASE = false;
 #define BLOCK_WORDS 32
 #define Block uint[BLOCK_WORDS]
 
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_UVEC4S(8 * b, 8, blk)
+}
+#else
 void block_load(uint b, out Block blk) {
     for (uint i = 0; i < 8; ++i) {
         uvec4 v = floatBitsToUint(w[8 * b + i]);
@@ -23,6 +30,7 @@ void block_load(uint b, out Block blk) {
         blk[4 * i + 3] = v.w;
     }
 }
+#endif
 
 vec2 block_dm(Block blk) {
     return vec2(1.0, 0.0);

@@ -10,6 +10,13 @@ const bool HAS_BASE = true;
 #define BLOCK_WORDS 4
 #define Block uint[BLOCK_WORDS]
 
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_UVEC4S(1 * b, 1, blk)
+}
+#else
 void block_load(uint b, out Block blk) {
     uvec4 v = w[b];
     blk[0] = v.x;
@@ -17,6 +24,7 @@ void block_load(uint b, out Block blk) {
     blk[2] = v.z;
     blk[3] = v.w;
 }
+#endif
 
 vec2 block_dm(Block blk) {
     return unpackHalf2x16(blk[0]);

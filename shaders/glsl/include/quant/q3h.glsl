@@ -11,6 +11,13 @@ const bool HAS_BASE = true;
 #define BLOCK_WORDS 8
 #define Block uint[BLOCK_WORDS]
 
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_UVEC4S(2 * b, 2, blk)
+}
+#else
 void block_load(uint b, out Block blk) {
     uvec4 head = w[2 * b];
     uvec4 tail = w[2 * b + 1];
@@ -23,6 +30,7 @@ void block_load(uint b, out Block blk) {
     blk[6] = tail.z;
     blk[7] = tail.w;
 }
+#endif
 
 vec2 block_dm(Block blk) {
     return unpackHalf2x16(blk[0]);

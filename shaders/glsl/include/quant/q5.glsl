@@ -10,11 +10,19 @@ const bool HAS_BASE = true;
 #define BLOCK_WORDS 11
 #define Block uint[BLOCK_WORDS]
 
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
+}
+#else
 void block_load(uint b, out Block blk) {
     for (uint i = 0; i < BLOCK_WORDS; ++i) {
         blk[i] = w[BLOCK_WORDS * b + i];
     }
 }
+#endif
 
 vec2 block_dm(Block blk) {
     return unpackHalf2x16(blk[0]);
