@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 /// (variant name, source file in glsl/, weight format or "" when the kernel reads no weights).
 /// A `_wide` variant is compiled with WIDE_LOADS defined: for CPU devices, it reads the
-/// buffers whose loads differ per lane through their device addresses (include/address.glsl).
+/// buffers whose loads differ per lane in 8- or 16-byte words, through their device addresses
+/// where the host allows (include/address.glsl).
 const VARIANTS: &[(&str, &str, &str)] = &[
     ("rmsnorm", "rmsnorm.comp", ""),
     ("layernorm", "layernorm.comp", ""),
@@ -61,7 +62,7 @@ fn main() {
         .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
         .collect();
     // Every format's product again with WIDE_LOADS: the lane-per-row shape (CPU devices) then
-    // loads blocks 8 or 16 bytes at a time through buffer device addresses.
+    // loads blocks, x and the norm gain 8 or 16 bytes at a time.
     for format in FORMATS {
         variants.push((
             format!("matvec_{format}_wide"),

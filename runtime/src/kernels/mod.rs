@@ -101,9 +101,9 @@ pub fn workgroup_size(info: &DeviceInfo) -> u32 {
 /// include/common.glsl names lanes 0 to 15, as the broadcast takes a constant lane.
 pub(crate) const BROADCAST_LANES: u32 = 16;
 
-/// Whether the device runs the `_wide` kernel variants, which read through buffer device
-/// addresses in 8- and 16-byte words (include/address.glsl): cheaper than bound buffers for
-/// loads that differ per lane on a CPU device.
+/// Whether the device runs the `_wide` kernel variants, which read 8- and 16-byte words, through
+/// buffer device addresses where `wide_by_address` allows (include/address.glsl): fewer and
+/// cheaper loads where they differ per lane on a CPU device.
 pub(crate) fn has_wide_loads(device: &Device) -> bool {
     let a = &device.info().arithmetic;
     a.shader_int64 && a.buffer_device_address

@@ -60,7 +60,7 @@ pub struct ArithmeticCaps {
     pub storage_buffer_16bit: bool,
     pub integer_dot_product: bool,
     pub cooperative_matrix: bool,
-    /// Buffers read through 64-bit addresses in shaders (the wide matrix-vector kernels).
+    /// Buffers read through 64-bit addresses in shaders (the `_wide` kernel variants).
     pub buffer_device_address: bool,
 }
 

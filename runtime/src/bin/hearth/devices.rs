@@ -60,14 +60,15 @@ fn print_device(out: &mut String, d: &DeviceInfo) {
     ));
     out.push('\n');
     out.push_str(&format!(
-        "    arithmetic    fp16 {}, int8 {}, int64 {}, 8-bit storage {}, 16-bit storage {}, int dot {}, coop matrix {}",
+        "    arithmetic    fp16 {}, int8 {}, int64 {}, 8-bit storage {}, 16-bit storage {}, int dot {}, coop matrix {}, buffer addresses {}",
         yes(a.shader_float16),
         yes(a.shader_int8),
         yes(a.shader_int64),
         yes(a.storage_buffer_8bit),
         yes(a.storage_buffer_16bit),
         yes(a.integer_dot_product),
-        yes(a.cooperative_matrix)
+        yes(a.cooperative_matrix),
+        yes(a.buffer_device_address)
     ));
     out.push('\n');
     out.push_str(&format!(
