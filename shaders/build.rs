@@ -32,6 +32,7 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("ig_partial_keys", "ig_partial_keys.comp", ""),
     ("ig_speculate", "ig_speculate.comp", ""),
     ("ig_select", "ig_select.comp", ""),
+    ("ig_select_wide", "ig_select.comp", ""),
     ("kv_gather", "kv_gather.comp", ""),
     ("attn_sparse", "attn_sparse.comp", ""),
     ("h2o_update", "h2o_update.comp", ""),

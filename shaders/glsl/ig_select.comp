@@ -34,6 +34,17 @@ const uint MAX_HEADS = 256;                                      // query heads
 const uint ALL = 0xFFFFFFFFu;
 layout(binding = 0) readonly buffer Scores { float scores[]; };  // [tokens, n_head, n_ctx]
 layout(binding = 1) readonly buffer SeqPos { uint seq_pos[]; };  // [rows, n_ctx]
+// The `_wide` variant (CPU devices) reads both through their addresses (address.glsl).
+#ifdef WIDE_LOADS
+#define BY_ADDRESS_ID 3
+#include "address.glsl"
+layout(binding = 0) readonly buffer ScoreWords { uint score_words[]; };
+#define SCORE(i) uintBitsToFloat(WORDS32_AT(p.scores_addr, score_words, (i)))
+#define SEQ_POS(i) WORDS32_AT(p.seq_pos_addr, seq_pos, (i))
+#else
+#define SCORE(i) scores[i]
+#define SEQ_POS(i) seq_pos[i]
+#endif
 layout(binding = 2) writeonly buffer Idx { uint sel_idx[]; };    // [tokens, n_kv, cap]
 layout(binding = 3) writeonly buffer Count { uint sel_count[]; }; // [tokens, n_kv]
 
@@ -53,7 +64,7 @@ uint recent;        // the newest positions kept on top of the budget
 // d[t] as bits. x - x is +0, and d >= 0 by construction, so clearing the sign bit only maps a
 // -0 (from a max that came out as -0) to +0.
 uint key_of(uint t, float d) {
-    bool newest = seq_pos[at.row * p.n_ctx + t] + recent >= at.pos;
+    bool newest = SEQ_POS(at.row * p.n_ctx + t) + recent >= at.pos;
     return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
 }
 
@@ -61,7 +72,7 @@ uint key_of(uint t, float d) {
 float distance(uint t) {
     float d = uintBitsToFloat(0x7F800000u);
     for (uint i = 0; i < group; ++i) {
-        d = min(d, best[h0 + i] - scores[sb + (h0 + i) * p.n_ctx + t]);
+        d = min(d, best[h0 + i] - SCORE(sb + (h0 + i) * p.n_ctx + t));
     }
     return d;
 }
@@ -195,7 +206,7 @@ void main() {
     for (uint h = 0; h < p.n_head; ++h) {
         float m = uintBitsToFloat(0xFF800000u);
         for (uint t = tid; t < n; t += WG) {
-            m = max(m, scores[sb + h * p.n_ctx + t]);
+            m = max(m, SCORE(sb + h * p.n_ctx + t));
         }
         m = workgroup_max(m);
         if (tid == 0) {
@@ -210,7 +221,7 @@ void main() {
     for (uint t = tid; t < n; t += WG) {
         float d = uintBitsToFloat(0x7F800000u);
         for (uint h = 0; h < p.n_head; ++h) {
-            float s = scores[sb + h * p.n_ctx + t];
+            float s = SCORE(sb + h * p.n_ctx + t);
             mine += s >= best[h] - p.alpha ? 1.0 : 0.0;
             if (h - h0 < group) {
                 d = min(d, best[h] - s);

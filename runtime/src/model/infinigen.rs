@@ -28,10 +28,12 @@ use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::{KvCache, KvLayer};
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
-/// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute.
-pub const FETCH_KERNELS: [&str; 3] = [
+/// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute
+/// (the selection under either of its names: CPU devices run `ig_select_wide`).
+pub const FETCH_KERNELS: [&str; 4] = [
     hearth_shaders::IG_SPECULATE.name,
     hearth_shaders::IG_SELECT.name,
+    hearth_shaders::IG_SELECT_WIDE.name,
     hearth_shaders::KV_GATHER.name,
 ];
 

@@ -9,8 +9,8 @@
 //
 // The including kernel defines BY_ADDRESS_ID, the specialization constant's id. Each load
 // names the address (uvec2, low word first, from push constants) and a view of the same
-// bound buffer as 8-byte (uint64_t[]) or 16-byte (u64vec2[]) words, whose length clamps the
-// index, so a load through the address stays inside the buffer as a checked load would.
+// bound buffer as 4-byte (uint[]), 8-byte (uint64_t[]) or 16-byte (u64vec2[]) words, whose
+// length clamps the index, so a load through the address stays inside the buffer as a checked load would.
 #extension GL_ARB_gpu_shader_int64 : require
 #extension GL_EXT_buffer_reference : require
 
@@ -19,6 +19,9 @@
 #endif
 layout(constant_id = BY_ADDRESS_ID) const bool BY_ADDRESS = true;
 
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words32 {
+    uint v[];
+};
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Words64 {
     uint64_t v[];
 };
@@ -30,7 +33,11 @@ uvec4 words4(u64vec2 w) {
     return uvec4(unpackUint2x32(w.x), unpackUint2x32(w.y));
 }
 
-// 8-byte word i as two 32-bit words, and 16-byte word i as four.
+// 4-byte word i; 8-byte word i as two 32-bit words, and 16-byte word i as four.
+#define WORDS32_AT(addr, view, i)                                                  \
+    (BY_ADDRESS                                                                    \
+        ? Words32(packUint2x32(addr)).v[min((i), uint(view.length()) - 1u)]        \
+        : view[i])
 #define WORDS64_AT(addr, view, i)                                                  \
     unpackUint2x32(BY_ADDRESS                                                      \
         ? Words64(packUint2x32(addr)).v[min((i), uint(view.length()) - 1u)]        \

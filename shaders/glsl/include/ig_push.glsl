@@ -21,4 +21,6 @@ layout(push_constant) uniform Push {
     uint recent;        // ig_select: the newest positions, always kept on top of the rest
                         // (at most cap - budget of them)
     uint splits;        // attn_sparse: workgroups per head (include/attn_split.glsl)
+    uvec2 scores_addr;  // ig_select_wide: the scores and seq_pos through their addresses
+    uvec2 seq_pos_addr;
 } p;
