@@ -552,8 +552,6 @@ pub struct IgSelect {
     pipeline: Arc<Pipeline>,
     /// One workgroup per token takes every KV head (`EVERY_KV_HEAD`).
     every_kv_head: bool,
-    /// The `_wide` variant, reading the scores and seq_pos through their addresses.
-    by_address: bool,
 }
 
 impl IgSelect {
@@ -585,9 +583,10 @@ impl IgSelect {
     /// The kernel with `wg` invocations, `keys` positions' keys kept in shared memory (tests
     /// make it small, so that histories run past it), and one workgroup per token for every KV
     /// head or one per KV head and token.
+    ///
     /// With one workgroup per token (CPU devices), the `_wide` variant where the device has
-    /// it, reading the scores through their address where the host allows (lavapipe, one
-    /// sequence at 2048 tokens: 457 -> 407 µs per dispatch).
+    /// it, reading the scores and seq_pos through their addresses where the host allows
+    /// (lavapipe, one sequence at 2048 tokens: 457 -> 407 µs per dispatch).
     pub(crate) fn with(device: &Device, wg: u32, keys: u32, every_kv_head: bool) -> Result<Self> {
         let wide = every_kv_head && has_wide_loads(device);
         let by_address = wide && wide_by_address();
@@ -596,7 +595,6 @@ impl IgSelect {
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             every_kv_head,
-            by_address,
         })
     }
 
@@ -652,16 +650,12 @@ impl IgSelect {
             return Ok(());
         }
         // alpha is >= 0 here; +0 keeps the shader's bit comparisons exact.
-        let address = |b: &Buffer| match b.device_address() {
-            Some(addr) if self.by_address => addr,
-            _ => 0,
-        };
         let push = IgPush {
             tokens,
             alpha: alpha.abs(),
             recent,
-            scores_addr: address(scores),
-            seq_pos_addr: address(seq_pos),
+            scores_addr: scores.device_address().unwrap_or(0),
+            seq_pos_addr: seq_pos.device_address().unwrap_or(0),
             ..s.push()
         };
         rec.dispatch(

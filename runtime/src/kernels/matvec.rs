@@ -127,8 +127,8 @@ fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
-/// The variant of `format` that loads blocks 8 or 16 bytes at a time through their addresses
-/// (every format has one; `None` only if the shader build left it out).
+/// The variant of `format` that loads blocks 8 or 16 bytes at a time (every format has one;
+/// `None` only if the shader build left it out).
 fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
     hearth_shaders::by_name(&format!(
         "matvec_{}_wide",
@@ -140,8 +140,6 @@ pub struct Matvec {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
     shape: Shape,
-    /// A wide variant: reads W, x and the gain through their device addresses.
-    wide: bool,
 }
 
 impl Matvec {
@@ -201,16 +199,14 @@ impl Matvec {
             shape.rb,
             shape.by_address as u32,
         ];
-        let wide = wide_kernel(format).filter(|_| shape.wide && shape.lane_rows);
-        let kernel = match wide {
-            Some(kernel) => kernel,
-            None => format_kernel("matvec", format)?,
+        let kernel = match wide_kernel(format) {
+            Some(kernel) if shape.wide && shape.lane_rows => kernel,
+            _ => format_kernel("matvec", format)?,
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             format,
             shape,
-            wide: wide.is_some(),
         })
     }
 
@@ -251,20 +247,6 @@ impl Matvec {
             flags |= GATED;
         }
         let (gain, eps) = a.norm.unwrap_or((a.x, 0.0));
-        let address = |what: &str, b: &Buffer| -> Result<u64> {
-            match b.device_address() {
-                // The wide variants read x and the gain 16 bytes at a time through these.
-                Some(addr) if addr % 16 == 0 => Ok(addr),
-                _ if !(self.wide && self.shape.by_address) => Ok(0),
-                found => Err(VkError::Kernel {
-                    kernel: name,
-                    message: format!(
-                        "{what} ({}) has no 16-byte aligned device address: {found:?}",
-                        b.name()
-                    ),
-                }),
-            }
-        };
         let rows = self.shape.rows_per_unit(a.m);
         let push = MatvecPush {
             m: a.m,
@@ -273,9 +255,9 @@ impl Matvec {
             eps,
             n: a.batch,
             rows,
-            w_addr: address("w", a.w)?,
-            x_addr: address("x", a.x)?,
-            g_addr: address("norm gain", gain)?,
+            w_addr: a.w.device_address().unwrap_or(0),
+            x_addr: a.x.device_address().unwrap_or(0),
+            g_addr: gain.device_address().unwrap_or(0),
         };
         let groups = [
             a.m.div_ceil(self.shape.units * rows),
@@ -296,8 +278,8 @@ pub(crate) mod tests {
     };
 
     /// Every shape of the kernel, whatever the device: lane per row (with wide loads where
-    /// the device has them, through addresses and from the bound buffers, then without) and subgroup per row, with several rows per unit
-    /// so row edges are exercised.
+    /// the device has them, through addresses and from the bound buffers, then without) and
+    /// subgroup per row, with several rows per unit so row edges are exercised.
     fn shapes(dev: &Device, format: WeightFormat, tokens: u32) -> Vec<Matvec> {
         let subgroup = dev.info().subgroup.size;
         let lane = Shape {

@@ -85,6 +85,10 @@ impl<'a> BufferDesc<'a> {
     }
 }
 
+/// Alignment of every buffer's device address: shaders read through one in words of up to
+/// 16 bytes (`include/address.glsl`).
+const ADDRESS_ALIGN: u64 = 16;
+
 /// Staging transfers move at most this much at a time, so a large upload never needs a staging
 /// buffer as large as itself.
 const STAGING_CHUNK: u64 = 64 << 20;
@@ -132,7 +136,11 @@ impl Buffer {
         // SAFETY: valid create info on a live device.
         let raw = unsafe { device.raw.create_buffer(&info, None) }.call("vkCreateBuffer")?;
         // SAFETY: `raw` was just created on this device.
-        let requirements = unsafe { device.raw.get_buffer_memory_requirements(raw) };
+        let mut requirements = unsafe { device.raw.get_buffer_memory_requirements(raw) };
+        if device.info().arithmetic.buffer_device_address {
+            // Shaders read through the address in words of up to 16 bytes.
+            requirements.alignment = requirements.alignment.max(ADDRESS_ALIGN);
+        }
         let allocated = device.allocator().allocate(&AllocationCreateDesc {
             name: desc.name,
             requirements,
@@ -180,7 +188,16 @@ impl Buffer {
             // SAFETY: the buffer has SHADER_DEVICE_ADDRESS usage on a device with the feature
             // enabled, and is bound to memory allocated with the address flag (the allocator
             // sets it on every allocation there).
-            buffer.address = Some(unsafe { device.raw.get_buffer_device_address(&info) });
+            let address = unsafe { device.raw.get_buffer_device_address(&info) };
+            if address % ADDRESS_ALIGN != 0 {
+                return Err(VkError::Allocation {
+                    what: desc.name.into(),
+                    message: format!(
+                        "device address {address:#x} is not {ADDRESS_ALIGN}-byte aligned"
+                    ),
+                });
+            }
+            buffer.address = Some(address);
         }
         Ok(buffer)
     }
@@ -197,8 +214,8 @@ impl Buffer {
         self.size
     }
 
-    /// The buffer's address, for shaders that read it through one (`include/address.glsl`);
-    /// `None` where the device has no buffer device addresses.
+    /// The buffer's address, for shaders that read it through one (`include/address.glsl`),
+    /// a multiple of `ADDRESS_ALIGN`; `None` where the device has no buffer device addresses.
     pub fn device_address(&self) -> Option<u64> {
         self.address
     }
