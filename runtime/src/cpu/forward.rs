@@ -352,8 +352,8 @@ impl Backend for CpuModel {
             .copied()
             .collect();
 
-        // Layer l-1's attention input, from which InfiniGen speculates layer l.
-        let mut prev_xn: Option<Vec<f32>> = None;
+        // Layer l-1's input (the residual stream), from which InfiniGen speculates layer l.
+        let mut prev_x: Option<Vec<f32>> = None;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block.
             let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
@@ -362,7 +362,7 @@ impl Backend for CpuModel {
             // InfiniGen's speculated tokens only, or to what H2O keeps; longer steps attend
             // densely.
             let decode = n == 1 && pos0 > 0;
-            let history = match (&mut self.sparsity, &prev_xn) {
+            let history = match (&mut self.sparsity, &prev_x) {
                 (Sparsity::Infinigen(ig), _)
                     if decode && l >= ig.params.dense_layers && ig.params.fetches_all(entries) =>
                 {
@@ -377,7 +377,7 @@ impl Backend for CpuModel {
                         ig,
                         l,
                         &w.wqkv,
-                        prev,
+                        &ops::rmsnorm(prev, &w.attn_norm, e, c.norm_eps),
                         pos0,
                         held.as_deref(),
                         &self.rope_table,
@@ -461,7 +461,7 @@ impl Backend for CpuModel {
                     h2o.end_step(l, pos0..pos0 + n);
                 }
             }
-            prev_xn = Some(xn);
+            prev_x = Some(x.clone());
             add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
 
             // MLP block: down(silu(gate(xn)) * up(xn)).
@@ -490,14 +490,14 @@ impl Backend for CpuModel {
 }
 
 /// InfiniGen's speculation for layer `l` at a decode step at `pos`: layer l's query from
-/// layer l-1's attention input `prev_xn`, its partial columns against the partial key cache,
-/// and per KV head the positions selected (ascending).
+/// `early_xn` (layer l-1's input, normalized with layer l's gain), its partial columns against
+/// the partial key cache, and per KV head the positions selected (ascending).
 fn speculate_layer(
     c: &ModelConfig,
     ig: &mut CpuInfinigen,
     l: usize,
     wqkv: &[f32],
-    prev_xn: &[f32],
+    early_xn: &[f32],
     pos: usize,
     held: Option<&[u32]>,
     rope_table: &[[f32; 2]],
@@ -506,7 +506,7 @@ fn speculate_layer(
     let group = c.n_head / c.n_head_kv;
     // The query rows come first in the fused projection.
     let mut q = matmul(
-        prev_xn,
+        early_xn,
         &wqkv[..c.attn_dim() * c.n_embd],
         c.attn_dim(),
         c.n_embd,

@@ -663,8 +663,9 @@ impl VkModel {
                         &mut rec,
                         &next.wqkv,
                         MatvecArgs {
-                            // Its W_Q rows come first in the fused projection.
-                            norm: Some((&w.attn_norm, eps)),
+                            // Its W_Q rows come first in the fused projection. The
+                            // next layer's gain, as its own query will have.
+                            norm: Some((&next.attn_norm, eps)),
                             ..MatvecArgs::plain(&next.wqkv.buffer, &s.x, &ig.q_spec, attn_dim, e, t)
                         },
                     )?;

@@ -2,9 +2,9 @@
 //!
 //! Offline, each layer's query space is skewed ([`skew`]) so a few columns carry most of the
 //! query-key product. At run time a partial key cache keeps those columns of every key. While
-//! layer i-1 runs, its attention input times layer i's query weight gives an early query for
-//! layer i; its partial columns against the partial keys speculate layer i's scores
-//! ([`select::speculate`]). Each head counts the tokens within `alpha` of its best; the mean
+//! layer i-1 runs, its input, normalized with layer i's gain, times layer i's query weight
+//! gives an early query for layer i; its partial columns against the partial keys speculate
+//! layer i's scores ([`select::speculate`]). Each head counts the tokens within `alpha` of its best; the mean
 //! count, capped by a budget, is how many tokens every KV head fetches, the highest-scoring
 //! ones ([`select::select`]), plus a few of the newest. Layer i attends to those and the new
 //! token only. The first layers, whose inputs differ most from their predecessors', run
