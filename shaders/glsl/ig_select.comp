@@ -1,9 +1,10 @@
 #version 450
 // InfiniGen's token selection for the current token of each row of a step, one workgroup per
 // (KV head g, token), or on CPU devices one per token for every KV head in turn
-// (EVERY_KV_HEAD), so that the heads' maxima and counts are taken once. The y row of
-// workgroups is the token (ig_step.glsl), whose scores, selection and count are its own
-// slices of the buffers.
+// (EVERY_KV_HEAD), so that the heads' maxima and counts are taken once; a step of fewer
+// tokens than the CPU has cores gives each token a few workgroups, which split its KV heads.
+// The y row of workgroups is the token (ig_step.glsl), whose scores, selection and count are
+// its own slices of the buffers.
 //
 // Every head h counts the positions t < index scoring within alpha of its best mx_h; the
 // mean count over all heads, rounded up and capped by the token's budget, is k, how many
@@ -192,7 +193,9 @@ void fill_keys(uint n) {
 }
 
 void main() {
-    uint g0 = EVERY_KV_HEAD ? 0 : gl_WorkGroupID.x;
+    // With EVERY_KV_HEAD, workgroup x of a token's X takes KV heads x, x + X, ...
+    uint g0 = gl_WorkGroupID.x;
+    uint g_step = EVERY_KV_HEAD ? gl_NumWorkGroups.x : 1;
     uint g_end = EVERY_KV_HEAD ? p.n_head_kv : g0 + 1;
     uint tk = gl_WorkGroupID.y;
     uint tid = gl_LocalInvocationID.x;
@@ -235,7 +238,7 @@ void main() {
     uint critical = uint(workgroup_sum(mine));
     uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, at.budget) + recent, n), p.cap);
 
-    for (uint g = g0; g < g_end; ++g) {
+    for (uint g = g0; g < g_end; g += g_step) {
         h0 = g * group;
         if (g != g0) {
             fill_keys(n);

@@ -552,6 +552,9 @@ pub struct IgSelect {
     pipeline: Arc<Pipeline>,
     /// One workgroup per token takes every KV head (`EVERY_KV_HEAD`).
     every_kv_head: bool,
+    /// With `every_kv_head`: how many workgroups the device runs at once (its host's cores).
+    /// A step of fewer tokens splits each token's KV heads over that many.
+    cores: u32,
 }
 
 impl IgSelect {
@@ -595,7 +598,15 @@ impl IgSelect {
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             every_kv_head,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         })
+    }
+
+    /// The kernel as a host with `cores` cores runs it (tests split tokens as a larger or
+    /// smaller host would).
+    #[cfg(test)]
+    fn on_cores(self, cores: u32) -> Self {
+        Self { cores, ..self }
     }
 
     /// Writes sel_idx[t][g][0 .. sel_count[t][g]] for every token t of `batch` and KV head g.
@@ -658,11 +669,19 @@ impl IgSelect {
             seq_pos_addr: seq_pos.device_address().unwrap_or(0),
             ..s.push()
         };
+        // With one workgroup per token, a step of fewer tokens than cores gives each token
+        // several, which split its KV heads; each takes the maxima and counts itself
+        // (lavapipe, one sequence at 2048 tokens: 406 -> 342 µs per dispatch).
+        let groups = if self.every_kv_head {
+            self.cores.div_ceil(tokens).clamp(1, s.n_head_kv)
+        } else {
+            s.n_head_kv
+        };
         rec.dispatch(
             &self.pipeline,
             &[scores, seq_pos, sel_idx, sel_count, batch.buffer],
             &push,
-            [if self.every_kv_head { 1 } else { s.n_head_kv }, tokens, 1],
+            [groups, tokens, 1],
         )
     }
 }
@@ -1342,7 +1361,9 @@ mod tests {
         let selects = [
             (
                 "CPU shape",
-                IgSelect::shaped_for(&dev, DeviceKind::Cpu).unwrap(),
+                IgSelect::shaped_for(&dev, DeviceKind::Cpu)
+                    .unwrap()
+                    .on_cores(1),
             ),
             (
                 "GPU shape",
@@ -1355,6 +1376,16 @@ mod tests {
             (
                 "64 keys, one KV head",
                 IgSelect::with(&dev, 32, 64, false).unwrap(),
+            ),
+            (
+                "CPU shape, a token's KV heads over 2 cores",
+                IgSelect::shaped_for(&dev, DeviceKind::Cpu)
+                    .unwrap()
+                    .on_cores(2),
+            ),
+            (
+                "64 keys, a token's KV heads over 3 cores",
+                IgSelect::with(&dev, 32, 64, true).unwrap().on_cores(3),
             ),
         ];
         for (kind, select) in &selects {
