@@ -461,7 +461,9 @@ impl Backend for CpuModel {
                     h2o.end_step(l, pos0..pos0 + n);
                 }
             }
-            prev_x = Some(x.clone());
+            if matches!(self.sparsity, Sparsity::Infinigen(_)) {
+                prev_x = Some(x.clone());
+            }
             add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
 
             // MLP block: down(silu(gate(xn)) * up(xn)).
