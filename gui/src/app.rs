@@ -295,6 +295,7 @@ impl App {
             n_ctx: self.settings.n_ctx,
             kv_budget_tokens: self.settings.kv_budget_tokens,
             kv_offload: self.settings.kv_offload,
+            infinigen: self.settings.infinigen,
         };
         self.load_request = Some(request.clone());
         let id = self.worker().load(request);
@@ -315,14 +316,12 @@ impl App {
         }
     }
 
-    /// Whether the context, KV budget or device differ from what the model was loaded with.
+    /// Whether the context, KV cache settings or device differ from what the model was loaded
+    /// with.
     pub fn needs_reload(&self) -> bool {
-        self.load_request.as_ref().is_some_and(|r| {
-            r.n_ctx != self.settings.n_ctx
-                || r.kv_budget_tokens != self.settings.kv_budget_tokens
-                || r.kv_offload != self.settings.kv_offload
-                || r.device != self.prefs.device
-        })
+        self.load_request
+            .as_ref()
+            .is_some_and(|r| r.device != self.prefs.device || r.differs_from(&self.settings))
     }
 
     pub fn cancel_load(&mut self) {

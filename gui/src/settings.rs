@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hearth_runtime::engine::InfinigenOptions;
+use hearth_runtime::kv::infinigen::IgParams;
 use hearth_runtime::sample::SamplerParams;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,52 @@ pub struct ModelSettings {
     pub kv_budget_tokens: usize,
     /// Where the KV cache lives and how decode reads it.
     pub kv_offload: KvOffload,
+    /// How InfiniGen chooses the tokens it fetches (with `KvOffload::Infinigen`).
+    pub infinigen: InfinigenSettings,
+}
+
+/// InfiniGen's settings, as `--ig-partial-ratio`, `--ig-alpha`, `--ig-budget` and
+/// `--ig-recent` set them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InfinigenSettings {
+    /// Fraction of each head's dimensions that speculation uses.
+    pub partial_ratio: f32,
+    /// Tokens scoring within this many logits of a head's best count as needed; `None`: the
+    /// model's default (5 with RoPE, 4 without).
+    pub alpha: Option<f32>,
+    /// Most tokens fetched, as a fraction of the context so far.
+    pub budget: f32,
+    /// The newest tokens, always fetched besides.
+    pub recent: usize,
+}
+
+impl Default for InfinigenSettings {
+    fn default() -> Self {
+        let d = IgParams::defaults(true);
+        Self {
+            partial_ratio: d.partial_ratio,
+            alpha: None,
+            budget: d.budget,
+            recent: d.recent,
+        }
+    }
+}
+
+impl InfinigenSettings {
+    /// The alpha shown while the model's default applies (its value for RoPE models, which
+    /// every chat architecture Hearth runs is).
+    pub const DEFAULT_ALPHA: f32 = 5.0;
+
+    pub fn options(&self) -> InfinigenOptions {
+        InfinigenOptions {
+            partial_ratio: Some(self.partial_ratio),
+            alpha: self.alpha,
+            budget: Some(self.budget),
+            recent: Some(self.recent),
+            ..InfinigenOptions::default()
+        }
+    }
 }
 
 /// `--kv-offload`: the KV cache in device memory, in system memory read whole every step,
@@ -58,6 +106,7 @@ impl Default for ModelSettings {
             n_ctx: DEFAULT_MAX_CTX,
             kv_budget_tokens: 0,
             kv_offload: KvOffload::None,
+            infinigen: InfinigenSettings::default(),
         }
     }
 }
@@ -187,5 +236,34 @@ mod tests {
         std::fs::write(&path, b"{\"theme\": 3").unwrap();
         let err = Preferences::load(&path).unwrap_err();
         assert!(err.contains("settings.json"), "{err}");
+    }
+
+    #[test]
+    fn infinigen_settings_reach_the_engine() {
+        // Files from before InfiniGen's settings existed load with the engine's defaults.
+        let old: ModelSettings =
+            serde_json::from_str(r#"{"max_tokens": 9, "kv_offload": "infinigen"}"#).unwrap();
+        assert_eq!(old.infinigen, InfinigenSettings::default());
+        let d = IgParams::defaults(true);
+        assert_eq!(old.infinigen.options().params(true, 4096), d);
+        assert_eq!(old.infinigen.options().params(false, 4096).alpha, 4.0);
+
+        let ig = InfinigenSettings {
+            partial_ratio: 0.5,
+            alpha: Some(8.0),
+            budget: 0.3,
+            recent: 64,
+        };
+        let p = ig.options().params(true, 4096);
+        assert_eq!(
+            (p.partial_ratio, p.alpha, p.budget, p.recent),
+            (0.5, 8.0, 0.3, 64)
+        );
+        let s = ModelSettings {
+            infinigen: ig,
+            ..ModelSettings::default()
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<ModelSettings>(&json).unwrap(), s);
     }
 }

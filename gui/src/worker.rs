@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use hearth_models::ChatMessage;
-use hearth_runtime::engine::{Engine, EngineOptions, InfinigenOptions, ModelInfo};
+use hearth_runtime::engine::{Engine, EngineOptions, ModelInfo};
 use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::kv::KvUsage;
 use hearth_runtime::model::KvBudget;
 use hearth_runtime::session::{GenerateParams, Generation};
 
-use crate::settings::KvOffload;
+use crate::settings::{InfinigenSettings, KvOffload, ModelSettings};
 
 /// What to load, and how.
 #[derive(Clone, Debug)]
@@ -31,6 +31,19 @@ pub struct LoadRequest {
     /// KV pool in tokens; 0 sizes it for the whole context.
     pub kv_budget_tokens: usize,
     pub kv_offload: KvOffload,
+    /// Used with `KvOffload::Infinigen`.
+    pub infinigen: InfinigenSettings,
+}
+
+impl LoadRequest {
+    /// Whether `s` asks for another engine than this request made: its context, KV cache, or
+    /// InfiniGen's settings where InfiniGen runs (they shape the engine's buffers and skew).
+    pub fn differs_from(&self, s: &ModelSettings) -> bool {
+        self.n_ctx != s.n_ctx
+            || self.kv_budget_tokens != s.kv_budget_tokens
+            || self.kv_offload != s.kv_offload
+            || (s.kv_offload == KvOffload::Infinigen && self.infinigen != s.infinigen)
+    }
 }
 
 enum Command {
@@ -212,7 +225,8 @@ impl State {
                 KvOffload::None => KvPlacement::Device,
                 KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
             },
-            infinigen: (request.kv_offload == KvOffload::Infinigen).then(InfinigenOptions::default),
+            infinigen: (request.kv_offload == KvOffload::Infinigen)
+                .then(|| request.infinigen.options()),
             ..EngineOptions::default()
         };
         let cancel = self.cancel_below.clone();
@@ -291,5 +305,37 @@ impl State {
             }
             Err(e) => self.emit(Event::Failed(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infinigen_settings_ask_for_a_reload_only_where_infinigen_runs() {
+        let settings = ModelSettings::default();
+        let request = LoadRequest {
+            path: "m.gguf".into(),
+            device: None,
+            n_ctx: settings.n_ctx,
+            kv_budget_tokens: settings.kv_budget_tokens,
+            kv_offload: settings.kv_offload,
+            infinigen: settings.infinigen,
+        };
+        assert!(!request.differs_from(&settings));
+        let mut changed = settings.clone();
+        changed.infinigen.alpha = Some(1000.0);
+        assert!(!request.differs_from(&changed));
+        changed.kv_offload = KvOffload::Infinigen;
+        assert!(request.differs_from(&changed));
+        let loaded = LoadRequest {
+            kv_offload: KvOffload::Infinigen,
+            infinigen: changed.infinigen,
+            ..request.clone()
+        };
+        assert!(!loaded.differs_from(&changed));
+        changed.n_ctx += 1;
+        assert!(loaded.differs_from(&changed));
     }
 }

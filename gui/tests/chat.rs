@@ -123,6 +123,32 @@ fn chat_with_smollm2() {
         .set_value_accesskit(96.0);
     harness.step();
     assert_eq!(harness.state().settings.max_tokens, 96);
+    // InfiniGen's settings show with its placement, and changing them asks for a reload.
+    assert!(harness.query_by_label("Fetch budget").is_none());
+    harness
+        .get_by_role_and_label(Role::ComboBox, "KV cache")
+        .click();
+    harness.run();
+    harness.get_by_label("System memory, InfiniGen").click();
+    harness.run();
+    assert!(harness.query_by_label("Fetch budget").is_some());
+    assert!(harness.state().needs_reload());
+    harness.get_by_label("Model's default").click();
+    harness.step();
+    assert_eq!(harness.state().settings.infinigen.alpha, Some(5.0));
+    harness
+        .get_by_role_and_label(Role::SpinButton, "Alpha value")
+        .set_value_accesskit(1000.0);
+    harness.step();
+    assert_eq!(harness.state().settings.infinigen.alpha, Some(1000.0));
+    // Back in device memory, InfiniGen's settings need no reload.
+    harness
+        .get_by_role_and_label(Role::ComboBox, "KV cache")
+        .click();
+    harness.run();
+    harness.get_by_label("Device memory").click();
+    harness.run();
+    assert!(!harness.state().needs_reload());
     harness.get_by_label("Settings").click();
     harness.step();
 

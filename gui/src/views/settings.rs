@@ -2,7 +2,7 @@
 //! (saved per model; context length and KV budget take effect on reload).
 
 use crate::app::App;
-use crate::settings::KvOffload;
+use crate::settings::{InfinigenSettings, KvOffload};
 
 pub fn show(app: &mut App, ui: &mut egui::Ui) {
     egui::Panel::right("settings")
@@ -110,6 +110,9 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
             }
         });
     super::name(&combo.response, "KV cache");
+    if s.kv_offload == KvOffload::Infinigen {
+        infinigen_settings(ui, &mut s.infinigen);
+    }
 
     if *s != before {
         app.save_model_settings();
@@ -124,6 +127,59 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
     if ui.button("Reset to the model's defaults").clicked() {
         app.reset_model_settings();
     }
+}
+
+/// InfiniGen's settings: how many dimensions speculate, which tokens count as needed, and
+/// the most it fetches.
+fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
+    egui::Grid::new("infinigen_settings")
+        .num_columns(2)
+        .spacing([10.0, 8.0])
+        .show(ui, |ui| {
+            row(
+                ui,
+                "Partial dimensions",
+                egui::DragValue::new(&mut ig.partial_ratio)
+                    .range(0.05..=1.0)
+                    .speed(0.01)
+                    .fixed_decimals(2),
+            );
+            ui.label("Alpha");
+            ui.horizontal(|ui| {
+                let mut model_default = ig.alpha.is_none();
+                let checkbox = ui.checkbox(&mut model_default, "Model's default");
+                if checkbox.changed() {
+                    ig.alpha = (!model_default).then_some(InfinigenSettings::DEFAULT_ALPHA);
+                }
+                if let Some(alpha) = &mut ig.alpha {
+                    let value = ui.add(egui::DragValue::new(alpha).range(0.0..=1000.0).speed(0.1));
+                    super::name(&value, "Alpha value");
+                }
+            });
+            ui.end_row();
+            row(
+                ui,
+                "Fetch budget",
+                egui::DragValue::new(&mut ig.budget)
+                    .range(0.01..=1.0)
+                    .speed(0.01)
+                    .fixed_decimals(2),
+            );
+            row(
+                ui,
+                "Recent tokens",
+                egui::DragValue::new(&mut ig.recent).range(0..=4096),
+            );
+        });
+    ui.label(
+        egui::RichText::new(
+            "Each step fetches the tokens scoring within alpha of the best, at most the budget \
+             (a fraction of the context). Small models keep closer to the whole cache with \
+             alpha 1000, which fetches the whole budget.",
+        )
+        .small()
+        .weak(),
+    );
 }
 
 fn row(ui: &mut egui::Ui, label: &str, widget: impl egui::Widget) {
