@@ -307,7 +307,7 @@ impl App {
         };
     }
 
-    /// Reloads the current model (after changing its context, KV budget or the device).
+    /// Reloads the current model (after changing its context, KV cache settings or the device).
     pub fn reload_model(&mut self) {
         if let Some(card) = self.card() {
             let path = card.path.clone();

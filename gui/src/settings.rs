@@ -60,8 +60,8 @@ impl Default for InfinigenSettings {
 }
 
 impl InfinigenSettings {
-    /// The alpha shown while the model's default applies (its value for RoPE models, which
-    /// every chat architecture Hearth runs is).
+    /// Where the alpha field starts when the model's default is turned off: the default of
+    /// RoPE models, which most chat models are.
     pub const DEFAULT_ALPHA: f32 = 5.0;
 
     pub fn options(&self) -> InfinigenOptions {

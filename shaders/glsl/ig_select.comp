@@ -23,6 +23,7 @@
 // counting pass) and kept in shared memory for the five passes that read them; later
 // positions (longer histories than the cache holds) recompute theirs.
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "reduce.glsl"
 #include "ig_push.glsl"
@@ -40,6 +41,7 @@ layout(binding = 1) readonly buffer SeqPos { uint seq_pos[]; };  // [rows, n_ctx
 #define BY_ADDRESS_ID 3
 #include "address.glsl"
 layout(binding = 0) readonly buffer ScoreWords { uint score_words[]; };
+layout(binding = 0) readonly buffer ScoreQuads { u64vec2 score_quads[]; };
 #define SCORE(i) uintBitsToFloat(WORDS32_AT(p.scores_addr, score_words, (i)))
 #define SEQ_POS(i) WORDS32_AT(p.seq_pos_addr, seq_pos, (i))
 #else
@@ -67,6 +69,41 @@ uint recent;        // the newest positions kept on top of the budget
 uint key_of(uint t, float d) {
     bool newest = SEQ_POS(at.row * p.n_ctx + t) + recent >= at.pos;
     return newest ? 0u : (floatBitsToUint(d) & 0x7FFFFFFFu) + 1u;
+}
+
+// The passes that read every score (maxima, counts, key fills) take P consecutive positions
+// per invocation: four on CPU devices, where the `_wide` variant loads them as one 16-byte
+// word when rows are whole 16-byte words (a load per lane costs the same at any width there).
+const uint P = EVERY_KV_HEAD ? 4 : 1;
+#define NEG_INF uintBitsToFloat(0xFF800000u)
+
+// Head h's scores at positions t .. t + P (t a multiple of P), -inf from position n on.
+vec4 scores_at(uint h, uint t, uint n) {
+    uint i = sb + h * p.n_ctx + t;
+    if (P == 1) {
+        return vec4(SCORE(i), NEG_INF, NEG_INF, NEG_INF);
+    }
+    vec4 v = vec4(NEG_INF);
+#ifdef WIDE_LOADS
+    if ((p.n_ctx & 3u) == 0u) {
+        v = uintBitsToFloat(WORDS128_AT(p.scores_addr, score_quads, i >> 2));
+    } else
+#endif
+    {
+        [[unroll]] for (uint k = 0; k < 4; ++k) {
+            v[k] = t + k < n ? SCORE(i + k) : NEG_INF;
+        }
+    }
+    return mix(v, vec4(NEG_INF), greaterThanEqual(uvec4(t) + uvec4(0, 1, 2, 3), uvec4(n)));
+}
+
+// Keys of positions t .. t + P (those below min(n, KEY_CACHE)) from their distances.
+void store_keys(uint t, uint n, vec4 d) {
+    [[unroll]] for (uint k = 0; k < P; ++k) {
+        if (t + k < min(n, KEY_CACHE)) {
+            keys[t + k] = key_of(t + k, d[k]);
+        }
+    }
 }
 
 // d[t] for the KV head whose first query head is h0.
@@ -185,11 +222,16 @@ void select_for(uint g, uint tk, uint n, uint budget) {
 }
 
 // The keys of the first KEY_CACHE positions, for the KV head whose first query head is h0.
-// Each invocation writes the positions it later reads (t = tid + k * WG), so no barrier.
 void fill_keys(uint n) {
-    for (uint t = gl_LocalInvocationID.x; t < min(n, KEY_CACHE); t += WG) {
-        keys[t] = key_of(t, distance(t));
+    for (uint t = P * gl_LocalInvocationID.x; t < min(n, KEY_CACHE); t += P * WG) {
+        vec4 d = vec4(uintBitsToFloat(0x7F800000u));
+        for (uint i = 0; i < group; ++i) {
+            d = min(d, best[h0 + i] - scores_at(h0 + i, t, n));
+        }
+        store_keys(t, n, d);
     }
+    // With P > 1 the positions an invocation writes are not those it reads later.
+    barrier();
 }
 
 void main() {
@@ -207,9 +249,10 @@ void main() {
     uint n = at.index;
 
     for (uint h = 0; h < p.n_head; ++h) {
-        float m = uintBitsToFloat(0xFF800000u);
-        for (uint t = tid; t < n; t += WG) {
-            m = max(m, SCORE(sb + h * p.n_ctx + t));
+        float m = NEG_INF;
+        for (uint t = P * tid; t < n; t += P * WG) {
+            vec4 v = scores_at(h, t, n);
+            m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
         }
         m = workgroup_max(m);
         if (tid == 0) {
@@ -221,19 +264,18 @@ void main() {
     // k: the mean over heads of the positions within alpha of their head's best. The same
     // pass fills the key cache for the first KV head.
     float mine = 0.0;
-    for (uint t = tid; t < n; t += WG) {
-        float d = uintBitsToFloat(0x7F800000u);
+    for (uint t = P * tid; t < n; t += P * WG) {
+        vec4 d = vec4(uintBitsToFloat(0x7F800000u));
         for (uint h = 0; h < p.n_head; ++h) {
-            float s = SCORE(sb + h * p.n_ctx + t);
-            mine += s >= best[h] - p.alpha ? 1.0 : 0.0;
+            vec4 v = scores_at(h, t, n);
+            mine += dot(vec4(greaterThanEqual(v, vec4(best[h] - p.alpha))), vec4(1.0));
             if (h - h0 < group) {
-                d = min(d, best[h] - s);
+                d = min(d, best[h] - v);
             }
         }
-        if (t < KEY_CACHE) {
-            keys[t] = key_of(t, d);
-        }
+        store_keys(t, n, d);
     }
+    barrier();
     // Counts stay far below 2^24, where float sums are exact.
     uint critical = uint(workgroup_sum(mine));
     uint budget = min(min(min((critical + p.n_head - 1) / p.n_head, at.budget) + recent, n), p.cap);

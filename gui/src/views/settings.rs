@@ -1,5 +1,5 @@
 //! The settings panel: the conversation's system prompt and the model's generation settings
-//! (saved per model; context length and KV budget take effect on reload).
+//! (saved per model; the context and the KV cache's settings take effect on reload).
 
 use crate::app::App;
 use crate::settings::{InfinigenSettings, KvOffload};
