@@ -78,6 +78,16 @@ fn idle(h: &Harness<'static, App>) -> bool {
 }
 
 /// Types `text` into the message box and presses Enter.
+/// Picks where the KV cache lives in the open settings panel.
+fn choose_kv_cache(harness: &mut Harness<'static, App>, placement: &str) {
+    harness
+        .get_by_role_and_label(Role::ComboBox, "KV cache")
+        .click();
+    harness.run();
+    harness.get_by_label(placement).click();
+    harness.run();
+}
+
 fn ask(harness: &mut Harness<'static, App>, text: &str) {
     harness.get_by_label("Message").focus();
     harness.step();
@@ -125,12 +135,7 @@ fn chat_with_smollm2() {
     assert_eq!(harness.state().settings.max_tokens, 96);
     // InfiniGen's settings show with its placement, and changing them asks for a reload.
     assert!(harness.query_by_label("Fetch budget").is_none());
-    harness
-        .get_by_role_and_label(Role::ComboBox, "KV cache")
-        .click();
-    harness.run();
-    harness.get_by_label("System memory, InfiniGen").click();
-    harness.run();
+    choose_kv_cache(&mut harness, "System memory, InfiniGen");
     assert!(harness.query_by_label("Fetch budget").is_some());
     assert!(harness.state().needs_reload());
     harness.get_by_label("Model's default").click();
@@ -142,12 +147,7 @@ fn chat_with_smollm2() {
     harness.step();
     assert_eq!(harness.state().settings.infinigen.alpha, Some(1000.0));
     // Back in device memory, InfiniGen's settings need no reload.
-    harness
-        .get_by_role_and_label(Role::ComboBox, "KV cache")
-        .click();
-    harness.run();
-    harness.get_by_label("Device memory").click();
-    harness.run();
+    choose_kv_cache(&mut harness, "Device memory");
     assert!(!harness.state().needs_reload());
     harness.get_by_label("Settings").click();
     harness.step();
