@@ -251,6 +251,61 @@ fn chat_with_smollm2() {
 
 /// A corrupt model file is a readable row in the library, and loading a truncated one is a
 /// readable notice; nothing panics.
+/// InfiniGen chosen in the settings panel, with its alpha set, reaches the engine on reload.
+#[test]
+fn infinigen_from_the_settings_panel() {
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = harness(&models_dir(), data.path());
+    harness.step();
+    harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
+    harness.step();
+    wait_for(&mut harness, "the model to load", LONG, |h| {
+        h.query_by_label_contains("Chat with").is_some()
+    });
+
+    harness.get_by_label("Settings").click();
+    harness.step();
+    choose_kv_cache(&mut harness, "System memory, InfiniGen");
+    harness.get_by_label("Model's default").click();
+    harness.step();
+    harness
+        .get_by_role_and_label(Role::SpinButton, "Alpha value")
+        .set_value_accesskit(1000.0);
+    harness.step();
+    // The button sits below the fold of the panel: press it as a screen reader does.
+    harness.get_by_label("Reload to apply").click_accesskit();
+    harness.step();
+    assert!(!harness.state().needs_reload());
+    wait_for(&mut harness, "the model to reload", LONG, |h| {
+        h.query_by_label_contains("Chat with").is_some() && !h.state().needs_reload()
+    });
+    assert!(
+        harness.state().notices.is_empty(),
+        "{:?}",
+        harness.state().notices
+    );
+    harness.get_by_label("Settings").click();
+    harness.step();
+
+    ask(&mut harness, "What is the capital of France?");
+    wait_for(&mut harness, "the answer to finish", LONG, idle);
+    harness.step();
+    let answer = harness.state().chat.messages[1].text.clone();
+    assert!(answer.contains("Paris"), "{answer}");
+    // The engine ran InfiniGen: the status bar reports what it fetched.
+    assert!(harness.state().last_run.fetched.is_some());
+    assert!(harness
+        .query_by_label_contains("InfiniGen fetched")
+        .is_some());
+
+    // The choice is saved with the model's settings.
+    let settings = &harness.state().settings;
+    assert_eq!(settings.infinigen.alpha, Some(1000.0));
+}
+
 #[test]
 fn broken_models_are_reported() {
     let models = tempfile::tempdir().unwrap();
