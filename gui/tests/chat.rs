@@ -103,22 +103,26 @@ fn ask(harness: &mut Harness<'static, App>, text: &str) {
 
 const LONG: Duration = Duration::from_secs(240);
 
-#[test]
-fn chat_with_smollm2() {
-    if !have_model() {
-        return;
-    }
-    let data = tempfile::tempdir().unwrap();
-    let mut harness = harness(&models_dir(), data.path());
+/// The app with SmolLM2 loaded from the library: loading it opens the chat.
+fn with_smollm2_loaded(data_dir: &Path) -> Harness<'static, App> {
+    let mut harness = harness(&models_dir(), data_dir);
     harness.step();
-
-    // The library lists the model; loading it opens the chat.
     harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
     harness.step();
     wait_for(&mut harness, "the model to load", LONG, |h| {
         h.query_by_label_contains("Chat with").is_some()
     });
     assert!(harness.state().notices.is_empty());
+    harness
+}
+
+#[test]
+fn chat_with_smollm2() {
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = with_smollm2_loaded(data.path());
 
     // Greedy answers, set through the settings panel, make the text predictable.
     harness.get_by_label("Settings").click();
@@ -249,8 +253,6 @@ fn chat_with_smollm2() {
     assert_eq!(harness.state().chat.messages.len(), 4);
 }
 
-/// A corrupt model file is a readable row in the library, and loading a truncated one is a
-/// readable notice; nothing panics.
 /// InfiniGen chosen in the settings panel, with its alpha set, reaches the engine on reload.
 #[test]
 fn infinigen_from_the_settings_panel() {
@@ -258,13 +260,7 @@ fn infinigen_from_the_settings_panel() {
         return;
     }
     let data = tempfile::tempdir().unwrap();
-    let mut harness = harness(&models_dir(), data.path());
-    harness.step();
-    harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
-    harness.step();
-    wait_for(&mut harness, "the model to load", LONG, |h| {
-        h.query_by_label_contains("Chat with").is_some()
-    });
+    let mut harness = with_smollm2_loaded(data.path());
 
     harness.get_by_label("Settings").click();
     harness.step();
@@ -280,7 +276,7 @@ fn infinigen_from_the_settings_panel() {
     harness.step();
     assert!(!harness.state().needs_reload());
     wait_for(&mut harness, "the model to reload", LONG, |h| {
-        h.query_by_label_contains("Chat with").is_some() && !h.state().needs_reload()
+        h.state().loaded().is_some() && h.query_by_label_contains("Chat with").is_some()
     });
     assert!(
         harness.state().notices.is_empty(),
@@ -306,6 +302,8 @@ fn infinigen_from_the_settings_panel() {
     assert_eq!(settings.infinigen.alpha, Some(1000.0));
 }
 
+/// A corrupt model file is a readable row in the library, and loading a truncated one is a
+/// readable notice; nothing panics.
 #[test]
 fn broken_models_are_reported() {
     let models = tempfile::tempdir().unwrap();
