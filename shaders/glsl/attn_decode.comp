@@ -40,6 +40,7 @@ layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head
 layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, rot_dim/2] (cos, sin)
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
+#define ROLLED_KEYS_ID 6
 #include "attn_online.glsl"
 shared float qf[QH * HEAD_DIM];
 shared float kf[HEAD_DIM];

@@ -30,6 +30,7 @@ layout(binding = 6) readonly buffer VS { vec4 v_scratch[]; };  // [tokens, n_kv,
 layout(binding = 7) readonly buffer Count { uint sel_count[]; }; // [tokens, n_kv]
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };    // splits > 1: the partials
 
+#define ROLLED_KEYS_ID 4
 #include "attn_online.glsl"
 
 void main() {

@@ -278,6 +278,12 @@ pub(crate) fn heads_per_workgroup(kind: DeviceKind, group: u32) -> u32 {
     }
 }
 
+/// Whether decode attention walks each key row in a loop (`ROLLED_KEYS` in
+/// include/attn_online.glsl): on CPU devices, where it compiles and runs faster; GPUs unroll it.
+pub(crate) fn rolled_keys(kind: DeviceKind) -> u32 {
+    (kind == DeviceKind::Cpu) as u32
+}
+
 /// Workgroups per token of a decode attention kernel built for `heads_per_group` query heads
 /// per workgroup, or an error when the model's grouping does not match the build.
 pub(crate) fn head_workgroups(
@@ -318,7 +324,18 @@ impl AttnDecode {
         let extra = 2 * heads_per_group + 2;
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
         let by_address = wide_by_address() as u32;
-        let constants = |fused| [wg, head_dim, subgroups, fused, heads_per_group, by_address];
+        let rolled = rolled_keys(kind);
+        let constants = |fused| {
+            [
+                wg,
+                head_dim,
+                subgroups,
+                fused,
+                heads_per_group,
+                by_address,
+                rolled,
+            ]
+        };
         let kernel = if kind == DeviceKind::Cpu && has_wide_loads(device) {
             ATTN_DECODE_WIDE
         } else {

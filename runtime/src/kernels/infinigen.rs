@@ -16,7 +16,7 @@ use hearth_shaders::{
 };
 
 use super::attention::{
-    decode_shape, head_workgroups, heads_per_workgroup, AttnShape, Split, StepToken,
+    decode_shape, head_workgroups, heads_per_workgroup, rolled_keys, AttnShape, Split, StepToken,
 };
 use super::{
     check_sizes, has_wide_loads, head_workgroup_size, linear_groups, wide_by_address,
@@ -816,7 +816,10 @@ impl AttnSparse {
             heads_per_group - 1,
         )?;
         Ok(Self {
-            pipeline: device.pipeline(ATTN_SPARSE, &[wg, head_dim, subgroups, heads_per_group])?,
+            pipeline: device.pipeline(
+                ATTN_SPARSE,
+                &[wg, head_dim, subgroups, heads_per_group, rolled_keys(kind)],
+            )?,
             split: Split::new(device, head_dim, kind)?,
             head_dim,
             heads_per_group,
