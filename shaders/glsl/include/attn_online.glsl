@@ -16,6 +16,7 @@ layout(constant_id = ROLLED_KEYS_ID) const bool ROLLED_KEYS = false;
 
 shared vec4 qs[QH * HD4];
 shared vec4 merged[SUBGROUPS][HD4];
+shared vec4 lane_acc[SUBGROUPS == 1 ? WG : 1][HD4];    // the lanes' partials (one subgroup)
 
 // Per query head: the running max m, the sum l and the weighted V acc.
 float on_m[QH];
@@ -74,6 +75,16 @@ void online_begin() {
         }                                                                         \
     }
 
+// Writes vec4 d of query head h's merged result: into its partial at `slot` (splits > 1) or,
+// divided by the sum, into o at token `out_token`.
+void store_merged(uint h, uint out_token, uint slot, uint d, vec4 sum, float l_all) {
+    if (p.splits > 1) {
+        part[slot + d] = sum;
+    } else {
+        o[(out_token * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+    }
+}
+
 // Merges the workgroup's partials for query heads h0 .. h0 + QH and writes them: to o at
 // token `out_token` or, with splits > 1, as run z's partials of the dispatch's token
 // `part_token`.
@@ -84,29 +95,45 @@ void online_end(uint h0, uint out_token, uint part_token, uint z) {
         float m_all = workgroup_max(on_m[qh]);
         float f = exp(on_m[qh] - m_all);
         float l_all = workgroup_sum(on_l[qh] * f);
-        [[unroll]] for (uint d = 0; d < HD4; ++d) {
-            vec4 v = subgroupAdd(on_acc[qh * HD4 + d] * f);
-            if (subgroupElect()) {
-                merged[gl_SubgroupID][d] = v;
-            }
-        }
-        barrier();
         uint slot = ((part_token * p.n_head + h) * p.splits + z) * (HD4 + 1);
-        for (uint d = tid; d < HD4; d += WG) {
-            vec4 sum = vec4(0.0);
-            for (uint s = 0; s < gl_NumSubgroups; ++s) {
-                sum += merged[s][d];
+        if (SUBGROUPS == 1) {
+            // One subgroup (CPU devices): each lane leaves its partial in shared memory and
+            // the lanes sum them by columns. 48 subgroupAdds of vec4s, unrolled, took LLVM
+            // 1.3 s longer to compile (lavapipe, attn_decode's fused variant for SmolLM2).
+            [[unroll]] for (uint d = 0; d < HD4; ++d) {
+                lane_acc[tid][d] = on_acc[qh * HD4 + d] * f;
             }
-            if (p.splits > 1) {
-                part[slot + d] = sum;
-            } else {
-                o[(out_token * p.n_head * HEAD_DIM + h * HEAD_DIM) / 4 + d] = sum / l_all;
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            for (uint d = tid; d < HD4; d += WG) {
+                vec4 sum = vec4(0.0);
+                for (uint l = 0; l < WG; ++l) {
+                    sum += lane_acc[l][d];
+                }
+                store_merged(h, out_token, slot, d, sum, l_all);
             }
+            // lane_acc is the next head's.
+            subgroupBarrier();
+        } else {
+            [[unroll]] for (uint d = 0; d < HD4; ++d) {
+                vec4 v = subgroupAdd(on_acc[qh * HD4 + d] * f);
+                if (subgroupElect()) {
+                    merged[gl_SubgroupID][d] = v;
+                }
+            }
+            barrier();
+            for (uint d = tid; d < HD4; d += WG) {
+                vec4 sum = vec4(0.0);
+                for (uint s = 0; s < gl_NumSubgroups; ++s) {
+                    sum += merged[s][d];
+                }
+                store_merged(h, out_token, slot, d, sum, l_all);
+            }
+            // merged is the next head's.
+            barrier();
         }
         if (p.splits > 1 && tid == 0) {
             part[slot + HD4] = vec4(m_all, l_all, 0.0, 0.0);
         }
-        // merged is the next head's.
-        barrier();
     }
 }
