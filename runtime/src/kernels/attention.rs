@@ -344,7 +344,7 @@ impl AttnDecode {
         Ok(Self {
             pipeline: device.pipeline(kernel, &constants(0))?,
             fused: device.pipeline(kernel, &constants(1))?,
-            split: Split::new(device, head_dim, kind)?,
+            split: Split::new(device, head_dim, kind, heads_per_group)?,
             head_dim,
             heads_per_group,
         })
@@ -443,18 +443,24 @@ impl AttnDecode {
 /// Workgroups split decode attention aims at on a GPU: a few per core of the largest GPUs,
 /// so that one token over a long context keeps all of them busy.
 const GPU_SPLIT_GROUPS: u32 = 1024;
+/// Workgroups split decode attention aims at on a CPU device: four per core of this host,
+/// where the device runs. One token of SmolLM2 is three workgroups, one per KV head, which two
+/// cores run as two then one; cut into six runs they share the work evenly. On lavapipe, per
+/// layer with the merge: 512 tokens 347 -> 329 us, 1024 694 -> 549, 2048 1160 -> 930.
+fn cpu_split_groups() -> u32 {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
 /// Fewest positions per run (`SPLIT_MIN` in `attn_split.glsl`).
 const SPLIT_MIN: u32 = 256;
 
 /// What split decode attention (`include/attn_split.glsl`) adds to a kernel: the partials
-/// of its runs and the merge that combines them. Only GPUs split: a CPU device's few cores
-/// are busy with one workgroup per head.
+/// of its runs and the merge that combines them.
 pub(crate) struct Split {
-    /// Built only on devices that split.
-    merge: Option<Arc<Pipeline>>,
+    merge: Arc<Pipeline>,
     /// Room for the partials of `max_groups` workgroups.
     pub(crate) partials: Buffer,
-    /// Most workgroups a split dispatch may have (0: never split).
+    /// Most workgroups a split dispatch may have.
     max_groups: u32,
     head_dim: u32,
 }
@@ -470,18 +476,22 @@ struct MergePush {
 }
 
 impl Split {
-    pub(crate) fn new(device: &Arc<Device>, head_dim: u32, kind: DeviceKind) -> Result<Self> {
+    /// For a kernel whose workgroups take `heads_per_group` query heads each.
+    pub(crate) fn new(
+        device: &Arc<Device>,
+        head_dim: u32,
+        kind: DeviceKind,
+        heads_per_group: u32,
+    ) -> Result<Self> {
         let max_groups = match kind {
-            DeviceKind::Cpu => 0,
+            DeviceKind::Cpu => cpu_split_groups(),
             _ => GPU_SPLIT_GROUPS,
         };
-        let bytes = max_groups.max(1) as u64 * (head_dim as u64 / 4 + 1) * 16;
-        let merge = match max_groups {
-            0 => None,
-            _ => Some(device.pipeline(ATTN_MERGE, &[workgroup_size(device.info()), head_dim])?),
-        };
+        // A workgroup leaves one partial per query head it takes.
+        let partials = max_groups as u64 * heads_per_group as u64;
+        let bytes = partials * (head_dim as u64 / 4 + 1) * 16;
         Ok(Self {
-            merge,
+            merge: device.pipeline(ATTN_MERGE, &[workgroup_size(device.info()), head_dim])?,
             partials: Buffer::new(
                 device,
                 BufferDesc::device_local("attention partials", bytes),
@@ -507,10 +517,14 @@ impl Split {
         s: AttnShape,
         runs: u32,
     ) -> Result<()> {
-        // More than one run only where the device splits, so where the merge was built.
-        let Some(merge) = self.merge.as_ref().filter(|_| runs > 1 && s.tokens > 0) else {
+        if runs <= 1 || s.tokens == 0 {
             return Ok(());
-        };
+        }
+        let merge = &self.merge;
+        // The kernel before wrote a partial per (token, query head, run).
+        let partials = s.tokens as u64 * s.n_head as u64 * runs as u64;
+        let bytes = partials * (self.head_dim as u64 / 4 + 1) * 16;
+        check_sizes(merge.name, &[("part", &self.partials, bytes)])?;
         let push = MergePush {
             tokens: s.tokens,
             t0: s.t0,

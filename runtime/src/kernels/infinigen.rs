@@ -820,7 +820,7 @@ impl AttnSparse {
                 ATTN_SPARSE,
                 &[wg, head_dim, subgroups, heads_per_group, rolled_keys(kind)],
             )?,
-            split: Split::new(device, head_dim, kind)?,
+            split: Split::new(device, head_dim, kind, heads_per_group)?,
             head_dim,
             heads_per_group,
         })
