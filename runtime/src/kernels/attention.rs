@@ -280,8 +280,8 @@ pub(crate) fn heads_per_workgroup(kind: DeviceKind, group: u32) -> u32 {
 
 /// Whether decode attention walks each key row in a loop (`ROLLED_KEYS` in
 /// include/attn_online.glsl): on CPU devices, where it compiles and runs faster; GPUs unroll it.
-pub(crate) fn rolled_keys(kind: DeviceKind) -> u32 {
-    (kind == DeviceKind::Cpu) as u32
+pub(crate) fn rolled_keys(kind: DeviceKind) -> bool {
+    kind == DeviceKind::Cpu
 }
 
 /// Workgroups per token of a decode attention kernel built for `heads_per_group` query heads
@@ -324,7 +324,7 @@ impl AttnDecode {
         let extra = 2 * heads_per_group + 2;
         let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
         let by_address = wide_by_address() as u32;
-        let rolled = rolled_keys(kind);
+        let rolled = rolled_keys(kind) as u32;
         let constants = |fused| {
             [
                 wg,
@@ -458,7 +458,7 @@ const SPLIT_MIN: u32 = 256;
 /// of its runs and the merge that combines them.
 pub(crate) struct Split {
     merge: Arc<Pipeline>,
-    /// Room for the partials of `max_groups` workgroups.
+    /// Room for the partials of `max_groups` workgroups, one per query head each takes.
     pub(crate) partials: Buffer,
     /// Most workgroups a split dispatch may have.
     max_groups: u32,

@@ -818,7 +818,13 @@ impl AttnSparse {
         Ok(Self {
             pipeline: device.pipeline(
                 ATTN_SPARSE,
-                &[wg, head_dim, subgroups, heads_per_group, rolled_keys(kind)],
+                &[
+                    wg,
+                    head_dim,
+                    subgroups,
+                    heads_per_group,
+                    rolled_keys(kind) as u32,
+                ],
             )?,
             split: Split::new(device, head_dim, kind, heads_per_group)?,
             head_dim,
