@@ -229,7 +229,8 @@ fn record_attention<'a>(
 }
 
 /// Workgroup size and subgroups per workgroup of a decode attention kernel shaped for a device
-/// of `kind`, once its shared memory fits: q, a merge slot per subgroup and a reduction slot
+/// of `kind`, once its shared memory fits: q, a merge slot per subgroup, the lanes' partials
+/// where the workgroup is one subgroup (`lane_acc`, one row elsewhere) and a reduction slot
 /// per invocation, plus `extra` vectors of head_dim.
 pub(crate) fn decode_shape(
     kernel: &'static str,
@@ -241,7 +242,8 @@ pub(crate) fn decode_shape(
     let info = device.info();
     let wg = head_workgroup_size(info, kind);
     let subgroups = wg.div_ceil(info.subgroup.min_size.max(1));
-    let shared = ((1 + subgroups + extra) * head_dim + wg) as u64 * 4;
+    let lane_rows = if subgroups == 1 { wg } else { 1 };
+    let shared = ((1 + subgroups + lane_rows + extra) * head_dim + wg) as u64 * 4;
     if shared > info.limits.max_shared_memory as u64 {
         return Err(VkError::Kernel {
             kernel,
