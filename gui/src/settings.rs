@@ -60,9 +60,11 @@ impl Default for InfinigenSettings {
 }
 
 impl InfinigenSettings {
-    /// Where the alpha field starts when the model's default is turned off: the default of
-    /// RoPE models, which most chat models are.
-    pub const DEFAULT_ALPHA: f32 = 5.0;
+    /// Where the alpha field starts when the model's default is turned off: the engine's
+    /// default for RoPE models, which most chat models are.
+    pub fn default_alpha() -> f32 {
+        IgParams::defaults(true).alpha
+    }
 
     pub fn options(&self) -> InfinigenOptions {
         InfinigenOptions {

@@ -149,7 +149,7 @@ fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
                 let mut model_default = ig.alpha.is_none();
                 let checkbox = ui.checkbox(&mut model_default, "Model's default");
                 if checkbox.changed() {
-                    ig.alpha = (!model_default).then_some(InfinigenSettings::DEFAULT_ALPHA);
+                    ig.alpha = (!model_default).then_some(InfinigenSettings::default_alpha());
                 }
                 if let Some(alpha) = &mut ig.alpha {
                     let value = ui.add(egui::DragValue::new(alpha).range(0.0..=1000.0).speed(0.1));
