@@ -11,8 +11,9 @@
 //     a time as one vec4 per lane and shared by subgroupBroadcast (a gather per value
 //     otherwise). Each lane loads its weight block once and unpacks it from registers, and
 //     TOKENS tokens share each unpacked block.
-//   subgroup per row (GPUs): the lanes of a subgroup stride along the row eight values at a
-//     time (coalesced loads) and reduce with subgroupAdd; each subgroup owns `rows` rows.
+//   subgroup per row (GPUs): the lanes of a subgroup stride along the row a block each,
+//     several blocks' loads in flight per lane, and reduce with subgroupAdd; each subgroup
+//     owns `rows` rows.
 // `rows` is chosen per product by the host: a CPU device pays a fixed cost per workgroup, so
 // large matrices get many rows per workgroup, small ones enough workgroups for every core.
 //
@@ -91,15 +92,6 @@ const bool UNROLL_ROWS = TOKENS > 1;
 #else
 #define VEC4_AT(buf, i) buf[(i) >> 2]
 #endif
-
-// x'[t, i .. i + 4], i a multiple of 4.
-vec4 xn4(uint t, uint i) {
-    vec4 v = x[(tok[t] * p.k + i) >> 2];
-    if ((p.flags & NORM) != 0u) {
-        v *= scale[t] * g[i >> 2];
-    }
-    return v;
-}
 
 // Adds chunk j of a block's levels times each token's x' chunk to sq[].
 void chunk_dots(Block blk, uint j, inout float sq[TOKENS]) {
@@ -187,22 +179,67 @@ void rows_dots_lane(uint row_offset) {
     }
 }
 
-// Subgroup per row: the lanes share row_at(0) (RB is 1), then the subgroup sums.
-void rows_dots_subgroup(uint row_offset) {
-    uint chunks = p.k / 8;
-    uint row = row_at(0) + row_offset;
-    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-        dots[t] = 0.0;
+// Blocks a lane of the subgroup-per-row shape loads before it uses any: about 12 words of
+// weights, so a subgroup has over a kilobyte in flight. Loading eight values per loop turn
+// (a 4-byte load for Q4), each turn's loads waited on the previous turn's arithmetic, and on
+// an H100 the products took about a microsecond per turn whatever the format's size.
+const uint LANE_BLOCKS = max(1u, 12u / uint(BLOCK_WORDS));
+
+// Block c of a row, loaded in blk, times token t's x' (subgroup per row).
+float block_dot(Block blk, uint c, uint t) {
+    // x' of the block's values: 8j .. 8j + 4 in xs[2j], 8j + 4 .. 8j + 8 in xs[2j + 1].
+    vec4 xs[2 * CHUNKS];
+    uint at = (tok[t] * p.k + c * QK) >> 2;
+    [[unroll]] for (uint i = 0; i < 2 * CHUNKS; ++i) {
+        xs[i] = x[at + i];
     }
-    for (uint c = gl_SubgroupInvocationID; c < chunks; c += gl_SubgroupSize) {
-        vec4 lo;
-        vec4 hi;
-        dequant8(row * (chunks / CHUNKS) + c / CHUNKS, c % CHUNKS, lo, hi);
-        [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-            dots[t] += dot(lo, xn4(t, 8 * c)) + dot(hi, xn4(t, 8 * c + 4));
+    if ((p.flags & NORM) != 0u) {
+        [[unroll]] for (uint i = 0; i < 2 * CHUNKS; ++i) {
+            xs[i] *= scale[t] * g[c * QK / 4 + i];
         }
     }
-    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
+    float sq = 0.0;
+    float sx = 0.0;
+    [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
+        vec4 qlo;
+        vec4 qhi;
+        block_levels8(blk, j, qlo, qhi);
+        sq += dot(qlo, xs[2 * j]) + dot(qhi, xs[2 * j + 1]);
+        sx += dot(xs[2 * j] + xs[2 * j + 1], vec4(1.0));
+    }
+    vec2 dm = block_dm(blk);
+    return HAS_BASE ? dm.x * sq + dm.y * sx : dm.x * sq;
+}
+
+// Subgroup per row: the lanes share row_at(0) (RB is 1). Lane l takes the row's blocks l,
+// l + S, l + 2S, ... (S lanes), LANE_BLOCKS of them a turn, all loaded before any is used;
+// then the subgroup sums. The tokens are a loop, not unrolled: the blocks' unpacking is
+// unrolled already, and several tokens times that outgrew what lavapipe compiles in reason.
+void rows_dots_subgroup(uint row_offset) {
+    uint blocks = p.k / QK;
+    uint row = row_at(0) + row_offset;
+    uint lane = gl_SubgroupInvocationID;
+    uint lanes = gl_SubgroupSize;
+    for (uint t = 0; t < TOKENS; ++t) {
+        dots[t] = 0.0;
+    }
+    for (uint c0 = 0; c0 < blocks; c0 += LANE_BLOCKS * lanes) {
+        Block blk[LANE_BLOCKS];
+        [[unroll]] for (uint u = 0; u < LANE_BLOCKS; ++u) {
+            // Lanes past the row's end load its last block again and add nothing.
+            block_load(row * blocks + min(c0 + u * lanes + lane, blocks - 1), blk[u]);
+        }
+        [[dont_unroll]] for (uint t = 0; t < TOKENS; ++t) {
+            float sum = 0.0;
+            [[unroll]] for (uint u = 0; u < LANE_BLOCKS; ++u) {
+                uint c = c0 + u * lanes + lane;
+                float d = block_dot(blk[u], min(c, blocks - 1), t);
+                sum += c < blocks ? d : 0.0;
+            }
+            dots[t] += sum;
+        }
+    }
+    for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = subgroupAdd(dots[t]);
     }
 }

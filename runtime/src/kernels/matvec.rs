@@ -337,17 +337,24 @@ pub(crate) mod tests {
         for format in WeightFormat::ALL {
             let block = shader_block(format) as usize;
             // Every format in the lane-per-row shape, with wide loads both ways and without; the
-            // subgroup-per-row shape reads weights through the same include, so a few formats
-            // cover it.
+            // subgroup-per-row shape reads weights through the same include, so formats that
+            // give it 1, 2 and 4 blocks a lane per turn (Q8 realigned) cover it. 70 blocks make several
+            // turns, the last one part-filled.
             let sub_too = matches!(
                 format,
-                WeightFormat::F16 | WeightFormat::Q8 | WeightFormat::Q3H
+                WeightFormat::F16
+                    | WeightFormat::Q8
+                    | WeightFormat::Q3H
+                    | WeightFormat::Q4
+                    | WeightFormat::Q2
             );
             let wanted = [true, true, true, sub_too];
             for tokens in [1, 8, 16] {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
-                    for &(m, blocks, batch) in &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3)] {
+                    for &(m, blocks, batch) in
+                        &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, 70, 2)]
+                    {
                         let k = blocks * block;
                         let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
                         let x = random(batch * k, 15, 1.0);
