@@ -76,6 +76,7 @@ uint key_of(uint t, float d) {
 // word when rows are whole 16-byte words (a load per lane costs the same at any width there).
 const uint P = EVERY_KV_HEAD ? 4 : 1;
 #define NEG_INF uintBitsToFloat(0xFF800000u)
+#define POS_INF uintBitsToFloat(0x7F800000u)
 
 // Head h's scores at positions t .. t + P (t a multiple of P), -inf from position n on.
 vec4 scores_at(uint h, uint t, uint n) {
@@ -108,7 +109,7 @@ void store_keys(uint t, uint n, vec4 d) {
 
 // d[t] for the KV head whose first query head is h0.
 float distance(uint t) {
-    float d = uintBitsToFloat(0x7F800000u);
+    float d = POS_INF;
     for (uint i = 0; i < group; ++i) {
         d = min(d, best[h0 + i] - SCORE(sb + (h0 + i) * p.n_ctx + t));
     }
@@ -224,7 +225,7 @@ void select_for(uint g, uint tk, uint n, uint budget) {
 // The keys of the first KEY_CACHE positions, for the KV head whose first query head is h0.
 void fill_keys(uint n) {
     for (uint t = P * gl_LocalInvocationID.x; t < min(n, KEY_CACHE); t += P * WG) {
-        vec4 d = vec4(uintBitsToFloat(0x7F800000u));
+        vec4 d = vec4(POS_INF);
         for (uint i = 0; i < group; ++i) {
             d = min(d, best[h0 + i] - scores_at(h0 + i, t, n));
         }
@@ -265,7 +266,7 @@ void main() {
     // pass fills the key cache for the first KV head.
     float mine = 0.0;
     for (uint t = P * tid; t < n; t += P * WG) {
-        vec4 d = vec4(uintBitsToFloat(0x7F800000u));
+        vec4 d = vec4(POS_INF);
         for (uint h = 0; h < p.n_head; ++h) {
             vec4 v = scores_at(h, t, n);
             mine += dot(vec4(greaterThanEqual(v, vec4(best[h] - p.alpha))), vec4(1.0));
