@@ -180,7 +180,7 @@ void rows_dots_lane(uint row_offset) {
 }
 
 // Blocks a lane of the subgroup-per-row shape loads before it uses any: about 12 words of
-// weights, so a subgroup has over a kilobyte in flight. Loading eight values per loop turn
+// weights, so a subgroup of 32 has a kilobyte or more in flight. Loading eight values per turn
 // (a 4-byte load for Q4), each turn's loads waited on the previous turn's arithmetic, and on
 // an H100 the products took about a microsecond per turn whatever the format's size.
 const uint LANE_BLOCKS = max(1u, 12u / uint(BLOCK_WORDS));
