@@ -93,6 +93,12 @@ const bool UNROLL_ROWS = TOKENS > 1;
 #define VEC4_AT(buf, i) buf[(i) >> 2]
 #endif
 
+// A block's part of a dot product, from the sums of its levels times x' (sq) and of x' (sx):
+// d sq + m sx.
+float block_sum(vec2 dm, float sq, float sx) {
+    return HAS_BASE ? dm.x * sq + dm.y * sx : dm.x * sq;
+}
+
 // Adds chunk j of a block's levels times each token's x' chunk to sq[].
 void chunk_dots(Block blk, uint j, inout float sq[TOKENS]) {
     vec4 qlo;
@@ -122,7 +128,7 @@ void row_block(uint r, uint c, uint blocks, uint row_offset) {
         }
     }
     [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-        dots[r * TOKENS + t] += HAS_BASE ? dm.x * sq[t] + dm.y * sx[t] : dm.x * sq[t];
+        dots[r * TOKENS + t] += block_sum(dm, sq[t], sx[t]);
     }
 }
 
@@ -207,8 +213,7 @@ float block_dot(Block blk, uint c, uint t) {
         sq += dot(qlo, xs[2 * j]) + dot(qhi, xs[2 * j + 1]);
         sx += dot(xs[2 * j] + xs[2 * j + 1], vec4(1.0));
     }
-    vec2 dm = block_dm(blk);
-    return HAS_BASE ? dm.x * sq + dm.y * sx : dm.x * sq;
+    return block_sum(block_dm(blk), sq, sx);
 }
 
 // Subgroup per row: the lanes share row_at(0) (RB is 1). Lane l takes the row's blocks l,

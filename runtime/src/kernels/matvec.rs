@@ -338,8 +338,8 @@ pub(crate) mod tests {
             let block = shader_block(format) as usize;
             // Every format in the lane-per-row shape, with wide loads both ways and without; the
             // subgroup-per-row shape reads weights through the same include, so formats that
-            // give it 1, 2 and 4 blocks a lane per turn (Q8 realigned) cover it. 70 blocks make several
-            // turns, the last one part-filled.
+            // give it 1, 2 and 4 blocks a lane per turn, and Q8's realigned blocks, cover it.
+            // 70 blocks make several turns, the last one part-filled.
             let sub_too = matches!(
                 format,
                 WeightFormat::F16
