@@ -11,7 +11,6 @@
 //! kernels; CPU devices keep the matvec kernel for prefill too, with several tokens sharing
 //! each pass over the weights, in chunks of at most `chunk` tokens.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -158,6 +157,21 @@ struct Kernels {
 }
 
 impl Kernels {
+    /// The kernels that read no weights; `formats` is filled as the weights load.
+    fn new(device: &Arc<Device>, c: &ModelConfig) -> Result<Self> {
+        // Query heads sharing each KV head.
+        let group = (c.n_head / c.n_head_kv.max(1)) as u32;
+        Ok(Self {
+            formats: HashMap::new(),
+            matvec_prefill: device.info().kind == DeviceKind::Cpu,
+            rmsnorm: RmsNorm::new(device)?,
+            swiglu: SwiGlu::new(device)?,
+            rope_kv: RopeKv::new(device)?,
+            attn_decode: AttnDecode::new(device, c.head_dim as u32, group)?,
+            attn_prefill: AttnPrefill::new(device, c.head_dim as u32, group)?,
+        })
+    }
+
     fn of(&self, format: WeightFormat) -> &FormatKernels {
         // Every matrix's format got its kernels when the matrix was uploaded.
         &self.formats[&format]
@@ -281,39 +295,69 @@ impl VkModel {
 
         let mut reader = WeightReader::new(file, model, c, progress);
         let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
-        let mut formats = HashMap::new();
-        let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
-            match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
-                Some((_, bytes)) => *bytes += w.data.len() as u64,
-                None => weight_bytes.push((w.format, w.data.len() as u64)),
-            }
-            if let Entry::Vacant(slot) = formats.entry(w.format) {
-                slot.insert(FormatKernels::new(device, w.format)?);
-            }
-            Ok(DeviceMatrix {
-                buffer: weight_buffer(device, name, &w.data)?,
-                format: w.format,
-            })
-        };
-        let token_embd = upload("token_embd", reader.token_embd()?)?;
-        let output = match reader.output()? {
-            Some(w) => Some(upload("output", w)?),
-            None => None,
-        };
-        let mut layers = Vec::with_capacity(c.n_layer);
-        for l in 0..c.n_layer {
-            let w = reader.layer(l)?;
-            layers.push(DeviceLayer {
-                attn_norm: Buffer::from_slice(device, &format!("blk.{l}.attn_norm"), &w.attn_norm)?,
-                wqkv: upload(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
-                wo: upload(&format!("blk.{l}.attn_output"), w.wo)?,
-                ffn_norm: Buffer::from_slice(device, &format!("blk.{l}.ffn_norm"), &w.ffn_norm)?,
-                w_gate_up: upload(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
-                w_down: upload(&format!("blk.{l}.ffn_down"), w.w_down)?,
-            });
-        }
-        let output_norm = Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
-        reader.finish()?;
+        // Each format's kernels are built on a thread of their own while the weights load. A
+        // CPU device translates and optimizes a pipeline's SPIR-V when it is created (lavapipe
+        // takes a third of a second for the unrolled prompt product), which, one pipeline after
+        // another, held up every start by over a second.
+        let (token_embd, output, layers, output_norm, formats, kernels) =
+            std::thread::scope(|s| {
+                let common = s.spawn(|| Kernels::new(device, c));
+                let mut building = Vec::new();
+                let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
+                    match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
+                        Some((_, bytes)) => *bytes += w.data.len() as u64,
+                        None => weight_bytes.push((w.format, w.data.len() as u64)),
+                    }
+                    if building.iter().all(|(f, _)| *f != w.format) {
+                        let format = w.format;
+                        building
+                            .push((format, s.spawn(move || FormatKernels::new(device, format))));
+                    }
+                    Ok(DeviceMatrix {
+                        buffer: weight_buffer(device, name, &w.data)?,
+                        format: w.format,
+                    })
+                };
+                let token_embd = upload("token_embd", reader.token_embd()?)?;
+                let output = match reader.output()? {
+                    Some(w) => Some(upload("output", w)?),
+                    None => None,
+                };
+                let mut layers = Vec::with_capacity(c.n_layer);
+                for l in 0..c.n_layer {
+                    let w = reader.layer(l)?;
+                    layers.push(DeviceLayer {
+                        attn_norm: Buffer::from_slice(
+                            device,
+                            &format!("blk.{l}.attn_norm"),
+                            &w.attn_norm,
+                        )?,
+                        wqkv: upload(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
+                        wo: upload(&format!("blk.{l}.attn_output"), w.wo)?,
+                        ffn_norm: Buffer::from_slice(
+                            device,
+                            &format!("blk.{l}.ffn_norm"),
+                            &w.ffn_norm,
+                        )?,
+                        w_gate_up: upload(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
+                        w_down: upload(&format!("blk.{l}.ffn_down"), w.w_down)?,
+                    });
+                }
+                let output_norm =
+                    Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
+                reader.finish()?;
+                let mut formats = HashMap::new();
+                for (format, handle) in building {
+                    let built = handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                    formats.insert(format, built);
+                }
+                let kernels = common
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, Error>((token_embd, output, layers, output_norm, formats, kernels))
+            })?;
 
         let weights: u64 = weight_bytes.iter().map(|(_, b)| b).sum();
         let kv = KvCache::new(
@@ -327,17 +371,8 @@ impl VkModel {
         };
         let rope_table = Buffer::from_slice(device, "rope table", &table)?;
 
-        // Query heads sharing each KV head.
-        let group = (c.n_head / c.n_head_kv.max(1)) as u32;
-        let kernels = Kernels {
-            formats,
-            matvec_prefill: device.info().kind == DeviceKind::Cpu,
-            rmsnorm: RmsNorm::new(device)?,
-            swiglu: SwiGlu::new(device)?,
-            rope_kv: RopeKv::new(device)?,
-            attn_decode: AttnDecode::new(device, c.head_dim as u32, group)?,
-            attn_prefill: AttnPrefill::new(device, c.head_dim as u32, group)?,
-        };
+        let mut kernels = kernels?;
+        kernels.formats = formats;
         let f32s = |name: &str, n: usize| {
             Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
         };
