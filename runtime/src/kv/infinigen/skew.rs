@@ -298,11 +298,157 @@ impl Skew {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
             .collect();
-        Some(Self {
+        let skew = Self {
             n_layer: config.n_layer,
             n_head_kv: config.n_head_kv,
             head_dim: config.head_dim,
             matrices: all.chunks(per_layer).map(<[f32]>::to_vec).collect(),
-        })
+        };
+        // The key says what the matrices were made from, not that the bytes survived.
+        if let Err(why) = skew.check_orthogonal() {
+            tracing::warn!(
+                "{}: {why}, so the file is damaged; computing the skew matrices again",
+                path.display()
+            );
+            return None;
+        }
+        Some(skew)
+    }
+
+    /// Every matrix is orthogonal (A^T A = I within 1e-3), as skewing makes them: otherwise
+    /// speculation would score against a distorted product.
+    fn check_orthogonal(&self) -> std::result::Result<(), String> {
+        let hd = self.head_dim;
+        for (l, layer) in self.matrices.iter().enumerate() {
+            for (g, a) in layer.chunks_exact(hd * hd).enumerate() {
+                let a = DMatrix::from_row_slice(hd, hd, a);
+                let gram = a.transpose() * &a;
+                let error = (gram - DMatrix::<f32>::identity(hd, hd))
+                    .iter()
+                    .map(|x| x.abs())
+                    .reduce(|e, x| {
+                        if e.is_nan() || x.is_nan() {
+                            f32::NAN
+                        } else {
+                            e.max(x)
+                        }
+                    })
+                    .unwrap_or(0.0);
+                // Written so that NaN fails too.
+                if !(error <= 1e-3) {
+                    return Err(format!(
+                        "the skew matrix of layer {l}, KV head {g} is not orthogonal \
+                         (A^T A - I up to {error})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ModelConfig {
+        ModelConfig {
+            n_layer: 2,
+            n_embd: 32,
+            n_ff: 64,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 8,
+            n_vocab: 16,
+            n_ctx_train: 64,
+            norm_eps: 1e-5,
+            rope: None,
+        }
+    }
+
+    /// Orthogonal matrices from the QR factorization of random ones.
+    fn skew(config: &ModelConfig) -> Skew {
+        let hd = config.head_dim;
+        let mut rng = StdRng::seed_from_u64(3);
+        let matrices = (0..config.n_layer)
+            .map(|_| {
+                (0..config.n_head_kv)
+                    .flat_map(|_| {
+                        let m = DMatrix::<f32>::from_fn(hd, hd, |_, _| rng.gen_range(-1.0..1.0));
+                        let q = m.qr().q();
+                        (0..hd * hd).map(move |i| q[(i / hd, i % hd)])
+                    })
+                    .collect()
+            })
+            .collect();
+        Skew {
+            n_layer: config.n_layer,
+            n_head_kv: config.n_head_kv,
+            head_dim: hd,
+            matrices,
+        }
+    }
+
+    fn scratch(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("hearth-skew-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("model.gguf.skew")
+    }
+
+    #[test]
+    fn saved_matrices_load_back() {
+        let config = config();
+        let skew = skew(&config);
+        let path = scratch("round-trip");
+        skew.save(&path, 7).unwrap();
+        assert_eq!(Skew::load(&path, 7, &config), Some(skew));
+        // Made for other weights or another calibration text, or another shape.
+        assert_eq!(Skew::load(&path, 8, &config), None);
+        let wider = ModelConfig {
+            head_dim: 16,
+            ..config.clone()
+        };
+        assert_eq!(Skew::load(&path, 7, &wider), None);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    /// A cache file cut short, or with bytes changed, is not used (the matrices are computed
+    /// again) and nothing panics.
+    #[test]
+    fn damaged_cache_files_are_not_used() {
+        let config = config();
+        let path = scratch("damaged");
+        skew(&config).save(&path, 7).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        let mut damaged: Vec<Vec<u8>> = (0..good.len())
+            .step_by(5)
+            .map(|n| good[..n].to_vec())
+            .collect();
+        damaged.push([good.as_slice(), &[0]].concat());
+        for (at, value) in [(0, b'X'), (8, 9), (43, 0x7f), (good.len() - 2, 0xff)] {
+            let mut bytes = good.clone();
+            bytes[at] = value;
+            damaged.push(bytes);
+        }
+        // One entry NaN; one entry off by 0.01 (the check allows 1e-3).
+        let entry = 32 + 4 * 70;
+        let mut nan = good.clone();
+        nan[entry..entry + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        damaged.push(nan);
+        let mut off = good.clone();
+        let x = f32::from_le_bytes(good[entry..entry + 4].try_into().unwrap());
+        off[entry..entry + 4].copy_from_slice(&(x + 0.01).to_le_bytes());
+        damaged.push(off);
+        for bytes in damaged {
+            std::fs::write(&path, &bytes).unwrap();
+            let changed = bytes.iter().zip(&good).position(|(a, b)| a != b);
+            assert_eq!(
+                Skew::load(&path, 7, &config),
+                None,
+                "{} bytes, first change at {changed:?}",
+                bytes.len()
+            );
+        }
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }
