@@ -334,8 +334,7 @@ impl Skew {
                         }
                     })
                     .unwrap_or(0.0);
-                // Written so that NaN fails too.
-                if !(error <= 1e-3) {
+                if error.is_nan() || error > 1e-3 {
                     return Err(format!(
                         "the skew matrix of layer {l}, KV head {g} is not orthogonal \
                          (A^T A - I up to {error})"
