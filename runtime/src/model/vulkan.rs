@@ -12,7 +12,7 @@
 //! each pass over the weights, in chunks of at most `chunk` tokens.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use hearth_models::{GgufFile, ResolvedModel};
 
@@ -123,12 +123,32 @@ struct FormatKernels {
     matvec: Matvec,
     /// Decode batches: up to `DECODE_MAX_TOKENS` tokens per pass.
     matvec_batch: Matvec,
+    /// Decode batches of two, then up to four tokens, built when first needed (each pipeline
+    /// adds a tenth of a second or more to a CPU device's start). A pass costs its kernel's
+    /// tokens whatever the batch (every token's sums are unrolled on CPU devices), so two
+    /// sequences on the eight-token kernel ran slower together than one alone.
+    matvec_small: [OnceLock<Matvec>; 2],
+    format: WeightFormat,
     /// Prompt chunks on CPU devices, where `prompt_pass_tokens` exceeds a decode batch.
     matvec_prompt: Option<Matvec>,
     matmul: Matmul,
 }
 
 impl FormatKernels {
+    /// The decode-batch product with the fewest tokens per pass that holds `batch`.
+    fn batch_kernel(&self, device: &Device, batch: u32) -> Result<&Matvec> {
+        let (slot, tokens) = match batch {
+            2 => (&self.matvec_small[0], 2),
+            3 | 4 => (&self.matvec_small[1], 4),
+            _ => return Ok(&self.matvec_batch),
+        };
+        if let Some(kernel) = slot.get() {
+            return Ok(kernel);
+        }
+        let kernel = Matvec::new(device, self.format, tokens)?;
+        Ok(slot.get_or_init(|| kernel))
+    }
+
     fn new(device: &Device, format: WeightFormat) -> Result<Self> {
         let cpu = device.info().kind == DeviceKind::Cpu;
         let prompt_tokens = prompt_pass_tokens(format);
@@ -136,6 +156,8 @@ impl FormatKernels {
             embed: Embed::new(device, format)?,
             matvec: Matvec::new(device, format, 1)?,
             matvec_batch: Matvec::new(device, format, DECODE_MAX_TOKENS as u32)?,
+            matvec_small: Default::default(),
+            format,
             matvec_prompt: match cpu && prompt_tokens > DECODE_MAX_TOKENS as u32 {
                 true => Some(Matvec::new(device, format, prompt_tokens)?),
                 false => None,
@@ -189,7 +211,7 @@ impl Kernels {
         let kernel = match (args.batch, &f.matvec_prompt) {
             (1, _) => &f.matvec,
             (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
-            _ => &f.matvec_batch,
+            (batch, _) => f.batch_kernel(rec.device(), batch)?,
         };
         Ok(kernel.record(rec, args)?)
     }
