@@ -21,7 +21,7 @@ use hearth_runtime::synthetic::{self, Preset, PRESETS};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::model_args::RunArgs;
+use crate::model_args::{KvOffload, RunArgs};
 use crate::{DeviceChoice, Format};
 
 #[derive(clap::Args, Debug)]
@@ -153,77 +153,115 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         }
         (Some((most + deepest).max(1)), widest.max(1))
     };
-    let mut engine = match source {
-        Source::File(model) => args.run.load(model, device, n_ctx, n_seq)?,
-        Source::Synthetic(preset) => {
-            let format = args.synthetic_format;
-            let what = || format!("synthetic {} ({format})", preset.name);
-            let file = preset.build(format).with_context(what)?;
-            args.run
-                .load_with(device, n_ctx, n_seq, |options, progress| {
-                    Engine::load_file(file, options, progress)
-                })
-                .with_context(what)?
+    // One engine per KV placement asked for (`--kv-offload none,full,infinigen`).
+    let placements = &args.run.kv_offload;
+    let load = |offload: KvOffload| -> Result<Engine> {
+        match source {
+            Source::File(model) => args.run.load_as(offload, model, device, n_ctx, n_seq),
+            Source::Synthetic(preset) => {
+                let format = args.synthetic_format;
+                let what = || format!("synthetic {} ({format})", preset.name);
+                let file = preset.build(format).with_context(what)?;
+                args.run
+                    .load_placed(offload, device, n_ctx, n_seq, |options, progress| {
+                        Engine::load_file(file, options, progress)
+                    })
+                    .with_context(what)
+            }
         }
     };
     if serving {
+        let mut engine = load(args.run.offload()?)?;
         return crate::bench_serving::run(args, &mut engine);
     }
-    let mut tests: Vec<Test> = Vec::new();
-    for &depth in &args.depth {
-        let pp = args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, 1));
-        let tg = args
-            .n_gen
-            .iter()
-            .filter(|&&n| n > 0)
-            .flat_map(|&n| args.parallel.iter().map(move |&b| (0, n, b.max(1))));
-        for (n_prompt, n_gen, parallel) in pp.chain(tg) {
-            tests.push(Test {
-                n_prompt,
-                n_gen,
-                depth,
-                parallel,
-                ig: None,
-                ig_fetch_ns: (0.0, 0.0),
-                samples_ns: Vec::new(),
-                kv_blocks_used: 0,
-            });
-        }
-    }
-    let n_vocab = engine.info().config.n_vocab as u32;
+    let mut engines: Vec<Engine> = placements.iter().map(|&o| load(o)).collect::<Result<_>>()?;
+    let plan: Vec<(usize, usize, usize, usize)> = args
+        .depth
+        .iter()
+        .flat_map(|&depth| {
+            let pp = args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, 1));
+            let tg = args
+                .n_gen
+                .iter()
+                .filter(|&&n| n > 0)
+                .flat_map(|&n| args.parallel.iter().map(move |&b| (0, n, b.max(1))));
+            pp.chain(tg)
+                .map(move |(n_prompt, n_gen, parallel)| (n_prompt, n_gen, depth, parallel))
+        })
+        .collect();
+    // Per engine, its own record of every test.
+    let mut tests: Vec<Vec<Test>> = engines
+        .iter()
+        .map(|_| {
+            plan.iter()
+                .map(|&(n_prompt, n_gen, depth, parallel)| Test {
+                    n_prompt,
+                    n_gen,
+                    depth,
+                    parallel,
+                    ig: None,
+                    ig_fetch_ns: (0.0, 0.0),
+                    samples_ns: Vec::new(),
+                    kv_blocks_used: 0,
+                })
+                .collect()
+        })
+        .collect();
+    let n_vocab = engines[0].info().config.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     // One context per depth, so the tests at a depth share its prefill.
     let mut contexts: std::collections::HashMap<usize, Vec<u32>> = Default::default();
-    for test in &mut tests {
+    for (i, &(n_prompt, n_gen, depth, parallel)) in plan.iter().enumerate() {
         let context = contexts
-            .entry(test.depth)
-            .or_insert_with(|| (0..test.depth).map(|_| rng.gen_range(0..n_vocab)).collect())
+            .entry(depth)
+            .or_insert_with(|| (0..depth).map(|_| rng.gen_range(0..n_vocab)).collect())
             .clone();
         for rep in 0..=args.reps {
-            let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen * test.parallel))
+            let tokens: Vec<u32> = (0..n_prompt.max(n_gen * parallel))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
-            let before = sparse_stats(&engine);
-            let fetch_before = fetch_ns(&engine);
-            let ns = run_test(&mut engine, test, &context, &tokens)?;
-            if rep > 0 {
-                test.samples_ns.push(ns);
-                let fetch_after = fetch_ns(&engine);
-                test.ig_fetch_ns.0 += fetch_after.0 - fetch_before.0;
-                test.ig_fetch_ns.1 += fetch_after.1 - fetch_before.1;
-                if let (Some(b), Some(a)) = (before, sparse_stats(&engine)) {
-                    let ig = test.ig.get_or_insert_with(IgStats::default);
-                    ig.selections += a.selections - b.selections;
-                    ig.fetched += a.fetched - b.fetched;
-                    ig.available += a.available - b.available;
-                }
+            // Every placement runs each repetition in turn, on the same tokens, so that a
+            // host whose speed drifts slows them alike and their ratios hold.
+            for (engine, tests) in engines.iter_mut().zip(&mut tests) {
+                measure(engine, &mut tests[i], rep > 0, &context, &tokens)?;
             }
-            let backend = engine.session().backend();
-            test.kv_blocks_used = backend.as_vulkan().map_or(0, |m| m.kv_usage().blocks_used);
         }
     }
-    crate::model_args::print_profile(&engine);
-    report(args, &engine, &source, &tests)
+    for (engine, offload) in engines.iter().zip(placements) {
+        if placements.len() > 1 && args.run.profile {
+            eprintln!("--kv-offload {}:", offload.name());
+        }
+        crate::model_args::print_profile(engine);
+    }
+    report(args, &engines, &source, &tests)
+}
+
+/// One repetition of `test` on `engine`, recorded unless it is the warm-up.
+fn measure(
+    engine: &mut Engine,
+    test: &mut Test,
+    timed: bool,
+    context: &[u32],
+    tokens: &[u32],
+) -> Result<()> {
+    let before = sparse_stats(engine);
+    let fetch_before = fetch_ns(engine);
+    let ns = run_test(engine, test, context, tokens)?;
+    if timed {
+        test.samples_ns.push(ns);
+        let fetch_after = fetch_ns(engine);
+        test.ig_fetch_ns.0 += fetch_after.0 - fetch_before.0;
+        test.ig_fetch_ns.1 += fetch_after.1 - fetch_before.1;
+        if let (Some(b), Some(a)) = (before, sparse_stats(engine)) {
+            let ig = test.ig.get_or_insert_with(IgStats::default);
+            ig.selections += a.selections - b.selections;
+            ig.fetched += a.fetched - b.fetched;
+            ig.available += a.available - b.available;
+        }
+    }
+    let backend = engine.session().backend();
+    test.kv_blocks_used = backend.as_vulkan().map_or(0, |m| m.kv_usage().blocks_used);
+    Ok(())
 }
 
 /// What InfiniGen fetched, or H2O kept, so far: the tokens its sparse layers attended to.
@@ -293,48 +331,108 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test]) -> Result<()> {
-    let info = engine.info();
-    let file_name = info
-        .path
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let backend = match info.backend {
-        BackendKind::Vulkan => "Vulkan",
-        BackendKind::Cpu => "CPU",
-    };
-    // The weight formats as the backend holds them, most bytes first ("Q4+Q8").
-    let weights: Vec<&str> = info.weight_formats.iter().map(|(f, _)| f.name()).collect();
-    let model_type = match source {
-        Source::File(_) => format!(
-            "{} {}M {}",
-            info.architecture,
-            (info.n_params as f64 / 1e6).round(),
-            weights.join("+")
-        ),
-        Source::Synthetic(preset) => format!(
-            "{} {} {} (synthetic)",
-            info.architecture,
-            preset.size,
-            weights.join("+")
-        ),
-    };
-    // The paged KV cache: where it lives, its blocks, and the bytes attention reads.
-    let kv = engine.session().backend().as_vulkan().map(|m| {
-        let kv = m.kv();
-        (kv.placement(), kv.shape(), kv.usage())
+/// The results of every placement: one JSON array, or one table with a `kv offload` column
+/// when there are several.
+fn report(
+    args: &BenchModelArgs,
+    engines: &[Engine],
+    source: &Source,
+    tests: &[Vec<Test>],
+) -> Result<()> {
+    let several = engines.len() > 1;
+    let mut rows = Vec::new();
+    let mut table = String::from(if several {
+        "| model | size | params | backend | device | kv offload | test | t/s |\n\
+         | --- | ---: | ---: | --- | --- | --- | ---: | ---: |\n"
+    } else {
+        "| model | size | params | backend | device | test | t/s |\n\
+         | --- | ---: | ---: | --- | --- | ---: | ---: |\n"
     });
-    let ig_on = engine.infinigen_stats().is_some();
-    let h2o_on = engine.h2o_stats().is_some();
-    let kv_offload = match kv.map(|k| k.0) {
-        Some(KvPlacement::Host) if ig_on => "infinigen",
-        Some(KvPlacement::Host) => "full",
-        _ if h2o_on => "h2o",
-        _ => "none",
-    };
-    let n_layer = info.config.n_layer as f64;
-    let rows: Vec<Value> = tests
+    let mut kv_lines = String::new();
+    for (engine, tests) in engines.iter().zip(tests) {
+        let placement = EngineReport::of(args, engine, source, tests);
+        let info = engine.info();
+        for (t, row) in tests.iter().zip(&placement.rows) {
+            let offload = match several {
+                true => format!(" {} |", placement.kv_offload),
+                false => String::new(),
+            };
+            table.push_str(&format!(
+                "| {} | {:.2} MiB | {:.2} M | {} | {} |{offload} {} | {:.2} ± {:.2} |\n",
+                placement.model_type,
+                info.file_bytes as f64 / (1 << 20) as f64,
+                info.n_params as f64 / 1e6,
+                placement.backend,
+                info.device,
+                test_name(t),
+                row["avg_ts"].as_f64().unwrap_or_default(),
+                row["stddev_ts"].as_f64().unwrap_or_default(),
+            ));
+        }
+        kv_lines.push_str(&placement.kv_line);
+        rows.extend(placement.rows);
+    }
+    match args.format {
+        Format::Json => {
+            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
+        }
+        Format::Table => crate::inspect::emit(&format!("{table}{kv_lines}")),
+    }
+}
+
+/// One placement's results: JSON rows in llama-bench's names, and what the table shows.
+struct EngineReport {
+    rows: Vec<Value>,
+    model_type: String,
+    backend: &'static str,
+    kv_offload: &'static str,
+    /// Where the KV cache lives and what each test read of it ("" without one).
+    kv_line: String,
+}
+
+impl EngineReport {
+    fn of(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test]) -> Self {
+        let info = engine.info();
+        let file_name = info
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let backend = match info.backend {
+            BackendKind::Vulkan => "Vulkan",
+            BackendKind::Cpu => "CPU",
+        };
+        // The weight formats as the backend holds them, most bytes first ("Q4+Q8").
+        let weights: Vec<&str> = info.weight_formats.iter().map(|(f, _)| f.name()).collect();
+        let model_type = match source {
+            Source::File(_) => format!(
+                "{} {}M {}",
+                info.architecture,
+                (info.n_params as f64 / 1e6).round(),
+                weights.join("+")
+            ),
+            Source::Synthetic(preset) => format!(
+                "{} {} {} (synthetic)",
+                info.architecture,
+                preset.size,
+                weights.join("+")
+            ),
+        };
+        // The paged KV cache: where it lives, its blocks, and the bytes attention reads.
+        let kv = engine.session().backend().as_vulkan().map(|m| {
+            let kv = m.kv();
+            (kv.placement(), kv.shape(), kv.usage())
+        });
+        let ig_on = engine.infinigen_stats().is_some();
+        let h2o_on = engine.h2o_stats().is_some();
+        let kv_offload = match kv.map(|k| k.0) {
+            Some(KvPlacement::Host) if ig_on => "infinigen",
+            Some(KvPlacement::Host) => "full",
+            _ if h2o_on => "h2o",
+            _ => "none",
+        };
+        let n_layer = info.config.n_layer as f64;
+        let rows: Vec<Value> = tests
         .iter()
         .map(|t| {
             // Decode step i (after the depth and the prompt) reads every cached position's K
@@ -395,29 +493,8 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
             })
         })
         .collect();
-    match args.format {
-        Format::Json => {
-            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
-        }
-        Format::Table => {
-            let mut out = String::from(
-                "| model | size | params | backend | device | test | t/s |\n\
-                 | --- | ---: | ---: | --- | --- | ---: | ---: |\n",
-            );
-            for (t, row) in tests.iter().zip(&rows) {
-                let test = test_name(t);
-                out.push_str(&format!(
-                    "| {} | {:.2} MiB | {:.2} M | {} | {} | {test} | {:.2} ± {:.2} |\n",
-                    model_type,
-                    info.file_bytes as f64 / (1 << 20) as f64,
-                    info.n_params as f64 / 1e6,
-                    backend,
-                    info.device,
-                    row["avg_ts"].as_f64().unwrap_or_default(),
-                    row["stddev_ts"].as_f64().unwrap_or_default(),
-                ));
-            }
-            if let Some((placement, shape, _)) = kv {
+        let kv_line = match kv {
+            Some((placement, shape, _)) => {
                 let read: Vec<String> = tests
                     .iter()
                     .zip(&rows)
@@ -439,16 +516,23 @@ fn report(args: &BenchModelArgs, engine: &Engine, source: &Source, tests: &[Test
                         )
                     })
                     .collect();
-                out.push_str(&format!(
-                    "\nKV cache: {placement} memory ({kv_offload} offload), {} blocks of {} tokens \
-                     ({:.1} MiB); KV read per generated token: {}\n",
-                    shape.blocks,
-                    hearth_runtime::kv::BLOCK_TOKENS,
-                    shape.total_bytes() as f64 / (1 << 20) as f64,
-                    if read.is_empty() { "-".to_string() } else { read.join(", ") }
-                ));
+                format!(
+                "\nKV cache: {placement} memory ({kv_offload} offload), {} blocks of {} tokens \
+                 ({:.1} MiB); KV read per generated token: {}\n",
+                shape.blocks,
+                hearth_runtime::kv::BLOCK_TOKENS,
+                shape.total_bytes() as f64 / (1 << 20) as f64,
+                if read.is_empty() { "-".to_string() } else { read.join(", ") }
+            )
             }
-            crate::inspect::emit(&out)
+            None => String::new(),
+        };
+        Self {
+            rows,
+            model_type,
+            backend,
+            kv_offload,
+            kv_line,
         }
     }
 }

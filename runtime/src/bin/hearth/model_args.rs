@@ -52,9 +52,10 @@ pub struct RunArgs {
     /// Where the KV cache lives: `none` in device memory, `full` in system memory the device
     /// reads directly (a context larger than device memory still runs), `infinigen` in system
     /// memory with decode attention over the speculated tokens only, `h2o` keeping only recent
-    /// tokens and heavy hitters within InfiniGen's budget (the baseline).
-    #[arg(long, value_enum, default_value_t = KvOffload::None)]
-    pub kv_offload: KvOffload,
+    /// tokens and heavy hitters within InfiniGen's budget (the baseline). `hearth bench`
+    /// takes a comma-separated list and compares them in one run.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "none")]
+    pub kv_offload: Vec<KvOffload>,
     #[command(flatten)]
     pub infinigen: InfinigenArgs,
 }
@@ -101,6 +102,16 @@ pub enum KvOffload {
 }
 
 impl KvOffload {
+    /// As the flag spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Full => "full",
+            Self::Infinigen => "infinigen",
+            Self::H2o => "h2o",
+        }
+    }
+
     pub fn placement(self) -> KvPlacement {
         match self {
             Self::None | Self::H2o => KvPlacement::Device,
@@ -132,8 +143,8 @@ pub fn parse_kv_budget(s: &str) -> std::result::Result<KvBudget, String> {
 }
 
 impl RunArgs {
-    /// Loads the model with a progress bar on stderr (hidden when stderr is not a terminal).
-    /// Loads the model with a KV cache for `n_seq` sequences of `n_ctx` positions.
+    /// Loads the model with a KV cache for `n_seq` sequences of `n_ctx` positions, with a
+    /// progress bar on stderr (hidden when stderr is not a terminal).
     pub fn load(
         &self,
         model: &str,
@@ -141,22 +152,47 @@ impl RunArgs {
         n_ctx: Option<usize>,
         n_seq: usize,
     ) -> Result<Engine> {
+        self.load_as(self.offload()?, model, device, n_ctx, n_seq)
+    }
+
+    /// [`load`](Self::load) with the KV cache placed by `offload`.
+    pub fn load_as(
+        &self,
+        offload: KvOffload,
+        model: &str,
+        device: &DeviceChoice,
+        n_ctx: Option<usize>,
+        n_seq: usize,
+    ) -> Result<Engine> {
         let path = self.dir.resolve(model)?;
-        self.load_with(device, n_ctx, n_seq, |options, progress| {
+        self.load_placed(offload, device, n_ctx, n_seq, |options, progress| {
             Engine::load(&path, options, progress)
         })
         .with_context(|| format!("loading {}", path.display()))
     }
 
-    /// Runs `load` (an `Engine` constructor) with these options and a progress bar on stderr.
-    pub fn load_with(
+    /// The one KV placement asked for: only `hearth bench` compares several.
+    pub fn offload(&self) -> hearth_runtime::Result<KvOffload> {
+        match self.kv_offload.as_slice() {
+            [one] => Ok(*one),
+            _ => Err(hearth_runtime::Error::Options {
+                field: "kv-offload".into(),
+                reason: "one placement at a time here; `hearth bench` compares several".into(),
+            }),
+        }
+    }
+
+    /// Runs `load` (an `Engine` constructor) with the KV cache placed by `offload`, the other
+    /// options from these arguments, and a progress bar on stderr.
+    pub fn load_placed(
         &self,
+        offload: KvOffload,
         device: &DeviceChoice,
         n_ctx: Option<usize>,
         n_seq: usize,
         load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
     ) -> hearth_runtime::Result<Engine> {
-        if self.infinigen.kv_pool_capacity.is_some() && self.kv_offload != KvOffload::Infinigen {
+        if self.infinigen.kv_pool_capacity.is_some() && offload != KvOffload::Infinigen {
             return Err(hearth_runtime::Error::Options {
                 field: "kv-pool-capacity".into(),
                 reason: "evicts by InfiniGen's fetch counts: it needs --kv-offload infinigen"
@@ -174,10 +210,10 @@ impl RunArgs {
             n_ctx,
             n_seq: n_seq.max(1),
             kv_budget: self.kv_budget,
-            kv_placement: self.kv_offload.placement(),
+            kv_placement: offload.placement(),
             max_chunk: self.ubatch.max(1),
             profile: self.profile,
-            infinigen: (self.kv_offload == KvOffload::Infinigen).then(|| InfinigenOptions {
+            infinigen: (offload == KvOffload::Infinigen).then(|| InfinigenOptions {
                 partial_ratio: self.infinigen.ig_partial_ratio,
                 alpha: self.infinigen.ig_alpha,
                 budget: self.infinigen.ig_budget,
@@ -186,7 +222,7 @@ impl RunArgs {
                 pool_capacity: self.infinigen.kv_pool_capacity,
                 serial_fetch: self.infinigen.ig_serial_fetch,
             }),
-            h2o: (self.kv_offload == KvOffload::H2o).then_some(H2oOptions {
+            h2o: (offload == KvOffload::H2o).then_some(H2oOptions {
                 budget: self.infinigen.ig_budget,
             }),
         };

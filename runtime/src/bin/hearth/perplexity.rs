@@ -58,7 +58,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let first = args.ctx / 2;
     let decode = args.decode
         || matches!(
-            args.model.run.kv_offload,
+            args.model.run.offload()?,
             KvOffload::Infinigen | KvOffload::H2o
         );
     let bar = step_bar(windows as u64, "perplexity");

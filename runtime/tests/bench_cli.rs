@@ -1,0 +1,84 @@
+//! `hearth bench` through its command line: several KV placements compared in one run (one
+//! engine each, every test's repetitions taken in turn), and the other commands refusing a
+//! list. Outside CI a machine without a Vulkan device skips the bench; in CI (`CI=true`) a
+//! missing device fails it.
+
+mod common;
+use common::in_ci;
+
+use std::process::Command;
+
+use hearth_runtime::vk::{Device, DeviceDesc};
+
+fn hearth(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(args)
+        .output()
+        .expect("the hearth binary runs")
+}
+
+#[test]
+fn bench_compares_kv_placements_in_one_run() {
+    if let Err(e) = Device::new(DeviceDesc::default()) {
+        assert!(!in_ci(), "CI needs a Vulkan device: {e}");
+        eprintln!("skipping: no Vulkan device ({e})");
+        return;
+    }
+    let out = hearth(&[
+        "bench",
+        "--synthetic",
+        "smollm2-135m",
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-d",
+        "16",
+        "--parallel",
+        "1,3",
+        "-r",
+        "1",
+        "--kv-offload",
+        "none,full",
+        "-o",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON array");
+    let rows = rows.as_array().expect("an array");
+    let seen: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| {
+            assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+            (
+                r["kv_offload"].as_str().unwrap(),
+                r["n_parallel"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("none", 1), ("none", 3), ("full", 1), ("full", 3)],
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn other_commands_take_one_placement() {
+    let out = hearth(&[
+        "generate",
+        "-m",
+        "no-such-model",
+        "-p",
+        "hi",
+        "--kv-offload",
+        "none,full",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kv-offload") && stderr.contains("one placement"),
+        "{stderr}"
+    );
+}
