@@ -516,14 +516,17 @@ impl EngineReport {
                         )
                     })
                     .collect();
+                let read = match read.is_empty() {
+                    true => "-".to_string(),
+                    false => read.join(", "),
+                };
                 format!(
-                "\nKV cache: {placement} memory ({kv_offload} offload), {} blocks of {} tokens \
-                 ({:.1} MiB); KV read per generated token: {}\n",
-                shape.blocks,
-                hearth_runtime::kv::BLOCK_TOKENS,
-                shape.total_bytes() as f64 / (1 << 20) as f64,
-                if read.is_empty() { "-".to_string() } else { read.join(", ") }
-            )
+                    "\nKV cache: {placement} memory ({kv_offload} offload), {} blocks of {} \
+                     tokens ({:.1} MiB); KV read per generated token: {read}\n",
+                    shape.blocks,
+                    hearth_runtime::kv::BLOCK_TOKENS,
+                    shape.total_bytes() as f64 / (1 << 20) as f64,
+                )
             }
             None => String::new(),
         };
