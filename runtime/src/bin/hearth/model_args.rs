@@ -171,13 +171,15 @@ impl RunArgs {
         .with_context(|| format!("loading {}", path.display()))
     }
 
-    /// The one KV placement asked for: only `hearth bench` compares several.
+    /// The one KV placement asked for: only `hearth bench`'s pp and tg tests compare several.
     pub fn offload(&self) -> hearth_runtime::Result<KvOffload> {
         match self.kv_offload.as_slice() {
             [one] => Ok(*one),
             _ => Err(hearth_runtime::Error::Options {
                 field: "kv-offload".into(),
-                reason: "one placement at a time here; `hearth bench` compares several".into(),
+                reason: "one placement at a time here; only `hearth bench`'s pp and tg tests \
+                         compare several"
+                    .into(),
             }),
         }
     }
