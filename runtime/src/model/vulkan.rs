@@ -128,7 +128,6 @@ struct FormatKernels {
     /// tokens whatever the batch (every token's sums are unrolled on CPU devices), so two
     /// sequences on the eight-token kernel ran slower together than one alone.
     matvec_small: [OnceLock<Matvec>; 2],
-    format: WeightFormat,
     /// Prompt chunks on CPU devices, where `prompt_pass_tokens` exceeds a decode batch.
     matvec_prompt: Option<Matvec>,
     matmul: Matmul,
@@ -145,7 +144,7 @@ impl FormatKernels {
         if let Some(kernel) = slot.get() {
             return Ok(kernel);
         }
-        let kernel = Matvec::new(device, self.format, tokens)?;
+        let kernel = Matvec::new(device, self.matvec.format(), tokens)?;
         Ok(slot.get_or_init(|| kernel))
     }
 
@@ -157,7 +156,6 @@ impl FormatKernels {
             matvec: Matvec::new(device, format, 1)?,
             matvec_batch: Matvec::new(device, format, DECODE_MAX_TOKENS as u32)?,
             matvec_small: Default::default(),
-            format,
             matvec_prompt: match cpu && prompt_tokens > DECODE_MAX_TOKENS as u32 {
                 true => Some(Matvec::new(device, format, prompt_tokens)?),
                 false => None,

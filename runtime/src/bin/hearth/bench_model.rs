@@ -229,7 +229,11 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     }
     for (engine, offload) in engines.iter().zip(placements) {
         if placements.len() > 1 && args.run.profile {
-            eprintln!("--kv-offload {}:", offload.name());
+            let name = clap::ValueEnum::to_possible_value(offload);
+            eprintln!(
+                "--kv-offload {}:",
+                name.as_ref().map_or("?", |v| v.get_name())
+            );
         }
         crate::model_args::print_profile(engine);
     }

@@ -102,16 +102,6 @@ pub enum KvOffload {
 }
 
 impl KvOffload {
-    /// As the flag spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Full => "full",
-            Self::Infinigen => "infinigen",
-            Self::H2o => "h2o",
-        }
-    }
-
     pub fn placement(self) -> KvPlacement {
         match self {
             Self::None | Self::H2o => KvPlacement::Device,
