@@ -1,7 +1,7 @@
-// Push constants shared by the InfiniGen kernels (`IgPush` in runtime/src/kernels/infinigen.rs);
-// each kernel reads the fields it needs. What differs per token (its row, index, position and
-// budget) comes from the step buffer (ig_step.glsl), so one dispatch serves every sequence of a
-// decode step.
+// Push constants shared by the InfiniGen kernels (`IgPush` in
+// runtime/src/kernels/infinigen/mod.rs); each kernel reads the fields it needs. What differs per
+// token (its row, index, position and budget) comes from the step buffer (ig_step.glsl), so one
+// dispatch serves every sequence of a decode step.
 layout(push_constant) uniform Push {
     uint token;         // queries and outputs: token t of the dispatch is row token + t of a
                         // [tokens, q_stride] buffer, heads first

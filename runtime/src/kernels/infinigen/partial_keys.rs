@@ -1,0 +1,73 @@
+//! `ig_partial_keys`: the partial key cache, each key projected on the first columns of its
+//! KV head's skew.
+
+use std::sync::Arc;
+
+use hearth_shaders::IG_PARTIAL_KEYS;
+
+use super::{IgPush, IgShape};
+use crate::kernels::attention::StepToken;
+use crate::kernels::{check_sizes, linear_groups, workgroup_size};
+use crate::kv::KvLayer;
+use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
+
+/// Fills the partial key cache from keys already in the pool.
+pub struct IgPartialKeys {
+    pipeline: Arc<Pipeline>,
+}
+
+impl IgPartialKeys {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(IG_PARTIAL_KEYS, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// pkeys[row][pos][g][..] = K(row, pos, g) · skew[g] for every token (row, pos) of
+    /// `tokens`, which `steps` holds ([tokens] `StepToken`: a step's new tokens once rope_kv
+    /// stored their keys, or a row's history).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        kv: KvLayer<'a>,
+        skew: &'a Buffer,
+        pkeys: &'a Buffer,
+        s: IgShape,
+        steps: &'a Buffer,
+        tokens: &[StepToken],
+    ) -> Result<()> {
+        let name = IG_PARTIAL_KEYS.name;
+        s.check(name)?;
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        for t in tokens {
+            s.check_position(name, &kv, t.row, t.pos)?;
+        }
+        let rows = tokens.iter().map(|t| t.row + 1).max().unwrap_or(0);
+        let token_bytes = std::mem::size_of::<StepToken>() as u64;
+        check_sizes(
+            name,
+            &[
+                ("skew", skew, s.skew_bytes()),
+                ("pkeys", pkeys, s.pkeys_bytes(rows)),
+                ("steps", steps, tokens.len() as u64 * token_bytes),
+            ],
+        )?;
+        let push = IgPush {
+            tokens: tokens.len() as u32,
+            max_blocks: kv.max_blocks,
+            ..s.push()
+        };
+        let work = tokens.len() as u64 * (s.n_head_kv * s.partial) as u64;
+        let groups = linear_groups(rec.device().info(), work, self.pipeline.workgroup_size());
+        // The kernel reads no V, so it has no binding for it.
+        rec.dispatch(
+            &self.pipeline,
+            &[kv.k, kv.tables, skew, pkeys, steps],
+            &push,
+            groups,
+        )
+    }
+}

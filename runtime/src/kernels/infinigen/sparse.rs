@@ -1,0 +1,373 @@
+//! `attn_sparse`: decode attention over the gathered selections plus each token's own
+//! position.
+
+use std::sync::Arc;
+
+use hearth_shaders::ATTN_SPARSE;
+
+use super::{kernel_error, IgBatch, IgPush, IgShape, QueryAt};
+use crate::kernels::attention::{
+    decode_shape, head_workgroups, heads_per_workgroup, rolled_keys, AttnShape, Split,
+};
+use crate::kernels::check_sizes;
+use crate::kv::KvLayer;
+use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
+
+/// Decode attention over the gathered selections plus each token's own position.
+pub struct AttnSparse {
+    pipeline: Arc<Pipeline>,
+    split: Split,
+    head_dim: u32,
+    /// Query heads per workgroup (`QH` in the shader).
+    heads_per_group: u32,
+}
+
+impl AttnSparse {
+    /// For a model whose KV heads are each shared by `group` query heads.
+    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, device.info().kind)
+    }
+
+    /// The kernel shaped as `AttnDecode` is for a device of `kind`.
+    pub(crate) fn shaped_for(
+        device: &Arc<Device>,
+        head_dim: u32,
+        group: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
+        let heads_per_group = heads_per_workgroup(kind, group);
+        let (wg, subgroups) = decode_shape(
+            ATTN_SPARSE.name,
+            device,
+            kind,
+            head_dim,
+            heads_per_group - 1,
+        )?;
+        Ok(Self {
+            pipeline: device.pipeline(
+                ATTN_SPARSE,
+                &[
+                    wg,
+                    head_dim,
+                    subgroups,
+                    heads_per_group,
+                    rolled_keys(kind) as u32,
+                ],
+            )?,
+            split: Split::new(device, head_dim, kind, heads_per_group)?,
+            head_dim,
+            heads_per_group,
+        })
+    }
+
+    /// o[q.token + t] = attention of token t of `batch` (its query `q`, post-RoPE) over
+    /// k/v_scratch[t][g][0 .. sel_count[t][g]] in stored order, then its own entry in the
+    /// pool; `o` is [tokens, n_head * head_dim], as `AttnDecode` writes it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        q: QueryAt<'a>,
+        kv: KvLayer<'a>,
+        k_scratch: &'a Buffer,
+        v_scratch: &'a Buffer,
+        sel_count: &'a Buffer,
+        o: &'a Buffer,
+        s: IgShape,
+        batch: IgBatch<'a>,
+    ) -> Result<()> {
+        let name = ATTN_SPARSE.name;
+        s.check(name)?;
+        if s.head_dim != self.head_dim {
+            return Err(kernel_error(
+                ATTN_SPARSE,
+                format!(
+                    "built for head_dim {}, called with {}",
+                    self.head_dim, s.head_dim
+                ),
+            ));
+        }
+        let tokens = batch.tokens();
+        q.check(name, s, tokens)?;
+        batch.check(name)?;
+        batch.check_positions(name, &s, &kv)?;
+        let heads = (s.n_head * s.head_dim) as u64;
+        check_sizes(
+            name,
+            &[
+                ("k_scratch", k_scratch, s.scratch_bytes(tokens)),
+                ("v_scratch", v_scratch, s.scratch_bytes(tokens)),
+                ("sel_count", sel_count, s.sel_count_bytes(tokens)),
+                ("o", o, (q.token + tokens) as u64 * heads * 4),
+            ],
+        )?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let workgroups = head_workgroups(name, self.heads_per_group, s.n_head, s.n_head_kv)?;
+        // A selection holds at most cap entries and the history, and the token's own comes
+        // after them.
+        let longest = s.cap.min(batch.longest()) + 1;
+        let runs = self.split.runs(workgroups * tokens, longest);
+        let push = IgPush {
+            token: q.token,
+            tokens,
+            q_stride: q.stride,
+            max_blocks: kv.max_blocks,
+            splits: runs,
+            ..s.push()
+        };
+        rec.dispatch(
+            &self.pipeline,
+            &[
+                q.buffer,
+                o,
+                kv.k,
+                kv.v,
+                kv.tables,
+                k_scratch,
+                v_scratch,
+                sel_count,
+                &self.split.partials,
+                batch.buffer,
+            ],
+            &push,
+            [workgroups, tokens, runs],
+        )?;
+        let shape = AttnShape {
+            tokens,
+            t0: q.token,
+            n_head: s.n_head,
+            n_head_kv: s.n_head_kv,
+            head_dim: s.head_dim,
+        };
+        self.split.merge(rec, o, shape, runs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::infinigen::testing::{shape, steps_buffer, u32_buffer, Pool};
+    use crate::kernels::infinigen::{IgStep, IgToken, KvGather, QueryAt};
+    use crate::kernels::{AttnDecode, StepToken};
+    use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
+
+    /// Attention of one query (post-RoPE) over positions `history` then `pos` of `row`, in f64.
+    fn reference_sparse(
+        pool: &Pool,
+        q: &[f32],
+        s: IgShape,
+        row: usize,
+        pos: usize,
+        history: &[Vec<u32>],
+    ) -> Vec<f32> {
+        let (nh, nkv, hd) = (s.n_head as usize, s.n_head_kv as usize, s.head_dim as usize);
+        let mut out = vec![0f32; nh * hd];
+        for h in 0..nh {
+            let g = h / (nh / nkv);
+            let positions: Vec<usize> = history[g]
+                .iter()
+                .map(|&p| p as usize)
+                .chain([pos])
+                .collect();
+            let qh = &q[h * hd..][..hd];
+            let scores: Vec<f64> = positions
+                .iter()
+                .map(|&p| {
+                    qh.iter()
+                        .zip(pool.k(row, p, g))
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = positions
+                    .iter()
+                    .zip(&e)
+                    .map(|(&p, w)| w * pool.v(row, p, g)[d] as f64)
+                    .sum();
+                out[h * hd + d] = (acc / sum) as f32;
+            }
+        }
+        out
+    }
+
+    /// A token of [`run_sparse`]: its row and index, and the history positions it attends to
+    /// per KV head.
+    struct SparseToken {
+        row: u32,
+        index: u32,
+        history: Vec<Vec<u32>>,
+    }
+
+    /// Gathers each token's history per KV head and runs attn_sparse over all of them in one
+    /// dispatch each, token t's query being row t of `qkv` (`q` on the host); returns the
+    /// output ([tokens, n_head * head_dim]) and the reference.
+    fn run_sparse(
+        kind: DeviceKind,
+        pool: &Pool,
+        s: IgShape,
+        qkv: &Buffer,
+        q: &[f32],
+        tokens: &[SparseToken],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let dev = device().unwrap();
+        let (cap, n_kv) = (s.cap as usize, s.n_head_kv as usize);
+        let mut idx = vec![0u32; tokens.len() * n_kv * cap];
+        let mut counts = Vec::new();
+        for (t, token) in tokens.iter().enumerate() {
+            for (g, list) in token.history.iter().enumerate() {
+                idx[(t * n_kv + g) * cap..][..list.len()].copy_from_slice(list);
+                counts.push(list.len() as u32);
+            }
+        }
+        let idx_b = u32_buffer(&dev, &idx);
+        let count_b = u32_buffer(&dev, &counts);
+        let steps: Vec<IgStep> = tokens
+            .iter()
+            .map(|t| IgStep::new(IgToken::new(t.row, t.index), 0))
+            .collect();
+        let steps_b = steps_buffer(&dev, &steps);
+        let batch = IgBatch {
+            buffer: &steps_b,
+            steps: &steps,
+        };
+        let n = (s.scratch_bytes(tokens.len() as u32) / 4) as usize;
+        let (k_b, v_b) = (zeros(&dev, n), zeros(&dev, n));
+        let heads = (s.n_head * s.head_dim) as usize;
+        let o = zeros(&dev, tokens.len() * heads);
+        let fetches_b = u32_buffer(&dev, &vec![0; 2 * s.n_ctx as usize]);
+        let gather = KvGather::shaped_for(&dev, kind).unwrap();
+        let attn = AttnSparse::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
+        let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
+        let query = QueryAt {
+            buffer: qkv,
+            token: 0,
+            stride: stride as u32,
+        };
+        run(&dev, |rec| {
+            gather
+                .record(
+                    rec,
+                    pool.layer(),
+                    &idx_b,
+                    &count_b,
+                    &fetches_b,
+                    &k_b,
+                    &v_b,
+                    s,
+                    batch,
+                )
+                .unwrap();
+            attn.record(rec, query, pool.layer(), &k_b, &v_b, &count_b, &o, s, batch)
+                .unwrap();
+        });
+        let want: Vec<f32> = tokens
+            .iter()
+            .enumerate()
+            .flat_map(|(t, token)| {
+                let (row, index) = (token.row as usize, token.index as usize);
+                let q = &q[t * stride..][..heads];
+                reference_sparse(pool, q, s, row, index, &token.history)
+            })
+            .collect();
+        (o.download(want.len()).unwrap(), want)
+    }
+
+    #[test]
+    fn sparse_attention_matches_reference() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 3, 230, 160);
+        let pos = 203u32;
+        let pool = Pool::new(s, &[40, pos as usize + 1]);
+        // Token 0 is row 1's; token 1 is row 0's, with a short history.
+        let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
+        let qkv = random(2 * stride, 21, 1.5);
+        let qkv_b = upload(&dev, &qkv);
+        let keep = random(pos as usize, 22, 1.0);
+        // Head 0: about half the history, ascending; head 1: a few, not in order; head 2: none.
+        let tokens = [
+            SparseToken {
+                row: 1,
+                index: pos,
+                history: vec![
+                    (0..pos).filter(|&t| keep[t as usize] > 0.0).collect(),
+                    vec![202, 3, 150, 77],
+                    vec![],
+                ],
+            },
+            SparseToken {
+                row: 0,
+                index: 39,
+                history: vec![vec![], (0..39).rev().collect(), vec![38, 0]],
+            },
+        ];
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
+            // As for attn_decode: outputs are O(1) averages of |v| <= 1 over a few hundred
+            // positions, computed in f32.
+            assert_close(
+                &format!("sparse attention ({kind:?} shape)"),
+                &got,
+                &want,
+                |_| 2e-5,
+            );
+        }
+        finish(&dev);
+    }
+
+    #[test]
+    fn sparse_attention_over_everything_matches_attn_decode() {
+        let Some(dev) = device() else { return };
+        let s = shape(6, 2, 300, 300);
+        let pos = 277u32;
+        let pool = Pool::new(s, &[100, pos as usize + 1]);
+        let qkv = random(
+            ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize,
+            31,
+            1.5,
+        );
+        let qkv_b = upload(&dev, &qkv);
+        let steps = Buffer::from_slice(&dev, "steps", &[StepToken::new(1, pos)]).unwrap();
+        let tokens = [SparseToken {
+            row: 1,
+            index: pos,
+            history: vec![(0..pos).collect::<Vec<_>>(); 2],
+        }];
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let dense =
+                AttnDecode::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
+            let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
+            let shape = AttnShape {
+                tokens: 1,
+                t0: 0,
+                n_head: s.n_head,
+                n_head_kv: s.n_head_kv,
+                head_dim: s.head_dim,
+            };
+            run(&dev, |rec| {
+                dense
+                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape, pos + 1)
+                    .unwrap();
+            });
+            let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
+            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
+            let what = format!("({kind:?} shape)");
+            assert_close(
+                &format!("sparse vs attn_decode {what}"),
+                &got,
+                &dense_out,
+                |_| 2e-5,
+            );
+            assert_close(&format!("sparse vs reference {what}"), &got, &want, |_| {
+                2e-5
+            });
+        }
+        finish(&dev);
+    }
+}

@@ -1,0 +1,116 @@
+//! Fixtures the InfiniGen kernels' tests share: a model shape and a host pool of random K/V.
+
+use std::sync::Arc;
+
+use super::{IgShape, IgStep};
+use crate::kv::{blocks_for, KvCache, KvLayer, KvPlacement, KvShape, BLOCK_TOKENS};
+use crate::testing::{device, random};
+use crate::vk::{Buffer, Device};
+
+pub(super) fn shape(n_head: u32, n_head_kv: u32, n_ctx: u32, cap: u32) -> IgShape {
+    IgShape {
+        n_head,
+        n_head_kv,
+        head_dim: 64,
+        partial: 16,
+        n_ctx,
+        cap,
+    }
+}
+
+/// A host pool (InfiniGen's placement) whose rows take their blocks in turn, so no row's
+/// block table is contiguous, holding random K/V at positions 0 .. lens[row] that `k` and
+/// `v` mirror as [row][pos][kv_head][head_dim].
+pub(super) struct Pool {
+    pub(super) cache: KvCache,
+    pub(super) k: Vec<Vec<f32>>,
+    pub(super) v: Vec<Vec<f32>>,
+    pub(super) kv_dim: usize,
+    pub(super) head_dim: usize,
+}
+
+impl Pool {
+    pub(super) fn new(s: IgShape, lens: &[usize]) -> Self {
+        let dev = device().unwrap();
+        let n_ctx = s.n_ctx as usize;
+        let kv_dim = (s.n_head_kv * s.head_dim) as usize;
+        let rows = lens.len() + 1;
+        let shape = KvShape {
+            n_layer: 1,
+            n_head_kv: s.n_head_kv as usize,
+            head_dim: s.head_dim as usize,
+            blocks: rows * blocks_for(n_ctx) + 1,
+            rows,
+            n_ctx,
+        };
+        let mut cache = KvCache::new(&dev, shape, KvPlacement::Host).unwrap();
+        // A spare row takes a block every round and frees them all at the end, so rows
+        // neither start at block 0 nor run contiguously once the others are done.
+        let spare = rows - 1;
+        let mut held = vec![0; lens.len()];
+        while held.iter().zip(lens).any(|(h, l)| h < l) {
+            if cache.len(spare) + BLOCK_TOKENS <= n_ctx {
+                cache.append(spare, BLOCK_TOKENS).unwrap();
+            }
+            for (r, &len) in lens.iter().enumerate() {
+                let more = (len - held[r]).min(BLOCK_TOKENS);
+                cache.append(r, more).unwrap();
+                held[r] += more;
+            }
+        }
+        cache.clear(spare);
+        cache.sync_tables().unwrap();
+        let mut pool = Pool {
+            cache,
+            k: Vec::new(),
+            v: Vec::new(),
+            kv_dim,
+            head_dim: s.head_dim as usize,
+        };
+        let layer = pool.cache.layer(0);
+        let max_blocks = layer.max_blocks as usize;
+        let tables: Vec<u32> = layer.tables.download(lens.len() * max_blocks).unwrap();
+        for (r, &len) in lens.iter().enumerate() {
+            let k = random(len * kv_dim, 100 + r as u64, 1.0);
+            let v = random(len * kv_dim, 200 + r as u64, 1.0);
+            for p in 0..len {
+                let block = tables[r * max_blocks + p / BLOCK_TOKENS] as usize;
+                let slot = (block * BLOCK_TOKENS + p % BLOCK_TOKENS) as u64;
+                let bytes = slot * kv_dim as u64 * 4;
+                layer.k.upload(bytes, &k[p * kv_dim..][..kv_dim]).unwrap();
+                layer.v.upload(bytes, &v[p * kv_dim..][..kv_dim]).unwrap();
+            }
+            pool.k.push(k);
+            pool.v.push(v);
+        }
+        for (r, &len) in lens.iter().enumerate() {
+            let blocks = &tables[r * max_blocks..][..blocks_for(len)];
+            assert!(
+                blocks.windows(2).all(|w| w[1] != w[0] + 1),
+                "row {r}'s blocks {blocks:?} should be scattered"
+            );
+        }
+        pool
+    }
+
+    pub(super) fn layer(&self) -> KvLayer<'_> {
+        self.cache.layer(0)
+    }
+
+    /// K of KV head g at position p of `row`.
+    pub(super) fn k(&self, row: usize, p: usize, g: usize) -> &[f32] {
+        &self.k[row][p * self.kv_dim + g * self.head_dim..][..self.head_dim]
+    }
+
+    pub(super) fn v(&self, row: usize, p: usize, g: usize) -> &[f32] {
+        &self.v[row][p * self.kv_dim + g * self.head_dim..][..self.head_dim]
+    }
+}
+
+pub(super) fn u32_buffer(dev: &Arc<Device>, data: &[u32]) -> Buffer {
+    Buffer::from_slice(dev, "test u32", data).unwrap()
+}
+
+pub(super) fn steps_buffer(dev: &Arc<Device>, steps: &[IgStep]) -> Buffer {
+    Buffer::from_slice(dev, "test steps", steps).unwrap()
+}
