@@ -1,0 +1,145 @@
+//! The kernels a model runs: per weight format, the products that read its matrices (one
+//! token, decode batches, prompt chunks, and tiled matmul), and the ones that read no weights.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use super::DeviceMatrix;
+use crate::error::Result;
+use crate::kernels::{
+    AttnDecode, AttnPrefill, Embed, Matmul, Matvec, MatvecArgs, RmsNorm, RopeKv, SwiGlu,
+    WeightFormat,
+};
+use crate::model::ModelConfig;
+use crate::vk::{Buffer, Device, DeviceKind, Recorder};
+
+/// Most tokens a step runs through the decode (matrix-vector) path.
+pub(super) const DECODE_MAX_TOKENS: usize = 8;
+
+/// Tokens of a prompt chunk that share one pass over the weights in the matvec kernel on CPU
+/// devices (GPUs run prompts through matmul). With its loops unrolled (see `matvec.comp`)
+/// the kernel keeps 16 tokens' x in registers. On lavapipe with SmolLM2, pp512 against 8
+/// tokens a pass: Q4 166 -> 179, Q3H 126 -> 138, F16 96 -> 125, Q5 93 -> 123 tokens/s; Q6,
+/// whose unpacking takes the most registers, ran 90 -> 74 and keeps 8.
+fn prompt_pass_tokens(format: WeightFormat) -> u32 {
+    match format {
+        WeightFormat::Q6 => 8,
+        _ => 16,
+    }
+}
+
+/// The kernels that read weights, for one format.
+pub(super) struct FormatKernels {
+    pub(super) embed: Embed,
+    /// One token per pass (decode).
+    pub(super) matvec: Matvec,
+    /// Decode batches: up to `DECODE_MAX_TOKENS` tokens per pass.
+    pub(super) matvec_batch: Matvec,
+    /// Decode batches of two, then up to four tokens, built when first needed (each pipeline
+    /// adds a tenth of a second or more to a CPU device's start). A pass costs its kernel's
+    /// tokens whatever the batch (every token's sums are unrolled on CPU devices), so two
+    /// sequences on the eight-token kernel ran slower together than one alone.
+    pub(super) matvec_small: [OnceLock<Matvec>; 2],
+    /// Prompt chunks on CPU devices, where `prompt_pass_tokens` exceeds a decode batch.
+    pub(super) matvec_prompt: Option<Matvec>,
+    pub(super) matmul: Matmul,
+}
+
+impl FormatKernels {
+    /// The decode-batch product with the fewest tokens per pass that holds `batch`.
+    pub(super) fn batch_kernel(&self, device: &Device, batch: u32) -> Result<&Matvec> {
+        let (slot, tokens) = match batch {
+            2 => (&self.matvec_small[0], 2),
+            3 | 4 => (&self.matvec_small[1], 4),
+            _ => return Ok(&self.matvec_batch),
+        };
+        if let Some(kernel) = slot.get() {
+            return Ok(kernel);
+        }
+        let kernel = Matvec::new(device, self.matvec.format(), tokens)?;
+        Ok(slot.get_or_init(|| kernel))
+    }
+
+    pub(super) fn new(device: &Device, format: WeightFormat) -> Result<Self> {
+        let cpu = device.info().kind == DeviceKind::Cpu;
+        let prompt_tokens = prompt_pass_tokens(format);
+        Ok(Self {
+            embed: Embed::new(device, format)?,
+            matvec: Matvec::new(device, format, 1)?,
+            matvec_batch: Matvec::new(device, format, DECODE_MAX_TOKENS as u32)?,
+            matvec_small: Default::default(),
+            matvec_prompt: match cpu && prompt_tokens > DECODE_MAX_TOKENS as u32 {
+                true => Some(Matvec::new(device, format, prompt_tokens)?),
+                false => None,
+            },
+            matmul: Matmul::new(device, format)?,
+        })
+    }
+}
+
+pub(super) struct Kernels {
+    pub(super) formats: HashMap<WeightFormat, FormatKernels>,
+    /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
+    pub(super) matvec_prefill: bool,
+    pub(super) rmsnorm: RmsNorm,
+    pub(super) swiglu: SwiGlu,
+    pub(super) rope_kv: RopeKv,
+    pub(super) attn_decode: AttnDecode,
+    pub(super) attn_prefill: AttnPrefill,
+}
+
+impl Kernels {
+    /// The kernels that read no weights; `formats` is filled as the weights load.
+    pub(super) fn new(device: &Arc<Device>, c: &ModelConfig) -> Result<Self> {
+        // Query heads sharing each KV head.
+        let group = (c.n_head / c.n_head_kv.max(1)) as u32;
+        Ok(Self {
+            formats: HashMap::new(),
+            matvec_prefill: device.info().kind == DeviceKind::Cpu,
+            rmsnorm: RmsNorm::new(device)?,
+            swiglu: SwiGlu::new(device)?,
+            rope_kv: RopeKv::new(device)?,
+            attn_decode: AttnDecode::new(device, c.head_dim as u32, group)?,
+            attn_prefill: AttnPrefill::new(device, c.head_dim as u32, group)?,
+        })
+    }
+
+    pub(super) fn of(&self, format: WeightFormat) -> &FormatKernels {
+        // Every matrix's format got its kernels when the matrix was uploaded.
+        &self.formats[&format]
+    }
+
+    /// A weight-streaming product with `w` in its format, with the kernel whose tokens per
+    /// pass fit the step: one, a decode batch's, or a prompt chunk's.
+    pub(super) fn matvec<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &DeviceMatrix,
+        args: MatvecArgs<'a>,
+    ) -> Result<()> {
+        let f = self.of(w.format);
+        let kernel = match (args.batch, &f.matvec_prompt) {
+            (1, _) => &f.matvec,
+            (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
+            (batch, _) => f.batch_kernel(rec.device(), batch)?,
+        };
+        Ok(kernel.record(rec, args)?)
+    }
+
+    /// C [n, m] (+)= X [n, k] W^T through the tiled matmul for `w`'s format.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &'a DeviceMatrix,
+        x: &'a Buffer,
+        c: &'a Buffer,
+        n: u32,
+        m: u32,
+        k: u32,
+        accumulate: bool,
+    ) -> Result<()> {
+        let kernel = &self.of(w.format).matmul;
+        Ok(kernel.record(rec, &w.buffer, x, c, n, m, k, accumulate)?)
+    }
+}

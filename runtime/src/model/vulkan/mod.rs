@@ -1,0 +1,587 @@
+//! The Vulkan executor: weights in device buffers, the paged KV cache, and a step recorded
+//! into a single command buffer and submission (embedding to logits, no CPU round trip
+//! between kernels). A step may carry several sequences, each appending to its own cache row
+//! (`step_batch`); the single-sequence `Backend` uses row 0.
+//!
+//! Weights stay packed in their formats (each matrix may have its own), and every product
+//! runs the kernel variant for its matrix's format. Decode (up to a few tokens per sequence)
+//! runs the weight-streaming matvec kernel with the block's RMSNorm, residual adds and SwiGLU
+//! folded into it, and attention with RoPE and the K/V append folded in: five dispatches per
+//! layer. Prefill (more tokens) uses flash-style attention and, on GPUs, tiled matrix-matrix
+//! kernels; CPU devices keep the matvec kernel for prefill too, with several tokens sharing
+//! each pass over the weights, in chunks of at most `chunk` tokens.
+
+mod kernels;
+mod step;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use hearth_models::{GgufFile, ResolvedModel};
+
+use self::kernels::{FormatKernels, Kernels};
+use super::h2o::VkH2o;
+use super::infinigen::VkInfinigen;
+use super::{Backend, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
+use crate::cpu::forward::check_step;
+use crate::cpu::ops;
+use crate::error::{Error, Result};
+use crate::kernels::{weight_buffer, StepToken, WeightFormat};
+use crate::kv::infinigen::{IgParams, IgStats, Skew};
+use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage};
+use crate::vk::{Buffer, BufferDesc, Device, Recorder};
+
+/// How much memory the KV cache may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvBudget {
+    Bytes(u64),
+    Tokens(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct VkModelOptions {
+    /// Most positions one sequence holds.
+    pub n_ctx: usize,
+    /// Sequences the cache can hold at once (rows of block tables).
+    pub n_seq: usize,
+    /// The KV pool's size; `None`: every sequence at full context, within what fits after
+    /// the weights.
+    pub kv_budget: Option<KvBudget>,
+    pub kv_placement: KvPlacement,
+    /// Most tokens one prefill submission processes (scratch buffers are sized by it).
+    pub max_chunk: usize,
+    /// Time every kernel with timestamp queries (see [`VkModel::profile`]).
+    pub profile: bool,
+}
+
+impl Default for VkModelOptions {
+    fn default() -> Self {
+        Self {
+            n_ctx: 4096,
+            n_seq: 1,
+            kv_budget: None,
+            kv_placement: KvPlacement::Device,
+            max_chunk: 256,
+            profile: false,
+        }
+    }
+}
+
+/// One sequence's part of a batched step: `tokens` appended to cache row `row`.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqStep<'a> {
+    pub row: usize,
+    pub tokens: &'a [u32],
+    /// Which logits to return for this sequence.
+    pub logits: Option<Logits>,
+    /// The row's beam table offset (from `KvCache::set_beams`), when it reads its history
+    /// through one.
+    pub beam: Option<u32>,
+}
+
+/// Headroom left free on the device when the KV budget is chosen automatically.
+const KV_HEADROOM: u64 = 512 << 20;
+
+/// A packed weight matrix on the device.
+struct DeviceMatrix {
+    buffer: Buffer,
+    format: WeightFormat,
+}
+
+/// One block's weights on the device; matrices packed, norm gains in f32.
+struct DeviceLayer {
+    attn_norm: Buffer,
+    wqkv: DeviceMatrix,
+    wo: DeviceMatrix,
+    ffn_norm: Buffer,
+    w_gate_up: DeviceMatrix,
+    w_down: DeviceMatrix,
+}
+
+/// Activations for one chunk of `chunk` tokens.
+struct Scratch {
+    /// [chunk] token ids, written by the host each step.
+    ids: Buffer,
+    /// [chunk, n_embd] the residual stream.
+    x: Buffer,
+    /// [chunk, n_embd] normalised x (prefill).
+    xn: Buffer,
+    /// [chunk, qkv_dim]
+    qkv: Buffer,
+    /// [chunk, n_head * head_dim]
+    att: Buffer,
+    /// [chunk, 2 n_ff] (prefill)
+    gate_up: Buffer,
+    /// [chunk, n_ff]
+    hidden: Buffer,
+    /// [chunk] where each token belongs in the KV cache, written by the host each step.
+    steps: Buffer,
+    /// [chunk, n_embd] x of the tokens whose logits are wanted, gathered.
+    sel: Buffer,
+    /// [chunk, n_vocab], read by the host
+    logits: Buffer,
+}
+
+pub struct VkModel {
+    device: Arc<Device>,
+    config: ModelConfig,
+    /// [n_vocab, n_embd]
+    token_embd: DeviceMatrix,
+    output_norm: Buffer,
+    /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
+    output: Option<DeviceMatrix>,
+    layers: Vec<DeviceLayer>,
+    kv: KvCache,
+    /// [n_ctx, rot_dim / 2] (cos, sin)
+    rope_table: Buffer,
+    kernels: Kernels,
+    scratch: Scratch,
+    chunk: usize,
+    /// Bytes of packed weight matrices per format.
+    weight_bytes: Vec<(WeightFormat, u64)>,
+    /// Running totals, when profiling.
+    profile: Option<ProfileTotals>,
+    /// InfiniGen fetch commands recorded since load, and how many of them shared a group
+    /// (no barrier between) with the previous layer's kernels.
+    fetch_alongside: (usize, usize),
+    /// `--kv-offload infinigen`, when on.
+    ig: Option<VkInfinigen>,
+    /// `--kv-offload h2o`, when on.
+    h2o: Option<VkH2o>,
+}
+
+/// What `--profile` has timed since load.
+#[derive(Default)]
+struct ProfileTotals {
+    /// Per kernel: (GPU nanoseconds, dispatches).
+    kernels: BTreeMap<&'static str, (f64, u64)>,
+    /// See `Profile::fetch_overlap_ns`.
+    fetch_overlap_ns: f64,
+}
+
+impl VkModel {
+    pub fn load(
+        device: &Arc<Device>,
+        file: &GgufFile,
+        model: &ResolvedModel,
+        options: VkModelOptions,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let config = ModelConfig::from_resolved(file.path(), model)?;
+        let c = &config;
+        if options.n_ctx == 0 {
+            return Err(crate::Error::options("n_ctx", "must be at least 1"));
+        }
+        // The logits of a whole chunk must fit one storage buffer.
+        let max_range = device.info().limits.max_storage_buffer_range;
+        let chunk = options
+            .max_chunk
+            .min((max_range / (c.n_vocab as u64 * 4)).max(1) as usize)
+            .max(1);
+
+        let mut reader = WeightReader::new(file, model, c, progress);
+        let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
+        // Each format's kernels are built on a thread of their own while the weights load. A
+        // CPU device translates and optimizes a pipeline's SPIR-V when it is created (lavapipe
+        // takes a third of a second for the unrolled prompt product), which, one pipeline after
+        // another, held up every start by over a second.
+        let (token_embd, output, layers, output_norm, formats, kernels) =
+            std::thread::scope(|s| {
+                let common = s.spawn(|| Kernels::new(device, c));
+                let mut building = Vec::new();
+                let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
+                    match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
+                        Some((_, bytes)) => *bytes += w.data.len() as u64,
+                        None => weight_bytes.push((w.format, w.data.len() as u64)),
+                    }
+                    if building.iter().all(|(f, _)| *f != w.format) {
+                        let format = w.format;
+                        building
+                            .push((format, s.spawn(move || FormatKernels::new(device, format))));
+                    }
+                    Ok(DeviceMatrix {
+                        buffer: weight_buffer(device, name, &w.data)?,
+                        format: w.format,
+                    })
+                };
+                let token_embd = upload("token_embd", reader.token_embd()?)?;
+                let output = match reader.output()? {
+                    Some(w) => Some(upload("output", w)?),
+                    None => None,
+                };
+                let mut layers = Vec::with_capacity(c.n_layer);
+                for l in 0..c.n_layer {
+                    let w = reader.layer(l)?;
+                    layers.push(DeviceLayer {
+                        attn_norm: Buffer::from_slice(
+                            device,
+                            &format!("blk.{l}.attn_norm"),
+                            &w.attn_norm,
+                        )?,
+                        wqkv: upload(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
+                        wo: upload(&format!("blk.{l}.attn_output"), w.wo)?,
+                        ffn_norm: Buffer::from_slice(
+                            device,
+                            &format!("blk.{l}.ffn_norm"),
+                            &w.ffn_norm,
+                        )?,
+                        w_gate_up: upload(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
+                        w_down: upload(&format!("blk.{l}.ffn_down"), w.w_down)?,
+                    });
+                }
+                let output_norm =
+                    Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
+                reader.finish()?;
+                let mut formats = HashMap::new();
+                for (format, handle) in building {
+                    let built = handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                    formats.insert(format, built);
+                }
+                let kernels = common
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, Error>((token_embd, output, layers, output_norm, formats, kernels))
+            })?;
+
+        let weights: u64 = weight_bytes.iter().map(|(_, b)| b).sum();
+        let kv = KvCache::new(
+            device,
+            kv_shape(device, c, &options, weights)?,
+            options.kv_placement,
+        )?;
+        let table = match c.rope {
+            Some(r) => ops::rope_table(options.n_ctx, r.dims, r.base as f64),
+            None => vec![[0.0; 2]],
+        };
+        let rope_table = Buffer::from_slice(device, "rope table", &table)?;
+
+        let mut kernels = kernels?;
+        kernels.formats = formats;
+        let f32s = |name: &str, n: usize| {
+            Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
+        };
+        let scratch = Scratch {
+            ids: Buffer::new(
+                device,
+                BufferDesc::host_visible("token ids", chunk as u64 * 4),
+            )?,
+            x: f32s("x", chunk * c.n_embd)?,
+            xn: f32s("x normalised", chunk * c.n_embd)?,
+            qkv: f32s("qkv", chunk * c.qkv_dim())?,
+            att: f32s("attention output", chunk * c.attn_dim())?,
+            gate_up: f32s("gate/up", chunk * 2 * c.n_ff)?,
+            hidden: f32s("mlp hidden", chunk * c.n_ff)?,
+            steps: Buffer::new(
+                device,
+                BufferDesc::host_visible("step tokens", chunk as u64 * 16),
+            )?,
+            sel: f32s("selected x", chunk * c.n_embd)?,
+            logits: Buffer::new(
+                device,
+                BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
+            )?,
+        };
+        Ok(Self {
+            device: device.clone(),
+            config,
+            token_embd,
+            output_norm,
+            output,
+            layers,
+            kv,
+            rope_table,
+            kernels,
+            scratch,
+            chunk,
+            weight_bytes,
+            profile: options.profile.then(ProfileTotals::default),
+            fetch_alongside: (0, 0),
+            ig: None,
+            h2o: None,
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Bytes of weight matrices per format on the device, most first.
+    pub fn weight_formats(&self) -> Vec<(WeightFormat, u64)> {
+        let mut formats = self.weight_bytes.clone();
+        formats.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+        formats
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv.shape().total_bytes()
+    }
+
+    /// InfiniGen fetch commands recorded since load, and how many of them were recorded to
+    /// run alongside the previous layer's kernels (see `Completed::alongside`).
+    pub fn fetch_alongside(&self) -> (usize, usize) {
+        self.fetch_alongside
+    }
+
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    pub fn kv_usage(&self) -> KvUsage {
+        self.kv.usage()
+    }
+
+    /// Makes row `dst` share the first `len` positions of row `src` (prefix sharing; blocks
+    /// are copied on write), InfiniGen's partial keys included.
+    pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.kv.fork(src, dst, len);
+        if let Some(ig) = &mut self.ig {
+            ig.fork(src, dst, len);
+        }
+        if let Some(h2o) = &mut self.h2o {
+            h2o.fork(src, dst, len);
+        }
+    }
+
+    /// What H2O's KV head `g` of layer `l` keeps in row `row` (positions ascending, and the
+    /// mass of every position), when H2O is on and the layer runs it.
+    pub fn h2o_head(&self, row: usize, l: usize, g: usize) -> Result<Option<crate::kv::h2o::Head>> {
+        match &self.h2o {
+            Some(h2o) if h2o.applies(l) && l < self.config.n_layer && g < self.config.n_head_kv => {
+                Ok(Some(h2o.head(row, l, g)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Most tokens one [`step_batch`](Self::step_batch) takes.
+    pub fn max_step_tokens(&self) -> usize {
+        self.chunk
+    }
+}
+
+/// The cache's shape: every sequence at full context, within the budget (or, without one,
+/// within the device memory left after the weights with some headroom).
+fn kv_shape(
+    device: &Device,
+    c: &ModelConfig,
+    options: &VkModelOptions,
+    weights: u64,
+) -> Result<KvShape> {
+    if options.n_seq == 0 {
+        return Err(Error::options("n_seq", "must be at least 1"));
+    }
+    let mut shape = KvShape {
+        n_layer: c.n_layer,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+        blocks: 0,
+        rows: options.n_seq,
+        n_ctx: options.n_ctx,
+    };
+    let full = options.n_seq * blocks_for(options.n_ctx);
+    let info = device.info();
+    let max_range = info.limits.max_storage_buffer_range;
+    let blocks = match options.kv_budget {
+        Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, max_range),
+        Some(KvBudget::Tokens(t)) => {
+            blocks_for(t).min(blocks_in_budget(&shape, u64::MAX, max_range))
+        }
+        None => {
+            let heap = match options.kv_placement {
+                KvPlacement::Device => info.device_local_bytes(),
+                KvPlacement::Host => info.host_bytes(),
+            };
+            let room = heap.saturating_sub(weights).saturating_sub(KV_HEADROOM);
+            full.min(blocks_in_budget(&shape, room, max_range))
+        }
+    };
+    if blocks == 0 {
+        return Err(Error::options(
+            "kv_budget",
+            format!(
+                "leaves no room for one block of {} tokens ({} bytes)",
+                crate::kv::BLOCK_TOKENS,
+                shape.block_bytes()
+            ),
+        ));
+    }
+    shape.blocks = blocks;
+    Ok(shape)
+}
+
+impl Backend for VkModel {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn as_vulkan_mut(&mut self) -> Option<&mut VkModel> {
+        Some(self)
+    }
+
+    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
+        self.ig = None;
+        let Some((skew, params)) = setup else {
+            return Ok(());
+        };
+        let c = &self.config;
+        let shape = self.kv.shape();
+        let ig = VkInfinigen::new(
+            &self.device,
+            skew,
+            params,
+            c.n_head,
+            shape.n_ctx,
+            shape.rows,
+        )?;
+        let mut ig = ig;
+        ig.adopt(self.kv.len(0));
+        // Partial keys of what the cache already holds: every entry of every row.
+        let held: Vec<StepToken> = (0..shape.rows)
+            .flat_map(|row| {
+                (0..self.kv.len(row) as u32).map(move |pos| StepToken::new(row as u32, pos))
+            })
+            .collect();
+        if !held.is_empty() {
+            let held_b = Buffer::from_slice(&self.device, "cached tokens", &held)?;
+            let mut rec = Recorder::new(&self.device)?;
+            for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
+                ig.record_partial_keys(&mut rec, l, self.kv.layer(l), &held_b, &held)?;
+            }
+            rec.submit()?;
+        }
+        self.ig = Some(ig);
+        Ok(())
+    }
+
+    fn infinigen_stats(&self) -> Option<IgStats> {
+        self.ig.as_ref().map(|ig| ig.stats)
+    }
+
+    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
+        self.h2o = None;
+        let Some(params) = params else {
+            return Ok(());
+        };
+        let c = &self.config;
+        let shape = self.kv.shape();
+        let mut h2o = VkH2o::new(
+            &self.device,
+            params,
+            c.n_layer,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            shape.n_ctx,
+            shape.rows,
+            self.chunk,
+        )?;
+        // What the cache already holds joins with no mass (as `kv::h2o::H2o::new` does).
+        for row in 0..shape.rows {
+            h2o.sync(row, self.kv.len(row))?;
+        }
+        self.h2o = Some(h2o);
+        Ok(())
+    }
+
+    fn h2o_stats(&self) -> Option<IgStats> {
+        self.h2o.as_ref().map(|h2o| h2o.stats)
+    }
+
+    fn as_vulkan(&self) -> Option<&VkModel> {
+        Some(self)
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.kv.shape().n_ctx
+    }
+
+    fn len(&self) -> usize {
+        self.position(0)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let entries = self.kv.len(0);
+        let kept = match &mut self.ig {
+            // Should resetting the counters or positions fail, the row starts over, its
+            // entries forgotten as the map forgets them.
+            Some(ig) => ig.truncate_row0(entries, len).unwrap_or_else(|_| {
+                ig.adopt(0);
+                0
+            }),
+            None => len,
+        };
+        self.kv.truncate(0, kept);
+    }
+
+    fn profile(&self) -> Profile {
+        let Some(totals) = &self.profile else {
+            return Profile::default();
+        };
+        Profile {
+            kernels: totals
+                .kernels
+                .iter()
+                .map(|(&k, &(ns, n))| (k, ns, n))
+                .collect(),
+            fetch_overlap_ns: totals.fetch_overlap_ns,
+        }
+    }
+
+    fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
+        let chunks = tokens.len().div_ceil(self.chunk);
+        // Chunks of equal size, so a prompt's last is never a lone token, which InfiniGen
+        // and H2O would take for a decode step.
+        let size = tokens.len().div_ceil(chunks.max(1)).max(1);
+        let mut out = Vec::new();
+        for (i, chunk) in tokens.chunks(size).enumerate() {
+            let rows = match logits {
+                Logits::All => Some(Logits::All),
+                Logits::Last if i + 1 == chunks => Some(Logits::Last),
+                Logits::Last => None,
+            };
+            let step = SeqStep {
+                row: 0,
+                tokens: chunk,
+                logits: rows,
+                beam: None,
+            };
+            let before = self.position(0);
+            if let Some(ig) = &mut self.ig {
+                ig.make_room(&mut self.kv, chunk.len())?;
+            }
+            // A prompt's chunks are one step to H2O: it evicts after the last.
+            if let Some(h2o) = &mut self.h2o {
+                h2o.hold_eviction(i + 1 < chunks);
+            }
+            let result = self.step_batch(&[step]);
+            if let Some(h2o) = &mut self.h2o {
+                h2o.hold_eviction(false);
+                if result.is_err() {
+                    // The chunks that ran evict as a step of their own.
+                    h2o.settle(0)?;
+                }
+            }
+            match result {
+                Ok(mut logits) => out.extend(logits.remove(0)),
+                Err(e) => {
+                    self.truncate(before);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
