@@ -1,0 +1,65 @@
+//! `rope_kv`: rotates a step's queries and keys and stores its keys and values in the cache.
+
+use std::sync::Arc;
+
+use hearth_shaders::ROPE_KV;
+
+use super::{AttnShape, RopeSpec};
+use crate::kernels::{linear_groups, workgroup_size};
+use crate::kv::KvLayer;
+use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
+
+pub struct RopeKv {
+    pipeline: Arc<Pipeline>,
+}
+
+impl RopeKv {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(ROPE_KV, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// Rotates q and k of `qkv` in place and stores k and v at each token's row and position
+    /// in the cache. `table` is `cpu::ops::rope_table(n_ctx, rot_dim, base)` (any buffer when
+    /// rot_dim is 0); positions must lie within it and within the rows' block tables.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        qkv: &'a Buffer,
+        table: &'a Buffer,
+        kv: KvLayer<'a>,
+        steps: &'a Buffer,
+        s: AttnShape,
+        rope: RopeSpec,
+    ) -> Result<()> {
+        check_rope(s, rope)?;
+        s.check(ROPE_KV.name, qkv, qkv, steps)?;
+        if s.tokens == 0 {
+            return Ok(());
+        }
+        let pairs = s.tokens as u64 * s.q_stride() / 2;
+        let push = s.push(&kv, Some(rope));
+        let groups = linear_groups(rec.device().info(), pairs, self.pipeline.workgroup_size());
+        rec.dispatch(
+            &self.pipeline,
+            &[qkv, table, kv.k, kv.v, kv.tables, steps],
+            &push,
+            groups,
+        )
+    }
+}
+
+pub(super) fn check_rope(s: AttnShape, rope: RopeSpec) -> Result<()> {
+    if rope.rot_dim % 2 != 0 || rope.rot_dim > s.head_dim || s.head_dim % 2 != 0 {
+        return Err(VkError::Kernel {
+            kernel: ROPE_KV.name,
+            message: format!(
+                "rot_dim {} and head_dim {} must be even, rot_dim at most head_dim",
+                rope.rot_dim, s.head_dim
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,424 @@
+//! The attention kernels against a CPU reference, over a paged cache whose rows' blocks are
+//! scattered.
+
+use super::*;
+use crate::cpu::ops;
+use crate::kv::{KvCache, KvPlacement, KvShape};
+use crate::testing::{assert_close, device, finish, random, run, upload};
+use crate::vk::{Buffer, DeviceKind};
+
+/// Heads of the test shape.
+#[derive(Clone, Copy)]
+struct Heads {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+}
+
+impl Heads {
+    fn stride(&self) -> usize {
+        ((self.n_head + 2 * self.n_head_kv) * self.head_dim) as usize
+    }
+    fn kv_dim(&self) -> usize {
+        (self.n_head_kv * self.head_dim) as usize
+    }
+    fn shape(&self, tokens: u32, t0: u32) -> AttnShape {
+        AttnShape {
+            tokens,
+            t0,
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+        }
+    }
+}
+
+/// Logical K/V of every row: [row][pos * kv_dim + i].
+struct Logical {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// Rotates q and k heads of `qkv` and appends k, v at each token's row and position, as
+/// `rope_kv.comp` does.
+fn reference_rope_kv(
+    qkv: &mut [f32],
+    kv: &mut Logical,
+    steps: &[StepToken],
+    h: Heads,
+    rot_dim: usize,
+    table: &[[f32; 2]],
+) {
+    let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
+    for (row, st) in qkv.chunks_mut(h.stride()).zip(steps) {
+        let (qk, v) = row.split_at_mut((nh + nkv) * hd);
+        ops::rope(
+            qk,
+            &[st.pos],
+            nh + nkv,
+            hd,
+            rot_dim,
+            RopeLayout::Gptj,
+            table,
+        );
+        let at = st.pos as usize * h.kv_dim();
+        kv.k[st.row as usize][at..at + nkv * hd].copy_from_slice(&qk[nh * hd..]);
+        kv.v[st.row as usize][at..at + nkv * hd].copy_from_slice(v);
+    }
+}
+
+/// Causal attention of every token over its sequence's history, in f64; `source(t, p)`
+/// is the row holding position p for token t.
+fn reference_attention(
+    qkv: &[f32],
+    kv: &Logical,
+    steps: &[StepToken],
+    h: Heads,
+    source: &dyn Fn(usize, usize) -> usize,
+) -> Vec<f32> {
+    let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
+    let mut out = vec![0f32; steps.len() * nh * hd];
+    for (t, st) in steps.iter().enumerate() {
+        let n_kv = st.pos as usize + 1;
+        for hh in 0..nh {
+            let kvh = hh / (nh / nkv);
+            let at = |p: usize| (p * nkv + kvh) * hd;
+            let q = &qkv[t * h.stride() + hh * hd..][..hd];
+            let scores: Vec<f64> = (0..n_kv)
+                .map(|p| {
+                    let kr = &kv.k[source(t, p)][at(p)..][..hd];
+                    q.iter()
+                        .zip(kr)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = (0..n_kv)
+                    .map(|p| e[p] * kv.v[source(t, p)][at(p) + d] as f64)
+                    .sum();
+                out[t * nh * hd + hh * hd + d] = (acc / sum) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// A cache of `rows` rows whose blocks are scattered through the pool (another row takes
+/// and frees blocks in between), each holding `lens[r]` positions of random K/V that the
+/// returned `Logical` mirrors.
+fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical) {
+    let dev = device().unwrap();
+    let rows = lens.len() + 1;
+    let shape = KvShape {
+        n_layer: 1,
+        n_head_kv: h.n_head_kv as usize,
+        head_dim: h.head_dim as usize,
+        blocks: rows * crate::kv::blocks_for(n_ctx) + 2,
+        rows,
+        n_ctx,
+    };
+    let mut cache = KvCache::new(&dev, shape, KvPlacement::Device).unwrap();
+    let spare = rows - 1;
+    let mut logical = Logical {
+        k: Vec::new(),
+        v: Vec::new(),
+    };
+    for (r, &len) in lens.iter().enumerate() {
+        cache.append(spare, n_ctx.min(20)).unwrap();
+        cache.append(r, len).unwrap();
+        cache.clear(spare);
+        logical
+            .k
+            .push(random(n_ctx * h.kv_dim(), 10 + r as u64, 1.0));
+        logical
+            .v
+            .push(random(n_ctx * h.kv_dim(), 20 + r as u64, 1.0));
+    }
+    cache.sync_tables().unwrap();
+    write_logical(&cache, &logical, lens, h);
+    (cache, logical)
+}
+
+/// Stores positions 0..lens[r] of every row's logical K/V in their pool slots.
+fn write_logical(cache: &KvCache, kv: &Logical, lens: &[usize], h: Heads) {
+    let layer = cache.layer(0);
+    let bytes = h.kv_dim() as u64 * 4;
+    let tables: Vec<u32> = layer
+        .tables
+        .download(lens.len() * layer.max_blocks as usize)
+        .unwrap();
+    for (r, &len) in lens.iter().enumerate() {
+        for p in 0..len {
+            let block = tables[r * layer.max_blocks as usize + p / BLOCK] as usize;
+            let slot = (block * BLOCK + p % BLOCK) as u64;
+            let at = p * h.kv_dim();
+            layer
+                .k
+                .upload(slot * bytes, &kv.k[r][at..][..h.kv_dim()])
+                .unwrap();
+            layer
+                .v
+                .upload(slot * bytes, &kv.v[r][at..][..h.kv_dim()])
+                .unwrap();
+        }
+    }
+}
+
+/// Reads positions 0..len of `row` back from the pool.
+fn read_row(cache: &KvCache, row: usize, len: usize, h: Heads) -> (Vec<f32>, Vec<f32>) {
+    let layer = cache.layer(0);
+    let tables: Vec<u32> = layer
+        .tables
+        .download((row + 1) * layer.max_blocks as usize)
+        .unwrap();
+    let all = |b: &Buffer| -> Vec<f32> { b.download((b.size() / 4) as usize).unwrap() };
+    let (k, v) = (all(layer.k), all(layer.v));
+    let (mut ko, mut vo) = (Vec::new(), Vec::new());
+    for p in 0..len {
+        let block = tables[row * layer.max_blocks as usize + p / BLOCK] as usize;
+        let at = (block * BLOCK + p % BLOCK) * h.kv_dim();
+        ko.extend_from_slice(&k[at..at + h.kv_dim()]);
+        vo.extend_from_slice(&v[at..at + h.kv_dim()]);
+    }
+    (ko, vo)
+}
+
+const BLOCK: usize = crate::kv::BLOCK_TOKENS;
+
+/// Runs rope_kv then decode or prefill attention for `tokens` new tokens of one sequence
+/// already holding `pos0` positions in scattered blocks, and checks the output and the
+/// cache against the reference.
+fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head_dim: u32) {
+    for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+        check_shaped(kind, decode, tokens, pos0, n_head, n_head_kv, head_dim);
+    }
+}
+
+/// [`check`] with the kernels shaped for a device of `kind`.
+fn check_shaped(
+    kind: DeviceKind,
+    decode: bool,
+    tokens: u32,
+    pos0: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+) {
+    let Some(dev) = device() else { return };
+    let h = Heads {
+        n_head,
+        n_head_kv,
+        head_dim,
+    };
+    let (rot_dim, n_ctx) = (head_dim - 4, (pos0 + tokens + 3) as usize);
+    let (mut cache, mut logical) = scattered_cache(h, &[pos0 as usize], n_ctx);
+    cache.append(0, tokens as usize).unwrap();
+    cache.sync_tables().unwrap();
+    let steps: Vec<StepToken> = (0..tokens).map(|t| StepToken::new(0, pos0 + t)).collect();
+    let mut qkv = random(tokens as usize * h.stride(), 3, 1.5);
+    let table = ops::rope_table(n_ctx, rot_dim as usize, 10000.0);
+    let qkv_b = upload(&dev, &qkv);
+    let table_b = Buffer::from_slice(&dev, "t", &table).unwrap();
+    let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
+    let o = upload(&dev, &vec![0f32; (tokens * n_head * head_dim) as usize]);
+
+    let rope_kv = RopeKv::new(&dev).unwrap();
+    let rope = RopeSpec {
+        rot_dim,
+        layout: RopeLayout::Gptj,
+    };
+    let s = h.shape(tokens, 0);
+    let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
+    let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
+    let layer = cache.layer(0);
+    let fused = decode && tokens == 1;
+    let longest = pos0 + tokens;
+    run(&dev, |rec| {
+        if fused {
+            decode_kernel
+                .record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
+                .unwrap();
+            return;
+        }
+        rope_kv
+            .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
+            .unwrap();
+        if decode {
+            decode_kernel
+                .record(rec, &qkv_b, layer, &steps_b, &o, s, longest)
+                .unwrap();
+        } else {
+            prefill_kernel
+                .record(rec, &qkv_b, layer, &steps_b, &o, s)
+                .unwrap();
+        }
+    });
+    let qkv_before = qkv.clone();
+
+    reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot_dim as usize, &table);
+    let what = format!(
+        "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} ({kind:?} shape)",
+        if decode { "decode" } else { "prefill" }
+    );
+    let valid = (pos0 + tokens) as usize * h.kv_dim();
+    let exact = |_| 1e-6;
+    // The fused kernel rotates in registers and leaves qkv as it was.
+    let qkv_want = if fused { &qkv_before } else { &qkv };
+    assert_close(
+        &format!("{what}: qkv"),
+        &qkv_b.download(qkv.len()).unwrap(),
+        qkv_want,
+        exact,
+    );
+    let (k_got, v_got) = read_row(&cache, 0, (pos0 + tokens) as usize, h);
+    assert_close(
+        &format!("{what}: k cache"),
+        &k_got,
+        &logical.k[0][..valid],
+        exact,
+    );
+    assert_close(
+        &format!("{what}: v cache"),
+        &v_got,
+        &logical.v[0][..valid],
+        exact,
+    );
+    let want = reference_attention(&qkv, &logical, &steps, h, &|_, _| 0);
+    // Softmax weights sum to 1 and |v| <= 1, so outputs are O(1): f32 exp and sums over
+    // at most a few hundred positions stay within a few ulps times the length.
+    assert_close(&what, &o.download(want.len()).unwrap(), &want, |_| 2e-5);
+    finish(&dev);
+}
+
+#[test]
+fn decode_attention_matches_reference() {
+    check(true, 1, 0, 4, 4, 16);
+    check(true, 1, 37, 6, 2, 24);
+    check(true, 2, 130, 9, 3, 64);
+    // Long enough for GPU shapes to split positions over workgroups (a short last run).
+    check(true, 1, 1100, 9, 3, 64);
+    check(true, 2, 700, 6, 2, 32);
+}
+
+#[test]
+fn prefill_attention_matches_reference() {
+    check(false, 1, 0, 2, 1, 16);
+    check(false, 13, 0, 6, 2, 24);
+    check(false, 70, 9, 6, 3, 32);
+    check(false, 33, 40, 9, 3, 64);
+}
+
+/// One decode step for three sequences of different lengths, one of them reading part of
+/// its history through a beam table from another row (the indirect KV cache).
+#[test]
+fn batched_decode_reads_each_sequence_and_beam_table() {
+    for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+        batched_decode_shaped(kind, [33, 5, 40]);
+        // GPU shapes split the long sequences' positions; the short one has idle runs.
+        batched_decode_shaped(kind, [633, 5, 640]);
+    }
+}
+
+fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
+    let Some(dev) = device() else { return };
+    let h = Heads {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 32,
+    };
+    let n_ctx = lens[2] + 8;
+    let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx);
+    for r in 0..lens.len() {
+        cache.append(r, 1).unwrap();
+    }
+    cache.sync_tables().unwrap();
+    // Row 2's sequence took positions 0..30 from row 0 (its ancestor's lane), and the
+    // rest, including its new position, from its own row. As in beam search, it reads
+    // nothing that another sequence writes in the same step (row 0 writes position
+    // lens[0]).
+    let beam_rows: Vec<u32> = (0..=lens[2]).map(|p| if p < 30 { 0 } else { 2 }).collect();
+    let mut beams: Vec<u32> = beam_rows.clone();
+    beams.resize(n_ctx, 0);
+    let base = cache.set_beams(2, &beams).unwrap();
+    let mut steps: Vec<StepToken> = lens
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| StepToken::new(r as u32, len as u32))
+        .collect();
+    steps[2].beam = base;
+
+    let mut qkv = random(steps.len() * h.stride(), 4, 1.5);
+    let table = ops::rope_table(n_ctx, 16, 10000.0);
+    let qkv_b = upload(&dev, &qkv);
+    let table_b = Buffer::from_slice(&dev, "t", &table).unwrap();
+    let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
+    let o = upload(
+        &dev,
+        &vec![0f32; steps.len() * (h.n_head * h.head_dim) as usize],
+    );
+    let rope = RopeSpec {
+        rot_dim: 16,
+        layout: RopeLayout::Gptj,
+    };
+    let s = h.shape(steps.len() as u32, 0);
+    let attn = AttnDecode::shaped_for(&dev, h.head_dim, h.n_head / h.n_head_kv, kind).unwrap();
+    let layer = cache.layer(0);
+    // One new token per sequence: the fused kernel rotates and stores K/V itself.
+    run(&dev, |rec| {
+        let longest = lens[2] as u32 + 1;
+        attn.record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
+            .unwrap();
+    });
+    reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
+    let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
+    let want = reference_attention(&qkv, &logical, &steps, h, &source);
+    assert_close(
+        &format!("batched decode, lengths {lens:?} ({kind:?} shape)"),
+        &o.download(want.len()).unwrap(),
+        &want,
+        |_| 2e-5,
+    );
+    finish(&dev);
+}
+
+#[test]
+fn shapes_are_checked() {
+    let Some(dev) = device() else { return };
+    let h = Heads {
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+    };
+    let (cache, _) = scattered_cache(h, &[4], 8);
+    let buf = upload(&dev, &[0.0; 1024]);
+    let kernel = AttnPrefill::new(&dev, 16, 2).unwrap();
+    // Built for two query heads per KV head, as a CPU device groups them.
+    let decode = AttnDecode::shaped_for(&dev, 16, 2, DeviceKind::Cpu).unwrap();
+    let mut rec = Recorder::new(&dev).unwrap();
+    let err = kernel
+        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, h.shape(40, 0))
+        .unwrap_err();
+    assert!(err.to_string().contains("holds"), "{err}");
+    let bad = AttnShape {
+        n_head_kv: 3,
+        ..h.shape(4, 0)
+    };
+    let err = kernel
+        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, bad)
+        .unwrap_err();
+    assert!(err.to_string().contains("do not divide"), "{err}");
+    let three = AttnShape {
+        n_head: 3,
+        n_head_kv: 1,
+        ..h.shape(1, 0)
+    };
+    let err = decode
+        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, three, 1)
+        .unwrap_err();
+    assert!(err.to_string().contains("query heads per KV head"), "{err}");
+}
