@@ -2,7 +2,8 @@
 //! every request what it gets alone (with chunked prompts, requests joining mid-run and
 //! preemption), completions of one prompt share its blocks, impossible requests are refused,
 //! cancelled ones end; beam search over the indirect KV cache equals greedy at width 1 and
-//! the copying reference on the CPU at width 3, and copies no K/V when it reorders beams.
+//! the copying reference on the CPU at width 3, copies no K/V when it reorders beams, and is
+//! refused under H2O.
 //! Outside CI a machine without a Vulkan device skips these tests; in CI (`CI=true`) a
 //! missing device fails them.
 
@@ -16,7 +17,8 @@ use hearth_quant::Format;
 use hearth_runtime::beam;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
-use hearth_runtime::model::KvBudget;
+use hearth_runtime::kv::infinigen::IgParams;
+use hearth_runtime::model::{Backend, KvBudget};
 use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
@@ -313,6 +315,30 @@ fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
             w.logprob
         );
     }
+}
+
+/// H2O keeps one row's positions, which beams sharing a history cannot: beam search under it
+/// is an error naming the placement, not a wrong answer.
+#[test]
+fn beam_search_under_h2o_is_refused() {
+    if !have_device() {
+        return;
+    }
+    let mut e = engine(3, 64, 64, None);
+    let model = e.session_mut().fresh_backend().as_vulkan_mut().unwrap();
+    model.set_h2o(Some(IgParams::defaults(true))).unwrap();
+    let params = BeamParams {
+        width: 2,
+        max_tokens: 4,
+        length_penalty: 1.0,
+        early_stopping: false,
+    };
+    let err = beam::search(model, &prompt(12, 21), &params, |_| false).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("h2o") && message.contains("beam"),
+        "{message}"
+    );
 }
 
 #[test]
