@@ -1,9 +1,9 @@
 //! Serving over the paged KV cache, on a small random-weight model: continuous batching gives
 //! every request what it gets alone (with chunked prompts, requests joining mid-run and
-//! preemption), completions of one prompt share its blocks, impossible requests are refused,
-//! cancelled ones end; beam search over the indirect KV cache equals greedy at width 1 and
-//! the copying reference on the CPU at width 3, copies no K/V when it reorders beams, and is
-//! refused under H2O.
+//! preemption), completions of one prompt share its blocks, impossible requests and steps are
+//! refused, cancelled ones end; beam search over the indirect KV cache equals greedy at width
+//! 1 and the copying reference on the CPU at width 3, copies no K/V when it reorders beams,
+//! and is refused under H2O.
 //! Outside CI a machine without a Vulkan device skips these tests; in CI (`CI=true`) a
 //! missing device fails them.
 
@@ -18,7 +18,7 @@ use hearth_runtime::beam;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::kv::infinigen::IgParams;
-use hearth_runtime::model::{Backend, KvBudget};
+use hearth_runtime::model::{Backend, KvBudget, SeqStep, VkModel};
 use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
@@ -339,6 +339,59 @@ fn beam_search_under_h2o_is_refused() {
         message.contains("h2o") && message.contains("beam"),
         "{message}"
     );
+}
+
+/// A step the cache cannot take is refused before anything runs: too many tokens, a row
+/// that does not exist, more blocks than are free. Each error names what was wrong, and every
+/// row keeps its length.
+#[test]
+fn impossible_steps_are_refused_and_change_nothing() {
+    if !have_device() {
+        return;
+    }
+    // Two rows, a step of at most 32 tokens, a pool of 4 blocks (64 tokens).
+    let mut e = engine(2, 64, 32, Some(KvBudget::Tokens(64)));
+    let model = e.session_mut().fresh_backend().as_vulkan_mut().unwrap();
+    fn step(row: usize, tokens: &[u32]) -> SeqStep<'_> {
+        SeqStep {
+            row,
+            tokens,
+            logits: None,
+            beam: None,
+        }
+    }
+    let (a, b) = (prompt(3, 30), prompt(4, 30));
+    model.step_batch(&[step(0, &a)]).unwrap();
+    let lens = |m: &VkModel| (m.kv().len(0), m.kv().len(1));
+    assert_eq!(lens(model), (30, 0));
+
+    let long = prompt(5, 33);
+    let err = model.step_batch(&[step(1, &long)]).unwrap_err().to_string();
+    assert!(err.contains("at most 32 tokens"), "{err}");
+    let err = model.step_batch(&[step(2, &b)]).unwrap_err().to_string();
+    assert!(err.contains("no cache row 2"), "{err}");
+    // Row 0 holds 2 blocks; 17 tokens in row 1 and 3 more in row 0 need 3 of the 2 free.
+    let err = model
+        .step_batch(&[step(1, &b[..17]), step(0, &b[..3])])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::KvFull {
+                needed: 3,
+                free: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(lens(model), (30, 0));
+
+    // The cache still serves: the rows go on from where they were.
+    model
+        .step_batch(&[step(1, &b[..17]), step(0, &b[..2])])
+        .unwrap();
+    assert_eq!(lens(model), (32, 17));
 }
 
 #[test]
