@@ -90,6 +90,7 @@ pub struct BenchModelArgs {
     pub(crate) requests: Option<usize>,
 }
 
+#[derive(Clone)]
 struct Test {
     n_prompt: usize,
     n_gen: usize,
@@ -175,7 +176,8 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         return crate::bench_serving::run(args, &mut engine);
     }
     let mut engines: Vec<Engine> = placements.iter().map(|&o| load(o)).collect::<Result<_>>()?;
-    let plan: Vec<(usize, usize, usize, usize)> = args
+    // Every test, as yet unmeasured; each engine keeps its own record of them.
+    let plan: Vec<Test> = args
         .depth
         .iter()
         .flat_map(|&depth| {
@@ -185,39 +187,30 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
                 .iter()
                 .filter(|&&n| n > 0)
                 .flat_map(|&n| args.parallel.iter().map(move |&b| (0, n, b.max(1))));
-            pp.chain(tg)
-                .map(move |(n_prompt, n_gen, parallel)| (n_prompt, n_gen, depth, parallel))
+            pp.chain(tg).map(move |(n_prompt, n_gen, parallel)| Test {
+                n_prompt,
+                n_gen,
+                depth,
+                parallel,
+                ig: None,
+                ig_fetch_ns: (0.0, 0.0),
+                samples_ns: Vec::new(),
+                kv_blocks_used: 0,
+            })
         })
         .collect();
-    // Per engine, its own record of every test.
-    let mut tests: Vec<Vec<Test>> = engines
-        .iter()
-        .map(|_| {
-            plan.iter()
-                .map(|&(n_prompt, n_gen, depth, parallel)| Test {
-                    n_prompt,
-                    n_gen,
-                    depth,
-                    parallel,
-                    ig: None,
-                    ig_fetch_ns: (0.0, 0.0),
-                    samples_ns: Vec::new(),
-                    kv_blocks_used: 0,
-                })
-                .collect()
-        })
-        .collect();
+    let mut tests: Vec<Vec<Test>> = vec![plan.clone(); engines.len()];
     let n_vocab = engines[0].info().config.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     // One context per depth, so the tests at a depth share its prefill.
     let mut contexts: std::collections::HashMap<usize, Vec<u32>> = Default::default();
-    for (i, &(n_prompt, n_gen, depth, parallel)) in plan.iter().enumerate() {
+    for (i, test) in plan.iter().enumerate() {
         let context = contexts
-            .entry(depth)
-            .or_insert_with(|| (0..depth).map(|_| rng.gen_range(0..n_vocab)).collect())
+            .entry(test.depth)
+            .or_insert_with(|| (0..test.depth).map(|_| rng.gen_range(0..n_vocab)).collect())
             .clone();
         for rep in 0..=args.reps {
-            let tokens: Vec<u32> = (0..n_prompt.max(n_gen * parallel))
+            let tokens: Vec<u32> = (0..test.n_prompt.max(test.n_gen * test.parallel))
                 .map(|_| rng.gen_range(0..n_vocab))
                 .collect();
             // Every placement runs each repetition in turn, on the same tokens, so that a
