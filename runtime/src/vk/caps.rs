@@ -110,8 +110,6 @@ pub struct DeviceInfo {
     pub arithmetic: ArithmeticCaps,
     pub limits: LimitCaps,
     pub memory: MemoryCaps,
-    /// Extensions Hearth uses, when present.
-    pub push_descriptor: bool,
     #[serde(skip)]
     pub(crate) api: u32,
     #[serde(skip)]
@@ -331,7 +329,6 @@ pub(crate) fn query(
                 rebar,
                 heaps,
             },
-            push_descriptor: has_ext(ash::khr::push_descriptor::NAME),
             api,
             compute_family,
         })

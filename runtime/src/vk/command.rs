@@ -313,39 +313,21 @@ impl<'a> Recorder<'a> {
             if written { &mut writes } else { &mut reads }.push(b.raw);
         }
         self.barrier_before_command(&reads, &writes);
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
-            .iter()
-            .map(|b| {
-                [vk::DescriptorBufferInfo {
-                    buffer: b.raw,
-                    offset: 0,
-                    range: vk::WHOLE_SIZE,
-                }]
-            })
-            .collect();
-        let writes: Vec<vk::WriteDescriptorSet> = pipeline
-            .bindings
-            .iter()
-            .zip(&infos)
-            .map(|(&binding, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_binding(binding)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(info)
-            })
-            .collect();
+        let raw_buffers: Vec<vk::Buffer> = buffers.iter().map(|b| b.raw).collect();
+        let set = self.device.descriptor_set(pipeline, &raw_buffers)?;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
         // SAFETY: the pipeline, its layout and the buffers are alive for the recorder's
         // lifetime; binding count and push-constant size were checked above.
         unsafe {
             let raw = &self.device.raw;
             raw.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
-            self.device.push_descriptor.cmd_push_descriptor_set(
+            raw.cmd_bind_descriptor_sets(
                 self.cmd,
                 vk::PipelineBindPoint::COMPUTE,
                 pipeline.layout,
                 0,
-                &writes,
+                &[set],
+                &[],
             );
             if pipeline.push_size > 0 {
                 raw.cmd_push_constants(

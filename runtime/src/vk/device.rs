@@ -9,6 +9,7 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::caps::{self, DeviceInfo};
+use super::descriptors::DescriptorCache;
 use super::error::{CallContext, Result, VkError};
 use super::instance::{Instance, InstanceDesc};
 use super::pipeline::{Pipeline, PipelineKey};
@@ -50,9 +51,6 @@ fn unusable(info: &DeviceInfo) -> Option<String> {
     if info.compute_family.is_none() {
         return Some("no compute queue".into());
     }
-    if !info.push_descriptor {
-        return Some("no VK_KHR_push_descriptor".into());
-    }
     let ops = &info.subgroup.operations;
     if !ops.contains(&"basic") || !ops.contains(&"arithmetic") {
         return Some("no subgroup arithmetic in compute shaders".into());
@@ -63,12 +61,12 @@ fn unusable(info: &DeviceInfo) -> Option<String> {
 pub struct Device {
     pub(crate) instance: Arc<Instance>,
     pub(crate) raw: ash::Device,
-    pub(crate) push_descriptor: ash::khr::push_descriptor::Device,
     info: DeviceInfo,
     queue: Mutex<vk::Queue>,
     pub(crate) queue_family: u32,
     allocator: ManuallyDrop<Mutex<Allocator>>,
     pub(crate) pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    pub(crate) descriptors: Mutex<DescriptorCache>,
 }
 
 impl Device {
@@ -113,7 +111,6 @@ impl Device {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(queue_family)
             .queue_priorities(&priorities)];
-        let extensions = [ash::khr::push_descriptor::NAME.as_ptr()];
         let a = &info.arithmetic;
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(a.storage_buffer_16bit);
@@ -126,7 +123,6 @@ impl Device {
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_features(&base)
-            .enabled_extension_names(&extensions)
             .push_next(&mut f11)
             .push_next(&mut f12);
         // SAFETY: only features and extensions the device reported are enabled, and every
@@ -147,17 +143,16 @@ impl Device {
             what: "allocator".into(),
             message: e.to_string(),
         })?;
-        let push_descriptor = ash::khr::push_descriptor::Device::new(&instance.raw, &raw);
         tracing::info!("using Vulkan device {} ({})", info.name, info.kind.as_str());
         Ok(Arc::new(Self {
             instance,
             raw,
-            push_descriptor,
             info,
             queue: Mutex::new(queue),
             queue_family,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             pipelines: Mutex::new(HashMap::new()),
+            descriptors: Mutex::new(DescriptorCache::default()),
         }))
     }
 
@@ -195,6 +190,7 @@ impl Drop for Device {
         // flight, so pipelines and the device can go, in that order.
         unsafe {
             let _ = self.raw.device_wait_idle();
+            self.destroy_descriptor_pools();
             for (_, p) in lock(&self.pipelines).drain() {
                 p.destroy(&self.raw);
             }

@@ -10,6 +10,7 @@
 mod buffer;
 mod caps;
 mod command;
+mod descriptors;
 mod device;
 mod error;
 mod instance;

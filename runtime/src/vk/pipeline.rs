@@ -20,7 +20,7 @@ pub struct Pipeline {
     pub name: &'static str,
     pub(crate) raw: vk::Pipeline,
     pub(crate) layout: vk::PipelineLayout,
-    set_layout: vk::DescriptorSetLayout,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
     /// Binding numbers in set 0, ascending: the buffers a dispatch must supply, in order.
     pub(crate) bindings: Vec<u32>,
     /// Per binding: whether the kernel may write it (the recorder orders commands by this).
@@ -105,9 +105,7 @@ impl Device {
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let set_info = vk::DescriptorSetLayoutCreateInfo::default()
-            .flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR)
-            .bindings(&layout_bindings);
+        let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&layout_bindings);
         let raw = &self.raw;
         // Created objects are destroyed on every error path below, newest first.
         // SAFETY: valid create infos on a live device; the SPIR-V passed reflection.

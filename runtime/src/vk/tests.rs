@@ -223,3 +223,73 @@ fn overlap_counts_time_shared_with_other_commands_once() {
     assert_eq!(done.overlap_ns(&["attn"]), 2.0);
     assert_eq!(done.overlap_ns(&["nothing"]), 0.0);
 }
+
+#[test]
+fn descriptor_sets_are_kept_per_buffers_and_freed_with_them() {
+    if device().is_none() {
+        return;
+    }
+    // A device of its own: the shared one's sets change as other tests run.
+    let dev = Device::new(DeviceDesc {
+        index: std::env::var("HEARTH_DEVICE")
+            .ok()
+            .and_then(|s| s.parse().ok()),
+        validation: true,
+    })
+    .unwrap();
+    let swiglu = crate::kernels::SwiGlu::new(&dev).unwrap();
+    let n = 64;
+    let up = Buffer::from_slice(&dev, "up", &vec![1f32; n]).unwrap();
+    let silu = |g: f32| g / (1.0 + (-g).exp());
+    let holds = |out: &Buffer, g: f32| {
+        let want = silu(g);
+        out.download::<f32>(n)
+            .unwrap()
+            .iter()
+            .all(|v| (v - want).abs() <= 1e-6 * (1.0 + want.abs()))
+    };
+    let run = |gate: &Buffer, out: &Buffer| {
+        let mut rec = Recorder::new(&dev).unwrap();
+        swiglu.record(&mut rec, gate, &up, out, n as u32).unwrap();
+        rec.submit().unwrap();
+    };
+
+    let gate = Buffer::from_slice(&dev, "gate", &vec![1f32; n]).unwrap();
+    let out = Buffer::from_slice(&dev, "out", &vec![0f32; n]).unwrap();
+    run(&gate, &out);
+    run(&gate, &out);
+    assert_eq!(
+        dev.descriptor_sets_kept(),
+        1,
+        "the same buffers reuse their set"
+    );
+
+    // More sets than one pool holds; each binds its own output.
+    let outs: Vec<Buffer> = (0..300)
+        .map(|i| Buffer::from_slice(&dev, &format!("out{i}"), &vec![0f32; n]).unwrap())
+        .collect();
+    for o in &outs {
+        run(&gate, o);
+    }
+    assert_eq!(dev.descriptor_sets_kept(), 301);
+    assert!(outs.iter().all(|o| holds(o, 1.0)));
+    drop(outs);
+    assert_eq!(
+        dev.descriptor_sets_kept(),
+        1,
+        "a dropped buffer's sets go with it"
+    );
+
+    // Buffers made after others were dropped (the driver may hand out the same handles)
+    // bind their own memory, not a kept set's.
+    for i in 0..20 {
+        let value = i as f32 / 4.0 - 2.0;
+        let g = Buffer::from_slice(&dev, "gate again", &vec![value; n]).unwrap();
+        let o = Buffer::from_slice(&dev, "out again", &vec![0f32; n]).unwrap();
+        run(&g, &o);
+        assert!(holds(&o, value), "round {i}");
+    }
+    drop((gate, out));
+    assert_eq!(dev.descriptor_sets_kept(), 0);
+    finish(&dev);
+}

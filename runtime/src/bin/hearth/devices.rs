@@ -112,9 +112,4 @@ fn print_device(out: &mut String, d: &DeviceInfo) {
         yes(m.rebar)
     ));
     out.push('\n');
-    out.push_str(&format!(
-        "    extensions    push descriptor {}",
-        yes(d.push_descriptor)
-    ));
-    out.push('\n');
 }
