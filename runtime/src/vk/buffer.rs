@@ -329,9 +329,9 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: recorders borrow every buffer they use and wait for completion, so the device
-        // no longer uses this one, nor the descriptor sets that bind it.
         self.device.forget_buffer(self.raw);
+        // SAFETY: recorders borrow every buffer they use and wait for completion, so the device
+        // no longer uses this one.
         unsafe { self.device.raw.destroy_buffer(self.raw, None) };
         if let Some(a) = self.allocation.take() {
             if let Err(e) = self.device.allocator().free(a) {

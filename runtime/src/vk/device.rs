@@ -187,7 +187,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: buffers hold an Arc<Device>, so none is alive; after wait-idle no work is in
-        // flight, so pipelines and the device can go, in that order.
+        // flight, so descriptor pools, pipelines (whose set layouts the pools' sets use) and the
+        // device can go, in that order.
         unsafe {
             let _ = self.raw.device_wait_idle();
             self.destroy_descriptor_pools();
