@@ -313,8 +313,9 @@ impl<'a> Recorder<'a> {
             if written { &mut writes } else { &mut reads }.push(b.raw);
         }
         self.barrier_before_command(&reads, &writes);
-        let raw_buffers: Vec<vk::Buffer> = buffers.iter().map(|b| b.raw).collect();
-        let set = self.device.descriptor_set(pipeline, &raw_buffers)?;
+        let set = self
+            .device
+            .descriptor_set(pipeline, buffers.iter().map(|b| b.raw).collect())?;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
         // SAFETY: the pipeline, its layout and the buffers are alive for the recorder's
         // lifetime; binding count and push-constant size were checked above.

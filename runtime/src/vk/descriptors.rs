@@ -37,18 +37,19 @@ impl Device {
     pub(crate) fn descriptor_set(
         &self,
         pipeline: &Pipeline,
-        buffers: &[vk::Buffer],
+        buffers: Vec<vk::Buffer>,
     ) -> Result<vk::DescriptorSet> {
         let key = SetKey {
             layout: pipeline.set_layout,
-            buffers: buffers.to_vec(),
+            buffers,
         };
         let mut cache = lock(&self.descriptors);
         if let Some(&(set, _)) = cache.sets.get(&key) {
             return Ok(set);
         }
         let (set, pool) = self.allocate_set(&mut cache, pipeline.set_layout)?;
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = key
+            .buffers
             .iter()
             .map(|&buffer| {
                 [vk::DescriptorBufferInfo {
@@ -73,7 +74,7 @@ impl Device {
         // SAFETY: the set was just allocated with this layout and no command uses it yet; the
         // buffers are alive (the caller borrows them).
         unsafe { self.raw.update_descriptor_sets(&writes, &[]) };
-        for &buffer in buffers {
+        for &buffer in &key.buffers {
             let keys = cache.by_buffer.entry(buffer).or_default();
             if !keys.contains(&key) {
                 keys.push(key.clone());
