@@ -18,13 +18,12 @@ pub use request::{RequestId, RequestParams, SeqTimes, TokenEvent};
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use hearth_models::{StreamDecoder, Tokenizer};
+use hearth_models::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::kv::{blocks_for, OutOfBlocks};
 use crate::model::{Backend, Logits, SeqStep, VkModel};
-use crate::sample::{Sampler, StopStrings};
-use crate::session::FinishReason;
+use crate::sample::{FinishReason, TokenStream};
 
 /// Where a sequence stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +41,10 @@ struct Sequence {
     sample: usize,
     phase: Phase,
     row: usize,
-    /// Prompt and generated tokens so far.
-    tokens: Vec<u32>,
-    prompt_len: usize,
+    /// Prompt and generated tokens so far, and what continues them.
+    stream: TokenStream,
     /// Tokens whose K/V the row holds.
     computed: usize,
-    max_tokens: usize,
-    ignore_eos: bool,
-    sampler: Sampler,
-    stops: StopStrings,
-    decoder: StreamDecoder,
     /// A sequence of the same request to wait for, so this one shares its prompt's blocks.
     after: Option<usize>,
     /// Order of (re)admission; the newest is preempted first.
@@ -61,8 +54,8 @@ struct Sequence {
 }
 
 impl Sequence {
-    fn generated(&self) -> usize {
-        self.tokens.len() - self.prompt_len
+    fn tokens(&self) -> &[u32] {
+        self.stream.tokens()
     }
 }
 
@@ -151,22 +144,17 @@ impl<'a> Scheduler<'a> {
         let now = Instant::now();
         let first = self.seqs.len();
         for i in 0..params.n {
-            let mut sampler = g.sampler.clone();
-            sampler.seed = sampler.seed.wrapping_add(i as u64);
+            // Without `max_tokens`, `sample` ends the stream when the context is full.
+            let mut g = g.clone();
+            g.sampler.seed = g.sampler.seed.wrapping_add(i as u64);
             self.waiting.push_back(self.seqs.len());
             self.seqs.push(Sequence {
                 request: id,
                 sample: i,
                 phase: Phase::Waiting,
                 row: 0,
-                tokens: prompt.to_vec(),
-                prompt_len: prompt.len(),
+                stream: TokenStream::new(prompt, &g),
                 computed: 0,
-                max_tokens: g.max_tokens.unwrap_or(n_ctx - prompt.len()),
-                ignore_eos: g.ignore_eos,
-                sampler: Sampler::new(sampler),
-                stops: StopStrings::new(g.stop.clone()),
-                decoder: self.tokenizer.stream_decoder(true),
                 after: (i > 0).then_some(first),
                 admitted: 0,
                 times: SeqTimes {
@@ -245,8 +233,8 @@ impl<'a> Scheduler<'a> {
                 let s = &self.seqs[i];
                 SeqStep {
                     row: s.row,
-                    tokens: &s.tokens[s.computed..s.computed + n],
-                    logits: (s.computed + n == s.tokens.len()).then_some(Logits::Last),
+                    tokens: &s.tokens()[s.computed..s.computed + n],
+                    logits: (s.computed + n == s.tokens().len()).then_some(Logits::Last),
                     beam: None,
                 }
             })
@@ -288,7 +276,7 @@ impl<'a> Scheduler<'a> {
             if let Some(lead) = self.seqs[i].after {
                 let l = &self.seqs[lead];
                 if l.phase == Phase::Waiting
-                    || (l.phase == Phase::Running && l.computed < l.prompt_len - 1)
+                    || (l.phase == Phase::Running && l.computed < l.stream.prompt_len() - 1)
                 {
                     still.push_back(i);
                     continue;
@@ -313,13 +301,13 @@ impl<'a> Scheduler<'a> {
     /// A row for sequence `i`, holding as much of its tokens as some row has cached (at most
     /// all but the last, which must run to give logits), or `None` when every row is busy.
     fn take_row(&mut self, i: usize) -> Option<usize> {
-        let tokens = &self.seqs[i].tokens;
+        let tokens = self.seqs[i].tokens();
         let limit = tokens.len() - 1;
         // The row with the longest common prefix.
         let mut best: Option<(usize, usize)> = None;
         for (r, row) in self.rows.iter().enumerate() {
             let cached: &[u32] = match row {
-                Row::Busy(j) => &self.seqs[*j].tokens[..self.seqs[*j].computed],
+                Row::Busy(j) => &self.seqs[*j].tokens()[..self.seqs[*j].computed],
                 Row::Cached { tokens, .. } => tokens,
                 Row::Free => continue,
             };
@@ -367,7 +355,7 @@ impl<'a> Scheduler<'a> {
                 .collect();
             running.sort_by_key(|&i| {
                 (
-                    self.seqs[i].tokens.len() - self.seqs[i].computed > 1,
+                    self.seqs[i].tokens().len() - self.seqs[i].computed > 1,
                     self.seqs[i].admitted,
                 )
             });
@@ -375,7 +363,7 @@ impl<'a> Scheduler<'a> {
             let mut left = budget;
             for &i in &running {
                 let s = &self.seqs[i];
-                let n = (s.tokens.len() - s.computed).min(left);
+                let n = (s.tokens().len() - s.computed).min(left);
                 if n == 0 {
                     continue;
                 }
@@ -432,37 +420,21 @@ impl<'a> Scheduler<'a> {
     }
 
     fn sample(&mut self, i: usize, logits: &[f32], now: Instant, events: &mut Vec<TokenEvent>) {
-        let tokenizer = self.tokenizer;
+        let n_ctx = self.model.kv().shape().n_ctx;
         let s = &mut self.seqs[i];
-        let id = s.sampler.sample(logits, &s.tokens);
-        s.tokens.push(id);
+        let next = s.stream.sample(self.tokenizer, logits);
         s.times.generated += 1;
         s.times.first_token.get_or_insert(now);
-        if !s.ignore_eos && tokenizer.is_end_of_generation(id) {
-            events.push(TokenEvent {
-                request: s.request,
-                sample: s.sample,
-                token: Some(id),
-                text: String::new(),
-                finish: None,
-            });
-            self.finish(i, FinishReason::Eos, now, events);
-            return;
-        }
-        let delta = s.stops.push(&s.decoder.push(tokenizer, id));
         events.push(TokenEvent {
             request: s.request,
             sample: s.sample,
-            token: Some(id),
-            text: delta.text,
+            token: Some(next.token),
+            text: next.text,
             finish: None,
         });
-        let n_ctx = self.model.kv().shape().n_ctx;
-        let s = &self.seqs[i];
-        if delta.stop.is_some() {
-            self.finish(i, FinishReason::Stop, now, events);
-        } else if s.generated() >= s.max_tokens || s.tokens.len() >= n_ctx {
-            self.finish(i, FinishReason::Length, now, events);
+        let full = s.tokens().len() >= n_ctx;
+        if let Some(reason) = next.finish.or(full.then_some(FinishReason::Length)) {
+            self.finish(i, reason, now, events);
         }
     }
 
@@ -476,11 +448,7 @@ impl<'a> Scheduler<'a> {
         events: &mut Vec<TokenEvent>,
     ) {
         let s = &mut self.seqs[i];
-        let mut text = String::new();
-        if !matches!(reason, FinishReason::Stop | FinishReason::Cancelled) {
-            let rest = s.stops.push(&s.decoder.finish());
-            text = rest.text + &s.stops.finish();
-        }
+        let text = s.stream.finish(reason);
         let was_running = s.phase == Phase::Running;
         s.phase = Phase::Done;
         s.times.finished = Some(now);
@@ -494,7 +462,7 @@ impl<'a> Scheduler<'a> {
         if was_running {
             let row = s.row;
             let computed = s.computed;
-            let tokens = s.tokens[..computed].to_vec();
+            let tokens = s.tokens()[..computed].to_vec();
             self.clock += 1;
             self.model.kv_mut().truncate(row, computed);
             self.rows[row] = Row::Cached {
