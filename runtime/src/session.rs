@@ -10,67 +10,10 @@ use std::time::{Duration, Instant};
 use hearth_models::Tokenizer;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Backend, Logits};
-use crate::sample::{Sampler, SamplerParams, StopStrings};
-
-/// What a generation request asks for.
-#[derive(Clone, Debug)]
-pub struct GenerateParams {
-    /// Most tokens to generate; `None` runs until the context is full.
-    pub max_tokens: Option<usize>,
-    pub sampler: SamplerParams,
-    /// Generation ends before any of these strings; they are not part of the text.
-    pub stop: Vec<String>,
-    /// Keep going past end-of-generation tokens.
-    pub ignore_eos: bool,
-}
-
-impl Default for GenerateParams {
-    fn default() -> Self {
-        Self {
-            max_tokens: Some(256),
-            sampler: SamplerParams::default(),
-            stop: Vec::new(),
-            ignore_eos: false,
-        }
-    }
-}
-
-impl GenerateParams {
-    /// Checks a request before any work: valid sampling, a prompt, and room in a context of
-    /// `n_ctx` for the prompt and `max_tokens`.
-    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize) -> Result<()> {
-        self.sampler
-            .validate()
-            .map_err(|e| Error::options(e.field, e.to_string()))?;
-        if prompt.is_empty() {
-            return Err(Error::options("prompt", "is empty"));
-        }
-        let needed = prompt.len() + self.max_tokens.unwrap_or(0);
-        if needed > n_ctx {
-            return Err(Error::ContextFull {
-                needed,
-                used: 0,
-                n_ctx,
-            });
-        }
-        Ok(())
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// The model produced an end-of-generation token.
-    Eos,
-    /// A stop string appeared.
-    Stop,
-    /// `max_tokens` were generated, or the context is full.
-    Length,
-    /// The caller's callback asked to stop.
-    Cancelled,
-}
+use crate::sample::TokenStream;
+pub use crate::sample::{FinishReason, GenerateParams};
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Timings {
@@ -201,46 +144,34 @@ impl Session {
             ..Timings::default()
         };
 
-        let mut sampler = Sampler::new(params.sampler.clone());
-        let mut stops = StopStrings::new(params.stop.clone());
-        let mut decoder = tokenizer.stream_decoder(true);
-        let mut history = prompt.to_vec();
-        let mut tokens = Vec::new();
+        let mut stream = TokenStream::new(prompt, params);
         let mut text = String::new();
         let gen_start = Instant::now();
-        let limit = params.max_tokens.unwrap_or(usize::MAX);
         let finish = loop {
-            if tokens.len() >= limit {
+            // Only `max_tokens: Some(0)` ends here: later tokens end below, in the stream.
+            if stream.at_max_tokens() {
                 break FinishReason::Length;
             }
-            let id = sampler.sample(&logits, &history);
-            tokens.push(id);
-            history.push(id);
-            if !params.ignore_eos && tokenizer.is_end_of_generation(id) {
-                break FinishReason::Eos;
-            }
-            let delta = stops.push(&decoder.push(tokenizer, id));
-            text.push_str(&delta.text);
-            if !delta.text.is_empty() && !on_text(&delta.text) {
+            let next = stream.sample(tokenizer, &logits);
+            text.push_str(&next.text);
+            if !next.text.is_empty() && !on_text(&next.text) {
                 break FinishReason::Cancelled;
             }
-            if delta.stop.is_some() {
-                break FinishReason::Stop;
+            if let Some(reason) = next.finish {
+                break reason;
             }
-            if tokens.len() >= limit || self.backend.len() >= n_ctx {
+            if self.backend.len() >= n_ctx {
                 break FinishReason::Length;
             }
-            logits = self.backend.forward(&[id], Logits::Last)?;
-            self.cached.push(id);
+            logits = self.backend.forward(&[next.token], Logits::Last)?;
+            self.cached.push(next.token);
         };
-        if !matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
-            let rest = stops.push(&decoder.finish());
-            let tail = rest.text + &stops.finish();
-            if !tail.is_empty() {
-                on_text(&tail);
-                text.push_str(&tail);
-            }
+        let tail = stream.finish(finish);
+        if !tail.is_empty() {
+            on_text(&tail);
+            text.push_str(&tail);
         }
+        let tokens = stream.into_generated();
         timings.generated_tokens = tokens.len();
         timings.generation = gen_start.elapsed();
         Ok(Generation {

@@ -11,20 +11,22 @@
 //! blocks are freed and it is recomputed later from its tokens. A request that could never
 //! fit is refused when it is added.
 
+mod output;
 mod request;
+mod rows;
 
 pub use request::{RequestId, RequestParams, SeqTimes, TokenEvent};
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use hearth_models::{StreamDecoder, Tokenizer};
+use hearth_models::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::kv::{blocks_for, OutOfBlocks};
 use crate::model::{Backend, Logits, SeqStep, VkModel};
-use crate::sample::{Sampler, StopStrings};
-use crate::session::FinishReason;
+use crate::sample::TokenStream;
+use rows::Row;
 
 /// Where a sequence stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +44,10 @@ struct Sequence {
     sample: usize,
     phase: Phase,
     row: usize,
-    /// Prompt and generated tokens so far.
-    tokens: Vec<u32>,
-    prompt_len: usize,
+    /// Prompt and generated tokens so far, and what continues them.
+    stream: TokenStream,
     /// Tokens whose K/V the row holds.
     computed: usize,
-    max_tokens: usize,
-    ignore_eos: bool,
-    sampler: Sampler,
-    stops: StopStrings,
-    decoder: StreamDecoder,
     /// A sequence of the same request to wait for, so this one shares its prompt's blocks.
     after: Option<usize>,
     /// Order of (re)admission; the newest is preempted first.
@@ -61,22 +57,9 @@ struct Sequence {
 }
 
 impl Sequence {
-    fn generated(&self) -> usize {
-        self.tokens.len() - self.prompt_len
+    fn tokens(&self) -> &[u32] {
+        self.stream.tokens()
     }
-}
-
-/// What a cache row holds.
-#[derive(Clone, Debug)]
-enum Row {
-    Free,
-    /// A running sequence (index into `seqs`).
-    Busy(usize),
-    /// A finished sequence's tokens, kept as a prefix cache until the room is needed.
-    Cached {
-        tokens: Vec<u32>,
-        used: u64,
-    },
 }
 
 pub struct Scheduler<'a> {
@@ -151,22 +134,17 @@ impl<'a> Scheduler<'a> {
         let now = Instant::now();
         let first = self.seqs.len();
         for i in 0..params.n {
-            let mut sampler = g.sampler.clone();
-            sampler.seed = sampler.seed.wrapping_add(i as u64);
+            // Without `max_tokens`, `sample` ends the stream when the context is full.
+            let mut g = g.clone();
+            g.sampler.seed = g.sampler.seed.wrapping_add(i as u64);
             self.waiting.push_back(self.seqs.len());
             self.seqs.push(Sequence {
                 request: id,
                 sample: i,
                 phase: Phase::Waiting,
                 row: 0,
-                tokens: prompt.to_vec(),
-                prompt_len: prompt.len(),
+                stream: TokenStream::new(prompt, &g),
                 computed: 0,
-                max_tokens: g.max_tokens.unwrap_or(n_ctx - prompt.len()),
-                ignore_eos: g.ignore_eos,
-                sampler: Sampler::new(sampler),
-                stops: StopStrings::new(g.stop.clone()),
-                decoder: self.tokenizer.stream_decoder(true),
                 after: (i > 0).then_some(first),
                 admitted: 0,
                 times: SeqTimes {
@@ -245,8 +223,8 @@ impl<'a> Scheduler<'a> {
                 let s = &self.seqs[i];
                 SeqStep {
                     row: s.row,
-                    tokens: &s.tokens[s.computed..s.computed + n],
-                    logits: (s.computed + n == s.tokens.len()).then_some(Logits::Last),
+                    tokens: &s.tokens()[s.computed..s.computed + n],
+                    logits: (s.computed + n == s.tokens().len()).then_some(Logits::Last),
                     beam: None,
                 }
             })
@@ -261,258 +239,4 @@ impl<'a> Scheduler<'a> {
         }
         Ok(events)
     }
-
-    fn finish_cancelled(&mut self, events: &mut Vec<TokenEvent>) {
-        for i in 0..self.seqs.len() {
-            if self.seqs[i].cancelled && self.seqs[i].phase != Phase::Done {
-                self.finish(i, FinishReason::Cancelled, Instant::now(), events);
-            }
-        }
-    }
-
-    /// Moves waiting sequences into free rows, oldest first, each sharing the longest cached
-    /// prefix of its tokens.
-    fn admit(&mut self) {
-        let mut still = VecDeque::new();
-        let mut running = self.running();
-        while let Some(i) = self.waiting.pop_front() {
-            if self.seqs[i].phase != Phase::Waiting {
-                continue;
-            }
-            if running >= self.max_running {
-                still.push_back(i);
-                still.extend(self.waiting.drain(..));
-                break;
-            }
-            // Completions of one request follow its first once that has read the prompt.
-            if let Some(lead) = self.seqs[i].after {
-                let l = &self.seqs[lead];
-                if l.phase == Phase::Waiting
-                    || (l.phase == Phase::Running && l.computed < l.prompt_len - 1)
-                {
-                    still.push_back(i);
-                    continue;
-                }
-            }
-            let Some(row) = self.take_row(i) else {
-                still.push_back(i);
-                still.extend(self.waiting.drain(..));
-                break;
-            };
-            self.clock += 1;
-            let s = &mut self.seqs[i];
-            s.phase = Phase::Running;
-            s.row = row;
-            s.admitted = self.clock;
-            self.rows[row] = Row::Busy(i);
-            running += 1;
-        }
-        self.waiting = still;
-    }
-
-    /// A row for sequence `i`, holding as much of its tokens as some row has cached (at most
-    /// all but the last, which must run to give logits), or `None` when every row is busy.
-    fn take_row(&mut self, i: usize) -> Option<usize> {
-        let tokens = &self.seqs[i].tokens;
-        let limit = tokens.len() - 1;
-        // The row with the longest common prefix.
-        let mut best: Option<(usize, usize)> = None;
-        for (r, row) in self.rows.iter().enumerate() {
-            let cached: &[u32] = match row {
-                Row::Busy(j) => &self.seqs[*j].tokens[..self.seqs[*j].computed],
-                Row::Cached { tokens, .. } => tokens,
-                Row::Free => continue,
-            };
-            let lcp = cached
-                .iter()
-                .zip(tokens)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(limit);
-            if lcp > 0 && best.is_none_or(|(_, l)| lcp > l) {
-                best = Some((r, lcp));
-            }
-        }
-        let free = self.rows.iter().position(|r| matches!(r, Row::Free));
-        let (row, keep) = match (free, best) {
-            (Some(row), Some((src, keep))) => {
-                self.model.fork(src, row, keep);
-                (row, keep)
-            }
-            (Some(row), None) => (row, 0),
-            // No free row: take over the best cached one, or the least recently used.
-            (None, Some((src, keep))) if matches!(self.rows[src], Row::Cached { .. }) => {
-                self.model.kv_mut().truncate(src, keep);
-                (src, keep)
-            }
-            (None, _) => {
-                let lru = lru_cached(&self.rows)?;
-                self.model.kv_mut().clear(lru);
-                (lru, 0)
-            }
-        };
-        self.reused_tokens += keep;
-        self.seqs[i].computed = keep;
-        Some(row)
-    }
-
-    /// This step's work: (sequence, tokens) for every running sequence, decodes first, then
-    /// prompt chunks within the step's token budget; blocks are found by evicting cached
-    /// prefixes and then preempting the newest sequences.
-    fn plan(&mut self) -> Result<Vec<(usize, usize)>> {
-        let budget = self.model.max_step_tokens();
-        loop {
-            let mut running: Vec<usize> = (0..self.seqs.len())
-                .filter(|&i| self.seqs[i].phase == Phase::Running)
-                .collect();
-            running.sort_by_key(|&i| {
-                (
-                    self.seqs[i].tokens.len() - self.seqs[i].computed > 1,
-                    self.seqs[i].admitted,
-                )
-            });
-            let mut plan = Vec::new();
-            let mut left = budget;
-            for &i in &running {
-                let s = &self.seqs[i];
-                let n = (s.tokens.len() - s.computed).min(left);
-                if n == 0 {
-                    continue;
-                }
-                plan.push((i, n));
-                left -= n;
-            }
-            let kv = self.model.kv();
-            let needed: usize = plan
-                .iter()
-                .map(|&(i, n)| kv.blocks_needed(self.seqs[i].row, n))
-                .sum();
-            let free = kv.pool().free_blocks();
-            if needed <= free {
-                return Ok(plan);
-            }
-            if self.evict_cached() {
-                continue;
-            }
-            // Preempt the newest running sequence; the oldest always keeps its room (every
-            // request fits the pool alone, checked when it was added).
-            let newest = running
-                .iter()
-                .copied()
-                .max_by_key(|&i| self.seqs[i].admitted);
-            match newest {
-                Some(i) if running.len() > 1 => self.preempt(i),
-                _ => return Err(OutOfBlocks { needed, free }.into()),
-            }
-        }
-    }
-
-    /// Frees the least recently used cached prefix; false when there is none.
-    fn evict_cached(&mut self) -> bool {
-        match lru_cached(&self.rows) {
-            Some(r) => {
-                self.model.kv_mut().clear(r);
-                self.rows[r] = Row::Free;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Frees sequence `i`'s row and blocks; it is recomputed from its tokens when readmitted.
-    fn preempt(&mut self, i: usize) {
-        let row = self.seqs[i].row;
-        self.model.kv_mut().clear(row);
-        self.rows[row] = Row::Free;
-        let s = &mut self.seqs[i];
-        s.phase = Phase::Waiting;
-        s.computed = 0;
-        self.waiting.push_front(i);
-        self.preemptions += 1;
-    }
-
-    fn sample(&mut self, i: usize, logits: &[f32], now: Instant, events: &mut Vec<TokenEvent>) {
-        let tokenizer = self.tokenizer;
-        let s = &mut self.seqs[i];
-        let id = s.sampler.sample(logits, &s.tokens);
-        s.tokens.push(id);
-        s.times.generated += 1;
-        s.times.first_token.get_or_insert(now);
-        if !s.ignore_eos && tokenizer.is_end_of_generation(id) {
-            events.push(TokenEvent {
-                request: s.request,
-                sample: s.sample,
-                token: Some(id),
-                text: String::new(),
-                finish: None,
-            });
-            self.finish(i, FinishReason::Eos, now, events);
-            return;
-        }
-        let delta = s.stops.push(&s.decoder.push(tokenizer, id));
-        events.push(TokenEvent {
-            request: s.request,
-            sample: s.sample,
-            token: Some(id),
-            text: delta.text,
-            finish: None,
-        });
-        let n_ctx = self.model.kv().shape().n_ctx;
-        let s = &self.seqs[i];
-        if delta.stop.is_some() {
-            self.finish(i, FinishReason::Stop, now, events);
-        } else if s.generated() >= s.max_tokens || s.tokens.len() >= n_ctx {
-            self.finish(i, FinishReason::Length, now, events);
-        }
-    }
-
-    /// Ends sequence `i`: flushes held-back text, gives its row back (keeping its tokens as a
-    /// cached prefix) and emits the final event.
-    fn finish(
-        &mut self,
-        i: usize,
-        reason: FinishReason,
-        now: Instant,
-        events: &mut Vec<TokenEvent>,
-    ) {
-        let s = &mut self.seqs[i];
-        let mut text = String::new();
-        if !matches!(reason, FinishReason::Stop | FinishReason::Cancelled) {
-            let rest = s.stops.push(&s.decoder.finish());
-            text = rest.text + &s.stops.finish();
-        }
-        let was_running = s.phase == Phase::Running;
-        s.phase = Phase::Done;
-        s.times.finished = Some(now);
-        events.push(TokenEvent {
-            request: s.request,
-            sample: s.sample,
-            token: None,
-            text,
-            finish: Some(reason),
-        });
-        if was_running {
-            let row = s.row;
-            let computed = s.computed;
-            let tokens = s.tokens[..computed].to_vec();
-            self.clock += 1;
-            self.model.kv_mut().truncate(row, computed);
-            self.rows[row] = Row::Cached {
-                tokens,
-                used: self.clock,
-            };
-        }
-    }
-}
-
-/// The cached row used least recently.
-fn lru_cached(rows: &[Row]) -> Option<usize> {
-    rows.iter()
-        .enumerate()
-        .filter_map(|(r, row)| match row {
-            Row::Cached { used, .. } => Some((r, *used)),
-            _ => None,
-        })
-        .min_by_key(|&(_, used)| used)
-        .map(|(r, _)| r)
 }

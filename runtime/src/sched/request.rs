@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::session::{FinishReason, GenerateParams};
+use crate::sample::{FinishReason, GenerateParams};
 
 /// Names a request for its whole life, as `add_request` returned it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -1,0 +1,112 @@
+//! The model slot: the library, loading and reloading, and each model's saved settings.
+
+use std::path::PathBuf;
+
+use super::{App, ModelState, SETTINGS_FILE};
+use crate::library::{self, ModelCard};
+use crate::settings::ModelSettings;
+use crate::worker::{LoadRequest, Loaded};
+
+impl App {
+    pub fn refresh_library(&mut self) {
+        self.library = library::scan(&self.config.models_dir);
+    }
+
+    /// Starts loading `path` with its saved settings; the current model is freed first.
+    pub fn load_model(&mut self, path: PathBuf) {
+        if self.generating.is_some() {
+            self.notices
+                .push("Stop the answer being generated before loading a model.".into());
+            return;
+        }
+        let card = match ModelCard::read(&path) {
+            Ok(card) => card,
+            Err(e) => {
+                self.notices.push(format!("Could not open the model: {e}"));
+                return;
+            }
+        };
+        self.settings = self.prefs.model(&card);
+        let request = LoadRequest {
+            path,
+            device: self.prefs.device,
+            n_ctx: self.settings.n_ctx,
+            kv_budget_tokens: self.settings.kv_budget_tokens,
+            kv_offload: self.settings.kv_offload,
+            infinigen: self.settings.infinigen,
+        };
+        self.load_request = Some(request.clone());
+        let id = self.worker().load(request);
+        self.model = ModelState::Loading {
+            id,
+            card,
+            done: 0,
+            total: 1,
+        };
+    }
+
+    /// Reloads the current model (after changing its context, KV cache settings or the device).
+    pub fn reload_model(&mut self) {
+        if let Some(card) = self.card() {
+            let path = card.path.clone();
+            self.save_model_settings();
+            self.load_model(path);
+        }
+    }
+
+    /// Whether the context, KV cache settings or device differ from what the model was loaded
+    /// with.
+    pub fn needs_reload(&self) -> bool {
+        self.load_request
+            .as_ref()
+            .is_some_and(|r| r.device != self.prefs.device || r.differs_from(&self.settings))
+    }
+
+    pub fn cancel_load(&mut self) {
+        if let ModelState::Loading { id, .. } = self.model {
+            self.worker().cancel_load(id);
+        }
+    }
+
+    pub fn card(&self) -> Option<&ModelCard> {
+        match &self.model {
+            ModelState::Empty => None,
+            ModelState::Loading { card, .. } | ModelState::Ready { card, .. } => Some(card),
+        }
+    }
+
+    pub fn loaded(&self) -> Option<&Loaded> {
+        match &self.model {
+            ModelState::Ready { loaded, .. } => Some(loaded),
+            _ => None,
+        }
+    }
+
+    pub fn save_model_settings(&mut self) {
+        if let Some(name) = self.card().map(|c| c.name.clone()) {
+            self.prefs.models.insert(name, self.settings.clone());
+            self.save_prefs();
+        }
+    }
+
+    /// Puts back the model's own defaults.
+    pub fn reset_model_settings(&mut self) {
+        if let Some(card) = self.card() {
+            self.settings = ModelSettings::for_model(card);
+            self.save_model_settings();
+        }
+    }
+
+    pub fn set_device(&mut self, device: Option<usize>) {
+        if self.prefs.device != device {
+            self.prefs.device = device;
+            self.save_prefs();
+        }
+    }
+
+    pub(super) fn save_prefs(&mut self) {
+        if let Err(e) = self.prefs.save(&self.config.data_dir.join(SETTINGS_FILE)) {
+            self.notices.push(e);
+        }
+    }
+}

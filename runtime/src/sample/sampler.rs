@@ -1,0 +1,526 @@
+//! The sampling chain: [`SamplerParams`] and the [`Sampler`] that applies them to logits.
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::filters::{self, Candidate};
+
+/// The seed [`SamplerParams::default`] uses. Fixed, unlike llama.cpp's default of a fresh random
+/// seed per run, so that the same prompt and settings reproduce the same text unless a caller
+/// asks for a different seed.
+pub const DEFAULT_SEED: u64 = 0xDECAF_C0FFEE;
+
+/// How to pick tokens. Every filter has a value that turns it off; the defaults are
+/// llama.cpp's (`common_params_sampling`) except for the fixed seed.
+///
+/// Missing fields deserialize to their defaults, so a config may name only what it changes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplerParams {
+    /// Divides the logits before the final softmax: below 1 sharpens, above 1 flattens.
+    /// 0 or below means greedy (argmax). Default 0.8.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens. 0 turns it off. Default 40.
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probabilities add up to at least
+    /// `top_p`, in [0, 1]. 1 turns it off. Default 0.95.
+    pub top_p: f32,
+    /// Keep tokens at least `min_p` times as likely as the most likely one, in [0, 1]. 0 turns
+    /// it off. Default 0.05.
+    pub min_p: f32,
+    /// Divides positive logits (multiplies negative ones) of recently seen tokens; above 1
+    /// discourages repetition. 1 turns it off. Default 1.0.
+    pub repeat_penalty: f32,
+    /// How many of the most recent tokens of the history the penalty looks at. 0 turns the
+    /// penalty off; `usize::MAX` means the whole history. Default 64.
+    pub repeat_last_n: usize,
+    /// Seed of the random draws. Default [`DEFAULT_SEED`].
+    pub seed: u64,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+/// A sampler parameter outside the range it has a meaning in.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("sampler parameter `{field}` is {value}; it must be {expected}")]
+pub struct SamplerParamError {
+    /// The field's name, as in [`SamplerParams`] and its serialized form.
+    pub field: &'static str,
+    pub value: f32,
+    /// The accepted range, in words.
+    pub expected: &'static str,
+}
+
+impl SamplerParams {
+    /// Always the most likely token (after the repetition penalty): deterministic, and the
+    /// setting reference outputs are compared under.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Whether sampling reduces to argmax. NaN counts as greedy, being no temperature at all.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature.is_nan() || self.temperature <= 0.0
+    }
+
+    /// Checks every value is in its range; the error names the first field that is not.
+    /// Call this where parameters come from a user: [`Sampler`] itself never panics on bad
+    /// values but reads them as "off" (or greedy, for a NaN temperature), which would hide a
+    /// typo.
+    pub fn validate(&self) -> Result<(), SamplerParamError> {
+        let check = |field, value: f32, ok: bool, expected| {
+            if ok {
+                Ok(())
+            } else {
+                Err(SamplerParamError {
+                    field,
+                    value,
+                    expected,
+                })
+            }
+        };
+        let t = self.temperature;
+        check(
+            "temperature",
+            t,
+            t.is_finite(),
+            "a finite number (0 or below for greedy)",
+        )?;
+        let p = self.top_p;
+        check("top_p", p, (0.0..=1.0).contains(&p), "in [0, 1] (1 is off)")?;
+        let m = self.min_p;
+        check("min_p", m, (0.0..=1.0).contains(&m), "in [0, 1] (0 is off)")?;
+        let r = self.repeat_penalty;
+        check(
+            "repeat_penalty",
+            r,
+            r > 0.0 && r.is_finite(),
+            "a finite number above 0 (1 is off)",
+        )
+    }
+}
+
+/// Picks tokens from logits under one set of [`SamplerParams`], with its own seeded random
+/// number generator: the same parameters and the same logits give the same tokens.
+#[derive(Clone)]
+pub struct Sampler {
+    params: SamplerParams,
+    rng: StdRng,
+    /// Reused between calls: a vocabulary-sized list per token is worth not reallocating.
+    candidates: Vec<Candidate>,
+}
+
+impl std::fmt::Debug for Sampler {
+    // The candidate list is scratch space, up to a vocabulary long: not worth printing.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Does not validate `params` (see [`SamplerParams::validate`]): a value out of range turns
+    /// its step off rather than failing.
+    pub fn new(params: SamplerParams) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(params.seed),
+            params,
+            candidates: Vec::new(),
+        }
+    }
+
+    pub fn params(&self) -> &SamplerParams {
+        &self.params
+    }
+
+    /// Picks the next token. `logits` (vocab) are the model's scores for it; `history` holds
+    /// the tokens so far (prompt and generated, oldest first), of which the repetition penalty
+    /// looks at the last `repeat_last_n`.
+    ///
+    /// NaN logits count as -inf: never chosen while any token has a number. If none has one
+    /// (every logit NaN or -inf, or `logits` empty), returns token 0, as argmax's tie-break
+    /// would. Greedy calls draw no random number; every other call draws exactly one.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let params = &self.params;
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(logits.iter().enumerate().map(|(id, &logit)| Candidate {
+            id: id as u32,
+            logit: if logit.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                logit
+            },
+        }));
+
+        let recent = history.len().saturating_sub(params.repeat_last_n);
+        filters::repetition_penalty(cands, &history[recent..], params.repeat_penalty);
+
+        if params.is_greedy() {
+            return filters::argmax(cands).map_or(0, |c| c.id);
+        }
+        filters::top_k(cands, params.top_k);
+        filters::top_p(cands, params.top_p);
+        filters::min_p(cands, params.min_p);
+        let u: f64 = self.rng.gen();
+        filters::sample_softmax(cands, params.temperature, u).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only temperature and seed set: every filter off.
+    fn plain(temperature: f32, seed: u64) -> SamplerParams {
+        SamplerParams {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed,
+        }
+    }
+
+    fn random_logits(rng: &mut StdRng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.gen_range(-5.0..5.0)).collect()
+    }
+
+    fn softmax(logits: &[f32], temperature: f32) -> Vec<f64> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f64> = logits
+            .iter()
+            .map(|&l| (f64::from(l - max) / f64::from(temperature)).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        w.iter().map(|w| w / total).collect()
+    }
+
+    fn draw(params: SamplerParams, logits: &[f32], n: usize) -> Vec<u32> {
+        let mut sampler = Sampler::new(params);
+        (0..n).map(|_| sampler.sample(logits, &[])).collect()
+    }
+
+    #[test]
+    fn defaults_are_llama_cpp_s() {
+        let p = SamplerParams::default();
+        assert_eq!(
+            (p.temperature, p.top_k, p.top_p, p.min_p),
+            (0.8, 40, 0.95, 0.05)
+        );
+        assert_eq!((p.repeat_penalty, p.repeat_last_n), (1.0, 64));
+        assert_eq!(p.seed, DEFAULT_SEED);
+        assert!(p.validate().is_ok());
+        assert!(SamplerParams::greedy().validate().is_ok());
+        assert!(SamplerParams::greedy().is_greedy());
+        assert!(!p.is_greedy());
+    }
+
+    #[test]
+    fn params_deserialize_with_defaults_for_missing_fields() {
+        let p: SamplerParams = serde_json::from_str(r#"{"temperature": 0.0, "seed": 7}"#).unwrap();
+        assert_eq!(
+            p,
+            SamplerParams {
+                seed: 7,
+                ..SamplerParams::greedy()
+            }
+        );
+        let text = serde_json::to_string(&SamplerParams::default()).unwrap();
+        let back: SamplerParams = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, SamplerParams::default());
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let bad = |change: fn(&mut SamplerParams)| {
+            let mut p = SamplerParams::default();
+            change(&mut p);
+            p.validate().unwrap_err().field
+        };
+        assert_eq!(bad(|p| p.temperature = f32::NAN), "temperature");
+        assert_eq!(bad(|p| p.temperature = f32::INFINITY), "temperature");
+        assert_eq!(bad(|p| p.top_p = -0.1), "top_p");
+        assert_eq!(bad(|p| p.top_p = 1.5), "top_p");
+        assert_eq!(bad(|p| p.top_p = f32::NAN), "top_p");
+        assert_eq!(bad(|p| p.min_p = -0.01), "min_p");
+        assert_eq!(bad(|p| p.min_p = 1.01), "min_p");
+        assert_eq!(bad(|p| p.min_p = f32::NAN), "min_p");
+        assert_eq!(bad(|p| p.repeat_penalty = 0.0), "repeat_penalty");
+        assert_eq!(bad(|p| p.repeat_penalty = -1.0), "repeat_penalty");
+        assert_eq!(bad(|p| p.repeat_penalty = f32::NAN), "repeat_penalty");
+
+        // Edges that mean something are accepted.
+        for ok in [
+            SamplerParams {
+                temperature: -1.0,
+                top_p: 0.0,
+                min_p: 1.0,
+                repeat_penalty: 0.5,
+                ..SamplerParams::default()
+            },
+            SamplerParams {
+                top_p: 1.0,
+                min_p: 0.0,
+                ..SamplerParams::default()
+            },
+        ] {
+            assert_eq!(ok.validate(), Ok(()));
+        }
+
+        let err = SamplerParams {
+            top_p: 1.5,
+            ..SamplerParams::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sampler parameter `top_p` is 1.5; it must be in [0, 1] (1 is off)"
+        );
+    }
+
+    #[test]
+    fn greedy_is_argmax_with_ties_to_the_lowest_id() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut sampler = Sampler::new(SamplerParams::greedy());
+        for _ in 0..20 {
+            let logits = random_logits(&mut rng, 1000);
+            let best = (0..logits.len())
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap();
+            assert_eq!(sampler.sample(&logits, &[]), best as u32);
+        }
+        assert_eq!(sampler.sample(&[1.0, 7.0, 3.0, 7.0], &[]), 1);
+        // Negative temperatures are greedy too.
+        let mut sampler = Sampler::new(plain(-1.0, 0));
+        assert_eq!(sampler.sample(&[1.0, 7.0, 3.0, 7.0], &[]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_at_any_temperature() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let mut greedy = Sampler::new(SamplerParams::greedy());
+        for temperature in [0.1, 1.0, 5.0, 100.0] {
+            let mut sampler = Sampler::new(SamplerParams {
+                temperature,
+                top_k: 1,
+                ..SamplerParams::default()
+            });
+            for _ in 0..20 {
+                let mut logits = random_logits(&mut rng, 500);
+                logits[17] = logits[3]; // a tie somewhere
+                assert_eq!(
+                    sampler.sample(&logits, &[]),
+                    greedy.sample(&logits, &[]),
+                    "temperature {temperature}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_tokens_different_seed_different_tokens() {
+        let logits = vec![0.0; 1000]; // uniform: every draw is pure seed
+        let a = draw(plain(1.0, 42), &logits, 200);
+        assert_eq!(a, draw(plain(1.0, 42), &logits, 200));
+        assert_ne!(a, draw(plain(1.0, 43), &logits, 200));
+
+        // With the default filters and the default seed too.
+        let mut rng = StdRng::seed_from_u64(3);
+        let logits = random_logits(&mut rng, 32_000);
+        let a = draw(SamplerParams::default(), &logits, 200);
+        assert_eq!(a, draw(SamplerParams::default(), &logits, 200));
+    }
+
+    /// The draw must follow the softmax: 20k draws put each token's frequency within 0.015 of
+    /// its probability (over 4 standard deviations), at the default and a lower temperature.
+    #[test]
+    fn frequencies_match_softmax_probabilities() {
+        let logits = [1.0, 2.0, 0.5, 3.0, -1.0, 2.5];
+        for temperature in [1.0, 0.5] {
+            let expected = softmax(&logits, temperature);
+            let n = 20_000;
+            let mut counts = [0usize; 6];
+            for token in draw(plain(temperature, 11), &logits, n) {
+                counts[token as usize] += 1;
+            }
+            for (token, (&count, p)) in counts.iter().zip(&expected).enumerate() {
+                let freq = count as f64 / n as f64;
+                assert!(
+                    (freq - p).abs() < 0.015,
+                    "temperature {temperature}, token {token}: {freq} vs {p}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn filters_limit_what_can_be_drawn() {
+        // Probabilities 0.5, 0.25, 0.15, 0.1 at temperature 1.
+        let logits: Vec<f32> = [0.25_f32, 0.5, 0.1, 0.15].iter().map(|p| p.ln()).collect();
+        let seen = |params: SamplerParams| {
+            let mut seen: Vec<u32> = draw(params, &logits, 2000);
+            seen.sort_unstable();
+            seen.dedup();
+            seen
+        };
+        // A high temperature flattens the distribution, so every kept token shows up.
+        let hot = plain(10.0, 5);
+        assert_eq!(seen(hot.clone()), vec![0, 1, 2, 3]);
+        assert_eq!(
+            seen(SamplerParams {
+                top_k: 2,
+                ..hot.clone()
+            }),
+            vec![0, 1]
+        );
+        assert_eq!(
+            seen(SamplerParams {
+                top_p: 0.7,
+                ..hot.clone()
+            }),
+            vec![0, 1]
+        );
+        assert_eq!(
+            seen(SamplerParams {
+                top_p: 0.8,
+                ..hot.clone()
+            }),
+            vec![0, 1, 3]
+        );
+        assert_eq!(
+            seen(SamplerParams {
+                min_p: 0.25,
+                ..hot.clone()
+            }),
+            vec![0, 1, 3]
+        );
+        assert_eq!(
+            seen(SamplerParams {
+                min_p: 0.4,
+                ..hot.clone()
+            }),
+            vec![0, 1]
+        );
+        // The chain composes: top-k 3 leaves {1, 0, 3}, renormalised to 0.56, 0.28, 0.17;
+        // top-p 0.8 then keeps {1, 0}.
+        let chained = SamplerParams {
+            top_k: 3,
+            top_p: 0.8,
+            ..hot
+        };
+        assert_eq!(seen(chained), vec![0, 1]);
+    }
+
+    #[test]
+    fn repetition_penalty_discourages_recent_tokens() {
+        let params = SamplerParams {
+            repeat_penalty: 1.5,
+            repeat_last_n: 3,
+            ..SamplerParams::greedy()
+        };
+        let mut sampler = Sampler::new(params);
+        // 2.0 / 1.5 < 1.9: token 0 loses to token 1.
+        assert_eq!(sampler.sample(&[2.0, 1.9, -1.0], &[0]), 1);
+        // Negative logits are multiplied: -1.0 * 1.5 < -1.2.
+        assert_eq!(sampler.sample(&[-1.0, -1.2], &[0]), 1);
+        // Token 0 is older than the last 3 tokens, so it is not penalised.
+        assert_eq!(sampler.sample(&[2.0, 1.9, -1.0], &[0, 2, 2, 2]), 0);
+        // Repeats are penalised once, and ids beyond the vocabulary are ignored.
+        assert_eq!(sampler.sample(&[2.0, 1.9, -1.0], &[0, 0, 0]), 1);
+        assert_eq!(sampler.sample(&[2.0, 1.9, -1.0], &[1_000_000]), 0);
+
+        let off = SamplerParams {
+            repeat_last_n: 0,
+            ..sampler.params().clone()
+        };
+        assert_eq!(Sampler::new(off).sample(&[2.0, 1.9, -1.0], &[0]), 0);
+    }
+
+    #[test]
+    fn nan_logits_are_never_chosen() {
+        let logits = [f32::NAN, 1.0, f32::NAN, 0.5, f32::NAN];
+        assert_eq!(
+            Sampler::new(SamplerParams::greedy()).sample(&logits, &[]),
+            1
+        );
+        for params in [plain(1.0, 9), plain(100.0, 9), SamplerParams::default()] {
+            for token in draw(params, &logits, 500) {
+                assert!(token == 1 || token == 3, "drew {token}");
+            }
+        }
+        // With a penalty on a NaN token too.
+        let penalised = SamplerParams {
+            repeat_penalty: 1.3,
+            ..plain(1.0, 9)
+        };
+        let mut sampler = Sampler::new(penalised);
+        for _ in 0..100 {
+            let token = sampler.sample(&logits, &[0, 2, 4]);
+            assert!(token == 1 || token == 3, "drew {token}");
+        }
+    }
+
+    #[test]
+    fn logits_without_numbers_give_token_zero() {
+        for params in [
+            SamplerParams::greedy(),
+            SamplerParams::default(),
+            plain(1.0, 0),
+        ] {
+            let mut sampler = Sampler::new(params);
+            assert_eq!(sampler.sample(&[f32::NAN; 8], &[]), 0);
+            assert_eq!(sampler.sample(&[f32::NEG_INFINITY; 8], &[]), 0);
+            assert_eq!(sampler.sample(&[], &[3]), 0);
+        }
+    }
+
+    #[test]
+    fn out_of_range_params_do_not_panic() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let logits = random_logits(&mut rng, 1000);
+        for params in [
+            plain(f32::NAN, 0),
+            plain(f32::INFINITY, 0),
+            plain(1e-30, 0),
+            SamplerParams {
+                top_p: f32::NAN,
+                min_p: f32::NAN,
+                repeat_penalty: f32::NAN,
+                ..SamplerParams::default()
+            },
+            SamplerParams {
+                top_p: -3.0,
+                min_p: 7.0,
+                repeat_penalty: f32::INFINITY,
+                repeat_last_n: usize::MAX,
+                ..SamplerParams::default()
+            },
+        ] {
+            let mut sampler = Sampler::new(params);
+            for _ in 0..10 {
+                let token = sampler.sample(&logits, &[1, 2, 3]);
+                assert!((token as usize) < logits.len());
+            }
+        }
+    }
+}
