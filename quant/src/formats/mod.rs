@@ -134,16 +134,17 @@ macro_rules! formats {
 // and the GGUF tensor type id files record it under. Adding a format is a module, its GLSL
 // include and one row; the formats' order here is the order of `Format::ALL`.
 formats! {
-    F32: f32, f32, 0;
-    F16: f16, f16::Half, 1;
-    Q2: q2, q2::BlockQ2, PRIVATE_ID_BASE;
-    Q3: q3, q3::BlockQ3, PRIVATE_ID_BASE + 1;
-    Q3H: q3h, q3h::BlockQ3H, PRIVATE_ID_BASE + 2;
-    Q4: q4, q4::BlockQ4, 3; // GGUF's Q4_1
-    Q4B64: q4b64, q4b64::BlockQ4B64, PRIVATE_ID_BASE + 3;
-    Q5: q5, q5::BlockQ5, PRIVATE_ID_BASE + 4;
-    Q6: q6, q6::BlockQ6, PRIVATE_ID_BASE + 5;
-    Q8: q8, q8::BlockQ8, 8; // GGUF's Q8_0
+    // name   module  block type          GGUF type id
+    F32:      f32,    f32,                0;
+    F16:      f16,    f16::Half,          1;
+    Q2:       q2,     q2::BlockQ2,        PRIVATE_ID_BASE;
+    Q3:       q3,     q3::BlockQ3,        PRIVATE_ID_BASE + 1;
+    Q3H:      q3h,    q3h::BlockQ3H,      PRIVATE_ID_BASE + 2;
+    Q4:       q4,     q4::BlockQ4,        3; // GGUF's Q4_1
+    Q4B64:    q4b64,  q4b64::BlockQ4B64,  PRIVATE_ID_BASE + 3;
+    Q5:       q5,     q5::BlockQ5,        PRIVATE_ID_BASE + 4;
+    Q6:       q6,     q6::BlockQ6,        PRIVATE_ID_BASE + 5;
+    Q8:       q8,     q8::BlockQ8,        8; // GGUF's Q8_0
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
