@@ -1,14 +1,19 @@
 //! Compiles every GLSL kernel variant to SPIR-V and generates `kernels.rs`, which exposes each
-//! variant as a `Kernel` constant named after it (`matvec_f16` -> `MATVEC_F16`).
+//! variant as a `Kernel` constant named after it (`matvec_f16` -> `MATVEC_F16`), and for each
+//! weight format a `FormatKernels` with one field per kernel kind that reads weights.
 //!
-//! One table drives everything: a variant is a kernel source plus the weight format it reads.
-//! A kernel that reads weights includes the virtual file `"format.glsl"`, which resolves to
-//! `glsl/include/quant/<format>.glsl` for that variant; nothing else changes between variants.
+//! A variant is a kernel source plus the weight format it reads. The formats are
+//! `hearth_quant::Format::ALL`, declared once in `quant/src/formats/mod.rs`. A kernel that reads
+//! weights includes the virtual file `"format.glsl"`, which resolves to
+//! `glsl/include/quant/<module>.glsl` for that variant's format (`Format::module`); nothing
+//! else changes between variants.
 
 extern crate hearth_glslang_link;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use hearth_quant::Format;
 
 /// (variant name, source file in glsl/, weight format or "" when the kernel reads no weights).
 /// A `_wide` variant is compiled with WIDE_LOADS defined: for CPU devices, it reads the
@@ -40,14 +45,32 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("h2o_mass", "h2o_mass.comp", ""),
 ];
 
-/// Weight formats, each with an include `glsl/include/quant/<format>.glsl` mirroring
-/// `quant/src/formats/<format>.rs`.
-const FORMATS: &[&str] = &[
-    "f32", "f16", "q2", "q3", "q3h", "q4", "q4b64", "q5", "q6", "q8",
+/// Kernels compiled once per weight format, each a field of `FormatKernels`: (field, source
+/// in glsl/, compiled with WIDE_LOADS, what it does). The variant of format `f` is named
+/// `<source stem>_<f's module>`, with `_wide` after it for WIDE_LOADS.
+const FORMAT_KERNELS: &[(&str, &str, bool, &str)] = &[
+    ("matvec", "matvec.comp", false, "Weight-streaming product"),
+    (
+        "matvec_wide",
+        "matvec.comp",
+        true,
+        "The product for the lane-per-row shape (CPU devices) loading blocks, x and the \
+         norm gain 8 or 16 bytes at a time",
+    ),
+    (
+        "matmul",
+        "matmul.comp",
+        false,
+        "Tiled matrix-matrix product",
+    ),
+    ("embed", "embed.comp", false, "Embedding row gather"),
+    (
+        "dequant",
+        "dequant.comp",
+        false,
+        "Whole-tensor dequantization to f32",
+    ),
 ];
-
-/// Kernels compiled once per weight format, as `<kernel>_<format>`.
-const FORMAT_KERNELS: &[&str] = &["matvec", "matmul", "embed", "dequant"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("glsl");
@@ -62,22 +85,10 @@ fn main() {
         .iter()
         .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
         .collect();
-    // Every format's product again with WIDE_LOADS: the lane-per-row shape (CPU devices) then
-    // loads blocks, x and the norm gain 8 or 16 bytes at a time.
-    for format in FORMATS {
-        variants.push((
-            format!("matvec_{format}_wide"),
-            "matvec.comp".to_string(),
-            format.to_string(),
-        ));
-    }
-    for kernel in FORMAT_KERNELS {
-        for format in FORMATS {
-            variants.push((
-                format!("{kernel}_{format}"),
-                format!("{kernel}.comp"),
-                format.to_string(),
-            ));
+    for &(_, source, wide, _) in FORMAT_KERNELS {
+        for format in Format::ALL {
+            let name = variant_name(source, wide, format);
+            variants.push((name, source.to_string(), format.module().to_string()));
         }
     }
 
@@ -144,9 +155,53 @@ fn main() {
     }
     writeln!(out, "/// Every kernel variant, in table order.").unwrap();
     writeln!(out, "pub const ALL: &[Kernel] = &[{}];", all.join(", ")).unwrap();
+    write_format_kernels(&mut out);
 
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("kernels.rs");
     std::fs::write(dest, out).expect("could not write kernels.rs");
+}
+
+/// The variant of `source` for `format`: `matvec_q4b64`, or `matvec_q4b64_wide` with
+/// WIDE_LOADS.
+fn variant_name(source: &str, wide: bool, format: Format) -> String {
+    let stem = source.trim_end_matches(".comp");
+    let suffix = if wide { "_wide" } else { "" };
+    format!("{stem}_{}{suffix}", format.module())
+}
+
+/// The `FormatKernels` struct, one field per kind, and `format_kernels`, which gives each
+/// format's variants.
+fn write_format_kernels(out: &mut String) {
+    out.push_str("\n/// The kernels that read weights, compiled for one weight format.\n");
+    out.push_str("#[derive(Clone, Copy, Debug, PartialEq, Eq)]\n");
+    out.push_str("pub struct FormatKernels {\n");
+    for &(field, source, _, doc) in FORMAT_KERNELS {
+        writeln!(
+            out,
+            "    /// {doc}: glsl/{source}.\n    pub {field}: Kernel,"
+        )
+        .unwrap();
+    }
+    out.push_str("}\n\n");
+    out.push_str("/// The kernels compiled for `format`.\n");
+    out.push_str(
+        "pub const fn format_kernels(format: hearth_quant::Format) -> &'static FormatKernels {\n",
+    );
+    out.push_str("    match format {\n");
+    for format in Format::ALL {
+        let variant = format.name();
+        writeln!(
+            out,
+            "        hearth_quant::Format::{variant} => &FormatKernels {{"
+        )
+        .unwrap();
+        for &(field, source, wide, _) in FORMAT_KERNELS {
+            let ident = variant_name(source, wide, format).to_uppercase();
+            writeln!(out, "            {field}: {ident},").unwrap();
+        }
+        out.push_str("        },\n");
+    }
+    out.push_str("    }\n}\n");
 }
 
 /// `#include "format.glsl"` names the variant's weight format; everything else is a path

@@ -4,7 +4,7 @@
 
 use hearth_models::gguf::{GgufFile, GgufWriter, MetaValue};
 use hearth_models::GgmlType;
-use hearth_quant::{FORMAT_VERSION, VERSION_KEY};
+use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
 
 const NAME: &str = "hearth.gguf";
 
@@ -18,7 +18,7 @@ fn file_with(version: Option<MetaValue>) -> Vec<u8> {
     }
     w.add_tensor(
         "blk.0.attn_q.weight",
-        GgmlType::Q3H,
+        GgmlType::Hearth(Format::Q3H),
         &[64, 2],
         vec![9u8; 64],
     )
@@ -72,7 +72,7 @@ fn expect_error(bytes: Vec<u8>, fragments: &[&str]) -> String {
 fn private_types_with_the_current_version_are_read() {
     let file = GgufFile::from_bytes(NAME, file_with(current())).unwrap();
     let view = file.tensor_view("blk.0.attn_q.weight").unwrap();
-    assert_eq!(view.info.ggml_type, GgmlType::Q3H);
+    assert_eq!(view.info.ggml_type, GgmlType::Hearth(Format::Q3H));
     assert_eq!(view.info.ggml_type.name(), "Q3H");
     assert_eq!(view.info.n_bytes, 64);
     assert_eq!(view.data, &[9u8; 64][..]);
@@ -83,14 +83,8 @@ fn private_types_with_the_current_version_are_read() {
 
 #[test]
 fn every_private_type_round_trips() {
-    for ty in [
-        GgmlType::Q2,
-        GgmlType::Q3,
-        GgmlType::Q3H,
-        GgmlType::Q4B64,
-        GgmlType::Q5,
-        GgmlType::Q6,
-    ] {
+    let private = Format::ALL.into_iter().filter(|f| f.is_private());
+    for ty in private.map(GgmlType::from) {
         let mut w = GgufWriter::new();
         w.set_metadata(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
         let row = ty.block_size();
@@ -208,8 +202,13 @@ fn private_type_with_truncated_data() {
     // The Q3H tensor is last, and the file ends inside its data.
     let mut w = GgufWriter::new();
     w.set_metadata(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
-    w.add_tensor("w", GgmlType::Q4B64, &[64, 4], vec![1u8; 144])
-        .unwrap();
+    w.add_tensor(
+        "w",
+        GgmlType::Hearth(Format::Q4B64),
+        &[64, 4],
+        vec![1u8; 144],
+    )
+    .unwrap();
     let mut bytes = w.to_bytes().unwrap();
     bytes.truncate(bytes.len() - 20);
     expect_error(bytes, &["tensor `w`", "past the end"]);
@@ -244,7 +243,7 @@ fn unknown_type_ids() {
 fn writer_refuses_private_data_of_the_wrong_size() {
     let mut w = GgufWriter::new();
     let err = w
-        .add_tensor("w", GgmlType::Q3H, &[64, 2], vec![0u8; 63])
+        .add_tensor("w", GgmlType::Hearth(Format::Q3H), &[64, 2], vec![0u8; 63])
         .unwrap_err()
         .to_string();
     assert!(
@@ -252,7 +251,7 @@ fn writer_refuses_private_data_of_the_wrong_size() {
         "{err}"
     );
     let err = w
-        .add_tensor("w", GgmlType::Q6, &[32, 2], vec![0u8; 52])
+        .add_tensor("w", GgmlType::Hearth(Format::Q6), &[32, 2], vec![0u8; 52])
         .unwrap_err()
         .to_string();
     assert!(err.contains("Q6"), "{err}");

@@ -110,15 +110,8 @@ impl BlockType {
 
     /// The Hearth format with this type's bytes, for the GGUF types that are one (F32, F16,
     /// Q4_1 = Q4, Q8_0 = Q8): tensors of these types are used as they are.
-    pub const fn format(self) -> Option<Format> {
-        use BlockType::*;
-        match self {
-            F32 => Some(Format::F32),
-            F16 => Some(Format::F16),
-            Q4_1 => Some(Format::Q4),
-            Q8_0 => Some(Format::Q8),
-            BF16 | Q4_0 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => None,
-        }
+    pub fn format(self) -> Option<Format> {
+        self.ggml_id().and_then(Format::from_gguf_id)
     }
 
     /// Bytes that `values` values take, or `None` when `values` is not a whole number of blocks

@@ -352,14 +352,26 @@ fn tensor_patterns_and_the_head_format() {
     };
     let report = quantize(&input_path, &out_path, &opts);
     let types = formats_by_name(&GgufFile::open(&out_path).unwrap());
-    assert_eq!(types["token_embd.weight"], GgmlType::Q6, "--keep-output");
-    assert_eq!(types["blk.0.attn_q.weight"], GgmlType::Q2, "pattern");
+    assert_eq!(
+        types["token_embd.weight"],
+        GgmlType::Hearth(Format::Q6),
+        "--keep-output"
+    );
+    assert_eq!(
+        types["blk.0.attn_q.weight"],
+        GgmlType::Hearth(Format::Q2),
+        "pattern"
+    );
     assert_eq!(
         types["blk.0.attn_output.weight"],
-        GgmlType::Q5,
+        GgmlType::Hearth(Format::Q5),
         "later pattern wins"
     );
-    assert_eq!(types["blk.0.ffn_up.weight"], GgmlType::Q3H, "--format");
+    assert_eq!(
+        types["blk.0.ffn_up.weight"],
+        GgmlType::Hearth(Format::Q3H),
+        "--format"
+    );
     // Patterns choose matrix formats only: 1-D tensors stay F32.
     assert_eq!(types["blk.0.attn_norm.weight"], GgmlType::F32);
     assert_eq!(types["blk.0.attn_q.bias"], GgmlType::F32);
@@ -373,7 +385,10 @@ fn tensor_patterns_and_the_head_format() {
     };
     quantize(&input_path, &out_path, &opts);
     let output = GgufFile::open(&out_path).unwrap();
-    assert_eq!(formats_by_name(&output)["token_embd.weight"], GgmlType::Q2);
+    assert_eq!(
+        formats_by_name(&output)["token_embd.weight"],
+        GgmlType::Hearth(Format::Q2)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -537,9 +552,9 @@ fn smollm2_to_q3h() {
             // The tied head keeps Q8 by default (it is Q8_0 already: copied as it is).
             GgmlType::Q8_0
         } else if t.name.ends_with("ffn_down.weight") {
-            GgmlType::Q6
+            GgmlType::Hearth(Format::Q6)
         } else {
-            GgmlType::Q3H
+            GgmlType::Hearth(Format::Q3H)
         };
         assert_eq!(t.ggml_type, expected, "{}", t.name);
     }

@@ -1,6 +1,8 @@
 //! Hearth's compute kernels as SPIR-V, compiled from `glsl/` by build.rs.
 //!
 //! Every variant is a [`Kernel`] constant named after it (`MATVEC_F16`), and [`ALL`] lists them.
+//! The kernels that read weights are compiled once per `hearth_quant::Format`;
+//! [`format_kernels`] gives a format's as a [`FormatKernels`], one field per kernel kind.
 //! [`reflect`] reads back what a kernel binds, so the runtime builds descriptor layouts from the
 //! SPIR-V itself and checks push-constant structs against the shader.
 
@@ -19,11 +21,6 @@ pub struct Kernel {
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
-/// Looks a variant up by name.
-pub fn by_name(name: &str) -> Option<Kernel> {
-    ALL.iter().copied().find(|k| k.name == name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,7 +34,20 @@ mod tests {
             assert!(!r.bindings.is_empty(), "{} binds no buffers", k.name);
             assert!(r.push_constant_size > 0, "{} has no push constants", k.name);
         }
-        assert_eq!(by_name("matvec_f16"), Some(MATVEC_F16));
-        assert_eq!(by_name("nope"), None);
+    }
+
+    #[test]
+    fn every_format_has_its_kernels() {
+        use hearth_quant::Format;
+        for format in Format::ALL {
+            let (k, m) = (format_kernels(format), format.module());
+            assert_eq!(k.matvec.name, format!("matvec_{m}"));
+            assert_eq!(k.matvec_wide.name, format!("matvec_{m}_wide"));
+            assert_eq!(k.matmul.name, format!("matmul_{m}"));
+            assert_eq!(k.embed.name, format!("embed_{m}"));
+            assert_eq!(k.dequant.name, format!("dequant_{m}"));
+        }
+        assert_eq!(format_kernels(Format::F16).matvec, MATVEC_F16);
+        assert_eq!(format_kernels(Format::Q4B64).matvec_wide, MATVEC_Q4B64_WIDE);
     }
 }

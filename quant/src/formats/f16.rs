@@ -56,6 +56,20 @@ impl fmt::Debug for Half {
     }
 }
 
+/// One value is a block.
+impl super::Codec for Half {
+    const LEN: usize = 1;
+    fn quantize_slice(src: &[f32], dst: &mut [u8], _: super::Rounding) {
+        quantize(src, dst)
+    }
+    fn dequantize_slice(src: &[u8], dst: &mut [f32]) {
+        dequantize(src, dst)
+    }
+    fn dot_slice(src: &[u8], x: &[f32]) -> f64 {
+        dot(src, x)
+    }
+}
+
 /// Converts `out.len()` little-endian f16 values from `bytes` (`2 * out.len()` bytes; the caller
 /// checks the sizes, and a short `bytes` fills only the front of `out`).
 pub fn dequantize(bytes: &[u8], out: &mut [f32]) {

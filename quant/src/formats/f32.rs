@@ -1,6 +1,20 @@
 //! F32: plain little-endian IEEE single-precision values (GGUF type 0). Quantizing and
 //! dequantizing are copies.
 
+/// One value is a block.
+impl super::Codec for f32 {
+    const LEN: usize = 1;
+    fn quantize_slice(src: &[f32], dst: &mut [u8], _: super::Rounding) {
+        quantize(src, dst)
+    }
+    fn dequantize_slice(src: &[u8], dst: &mut [f32]) {
+        dequantize(src, dst)
+    }
+    fn dot_slice(src: &[u8], x: &[f32]) -> f64 {
+        dot(src, x)
+    }
+}
+
 /// Copies `out.len()` little-endian f32 values from `bytes` (`4 * out.len()` bytes; the caller
 /// checks the sizes, and a short `bytes` fills only the front of `out`).
 pub fn dequantize(bytes: &[u8], out: &mut [f32]) {

@@ -3,8 +3,15 @@
 //! Each module owns one format: its block struct (`#[repr(C)]`, size checked at compile time),
 //! how levels are packed into it, its dequantization, its quantization and a reference dot
 //! product with an f32 vector. Dequantization is mirrored line for line by
-//! `shaders/glsl/include/quant/<name>.glsl`. [`Format`] names the formats and checks sizes
+//! `shaders/glsl/include/quant/<module>.glsl`. [`Format`] names the formats and checks sizes
 //! before handing whole blocks to the modules.
+//!
+//! The formats are declared once, in the `formats!` table below: a row gives the name, the
+//! module (which is also the GLSL include's name), the block type and the GGUF type id, and
+//! the [`Format`] enum, its geometry and its dispatch are generated from it. The rest of Hearth
+//! reads [`Format::ALL`]: `hearth-models` maps GGUF type ids with it, and `hearth-shaders`
+//! compiles every kernel that reads weights once per format into a typed table. Adding a
+//! format is its module here, its GLSL include and one row.
 //!
 //! | format | values/block | bytes/block | bits/weight | levels | GGUF type id |
 //! |---|---|---|---|---|---|
@@ -38,28 +45,145 @@ use std::{fmt, str::FromStr};
 
 use bytemuck::Pod;
 
-use crate::{for_each_block, Error, Result};
+use crate::{Error, Result};
 
-pub mod f16;
-pub mod f32;
 mod fit;
-pub mod q2;
-pub mod q3;
-pub mod q3h;
-pub mod q4;
-pub mod q4b64;
-pub mod q5;
-pub mod q6;
-pub mod q8;
 #[cfg(test)]
 mod tests;
+
+/// Declares the formats from the table below: their modules, the [`Format`] enum, names,
+/// GGUF type ids, geometry and the dispatch to each module's [`Codec`]. Everything else that
+/// lists formats (GGUF types, shader variants, kernel tables) derives from [`Format::ALL`].
+macro_rules! formats {
+    ($($name:ident: $module:ident, $block:ty, $gguf_id:expr;)*) => {
+        $(pub mod $module;)*
+
+        /// A Hearth tensor format.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Format {
+            $($name,)*
+        }
+
+        impl Format {
+            /// Every format, in table order.
+            pub const ALL: [Format; [$(Format::$name),*].len()] = [$(Format::$name),*];
+
+            /// The format's name (`"Q4B64"`, ...).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Format::$name => stringify!($name),)*
+                }
+            }
+
+            /// The format's module in [`formats`](crate::formats), which is also the name of
+            /// its GLSL twin `shaders/glsl/include/quant/<module>.glsl` (`"q4b64"`, ...).
+            pub const fn module(self) -> &'static str {
+                match self {
+                    $(Format::$name => stringify!($module),)*
+                }
+            }
+
+            /// Values in one block (1 for F32 and F16).
+            pub const fn block_size(self) -> usize {
+                match self {
+                    $(Format::$name => <$block as Codec>::LEN,)*
+                }
+            }
+
+            /// Bytes one block takes: the size of its block struct.
+            pub const fn block_bytes(self) -> usize {
+                match self {
+                    $(Format::$name => size_of::<$block>(),)*
+                }
+            }
+
+            /// The GGUF tensor type id files record the format under: GGUF's own for F32,
+            /// F16, Q4 (Q4_1) and Q8 (Q8_0), a private one from [`PRIVATE_ID_BASE`] for the
+            /// rest.
+            pub const fn gguf_id(self) -> u32 {
+                match self {
+                    $(Format::$name => $gguf_id,)*
+                }
+            }
+
+            /// Quantizes `src` into `dst`; sizes and values are checked.
+            fn encode(self, src: &[f32], dst: &mut [u8], rounding: Rounding) {
+                match self {
+                    $(Format::$name => <$block as Codec>::quantize_slice(src, dst, rounding),)*
+                }
+            }
+
+            /// Dequantizes `src` into `dst`; sizes are checked.
+            fn decode(self, src: &[u8], dst: &mut [f32]) {
+                match self {
+                    $(Format::$name => <$block as Codec>::dequantize_slice(src, dst),)*
+                }
+            }
+
+            /// The reference dot product in f64; sizes are checked.
+            fn dot_f64(self, src: &[u8], x: &[f32]) -> f64 {
+                match self {
+                    $(Format::$name => <$block as Codec>::dot_slice(src, x),)*
+                }
+            }
+        }
+    };
+}
+
+// The format table. A row: the format's name, its module (and GLSL include), its block type
+// and the GGUF tensor type id files record it under. Adding a format is a module, its GLSL
+// include and one row; the formats' order here is the order of `Format::ALL`.
+formats! {
+    // name   module  block type          GGUF type id
+    F32:      f32,    f32,                0;
+    F16:      f16,    f16::Half,          1;
+    Q2:       q2,     q2::BlockQ2,        PRIVATE_ID_BASE;
+    Q3:       q3,     q3::BlockQ3,        PRIVATE_ID_BASE + 1;
+    Q3H:      q3h,    q3h::BlockQ3H,      PRIVATE_ID_BASE + 2;
+    Q4:       q4,     q4::BlockQ4,        3; // GGUF's Q4_1
+    Q4B64:    q4b64,  q4b64::BlockQ4B64,  PRIVATE_ID_BASE + 3;
+    Q5:       q5,     q5::BlockQ5,        PRIVATE_ID_BASE + 4;
+    Q6:       q6,     q6::BlockQ6,        PRIVATE_ID_BASE + 5;
+    Q8:       q8,     q8::BlockQ8,        8; // GGUF's Q8_0
+}
+
+/// What the table needs from a format's block type: values per block, and quantization,
+/// dequantization and the reference dot product over whole slices of blocks, whose sizes the
+/// caller has checked. Block structs get it from [`block_codec!`].
+pub(crate) trait Codec {
+    /// Values per block.
+    const LEN: usize;
+    fn quantize_slice(src: &[f32], dst: &mut [u8], rounding: Rounding);
+    fn dequantize_slice(src: &[u8], dst: &mut [f32]);
+    fn dot_slice(src: &[u8], x: &[f32]) -> f64;
+}
+
+/// Implements [`Codec`] for a block struct of `$len` values from its per-block `quantize`,
+/// `dequantize` and `dot`.
+macro_rules! block_codec {
+    ($block:ty, $len:expr) => {
+        impl $crate::formats::Codec for $block {
+            const LEN: usize = $len;
+            fn quantize_slice(src: &[f32], dst: &mut [u8], rounding: $crate::Rounding) {
+                $crate::formats::quantize_blocks(src, dst, rounding, Self::quantize)
+            }
+            fn dequantize_slice(src: &[u8], dst: &mut [f32]) {
+                $crate::for_each_block(src, dst, Self::dequantize)
+            }
+            fn dot_slice(src: &[u8], x: &[f32]) -> f64 {
+                $crate::formats::dot_blocks(src, x, Self::dot)
+            }
+        }
+    };
+}
+pub(crate) use block_codec;
 
 /// Version of the private block layouts (Q2, Q3, Q3H, Q4B64, Q5, Q6). Files record it under
 /// [`VERSION_KEY`]; a change to any of those layouts bumps it.
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The first GGUF tensor type id of the formats GGUF does not define; Hearth's private formats
-/// use `PRIVATE_ID_BASE..PRIVATE_ID_BASE + 6`.
+/// take ids from it up, one each.
 pub const PRIVATE_ID_BASE: u32 = 1024;
 
 /// GGUF metadata key (u32) recording [`FORMAT_VERSION`] in files with private tensor types.
@@ -68,21 +192,6 @@ pub const VERSION_KEY: &str = "hearth.quant.version";
 /// Magnitude from which f32 values round to an infinite f16 (the largest finite f16 is 65504;
 /// values below 65520 round down to it).
 const F16_OVERFLOW: f32 = 65520.0;
-
-/// A Hearth tensor format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Format {
-    F32,
-    F16,
-    Q2,
-    Q3,
-    Q3H,
-    Q4,
-    Q4B64,
-    Q5,
-    Q6,
-    Q8,
-}
 
 /// How [`Format::quantize_with`] chooses each block's scale and base. F32 and F16 ignore it.
 ///
@@ -103,67 +212,11 @@ pub enum Rounding {
 }
 
 impl Format {
-    /// Every format, in declaration order.
-    pub const ALL: [Format; 10] = {
-        use Format::*;
-        [F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8]
-    };
-
-    /// The format's name (`"Q4B64"`, ...).
-    pub const fn name(self) -> &'static str {
-        use Format::*;
-        match self {
-            F32 => "F32",
-            F16 => "F16",
-            Q2 => "Q2",
-            Q3 => "Q3",
-            Q3H => "Q3H",
-            Q4 => "Q4",
-            Q4B64 => "Q4B64",
-            Q5 => "Q5",
-            Q6 => "Q6",
-            Q8 => "Q8",
-        }
-    }
-
     /// The format with this name, ignoring ASCII case.
     pub fn from_name(s: &str) -> Option<Format> {
         Self::ALL
             .into_iter()
             .find(|f| f.name().eq_ignore_ascii_case(s))
-    }
-
-    /// Values in one block (1 for F32 and F16).
-    pub const fn block_size(self) -> usize {
-        use Format::*;
-        match self {
-            F32 | F16 => 1,
-            Q2 => q2::BLOCK_LEN,
-            Q3 => q3::BLOCK_LEN,
-            Q3H => q3h::BLOCK_LEN,
-            Q4 => q4::BLOCK_LEN,
-            Q4B64 => q4b64::BLOCK_LEN,
-            Q5 => q5::BLOCK_LEN,
-            Q6 => q6::BLOCK_LEN,
-            Q8 => q8::BLOCK_LEN,
-        }
-    }
-
-    /// Bytes one block takes: the size of its block struct.
-    pub const fn block_bytes(self) -> usize {
-        use Format::*;
-        match self {
-            F32 => size_of::<f32>(),
-            F16 => size_of::<f16::Half>(),
-            Q2 => size_of::<q2::BlockQ2>(),
-            Q3 => size_of::<q3::BlockQ3>(),
-            Q3H => size_of::<q3h::BlockQ3H>(),
-            Q4 => size_of::<q4::BlockQ4>(),
-            Q4B64 => size_of::<q4b64::BlockQ4B64>(),
-            Q5 => size_of::<q5::BlockQ5>(),
-            Q6 => size_of::<q6::BlockQ6>(),
-            Q8 => size_of::<q8::BlockQ8>(),
-        }
     }
 
     /// Storage bits per value, scales included.
@@ -180,27 +233,31 @@ impl Format {
         (values / self.block_size()).checked_mul(self.block_bytes())
     }
 
-    /// The GGUF tensor type id files record the format under: GGUF's own for F32, F16, Q4
-    /// (Q4_1) and Q8 (Q8_0), a private one from [`PRIVATE_ID_BASE`] for the rest.
-    pub const fn gguf_id(self) -> u32 {
-        use Format::*;
-        match self {
-            F32 => 0,
-            F16 => 1,
-            Q4 => 3,
-            Q8 => 8,
-            Q2 => PRIVATE_ID_BASE,
-            Q3 => PRIVATE_ID_BASE + 1,
-            Q3H => PRIVATE_ID_BASE + 2,
-            Q4B64 => PRIVATE_ID_BASE + 3,
-            Q5 => PRIVATE_ID_BASE + 4,
-            Q6 => PRIVATE_ID_BASE + 5,
-        }
-    }
-
     /// The format recorded under GGUF tensor type id `id`, if any.
     pub fn from_gguf_id(id: u32) -> Option<Format> {
         Self::ALL.into_iter().find(|f| f.gguf_id() == id)
+    }
+
+    /// The format rows of `row` values are stored in when `self` is wanted: `self` when its
+    /// blocks fit the rows; else, of the formats whose blocks fit, the one with the fewest bits
+    /// per weight at or above `self`'s, so the fallback loses no precision; else the one with
+    /// the most bits below. F32's blocks fit every row, so there always is one. Loading a model
+    /// and quantizing a file both choose by this rule.
+    pub fn fitting(self, row: usize) -> Format {
+        let fits = |f: &Format| row % f.block_size() == 0;
+        if fits(&self) {
+            return self;
+        }
+        let wanted = self.bits_per_weight();
+        let by_bits = |a: &Format, b: &Format| a.bits_per_weight().total_cmp(&b.bits_per_weight());
+        let candidates = Self::ALL.into_iter().filter(fits);
+        let above = candidates
+            .clone()
+            .filter(|f| f.bits_per_weight() >= wanted)
+            .min_by(by_bits);
+        above
+            .or_else(|| candidates.min_by(|a, b| by_bits(b, a)))
+            .unwrap_or(Format::F32)
     }
 
     /// Whether GGUF does not define the format, so files record it under a private id and
@@ -223,19 +280,7 @@ impl Format {
     pub fn quantize_with(self, src: &[f32], dst: &mut [u8], rounding: Rounding) -> Result<()> {
         self.check_sizes(dst.len(), src.len())?;
         self.check_input(src)?;
-        use Format::*;
-        match self {
-            F32 => f32::quantize(src, dst),
-            F16 => f16::quantize(src, dst),
-            Q2 => quantize_blocks(src, dst, rounding, q2::BlockQ2::quantize),
-            Q3 => quantize_blocks(src, dst, rounding, q3::BlockQ3::quantize),
-            Q3H => quantize_blocks(src, dst, rounding, q3h::BlockQ3H::quantize),
-            Q4 => quantize_blocks(src, dst, rounding, q4::BlockQ4::quantize),
-            Q4B64 => quantize_blocks(src, dst, rounding, q4b64::BlockQ4B64::quantize),
-            Q5 => quantize_blocks(src, dst, rounding, q5::BlockQ5::quantize),
-            Q6 => quantize_blocks(src, dst, rounding, q6::BlockQ6::quantize),
-            Q8 => quantize_blocks(src, dst, rounding, q8::BlockQ8::quantize),
-        }
+        self.encode(src, dst, rounding);
         Ok(())
     }
 
@@ -245,19 +290,7 @@ impl Format {
     /// Sizes are checked as for [`Format::quantize_with`]; `src` may have any alignment.
     pub fn dequantize(self, src: &[u8], dst: &mut [f32]) -> Result<()> {
         self.check_sizes(src.len(), dst.len())?;
-        use Format::*;
-        match self {
-            F32 => f32::dequantize(src, dst),
-            F16 => f16::dequantize(src, dst),
-            Q2 => for_each_block(src, dst, q2::BlockQ2::dequantize),
-            Q3 => for_each_block(src, dst, q3::BlockQ3::dequantize),
-            Q3H => for_each_block(src, dst, q3h::BlockQ3H::dequantize),
-            Q4 => for_each_block(src, dst, q4::BlockQ4::dequantize),
-            Q4B64 => for_each_block(src, dst, q4b64::BlockQ4B64::dequantize),
-            Q5 => for_each_block(src, dst, q5::BlockQ5::dequantize),
-            Q6 => for_each_block(src, dst, q6::BlockQ6::dequantize),
-            Q8 => for_each_block(src, dst, q8::BlockQ8::dequantize),
-        }
+        self.decode(src, dst);
         Ok(())
     }
 
@@ -268,20 +301,7 @@ impl Format {
     /// Sizes are checked as for [`Format::dequantize`], with `x.len()` the value count.
     pub fn dot(self, src: &[u8], x: &[f32]) -> Result<f32> {
         self.check_sizes(src.len(), x.len())?;
-        use Format::*;
-        let sum = match self {
-            F32 => f32::dot(src, x),
-            F16 => f16::dot(src, x),
-            Q2 => dot_blocks(src, x, q2::BlockQ2::dot),
-            Q3 => dot_blocks(src, x, q3::BlockQ3::dot),
-            Q3H => dot_blocks(src, x, q3h::BlockQ3H::dot),
-            Q4 => dot_blocks(src, x, q4::BlockQ4::dot),
-            Q4B64 => dot_blocks(src, x, q4b64::BlockQ4B64::dot),
-            Q5 => dot_blocks(src, x, q5::BlockQ5::dot),
-            Q6 => dot_blocks(src, x, q6::BlockQ6::dot),
-            Q8 => dot_blocks(src, x, q8::BlockQ8::dot),
-        };
-        Ok(sum as f32)
+        Ok(self.dot_f64(src, x) as f32)
     }
 
     /// Checks that `values` values are whole blocks that take exactly `bytes` bytes.
@@ -403,7 +423,7 @@ pub(crate) fn dot_values(w: &[f32], x: &[f32]) -> f64 {
 
 /// Quantizes each `N`-value chunk of `src` into a block of `dst`. The caller has checked the
 /// sizes; blocks are 1-aligned, so the view is always possible.
-fn quantize_blocks<B: Pod, const N: usize>(
+pub(crate) fn quantize_blocks<B: Pod, const N: usize>(
     src: &[f32],
     dst: &mut [u8],
     rounding: Rounding,
@@ -419,7 +439,11 @@ fn quantize_blocks<B: Pod, const N: usize>(
 
 /// Sums `dot` over the blocks of `src` and their `N`-value chunks of `x`, in f64. The caller has
 /// checked the sizes.
-fn dot_blocks<B: Pod, const N: usize>(src: &[u8], x: &[f32], dot: fn(&B, &[f32; N]) -> f64) -> f64 {
+pub(crate) fn dot_blocks<B: Pod, const N: usize>(
+    src: &[u8],
+    x: &[f32],
+    dot: fn(&B, &[f32; N]) -> f64,
+) -> f64 {
     let blocks: &[B] = bytemuck::cast_slice(src);
     let mut sum = 0.0;
     for (block, x) in blocks.iter().zip(x.chunks_exact(N)) {

@@ -29,6 +29,8 @@ pub struct BlockQ2 {
 
 const _: () = assert!(size_of::<BlockQ2>() == 12);
 
+super::block_codec!(BlockQ2, BLOCK_LEN);
+
 impl BlockQ2 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

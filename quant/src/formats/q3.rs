@@ -32,6 +32,8 @@ pub struct BlockQ3 {
 
 const _: () = assert!(size_of::<BlockQ3>() == 16);
 
+super::block_codec!(BlockQ3, BLOCK_LEN);
+
 impl BlockQ3 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

@@ -40,6 +40,8 @@ pub struct BlockQ3H {
 
 const _: () = assert!(size_of::<BlockQ3H>() == 32);
 
+super::block_codec!(BlockQ3H, BLOCK_LEN);
+
 impl BlockQ3H {
     /// The block with scale `d`, base `m` and levels `q` (each at most 10; larger levels are
     /// taken as 10).

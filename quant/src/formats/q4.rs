@@ -30,6 +30,8 @@ pub struct BlockQ4 {
 
 const _: () = assert!(size_of::<BlockQ4>() == 20);
 
+super::block_codec!(BlockQ4, BLOCK_LEN);
+
 impl BlockQ4 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

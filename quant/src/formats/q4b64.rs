@@ -31,6 +31,8 @@ pub struct BlockQ4B64 {
 
 const _: () = assert!(size_of::<BlockQ4B64>() == 36);
 
+super::block_codec!(BlockQ4B64, BLOCK_LEN);
+
 impl BlockQ4B64 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

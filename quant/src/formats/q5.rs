@@ -33,6 +33,8 @@ pub struct BlockQ5 {
 
 const _: () = assert!(size_of::<BlockQ5>() == 44);
 
+super::block_codec!(BlockQ5, BLOCK_LEN);
+
 impl BlockQ5 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

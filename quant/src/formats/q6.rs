@@ -33,6 +33,8 @@ pub struct BlockQ6 {
 
 const _: () = assert!(size_of::<BlockQ6>() == 52);
 
+super::block_codec!(BlockQ6, BLOCK_LEN);
+
 impl BlockQ6 {
     /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
     /// are dropped).

@@ -28,6 +28,8 @@ pub struct BlockQ8 {
 
 const _: () = assert!(size_of::<BlockQ8>() == 34);
 
+super::block_codec!(BlockQ8, BLOCK_LEN);
+
 impl BlockQ8 {
     /// The block's 32 values, as ggml's `dequantize_row_q8_0`: `q * d` in f32.
     pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {

@@ -95,6 +95,35 @@ fn geometry() {
 }
 
 #[test]
+fn fitting_formats_keep_precision_where_they_can() {
+    use Format::*;
+    // Rows of 64 fit every format.
+    for f in Format::ALL {
+        assert_eq!(f.fitting(64), f);
+    }
+    // Rows of 96 fit the 32-value formats only: the least bits at or above the wanted format's.
+    assert_eq!(Q3H.fitting(96), Q3, "same bits per weight");
+    assert_eq!(Q4B64.fitting(96), Q4);
+    assert_eq!(Q5.fitting(96), Q8);
+    assert_eq!(Q6.fitting(96), Q8);
+    // Rows of 40 fit no quantized block: the plain floats remain.
+    assert_eq!(Q8.fitting(40), F16);
+    assert_eq!(Q2.fitting(40), F16);
+    assert_eq!(F32.fitting(40), F32);
+    for f in Format::ALL {
+        for row in [1, 8, 32, 40, 48, 96, 160, 576] {
+            let to = f.fitting(row);
+            assert_eq!(row % to.block_size(), 0, "{f} rows of {row}");
+            // Only F32 and F16 are left at odd rows, and F32 is wider than anything.
+            assert!(
+                to.bits_per_weight() >= f.bits_per_weight(),
+                "{f} rows of {row}"
+            );
+        }
+    }
+}
+
+#[test]
 fn gguf_types_that_are_formats() {
     let mut found = vec![];
     for ty in BlockType::ALL {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_sizes, format_kernel, linear_groups, matrix_bytes, workgroup_size, WeightFormat,
+    check_sizes, format_kernels, linear_groups, matrix_bytes, workgroup_size, WeightFormat,
 };
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
@@ -23,7 +23,7 @@ pub struct Dequant {
 
 impl Dequant {
     pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
-        let kernel = format_kernel("dequant", format)?;
+        let kernel = format_kernels(format).dequant;
         Ok(Self {
             pipeline: device.pipeline(kernel, &[workgroup_size(device.info())])?,
             format,

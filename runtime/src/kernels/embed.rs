@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_sizes, format_kernel, linear_groups, matrix_bytes, workgroup_size, WeightFormat,
+    check_sizes, format_kernels, linear_groups, matrix_bytes, workgroup_size, WeightFormat,
 };
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
@@ -24,7 +24,7 @@ pub struct Embed {
 
 impl Embed {
     pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
-        let kernel = format_kernel("embed", format)?;
+        let kernel = format_kernels(format).embed;
         Ok(Self {
             pipeline: device.pipeline(kernel, &[workgroup_size(device.info())])?,
             format,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_sizes, format_kernel, matrix_bytes, WeightFormat};
+use super::{check_sizes, format_kernels, matrix_bytes, WeightFormat};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
 /// Output tile edge, fixed in the shader.
@@ -27,7 +27,7 @@ pub struct Matmul {
 impl Matmul {
     pub fn new(device: &Device, format: WeightFormat) -> Result<Self> {
         Ok(Self {
-            pipeline: device.pipeline(format_kernel("matmul", format)?, &[])?,
+            pipeline: device.pipeline(format_kernels(format).matmul, &[])?,
             format,
         })
     }

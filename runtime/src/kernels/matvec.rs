@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_sizes, format_kernel, has_wide_loads, matrix_bytes, wide_by_address, WeightFormat,
+    check_sizes, format_kernels, has_wide_loads, matrix_bytes, wide_by_address, WeightFormat,
 };
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
@@ -127,15 +127,6 @@ fn rows_per_lane(format: WeightFormat, tokens: u32) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
-/// The variant of `format` that loads blocks 8 or 16 bytes at a time (every format has one;
-/// `None` only if the shader build left it out).
-fn wide_kernel(format: WeightFormat) -> Option<hearth_shaders::Kernel> {
-    hearth_shaders::by_name(&format!(
-        "matvec_{}_wide",
-        format.name().to_ascii_lowercase()
-    ))
-}
-
 pub struct Matvec {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
@@ -199,9 +190,10 @@ impl Matvec {
             shape.rb,
             shape.by_address as u32,
         ];
-        let kernel = match wide_kernel(format) {
-            Some(kernel) if shape.wide && shape.lane_rows => kernel,
-            _ => format_kernel("matvec", format)?,
+        let kernels = format_kernels(format);
+        let kernel = match shape.wide && shape.lane_rows {
+            true => kernels.matvec_wide,
+            false => kernels.matvec,
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,

@@ -28,7 +28,7 @@ pub use softmax::Softmax;
 
 use std::sync::Arc;
 
-use hearth_shaders::Kernel;
+use hearth_shaders::FormatKernels;
 
 use crate::vk::{Buffer, BufferDesc, Device, DeviceInfo, DeviceKind, Result, VkError};
 
@@ -36,13 +36,9 @@ use crate::vk::{Buffer, BufferDesc, Device, DeviceInfo, DeviceKind, Result, VkEr
 /// own variant of the kernels that read weights.
 pub use hearth_quant::Format as WeightFormat;
 
-/// The `family` kernel (`matvec`, `matmul`, `embed`, `dequant`) compiled for `format`.
-pub(crate) fn format_kernel(family: &'static str, format: WeightFormat) -> Result<Kernel> {
-    let name = format!("{family}_{}", format.name().to_ascii_lowercase());
-    hearth_shaders::by_name(&name).ok_or_else(|| VkError::Kernel {
-        kernel: family,
-        message: format!("no variant for weight format {format}"),
-    })
+/// The kernels compiled for `format`, one field per kernel that reads weights.
+pub(crate) fn format_kernels(format: WeightFormat) -> &'static FormatKernels {
+    hearth_shaders::format_kernels(format)
 }
 
 /// Values per block as the kernels read them: the format's block, and at least 32 (plain

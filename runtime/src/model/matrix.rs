@@ -112,15 +112,12 @@ pub fn import_format(ty: BlockType) -> Format {
     }
 }
 
-/// `preferred`, or when rows of `cols` values are not whole blocks of it, the closest format
-/// whose blocks fit; `None` when rows are not a multiple of 32 values (no kernel reads those).
+/// The format rows of `cols` values load as: `preferred`, or where its blocks do not fit the
+/// rows, the format [`Format::fitting`] chooses (the quantizer's rule too); `None` when rows
+/// are not a multiple of 32 values, which no kernel reads.
 pub fn fitting_format(preferred: Format, cols: usize) -> Option<Format> {
-    let fits = |f: Format| cols as u64 % shader_block(f) == 0;
-    let fallbacks = [preferred, Format::Q8, Format::Q4, Format::F16];
-    let wider = fallbacks
-        .into_iter()
-        .filter(|f| f.bits_per_weight() >= preferred.bits_per_weight());
-    wider.chain(fallbacks).find(|&f| fits(f))
+    let format = preferred.fitting(cols);
+    (cols as u64 % shader_block(format) == 0).then_some(format)
 }
 
 /// Runs `f` on matching row slices of `out` and `input` on every core. Rows are independent.
@@ -168,7 +165,9 @@ mod tests {
     #[test]
     fn formats_fall_back_to_blocks_that_fit() {
         assert_eq!(fitting_format(Format::Q3H, 576), Some(Format::Q3H));
-        assert_eq!(fitting_format(Format::Q3H, 96), Some(Format::Q8));
+        assert_eq!(fitting_format(Format::Q3H, 96), Some(Format::Q3));
+        assert_eq!(fitting_format(Format::Q6, 96), Some(Format::Q8));
+        assert_eq!(fitting_format(Format::F16, 40), None);
         assert_eq!(fitting_format(Format::Q4, 40), None);
         assert_eq!(import_format(BlockType::Q4_1), Format::Q4);
         assert_eq!(import_format(BlockType::Q6_K), Format::Q8);

@@ -1,0 +1,123 @@
+//! Quantizing a model file: a GGUF file's weight matrices re-encoded in one of Hearth's block
+//! formats and written, with all of its metadata, to a new GGUF file.
+//!
+//! What becomes what:
+//! - matrices (2 or more dimensions) take the chosen format; the output head (`output.weight`,
+//!   or `token_embd.weight` when the model ties its embeddings) takes `output_format`, by
+//!   default Q8 when the chosen format is smaller (the head is where low precision hurts most);
+//!   `tensor_formats` patterns override both;
+//! - 1-D tensors (norm weights, biases) become F32;
+//! - a matrix whose rows are not a whole number of the format's blocks takes the format
+//!   [`Format::fitting`] chooses, the rule model loading uses too: the fewest bits per weight
+//!   at or above the wanted format's among those whose blocks fit (noted in the report);
+//! - a tensor already in its target format is copied byte for byte, never requantized.
+//!
+//! The input may hold any type `hearth-quant` can dequantize, Hearth's own formats included.
+//! Tensors are split into chunks of rows that every core works through in parallel; the file is
+//! written with [`GgufWriter::write_atomic`], so a failed or cancelled run leaves no file.
+
+mod convert;
+mod plan;
+mod report;
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Instant;
+
+use hearth_models::gguf::MetaValue;
+use hearth_models::{GgmlType, GgufFile, GgufWriter, TensorInfo};
+use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
+
+pub use plan::{glob_match, QuantizeOptions};
+pub use report::{FormatTotal, QuantizeProgress, QuantizeReport, QuantizeStage, TensorReport};
+
+use crate::error::{Error, Result};
+
+/// Converts `input` to `output` as `opts` say, reporting progress; `progress` returning
+/// `false` cancels, and then (as on any error) no output file is left behind.
+pub fn quantize_model(
+    input: &Path,
+    output: &Path,
+    opts: &QuantizeOptions,
+    progress: &mut dyn FnMut(QuantizeProgress) -> bool,
+) -> Result<QuantizeReport> {
+    let start = Instant::now();
+    let file = GgufFile::open(input)?;
+    let (plans, unmatched_patterns) = plan::plan(&file, opts)?;
+
+    let buffers = convert::convert_all(&plans, input, progress)?;
+    let total_bytes: u64 = plans.iter().map(|p| p.info.n_bytes).sum();
+    if !progress(QuantizeProgress {
+        stage: QuantizeStage::Writing,
+        tensor: "",
+        done_bytes: total_bytes,
+        total_bytes,
+    }) {
+        return Err(Error::Cancelled);
+    }
+
+    let mut writer = GgufWriter::new();
+    writer.set_version(file.version())?;
+    for (key, value) in file.metadata().iter() {
+        writer.set_metadata(key, value.clone());
+    }
+    if plans.iter().any(|p| p.to.is_private()) {
+        writer.set_metadata(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
+    } else {
+        writer.remove_metadata(VERSION_KEY);
+    }
+    match llama_file_type(opts.format) {
+        Some(t) => writer.set_metadata("general.file_type", MetaValue::U32(t)),
+        // llama.cpp's file types have no number for Hearth's formats; none beats a wrong one.
+        None => drop(writer.remove_metadata("general.file_type")),
+    }
+    let mut tensors = Vec::with_capacity(plans.len());
+    for (p, buffer) in plans.iter().zip(buffers) {
+        let data: Cow<[u8]> = match buffer {
+            Some(b) => Cow::Owned(b),
+            None => Cow::Borrowed(p.data),
+        };
+        tensors.push(TensorReport {
+            name: p.info.name.clone(),
+            shape: p.info.shape.clone(),
+            from: p.info.ggml_type,
+            to: p.to,
+            bytes_before: p.info.n_bytes,
+            bytes_after: data.len() as u64,
+            note: p.note.clone(),
+        });
+        writer.add_tensor(&p.info.name, GgmlType::from(p.to), &p.info.shape, data)?;
+    }
+    writer.write_atomic(output)?;
+    let file_bytes_after = std::fs::metadata(output).map_or(0, |m| m.len());
+
+    Ok(QuantizeReport {
+        input: input.to_path_buf(),
+        output: output.to_path_buf(),
+        tensors,
+        file_bytes_before: file.file_size(),
+        file_bytes_after,
+        unmatched_patterns,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// llama.cpp's `general.file_type` (`llama_ftype`) for files whose matrices are mostly
+/// `format`; `None` for Hearth's own formats, which it has no number for.
+fn llama_file_type(format: Format) -> Option<u32> {
+    match format {
+        Format::F32 => Some(0),
+        Format::F16 => Some(1),
+        Format::Q4 => Some(3),
+        Format::Q8 => Some(7),
+        _ => None,
+    }
+}
+
+fn tensor_error(path: &Path, info: &TensorInfo, reason: String) -> Error {
+    Error::Tensor {
+        path: path.to_path_buf(),
+        tensor: info.name.clone(),
+        reason,
+    }
+}
