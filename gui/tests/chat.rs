@@ -3,10 +3,10 @@
 //! watch the answer stream, stop, regenerate, edit and resend, close mid-answer, and reopen
 //! the saved conversation in a fresh app.
 //!
-//! Outside CI a machine without the model skips the model tests; in CI (`CI=true`) a missing
-//! model fails them.
+//! Outside CI a machine without the model skips the model tests; in CI a missing model fails
+//! them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use egui::accesskit::Role;
@@ -15,27 +15,11 @@ use egui_kittest::Harness;
 use hearth_gui::conversations::{Role as Speaker, Store};
 use hearth_gui::{App, AppConfig};
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The model's `general.name`, which the library shows.
 const MODEL_NAME: &str = "Smollm2 135M 8k Lc100K Mix1 Ep2";
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("HEARTH_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
-        })
-}
-
 fn have_model() -> bool {
-    let path = models_dir().join(MODEL_FILE);
-    if path.exists() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(!ci, "CI needs {} (run scripts/setup)", path.display());
-    eprintln!("skipping: {} (run scripts/setup)", path.display());
-    false
+    hearth_testkit::model(hearth_testkit::SMOLLM2).is_some()
 }
 
 fn harness(models_dir: &Path, data_dir: &Path) -> Harness<'static, App> {
@@ -105,7 +89,7 @@ const LONG: Duration = Duration::from_secs(240);
 
 /// The app with SmolLM2 loaded from the library: loading it opens the chat.
 fn with_smollm2_loaded(data_dir: &Path) -> Harness<'static, App> {
-    let mut harness = harness(&models_dir(), data_dir);
+    let mut harness = harness(&hearth_testkit::models_dir(), data_dir);
     harness.step();
     harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
     harness.step();
@@ -242,7 +226,7 @@ fn chat_with_smollm2() {
     drop(harness);
 
     // A fresh app finds the conversation on disk and shows it.
-    let mut harness = self::harness(&models_dir(), data.path());
+    let mut harness = self::harness(&hearth_testkit::models_dir(), data.path());
     harness.step();
     harness
         .get_by_label("What is the capital of Germany?")

@@ -178,7 +178,7 @@ fn write_atomic_replaces_the_file_and_leaves_no_temporary() {
 
 #[test]
 fn real_model_round_trips_byte_for_byte() {
-    let Some(path) = common::test_model(common::SMOLLM2) else {
+    let Some(path) = hearth_testkit::model(hearth_testkit::SMOLLM2) else {
         return;
     };
     let file = GgufFile::open(&path).unwrap();

@@ -9,9 +9,6 @@
 //! budget keeps the recent window and never takes back a token; on the device it keeps and
 //! predicts what the reference does, one sequence or several in a step.
 
-mod common;
-use common::in_ci;
-
 use std::sync::Arc;
 
 use hearth_models::{resolve_gguf, GgufFile};
@@ -351,17 +348,11 @@ fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
 /// A device with the validation layer on, synchronization checks included (where the layer
 /// is installed, as in CI): InfiniGen's fetch runs without barriers around it.
 fn device() -> Option<Arc<Device>> {
-    match Device::new(DeviceDesc {
+    let device = Device::new(DeviceDesc {
         validation: true,
         ..DeviceDesc::default()
-    }) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            assert!(!in_ci(), "CI needs a Vulkan device: {e}");
-            eprintln!("skipping: no Vulkan device: {e}");
-            None
-        }
-    }
+    });
+    hearth_testkit::or_skip(device, "Vulkan device")
 }
 
 fn no_validation_messages(dev: &Device) {
