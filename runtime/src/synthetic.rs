@@ -529,10 +529,23 @@ mod tests {
     }
 
     #[test]
-    fn presets_pass_their_checks() {
-        for p in PRESETS {
+    fn presets_pass_their_checks_and_count_the_published_parameters() {
+        // Parameter counts as the models' publishers state them (norm gains included).
+        let published = [
+            ("smollm2-135m", 134_515_008),
+            ("llama-1b", 1_235_814_400),
+            ("llama-3b", 3_212_749_824),
+            ("llama-7b", 6_738_415_616),
+            ("llama-3-8b", 8_030_261_248),
+            ("llama-13b", 13_015_864_320),
+        ];
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        assert_eq!(names, published.map(|(name, _)| name));
+        for (p, (_, n_params)) in PRESETS.iter().zip(published) {
+            assert_eq!(p.shape.n_params(), n_params, "{}", p.name);
             for f in Format::ALL {
-                p.shape.check(f).unwrap();
+                let checked = p.shape.check(f).map_err(|e| e.to_string());
+                assert_eq!(checked, Ok(()), "{} in {f}", p.name);
             }
         }
     }

@@ -249,8 +249,17 @@ fn impossible_requests_are_refused_and_cancelled_ones_end() {
     let err = sched.add_request(&prompt(1, 40), &greedy(20)).unwrap_err();
     assert!(matches!(err, Error::KvFull { .. }), "{err}");
     assert!(err.to_string().contains("--kv-budget"), "{err}");
-    assert!(sched.add_request(&[], &greedy(1)).is_err());
-    assert!(sched.add_request(&[999], &greedy(1)).is_err());
+    let err = sched.add_request(&[], &greedy(1)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Options { field, .. } if field == "prompt"),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), "prompt: is empty");
+    let err = sched.add_request(&[999], &greedy(1)).unwrap_err();
+    assert!(
+        matches!(err, Error::BadToken { id: 999, n_vocab } if n_vocab == TINY.n_vocab),
+        "{err}"
+    );
 
     let id = sched.add_request(&prompt(2, 8), &greedy(30)).unwrap();
     sched.step().unwrap();

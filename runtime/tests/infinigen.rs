@@ -484,9 +484,17 @@ fn sparse_decoding_matches_the_cpu_reference() {
     };
     serial.set_infinigen(Some((&skew, serial_params))).unwrap();
     let prompt = tokens(150, 5);
-    let _ = reference.forward(&prompt, Logits::Last).unwrap();
-    let _ = device_model.forward(&prompt, Logits::Last).unwrap();
-    let _ = serial.forward(&prompt, Logits::Last).unwrap();
+    // Prefill attends densely on every executor.
+    let a = reference.forward(&prompt, Logits::Last).unwrap();
+    let b = device_model.forward(&prompt, Logits::Last).unwrap();
+    let c = serial.forward(&prompt, Logits::Last).unwrap();
+    assert_eq!((a.len(), b.len()), (SMALL.n_vocab, SMALL.n_vocab));
+    let d = max_diff(&a, &b);
+    assert!(d < 2e-3, "prefill: logits differ by {d}");
+    assert!(
+        max_diff(&b, &c) == 0.0,
+        "prefill: serial fetch changed the logits"
+    );
     for (step, &t) in tokens(12, 6).iter().enumerate() {
         let a = reference.forward(&[t], Logits::Last).unwrap();
         let b = device_model.forward(&[t], Logits::Last).unwrap();

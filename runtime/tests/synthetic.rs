@@ -1,7 +1,7 @@
 //! Synthetic models: every preset's metadata and tensors resolve as a Llama model (checked on
 //! scaled-down copies, so no test builds gigabytes), every format builds, an unknown preset
 //! names the presets, and a tiny synthetic model loads through the engine on Vulkan and
-//! generates. Outside CI a machine without a Vulkan device skips the Vulkan test; in CI
+//! computes and generates as the CPU reference does. Outside CI a machine without a Vulkan device skips the Vulkan test; in CI
 //! (`CI=true`) a missing device fails it.
 
 use hearth_models::{resolve_gguf, Tokenizer};
@@ -172,29 +172,47 @@ fn tiny_model_generates_on_vulkan() {
         return;
     }
     for format in [Format::Q4, Format::Q3H] {
-        let file = TINY.build("tiny", format).unwrap();
-        let options = EngineOptions {
-            backend: BackendKind::Vulkan,
-            validate: true,
-            n_ctx: Some(64),
-            ..EngineOptions::default()
+        // Random rows, so that tokens differ and greedy choices are clear.
+        let load = |backend| {
+            let file = TINY.build_random("tiny", format, 5).unwrap();
+            let options = EngineOptions {
+                backend,
+                validate: true,
+                n_ctx: Some(64),
+                ..EngineOptions::default()
+            };
+            Engine::load_file(file, &options, &mut |_| true).unwrap()
         };
-        let mut engine = Engine::load_file(file, &options, &mut |_| true).unwrap();
+        let mut engine = load(BackendKind::Vulkan);
+        let mut reference = load(BackendKind::Cpu);
         let info = engine.info();
         assert_eq!(info.name, "tiny");
         assert_eq!(info.n_params, TINY.n_params());
         let formats: Vec<Format> = info.weight_formats.iter().map(|(f, _)| *f).collect();
         assert_eq!(formats, [format]);
 
+        // The device's logits are the CPU reference's up to summation order.
         let prompt: Vec<u32> = (1..20).collect();
-        let logits = engine
-            .session_mut()
-            .fresh_backend()
-            .forward(&prompt, Logits::All)
-            .unwrap();
-        assert_eq!(logits.len(), prompt.len() * TINY.n_vocab);
-        assert!(logits.iter().all(|l| l.is_finite()), "{format}");
+        let logits = |e: &mut Engine| {
+            e.session_mut()
+                .fresh_backend()
+                .forward(&prompt, Logits::All)
+                .unwrap()
+        };
+        let (got, want) = (logits(&mut engine), logits(&mut reference));
+        assert_eq!(got.len(), prompt.len() * TINY.n_vocab);
+        assert_eq!(want.len(), got.len());
+        let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
+        let diff = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(
+            diff <= 1e-3 * scale.max(1.0),
+            "{format}: logits differ by {diff} (largest {scale})"
+        );
 
+        // Greedy generation picks the reference's tokens.
         let params = GenerateParams {
             max_tokens: Some(8),
             sampler: SamplerParams::greedy(),
@@ -202,7 +220,9 @@ fn tiny_model_generates_on_vulkan() {
             ..GenerateParams::default()
         };
         let generation = engine.generate(&prompt, &params, &mut |_| true).unwrap();
+        let expected = reference.generate(&prompt, &params, &mut |_| true).unwrap();
         assert_eq!(generation.tokens.len(), 8, "{format}");
         assert_eq!(generation.finish, FinishReason::Length);
+        assert_eq!(generation.tokens, expected.tokens, "{format}");
     }
 }
