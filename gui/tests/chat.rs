@@ -303,13 +303,13 @@ fn broken_models_are_reported() {
     assert!(harness.query_by_label("garbage").is_some());
     assert!(harness.query_by_label_contains("garbage.gguf").is_some());
 
-    // A GGUF file cut off inside its metadata.
+    // A GGUF file cut off halfway through its metadata.
     let mut gguf = GgufWriter::new();
     gguf.set_metadata("general.architecture", MetaValue::String("llama".into()));
     gguf.set_metadata("general.name", MetaValue::String("Cut short".into()));
     let bytes = gguf.to_bytes().unwrap();
     let truncated = models.path().join("cut.gguf");
-    std::fs::write(&truncated, &bytes[..bytes.len() - 4]).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     harness.state_mut().load_model(truncated);
     harness.step();
     let notice = harness.state().notices.join("\n");
