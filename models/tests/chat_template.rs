@@ -9,7 +9,7 @@ use hearth_models::{ChatMessage, ChatOptions, ChatTemplate, Error, GgufFile, Tok
 
 #[test]
 fn smollm2_renders_chatml_exactly() {
-    let Some(path) = common::test_model(common::SMOLLM2) else {
+    let Some(path) = hearth_testkit::model(hearth_testkit::SMOLLM2) else {
         return;
     };
     let file = GgufFile::open(path).unwrap();

@@ -77,8 +77,18 @@ fn private_types_with_the_current_version_are_read() {
     assert_eq!(view.info.n_bytes, 64);
     assert_eq!(view.data, &[9u8; 64][..]);
     // Any integer type holding the right number will do.
-    GgufFile::from_bytes(NAME, file_with(Some(MetaValue::U64(FORMAT_VERSION.into())))).unwrap();
-    GgufFile::from_bytes(NAME, file_with(Some(MetaValue::I32(FORMAT_VERSION as i32)))).unwrap();
+    for version in [
+        MetaValue::U64(FORMAT_VERSION.into()),
+        MetaValue::I32(FORMAT_VERSION as i32),
+    ] {
+        let file = GgufFile::from_bytes(NAME, file_with(Some(version.clone()))).unwrap();
+        let view = file.tensor_view("blk.0.attn_q.weight").unwrap();
+        assert_eq!(
+            (view.info.ggml_type, view.data),
+            (GgmlType::Q3H, &[9u8; 64][..]),
+            "{version:?}"
+        );
+    }
 }
 
 #[test]
@@ -100,10 +110,25 @@ fn every_private_type_round_trips() {
 #[test]
 fn ggufs_own_types_need_no_version() {
     // Q4 and Q8 are GGUF's Q4_1 and Q8_0: any GGUF reader can read them.
+    let q8_0: Vec<u8> = (0..34).collect();
+    let q4_1: Vec<u8> = (100..120).collect();
     let mut w = GgufWriter::new();
-    w.add_tensor("w", GgmlType::Q8_0, &[32, 1], vec![0u8; 34])
+    w.add_tensor("w", GgmlType::Q8_0, &[32, 1], q8_0.clone())
         .unwrap();
-    GgufFile::from_bytes(NAME, w.to_bytes().unwrap()).unwrap();
+    w.add_tensor("v", GgmlType::Q4_1, &[32], q4_1.clone())
+        .unwrap();
+    let file = GgufFile::from_bytes(NAME, w.to_bytes().unwrap()).unwrap();
+    assert_eq!(file.metadata().get(VERSION_KEY), None);
+    let view = file.tensor_view("w").unwrap();
+    assert_eq!(
+        (view.info.ggml_type, view.data),
+        (GgmlType::Q8_0, &q8_0[..])
+    );
+    let view = file.tensor_view("v").unwrap();
+    assert_eq!(
+        (view.info.ggml_type, view.data),
+        (GgmlType::Q4_1, &q4_1[..])
+    );
 }
 
 #[test]
@@ -164,9 +189,16 @@ fn the_version_is_only_checked_when_private_types_are_present() {
     // A bad version key alone does not make an otherwise ordinary file unreadable.
     let mut w = GgufWriter::new();
     w.set_metadata(VERSION_KEY, MetaValue::U32(FORMAT_VERSION + 7));
-    w.add_tensor("w", GgmlType::F32, &[8], vec![0u8; 32])
+    let data: Vec<u8> = (0..32).collect();
+    w.add_tensor("w", GgmlType::F32, &[8], data.clone())
         .unwrap();
-    GgufFile::from_bytes(NAME, w.to_bytes().unwrap()).unwrap();
+    let file = GgufFile::from_bytes(NAME, w.to_bytes().unwrap()).unwrap();
+    assert_eq!(
+        file.metadata().get(VERSION_KEY),
+        Some(&MetaValue::U32(FORMAT_VERSION + 7))
+    );
+    let view = file.tensor_view("w").unwrap();
+    assert_eq!((view.info.ggml_type, view.data), (GgmlType::F32, &data[..]));
 }
 
 #[test]

@@ -127,7 +127,14 @@ fn custom_alignment_and_v2_are_honoured() {
     for t in file.tensors() {
         assert_eq!(t.offset % 64, 0, "{}", t.name);
     }
-    assert!(w.set_version(4).is_err());
+    let err = w.set_version(4).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "<new GGUF file>: header: version: cannot write GGUF version 4 (only 2 and 3)"
+    );
+    // The refused version changes nothing.
+    let file = GgufFile::from_bytes("a64.gguf", w.to_bytes().unwrap()).unwrap();
+    assert_eq!(file.version(), 2);
 }
 
 #[test]
@@ -178,7 +185,7 @@ fn write_atomic_replaces_the_file_and_leaves_no_temporary() {
 
 #[test]
 fn real_model_round_trips_byte_for_byte() {
-    let Some(path) = common::test_model(common::SMOLLM2) else {
+    let Some(path) = hearth_testkit::model(hearth_testkit::SMOLLM2) else {
         return;
     };
     let file = GgufFile::open(&path).unwrap();

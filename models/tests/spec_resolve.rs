@@ -23,7 +23,7 @@ fn expect_error(w: &GgufWriter<'_>, fragments: &[&str]) {
 
 #[test]
 fn smollm2_resolves_with_the_expected_hyperparameters() {
-    let Some(path) = common::test_model(common::SMOLLM2) else {
+    let Some(path) = hearth_testkit::model(hearth_testkit::SMOLLM2) else {
         return;
     };
     let file = GgufFile::open(path).unwrap();

@@ -9,7 +9,7 @@ const FIXTURE: &str = include_str!("fixtures/minilm_tokens.json");
 
 #[test]
 fn minilm_wordpiece_matches_the_reference() {
-    let Some(dir) = common::test_model(common::MINILM) else {
+    let Some(dir) = hearth_testkit::model(hearth_testkit::MINILM) else {
         return;
     };
     // A model directory and its tokenizer.json load the same tokenizer.

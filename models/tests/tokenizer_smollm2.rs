@@ -2,22 +2,20 @@
 //! (Python `tokenizers` built from the same GGUF vocabulary and merges; see
 //! models/scripts/make_tokenizer_fixtures.py), plus round trips and streaming.
 
-mod common;
-
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{EncodeOptions, GgufFile, StreamDecoder, Tokenizer};
 
 const FIXTURE: &str = include_str!("fixtures/smollm2_tokens.json");
 
 fn tokenizer() -> Option<Tokenizer> {
-    let path = common::test_model(common::SMOLLM2)?;
+    let path = hearth_testkit::model(hearth_testkit::SMOLLM2)?;
     let file = GgufFile::open(path).unwrap();
     Some(Tokenizer::from_gguf(&file).unwrap())
 }
 
 fn cases() -> Vec<(String, Vec<u32>)> {
     let fixture: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
-    assert_eq!(fixture["model"], common::SMOLLM2);
+    assert_eq!(fixture["model"], hearth_testkit::SMOLLM2);
     fixture["cases"]
         .as_array()
         .unwrap()

@@ -199,9 +199,21 @@ mod tests {
         assert_eq!(out, [7.0; 64], "output untouched on error");
 
         // Too many bytes is as wrong as too few.
-        assert!(dequantize(BlockType::F32, &[0; 12], &mut out[..2]).is_err());
-        assert!(dequantize(BlockType::Q6_K, &[0; 211], &mut [0.0; 256]).is_err());
-        assert!(dequantize(BlockType::F16, &[0; 3], &mut [0.0; 1]).is_err());
+        let count = |ty, values, expected, found| {
+            Err(Error::ByteCount {
+                ty,
+                values,
+                expected,
+                found,
+            })
+        };
+        let f32s = dequantize(BlockType::F32, &[0; 12], &mut out[..2]);
+        assert_eq!(f32s, count(BlockType::F32, 2, 8, 12));
+        let q6_k = dequantize(BlockType::Q6_K, &[0; 211], &mut [0.0; 256]);
+        assert_eq!(q6_k, count(BlockType::Q6_K, 256, 210, 211));
+        let f16s = dequantize(BlockType::F16, &[0; 3], &mut [0.0; 1]);
+        assert_eq!(f16s, count(BlockType::F16, 1, 2, 3));
+        assert_eq!(out, [7.0; 64], "output untouched on error");
     }
 
     #[test]
@@ -230,7 +242,19 @@ mod tests {
     #[test]
     fn empty_tensors_are_fine() {
         for ty in BlockType::ALL {
-            dequantize(ty, &[], &mut []).unwrap();
+            assert_eq!(dequantize(ty, &[], &mut []), Ok(()), "{ty}");
+            // No values take no bytes: one block's bytes are too many.
+            let block = vec![0u8; ty.block_bytes()];
+            assert_eq!(
+                dequantize(ty, &block, &mut []),
+                Err(Error::ByteCount {
+                    ty,
+                    values: 0,
+                    expected: 0,
+                    found: ty.block_bytes()
+                }),
+                "{ty}"
+            );
         }
     }
 

@@ -129,3 +129,103 @@ pub fn check_table2(format: Format, levels: u8, level: fn(&[u8], usize) -> u8, w
         "{format}: average error"
     );
 }
+
+/// The f32 value of the IEEE binary16 `bits`, restated from the standard (no f16 library): a
+/// NaN comes back as the canonical f32 NaN.
+pub fn f16_bits_to_f32(bits: u16) -> f32 {
+    let sign = if bits & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let exponent = u32::from((bits >> 10) & 0x1F);
+    let mantissa = f32::from(bits & 0x3FF);
+    // 2^e for a normal f32 exponent, built from its bits so that it is exact.
+    let pow2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    match exponent {
+        0 => sign * mantissa * pow2(-24),
+        31 if mantissa == 0.0 => sign * f32::INFINITY,
+        31 => f32::NAN,
+        e => sign * (1024.0 + mantissa) * pow2(e as i32 - 25),
+    }
+}
+
+/// The IEEE binary16 nearest to the finite or infinite `x`, ties to even, restated from the
+/// standard (no f16 library): values from 65520 on round to infinity.
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    assert!(!x.is_nan(), "the reference takes no NaN");
+    let sign = if x.is_sign_negative() { 0x8000u16 } else { 0 };
+    if x.is_infinite() {
+        return sign | 0x7C00;
+    }
+    let a = f64::from(x.abs()); // exact
+                                // The step between adjacent f16 values at `a`: 2^-24 below 2^-14 (subnormals), else
+                                // 2^(e - 10) for a in [2^e, 2^(e + 1)).
+    let e = if a < 2f64.powi(-14) {
+        -14
+    } else {
+        let e = a.log2().floor() as i32;
+        // log2 may round across a power of two.
+        if 2f64.powi(e) > a {
+            e - 1
+        } else if 2f64.powi(e + 1) <= a {
+            e + 1
+        } else {
+            e
+        }
+    };
+    let steps = (a / 2f64.powi(e - 10)).round_ties_even(); // exact: a power-of-two scaling
+    if e == -14 && steps < 1024.0 {
+        return sign | steps as u16; // subnormal or zero
+    }
+    // `steps` is in [1024, 2048]; 2048 carries into the next exponent.
+    let (e, steps) = if steps == 2048.0 {
+        (e + 1, 1024.0)
+    } else {
+        (e, steps)
+    };
+    if e + 15 >= 31 {
+        return sign | 0x7C00;
+    }
+    sign | ((e + 15) as u16) << 10 | (steps as u16 - 1024)
+}
+
+#[test]
+fn f16_reference_conversions_hold_hand_checked_values() {
+    let p2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    // (f32 value, f16 bits), each exact.
+    let exact = [
+        (0.0, 0x0000),
+        (-0.0, 0x8000),
+        (1.0, 0x3C00),
+        (-2.0, 0xC000),
+        (0.5, 0x3800),
+        (1.5, 0x3E00),
+        (65504.0, 0x7BFF),          // largest finite
+        (p2(-14), 0x0400),          // smallest normal
+        (p2(-24), 0x0001),          // smallest subnormal
+        (1023.0 * p2(-24), 0x03FF), // largest subnormal
+        (f32::INFINITY, 0x7C00),
+        (f32::NEG_INFINITY, 0xFC00),
+    ];
+    for (x, bits) in exact {
+        assert_eq!(f32_to_f16_bits(x), bits, "{x}");
+        assert_eq!(f16_bits_to_f32(bits).to_bits(), x.to_bits(), "{bits:#06x}");
+    }
+    // Rounding: (f32 value, nearest f16 bits).
+    let rounded = [
+        (0.1, 0x2E66), // 0.0999755859375 is nearer than 0.10003662109375
+        (-3.0e-3, 0x9A25),
+        (1.0 + p2(-11), 0x3C00), // a tie between 0x3C00 and 0x3C01: to even
+        (1.0 + 3.0 * p2(-11), 0x3C02), // a tie between 0x3C01 and 0x3C02: to even
+        (1.0 + 1.5 * p2(-11), 0x3C01), // above the tie
+        (65519.0, 0x7BFF),       // below the halfway point to 65536
+        (65520.0, 0x7C00),       // the tie with 65536 goes to even: infinity
+        (p2(-25), 0x0000),       // halfway to the smallest subnormal: to even (0)
+        (0.75 * p2(-24), 0x0001), // nearer 1 step than 0
+        (1.5 * p2(-24), 0x0002), // a tie, to even (2)
+        (2.5 * p2(-24), 0x0002), // a tie, to even (2)
+        (p2(-30), 0x0000),       // far below: zero
+    ];
+    for (x, bits) in rounded {
+        assert_eq!(f32_to_f16_bits(x), bits, "{x}");
+    }
+    assert!(f16_bits_to_f32(0x7E00).is_nan());
+    assert!(f16_bits_to_f32(0xFC01).is_nan());
+}

@@ -7,29 +7,22 @@ use rand::{Rng, SeedableRng};
 use crate::vk::{Buffer, Device, DeviceDesc, Recorder};
 
 /// The test device, with the validation layer on where it is installed. Outside CI a machine
-/// without Vulkan skips GPU tests; in CI (`CI=true`) a missing device fails them.
+/// without Vulkan skips GPU tests (each caller records its skip); in CI a missing device fails
+/// them.
+#[track_caller]
 pub fn device() -> Option<Arc<Device>> {
-    static DEVICE: OnceLock<Option<Arc<Device>>> = OnceLock::new();
-    DEVICE
-        .get_or_init(|| {
-            let index = std::env::var("HEARTH_DEVICE")
-                .ok()
-                .and_then(|s| s.parse().ok());
-            match Device::new(DeviceDesc {
-                index,
-                validation: true,
-            }) {
-                Ok(d) => Some(d),
-                Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                    panic!("CI needs a Vulkan device: {e}")
-                }
-                Err(e) => {
-                    eprintln!("skipping GPU tests: {e}");
-                    None
-                }
-            }
+    static DEVICE: OnceLock<Result<Arc<Device>, String>> = OnceLock::new();
+    let device = DEVICE.get_or_init(|| {
+        let index = std::env::var("HEARTH_DEVICE")
+            .ok()
+            .and_then(|s| s.parse().ok());
+        Device::new(DeviceDesc {
+            index,
+            validation: true,
         })
-        .clone()
+        .map_err(|e| e.to_string())
+    });
+    hearth_testkit::or_skip(device.clone(), "Vulkan device")
 }
 
 /// Fails the test if the validation layer reported anything.

@@ -4,11 +4,8 @@
 //! refused, cancelled ones end; beam search over the indirect KV cache equals greedy at width
 //! 1 and the copying reference on the CPU at width 3, copies no K/V when it reorders beams,
 //! and is refused under H2O.
-//! Outside CI a machine without a Vulkan device skips these tests; in CI (`CI=true`) a
+//! Outside CI a machine without a Vulkan device skips these tests; in CI a
 //! missing device fails them.
-
-mod common;
-use common::in_ci;
 
 use std::collections::HashMap;
 
@@ -42,16 +39,7 @@ const TINY: Shape = Shape {
 };
 
 fn have_device() -> bool {
-    match Device::new(DeviceDesc::default()) {
-        Ok(_) => true,
-        Err(e) if in_ci() => {
-            panic!("CI needs a Vulkan device: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            false
-        }
-    }
+    hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()
 }
 
 fn engine(n_seq: usize, n_ctx: usize, ubatch: usize, kv_budget: Option<KvBudget>) -> Engine {
@@ -261,8 +249,17 @@ fn impossible_requests_are_refused_and_cancelled_ones_end() {
     let err = sched.add_request(&prompt(1, 40), &greedy(20)).unwrap_err();
     assert!(matches!(err, Error::KvFull { .. }), "{err}");
     assert!(err.to_string().contains("--kv-budget"), "{err}");
-    assert!(sched.add_request(&[], &greedy(1)).is_err());
-    assert!(sched.add_request(&[999], &greedy(1)).is_err());
+    let err = sched.add_request(&[], &greedy(1)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Options { field, .. } if field == "prompt"),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), "prompt: is empty");
+    let err = sched.add_request(&[999], &greedy(1)).unwrap_err();
+    assert!(
+        matches!(err, Error::BadToken { id: 999, n_vocab } if n_vocab == TINY.n_vocab),
+        "{err}"
+    );
 
     let id = sched.add_request(&prompt(2, 8), &greedy(30)).unwrap();
     sched.step().unwrap();

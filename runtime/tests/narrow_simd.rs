@@ -5,9 +5,6 @@
 //! Outside CI a machine without a Vulkan device skips the test; in CI (`CI=true`) a missing
 //! device fails it.
 
-mod common;
-use common::in_ci;
-
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::Logits;
@@ -54,16 +51,12 @@ fn logits(backend: BackendKind, prompt: &[u32]) -> Vec<f32> {
 fn four_lane_cpu_device_matches_the_reference() {
     // The only test in this binary: nothing else reads the environment meanwhile.
     std::env::set_var("LP_NATIVE_VECTOR_WIDTH", "128");
-    let device = match Device::new(DeviceDesc {
+    let device = Device::new(DeviceDesc {
         index: None,
         validation: true,
-    }) {
-        Ok(d) => d,
-        Err(e) => {
-            assert!(!in_ci(), "CI needs a Vulkan device: {e}");
-            eprintln!("skipping: no Vulkan device: {e}");
-            return;
-        }
+    });
+    let Some(device) = hearth_testkit::or_skip(device, "Vulkan device") else {
+        return;
     };
     let info = device.info();
     if info.kind == DeviceKind::Cpu {

@@ -3,9 +3,6 @@
 //! it). The outputs must open, hold the expected format for every tensor, keep the metadata,
 //! mark Hearth's formats with their version, and dequantize close to the source.
 
-mod common;
-use common::in_ci;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -15,21 +12,8 @@ use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
 use hearth_runtime::quantize::{quantize_model, QuantizeOptions, QuantizeReport, QuantizeStage};
 use hearth_runtime::Error;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
 fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("HEARTH_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
-        });
-    let path = dir.join(MODEL_FILE);
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(!in_ci(), "CI needs {} (run scripts/setup)", path.display());
-    eprintln!("skipping: {} not found (run scripts/setup)", path.display());
-    None
+    hearth_testkit::model(hearth_testkit::SMOLLM2)
 }
 
 /// A fresh scratch directory for one test.

@@ -5,10 +5,7 @@
 //!
 //! Both paths use the same f16-rounded weights, so differences come only from the order of
 //! floating-point operations. Outside CI a machine without the model or a Vulkan device skips
-//! these tests; in CI (`CI=true`) either missing fails them.
-
-mod common;
-use common::in_ci;
+//! these tests; in CI either missing fails them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,40 +21,16 @@ use hearth_runtime::session::{FinishReason, GenerateParams, Session};
 use hearth_runtime::vk::{Device, DeviceDesc};
 use hearth_runtime::Error;
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-fn skip(why: String) -> Option<()> {
-    assert!(!in_ci(), "CI needs {why}");
-    eprintln!("skipping: {why}");
-    None
-}
-
 fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("HEARTH_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
-        });
-    let path = dir.join(MODEL_FILE);
-    if path.exists() {
-        Some(path)
-    } else {
-        skip(format!("{} (run scripts/setup)", path.display()))?;
-        None
-    }
+    hearth_testkit::model(hearth_testkit::SMOLLM2)
 }
 
 fn device() -> Option<Arc<Device>> {
-    match Device::new(DeviceDesc {
+    let device = Device::new(DeviceDesc {
         index: None,
         validation: true,
-    }) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            skip(format!("a Vulkan device: {e}"))?;
-            None
-        }
-    }
+    });
+    hearth_testkit::or_skip(device, "Vulkan device")
 }
 
 fn load(

@@ -2,7 +2,7 @@
 //! min-max, dot products and size checks. Layouts are tested in each format's module.
 
 use super::*;
-use crate::testutil::{dequantize_format, normal, quantize, Lcg};
+use crate::testutil::{dequantize_format, f16_bits_to_f32, f32_to_f16_bits, normal, quantize, Lcg};
 use crate::{dequantize as dequantize_ggml_type, BlockType, Half};
 
 /// Quantized formats with their level counts (Q8: `2 * 127 + 1` symmetric levels).
@@ -94,6 +94,86 @@ fn geometry() {
     assert_eq!(Q8.bytes_for(0), Some(0));
 }
 
+/// The values `raw` holds in `format`, restated from the layouts the format modules document
+/// (and, for F32, F16, Q4 = Q4_1 and Q8 = Q8_0, from ggml's `dequantize_row_*`), reading bytes
+/// and converting f16 by hand: an expectation that shares no code with the formats. NaN comes
+/// back as the canonical NaN.
+fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
+    use Format::*;
+    let half = |b: &[u8]| f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]));
+    match format {
+        F32 => {
+            return raw
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        }
+        F16 => return raw.chunks_exact(2).map(half).collect(),
+        Q8 => {
+            // d (f16), then 32 signed levels: value = q * d.
+            return raw
+                .chunks_exact(34)
+                .flat_map(|b| {
+                    b[2..]
+                        .iter()
+                        .map(move |&q| f32::from(q as i8) * half(&b[..2]))
+                })
+                .collect();
+        }
+        _ => {}
+    }
+    // The rest: d and m (f16), then the levels; value = q * d + m.
+    let level = |b: &[u8], j: usize| -> u8 {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        // Low four bits as Q4B64 keeps them (also Q5's and Q6's).
+        let nibble64 = || (b[4 + j % 32] >> (4 * (j / 32))) & 0x0F;
+        match format {
+            Q2 => (b[4 + j % 8] >> (2 * (j / 8))) & 3,
+            Q3 => (b[4 + j % 8] >> (2 * (j / 8))) & 3 | (((u32_at(12) >> j) & 1) as u8) << 2,
+            Q3H => {
+                let p = j / 2;
+                let low = (b[4 + p % 16] >> (4 * (p / 16))) & 0x0F;
+                let high = (0..3).map(|k| (((u32_at(20 + 4 * k) >> p) & 1) as u8) << (4 + k));
+                let code = high.fold(low, |c, bit| c | bit);
+                if j % 2 == 0 {
+                    code % 11
+                } else {
+                    code / 11
+                }
+            }
+            Q4 => (b[4 + j % 16] >> (4 * (j / 16))) & 0x0F,
+            Q4B64 => nibble64(),
+            Q5 => {
+                let qh = u64::from_le_bytes(b[36..44].try_into().unwrap());
+                nibble64() | (((qh >> j) & 1) as u8) << 4
+            }
+            Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
+            F32 | F16 | Q8 => unreachable!(),
+        }
+    };
+    raw.chunks_exact(format.block_bytes())
+        .flat_map(|b| {
+            let (d, m) = (half(&b[0..2]), half(&b[2..4]));
+            (0..format.block_size()).map(move |j| f32::from(level(b, j)) * d + m)
+        })
+        .collect()
+}
+
+/// Bits, with every NaN as one value (NaN payloads are not part of any layout).
+fn canonical(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// Four blocks of pseudo-random bytes (any bit pattern is a block), seeded by `seed`.
+fn random_blocks(bytes_per_block: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Lcg::new(seed);
+    (0..4 * bytes_per_block)
+        .map(|_| (rng.next_u64() >> 56) as u8)
+        .collect()
+}
+
 #[test]
 fn fitting_formats_keep_precision_where_they_can() {
     use Format::*;
@@ -134,68 +214,30 @@ fn gguf_types_that_are_formats() {
         assert_eq!(Some(format.gguf_id()), ty.ggml_id(), "{ty}");
         assert_eq!(format.block_size(), ty.block_size(), "{ty}");
         assert_eq!(format.block_bytes(), ty.block_bytes(), "{ty}");
-        // Byte for byte the same type: both paths dequantize random bytes identically.
-        let raw: Vec<u8> = (0..4 * ty.block_bytes() as u64)
-            .map(|i| (Lcg::new(i).next_u64() >> 56) as u8)
-            .collect();
+        // Byte for byte the same type: both paths dequantize random bytes as ggml does.
+        let raw = random_blocks(ty.block_bytes(), ty.ggml_id().unwrap().into());
         let n = 4 * ty.block_size();
         let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
         dequantize_ggml_type(ty, &raw, &mut a).unwrap();
         format.dequantize(&raw, &mut b).unwrap();
-        assert_eq!(bits(&a), bits(&b), "{ty}");
+        let want = canonical(&layout_reference(format, &raw));
+        assert_eq!(canonical(&a), want, "{ty}");
+        assert_eq!(canonical(&b), want, "{format}");
     }
     assert_eq!(found, [Format::F32, Format::F16, Format::Q4, Format::Q8]);
 }
 
 #[test]
-fn dequantize_is_the_block_method() {
-    // Random bytes (any bit pattern is a block), 4 blocks, through the dispatch and through
-    // the block struct directly.
-    fn blocks<B: Pod, const N: usize>(raw: &[u8], f: fn(&B, &mut [f32; N])) -> Vec<f32> {
-        let blocks: &[B] = bytemuck::cast_slice(raw);
-        blocks
-            .iter()
-            .flat_map(|b| {
-                let mut out = [0.0; N];
-                f(b, &mut out);
-                out
-            })
-            .collect()
-    }
+fn dequantize_follows_the_documented_layouts() {
     for format in Format::ALL {
-        let raw: Vec<u8> = {
-            let mut rng = Lcg::new(format.gguf_id().into());
-            (0..4 * format.block_bytes())
-                .map(|_| (rng.next_u64() >> 56) as u8)
-                .collect()
-        };
-        let direct = match format {
-            Format::F32 => raw
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect(),
-            Format::F16 => raw
-                .chunks_exact(2)
-                .map(|b| Half::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
-                .collect(),
-            Format::Q2 => blocks(&raw, q2::BlockQ2::dequantize),
-            Format::Q3 => blocks(&raw, q3::BlockQ3::dequantize),
-            Format::Q3H => blocks(&raw, q3h::BlockQ3H::dequantize),
-            Format::Q4 => blocks(&raw, q4::BlockQ4::dequantize),
-            Format::Q4B64 => blocks(&raw, q4b64::BlockQ4B64::dequantize),
-            Format::Q5 => blocks(&raw, q5::BlockQ5::dequantize),
-            Format::Q6 => blocks(&raw, q6::BlockQ6::dequantize),
-            Format::Q8 => blocks(&raw, q8::BlockQ8::dequantize),
-        };
-        let via_format = dequantize_format(format, &raw);
-        assert_eq!(via_format.len(), 4 * format.block_size());
-        // NaN payloads may differ between the f16 conversion paths; compare NaN as NaN.
-        let canon = |v: &[f32]| {
-            v.iter()
-                .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(canon(&via_format), canon(&direct), "{format}");
+        let raw = random_blocks(format.block_bytes(), format.gguf_id().into());
+        let got = dequantize_format(format, &raw);
+        assert_eq!(got.len(), 4 * format.block_size());
+        assert_eq!(
+            canonical(&got),
+            canonical(&layout_reference(format, &raw)),
+            "{format}"
+        );
     }
 }
 
@@ -348,7 +390,7 @@ fn f16_rounds_to_nearest_and_f32_copies() {
     let f16 = quantize(Format::F16, &data, Rounding::Search);
     let want: Vec<u8> = data
         .iter()
-        .flat_map(|&x| Half::from_f32(x).to_bits().to_le_bytes())
+        .flat_map(|&x| f32_to_f16_bits(x).to_le_bytes())
         .collect();
     assert_eq!(f16, want);
     assert_eq!(quantize(Format::F16, &data, Rounding::MinMax), f16);
@@ -454,19 +496,53 @@ fn sizes_are_checked() {
         }
     );
     assert_eq!(out, [7.0; 64]);
-    assert!(
-        Format::Q5.dequantize(&[0; 45], &mut out).is_err(),
-        "too many bytes"
+    // Too many bytes is as wrong as too few.
+    assert_eq!(
+        Format::Q5.dequantize(&[0; 45], &mut out),
+        Err(Error::FormatByteCount {
+            format: Format::Q5,
+            values: 64,
+            expected: 44,
+            found: 45
+        })
     );
-    assert!(
-        Format::Q2.dequantize(&[0; 12], &mut out[..31]).is_err(),
-        "partial block"
+    assert_eq!(
+        Format::Q2.dequantize(&[0; 12], &mut out[..31]),
+        Err(Error::FormatPartialBlock {
+            format: Format::Q2,
+            values: 31,
+            block_size: 32
+        })
     );
-    assert!(Format::F16.dequantize(&[0; 3], &mut out[..1]).is_err());
+    assert_eq!(
+        Format::F16.dequantize(&[0; 3], &mut out[..1]),
+        Err(Error::FormatByteCount {
+            format: Format::F16,
+            values: 1,
+            expected: 2,
+            found: 3
+        })
+    );
+    assert_eq!(out, [7.0; 64], "output untouched on error");
 
     // dot takes its value count from x.
-    assert!(Format::Q8.dot(&[0; 34], &[1.0; 31]).is_err());
-    assert!(Format::Q8.dot(&[0; 34], &[1.0; 64]).is_err());
+    assert_eq!(
+        Format::Q8.dot(&[0; 34], &[1.0; 31]),
+        Err(Error::FormatPartialBlock {
+            format: Format::Q8,
+            values: 31,
+            block_size: 32
+        })
+    );
+    assert_eq!(
+        Format::Q8.dot(&[0; 34], &[1.0; 64]),
+        Err(Error::FormatByteCount {
+            format: Format::Q8,
+            values: 64,
+            expected: 68,
+            found: 34
+        })
+    );
     assert_eq!(Format::Q8.dot(&[0; 34], &[1.0; 32]), Ok(0.0));
 }
 
@@ -535,8 +611,4 @@ fn values_beyond_f16_range_are_rejected() {
             assert!(err.to_string().contains("value 9"), "{err}");
         }
     }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }

@@ -7,7 +7,7 @@ use crate::testing::{device, finish};
 fn validation_layer_is_active_where_installed() {
     let Some(dev) = device() else { return };
     // scripts/setup installs the layer, so in CI every kernel test runs validated.
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
+    if hearth_testkit::in_ci() {
         assert!(
             dev.validating(),
             "CI must run with the Khronos validation layer"
@@ -18,9 +18,7 @@ fn validation_layer_is_active_where_installed() {
 
 #[test]
 fn lists_devices_with_capabilities() {
-    if device().is_none() {
-        return;
-    }
+    let Some(dev) = device() else { return };
     let devices = list_devices().unwrap();
     assert!(!devices.is_empty());
     for d in &devices {
@@ -30,13 +28,12 @@ fn lists_devices_with_capabilities() {
         );
         assert!(!d.memory.heaps.is_empty());
     }
+    finish(&dev);
 }
 
 #[test]
 fn bad_device_index_is_a_clear_error() {
-    if device().is_none() {
-        return;
-    }
+    let Some(dev) = device() else { return };
     let err = Device::new(DeviceDesc {
         index: Some(999),
         validation: false,
@@ -47,6 +44,7 @@ fn bad_device_index_is_a_clear_error() {
         err.to_string().contains("device 999 does not exist"),
         "{err}"
     );
+    finish(&dev);
 }
 
 #[test]
@@ -131,6 +129,8 @@ fn pipelines_are_cached_per_specialization() {
 fn timed_recorder_reports_each_dispatch() {
     let Some(dev) = device() else { return };
     if dev.info().limits.timestamp_period_ns.is_none() {
+        // CI's device (lavapipe) has timestamps, so there this fails.
+        hearth_testkit::skip(format_args!("{} has no timestamp queries", dev.info().name));
         return;
     }
     let kernel = crate::kernels::SwiGlu::new(&dev).unwrap();

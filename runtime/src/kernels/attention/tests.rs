@@ -421,4 +421,6 @@ fn shapes_are_checked() {
         .record(&mut rec, &buf, cache.layer(0), &buf, &buf, three, 1)
         .unwrap_err();
     assert!(err.to_string().contains("query heads per KV head"), "{err}");
+    drop(rec);
+    finish(&dev);
 }

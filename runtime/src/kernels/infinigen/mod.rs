@@ -372,7 +372,7 @@ mod tests {
     use super::testing::{shape, steps_buffer, Pool};
     use super::*;
     use crate::kernels::StepToken;
-    use crate::testing::{device, upload};
+    use crate::testing::{device, finish, upload};
     use crate::vk::Recorder;
 
     #[test]
@@ -463,5 +463,7 @@ mod tests {
         ));
         assert!(err.contains("binding `q`"), "{err}");
         assert!(rec.is_empty());
+        drop(rec);
+        finish(&dev);
     }
 }

@@ -379,10 +379,30 @@ mod tests {
         map.append(8);
         let mut fetches = vec![1u32; 8];
         let err = map.make_room(5, &mut fetches).unwrap_err();
-        assert_eq!(err.incoming, 5);
-        assert!(err.to_string().contains("--kv-pool-capacity"));
+        assert_eq!(
+            err,
+            NoRoom {
+                incoming: 5,
+                capacity: 8,
+                window: 4
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "a step of 5 tokens does not fit a KV pool of 8 tokens that keeps the newest 4 \
+             (raise --kv-pool-capacity)"
+        );
         assert_eq!(map.slots(), 8);
         assert_eq!(fetches, vec![1u32; 8]);
-        assert!(map.make_room(9, &mut fetches).is_err());
+        // More than the whole pool never fits.
+        assert_eq!(
+            map.make_room(9, &mut fetches),
+            Err(NoRoom {
+                incoming: 9,
+                capacity: 8,
+                window: 4
+            })
+        );
+        assert_eq!(map.slots(), 8);
     }
 }

@@ -1,0 +1,159 @@
+//! What every test crate in the workspace shares: whether this is a CI run, where the installed
+//! test models are, and one way to skip a test for a missing device or model.
+//!
+//! Outside CI a test whose device or model is missing skips: it returns early, says so on
+//! stderr and appends a line to the skip log, which `make test` counts and prints. In CI
+//! (`CI` set to anything but empty or `false`) the same guard fails the test instead, so a CI
+//! run cannot pass without running everything.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// SmolLM2-135M-Instruct, the real model `scripts/setup` installs in [`models_dir`].
+pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// all-MiniLM-L6-v2, a Hugging Face model directory `scripts/setup` installs in [`models_dir`].
+pub const MINILM: &str = "all-MiniLM-L6-v2";
+
+/// The file each skip appends a line to. Unset, skips go to `<target>/test-skips/<pid>.log`.
+pub const SKIP_LOG_ENV: &str = "HEARTH_SKIP_LOG";
+
+/// Whether this is a CI run: `CI` holds anything but an empty string or `false` (CI services
+/// set `true`, some `1`).
+pub fn in_ci() -> bool {
+    ci_value(std::env::var_os("CI").as_deref().and_then(|v| v.to_str()))
+}
+
+fn ci_value(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "false")
+}
+
+/// The installed models: `$HEARTH_MODELS`, else `~/.cache/hearth/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEARTH_MODELS") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth/models")
+}
+
+/// The path of the installed test model `name` (a file or directory in [`models_dir`]), or
+/// `None` after recording a skip when it is missing; in CI a missing model fails the test.
+#[track_caller]
+pub fn model(name: &str) -> Option<PathBuf> {
+    let path = models_dir().join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    skip(format_args!(
+        "{} is missing (run scripts/setup)",
+        path.display()
+    ));
+    None
+}
+
+/// The value of `result`, or `None` after recording a skip naming `what` and the error (for a
+/// device that cannot be opened); in CI an error fails the test.
+#[track_caller]
+pub fn or_skip<T, E: Display>(result: Result<T, E>, what: &str) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) => {
+            skip(format_args!("no {what}: {e}"));
+            None
+        }
+    }
+}
+
+/// Records that the calling test skips, for `why`, and returns so that the test can return.
+/// In CI it fails the test instead.
+///
+/// A test records at most one skip however many guards it passes through.
+#[track_caller]
+pub fn skip(why: impl Display) {
+    if in_ci() {
+        panic!("CI runs every test, but this one would skip: {why}");
+    }
+    let test = std::thread::current().name().unwrap_or("").to_owned();
+    // libtest names each test's thread after the test; with one test thread it runs them on
+    // `main`, and then every call counts.
+    if test != "main" && !test.is_empty() && !first_skip_of(&test) {
+        return;
+    }
+    let binary = binary_name();
+    eprintln!("skipping {binary} {test}: {why}");
+    let line = format!("{binary} {test}: {why}\n");
+    let path = skip_log();
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?
+                .write_all(line.as_bytes())
+        });
+    if let Err(e) = written {
+        panic!("cannot record a skip in {}: {e}", path.display());
+    }
+}
+
+/// Whether `test` has not recorded a skip in this process yet (and marks it as having one).
+fn first_skip_of(test: &str) -> bool {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SKIPPED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    skipped
+        .get_or_insert_with(HashSet::new)
+        .insert(test.to_owned())
+}
+
+/// The test binary's name without the hash cargo appends (`batching-0f3a..` is `batching`).
+fn binary_name() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let stem = exe.file_stem().and_then(|s| s.to_str()).unwrap_or("test");
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+        _ => stem.to_owned(),
+    }
+}
+
+fn skip_log() -> PathBuf {
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
+        return PathBuf::from(path);
+    }
+    // Test binaries live in <target>/<profile>/deps.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let target = exe.ancestors().nth(3).unwrap_or(Path::new("target"));
+    target
+        .join("test-skips")
+        .join(format!("{}.log", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_ci_value_but_empty_or_false_is_ci() {
+        assert!(ci_value(Some("true")));
+        assert!(ci_value(Some("1")));
+        assert!(ci_value(Some("yes")));
+        assert!(!ci_value(Some("")));
+        assert!(!ci_value(Some("false")));
+        assert!(!ci_value(None));
+    }
+
+    #[test]
+    fn binary_name_drops_the_cargo_hash() {
+        assert_eq!(binary_name(), "hearth_testkit");
+    }
+
+    #[test]
+    fn a_test_records_one_skip() {
+        assert!(first_skip_of("some::test"));
+        assert!(!first_skip_of("some::test"));
+        assert!(first_skip_of("other::test"));
+    }
+}
