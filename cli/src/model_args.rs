@@ -1,18 +1,17 @@
 //! What every command that runs a model shares: which model, where it runs, how it samples,
 //! and loading it with a progress bar.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
-use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::inspect::ModelsDirArg;
 use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
@@ -28,6 +27,31 @@ impl ModelArgs {
     /// Loads the model for one sequence at a time.
     pub fn load(&self, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
         self.run.load(&self.model, device, n_ctx, 1)
+    }
+}
+
+/// Where `-m NAME` looks for models; shared by every command that takes a model.
+#[derive(clap::Args, Debug)]
+pub struct ModelsDirArg {
+    /// Directory of installed models [default: ~/.cache/hearth/models].
+    #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+}
+
+impl ModelsDirArg {
+    pub fn dir(&self) -> PathBuf {
+        self.models_dir.clone().unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .or_else(|| std::env::var_os("USERPROFILE"))
+                .unwrap_or_default();
+            hearth_models::default_models_dir(Path::new(&home))
+        })
+    }
+
+    /// A model path for `name`: a path as given, or a model in the models directory.
+    pub fn resolve(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.dir();
+        hearth_models::resolve_model(name, &dir).with_context(|| format!("finding model `{name}`"))
     }
 }
 
@@ -285,73 +309,4 @@ fn random_seed() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish()
-}
-
-/// A progress bar for work counted in steps, hidden when stderr is not a terminal.
-pub fn step_bar(len: u64, what: &str) -> ProgressBar {
-    ProgressBar::new(len).with_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{bar:30}}] {{pos}}/{{len}} ({{elapsed}}, eta {{eta}}) {{msg}}"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
-    )
-}
-
-/// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
-pub fn print_profile(engine: &Engine) {
-    let profile = engine.session().backend().profile();
-    let mut rows = profile.kernels.clone();
-    if rows.is_empty() {
-        return;
-    }
-    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let total: f64 = rows.iter().map(|r| r.1).sum();
-    let fetch = profile.fetch_ns();
-    eprintln!(
-        "{:<16} {:>10} {:>7} {:>10} {:>9}",
-        "kernel", "ms", "%", "dispatches", "us each"
-    );
-    for (label, ns, n) in rows {
-        eprintln!(
-            "{label:<16} {:>10.1} {:>6.1}% {n:>10} {:>9.1}",
-            ns / 1e6,
-            100.0 * ns / total,
-            ns / 1e3 / n as f64
-        );
-    }
-    if fetch > 0.0 {
-        eprintln!(
-            "InfiniGen fetch: {:.1} ms, {:.1} ms of it alongside other kernels",
-            fetch / 1e6,
-            profile.fetch_overlap_ns / 1e6
-        );
-    }
-}
-
-/// What a sparse attention (InfiniGen or H2O) read, in words: "InfiniGen fetched 13.3% of the
-/// tokens (...)".
-pub fn sparsity_line(who: &str, verb: &str, s: IgStats) -> String {
-    let evicted = match s.evicted {
-        0 => String::new(),
-        n => format!("; the pool evicted {n} tokens"),
-    };
-    format!(
-        "{who} {verb} {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head){evicted}",
-        100.0 * s.fetched_fraction(),
-        s.mean_fetched(),
-        s.min_fetched.unwrap_or(0),
-        s.max_fetched
-    )
-}
-
-/// What a sparse attention read, for JSON reports.
-pub fn stats_json(s: IgStats) -> serde_json::Value {
-    serde_json::json!({
-        "fetched_fraction": s.fetched_fraction(),
-        "mean_fetched": s.mean_fetched(),
-        "min_fetched": s.min_fetched,
-        "max_fetched": s.max_fetched,
-        "evicted": s.evicted,
-    })
 }

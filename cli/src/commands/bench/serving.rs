@@ -17,8 +17,8 @@ use hearth_runtime::session::GenerateParams;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::bench_model::BenchModelArgs;
-use crate::Format;
+use super::model::BenchModelArgs;
+use crate::output::Format;
 
 #[derive(Serialize)]
 struct Run {
@@ -71,9 +71,7 @@ pub fn run(args: &BenchModelArgs, engine: &mut Engine) -> Result<()> {
     }
     let info = engine.info();
     match args.format {
-        Format::Json => {
-            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&runs)?))?
-        }
+        Format::Json => crate::output::emit_json(&runs)?,
         Format::Table => {
             let mut out = format!(
                 "{} on {}: {} requests per run, prompts ~{}, outputs ~{}\n\n",
@@ -100,7 +98,7 @@ pub fn run(args: &BenchModelArgs, engine: &mut Engine) -> Result<()> {
                     r.preemptions
                 );
             }
-            crate::inspect::emit(&out)?;
+            crate::output::emit(&out)?;
         }
     }
     Ok(())

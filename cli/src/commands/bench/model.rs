@@ -22,7 +22,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::model_args::{KvOffload, RunArgs};
-use crate::{DeviceChoice, Format};
+use crate::output::Format;
+use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchModelArgs {
@@ -117,7 +118,7 @@ enum Source<'a> {
 pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     let source = match (&args.model, &args.synthetic) {
         (Some(model), _) => Source::File(model),
-        (None, Some(name)) if name == "list" => return crate::inspect::emit(&preset_table()),
+        (None, Some(name)) if name == "list" => return crate::output::emit(&preset_table()),
         (None, Some(name)) => match synthetic::preset(name) {
             Ok(preset) => Source::Synthetic(preset),
             Err(e) => return Err(anyhow!("{e}\n\n{}", preset_table())),
@@ -173,7 +174,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
     };
     if serving {
         let mut engine = load(args.run.offload()?)?;
-        return crate::bench_serving::run(args, &mut engine);
+        return super::serving::run(args, &mut engine);
     }
     let mut engines: Vec<Engine> = placements.iter().map(|&o| load(o)).collect::<Result<_>>()?;
     // Every test, as yet unmeasured; each engine keeps its own record of them.
@@ -228,7 +229,7 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
                 name.as_ref().map_or("?", |v| v.get_name())
             );
         }
-        crate::model_args::print_profile(engine);
+        crate::output::print_profile(engine);
     }
     report(args, &engines, &source, &tests)
 }
@@ -370,10 +371,8 @@ fn report(
         rows.extend(placement.rows);
     }
     match args.format {
-        Format::Json => {
-            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
-        }
-        Format::Table => crate::inspect::emit(&format!("{table}{kv_lines}")),
+        Format::Json => crate::output::emit_json(&rows),
+        Format::Table => crate::output::emit(&format!("{table}{kv_lines}")),
     }
 }
 

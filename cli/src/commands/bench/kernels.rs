@@ -11,7 +11,8 @@ use hearth_runtime::kernels::{
 use hearth_runtime::vk::{Buffer, Completed, Device, Recorder};
 use serde::Serialize;
 
-use crate::{DeviceChoice, Format};
+use crate::output::Format;
+use crate::DeviceChoice;
 
 #[derive(clap::Args)]
 pub struct BenchKernelsArgs {
@@ -171,7 +172,7 @@ pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
             }
         }
     }
-    crate::inspect::emit(&out)
+    crate::output::emit(&out)
 }
 
 /// Whether one buffer of `bytes` can be bound on this device; says so when it cannot.

@@ -1,0 +1,101 @@
+//! `hearth`: Hearth's command-line interface. The command tree is here, each command in its
+//! own module under `commands`, the printing they share in `output`; the measurements behind
+//! `hearth bench` are the runtime's `bench` module.
+
+mod commands;
+mod model_args;
+mod output;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use commands::{bench, chat, devices, generate, inspect, perplexity, quantize, tokenize};
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
+struct Cli {
+    /// Vulkan device index (see `hearth devices`); default: the best device found.
+    #[arg(long, global = true, env = "HEARTH_DEVICE")]
+    device: Option<usize>,
+    /// Enable the Khronos validation layer (slow; for debugging).
+    #[arg(long, global = true)]
+    validate: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every Vulkan device with the capabilities Hearth uses.
+    Devices(devices::DevicesArgs),
+    /// Complete a prompt, streaming the text.
+    Generate(generate::GenerateArgs),
+    /// Chat with a model in the terminal.
+    Chat(chat::ChatArgs),
+    /// Benchmark a model (`-m`, like llama-bench), a model shape without its file
+    /// (`--synthetic llama-7b`) or the kernels (`bench kernels`).
+    Bench(bench::BenchArgs),
+    /// Perplexity of a text, as llama-perplexity computes it.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Show a model file: architecture, hyperparameters, tokenizer, chat template, tensors.
+    Inspect(inspect::InspectArgs),
+    /// Print the token ids and pieces of a text.
+    Tokenize(tokenize::TokenizeArgs),
+    /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
+    Quantize(quantize::QuantizeArgs),
+}
+
+/// Options every command that opens a device shares.
+pub struct DeviceChoice {
+    pub index: Option<usize>,
+    pub validate: bool,
+}
+
+impl DeviceChoice {
+    pub fn open(&self) -> Result<std::sync::Arc<hearth_runtime::vk::Device>> {
+        Ok(hearth_runtime::vk::Device::new(
+            hearth_runtime::vk::DeviceDesc {
+                index: self.index,
+                validation: self.validate,
+            },
+        )?)
+    }
+}
+
+/// Parses the command line and runs the command; errors go to stderr with exit status 1.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let choice = DeviceChoice {
+        index: cli.device,
+        validate: cli.validate,
+    };
+    match run(&cli.command, &choice) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
+    match command {
+        Command::Devices(args) => devices::run(args),
+        Command::Generate(args) => generate::run(args, choice),
+        Command::Chat(args) => chat::run(args, choice),
+        Command::Bench(args) => bench::run(args, choice),
+        Command::Perplexity(args) => perplexity::run(args, choice),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+        Command::Quantize(args) => quantize::run(args),
+    }
+}
