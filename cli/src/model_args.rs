@@ -26,7 +26,8 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Loads the model for one sequence at a time.
     pub fn load(&self, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
-        self.run.load(&self.model, device, n_ctx, 1)
+        self.run
+            .load(&self.model, device, self.run.cache(n_ctx, 1)?)
     }
 }
 
@@ -156,30 +157,31 @@ pub fn parse_kv_budget(s: &str) -> std::result::Result<KvBudget, String> {
     Ok(KvBudget::Bytes((n * (1u64 << shift) as f64) as u64))
 }
 
+/// The KV cache a model is loaded with: where it lives, how many positions, how many
+/// sequences.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheSpec {
+    pub offload: KvOffload,
+    /// `None`: the model's training context, at most 4096.
+    pub n_ctx: Option<usize>,
+    pub n_seq: usize,
+}
+
 impl RunArgs {
-    /// Loads the model with a KV cache for `n_seq` sequences of `n_ctx` positions, with a
-    /// progress bar on stderr (hidden when stderr is not a terminal).
-    pub fn load(
-        &self,
-        model: &str,
-        device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
-    ) -> Result<Engine> {
-        self.load_as(self.offload()?, model, device, n_ctx, n_seq)
+    /// A cache for `n_seq` sequences of `n_ctx` positions, placed as `--kv-offload` asks.
+    pub fn cache(&self, n_ctx: Option<usize>, n_seq: usize) -> hearth_runtime::Result<CacheSpec> {
+        Ok(CacheSpec {
+            offload: self.offload()?,
+            n_ctx,
+            n_seq,
+        })
     }
 
-    /// [`load`](Self::load) with the KV cache placed by `offload`.
-    pub fn load_as(
-        &self,
-        offload: KvOffload,
-        model: &str,
-        device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
-    ) -> Result<Engine> {
+    /// Loads the model with the KV cache `cache`, with a progress bar on stderr (hidden when
+    /// stderr is not a terminal).
+    pub fn load(&self, model: &str, device: &DeviceChoice, cache: CacheSpec) -> Result<Engine> {
         let path = self.dir.resolve(model)?;
-        self.load_placed(offload, device, n_ctx, n_seq, |options, progress| {
+        self.load_placed(device, cache, |options, progress| {
             Engine::load(&path, options, progress)
         })
         .with_context(|| format!("loading {}", path.display()))
@@ -198,16 +200,19 @@ impl RunArgs {
         }
     }
 
-    /// Runs `load` (an `Engine` constructor) with the KV cache placed by `offload`, the other
-    /// options from these arguments, and a progress bar on stderr.
+    /// Runs `load` (an `Engine` constructor) with the KV cache `cache`, the other options
+    /// from these arguments, and a progress bar on stderr.
     pub fn load_placed(
         &self,
-        offload: KvOffload,
         device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
+        cache: CacheSpec,
         load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
     ) -> hearth_runtime::Result<Engine> {
+        let CacheSpec {
+            offload,
+            n_ctx,
+            n_seq,
+        } = cache;
         if self.infinigen.kv_pool_capacity.is_some() && offload != KvOffload::Infinigen {
             return Err(hearth_runtime::Error::Options {
                 field: "kv-pool-capacity".into(),

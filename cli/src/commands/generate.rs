@@ -118,7 +118,8 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
 /// `--beams W`: beam search over the indirect KV cache (W cache rows).
 fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result<()> {
     let m = &args.model;
-    let mut engine = m.run.load(&m.model, device, args.ctx_size, width)?;
+    let cache = m.run.cache(args.ctx_size, width)?;
+    let mut engine = m.run.load(&m.model, device, cache)?;
     let prompt = engine.tokenize(&args.prompt);
     let n_ctx = engine.session().backend().n_ctx();
     let params = BeamParams {

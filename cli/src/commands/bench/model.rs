@@ -13,7 +13,7 @@ use hearth_runtime::bench::{
 use hearth_runtime::engine::Engine;
 use hearth_runtime::synthetic::{self, PRESETS};
 
-use crate::model_args::{KvOffload, RunArgs};
+use crate::model_args::{CacheSpec, RunArgs};
 use crate::output::{emit, emit_json, print_profile, Format};
 use crate::DeviceChoice;
 
@@ -132,34 +132,25 @@ enum Source<'a> {
     Synthetic(&'static synthetic::Preset),
 }
 
-/// The engine shape one benchmark needs.
-#[derive(Clone, Copy)]
-struct EngineSize {
-    n_ctx: usize,
-    n_seq: usize,
-}
-
 impl Source<'_> {
-    /// Loads the model with the KV cache placed by `offload`.
+    /// Loads the model with the KV cache `cache`.
     fn load(
         self,
         args: &BenchModelArgs,
-        offload: KvOffload,
-        sized: EngineSize,
         device: &DeviceChoice,
+        cache: CacheSpec,
     ) -> Result<Engine> {
-        let EngineSize { n_ctx, n_seq } = sized;
-        let run = &args.run;
         match self {
-            Source::File(model) => run.load_as(offload, model, device, Some(n_ctx), n_seq),
+            Source::File(model) => args.run.load(model, device, cache),
             Source::Synthetic(preset) => {
                 let format = args.synthetic_format;
                 let what = || format!("synthetic {} ({format})", preset.name);
                 let file = preset.build(format).with_context(what)?;
-                run.load_placed(offload, device, Some(n_ctx), n_seq, |options, progress| {
-                    Engine::load_file(file, options, progress)
-                })
-                .with_context(what)
+                args.run
+                    .load_placed(device, cache, |options, progress| {
+                        Engine::load_file(file, options, progress)
+                    })
+                    .with_context(what)
             }
         }
     }
@@ -170,11 +161,8 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         return Ok(());
     };
     if let Some(serving) = args.serving() {
-        let sized = EngineSize {
-            n_ctx: serving.n_ctx(),
-            n_seq: serving.n_seq(),
-        };
-        let mut engine = source.load(args, args.run.offload()?, sized, device)?;
+        let cache = args.run.cache(Some(serving.n_ctx()), serving.n_seq())?;
+        let mut engine = source.load(args, device, cache)?;
         return super::serving::run(&mut engine, &serving, args.format);
     }
     let params = args.params();
@@ -183,15 +171,18 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
             "--parallel with --kv-pool-capacity: an evicting pool serves one sequence"
         ));
     }
-    let sized = EngineSize {
-        n_ctx: params.n_ctx(),
-        n_seq: params.n_seq(),
-    };
     // One engine per KV placement asked for (`--kv-offload none,full,infinigen`).
     let placements = &args.run.kv_offload;
     let mut engines: Vec<Engine> = placements
         .iter()
-        .map(|&o| source.load(args, o, sized, device))
+        .map(|&offload| {
+            let cache = CacheSpec {
+                offload,
+                n_ctx: Some(params.n_ctx()),
+                n_seq: params.n_seq(),
+            };
+            source.load(args, device, cache)
+        })
         .collect::<Result<_>>()?;
     let model_source = match source {
         Source::File(_) => ModelSource::File,
