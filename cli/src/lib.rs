@@ -99,3 +99,13 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Quantize(args) => quantize::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

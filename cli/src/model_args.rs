@@ -315,3 +315,19 @@ fn random_seed() -> u64 {
     );
     h.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_budget_is_bytes_or_tokens() {
+        assert_eq!(parse_kv_budget("32768t"), Ok(KvBudget::Tokens(32768)));
+        assert_eq!(parse_kv_budget("4096 tokens"), Ok(KvBudget::Tokens(4096)));
+        assert_eq!(parse_kv_budget("512MiB"), Ok(KvBudget::Bytes(512 << 20)));
+        assert_eq!(parse_kv_budget("2G"), Ok(KvBudget::Bytes(2 << 30)));
+        assert_eq!(parse_kv_budget("1.5k"), Ok(KvBudget::Bytes(1536)));
+        assert!(parse_kv_budget("lots").is_err());
+        assert!(parse_kv_budget("0").is_err());
+    }
+}

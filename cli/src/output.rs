@@ -119,3 +119,16 @@ pub fn stats_json(s: IgStats) -> serde_json::Value {
         "evicted": s.evicted,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_the_largest_whole_unit() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(92 << 20), "92.0 MiB");
+        assert_eq!(size(3 << 30), "3.0 GiB");
+    }
+}
