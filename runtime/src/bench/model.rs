@@ -208,7 +208,7 @@ fn measure(
 }
 
 /// What InfiniGen fetched, or H2O kept, so far: the tokens its sparse layers attended to.
-pub(super) fn sparse_stats(engine: &Engine) -> Option<IgStats> {
+fn sparse_stats(engine: &Engine) -> Option<IgStats> {
     engine.infinigen_stats().or_else(|| engine.h2o_stats())
 }
 
