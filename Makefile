@@ -8,7 +8,7 @@ setup:
 	bash scripts/setup
 
 build: setup
-	$(CARGO) build --release -p hearth-runtime --bin hearth -p hearth-gui --bin hearth-gui
+	$(CARGO) build --release -p hearth-cli --bin hearth -p hearth-gui --bin hearth-gui
 
 # The desktop chat app where there is a display; otherwise a terminal chat with the small
 # model scripts/setup installs.

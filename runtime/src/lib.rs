@@ -1,8 +1,10 @@
 //! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`), model execution on
 //! Vulkan and on the CPU reference (`model`, `cpu`), the KV cache (`kv`), sampling (`sample`)
-//! and text generation (`generate`); synthetic models of a given shape (`synthetic`).
+//! and text generation (`generate`); synthetic models of a given shape (`synthetic`); the
+//! benchmarks (`bench`).
 
 pub mod beam;
+pub mod bench;
 pub mod cpu;
 pub mod engine;
 mod error;

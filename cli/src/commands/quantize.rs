@@ -12,7 +12,8 @@ use hearth_quant::Format;
 use hearth_runtime::quantize::{quantize_model, QuantizeOptions, QuantizeReport, QuantizeStage};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::inspect::{emit, size, ModelsDirArg};
+use crate::model_args::ModelsDirArg;
+use crate::output::{emit, size};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = formats_help())]

@@ -1,19 +1,17 @@
-//! `hearth`: Hearth's command-line interface.
+//! `hearth`: Hearth's command-line interface. The command tree is here, each command in its
+//! own module under `commands`, the printing they share in `output`; the measurements behind
+//! `hearth bench` are the runtime's `bench` module.
 
-mod bench_kernels;
-mod bench_model;
-mod bench_serving;
-mod chat;
-mod devices;
-mod generate;
-mod inspect;
+mod commands;
 mod model_args;
-mod perplexity;
-mod quantize;
-mod tokenize;
+mod output;
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+
+use commands::{bench, chat, devices, generate, inspect, perplexity, quantize, tokenize};
 
 #[derive(Parser)]
 #[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
@@ -38,7 +36,7 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Benchmark a model (`-m`, like llama-bench), a model shape without its file
     /// (`--synthetic llama-7b`) or the kernels (`bench kernels`).
-    Bench(BenchArgs),
+    Bench(bench::BenchArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(perplexity::PerplexityArgs),
     /// Show a model file: architecture, hyperparameters, tokenizer, chat template, tensors.
@@ -47,20 +45,6 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
     Quantize(quantize::QuantizeArgs),
-}
-
-#[derive(clap::Args)]
-struct BenchArgs {
-    #[command(subcommand)]
-    command: Option<BenchCommand>,
-    #[command(flatten)]
-    model: bench_model::BenchModelArgs,
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Kernel throughput: matvec GB/s, matmul GFLOP/s, and read bandwidth.
-    Kernels(bench_kernels::BenchKernelsArgs),
 }
 
 /// Options every command that opens a device shares.
@@ -80,15 +64,8 @@ impl DeviceChoice {
     }
 }
 
-/// Table for people, JSON for machines.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    #[default]
-    Table,
-    Json,
-}
-
-fn main() {
+/// Parses the command line and runs the command; errors go to stderr with exit status 1.
+pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
@@ -101,25 +78,34 @@ fn main() {
         index: cli.device,
         validate: cli.validate,
     };
-    let result = match &cli.command {
+    match run(&cli.command, &choice) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
+    match command {
         Command::Devices(args) => devices::run(args),
-        Command::Generate(args) => generate::run(args, &choice),
-        Command::Chat(args) => chat::run(args, &choice),
-        Command::Bench(BenchArgs {
-            command: Some(BenchCommand::Kernels(args)),
-            ..
-        }) => bench_kernels::run(args, &choice),
-        Command::Bench(BenchArgs {
-            command: None,
-            model: args,
-        }) => bench_model::run(args, &choice),
-        Command::Perplexity(args) => perplexity::run(args, &choice),
+        Command::Generate(args) => generate::run(args, choice),
+        Command::Chat(args) => chat::run(args, choice),
+        Command::Bench(args) => bench::run(args, choice),
+        Command::Perplexity(args) => perplexity::run(args, choice),
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Quantize(args) => quantize::run(args),
-    };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

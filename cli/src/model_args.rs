@@ -1,18 +1,17 @@
 //! What every command that runs a model shares: which model, where it runs, how it samples,
 //! and loading it with a progress bar.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
-use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{KvBudget, ProgressFn};
 use hearth_runtime::sample::SamplerParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::inspect::ModelsDirArg;
 use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
@@ -27,7 +26,33 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Loads the model for one sequence at a time.
     pub fn load(&self, device: &DeviceChoice, n_ctx: Option<usize>) -> Result<Engine> {
-        self.run.load(&self.model, device, n_ctx, 1)
+        self.run
+            .load(&self.model, device, self.run.cache(n_ctx, 1)?)
+    }
+}
+
+/// Where `-m NAME` looks for models; shared by every command that takes a model.
+#[derive(clap::Args, Debug)]
+pub struct ModelsDirArg {
+    /// Directory of installed models [default: ~/.cache/hearth/models].
+    #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+}
+
+impl ModelsDirArg {
+    pub fn dir(&self) -> PathBuf {
+        self.models_dir.clone().unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .or_else(|| std::env::var_os("USERPROFILE"))
+                .unwrap_or_default();
+            hearth_models::default_models_dir(Path::new(&home))
+        })
+    }
+
+    /// A model path for `name`: a path as given, or a model in the models directory.
+    pub fn resolve(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.dir();
+        hearth_models::resolve_model(name, &dir).with_context(|| format!("finding model `{name}`"))
     }
 }
 
@@ -132,30 +157,31 @@ pub fn parse_kv_budget(s: &str) -> std::result::Result<KvBudget, String> {
     Ok(KvBudget::Bytes((n * (1u64 << shift) as f64) as u64))
 }
 
+/// The KV cache a model is loaded with: where it lives, how many positions, how many
+/// sequences.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheSpec {
+    pub offload: KvOffload,
+    /// `None`: the model's training context, at most 4096.
+    pub n_ctx: Option<usize>,
+    pub n_seq: usize,
+}
+
 impl RunArgs {
-    /// Loads the model with a KV cache for `n_seq` sequences of `n_ctx` positions, with a
-    /// progress bar on stderr (hidden when stderr is not a terminal).
-    pub fn load(
-        &self,
-        model: &str,
-        device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
-    ) -> Result<Engine> {
-        self.load_as(self.offload()?, model, device, n_ctx, n_seq)
+    /// A cache for `n_seq` sequences of `n_ctx` positions, placed as `--kv-offload` asks.
+    pub fn cache(&self, n_ctx: Option<usize>, n_seq: usize) -> hearth_runtime::Result<CacheSpec> {
+        Ok(CacheSpec {
+            offload: self.offload()?,
+            n_ctx,
+            n_seq,
+        })
     }
 
-    /// [`load`](Self::load) with the KV cache placed by `offload`.
-    pub fn load_as(
-        &self,
-        offload: KvOffload,
-        model: &str,
-        device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
-    ) -> Result<Engine> {
+    /// Loads the model with the KV cache `cache`, with a progress bar on stderr (hidden when
+    /// stderr is not a terminal).
+    pub fn load(&self, model: &str, device: &DeviceChoice, cache: CacheSpec) -> Result<Engine> {
         let path = self.dir.resolve(model)?;
-        self.load_placed(offload, device, n_ctx, n_seq, |options, progress| {
+        self.load_placed(device, cache, |options, progress| {
             Engine::load(&path, options, progress)
         })
         .with_context(|| format!("loading {}", path.display()))
@@ -174,16 +200,19 @@ impl RunArgs {
         }
     }
 
-    /// Runs `load` (an `Engine` constructor) with the KV cache placed by `offload`, the other
-    /// options from these arguments, and a progress bar on stderr.
+    /// Runs `load` (an `Engine` constructor) with the KV cache `cache`, the other options
+    /// from these arguments, and a progress bar on stderr.
     pub fn load_placed(
         &self,
-        offload: KvOffload,
         device: &DeviceChoice,
-        n_ctx: Option<usize>,
-        n_seq: usize,
+        cache: CacheSpec,
         load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
     ) -> hearth_runtime::Result<Engine> {
+        let CacheSpec {
+            offload,
+            n_ctx,
+            n_seq,
+        } = cache;
         if self.infinigen.kv_pool_capacity.is_some() && offload != KvOffload::Infinigen {
             return Err(hearth_runtime::Error::Options {
                 field: "kv-pool-capacity".into(),
@@ -287,71 +316,18 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
-/// A progress bar for work counted in steps, hidden when stderr is not a terminal.
-pub fn step_bar(len: u64, what: &str) -> ProgressBar {
-    ProgressBar::new(len).with_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{bar:30}}] {{pos}}/{{len}} ({{elapsed}}, eta {{eta}}) {{msg}}"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
-    )
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
-pub fn print_profile(engine: &Engine) {
-    let profile = engine.session().backend().profile();
-    let mut rows = profile.kernels.clone();
-    if rows.is_empty() {
-        return;
+    #[test]
+    fn kv_budget_is_bytes_or_tokens() {
+        assert_eq!(parse_kv_budget("32768t"), Ok(KvBudget::Tokens(32768)));
+        assert_eq!(parse_kv_budget("4096 tokens"), Ok(KvBudget::Tokens(4096)));
+        assert_eq!(parse_kv_budget("512MiB"), Ok(KvBudget::Bytes(512 << 20)));
+        assert_eq!(parse_kv_budget("2G"), Ok(KvBudget::Bytes(2 << 30)));
+        assert_eq!(parse_kv_budget("1.5k"), Ok(KvBudget::Bytes(1536)));
+        assert!(parse_kv_budget("lots").is_err());
+        assert!(parse_kv_budget("0").is_err());
     }
-    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let total: f64 = rows.iter().map(|r| r.1).sum();
-    let fetch = profile.fetch_ns();
-    eprintln!(
-        "{:<16} {:>10} {:>7} {:>10} {:>9}",
-        "kernel", "ms", "%", "dispatches", "us each"
-    );
-    for (label, ns, n) in rows {
-        eprintln!(
-            "{label:<16} {:>10.1} {:>6.1}% {n:>10} {:>9.1}",
-            ns / 1e6,
-            100.0 * ns / total,
-            ns / 1e3 / n as f64
-        );
-    }
-    if fetch > 0.0 {
-        eprintln!(
-            "InfiniGen fetch: {:.1} ms, {:.1} ms of it alongside other kernels",
-            fetch / 1e6,
-            profile.fetch_overlap_ns / 1e6
-        );
-    }
-}
-
-/// What a sparse attention (InfiniGen or H2O) read, in words: "InfiniGen fetched 13.3% of the
-/// tokens (...)".
-pub fn sparsity_line(who: &str, verb: &str, s: IgStats) -> String {
-    let evicted = match s.evicted {
-        0 => String::new(),
-        n => format!("; the pool evicted {n} tokens"),
-    };
-    format!(
-        "{who} {verb} {:.1}% of the tokens (mean {:.1}, min {}, max {} per layer and KV head){evicted}",
-        100.0 * s.fetched_fraction(),
-        s.mean_fetched(),
-        s.min_fetched.unwrap_or(0),
-        s.max_fetched
-    )
-}
-
-/// What a sparse attention read, for JSON reports.
-pub fn stats_json(s: IgStats) -> serde_json::Value {
-    serde_json::json!({
-        "fetched_fraction": s.fetched_fraction(),
-        "mean_fetched": s.mean_fetched(),
-        "min_fetched": s.min_fetched,
-        "max_fetched": s.max_fetched,
-        "evicted": s.evicted,
-    })
 }

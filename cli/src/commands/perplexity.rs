@@ -9,8 +9,10 @@ use anyhow::{bail, Context, Result};
 use hearth_runtime::model::{Backend, Logits};
 use serde_json::json;
 
-use crate::model_args::{sparsity_line, stats_json, step_bar, KvOffload, ModelArgs};
-use crate::{DeviceChoice, Format};
+use crate::model_args::{KvOffload, ModelArgs};
+use crate::output::Format;
+use crate::output::{sparsity_line, stats_json, step_bar};
+use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
 pub struct PerplexityArgs {
@@ -105,7 +107,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 (None, Some(s)) => sparsity_line("H2O", "attended", s) + "\n",
                 (None, None) => String::new(),
             };
-            crate::inspect::emit(&format!(
+            crate::output::emit(&format!(
                 "{}\n{}: {} tokens in {} windows of {}, {} scored{}, on {}\n{fetched}\
                  Final estimate: PPL = {ppl:.4} +/- {ppl_err:.5}\n",
                 windows.join(","),
@@ -132,7 +134,7 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
                 "infinigen": ig.map(stats_json),
                 "h2o": h2o.map(stats_json),
             });
-            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))
+            crate::output::emit_json(&out)
         }
     }
 }

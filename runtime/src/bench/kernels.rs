@@ -1,55 +1,75 @@
-//! `hearth bench kernels`: how fast the kernels run on the chosen device, next to the memory
-//! bandwidth they are bounded by (the device's streaming read, and the host CPU's).
+//! How fast the kernels run on a device, next to the memory bandwidth they are bounded by
+//! (the device's streaming read, and the host CPU's).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Result;
-use hearth_runtime::kernels::{
-    weight_buffer, Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat,
-};
-use hearth_runtime::vk::{Buffer, Completed, Device, Recorder};
 use serde::Serialize;
 
-use crate::{DeviceChoice, Format};
+use crate::error::{Error, Result};
+use crate::kernels::{weight_buffer, Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat};
+use crate::vk::{Buffer, Completed, Device, Recorder};
 
-#[derive(clap::Args)]
-pub struct BenchKernelsArgs {
+/// Which kernels to run and how often.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelBenchParams {
     /// Timed repetitions per kernel (the median is reported).
-    #[arg(short = 'r', long, default_value_t = 5)]
-    reps: usize,
+    pub reps: usize,
     /// Tokens (rows of X) for the matmul shapes.
-    #[arg(long, default_value_t = 512)]
-    tokens: u32,
-    /// Only run kernels whose name contains this.
-    #[arg(long)]
-    only: Option<String>,
-    #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    pub tokens: u32,
+    /// Only kernels whose name contains this.
+    pub only: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Row {
-    kernel: String,
-    shape: String,
-    device: String,
+impl Default for KernelBenchParams {
+    fn default() -> Self {
+        Self {
+            reps: 5,
+            tokens: 512,
+            only: None,
+        }
+    }
+}
+
+/// What [`bench_kernels`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelReport {
+    /// The device's name.
+    pub device: String,
+    pub rows: Vec<KernelRow>,
+    /// Shapes left out because one of their buffers exceeds what the device can bind, each
+    /// with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// One kernel at one shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelRow {
+    pub kernel: String,
+    pub shape: String,
+    pub device: String,
     /// Bytes read from memory per run (weights and inputs).
+    pub bytes: u64,
+    pub flops: u64,
+    pub time_us: f64,
+    pub gb_per_s: f64,
+    pub gflop_per_s: f64,
+}
+
+/// The measured part of a row: its work and its time.
+struct Work {
     bytes: u64,
     flops: u64,
-    time_us: f64,
-    gb_per_s: f64,
-    gflop_per_s: f64,
+    seconds: f64,
 }
 
-impl Row {
-    fn new(
-        kernel: &str,
-        shape: String,
-        device: &str,
-        bytes: u64,
-        flops: u64,
-        seconds: f64,
-    ) -> Self {
+impl KernelRow {
+    fn new(kernel: &str, shape: String, device: &str, work: Work) -> Self {
+        let Work {
+            bytes,
+            flops,
+            seconds,
+        } = work;
         Self {
             kernel: kernel.into(),
             shape,
@@ -76,113 +96,83 @@ const MATVEC_SHAPES: &[(u32, u32)] = &[
 /// Matmul weight shapes (m, k).
 const MATMUL_SHAPES: &[(u32, u32)] = &[(4096, 4096)];
 
-pub fn run(args: &BenchKernelsArgs, choice: &DeviceChoice) -> Result<()> {
-    let device = choice.open()?;
+/// Runs the kernels `params` asks for on `device`: the host's and the device's read
+/// bandwidth, the fixed cost of a dispatch, then every format's matvec and matmul.
+pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result<KernelReport> {
     let name = device.info().name.clone();
-    let reps = args.reps.max(1);
+    let reps = params.reps.max(1);
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    let mut fits = |bytes: u64, what: String| {
+        let limit = device.info().limits.max_storage_buffer_range;
+        if bytes > limit {
+            skipped.push(format!(
+                "{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})"
+            ));
+        }
+        bytes <= limit
+    };
 
-    let wanted = |kernel: &str| args.only.as_deref().is_none_or(|o| kernel.contains(o));
+    let wanted = |kernel: &str| params.only.as_deref().is_none_or(|o| kernel.contains(o));
     if wanted("host_read") {
         rows.push(host_read_bandwidth());
     }
     if wanted("read_bandwidth") {
-        rows.push(device_read_bandwidth(&device, &name, reps)?);
+        rows.push(device_read_bandwidth(device, &name, reps)?);
     }
     if wanted("dispatch") {
-        rows.push(dispatch_cost(&device, &name, reps)?);
+        rows.push(dispatch_cost(device, &name, reps)?);
     }
     for format in WeightFormat::ALL {
         if !wanted(&kernel_name("matvec", format)) {
             continue;
         }
-        let kernel = Matvec::new(&device, format, 1)?;
+        let kernel = Matvec::new(device, format, 1)?;
         for &(m, k) in MATVEC_SHAPES {
-            if !fits(
-                &device,
-                matrix_bytes(format, m, k),
-                &format!("matvec {m}x{k}"),
-            ) {
+            if !fits(matrix_bytes(format, m, k), format!("matvec {m}x{k}")) {
                 continue;
             }
-            let seconds = matvec_seconds(&device, &kernel, m, k, reps)?;
-            let bytes = matrix_bytes(format, m, k) + k as u64 * 4;
-            let flops = 2 * m as u64 * k as u64;
-            rows.push(Row::new(
-                &kernel_name("matvec", format),
-                format!("{m}x{k}"),
-                &name,
-                bytes,
-                flops,
+            let seconds = matvec_seconds(device, &kernel, (m, k), reps)?;
+            let work = Work {
+                bytes: matrix_bytes(format, m, k) + k as u64 * 4,
+                flops: 2 * m as u64 * k as u64,
                 seconds,
-            ));
+            };
+            let kernel = kernel_name("matvec", format);
+            rows.push(KernelRow::new(&kernel, format!("{m}x{k}"), &name, work));
         }
     }
     for format in WeightFormat::ALL {
         if !wanted(&kernel_name("matmul", format)) {
             continue;
         }
-        let kernel = Matmul::new(&device, format)?;
+        let kernel = Matmul::new(device, format)?;
         for &(m, k) in MATMUL_SHAPES {
-            let n = args.tokens;
-            if !fits(
-                &device,
-                matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4),
-                &format!("matmul {n}x{m}x{k}"),
-            ) {
+            let n = params.tokens;
+            let largest = matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4);
+            if !fits(largest, format!("matmul {n}x{m}x{k}")) {
                 continue;
             }
-            let w = weights(&device, format, m as usize, k as usize)?;
-            let x = Buffer::from_slice(&device, "x", &vec![0.5f32; n as usize * k as usize])?;
-            let c = Buffer::from_slice(&device, "c", &vec![0f32; n as usize * m as usize])?;
-            let seconds = median_seconds(&device, reps, |rec| {
+            let w = weights(device, format, m as usize, k as usize)?;
+            let x = Buffer::from_slice(device, "x", &vec![0.5f32; n as usize * k as usize])?;
+            let c = Buffer::from_slice(device, "c", &vec![0f32; n as usize * m as usize])?;
+            let seconds = median_seconds(device, reps, |rec| {
                 kernel.record(rec, &w, &x, &c, n, m, k, false)
             })?;
-            let bytes = matrix_bytes(format, m, k) + n as u64 * k as u64 * 4;
-            let flops = 2 * n as u64 * m as u64 * k as u64;
-            rows.push(Row::new(
-                &kernel_name("matmul", format),
-                format!("{n}x{m}x{k}"),
-                &name,
-                bytes,
-                flops,
+            let work = Work {
+                bytes: matrix_bytes(format, m, k) + n as u64 * k as u64 * 4,
+                flops: 2 * n as u64 * m as u64 * k as u64,
                 seconds,
-            ));
+            };
+            let kernel = kernel_name("matmul", format);
+            rows.push(KernelRow::new(&kernel, format!("{n}x{m}x{k}"), &name, work));
         }
     }
-
-    let mut out = String::new();
-    match args.format {
-        Format::Json => out = serde_json::to_string_pretty(&rows)? + "\n",
-        Format::Table => {
-            out.push_str(&format!("device: {name}"));
-            out.push('\n');
-            out.push_str(&format!(
-                "{:<22} {:>16} {:>12} {:>10} {:>11}",
-                "kernel", "shape", "time (us)", "GB/s", "GFLOP/s"
-            ));
-            out.push('\n');
-            for r in &rows {
-                out.push_str(&format!(
-                    "{:<22} {:>16} {:>12.1} {:>10.2} {:>11.2}",
-                    r.kernel, r.shape, r.time_us, r.gb_per_s, r.gflop_per_s
-                ));
-                out.push('\n');
-            }
-        }
-    }
-    crate::inspect::emit(&out)
-}
-
-/// Whether one buffer of `bytes` can be bound on this device; says so when it cannot.
-fn fits(device: &Device, bytes: u64, what: &str) -> bool {
-    let limit = device.info().limits.max_storage_buffer_range;
-    if bytes > limit {
-        eprintln!(
-            "skipping {what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})"
-        );
-    }
-    bytes <= limit
+    Ok(KernelReport {
+        device: name,
+        rows,
+        skipped,
+    })
 }
 
 /// `matvec_q4`: a kernel family's variant for `format`.
@@ -202,7 +192,9 @@ fn weights(device: &Arc<Device>, format: WeightFormat, m: usize, k: usize) -> Re
         .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
     let mut packed = vec![0u8; format.bytes_for(k).unwrap_or(0)];
-    format.quantize(&row, &mut packed)?;
+    format
+        .quantize(&row, &mut packed)
+        .map_err(|e| Error::options("format", e.to_string()))?;
     Ok(weight_buffer(device, "weights", &packed.repeat(m))?)
 }
 
@@ -211,7 +203,7 @@ fn weights(device: &Arc<Device>, format: WeightFormat, m: usize, k: usize) -> Re
 fn median_seconds<'a>(
     device: &'a Device,
     reps: usize,
-    mut record: impl FnMut(&mut Recorder<'a>) -> hearth_runtime::vk::Result<()>,
+    mut record: impl FnMut(&mut Recorder<'a>) -> crate::vk::Result<()>,
 ) -> Result<f64> {
     let mut warm = Recorder::new(device)?;
     record(&mut warm)?;
@@ -229,7 +221,7 @@ fn median_seconds<'a>(
     Ok(times[times.len() / 2])
 }
 
-fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Result<Row> {
+fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Result<KernelRow> {
     let kernel = ReadBandwidth::new(device)?;
     // As large as one binding allows, up to 256 MiB (well past any cache).
     let bytes: u64 = (256u64 << 20).min(device.info().limits.max_storage_buffer_range) & !15;
@@ -240,22 +232,20 @@ fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Resul
         &vec![0u32; kernel.scratch_bytes() as usize / 4],
     )?;
     let seconds = median_seconds(device, reps, |rec| kernel.record(rec, &src, &dst))?;
-    Ok(Row::new(
-        "read_bandwidth",
-        format!("{} MiB", bytes >> 20),
-        name,
+    let work = Work {
         bytes,
-        0,
+        flops: 0,
         seconds,
-    ))
+    };
+    let shape = format!("{} MiB", bytes >> 20);
+    Ok(KernelRow::new("read_bandwidth", shape, name, work))
 }
 
 /// Median time of one decode product (one token) of an [m, k] matrix with `kernel`.
 fn matvec_seconds(
     device: &Arc<Device>,
     kernel: &Matvec,
-    m: u32,
-    k: u32,
+    (m, k): (u32, u32),
     reps: usize,
 ) -> Result<f64> {
     let w = weights(device, kernel.format(), m as usize, k as usize)?;
@@ -270,24 +260,26 @@ fn matvec_seconds(
 /// work is negligible. A decode step pays it once per kernel (four products and attention per
 /// layer), which on a CPU device, where waking the worker threads dominates it, is a large
 /// part of a small model's step.
-fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<Row> {
+fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<KernelRow> {
     let (m, k) = (8u32, 32u32);
     let format = WeightFormat::Q4;
     let kernel = Matvec::new(device, format, 1)?;
-    let seconds = matvec_seconds(device, &kernel, m, k, reps.max(20))?;
-    Ok(Row::new(
+    let work = Work {
+        bytes: matrix_bytes(format, m, k) + k as u64 * 4,
+        flops: 2 * m as u64 * k as u64,
+        seconds: matvec_seconds(device, &kernel, (m, k), reps.max(20))?,
+    };
+    Ok(KernelRow::new(
         "dispatch",
         format!("matvec_q4 {m}x{k}"),
         name,
-        matrix_bytes(format, m, k) + k as u64 * 4,
-        2 * m as u64 * k as u64,
-        seconds,
+        work,
     ))
 }
 
 /// The host CPU summing a 512 MiB buffer with every core: the machine's memory bandwidth as
 /// plain code sees it. Best of three.
-fn host_read_bandwidth() -> Row {
+fn host_read_bandwidth() -> KernelRow {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let data = vec![1u64; (512 << 20) / 8];
     let mut best = f64::MAX;
@@ -304,12 +296,15 @@ fn host_read_bandwidth() -> Row {
         std::hint::black_box(total);
         best = best.min(start.elapsed().as_secs_f64());
     }
-    Row::new(
+    let work = Work {
+        bytes: 512 << 20,
+        flops: 0,
+        seconds: best,
+    };
+    KernelRow::new(
         "host_read (cpu)",
         format!("512 MiB, {threads} thr"),
         "host",
-        512 << 20,
-        0,
-        best,
+        work,
     )
 }

@@ -5,8 +5,7 @@
 //! rest can still be inspected.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
@@ -14,45 +13,8 @@ use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{resolve_gguf, ChatTemplate, GgmlType, GgufFile, ResolvedModel, Tokenizer};
 use serde_json::{json, Value};
 
-use crate::Format;
-
-/// Where `-m NAME` looks for models; shared by every command that takes a model.
-#[derive(clap::Args, Debug)]
-pub struct ModelsDirArg {
-    /// Directory of installed models [default: ~/.cache/hearth/models].
-    #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
-    pub models_dir: Option<PathBuf>,
-}
-
-impl ModelsDirArg {
-    pub fn dir(&self) -> PathBuf {
-        self.models_dir.clone().unwrap_or_else(|| {
-            let home = std::env::var_os("HOME")
-                .or_else(|| std::env::var_os("USERPROFILE"))
-                .unwrap_or_default();
-            hearth_models::default_models_dir(Path::new(&home))
-        })
-    }
-
-    /// A model path for `name`: a path as given, or a model in the models directory.
-    pub fn resolve(&self, name: &str) -> Result<PathBuf> {
-        let dir = self.dir();
-        hearth_models::resolve_model(name, &dir).with_context(|| format!("finding model `{name}`"))
-    }
-}
-
-/// Writes a command's whole output to stdout; a closed pipe (`hearth inspect m | head`)
-/// ends the command quietly instead of panicking the way `println!` does.
-pub fn emit(text: &str) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
-}
+use crate::model_args::ModelsDirArg;
+use crate::output::{emit, size, Format};
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
@@ -539,20 +501,4 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
         Err(e) => writeln!(out, "  {e}")?,
     }
     emit(&out)
-}
-
-/// Human-readable byte count.
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }

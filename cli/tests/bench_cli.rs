@@ -1,7 +1,7 @@
 //! `hearth bench` through its command line: several KV placements compared in one run (one
-//! engine each, every test's repetitions taken in turn), and the other commands refusing a
-//! list. Outside CI a machine without a Vulkan device skips the bench; in CI a
-//! missing device fails it.
+//! engine each, every test's repetitions taken in turn), the other commands refusing a list,
+//! and what needs no device (the synthetic presets, a missing model). Outside CI a machine
+//! without a Vulkan device skips the bench; in CI a missing device fails it.
 
 use std::process::Command;
 
@@ -74,6 +74,32 @@ fn other_commands_take_one_placement() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("kv-offload") && stderr.contains("one placement"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn synthetic_list_prints_the_presets() {
+    let out = hearth(&["bench", "--synthetic", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("| preset |") && stdout.contains("| llama-7b |"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bench_without_a_model_says_what_to_give() {
+    let out = hearth(&["bench"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("say what to benchmark") && stderr.contains("bench kernels"),
         "{stderr}"
     );
 }

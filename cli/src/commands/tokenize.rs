@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use hearth_models::{EncodeOptions, GgufFile, HfTokenizer, Tokenizer};
 use serde_json::json;
 
-use crate::inspect::{emit, ModelsDirArg};
-use crate::Format;
+use crate::model_args::ModelsDirArg;
+use crate::output::emit;
+use crate::output::Format;
 
 #[derive(clap::Args)]
 pub struct TokenizeArgs {

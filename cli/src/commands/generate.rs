@@ -8,7 +8,8 @@ use hearth_runtime::session::GenerateParams;
 use serde_json::json;
 
 use crate::model_args::{ModelArgs, SamplingArgs};
-use crate::{DeviceChoice, Format};
+use crate::output::Format;
+use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
@@ -73,7 +74,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
                 .and_then(|_| stdout.flush())
                 .is_ok()
     })?;
-    crate::model_args::print_profile(&engine);
+    crate::output::print_profile(&engine);
     let t = &generation.timings;
     if stream {
         let _ = writeln!(stdout);
@@ -88,7 +89,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         if let Some(s) = engine.infinigen_stats() {
             eprintln!(
                 "{}",
-                crate::model_args::sparsity_line("InfiniGen", "fetched", s)
+                crate::output::sparsity_line("InfiniGen", "fetched", s)
             );
         }
     } else {
@@ -99,7 +100,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             "prompt_tokens": prompt.len(),
             "seed": params.sampler.seed,
             "device": engine.info().device,
-            "infinigen": engine.infinigen_stats().map(crate::model_args::stats_json),
+            "infinigen": engine.infinigen_stats().map(crate::output::stats_json),
             "timings": {
                 "prompt_tokens": t.prompt_tokens,
                 "prompt_ms": t.prompt.as_secs_f64() * 1e3,
@@ -109,7 +110,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
                 "generation_tokens_per_second": t.generation_tokens_per_second(),
             },
         });
-        crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+        crate::output::emit_json(&out)?;
     }
     Ok(())
 }
@@ -117,7 +118,8 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
 /// `--beams W`: beam search over the indirect KV cache (W cache rows).
 fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result<()> {
     let m = &args.model;
-    let mut engine = m.run.load(&m.model, device, args.ctx_size, width)?;
+    let cache = m.run.cache(args.ctx_size, width)?;
+    let mut engine = m.run.load(&m.model, device, cache)?;
     let prompt = engine.tokenize(&args.prompt);
     let n_ctx = engine.session().backend().n_ctx();
     let params = BeamParams {
@@ -129,7 +131,7 @@ fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result
     let start = std::time::Instant::now();
     let hypotheses = engine.beam_search(&prompt, &params)?;
     let elapsed = start.elapsed();
-    crate::model_args::print_profile(&engine);
+    crate::output::print_profile(&engine);
     let text = |tokens: &[u32]| {
         let tokenizer = engine.tokenizer();
         let end = tokens
@@ -163,7 +165,7 @@ fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result
             })
             .collect();
         let out = json!({ "hypotheses": out, "prompt_tokens": prompt.len(), "device": engine.info().device });
-        crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+        crate::output::emit_json(&out)?;
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use hearth_runtime::vk::{list_devices, DeviceInfo};
 
-use crate::Format;
+use crate::output::Format;
 
 #[derive(clap::Args)]
 pub struct DevicesArgs {
@@ -25,7 +25,7 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
             }
         }
     }
-    crate::inspect::emit(&out)
+    crate::output::emit(&out)
 }
 
 fn yes(b: bool) -> &'static str {

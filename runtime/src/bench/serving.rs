@@ -1,42 +1,89 @@
-//! `hearth bench -m MODEL --concurrency 1,4,16 -p 128 -n 128`: serving throughput and
-//! latency. A stream of requests, all arriving at the start, with prompt lengths uniform in
-//! [p/2, 3p/2] and output lengths in [n/2, 3n/2] (random tokens, greedy, no early end), is
-//! served with at most C sequences at once:
+//! Serving throughput and latency. A stream of requests, all arriving at the start, with
+//! prompt lengths uniform in [p/2, 3p/2] and output lengths in [n/2, 3n/2] (random tokens,
+//! greedy, no early end), is served with at most C sequences at once:
 //!   continuous: the scheduler admits a waiting request as soon as a sequence finishes;
 //!   static: requests go in batches of C, and a batch starts when the last one ended.
 //! Reported per run: generated tokens per second over the whole stream, time to first token
 //! and time per output token (p50, p99), and KV blocks in use at most.
 
+use std::fmt;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use hearth_runtime::engine::Engine;
-use hearth_runtime::sample::SamplerParams;
-use hearth_runtime::sched::{RequestId, RequestParams, Scheduler};
-use hearth_runtime::session::GenerateParams;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::bench_model::BenchModelArgs;
-use crate::Format;
+use super::stats::percentile;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::sample::SamplerParams;
+use crate::sched::{RequestId, RequestParams, Scheduler};
+use crate::session::GenerateParams;
 
-#[derive(Serialize)]
-struct Run {
-    mode: &'static str,
-    concurrency: usize,
-    requests: usize,
-    n_prompt: usize,
-    n_gen: usize,
-    generated_tokens: usize,
-    wall_s: f64,
-    tokens_per_s: f64,
-    ttft_ms_p50: f64,
-    ttft_ms_p99: f64,
-    tpot_ms_p50: f64,
-    tpot_ms_p99: f64,
-    kv_blocks_max: usize,
-    kv_blocks_total: usize,
-    preemptions: usize,
+/// Which streams to serve: every combination of prompt length, output length and
+/// concurrency, each by both kinds of batching.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServingParams {
+    /// Prompt lengths: a stream's prompts are spread around each.
+    pub n_prompt: Vec<usize>,
+    /// Output lengths: a stream's outputs are spread around each.
+    pub n_gen: Vec<usize>,
+    /// Most sequences served at once.
+    pub concurrency: Vec<usize>,
+    /// Requests per stream; `None`: twice the concurrency, at least 8.
+    pub requests: Option<usize>,
+}
+
+impl ServingParams {
+    /// The context the engine needs: the longest prompt and output the streams can hold.
+    pub fn n_ctx(&self) -> usize {
+        let p = self.n_prompt.iter().max().copied().unwrap_or(0);
+        let n = self.n_gen.iter().max().copied().unwrap_or(0);
+        (3 * p / 2 + 3 * n / 2).max(2)
+    }
+
+    /// The sequences the engine's KV cache serves at once: the highest concurrency.
+    pub fn n_seq(&self) -> usize {
+        self.concurrency.iter().max().copied().unwrap_or(1).max(1)
+    }
+}
+
+/// How requests are admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Batching {
+    /// A waiting request joins as soon as a sequence finishes.
+    Continuous,
+    /// Requests go in batches; a batch starts when the last one ended.
+    Static,
+}
+
+impl fmt::Display for Batching {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Continuous => "continuous",
+            Self::Static => "static",
+        })
+    }
+}
+
+/// One stream served one way.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServingRun {
+    pub mode: Batching,
+    pub concurrency: usize,
+    pub requests: usize,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub generated_tokens: usize,
+    pub wall_s: f64,
+    pub tokens_per_s: f64,
+    pub ttft_ms_p50: f64,
+    pub ttft_ms_p99: f64,
+    pub tpot_ms_p50: f64,
+    pub tpot_ms_p99: f64,
+    pub kv_blocks_max: usize,
+    pub kv_blocks_total: usize,
+    pub preemptions: usize,
 }
 
 struct Request {
@@ -44,23 +91,23 @@ struct Request {
     n_gen: usize,
 }
 
-pub fn run(args: &BenchModelArgs, engine: &mut Engine) -> Result<()> {
+/// Serves every stream of `params` on `engine` (loaded with a context of
+/// [`ServingParams::n_ctx`] and [`ServingParams::n_seq`] sequences; Vulkan only), by
+/// continuous and then by static batching.
+pub fn bench_serving(engine: &mut Engine, params: &ServingParams) -> Result<Vec<ServingRun>> {
     let mut runs = Vec::new();
     let n_vocab = engine.info().config.n_vocab as u32;
-    for &p in &args.n_prompt {
-        for &n in &args.n_gen {
-            for &c in &args.concurrency {
+    for &p in &params.n_prompt {
+        for &n in &params.n_gen {
+            for &c in &params.concurrency {
                 let c = c.max(1);
-                let count = args.requests.unwrap_or((2 * c).max(8));
+                let count = params.requests.unwrap_or((2 * c).max(8));
                 let stream = requests(count, p, n, n_vocab);
-                for mode in ["continuous", "static"] {
+                for mode in [Batching::Continuous, Batching::Static] {
                     let mut sched = engine.scheduler()?;
                     sched.set_max_running(c);
-                    let run = serve(&mut sched, &stream, c, mode == "static")?;
-                    runs.push(Run {
-                        mode,
-                        concurrency: c,
-                        requests: count,
+                    let run = serve(&mut sched, &stream, c, mode)?;
+                    runs.push(ServingRun {
                         n_prompt: p,
                         n_gen: n,
                         ..run
@@ -69,41 +116,7 @@ pub fn run(args: &BenchModelArgs, engine: &mut Engine) -> Result<()> {
             }
         }
     }
-    let info = engine.info();
-    match args.format {
-        Format::Json => {
-            crate::inspect::emit(&format!("{}\n", serde_json::to_string_pretty(&runs)?))?
-        }
-        Format::Table => {
-            let mut out = format!(
-                "{} on {}: {} requests per run, prompts ~{}, outputs ~{}\n\n",
-                info.name,
-                info.device,
-                runs.first().map_or(0, |r| r.requests),
-                args.n_prompt.first().unwrap_or(&0),
-                args.n_gen.first().unwrap_or(&0)
-            );
-            out += "| batching | concurrency | gen t/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | KV blocks max | preemptions |\n";
-            out += "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
-            for r in &runs {
-                out += &format!(
-                    "| {} | {} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {} / {} | {} |\n",
-                    r.mode,
-                    r.concurrency,
-                    r.tokens_per_s,
-                    r.ttft_ms_p50,
-                    r.ttft_ms_p99,
-                    r.tpot_ms_p50,
-                    r.tpot_ms_p99,
-                    r.kv_blocks_max,
-                    r.kv_blocks_total,
-                    r.preemptions
-                );
-            }
-            crate::inspect::emit(&out)?;
-        }
-    }
-    Ok(())
+    Ok(runs)
 }
 
 /// `count` requests with lengths spread around `p` and `n`, the same for every run.
@@ -123,7 +136,12 @@ fn requests(count: usize, p: usize, n: usize, n_vocab: u32) -> Vec<Request> {
 }
 
 /// Serves `stream` with at most `c` sequences at once and measures it.
-fn serve(sched: &mut Scheduler<'_>, stream: &[Request], c: usize, batches: bool) -> Result<Run> {
+fn serve(
+    sched: &mut Scheduler<'_>,
+    stream: &[Request],
+    c: usize,
+    mode: Batching,
+) -> Result<ServingRun> {
     let start = Instant::now();
     let params = |n_gen| RequestParams {
         generate: GenerateParams {
@@ -141,7 +159,7 @@ fn serve(sched: &mut Scheduler<'_>, stream: &[Request], c: usize, batches: bool)
     while next < stream.len() || sched.pending() > 0 {
         // Continuous: keep the queue full; the scheduler admits as rows free up.
         // Static: the next batch only when the last one is done.
-        let room = if batches {
+        let room = if mode == Batching::Static {
             if sched.pending() == 0 {
                 c
             } else {
@@ -181,8 +199,8 @@ fn serve(sched: &mut Scheduler<'_>, stream: &[Request], c: usize, batches: bool)
             (t.generated > 1).then(|| ms(end - first) / (t.generated - 1) as f64)
         })
         .collect();
-    Ok(Run {
-        mode: "",
+    Ok(ServingRun {
+        mode,
         concurrency: c,
         requests: stream.len(),
         n_prompt: 0,
@@ -202,14 +220,4 @@ fn serve(sched: &mut Scheduler<'_>, stream: &[Request], c: usize, batches: bool)
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// The q-quantile (nearest rank) of `v`; 0 when empty.
-fn percentile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
 }

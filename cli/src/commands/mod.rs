@@ -1,0 +1,10 @@
+//! One module per `hearth` command.
+
+pub mod bench;
+pub mod chat;
+pub mod devices;
+pub mod generate;
+pub mod inspect;
+pub mod perplexity;
+pub mod quantize;
+pub mod tokenize;
