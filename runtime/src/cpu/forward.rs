@@ -10,30 +10,11 @@ use crate::error::{Error, Result};
 use crate::kv::h2o::H2o;
 use crate::kv::infinigen::evict::{SlotMap, SINKS};
 use crate::kv::infinigen::{self, Calibration, IgParams, IgStats, Skew};
-use crate::model::{Backend, LayerWeights, Logits, ModelConfig, ProgressFn, WeightReader};
+use crate::kv::policy::{KvPolicyChoice, KvPolicyKind, KvPolicyStats};
+use crate::model::{Backend, Layer, Logits, ModelConfig, ProgressFn, WeightReader};
 
 /// One block's weights as f32: the exact values of the packed matrices the device holds.
-struct Layer {
-    attn_norm: Vec<f32>,
-    wqkv: Vec<f32>,
-    wo: Vec<f32>,
-    ffn_norm: Vec<f32>,
-    w_gate_up: Vec<f32>,
-    w_down: Vec<f32>,
-}
-
-impl From<LayerWeights> for Layer {
-    fn from(w: LayerWeights) -> Self {
-        Self {
-            attn_norm: w.attn_norm,
-            wqkv: w.wqkv.to_f32(),
-            wo: w.wo.to_f32(),
-            ffn_norm: w.ffn_norm,
-            w_gate_up: w.w_gate_up.to_f32(),
-            w_down: w.w_down.to_f32(),
-        }
-    }
-}
+type CpuLayer = Layer<Vec<f32>, Vec<f32>>;
 
 pub struct CpuModel {
     config: ModelConfig,
@@ -43,7 +24,7 @@ pub struct CpuModel {
     output_norm: Vec<f32>,
     /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
     output: Option<Vec<f32>>,
-    layers: Vec<Layer>,
+    layers: Vec<CpuLayer>,
     /// Per layer: [n_ctx, n_head_kv * head_dim].
     k_cache: Vec<Vec<f32>>,
     v_cache: Vec<Vec<f32>>,
@@ -113,7 +94,7 @@ impl CpuModel {
         let output_norm = reader.output_norm()?;
         let output = reader.output()?.map(|m| m.to_f32());
         let layers = (0..config.n_layer)
-            .map(|l| reader.layer(l).map(Layer::from))
+            .map(|l| Ok(reader.layer(l)?.map(|m| m.to_f32(), |v| v)))
             .collect::<Result<Vec<_>>>()?;
         reader.finish()?;
         let kv = n_ctx * config.n_head_kv * config.head_dim;
@@ -307,27 +288,20 @@ impl Backend for CpuModel {
         Some(self)
     }
 
-    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
-        self.enable_infinigen(setup);
-        Ok(())
-    }
-
-    fn infinigen_stats(&self) -> Option<IgStats> {
-        match &self.sparsity {
-            Sparsity::Infinigen(ig) => Some(ig.stats),
-            _ => None,
+    fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        match choice {
+            KvPolicyChoice::Dense => { self.sparsity = Sparsity::Dense; }
+            KvPolicyChoice::Infinigen { skew, params } => self.enable_infinigen(Some((skew, params))),
+            KvPolicyChoice::H2o(params) => self.enable_h2o(Some(params)),
         }
-    }
-
-    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
-        self.enable_h2o(params);
         Ok(())
     }
 
-    fn h2o_stats(&self) -> Option<IgStats> {
+    fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
         match &self.sparsity {
-            Sparsity::H2o { stats, .. } => Some(*stats),
-            _ => None,
+            Sparsity::Infinigen(ig) => Some(KvPolicyStats { policy: KvPolicyKind::Infinigen, tokens: ig.stats }),
+            Sparsity::H2o { stats, .. } => Some(KvPolicyStats { policy: KvPolicyKind::H2o, tokens: *stats }),
+            Sparsity::Dense => None,
         }
     }
 
