@@ -9,10 +9,10 @@ mod vulkan;
 mod weights;
 
 pub use config::{ModelConfig, Rope};
-pub use vulkan::FETCH_KERNELS;
-pub use matrix::Matrix;
-pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use layer::{Layer, LayerWeights};
+pub use matrix::Matrix;
+pub use vulkan::FETCH_KERNELS;
+pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use weights::{LoadProgress, ProgressFn, WeightReader};
 
 use crate::error::Result;

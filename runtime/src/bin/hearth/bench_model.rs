@@ -15,6 +15,7 @@ use anyhow::{anyhow, Context, Result};
 use hearth_quant::Format as QuantFormat;
 use hearth_runtime::engine::{BackendKind, Engine};
 use hearth_runtime::kv::infinigen::{IgParams, IgStats};
+use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, Logits, SeqStep};
 use hearth_runtime::synthetic::{self, Preset, PRESETS};
@@ -263,7 +264,7 @@ fn measure(
 
 /// What InfiniGen fetched, or H2O kept, so far: the tokens its sparse layers attended to.
 fn sparse_stats(engine: &Engine) -> Option<IgStats> {
-    engine.infinigen_stats().or_else(|| engine.h2o_stats())
+    engine.kv_policy_stats().map(|s| s.tokens)
 }
 
 /// GPU time of InfiniGen's fetch kernels so far, and the part of it that ran alongside other
@@ -420,8 +421,9 @@ impl EngineReport {
             let kv = m.kv();
             (kv.placement(), kv.shape(), kv.usage())
         });
-        let ig_on = engine.infinigen_stats().is_some();
-        let h2o_on = engine.h2o_stats().is_some();
+        let policy = engine.kv_policy_stats().map(|s| s.policy);
+        let ig_on = policy == Some(KvPolicyKind::Infinigen);
+        let h2o_on = policy == Some(KvPolicyKind::H2o);
         let kv_offload = match kv.map(|k| k.0) {
             Some(KvPlacement::Host) if ig_on => "infinigen",
             Some(KvPlacement::Host) => "full",

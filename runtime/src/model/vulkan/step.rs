@@ -300,7 +300,15 @@ impl VkModel {
             let args = MatvecArgs::plain(&w.w_gate_up.buffer, &s.x, &s.hidden, n_ff, e, t);
             let norm = Some((&w.ffn_norm, eps));
             let gated = true;
-            k.matvec(rec, &w.w_gate_up, MatvecArgs { norm, gated, ..args })?;
+            k.matvec(
+                rec,
+                &w.w_gate_up,
+                MatvecArgs {
+                    norm,
+                    gated,
+                    ..args
+                },
+            )?;
             beside.step(rec)?;
             let args = MatvecArgs::plain(&w.w_down.buffer, &s.hidden, &s.x, e, n_ff, t);
             let accumulate = true;

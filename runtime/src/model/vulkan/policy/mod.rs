@@ -193,7 +193,9 @@ pub(super) fn attn_shape(c: &ModelConfig, t0: usize, tokens: usize) -> AttnShape
 pub(super) fn rope_spec(c: &ModelConfig) -> RopeSpec {
     RopeSpec {
         rot_dim: c.rope.map_or(0, |r| r.dims as u32),
-        layout: c.rope.map_or(crate::cpu::ops::RopeLayout::Neox, |r| r.layout),
+        layout: c
+            .rope
+            .map_or(crate::cpu::ops::RopeLayout::Neox, |r| r.layout),
     }
 }
 

@@ -249,7 +249,11 @@ impl VkInfinigen {
 
     /// Layer `at.l`'s attention for the step's tokens over what the fetch gathered and each
     /// token itself; `qkv` holds the step's queries after RoPE (token t in row t).
-    fn record_sparse_attention<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+    fn record_sparse_attention<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+    ) -> Result<()> {
         let s = at.scratch;
         let q = QueryAt {
             buffer: &s.qkv,
