@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use hearth_models::ChatMessage;
 use hearth_runtime::engine::{Engine, EngineOptions, ModelInfo};
 use hearth_runtime::kv::infinigen::IgStats;
+use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::kv::KvUsage;
 use hearth_runtime::model::KvBudget;
@@ -299,7 +300,9 @@ impl State {
                     generation,
                     context_used: engine.session().cached().len(),
                     kv: engine.kv_usage(),
-                    infinigen: engine.infinigen_stats(),
+                    infinigen: engine
+                        .kv_policy_stats()
+                        .and_then(|s| s.of(KvPolicyKind::Infinigen)),
                 };
                 self.emit(Event::Finished(Box::new(finished)));
             }

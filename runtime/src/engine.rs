@@ -12,7 +12,8 @@ use crate::cpu::CpuModel;
 use crate::error::Result;
 use crate::kernels::WeightFormat;
 use crate::kv::infinigen::evict::PoolCapacity;
-use crate::kv::infinigen::{self, IgParams, IgStats, Skew};
+use crate::kv::infinigen::{self, IgParams, Skew};
+use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 use crate::kv::{KvPlacement, KvUsage};
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::sample::beam::{BeamParams, Hypothesis};
@@ -218,7 +219,7 @@ impl Engine {
             }
         };
         if let Some(h2o) = &options.h2o {
-            backend.set_h2o(Some(h2o.params(config.rope.is_some())))?;
+            backend.set_kv_policy(KvPolicyChoice::H2o(h2o.params(config.rope.is_some())))?;
         }
         if let (Some(ig), Some(params)) = (&options.infinigen, ig_params) {
             let text = match &ig.calibration {
@@ -226,7 +227,8 @@ impl Engine {
                 None => infinigen::CALIBRATION_TEXT.to_string(),
             };
             let skew = skew_for(&file, &model, &tokenizer, &text, backend.as_mut())?;
-            backend.set_infinigen(Some((&skew, params)))?;
+            let skew = &skew;
+            backend.set_kv_policy(KvPolicyChoice::Infinigen { skew, params })?;
         }
         let name = file
             .get::<&str>("general.name")?
@@ -295,14 +297,9 @@ impl Engine {
         Ok(self.tokenizer.encode_with(&text, encode))
     }
 
-    /// Tokens InfiniGen fetched so far, when it is on.
-    pub fn infinigen_stats(&self) -> Option<IgStats> {
-        self.session.backend().infinigen_stats()
-    }
-
-    /// Tokens H2O attended to so far, when it is on.
-    pub fn h2o_stats(&self) -> Option<IgStats> {
-        self.session.backend().h2o_stats()
+    /// What the KV policy (InfiniGen, H2O) read so far, when a sparse one runs.
+    pub fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
+        self.session.backend().kv_policy_stats()
     }
 
     /// Blocks of the paged KV cache in use and free (Vulkan backend).

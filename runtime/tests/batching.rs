@@ -15,6 +15,7 @@ use hearth_runtime::beam;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::kv::infinigen::IgParams;
+use hearth_runtime::kv::policy::KvPolicyChoice;
 use hearth_runtime::model::{Backend, KvBudget, SeqStep, VkModel};
 use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::sample::SamplerParams;
@@ -323,7 +324,9 @@ fn beam_search_under_h2o_is_refused() {
     }
     let mut e = engine(3, 64, 64, None);
     let model = e.session_mut().fresh_backend().as_vulkan_mut().unwrap();
-    model.set_h2o(Some(IgParams::defaults(true))).unwrap();
+    model
+        .set_kv_policy(KvPolicyChoice::H2o(IgParams::defaults(true)))
+        .unwrap();
     let params = BeamParams {
         width: 2,
         max_tokens: 4,

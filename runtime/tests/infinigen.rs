@@ -15,6 +15,8 @@ use hearth_models::{resolve_gguf, GgufFile};
 use hearth_quant::Format;
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::kv::infinigen::{self, IgParams, Skew};
+use hearth_runtime::kv::policy::KvPolicyChoice;
+use hearth_runtime::kv::policy::KvPolicyKind::{H2o, Infinigen};
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, KvBudget, Logits, SeqStep, VkModel, VkModelOptions};
 use hearth_runtime::synthetic::Shape;
@@ -149,9 +151,17 @@ fn selecting_everything_equals_dense() {
     let calibration = sparse.calibrate(&tokens(64, 4)).unwrap();
     let skew = Skew::from_calibration(&config, &calibration).unwrap();
     let params = select_everything();
-    sparse.enable_infinigen(Some((&skew, params)));
+    sparse
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     assert_same_greedy_decoding(&mut dense, &mut sparse, &prompt, 24);
-    let stats = sparse.infinigen_stats().unwrap();
+    let stats = sparse
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     assert_eq!(stats.fetched, stats.available);
     // Layers 2 and 3, 2 KV heads, 24 steps.
     assert_eq!(stats.selections, 2 * 2 * 24);
@@ -168,7 +178,12 @@ fn a_small_budget_fetches_few_tokens() {
     let calibration = sparse.calibrate(&tokens(128, 6)).unwrap();
     let skew = Skew::from_calibration(&config, &calibration).unwrap();
     let params = small_budget();
-    sparse.enable_infinigen(Some((&skew, params)));
+    sparse
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     let _ = dense.forward(&prompt, Logits::Last).unwrap();
     let _ = sparse.forward(&prompt, Logits::Last).unwrap();
     let next = tokens(8, 7);
@@ -178,7 +193,10 @@ fn a_small_budget_fetches_few_tokens() {
         let kl = kl_divergence(&a, &b);
         assert!(kl < 0.05, "KL {kl}");
     }
-    let stats = sparse.infinigen_stats().unwrap();
+    let stats = sparse
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     // At most a quarter of the (at most 207) earlier tokens, plus the 8 newest.
     assert!(
         stats.max_fetched as usize <= 207usize.div_ceil(4) + 8,
@@ -193,16 +211,20 @@ fn h2o_keeping_everything_equals_dense() {
     let prompt = tokens(40, 3);
     let mut dense = model(128);
     let mut h2o = model(128);
-    h2o.enable_h2o(Some(IgParams {
+    h2o.set_kv_policy(KvPolicyChoice::H2o(IgParams {
         budget: 1.0,
         ..IgParams::defaults(true)
-    }));
+    }))
+    .unwrap();
     assert_same_greedy_decoding(&mut dense, &mut h2o, &prompt, 24);
-    let stats = h2o.h2o_stats().unwrap();
+    let stats = h2o.kv_policy_stats().and_then(|s| s.of(H2o)).unwrap();
     assert_eq!(stats.fetched, stats.available);
     // Layers 2 and 3, 2 KV heads, 24 steps.
     assert_eq!(stats.selections, 2 * 2 * 24);
-    assert!(h2o.infinigen_stats().is_none());
+    assert!(h2o
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .is_none());
 }
 
 /// Kept positions per layer and KV head, [n_layer][n_head_kv] (empty for dense layers).
@@ -217,7 +239,7 @@ fn h2o_run() -> (CpuModel, IgParams, Vec<(usize, Kept)>) {
         ..IgParams::defaults(true)
     };
     let mut m = model(128);
-    m.enable_h2o(Some(params));
+    m.set_kv_policy(KvPolicyChoice::H2o(params)).unwrap();
     let _ = m.forward(&tokens(60, 8), Logits::Last).unwrap();
     let mut runs = vec![(m.len(), kept(&m))];
     for t in tokens(40, 9) {
@@ -262,7 +284,7 @@ fn h2o_stays_within_budget_and_keeps_the_recent_window() {
     let (len, kept) = runs.last().unwrap();
     assert_eq!(*len, 100);
     assert!(kept[params.dense_layers].iter().all(|k| k.len() == 20));
-    let stats = m.h2o_stats().unwrap();
+    let stats = m.kv_policy_stats().and_then(|s| s.of(H2o)).unwrap();
     assert_eq!(stats.selections, 2 * 2 * 40);
     assert!(stats.max_fetched as usize <= params.budget_tokens(99));
     assert!(stats.fetched_fraction() <= 0.21, "{stats:?}");
@@ -445,7 +467,12 @@ fn selecting_everything_matches_dense_on_the_device() {
     let mut dense = vulkan(&dev, &file, 256);
     let mut sparse = vulkan(&dev, &file, 256);
     let params = select_everything();
-    sparse.set_infinigen(Some((&skew, params))).unwrap();
+    sparse
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     let prompt = tokens(70, 3);
     let mut a = dense.forward(&prompt, Logits::Last).unwrap();
     let mut b = sparse.forward(&prompt, Logits::Last).unwrap();
@@ -457,7 +484,10 @@ fn selecting_everything_matches_dense_on_the_device() {
         let d = max_diff(&a, &b);
         assert!(d < 1e-4, "step {step}: logits differ by {d}");
     }
-    let stats = sparse.infinigen_stats().unwrap();
+    let stats = sparse
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     assert_eq!(stats.fetched, stats.available);
     assert_eq!(stats.selections, 2 * 2 * 20);
     no_validation_messages(&dev);
@@ -472,9 +502,19 @@ fn sparse_decoding_matches_the_cpu_reference() {
     let skew = skew(&file);
     let params = small_budget();
     let mut reference = cpu(&file, 256);
-    reference.enable_infinigen(Some((&skew, params)));
+    reference
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     let mut device_model = vulkan(&dev, &file, 256);
-    device_model.set_infinigen(Some((&skew, params))).unwrap();
+    device_model
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     // The same with each fetch recorded apart (`--ig-serial-fetch`): only the ordering
     // changes, so the logits are the same to the bit.
     let mut serial = vulkan(&dev, &file, 256);
@@ -482,7 +522,12 @@ fn sparse_decoding_matches_the_cpu_reference() {
         serial_fetch: true,
         ..params
     };
-    serial.set_infinigen(Some((&skew, serial_params))).unwrap();
+    serial
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params: serial_params,
+        })
+        .unwrap();
     let prompt = tokens(150, 5);
     // Prefill attends densely on every executor.
     let a = reference.forward(&prompt, Logits::Last).unwrap();
@@ -507,8 +552,14 @@ fn sparse_decoding_matches_the_cpu_reference() {
         );
     }
     let (want, got) = (
-        reference.infinigen_stats().unwrap(),
-        device_model.infinigen_stats().unwrap(),
+        reference
+            .kv_policy_stats()
+            .and_then(|s| s.of(Infinigen))
+            .unwrap(),
+        device_model
+            .kv_policy_stats()
+            .and_then(|s| s.of(Infinigen))
+            .unwrap(),
     );
     assert_eq!(got.selections, want.selections);
     assert_eq!(
@@ -543,11 +594,20 @@ fn short_histories_attend_densely() {
     let prompt = tokens(short, 8);
     let mut dense = cpu(&file, 128);
     let mut sparse = cpu(&file, 128);
-    sparse.enable_infinigen(Some((&skew, params)));
+    sparse
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     let dev = device();
     let mut on_device = dev.as_ref().map(|d| {
         let mut m = vulkan(d, &file, 128);
-        m.set_infinigen(Some((&skew, params))).unwrap();
+        m.set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
         (vulkan(d, &file, 128), m)
     });
     let _ = dense.forward(&prompt, Logits::Last).unwrap();
@@ -568,13 +628,19 @@ fn short_histories_attend_densely() {
             assert_eq!(a, b, "the device's dense shortcut");
         }
     }
-    let stats = sparse.infinigen_stats().unwrap();
+    let stats = sparse
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     assert_eq!(
         (stats.fetched, stats.selections),
         (stats.available, 2 * 2 * 12)
     );
     if let Some((_, s)) = &on_device {
-        assert_eq!(s.infinigen_stats().unwrap(), stats);
+        assert_eq!(
+            s.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap(),
+            stats
+        );
     }
     if let Some(dev) = &dev {
         no_validation_messages(dev);
@@ -594,25 +660,41 @@ fn pool_eviction_matches_the_cpu_reference() {
         ..small_budget()
     };
     let mut reference = cpu(&file, 256);
-    reference.enable_infinigen(Some((&skew, params)));
+    reference
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     let mut roomy = cpu(&file, 256);
     let roomy_params = IgParams {
         pool_capacity: Some(256),
         ..params
     };
-    roomy.enable_infinigen(Some((&skew, roomy_params)));
+    roomy
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params: roomy_params,
+        })
+        .unwrap();
     let mut unbounded = cpu(&file, 256);
-    unbounded.enable_infinigen(Some((
-        &skew,
-        IgParams {
-            pool_capacity: None,
-            ..params
-        },
-    )));
+    unbounded
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params: IgParams {
+                pool_capacity: None,
+                ..params
+            },
+        })
+        .unwrap();
     let dev = device();
     let mut on_device = dev.as_ref().map(|d| {
         let mut m = vulkan_with(d, &file, 256, Some(KvBudget::Tokens(100)));
-        m.set_infinigen(Some((&skew, params))).unwrap();
+        m.set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
         m
     });
     let prompt = tokens(90, 12);
@@ -635,14 +717,27 @@ fn pool_eviction_matches_the_cpu_reference() {
             assert!(d < 2e-3, "step {step}: logits differ by {d}");
         }
     }
-    let want = reference.infinigen_stats().unwrap();
+    let want = reference
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     assert_eq!(want.evicted, 50);
-    assert_eq!(roomy.infinigen_stats().unwrap().evicted, 0);
+    assert_eq!(
+        roomy
+            .kv_policy_stats()
+            .and_then(|s| s.of(Infinigen))
+            .unwrap()
+            .evicted,
+        0
+    );
     // Past 100 tokens, a quarter of the 100 held and the 8 newest.
     assert!(want.max_fetched as usize <= 25 + 8, "{want:?}");
     assert_eq!(reference.len(), 150);
     if let Some(m) = &mut on_device {
-        assert_eq!(m.infinigen_stats().unwrap(), want);
+        assert_eq!(
+            m.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap(),
+            want
+        );
         assert_eq!(m.len(), 150);
         assert_eq!(m.kv_usage().blocks_used, 7);
     }
@@ -659,7 +754,12 @@ fn pool_eviction_matches_the_cpu_reference() {
         assert_eq!((m.len(), m.kv_usage().blocks_used), (0, 0));
         // It starts over cleanly: the same prompt gives the reference's logits again.
         let mut fresh = cpu(&file, 256);
-        fresh.enable_infinigen(Some((&skew, params)));
+        fresh
+            .set_kv_policy(KvPolicyChoice::Infinigen {
+                skew: &skew,
+                params,
+            })
+            .unwrap();
         let a = fresh.forward(&prompt, Logits::Last).unwrap();
         let b = m.forward(&prompt, Logits::Last).unwrap();
         assert!(max_diff(&a, &b) < 2e-3);
@@ -682,7 +782,12 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
     let b: Vec<u32> = a[..64].iter().copied().chain(tokens(40, 21)).collect();
     let c = tokens(90, 22);
     let mut batched = vulkan_rows(&dev, &file, 256, None, 3);
-    batched.set_infinigen(Some((&skew, params))).unwrap();
+    batched
+        .set_kv_policy(KvPolicyChoice::Infinigen {
+            skew: &skew,
+            params,
+        })
+        .unwrap();
     fn step(row: usize, tokens: &[u32], logits: Option<Logits>) -> SeqStep<'_> {
         SeqStep {
             row,
@@ -700,7 +805,11 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
         .iter()
         .map(|prompt| {
             let mut m = vulkan(&dev, &file, 256);
-            m.set_infinigen(Some((&skew, params))).unwrap();
+            m.set_kv_policy(KvPolicyChoice::Infinigen {
+                skew: &skew,
+                params,
+            })
+            .unwrap();
             m.forward(prompt, Logits::Last).unwrap();
             m
         })
@@ -717,10 +826,13 @@ fn batched_sparse_decoding_matches_one_sequence_at_a_time() {
             assert!(d < 1e-4, "step {i}, row {r}: logits differ by {d}");
         }
     }
-    let got = batched.infinigen_stats().unwrap();
+    let got = batched
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     let want = alone
         .iter()
-        .map(|m| m.infinigen_stats().unwrap())
+        .map(|m| m.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap())
         .fold((0, 0, 0), |(s, f, a), x| {
             (s + x.selections, f + x.fetched, a + x.available)
         });
@@ -753,7 +865,9 @@ fn h2o_on_the_device_matches_the_cpu_reference() {
     let file = file();
     let params = h2o_small_budget();
     let mut reference = cpu(&file, 256);
-    reference.enable_h2o(Some(params));
+    reference
+        .set_kv_policy(KvPolicyChoice::H2o(params))
+        .unwrap();
     let resolved = resolve_gguf(&file).unwrap();
     let options = VkModelOptions {
         n_ctx: 256,
@@ -761,7 +875,9 @@ fn h2o_on_the_device_matches_the_cpu_reference() {
         ..VkModelOptions::default()
     };
     let mut device_model = VkModel::load(&dev, &file, &resolved, options, &mut |_| true).unwrap();
-    device_model.set_h2o(Some(params)).unwrap();
+    device_model
+        .set_kv_policy(KvPolicyChoice::H2o(params))
+        .unwrap();
     let prompt = tokens(129, 5);
     let a = reference.forward(&prompt, Logits::Last).unwrap();
     let b = device_model.forward(&prompt, Logits::Last).unwrap();
@@ -773,8 +889,11 @@ fn h2o_on_the_device_matches_the_cpu_reference() {
             let d = max_diff(&a, &b);
             assert!(d < 2e-3, "seed {seed} step {step}: logits differ by {d}");
             let (want, got) = (
-                reference.h2o_stats().unwrap(),
-                device_model.h2o_stats().unwrap(),
+                reference.kv_policy_stats().and_then(|s| s.of(H2o)).unwrap(),
+                device_model
+                    .kv_policy_stats()
+                    .and_then(|s| s.of(H2o))
+                    .unwrap(),
             );
             assert_eq!(got, want, "seed {seed} step {step}");
             let h2o = reference.h2o().unwrap();
@@ -792,7 +911,10 @@ fn h2o_on_the_device_matches_the_cpu_reference() {
     };
     compare(&mut reference, &mut device_model, 6);
     // At 140 tokens each KV head keeps ceil(0.2 * 140) = 28 of them.
-    let stats = device_model.h2o_stats().unwrap();
+    let stats = device_model
+        .kv_policy_stats()
+        .and_then(|s| s.of(H2o))
+        .unwrap();
     assert_eq!(stats.max_fetched, 28, "{stats:?}");
     reference.truncate(120);
     device_model.truncate(120);
@@ -811,7 +933,7 @@ fn batched_h2o_matches_one_sequence_at_a_time() {
     let b: Vec<u32> = a[..64].iter().copied().chain(tokens(40, 21)).collect();
     let c = tokens(90, 22);
     let mut batched = vulkan_rows(&dev, &file, 256, None, 3);
-    batched.set_h2o(Some(params)).unwrap();
+    batched.set_kv_policy(KvPolicyChoice::H2o(params)).unwrap();
     fn step(row: usize, tokens: &[u32], logits: Option<Logits>) -> SeqStep<'_> {
         SeqStep {
             row,
@@ -829,7 +951,7 @@ fn batched_h2o_matches_one_sequence_at_a_time() {
         .iter()
         .map(|prompt| {
             let mut m = vulkan(&dev, &file, 256);
-            m.set_h2o(Some(params)).unwrap();
+            m.set_kv_policy(KvPolicyChoice::H2o(params)).unwrap();
             m.forward(prompt, Logits::Last).unwrap();
             m
         })
@@ -849,10 +971,10 @@ fn batched_h2o_matches_one_sequence_at_a_time() {
             assert!(d < 1e-4, "step {i}, row {r}: logits differ by {d}");
         }
     }
-    let got = batched.h2o_stats().unwrap();
+    let got = batched.kv_policy_stats().and_then(|s| s.of(H2o)).unwrap();
     let want = alone
         .iter()
-        .map(|m| m.h2o_stats().unwrap())
+        .map(|m| m.kv_policy_stats().and_then(|s| s.of(H2o)).unwrap())
         .fold(0, |f, x| f + x.fetched);
     assert_eq!(got.fetched, want);
     no_validation_messages(&dev);

@@ -14,6 +14,7 @@ use hearth_models::{resolve_gguf, GgufFile, Tokenizer};
 use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::engine::{Engine, EngineOptions, InfinigenOptions};
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
+use hearth_runtime::kv::policy::KvPolicyKind::Infinigen;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
 use hearth_runtime::sample::SamplerParams;
@@ -208,7 +209,10 @@ fn generation_runs_past_an_evicting_pool() {
     assert_eq!(g.tokens.len(), 200);
     // Every token but the last one generated went through the pool.
     let stored = prompt.len() + 199;
-    let stats = engine.infinigen_stats().unwrap();
+    let stats = engine
+        .kv_policy_stats()
+        .and_then(|s| s.of(Infinigen))
+        .unwrap();
     assert_eq!(stats.evicted as usize, stored - 128);
     assert_eq!(engine.kv_usage().unwrap().blocks_used, 8);
 

@@ -3,6 +3,8 @@
 use std::io::Write as _;
 
 use anyhow::Result;
+use hearth_runtime::kv::infinigen::IgStats;
+use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::session::GenerateParams;
 use serde_json::json;
@@ -86,7 +88,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             t.generation_tokens_per_second(),
             engine.info().device,
         );
-        if let Some(s) = engine.infinigen_stats() {
+        if let Some(s) = infinigen_stats(&engine) {
             eprintln!(
                 "{}",
                 crate::output::sparsity_line("InfiniGen", "fetched", s)
@@ -100,7 +102,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             "prompt_tokens": prompt.len(),
             "seed": params.sampler.seed,
             "device": engine.info().device,
-            "infinigen": engine.infinigen_stats().map(crate::output::stats_json),
+            "infinigen": infinigen_stats(&engine).map(crate::output::stats_json),
             "timings": {
                 "prompt_tokens": t.prompt_tokens,
                 "prompt_ms": t.prompt.as_secs_f64() * 1e3,
@@ -168,4 +170,9 @@ fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result
         crate::output::emit_json(&out)?;
     }
     Ok(())
+}
+
+/// What InfiniGen fetched so far, when it runs.
+fn infinigen_stats(engine: &hearth_runtime::engine::Engine) -> Option<IgStats> {
+    engine.kv_policy_stats()?.of(KvPolicyKind::Infinigen)
 }

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::model::{Backend, Logits};
 use serde_json::json;
 
@@ -93,8 +94,9 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let var = (nll2 / count as f64 - mean * mean).max(0.0);
     let ppl_err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
     let info = engine.info();
-    let ig = engine.infinigen_stats();
-    let h2o = engine.h2o_stats();
+    let sparse = engine.kv_policy_stats();
+    let ig = sparse.and_then(|s| s.of(KvPolicyKind::Infinigen));
+    let h2o = sparse.and_then(|s| s.of(KvPolicyKind::H2o));
     match args.format {
         Format::Table => {
             let windows: Vec<String> = per_window

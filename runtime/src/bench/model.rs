@@ -209,7 +209,7 @@ fn measure(
 
 /// What InfiniGen fetched, or H2O kept, so far: the tokens its sparse layers attended to.
 fn sparse_stats(engine: &Engine) -> Option<IgStats> {
-    engine.infinigen_stats().or_else(|| engine.h2o_stats())
+    engine.kv_policy_stats().map(|s| s.tokens)
 }
 
 /// GPU time of InfiniGen's fetch kernels so far, and the part of it that ran alongside other

@@ -7,6 +7,7 @@ use super::model::{Measured, ModelBenchParams, ModelSource, Test};
 use super::stats::mean_sd;
 use crate::engine::{BackendKind, Engine, ModelInfo};
 use crate::kv::infinigen::{IgParams, IgStats};
+use crate::kv::policy::KvPolicyKind;
 use crate::kv::{KvPlacement, KvShape, KvUsage};
 
 /// One engine's results.
@@ -130,8 +131,9 @@ impl PlacementReport {
             let kv = m.kv();
             (kv.placement(), kv.shape(), kv.usage())
         });
-        let ig_on = engine.infinigen_stats().is_some();
-        let h2o_on = engine.h2o_stats().is_some();
+        let policy = engine.kv_policy_stats().map(|s| s.policy);
+        let ig_on = policy == Some(KvPolicyKind::Infinigen);
+        let h2o_on = policy == Some(KvPolicyKind::H2o);
         let kv_offload = match kv.map(|k| k.0) {
             Some(KvPlacement::Host) if ig_on => "infinigen",
             Some(KvPlacement::Host) => "full",

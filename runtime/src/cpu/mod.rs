@@ -1,8 +1,12 @@
 //! The plain-CPU reference: f32 operations written for clarity (`ops`, accumulating in f64 so
 //! they are a trustworthy oracle for single kernels) and a whole-model forward pass
-//! (`forward`), the oracle for the Vulkan executor.
+//! (`forward`, with its KV policies in `policy`), the oracle for the Vulkan executor.
 
 pub mod forward;
+mod matmul;
 pub mod ops;
+mod policy;
 
 pub use forward::{CpuKvState, CpuModel};
+
+use forward::CpuLayer;

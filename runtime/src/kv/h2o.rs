@@ -12,7 +12,7 @@
 //! attends to the kept positions and itself. A step of several tokens (a prompt, or a later
 //! message) attends densely, as prefill does; its rows add to the masses and the cache then
 //! evicts down to the budget. The Vulkan executor keeps the same state on the device
-//! (`model::h2o`), with this module's [`Head`] as its host-side view.
+//! (`model::vulkan::policy::h2o`), with this module's [`Head`] as its host-side view.
 
 use std::ops::Range;
 

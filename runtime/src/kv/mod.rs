@@ -10,6 +10,7 @@
 pub mod blocks;
 pub mod h2o;
 pub mod infinigen;
+pub mod policy;
 
 use std::fmt;
 use std::sync::Arc;

@@ -3,20 +3,20 @@
 //! Vulkan executor in `model::vulkan`).
 
 mod config;
-mod h2o;
-mod infinigen;
+mod layer;
 mod matrix;
 mod vulkan;
 mod weights;
 
 pub use config::{ModelConfig, Rope};
-pub use infinigen::FETCH_KERNELS;
+pub use layer::{Layer, LayerWeights};
 pub use matrix::Matrix;
+pub use vulkan::FETCH_KERNELS;
 pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
-pub use weights::{LayerWeights, LoadProgress, ProgressFn, WeightReader};
+pub use weights::{LoadProgress, ProgressFn, WeightReader};
 
 use crate::error::Result;
-use crate::kv::infinigen::{IgParams, IgStats, Skew};
+use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 
 /// Which logits a step returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,34 +53,20 @@ pub trait Backend {
     fn as_cpu_mut(&mut self) -> Option<&mut crate::cpu::CpuModel> {
         None
     }
-    /// Turns InfiniGen decode attention on (`Some`) or off; an error where the backend does
-    /// not run it.
-    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
-        match setup {
-            None => Ok(()),
-            Some(_) => Err(crate::Error::options(
+    /// Runs the KV policy `choice` from now on, over what the cache holds; an error where
+    /// the backend does not run it.
+    fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        match choice {
+            KvPolicyChoice::Dense => Ok(()),
+            other => Err(crate::Error::options(
                 "kv-offload",
-                "infinigen is not available on this backend",
+                format!("{} is not available on this backend", other.kind()),
             )),
         }
     }
-    /// Tokens InfiniGen fetched so far, when it is on.
-    fn infinigen_stats(&self) -> Option<IgStats> {
-        None
-    }
-    /// Turns H2O, the heavy-hitter eviction baseline, on (`Some`, with InfiniGen's budget)
-    /// or off; an error where the backend does not run it.
-    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
-        match params {
-            None => Ok(()),
-            Some(_) => Err(crate::Error::options(
-                "kv-offload",
-                "h2o is not available on this backend",
-            )),
-        }
-    }
-    /// Tokens H2O attended to so far, when it is on.
-    fn h2o_stats(&self) -> Option<IgStats> {
+
+    /// What the KV policy read so far, when a sparse one runs.
+    fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
         None
     }
     /// GPU time per kernel since load, where the backend was asked to profile; empty

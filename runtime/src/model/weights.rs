@@ -9,6 +9,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
 use super::config::ModelConfig;
+use super::layer::LayerWeights;
 use super::matrix::{fitting_format, import_format, Matrix};
 use crate::error::{Error, Result};
 
@@ -24,22 +25,6 @@ pub struct LoadProgress<'a> {
 
 /// Called as loading advances; returning `false` cancels the load.
 pub type ProgressFn<'a> = dyn FnMut(LoadProgress) -> bool + 'a;
-
-/// One block's weights. Matrices are row-major [out, in].
-pub struct LayerWeights {
-    /// [n_embd]
-    pub attn_norm: Vec<f32>,
-    /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows.
-    pub wqkv: Matrix,
-    /// [n_embd, n_head * head_dim]
-    pub wo: Matrix,
-    /// [n_embd]
-    pub ffn_norm: Vec<f32>,
-    /// [2 n_ff, n_embd]: gate rows, then up rows.
-    pub w_gate_up: Matrix,
-    /// [n_embd, n_ff]
-    pub w_down: Matrix,
-}
 
 /// Reads tensors of one file, tracking progress.
 pub struct WeightReader<'a> {

@@ -12,6 +12,7 @@
 //! each pass over the weights, in chunks of at most `chunk` tokens.
 
 mod kernels;
+mod policy;
 mod step;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,17 +20,18 @@ use std::sync::Arc;
 
 use hearth_models::{GgufFile, ResolvedModel};
 
+pub use self::policy::FETCH_KERNELS;
+
 use self::kernels::{FormatKernels, Kernels};
-use super::h2o::VkH2o;
-use super::infinigen::VkInfinigen;
-use super::{Backend, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
+use self::policy::{Dense, KvPolicy, VkH2o};
+use super::{Backend, Layer, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::{Error, Result};
-use crate::kernels::{weight_buffer, StepToken, WeightFormat};
-use crate::kv::infinigen::{IgParams, IgStats, Skew};
+use crate::kernels::{weight_buffer, WeightFormat};
+use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage};
-use crate::vk::{Buffer, BufferDesc, Device, Recorder};
+use crate::vk::{Buffer, BufferDesc, Device};
 
 /// How much memory the KV cache may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,14 +91,7 @@ struct DeviceMatrix {
 }
 
 /// One block's weights on the device; matrices packed, norm gains in f32.
-struct DeviceLayer {
-    attn_norm: Buffer,
-    wqkv: DeviceMatrix,
-    wo: DeviceMatrix,
-    ffn_norm: Buffer,
-    w_gate_up: DeviceMatrix,
-    w_down: DeviceMatrix,
-}
+type DeviceLayer = Layer<DeviceMatrix, Buffer>;
 
 /// Activations for one chunk of `chunk` tokens.
 struct Scratch {
@@ -144,10 +139,8 @@ pub struct VkModel {
     /// InfiniGen fetch commands recorded since load, and how many of them shared a group
     /// (no barrier between) with the previous layer's kernels.
     fetch_alongside: (usize, usize),
-    /// `--kv-offload infinigen`, when on.
-    ig: Option<VkInfinigen>,
-    /// `--kv-offload h2o`, when on.
-    h2o: Option<VkH2o>,
+    /// Which cached positions attention reads (`--kv-offload infinigen|h2o`).
+    policy: Box<dyn KvPolicy>,
 }
 
 /// What `--profile` has timed since load.
@@ -211,23 +204,12 @@ impl VkModel {
                 };
                 let mut layers = Vec::with_capacity(c.n_layer);
                 for l in 0..c.n_layer {
-                    let w = reader.layer(l)?;
-                    layers.push(DeviceLayer {
-                        attn_norm: Buffer::from_slice(
-                            device,
-                            &format!("blk.{l}.attn_norm"),
-                            &w.attn_norm,
-                        )?,
-                        wqkv: upload(&format!("blk.{l}.attn_qkv"), w.wqkv)?,
-                        wo: upload(&format!("blk.{l}.attn_output"), w.wo)?,
-                        ffn_norm: Buffer::from_slice(
-                            device,
-                            &format!("blk.{l}.ffn_norm"),
-                            &w.ffn_norm,
-                        )?,
-                        w_gate_up: upload(&format!("blk.{l}.ffn_gate_up"), w.w_gate_up)?,
-                        w_down: upload(&format!("blk.{l}.ffn_down"), w.w_down)?,
-                    });
+                    let vector = |name: &str, gain: Vec<f32>| {
+                        Buffer::from_slice(device, &format!("blk.{l}.{name}"), &gain)
+                            .map_err(Error::from)
+                    };
+                    let matrix = |name: &str, w| upload(&format!("blk.{l}.{name}"), w);
+                    layers.push(reader.layer(l)?.try_map(matrix, vector)?);
                 }
                 let output_norm =
                     Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
@@ -298,8 +280,7 @@ impl VkModel {
             weight_bytes,
             profile: options.profile.then(ProfileTotals::default),
             fetch_alongside: (0, 0),
-            ig: None,
-            h2o: None,
+            policy: Box::new(Dense),
         })
     }
 
@@ -343,21 +324,17 @@ impl VkModel {
     }
 
     /// Makes row `dst` share the first `len` positions of row `src` (prefix sharing; blocks
-    /// are copied on write), InfiniGen's partial keys included.
+    /// are copied on write), with the KV policy's state for them.
     pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
         self.kv.fork(src, dst, len);
-        if let Some(ig) = &mut self.ig {
-            ig.fork(src, dst, len);
-        }
-        if let Some(h2o) = &mut self.h2o {
-            h2o.fork(src, dst, len);
-        }
+        self.policy.fork(src, dst, len);
     }
 
     /// What H2O's KV head `g` of layer `l` keeps in row `row` (positions ascending, and the
     /// mass of every position), when H2O is on and the layer runs it.
     pub fn h2o_head(&self, row: usize, l: usize, g: usize) -> Result<Option<crate::kv::h2o::Head>> {
-        match &self.h2o {
+        let h2o = self.policy.as_any().downcast_ref::<VkH2o>();
+        match h2o {
             Some(h2o) if h2o.applies(l) && l < self.config.n_layer && g < self.config.n_head_kv => {
                 Ok(Some(h2o.head(row, l, g)?))
             }
@@ -430,73 +407,15 @@ impl Backend for VkModel {
         Some(self)
     }
 
-    fn set_infinigen(&mut self, setup: Option<(&Skew, IgParams)>) -> Result<()> {
-        self.ig = None;
-        let Some((skew, params)) = setup else {
-            return Ok(());
-        };
-        let c = &self.config;
-        let shape = self.kv.shape();
-        let ig = VkInfinigen::new(
-            &self.device,
-            skew,
-            params,
-            c.n_head,
-            shape.n_ctx,
-            shape.rows,
-        )?;
-        let mut ig = ig;
-        ig.adopt(self.kv.len(0));
-        // Partial keys of what the cache already holds: every entry of every row.
-        let held: Vec<StepToken> = (0..shape.rows)
-            .flat_map(|row| {
-                (0..self.kv.len(row) as u32).map(move |pos| StepToken::new(row as u32, pos))
-            })
-            .collect();
-        if !held.is_empty() {
-            let held_b = Buffer::from_slice(&self.device, "cached tokens", &held)?;
-            let mut rec = Recorder::new(&self.device)?;
-            for l in (0..c.n_layer).filter(|&l| ig.sparse_layer(l)) {
-                ig.record_partial_keys(&mut rec, l, self.kv.layer(l), &held_b, &held)?;
-            }
-            rec.submit()?;
-        }
-        self.ig = Some(ig);
+    fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        // The old policy's buffers go before the new one's are made.
+        self.policy = Box::new(Dense);
+        self.policy = policy::start(&self.device, &self.config, &self.kv, self.chunk, choice)?;
         Ok(())
     }
 
-    fn infinigen_stats(&self) -> Option<IgStats> {
-        self.ig.as_ref().map(|ig| ig.stats)
-    }
-
-    fn set_h2o(&mut self, params: Option<IgParams>) -> Result<()> {
-        self.h2o = None;
-        let Some(params) = params else {
-            return Ok(());
-        };
-        let c = &self.config;
-        let shape = self.kv.shape();
-        let mut h2o = VkH2o::new(
-            &self.device,
-            params,
-            c.n_layer,
-            c.n_head,
-            c.n_head_kv,
-            c.head_dim,
-            shape.n_ctx,
-            shape.rows,
-            self.chunk,
-        )?;
-        // What the cache already holds joins with no mass (as `kv::h2o::H2o::new` does).
-        for row in 0..shape.rows {
-            h2o.sync(row, self.kv.len(row))?;
-        }
-        self.h2o = Some(h2o);
-        Ok(())
-    }
-
-    fn h2o_stats(&self) -> Option<IgStats> {
-        self.h2o.as_ref().map(|h2o| h2o.stats)
+    fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
+        self.policy.stats()
     }
 
     fn as_vulkan(&self) -> Option<&VkModel> {
@@ -512,16 +431,7 @@ impl Backend for VkModel {
     }
 
     fn truncate(&mut self, len: usize) {
-        let entries = self.kv.len(0);
-        let kept = match &mut self.ig {
-            // Should resetting the counters or positions fail, the row starts over, its
-            // entries forgotten as the map forgets them.
-            Some(ig) => ig.truncate_row0(entries, len).unwrap_or_else(|_| {
-                ig.adopt(0);
-                0
-            }),
-            None => len,
-        };
+        let kept = self.policy.truncate(self.kv.len(0), len);
         self.kv.truncate(0, kept);
     }
 
@@ -559,21 +469,10 @@ impl Backend for VkModel {
                 beam: None,
             };
             let before = self.position(0);
-            if let Some(ig) = &mut self.ig {
-                ig.make_room(&mut self.kv, chunk.len())?;
-            }
-            // A prompt's chunks are one step to H2O: it evicts after the last.
-            if let Some(h2o) = &mut self.h2o {
-                h2o.hold_eviction(i + 1 < chunks);
-            }
+            self.policy
+                .begin_chunk(&mut self.kv, chunk.len(), i + 1 < chunks)?;
             let result = self.step_batch(&[step]);
-            if let Some(h2o) = &mut self.h2o {
-                h2o.hold_eviction(false);
-                if result.is_err() {
-                    // The chunks that ran evict as a step of their own.
-                    h2o.settle(0)?;
-                }
-            }
+            self.policy.end_chunk(result.is_ok())?;
             match result {
                 Ok(mut logits) => out.extend(logits.remove(0)),
                 Err(e) => {

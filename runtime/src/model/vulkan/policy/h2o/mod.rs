@@ -11,16 +11,20 @@
 //! A row whose length changed outside a step (truncated, or reused for another sequence) is
 //! brought in line before its next step.
 
+mod rows;
+
+use std::any::Any;
 use std::sync::Arc;
 
 use super::infinigen::count_selections;
-use crate::error::Result;
+use super::{record_dense_attention, KvPolicy, LayerAt, SeqStep, StepView};
+use crate::error::{Error, Result};
 use crate::kernels::h2o::{DenseRun, H2oLse, H2oMass, H2oState, H2oUpdate};
 use crate::kernels::infinigen::{AttnSparse, IgBatch, IgShape, IgStep, IgToken, KvGather, QueryAt};
-use crate::kernels::StepToken;
-use crate::kv::h2o::Head;
 use crate::kv::infinigen::{IgParams, IgStats};
-use crate::kv::KvLayer;
+use crate::kv::policy::{KvPolicyKind, KvPolicyStats};
+use crate::kv::KvCache;
+use crate::model::ModelConfig;
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
 /// One layer's state: see include/h2o.glsl.
@@ -30,8 +34,8 @@ struct LayerState {
     mass: Buffer,
 }
 
-pub(super) struct VkH2o {
-    pub params: IgParams,
+pub(in crate::model::vulkan) struct VkH2o {
+    params: IgParams,
     shape: IgShape,
     gather: KvGather,
     attn: AttnSparse,
@@ -56,24 +60,52 @@ pub(super) struct VkH2o {
     synced: Vec<usize>,
     /// Per row: the first entry of a dense step whose eviction waits (`hold_eviction`).
     pending: Vec<Option<usize>>,
-    /// Dense steps leave their entries pending rather than evict.
+    /// Dense steps leave their entries pending rather than evict: the chunks of one prompt
+    /// evict once, after the last, as the CPU reference evicts after a forward call.
     holding: bool,
-    pub stats: IgStats,
+    stats: IgStats,
+    /// The step being recorded.
+    step: H2oStepPlan,
+}
+
+/// How a step attends, decided when it is planned.
+#[derive(Default)]
+struct H2oStepPlan {
+    /// Tokens of a decode step, one per run, and their budgets as the kernels read them.
+    sparse: Vec<IgToken>,
+    steps: Vec<IgStep>,
+    /// A dense step's runs, whose attention adds to their rows' masses: (first token,
+    /// tokens).
+    dense_runs: Vec<(usize, usize)>,
 }
 
 impl VkH2o {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    /// H2O over the cache `kv`, whose steps take at most `chunk` tokens. What the cache
+    /// already holds joins with no mass (as `kv::h2o::H2o::new` does).
+    pub(in crate::model::vulkan) fn start(
         device: &Arc<Device>,
+        config: &ModelConfig,
+        kv: &KvCache,
+        chunk: usize,
         params: IgParams,
-        n_layer: usize,
-        n_head: usize,
-        n_head_kv: usize,
-        head_dim: usize,
+    ) -> Result<Self> {
+        let shape = kv.shape();
+        let mut h2o = Self::new(device, config, shape.n_ctx, shape.rows, chunk, params)?;
+        for row in 0..shape.rows {
+            h2o.sync(row, kv.len(row))?;
+        }
+        Ok(h2o)
+    }
+
+    fn new(
+        device: &Arc<Device>,
+        c: &ModelConfig,
         n_ctx: usize,
         rows: usize,
         chunk: usize,
+        params: IgParams,
     ) -> Result<Self> {
+        let (n_layer, n_head, n_head_kv, head_dim) = (c.n_layer, c.n_head, c.n_head_kv, c.head_dim);
         let shape = IgShape {
             n_head: n_head as u32,
             n_head_kv: n_head_kv as u32,
@@ -136,12 +168,13 @@ impl VkH2o {
             pending: vec![None; rows],
             holding: false,
             stats: IgStats::default(),
+            step: H2oStepPlan::default(),
             shape,
         })
     }
 
     /// Whether layer `l` keeps H2O's state (and a decode step attends sparsely there).
-    pub fn applies(&self, l: usize) -> bool {
+    pub(in crate::model::vulkan) fn applies(&self, l: usize) -> bool {
         l >= self.params.dense_layers
     }
 
@@ -154,161 +187,29 @@ impl VkH2o {
         }
     }
 
-    /// Row `row`'s state: per sparse layer and KV head, layer-major.
-    fn read_row(&self, row: usize) -> Result<Vec<Head>> {
-        let (n_kv, cap, n_ctx) = (
-            self.shape.n_head_kv as usize,
-            self.shape.cap as usize,
-            self.shape.n_ctx as usize,
-        );
-        let mut heads = Vec::with_capacity(self.layers.len() * n_kv);
-        for s in &self.layers {
-            let mut counts = vec![0u32; n_kv];
-            s.kept_count
-                .download_into((row * n_kv * 4) as u64, &mut counts)?;
-            let mut kept = vec![0u32; n_kv * cap];
-            s.kept
-                .download_into((row * n_kv * cap * 4) as u64, &mut kept)?;
-            let mut mass = vec![0f32; n_kv * n_ctx];
-            s.mass
-                .download_into((row * n_kv * n_ctx * 4) as u64, &mut mass)?;
-            for g in 0..n_kv {
-                let mut k = kept[g * cap..g * cap + (counts[g] as usize).min(cap)].to_vec();
-                k.sort_unstable();
-                heads.push(Head {
-                    kept: k,
-                    mass: mass[g * n_ctx..(g + 1) * n_ctx].to_vec(),
-                });
-            }
-        }
-        Ok(heads)
-    }
-
-    /// The positions KV head `g` of layer `l` keeps in row `row`, ascending, and their mass.
-    pub fn head(&self, row: usize, l: usize, g: usize) -> Result<Head> {
-        let n_kv = self.shape.n_head_kv as usize;
-        let mut heads = self.read_row(row)?;
-        Ok(heads.swap_remove((l - self.params.dense_layers) * n_kv + g))
-    }
-
-    /// Stores `heads` (as [`read_row`](Self::read_row) returns them) as row `row`'s state.
-    fn write_row(&self, row: usize, heads: &[Head]) -> Result<()> {
-        let (n_kv, cap, n_ctx) = (
-            self.shape.n_head_kv as usize,
-            self.shape.cap as usize,
-            self.shape.n_ctx as usize,
-        );
-        for (s, heads) in self.layers.iter().zip(heads.chunks(n_kv)) {
-            let counts: Vec<u32> = heads.iter().map(|h| h.kept.len() as u32).collect();
-            let mut kept = vec![0u32; n_kv * cap];
-            let mut mass = Vec::with_capacity(n_kv * n_ctx);
-            for (g, h) in heads.iter().enumerate() {
-                kept[g * cap..g * cap + h.kept.len()].copy_from_slice(&h.kept);
-                mass.extend_from_slice(&h.mass);
-            }
-            s.kept_count.upload((row * n_kv * 4) as u64, &counts)?;
-            s.kept.upload((row * n_kv * cap * 4) as u64, &kept)?;
-            s.mass.upload((row * n_kv * n_ctx * 4) as u64, &mass)?;
-        }
-        Ok(())
-    }
-
-    /// Reads row `src`'s state, edits every head with `edit`, and stores it as row `dst`'s.
-    fn rewrite(&self, src: usize, dst: usize, edit: impl Fn(&mut Head)) -> Result<()> {
-        let mut heads = self.read_row(src)?;
-        heads.iter_mut().for_each(edit);
-        self.write_row(dst, &heads)
-    }
-
-    /// Brings row `row`'s state in line with its `len` cached entries: positions past them
-    /// are forgotten, and entries it has not taken in yet (pending, or appended outside a
-    /// step) join with the mass they have, after which the row evicts.
-    pub fn sync(&mut self, row: usize, len: usize) -> Result<()> {
-        let was = self.synced[row];
-        if was == len {
-            return Ok(());
-        }
-        let from = self.pending[row].take().unwrap_or(was).min(len);
-        let budget = self.params.budget_tokens(len);
-        self.rewrite(row, row, |h| {
-            h.truncate(len);
-            if from < len {
-                h.end_step(from..len, budget);
-            }
-        })?;
-        self.synced[row] = len;
-        Ok(())
-    }
-
-    /// Takes in row `row`'s pending entries: they join the kept positions and the row evicts.
-    pub fn settle(&mut self, row: usize) -> Result<()> {
-        let Some(from) = self.pending[row].take() else {
-            return Ok(());
-        };
-        let len = self.synced[row];
-        let budget = self.params.budget_tokens(len);
-        self.rewrite(row, row, |h| h.end_step(from..len, budget))
-    }
-
-    /// While `hold` is true, a dense step leaves its entries pending: the chunks of one
-    /// prompt evict once, after the last, as the CPU reference evicts after a forward call.
-    pub fn hold_eviction(&mut self, hold: bool) {
-        self.holding = hold;
-    }
-
-    /// Ends a dense step that appended entries `old..new` to row `row`, whose attention the
-    /// step added to the masses: they (and any pending before them) join the kept positions
-    /// and the row evicts, unless eviction is held.
-    pub fn end_dense(&mut self, row: usize, old: usize, new: usize) -> Result<()> {
-        self.pending[row].get_or_insert(old);
-        self.synced[row] = new;
-        match self.holding {
-            true => Ok(()),
-            false => self.settle(row),
-        }
-    }
-
-    /// Row `dst` now shares `src`'s first `len` entries: it takes `src`'s state for them.
-    /// Should that fail, `dst` keeps what it had up to `len`, trimmed at its next step.
-    pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
-        let copied = self.rewrite(src, dst, |h| h.truncate(len));
-        self.pending[dst] = None;
-        self.synced[dst] = match copied {
-            Ok(()) => len,
-            Err(_) => usize::MAX,
-        };
-    }
-
     /// Writes the tokens of the decode step being recorded (token t is `tokens[t]`), each
     /// with the budget for its row once it is cached, and returns them for
     /// [`batch`](Self::batch).
-    pub fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
+    fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
         Ok(IgBatch::write(&self.steps, tokens, |at| {
             self.params.budget_tokens(at.index as usize + 1) as u32
         })?)
     }
 
-    pub fn batch<'a>(&'a self, steps: &'a [IgStep]) -> IgBatch<'a> {
+    /// The planned step's tokens as the kernels take them.
+    fn batch(&self) -> IgBatch<'_> {
         IgBatch {
             buffer: &self.steps,
-            steps,
+            steps: &self.step.steps,
         }
     }
 
-    /// Layer `l` of a decode step: each token attends over its row's kept positions and
-    /// itself (into `out`), then the masses, kept positions and eviction follow. `qkv` holds
+    /// Layer `at.l` of a decode step: each token attends over its row's kept positions and
+    /// itself (into `att`), then the masses, kept positions and eviction follow. `qkv` holds
     /// the step's queries and keys after RoPE, token t in row t.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_decode<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        l: usize,
-        qkv: &'a Buffer,
-        qkv_stride: u32,
-        kv: KvLayer<'a>,
-        out: &'a Buffer,
-        batch: IgBatch<'a>,
-    ) -> Result<()> {
+    fn record_decode<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+        let (l, kv, batch) = (at.l, at.kv_layer(), self.batch());
+        let (qkv, qkv_stride, out) = (&at.scratch.qkv, at.qkv_stride(), &at.scratch.att);
         let s = self.shape;
         let state = self.state(l);
         let sel_count = &self.sel_count[l - self.params.dense_layers];
@@ -367,28 +268,19 @@ impl VkH2o {
             .record(rec, q, &self.k_scratch, state, s, batch)?)
     }
 
-    /// Layer `l` of a step that attended densely: adds the attention of each run of tokens
-    /// (`steps[t0 .. t0 + len]` of one row, in `qkv` rows t0..) to the masses.
-    pub fn record_dense<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        l: usize,
-        qkv: &'a Buffer,
-        qkv_stride: u32,
-        kv: KvLayer<'a>,
-        steps_buffer: &'a Buffer,
-        runs: &[(usize, &'a [StepToken])],
-    ) -> Result<()> {
-        let s = self.shape;
-        for &(t0, run) in runs {
+    /// Layer `at.l` of a step that attended densely: adds the attention of each of its runs
+    /// of tokens (of one row each, in `qkv` rows t0..) to the masses.
+    fn record_masses<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+        let (s, l, kv) = (self.shape, at.l, at.kv_layer());
+        for &(t0, tokens) in &self.step.dense_runs {
             let run = DenseRun {
                 q: QueryAt {
-                    buffer: qkv,
+                    buffer: &at.scratch.qkv,
                     token: t0 as u32,
-                    stride: qkv_stride,
+                    stride: at.qkv_stride(),
                 },
-                steps: steps_buffer,
-                run,
+                steps: &at.scratch.steps,
+                run: &at.plan.steps[t0..t0 + tokens],
             };
             self.lse.record(rec, kv, run, &self.softmax_stats, s)?;
             self.mass
@@ -399,12 +291,103 @@ impl VkH2o {
 
     /// Counts what a decode step attended to, per token, sparse layer and KV head, and notes
     /// that each token's row grew by it.
-    pub fn end_decode(&mut self, tokens: &[IgToken]) -> Result<()> {
+    fn end_decode(&mut self, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
         count_selections(&mut self.stats, &self.sel_count, tokens, n_kv)?;
         for at in tokens {
             self.synced[at.row as usize] = at.index as usize + 1;
         }
         Ok(())
+    }
+}
+
+impl KvPolicy for VkH2o {
+    fn stats(&self) -> Option<KvPolicyStats> {
+        Some(KvPolicyStats {
+            policy: KvPolicyKind::H2o,
+            tokens: self.stats,
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.fork_row(src, dst, len);
+    }
+
+    fn begin_chunk(&mut self, _kv: &mut KvCache, _tokens: usize, more: bool) -> Result<()> {
+        // A prompt's chunks are one step to H2O: it evicts after the last.
+        self.holding = more;
+        Ok(())
+    }
+
+    fn end_chunk(&mut self, ran: bool) -> Result<()> {
+        self.holding = false;
+        match ran {
+            true => Ok(()),
+            // The chunks that ran evict as a step of their own.
+            false => self.settle(0),
+        }
+    }
+
+    fn admit(&mut self, kv: &KvCache, seqs: &[SeqStep]) -> Result<()> {
+        if seqs.iter().any(|s| s.beam.is_some()) {
+            return Err(Error::options(
+                "kv-offload",
+                "h2o does not run with beam search",
+            ));
+        }
+        for s in seqs {
+            self.sync(s.row, kv.len(s.row))?;
+        }
+        Ok(())
+    }
+
+    fn plan(&mut self, step: &StepView) -> Result<()> {
+        let sparse = step.sparse_decodes();
+        // A decode step attends over kept positions: a prompt's held entries join them first.
+        for d in &sparse {
+            self.settle(d.row as usize)?;
+        }
+        let mut plan = H2oStepPlan::default();
+        if sparse.is_empty() {
+            plan.dense_runs = step.runs.iter().map(|r| (r.t0, r.tokens)).collect();
+        } else {
+            plan.steps = self.set_step(&sparse)?;
+        }
+        plan.sparse = sparse;
+        self.step = plan;
+        Ok(())
+    }
+
+    fn fuses_append(&self, l: usize) -> bool {
+        // The masses read the rotated queries, which only the separate append leaves in qkv.
+        !self.applies(l)
+    }
+
+    fn attention<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+        match (self.applies(at.l), self.step.sparse.is_empty()) {
+            (true, false) => self.record_decode(rec, at),
+            (true, true) => {
+                record_dense_attention(rec, at)?;
+                self.record_masses(rec, at)
+            }
+            (false, _) => record_dense_attention(rec, at),
+        }
+    }
+
+    fn end_step(&mut self, step: &StepView) -> Result<()> {
+        let plan = std::mem::take(&mut self.step);
+        if plan.sparse.is_empty() {
+            for r in step.runs {
+                let row = step.seqs[r.seq].row;
+                self.end_dense(row, r.len, r.len + r.tokens)?;
+            }
+            Ok(())
+        } else {
+            self.end_decode(&plan.sparse)
+        }
     }
 }

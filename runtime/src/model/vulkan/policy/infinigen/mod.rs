@@ -10,34 +10,31 @@
 //! columns to the partial key cache, and a forked row gets a copy of its source's. Prefill,
 //! and decode steps whose histories the floor and the recent window cover, attend densely.
 //!
-//! With a pool capacity (`--kv-pool-capacity`), row 0 (the single sequence the engine's
-//! session runs) evicts its least fetched tokens to make room (`kv::infinigen::evict`): their
-//! entries are refilled from the end of the row by device copies of K, V and partial keys,
-//! and `seq_pos` records which position each entry now holds.
+//! With a pool capacity, row 0 evicts its least fetched tokens (`pool`).
 
+mod fetch;
+mod pool;
+
+use std::any::Any;
 use std::sync::Arc;
 
+use super::{record_dense_attention, Beside, KvPolicy, LayerAt, StepView};
 use crate::error::Result;
 use crate::kernels::infinigen::{
     AttnSparse, IgBatch, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgStep, IgToken, KvGather,
     QueryAt,
 };
-use crate::kernels::{RopeSpec, StepToken};
-use crate::kv::infinigen::evict::{SlotMap, SlotMove, SINKS};
+use crate::kernels::StepToken;
+use crate::kv::infinigen::evict::{SlotMap, SINKS};
 use crate::kv::infinigen::{IgParams, IgStats, Skew};
+use crate::kv::policy::{KvPolicyKind, KvPolicyStats};
 use crate::kv::{KvCache, KvLayer};
+use crate::model::ModelConfig;
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
-/// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute
-/// (the selection under either of its names: CPU devices run `ig_select_wide`).
-pub const FETCH_KERNELS: [&str; 4] = [
-    hearth_shaders::IG_SPECULATE.name,
-    hearth_shaders::IG_SELECT.name,
-    hearth_shaders::IG_SELECT_WIDE.name,
-    hearth_shaders::KV_GATHER.name,
-];
+pub use self::fetch::FETCH_KERNELS;
 
-pub(super) struct VkInfinigen {
+pub(in crate::model::vulkan) struct VkInfinigen {
     device: Arc<Device>,
     pub params: IgParams,
     pub shape: IgShape,
@@ -71,11 +68,52 @@ pub(super) struct VkInfinigen {
     fetches: Buffer,
     /// Row 0's entries when its pool has a capacity.
     slots: Option<SlotMap>,
-    pub stats: IgStats,
+    stats: IgStats,
+    /// The step being recorded.
+    step: IgStepPlan,
+}
+
+/// How a step attends, decided when it is planned.
+#[derive(Default)]
+struct IgStepPlan {
+    /// Tokens that attend sparsely (one per run), and their budgets as the kernels read them
+    /// (`steps`).
+    sparse: Vec<IgToken>,
+    steps: Vec<IgStep>,
+    /// Tokens of a decode step that attends densely, because some history is short enough
+    /// for the floor and the recent window to cover.
+    fetches_all: Vec<IgToken>,
 }
 
 impl VkInfinigen {
-    pub fn new(
+    /// InfiniGen over the cache `kv`: the partial keys of what its rows already hold are
+    /// computed before this returns.
+    pub(in crate::model::vulkan) fn start(
+        device: &Arc<Device>,
+        config: &ModelConfig,
+        kv: &KvCache,
+        skew: &Skew,
+        params: IgParams,
+    ) -> Result<Self> {
+        let shape = kv.shape();
+        let mut ig = Self::new(device, skew, params, config.n_head, shape.n_ctx, shape.rows)?;
+        ig.adopt(kv.len(0));
+        // Partial keys of what the cache already holds: every entry of every row.
+        let held: Vec<StepToken> = (0..shape.rows)
+            .flat_map(|row| (0..kv.len(row) as u32).map(move |pos| StepToken::new(row as u32, pos)))
+            .collect();
+        if !held.is_empty() {
+            let held_b = Buffer::from_slice(device, "cached tokens", &held)?;
+            let mut rec = Recorder::new(device)?;
+            for l in (0..config.n_layer).filter(|&l| ig.sparse_layer(l)) {
+                ig.record_partial_keys(&mut rec, l, kv.layer(l), &held_b, &held)?;
+            }
+            rec.submit()?;
+        }
+        Ok(ig)
+    }
+
+    fn new(
         device: &Arc<Device>,
         skew: &Skew,
         params: IgParams,
@@ -170,86 +208,14 @@ impl VkInfinigen {
                 .pool_capacity
                 .map(|capacity| SlotMap::new(capacity, params.recent).keeping_first(SINKS)),
             stats: IgStats::default(),
+            step: IgStepPlan::default(),
             shape,
         })
     }
 
-    /// Tokens `row` has evicted: how far its positions run ahead of its entries.
-    pub fn evicted(&self, row: usize) -> usize {
-        match (&self.slots, row) {
-            (Some(map), 0) => map.evicted(),
-            _ => 0,
-        }
-    }
-
-    /// Notes that row 0 already holds `len` tokens (the cache when InfiniGen is turned on).
-    pub fn adopt(&mut self, len: usize) {
-        if let Some(map) = &mut self.slots {
-            map.clear();
-            map.append(len);
-        }
-    }
-
-    /// Makes room in row 0 for `incoming` tokens and records their positions: when the pool
-    /// would overflow, the least fetched tokens leave and the last entries fill their places
-    /// (copied on the device before this returns), and the row shrinks in `kv`.
-    pub fn make_room(&mut self, kv: &mut KvCache, incoming: usize) -> Result<()> {
-        let first_sparse = self.first_sparse();
-        let Some(map) = &mut self.slots else {
-            return Ok(());
-        };
-        let slots = map.slots();
-        // Row 0's counters come first.
-        let mut fetches: Vec<u32> = self.fetches.download(slots)?;
-        let moves = map.make_room(incoming, &mut fetches)?;
-        if !moves.is_empty() {
-            let mut rec = Recorder::new(&self.device)?;
-            kv.record_entry_moves(&mut rec, 0, &moves)?;
-            for pkeys in &self.pkeys[first_sparse.min(self.pkeys.len())..] {
-                record_pkey_moves(&mut rec, self.shape, pkeys, &moves)?;
-            }
-            rec.submit()?;
-        }
-        let kept = map.slots();
-        kv.truncate(0, kept);
-        self.stats.evicted += (slots - kept) as u64;
-        self.fetches.upload(0, &fetches)?;
-        // The new tokens' positions, then every entry that moved.
-        let next = map.next_position() as u32;
-        let new: Vec<u32> = (next..next + incoming as u32).collect();
-        self.seq_pos.upload(kept as u64 * 4, &new)?;
-        for m in &moves {
-            let at = m.to as usize;
-            self.seq_pos
-                .upload(at as u64 * 4, &map.positions()[at..at + 1])?;
-        }
-        map.append(incoming);
-        Ok(())
-    }
-
-    /// Forgets row 0's tokens from position `len` on and returns the entries it keeps: all
-    /// of them up to `len` when the tokens past `len` are the row's last entries (they
-    /// arrived after its last eviction), otherwise none (the row starts over).
-    pub fn truncate_row0(&mut self, entries: usize, len: usize) -> Result<usize> {
-        let Some(map) = &mut self.slots else {
-            return Ok(len.min(entries));
-        };
-        let kept = map.truncate(len);
-        if kept < entries {
-            self.fetches
-                .upload(kept as u64 * 4, &vec![0u32; entries - kept])?;
-        }
-        if map.slots() == 0 {
-            // Entries are positions again.
-            let identity: Vec<u32> = (0..self.shape.n_ctx).collect();
-            self.seq_pos.upload(0, &identity)?;
-        }
-        Ok(kept)
-    }
-
     /// Whether layer `l` attends sparsely in a decode step; layer 0 never does, having no
     /// previous layer to speculate from.
-    pub fn sparse_layer(&self, l: usize) -> bool {
+    fn sparse_layer(&self, l: usize) -> bool {
         l >= self.first_sparse()
     }
 
@@ -260,104 +226,19 @@ impl VkInfinigen {
     /// Writes the tokens of the decode step being recorded (token t is `tokens[t]`) for the
     /// kernels, each with its budget, and returns them for [`batch`](Self::batch). The step
     /// must be recorded and run before the next one writes its own.
-    pub fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
+    fn set_step(&self, tokens: &[IgToken]) -> Result<Vec<IgStep>> {
         let cap = self.shape.cap;
         Ok(IgBatch::write(&self.steps, tokens, |at| {
             (self.params.budget_tokens(at.index as usize) as u32).min(cap)
         })?)
     }
 
-    /// The step's tokens as the kernels take them: `steps` from [`set_step`](Self::set_step).
-    pub fn batch<'a>(&'a self, steps: &'a [IgStep]) -> IgBatch<'a> {
+    /// The planned step's sparse tokens as the kernels take them.
+    fn batch(&self) -> IgBatch<'_> {
         IgBatch {
             buffer: &self.steps,
-            steps,
+            steps: &self.step.steps,
         }
-    }
-
-    /// Layer `l`'s fetch for the tokens of a decode step: its speculation, selection and
-    /// gather, recorded one step at a time (`Fetch::step`).
-    pub fn fetch<'a>(
-        &'a self,
-        l: usize,
-        kv: KvLayer<'a>,
-        table: &'a Buffer,
-        rope: RopeSpec,
-        batch: IgBatch<'a>,
-    ) -> Fetch<'a> {
-        Fetch {
-            ig: self,
-            l,
-            kv,
-            table,
-            rope,
-            batch,
-            done: 0,
-        }
-    }
-
-    /// Speculates layer `l`'s scores for the step's tokens from `q_spec`.
-    fn record_speculate<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        l: usize,
-        table: &'a Buffer,
-        rope: RopeSpec,
-        batch: IgBatch<'a>,
-    ) -> Result<()> {
-        Ok(self.speculate.record(
-            rec,
-            QueryAt::vectors(&self.q_spec, self.shape),
-            table,
-            rope,
-            &self.skew[l],
-            &self.pkeys[l],
-            &self.scores,
-            self.shape,
-            batch,
-        )?)
-    }
-
-    /// Selects layer `l`'s tokens for the step's tokens from their speculated scores.
-    fn record_select<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        l: usize,
-        batch: IgBatch<'a>,
-    ) -> Result<()> {
-        Ok(self.select.record(
-            rec,
-            &self.scores,
-            &self.seq_pos,
-            &self.sel_idx,
-            &self.sel_count[l],
-            self.shape,
-            batch,
-            self.params.alpha.min(f32::MAX),
-            self.params.recent.min(u32::MAX as usize) as u32,
-        )?)
-    }
-
-    /// Gathers the selected K/V of layer `l` (`kv`) into the scratch for l.
-    fn record_gather<'a>(
-        &'a self,
-        rec: &mut Recorder<'a>,
-        l: usize,
-        kv: KvLayer<'a>,
-        batch: IgBatch<'a>,
-    ) -> Result<()> {
-        let (k_scratch, v_scratch) = self.scratch(l);
-        Ok(self.gather.record(
-            rec,
-            kv,
-            &self.sel_idx,
-            &self.sel_count[l],
-            &self.fetches,
-            k_scratch,
-            v_scratch,
-            self.shape,
-            batch,
-        )?)
     }
 
     /// The scratch of layer `l`: consecutive layers use different ones, so layer l's fetch
@@ -366,41 +247,36 @@ impl VkInfinigen {
         &self.scratch[l % 2]
     }
 
-    /// Layer `l`'s attention for the step's tokens over what `record_gather` gathered and
-    /// each token itself; `qkv` holds the step's queries after RoPE (token t in row t).
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_attention<'a>(
+    /// Layer `at.l`'s attention for the step's tokens over what the fetch gathered and each
+    /// token itself; `qkv` holds the step's queries after RoPE (token t in row t).
+    fn record_sparse_attention<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
-        l: usize,
-        qkv: &'a Buffer,
-        qkv_stride: u32,
-        kv: KvLayer<'a>,
-        out: &'a Buffer,
-        batch: IgBatch<'a>,
+        at: &LayerAt<'a>,
     ) -> Result<()> {
+        let s = at.scratch;
         let q = QueryAt {
-            buffer: qkv,
+            buffer: &s.qkv,
             token: 0,
-            stride: qkv_stride,
+            stride: at.qkv_stride(),
         };
-        let (k_scratch, v_scratch) = self.scratch(l);
+        let (k_scratch, v_scratch) = self.scratch(at.l);
         Ok(self.attn.record(
             rec,
             q,
-            kv,
+            at.kv_layer(),
             k_scratch,
             v_scratch,
-            &self.sel_count[l],
-            out,
+            &self.sel_count[at.l],
+            &s.att,
             self.shape,
-            batch,
+            self.batch(),
         )?)
     }
 
     /// Notes that `row` now shares `src`'s first `len` positions: their partial keys are
     /// copied when the next step starts.
-    pub fn fork(&mut self, src: usize, row: usize, len: usize) {
+    fn fork_row(&mut self, src: usize, row: usize, len: usize) {
         self.forks.retain(|f| f.1 != row as u32);
         if len > 0 && src != row {
             self.forks.push((src as u32, row as u32, len as u32));
@@ -408,9 +284,8 @@ impl VkInfinigen {
     }
 
     /// Records the partial key copies of the rows forked since the last step. They stay
-    /// pending until [`forks_done`](Self::forks_done): a step that fails before it runs
-    /// leaves them for the next.
-    pub fn record_forks<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<()> {
+    /// pending until the step ran: a step that fails before it runs leaves them for the next.
+    fn record_forks<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<()> {
         let entry = self.shape.pkey_entry_bytes();
         let row_bytes = self.shape.pkeys_bytes(1);
         for &(src, row, len) in &self.forks {
@@ -429,14 +304,9 @@ impl VkInfinigen {
         Ok(())
     }
 
-    /// The step that copied the pending forks' partial keys ran.
-    pub fn forks_done(&mut self) {
-        self.forks.clear();
-    }
-
     /// Appends the partial keys of the tokens `tokens` (their K must be in the pool) in layer
     /// `l`; `steps` holds them ([tokens] `StepToken`).
-    pub fn record_partial_keys<'a>(
+    fn record_partial_keys<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
@@ -456,7 +326,7 @@ impl VkInfinigen {
     }
 
     /// Counts a decode step at `pos` that read every token (`IgParams::fetches_all`).
-    pub fn count_dense_step(&mut self, n_layer: usize, pos: usize) {
+    fn count_dense_step(&mut self, n_layer: usize, pos: usize) {
         let heads = n_layer.saturating_sub(self.first_sparse()) * self.shape.n_head_kv as usize;
         for _ in 0..heads {
             self.stats.record(pos, pos);
@@ -464,7 +334,7 @@ impl VkInfinigen {
     }
 
     /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
-    pub fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
+    fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
         let first = self.first_sparse().min(n_layer);
         let layers = &self.sel_count[first..n_layer];
@@ -474,7 +344,7 @@ impl VkInfinigen {
 
 /// Counts, in `stats`, the tokens each of a decode step's `tokens` attended to in each layer
 /// and KV head, as `sel_count` ([tokens, n_kv] per layer, read back) holds them.
-pub(super) fn count_selections(
+pub(in crate::model::vulkan) fn count_selections(
     stats: &mut IgStats,
     sel_count: &[Buffer],
     tokens: &[IgToken],
@@ -491,73 +361,92 @@ pub(super) fn count_selections(
     Ok(())
 }
 
-/// One layer's fetch (speculation, then selection, then gather) for a decode step's tokens.
-/// The forward pass records a step right after each of the previous layer's kernels that
-/// waits for its predecessor: the step shares no buffer with that kernel, so the two form
-/// one group of commands that a GPU runs together.
-pub(super) struct Fetch<'a> {
-    ig: &'a VkInfinigen,
-    l: usize,
-    kv: KvLayer<'a>,
-    table: &'a Buffer,
-    rope: RopeSpec,
-    batch: IgBatch<'a>,
-    /// Steps recorded.
-    done: usize,
-}
+impl KvPolicy for VkInfinigen {
+    fn stats(&self) -> Option<KvPolicyStats> {
+        Some(KvPolicyStats {
+            policy: KvPolicyKind::Infinigen,
+            tokens: self.stats,
+        })
+    }
 
-impl<'a> Fetch<'a> {
-    /// Records the next step, for every token; nothing once all three are.
-    pub fn step(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
-        let ig = self.ig;
-        if self.done >= 3 {
-            return Ok(());
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn evicted(&self, row: usize) -> usize {
+        self.evicted_from(row)
+    }
+
+    fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.fork_row(src, dst, len);
+    }
+
+    fn truncate(&mut self, entries: usize, len: usize) -> usize {
+        // Should resetting the counters or positions fail, the row starts over, its entries
+        // forgotten as the map forgets them.
+        self.truncate_row0(entries, len).unwrap_or_else(|_| {
+            self.adopt(0);
+            0
+        })
+    }
+
+    fn begin_chunk(&mut self, kv: &mut KvCache, tokens: usize, _more: bool) -> Result<()> {
+        self.make_room(kv, tokens)
+    }
+
+    fn plan(&mut self, step: &StepView) -> Result<()> {
+        let decodes = step.sparse_decodes();
+        let mut plan = IgStepPlan::default();
+        if decodes
+            .iter()
+            .any(|d| self.params.fetches_all(d.index as usize))
+        {
+            plan.fetches_all = decodes;
+        } else if !decodes.is_empty() {
+            plan.steps = self.set_step(&decodes)?;
+            plan.sparse = decodes;
         }
-        let serial = ig.params.serial_fetch;
-        if serial {
-            rec.barrier();
-        }
-        match self.done {
-            0 => ig.record_speculate(rec, self.l, self.table, self.rope, self.batch)?,
-            1 => ig.record_select(rec, self.l, self.batch)?,
-            _ => ig.record_gather(rec, self.l, self.kv, self.batch)?,
-        }
-        if serial {
-            rec.barrier();
-        }
-        self.done += 1;
+        self.step = plan;
         Ok(())
     }
 
-    /// Records the next step of `fetch`, when there is a fetch.
-    pub fn step_of(fetch: &mut Option<Self>, rec: &mut Recorder<'a>) -> Result<()> {
-        match fetch {
-            Some(f) => f.step(rec),
-            None => Ok(()),
-        }
+    fn record_start<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<()> {
+        self.record_forks(rec)
     }
 
-    /// Records the steps left.
-    pub fn finish(mut self, rec: &mut Recorder<'a>) -> Result<()> {
-        while self.done < 3 {
-            self.step(rec)?;
+    fn fuses_append(&self, l: usize) -> bool {
+        self.step.sparse.is_empty() || !self.sparse_layer(l)
+    }
+
+    fn beside<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<Beside<'a>> {
+        self.fetch_next(rec, at)
+    }
+
+    fn attention<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+        if !self.step.sparse.is_empty() && self.sparse_layer(at.l) {
+            self.record_sparse_attention(rec, at)?;
+        } else {
+            record_dense_attention(rec, at)?;
+        }
+        // Every step's keys join the partial key cache of the layers that may attend
+        // sparsely.
+        if self.sparse_layer(at.l) {
+            let s = at.scratch;
+            self.record_partial_keys(rec, at.l, at.kv_layer(), &s.steps, at.plan.steps)?;
         }
         Ok(())
     }
-}
 
-/// Records eviction's moves in row 0 of a layer's partial key cache.
-fn record_pkey_moves<'a>(
-    rec: &mut Recorder<'a>,
-    s: IgShape,
-    pkeys: &'a Buffer,
-    moves: &[SlotMove],
-) -> Result<()> {
-    let entry = s.pkey_entry_bytes();
-    // Row 0's entries come first.
-    let offsets: Vec<(u64, u64)> = moves
-        .iter()
-        .map(|m| (m.from as u64 * entry, m.to as u64 * entry))
-        .collect();
-    Ok(rec.copy_regions("kv_evict_move", pkeys, pkeys, &offsets, entry)?)
+    fn end_step(&mut self, step: &StepView) -> Result<()> {
+        // The step copied the pending forks' partial keys.
+        self.forks.clear();
+        let plan = std::mem::take(&mut self.step);
+        if !plan.sparse.is_empty() {
+            self.count_step(step.n_layer, &plan.sparse)?;
+        }
+        for d in &plan.fetches_all {
+            self.count_dense_step(step.n_layer, d.index as usize);
+        }
+        Ok(())
+    }
 }

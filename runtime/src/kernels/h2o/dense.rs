@@ -1,0 +1,146 @@
+//! The kernels that add a densely attended run's attention to the H2O masses: softmax
+//! statistics per query head ([`H2oLse`]), then the masses ([`H2oMass`]).
+
+use hearth_shaders::{H2O_LSE, H2O_MASS};
+
+use super::{H2oKernel, H2oPush, H2oState};
+use crate::kernels::infinigen::{IgShape, QueryAt};
+use crate::kernels::{check_sizes, StepToken};
+use crate::kv::KvLayer;
+#[cfg(test)]
+use crate::vk::DeviceKind;
+use crate::vk::{Buffer, Device, Recorder, Result, VkError};
+
+/// A run of tokens of one row that attended densely, entries `run[0].pos ..` in order:
+/// tokens q.token .. of the step, whose `StepToken`s `steps` holds at the same rows.
+#[derive(Clone, Copy)]
+pub struct DenseRun<'a> {
+    pub q: QueryAt<'a>,
+    pub steps: &'a Buffer,
+    pub run: &'a [StepToken],
+}
+
+impl DenseRun<'_> {
+    fn check(&self, kernel: &'static str, s: IgShape, kv: &KvLayer) -> Result<()> {
+        let fail = |message: String| Err(VkError::Kernel { kernel, message });
+        let Some(first) = self.run.first() else {
+            return Ok(());
+        };
+        let consecutive = self
+            .run
+            .iter()
+            .enumerate()
+            .all(|(i, st)| st.row == first.row && st.pos == first.pos + i as u32);
+        if !consecutive {
+            return fail("a run's tokens must be consecutive entries of one row".into());
+        }
+        // The last entry lies within the row's block table and n_ctx.
+        let last = first.pos + self.run.len() as u32 - 1;
+        s.check_position(kernel, kv, first.row, last)?;
+        let step_bytes = std::mem::size_of::<StepToken>() as u64;
+        let steps = (self.q.token as u64 + self.run.len() as u64) * step_bytes;
+        check_sizes(kernel, &[("steps", self.steps, steps)])
+    }
+}
+
+/// Softmax statistics of a dense run's query heads (h2o_lse.comp).
+pub struct H2oLse(H2oKernel);
+
+impl H2oLse {
+    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
+        Ok(Self(H2oKernel::new(device, H2O_LSE, head_dim, group)?))
+    }
+
+    #[cfg(test)]
+    pub(super) fn shaped_for(
+        device: &Device,
+        head_dim: u32,
+        group: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
+        Ok(Self(H2oKernel::shaped_for(
+            device, H2O_LSE, head_dim, group, kind,
+        )?))
+    }
+
+    /// stats[q.token + i][h] = (max, sum of exp(score - max)) over entries 0 ..= the i-th
+    /// token's own, for every query head h; `stats` is [tokens, n_head] vec2.
+    pub fn record<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        kv: KvLayer<'a>,
+        run: DenseRun<'a>,
+        stats: &'a Buffer,
+        s: IgShape,
+    ) -> Result<()> {
+        let k = &self.0;
+        let name = k.kernel.name;
+        let tokens = run.run.len() as u32;
+        k.check(s, run.q, tokens)?;
+        run.check(name, s, &kv)?;
+        let end = (run.q.token + tokens) as u64 * s.n_head as u64 * 8;
+        check_sizes(name, &[("stats", stats, end)])?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        rec.dispatch(
+            &k.pipeline,
+            &[run.q.buffer, kv.k, kv.tables, run.steps, stats],
+            &H2oPush::new(s, run.q, tokens, kv.max_blocks),
+            [k.token_groups(tokens), s.n_head_kv, 1],
+        )
+    }
+}
+
+/// Adds a dense run's attention to the masses of its row (h2o_mass.comp).
+pub struct H2oMass(H2oKernel);
+
+impl H2oMass {
+    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
+        Ok(Self(H2oKernel::new(device, H2O_MASS, head_dim, group)?))
+    }
+
+    #[cfg(test)]
+    pub(super) fn shaped_for(
+        device: &Device,
+        head_dim: u32,
+        group: u32,
+        kind: DeviceKind,
+    ) -> Result<Self> {
+        Ok(Self(H2oKernel::shaped_for(
+            device, H2O_MASS, head_dim, group, kind,
+        )?))
+    }
+
+    /// mass[row][g][j] += the probabilities the run's query heads of KV head g gave entry j,
+    /// from `stats` as [`H2oLse`] left them.
+    pub fn record<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        kv: KvLayer<'a>,
+        run: DenseRun<'a>,
+        stats: &'a Buffer,
+        state: H2oState<'a>,
+        s: IgShape,
+    ) -> Result<()> {
+        let k = &self.0;
+        let name = k.kernel.name;
+        let tokens = run.run.len() as u32;
+        k.check(s, run.q, tokens)?;
+        run.check(name, s, &kv)?;
+        let Some(first) = run.run.first() else {
+            return Ok(());
+        };
+        state.check(name, s, first.row + 1)?;
+        let end = (run.q.token + tokens) as u64 * s.n_head as u64 * 8;
+        check_sizes(name, &[("stats", stats, end)])?;
+        let entries = (first.pos + tokens) as u64;
+        let wg = k.pipeline.workgroup_size() as u64;
+        rec.dispatch(
+            &k.pipeline,
+            &[run.q.buffer, kv.k, kv.tables, run.steps, stats, state.mass],
+            &H2oPush::new(s, run.q, tokens, kv.max_blocks),
+            [entries.div_ceil(wg) as u32, s.n_head_kv, 1],
+        )
+    }
+}

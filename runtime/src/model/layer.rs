@@ -1,0 +1,59 @@
+//! One transformer block's weights, whatever holds them: packed matrices read from the file
+//! ([`LayerWeights`]), device buffers (the Vulkan executor) or f32 values (the CPU
+//! reference). Every executor walks the same fields.
+
+use super::Matrix;
+
+/// One block's weights: `M` holds a matrix (row-major [out, in]), `V` a norm gain.
+pub struct Layer<M, V> {
+    /// [n_embd]
+    pub attn_norm: V,
+    /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows.
+    pub wqkv: M,
+    /// [n_embd, n_head * head_dim]
+    pub wo: M,
+    /// [n_embd]
+    pub ffn_norm: V,
+    /// [2 n_ff, n_embd]: gate rows, then up rows.
+    pub w_gate_up: M,
+    /// [n_embd, n_ff]
+    pub w_down: M,
+}
+
+/// A block's weights as the file holds them, matrices packed in their formats.
+pub type LayerWeights = Layer<Matrix, Vec<f32>>;
+
+impl<M, V> Layer<M, V> {
+    /// The same weights held otherwise: `matrix` and `vector` convert each, given its name
+    /// within the block ("attn_qkv", "ffn_norm", ...), in the order of the fields.
+    pub fn try_map<M2, V2, E>(
+        self,
+        mut matrix: impl FnMut(&str, M) -> Result<M2, E>,
+        mut vector: impl FnMut(&str, V) -> Result<V2, E>,
+    ) -> Result<Layer<M2, V2>, E> {
+        Ok(Layer {
+            attn_norm: vector("attn_norm", self.attn_norm)?,
+            wqkv: matrix("attn_qkv", self.wqkv)?,
+            wo: matrix("attn_output", self.wo)?,
+            ffn_norm: vector("ffn_norm", self.ffn_norm)?,
+            w_gate_up: matrix("ffn_gate_up", self.w_gate_up)?,
+            w_down: matrix("ffn_down", self.w_down)?,
+        })
+    }
+
+    /// [`try_map`](Self::try_map) for conversions that cannot fail.
+    pub fn map<M2, V2>(
+        self,
+        mut matrix: impl FnMut(M) -> M2,
+        mut vector: impl FnMut(V) -> V2,
+    ) -> Layer<M2, V2> {
+        let done = self.try_map(
+            |_, m| Ok::<_, std::convert::Infallible>(matrix(m)),
+            |_, v| Ok(vector(v)),
+        );
+        match done {
+            Ok(layer) => layer,
+            Err(never) => match never {},
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Dense attention: every token attends to every cached position of its row. It is also what
+//! the sparse policies run where they do not apply (prefill, the first layers).
+
+use std::any::Any;
+
+use super::{KvPolicy, LayerAt};
+use crate::error::Result;
+use crate::kv::policy::KvPolicyStats;
+use crate::vk::Recorder;
+
+pub(in crate::model::vulkan) struct Dense;
+
+impl KvPolicy for Dense {
+    fn stats(&self) -> Option<KvPolicyStats> {
+        None
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn attention<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
+        record_dense_attention(rec, at)
+    }
+}
+
+/// Layer `at.l`'s dense attention: one decode-attention dispatch for the step's short runs
+/// (storing their K/V itself where `at.fused`), then a prefill-attention dispatch per longer
+/// run.
+pub(in crate::model::vulkan) fn record_dense_attention<'a>(
+    rec: &mut Recorder<'a>,
+    at: &LayerAt<'a>,
+) -> Result<()> {
+    let (k, s, plan) = (at.kernels, at.scratch, at.plan);
+    let kv = at.kv_layer();
+    let decode = at.attn_shape(0, plan.decode_tokens);
+    if at.fused {
+        k.attn_decode.record_fused(
+            rec,
+            &s.qkv,
+            at.rope_table,
+            kv,
+            &s.steps,
+            &s.att,
+            decode,
+            at.rope(),
+            plan.longest,
+        )?;
+    } else if plan.decode_tokens > 0 {
+        k.attn_decode
+            .record(rec, &s.qkv, kv, &s.steps, &s.att, decode, plan.longest)?;
+    }
+    for &(t0, tokens) in &plan.prefill {
+        let shape = at.attn_shape(t0, tokens);
+        k.attn_prefill
+            .record(rec, &s.qkv, kv, &s.steps, &s.att, shape)?;
+    }
+    Ok(())
+}

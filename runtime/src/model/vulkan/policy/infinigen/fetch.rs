@@ -1,0 +1,173 @@
+//! InfiniGen's fetch of a layer for a decode step's tokens: speculation of its scores from the
+//! query the previous layer's input gives through its W_Q, selection, and the gather of the
+//! selected K/V into a scratch, recorded in pieces between the previous layer's kernels.
+
+use super::VkInfinigen;
+use crate::error::Result;
+use crate::kernels::infinigen::{IgBatch, QueryAt};
+use crate::kernels::{MatvecArgs, RopeSpec};
+use crate::kv::KvLayer;
+use crate::model::vulkan::policy::{Beside, Interleaved, LayerAt};
+use crate::vk::{Buffer, Recorder};
+
+/// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute
+/// (the selection under either of its names: CPU devices run `ig_select_wide`).
+pub const FETCH_KERNELS: [&str; 4] = [
+    hearth_shaders::IG_SPECULATE.name,
+    hearth_shaders::IG_SELECT.name,
+    hearth_shaders::IG_SELECT_WIDE.name,
+    hearth_shaders::KV_GATHER.name,
+];
+
+impl VkInfinigen {
+    /// The next layer's fetch, when this step attends sparsely there: its query from layer
+    /// `at.l`'s input, recorded now, then the fetch itself in pieces (`Fetch`).
+    pub(super) fn fetch_next<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+    ) -> Result<Beside<'a>> {
+        let next_l = at.l + 1;
+        let Some(next) = at.layers.get(next_l) else {
+            return Ok(Beside::none());
+        };
+        if self.step.sparse.is_empty() || !self.sparse_layer(next_l) {
+            return Ok(Beside::none());
+        }
+        let c = at.config;
+        let (t, e) = (at.plan.steps.len() as u32, c.n_embd as u32);
+        let plain = MatvecArgs::plain(
+            &next.wqkv.buffer,
+            &at.scratch.x,
+            &self.q_spec,
+            c.attn_dim() as u32,
+            e,
+            t,
+        );
+        at.kernels.matvec(
+            rec,
+            &next.wqkv,
+            MatvecArgs {
+                // Its W_Q rows come first in the fused projection. The next layer's gain, as
+                // its own query will have.
+                norm: Some((&next.attn_norm, c.norm_eps)),
+                ..plain
+            },
+        )?;
+        Ok(Beside::new(Fetch {
+            ig: self,
+            l: next_l,
+            kv: at.kv.layer(next_l),
+            table: at.rope_table,
+            rope: at.rope(),
+            batch: self.batch(),
+            done: 0,
+        }))
+    }
+
+    /// Speculates layer `l`'s scores for the step's tokens from `q_spec`.
+    fn record_speculate<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        table: &'a Buffer,
+        rope: RopeSpec,
+        batch: IgBatch<'a>,
+    ) -> Result<()> {
+        Ok(self.speculate.record(
+            rec,
+            QueryAt::vectors(&self.q_spec, self.shape),
+            table,
+            rope,
+            &self.skew[l],
+            &self.pkeys[l],
+            &self.scores,
+            self.shape,
+            batch,
+        )?)
+    }
+
+    /// Selects layer `l`'s tokens for the step's tokens from their speculated scores.
+    fn record_select<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        batch: IgBatch<'a>,
+    ) -> Result<()> {
+        Ok(self.select.record(
+            rec,
+            &self.scores,
+            &self.seq_pos,
+            &self.sel_idx,
+            &self.sel_count[l],
+            self.shape,
+            batch,
+            self.params.alpha.min(f32::MAX),
+            self.params.recent.min(u32::MAX as usize) as u32,
+        )?)
+    }
+
+    /// Gathers the selected K/V of layer `l` (`kv`) into the scratch for l.
+    fn record_gather<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        kv: KvLayer<'a>,
+        batch: IgBatch<'a>,
+    ) -> Result<()> {
+        let (k_scratch, v_scratch) = self.scratch(l);
+        Ok(self.gather.record(
+            rec,
+            kv,
+            &self.sel_idx,
+            &self.sel_count[l],
+            &self.fetches,
+            k_scratch,
+            v_scratch,
+            self.shape,
+            batch,
+        )?)
+    }
+}
+
+/// One layer's fetch (speculation, then selection, then gather) for a decode step's tokens.
+struct Fetch<'a> {
+    ig: &'a VkInfinigen,
+    l: usize,
+    kv: KvLayer<'a>,
+    table: &'a Buffer,
+    rope: RopeSpec,
+    batch: IgBatch<'a>,
+    /// Pieces recorded.
+    done: usize,
+}
+
+impl<'a> Interleaved<'a> for Fetch<'a> {
+    fn step(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
+        let ig = self.ig;
+        if self.done >= 3 {
+            return Ok(());
+        }
+        let serial = ig.params.serial_fetch;
+        if serial {
+            rec.barrier();
+        }
+        match self.done {
+            0 => ig.record_speculate(rec, self.l, self.table, self.rope, self.batch)?,
+            1 => ig.record_select(rec, self.l, self.batch)?,
+            _ => ig.record_gather(rec, self.l, self.kv, self.batch)?,
+        }
+        if serial {
+            rec.barrier();
+        }
+        self.done += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self, rec: &mut Recorder<'a>) -> Result<()> {
+        while self.done < 3 {
+            self.step(rec)?;
+        }
+        Ok(())
+    }
+}
