@@ -85,7 +85,7 @@ fn private_types_with_the_current_version_are_read() {
         let view = file.tensor_view("blk.0.attn_q.weight").unwrap();
         assert_eq!(
             (view.info.ggml_type, view.data),
-            (GgmlType::Q3H, &[9u8; 64][..]),
+            (GgmlType::Hearth(Format::Q3H), &[9u8; 64][..]),
             "{version:?}"
         );
     }
