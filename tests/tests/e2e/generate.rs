@@ -1,0 +1,93 @@
+//! `generate`, `chat`, `tokenize` and `inspect` on the real model.
+
+use super::{hearth_with_input, json_of, smollm2, stdout_of};
+
+const PROMPT: &str = "The capital of France is";
+
+/// Greedy decoding of PROMPT, 12 tokens: SmolLM2's answer.
+const GREEDY_TEXT: &str = " Paris.\n\nThe answer is: 201";
+const GREEDY_TOKENS: [u64; 12] = [7042, 30, 198, 198, 504, 2988, 314, 42, 216, 34, 32, 33];
+
+fn greedy(model: &str, cpu: bool) -> serde_json::Value {
+    let mut args = vec![
+        "generate", "-m", model, "-p", PROMPT, "-n", "12", "--temp", "0", "--format", "json",
+    ];
+    if cpu {
+        args.push("--cpu");
+    }
+    json_of(&args)
+}
+
+#[test]
+fn greedy_generation_matches_the_cpu_reference() {
+    let Some(model) = smollm2() else { return };
+    for cpu in [false, true] {
+        let out = greedy(&model, cpu);
+        let tokens: Vec<u64> = out["tokens"]
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .map(|t| t.as_u64().expect("a token id"))
+            .collect();
+        assert_eq!(tokens, GREEDY_TOKENS, "cpu: {cpu}");
+        assert_eq!(out["text"], GREEDY_TEXT, "cpu: {cpu}");
+        assert_eq!(out["finish_reason"], "length");
+        assert_eq!(out["prompt_tokens"], 5);
+        assert_eq!(out["timings"]["generated_tokens"], 12);
+    }
+}
+
+#[test]
+fn a_stop_string_ends_generation_before_it() {
+    let Some(model) = smollm2() else { return };
+    let out = json_of(&[
+        "generate", "-m", &model, "-p", PROMPT, "-n", "12", "--temp", "0", "--stop", "answer",
+        "--format", "json",
+    ]);
+    assert_eq!(out["text"], " Paris.\n\nThe ");
+    assert_eq!(out["finish_reason"], "stop");
+}
+
+#[test]
+fn chat_answers_on_stdout_and_leaves_on_exit() {
+    let Some(model) = smollm2() else { return };
+    let out = hearth_with_input(
+        &["chat", "-m", &model, "--temp", "0", "-n", "16"],
+        "What is 2+2?\n/exit\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "The answer to this classic math problem is 4."
+    );
+    assert!(stderr.contains("/exit leaves"), "{stderr}");
+}
+
+#[test]
+fn tokenize_prints_ids_and_pieces() {
+    let Some(model) = smollm2() else { return };
+    let out = json_of(&["tokenize", "-m", &model, "Hello world", "--format", "json"]);
+    assert_eq!(
+        out,
+        serde_json::json!({"pieces": ["Hello", " world"], "tokens": [19556, 905]})
+    );
+}
+
+#[test]
+fn inspect_describes_the_file() {
+    let Some(model) = smollm2() else { return };
+    let out = json_of(&["inspect", &model, "--format", "json"]);
+    assert_eq!(out["architecture"], "llama");
+    assert_eq!(out["format"], "gguf");
+    assert_eq!(out["file_size"], 98_362_432);
+    assert!(
+        out["chat_template"]
+            .as_str()
+            .is_some_and(|t| t.contains("<|im_start|>assistant")),
+        "{}",
+        out["chat_template"]
+    );
+    let table = stdout_of(&["inspect", &model]);
+    assert!(table.contains("llama"), "{table}");
+}
