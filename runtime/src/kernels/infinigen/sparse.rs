@@ -150,7 +150,7 @@ mod tests {
     use super::*;
     use crate::kernels::infinigen::testing::{shape, steps_buffer, u32_buffer, Pool};
     use crate::kernels::infinigen::{IgStep, IgToken, KvGather, QueryAt};
-    use crate::kernels::{AttnDecode, StepToken};
+    use crate::kernels::{AttnDecode, AttnIo, StepToken};
     use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
 
     /// Attention of one query (post-RoPE) over positions `history` then `pos` of `row`, in f64.
@@ -350,11 +350,13 @@ mod tests {
                 n_head_kv: s.n_head_kv,
                 head_dim: s.head_dim,
             };
-            run(&dev, |rec| {
-                dense
-                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape, pos + 1)
-                    .unwrap();
-            });
+            let io = AttnIo {
+                qkv: &qkv_b,
+                kv: pool.layer(),
+                steps: &steps,
+                o: &o,
+            };
+            run(&dev, |rec| dense.record(rec, io, shape, pos + 1).unwrap());
             let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
             let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
             let what = format!("({kind:?} shape)");

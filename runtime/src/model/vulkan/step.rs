@@ -7,7 +7,7 @@ use super::policy::{attn_shape, rope_spec, Beside, LayerAt, StepView, FETCH_KERN
 use super::{SeqStep, VkModel};
 use crate::cpu::forward::check_step;
 use crate::error::{Error, Result};
-use crate::kernels::{MatmulArgs, MatvecArgs, NormShape, StepToken};
+use crate::kernels::{EmbedArgs, MatmulArgs, MatvecArgs, NormShape, RopeTable, StepToken};
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::Logits;
 use crate::vk::{Completed, Recorder};
@@ -151,7 +151,15 @@ impl VkModel {
         let s = &self.scratch;
         let embed = &self.kernels.of(self.token_embd.format).embed;
         let (t, vocab, e) = (ids.len() as u32, c.n_vocab as u32, c.n_embd as u32);
-        embed.record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
+        let args = EmbedArgs {
+            table: &self.token_embd.buffer,
+            ids: &s.ids,
+            out: &s.x,
+            tokens: t,
+            vocab,
+            dim: e,
+        };
+        embed.record(&mut rec, args)?;
         for l in 0..self.layers.len() {
             self.record_layer(&mut rec, l, &plan)?;
         }
@@ -264,15 +272,13 @@ impl VkModel {
             false => attn_shape(c, 0, n),
         };
         let before = rec.len();
-        at.kernels.rope_kv.record(
-            rec,
-            &s.qkv,
-            at.rope_table,
-            at.kv_layer(),
-            &s.steps,
-            rest,
-            rope_spec(c),
-        )?;
+        let rope = RopeTable {
+            table: at.rope_table,
+            spec: rope_spec(c),
+        };
+        at.kernels
+            .rope_kv
+            .record(rec, &s.qkv, at.kv_layer(), &s.steps, rest, rope)?;
         if rec.len() > before {
             beside.step(rec)?;
         }
