@@ -7,7 +7,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::kernels::{weight_buffer, Matmul, Matvec, MatvecArgs, ReadBandwidth, WeightFormat};
+use crate::kernels::{
+    weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, ReadBandwidth, WeightFormat,
+};
 use crate::vk::{Buffer, Completed, Device, Recorder};
 
 /// Which kernels to run and how often.
@@ -156,9 +158,15 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
             let w = weights(device, format, m as usize, k as usize)?;
             let x = Buffer::from_slice(device, "x", &vec![0.5f32; n as usize * k as usize])?;
             let c = Buffer::from_slice(device, "c", &vec![0f32; n as usize * m as usize])?;
-            let seconds = median_seconds(device, reps, |rec| {
-                kernel.record(rec, &w, &x, &c, n, m, k, false)
-            })?;
+            let args = MatmulArgs {
+                x: &x,
+                c: &c,
+                n,
+                m,
+                k,
+                accumulate: false,
+            };
+            let seconds = median_seconds(device, reps, |rec| kernel.record(rec, &w, args))?;
             let work = Work {
                 bytes: matrix_bytes(format, m, k) + n as u64 * k as u64 * 4,
                 flops: 2 * n as u64 * m as u64 * k as u64,

@@ -145,6 +145,19 @@ struct BinaryPush {
     op: u32,
 }
 
+/// The operands of one `Binary` dispatch: out[i] = a[i] (op) b[i % b_len] for i < n.
+#[derive(Clone, Copy)]
+pub struct BinaryArgs<'a> {
+    /// [n]
+    pub a: &'a Buffer,
+    /// [b_len], repeated over a.
+    pub b: &'a Buffer,
+    /// [n]
+    pub out: &'a Buffer,
+    pub n: u32,
+    pub b_len: u32,
+}
+
 pub struct Binary {
     pipeline: Arc<Pipeline>,
 }
@@ -161,12 +174,15 @@ impl Binary {
         &self,
         rec: &mut Recorder<'a>,
         op: BinaryOp,
-        a: &'a Buffer,
-        b: &'a Buffer,
-        out: &'a Buffer,
-        n: u32,
-        b_len: u32,
+        args: BinaryArgs<'a>,
     ) -> Result<()> {
+        let BinaryArgs {
+            a,
+            b,
+            out,
+            n,
+            b_len,
+        } = args;
         if b_len == 0 || n % b_len != 0 {
             return Err(VkError::Kernel {
                 kernel: BINARY.name,
@@ -264,11 +280,14 @@ mod tests {
             let (ab, bb) = (upload(&dev, &a), upload(&dev, &b));
             for op in [BinaryOp::Add, BinaryOp::Mul] {
                 let ob = zeros(&dev, n);
-                run(&dev, |rec| {
-                    kernel
-                        .record(rec, op, &ab, &bb, &ob, n as u32, cols as u32)
-                        .unwrap()
-                });
+                let args = BinaryArgs {
+                    a: &ab,
+                    b: &bb,
+                    out: &ob,
+                    n: n as u32,
+                    b_len: cols as u32,
+                };
+                run(&dev, |rec| kernel.record(rec, op, args).unwrap());
                 let want: Vec<f32> = (0..n)
                     .map(|i| {
                         if op == BinaryOp::Add {

@@ -17,6 +17,20 @@ struct EmbedPush {
     chunks: u32,
 }
 
+/// The buffers and sizes of one embedding lookup.
+#[derive(Clone, Copy)]
+pub struct EmbedArgs<'a> {
+    /// [vocab, dim] in the kernel's weight format.
+    pub table: &'a Buffer,
+    /// [tokens] u32
+    pub ids: &'a Buffer,
+    /// [tokens, dim] f32
+    pub out: &'a Buffer,
+    pub tokens: u32,
+    pub vocab: u32,
+    pub dim: u32,
+}
+
 pub struct Embed {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
@@ -31,19 +45,16 @@ impl Embed {
         })
     }
 
-    /// out[t, :] = table[ids[t], :] for table [vocab, dim], ids [tokens] (u32), out [tokens, dim].
-    /// The caller validates ids against `vocab`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record<'a>(
-        &self,
-        rec: &mut Recorder<'a>,
-        table: &'a Buffer,
-        ids: &'a Buffer,
-        out: &'a Buffer,
-        tokens: u32,
-        vocab: u32,
-        dim: u32,
-    ) -> Result<()> {
+    /// out[t, :] = table[ids[t], :]. The caller validates ids against `vocab`.
+    pub fn record<'a>(&self, rec: &mut Recorder<'a>, args: EmbedArgs<'a>) -> Result<()> {
+        let EmbedArgs {
+            table,
+            ids,
+            out,
+            tokens,
+            vocab,
+            dim,
+        } = args;
         let n = tokens as u64 * dim as u64;
         let table_bytes = matrix_bytes(self.pipeline.name, self.format, vocab as u64, dim as u64)?;
         check_sizes(
@@ -84,11 +95,15 @@ mod tests {
                     .collect();
                 let ib = Buffer::from_slice(&dev, "ids", &ids).unwrap();
                 let ob = zeros(&dev, tokens * dim);
-                run(&dev, |rec| {
-                    kernel
-                        .record(rec, &tb, &ib, &ob, tokens as u32, vocab as u32, dim as u32)
-                        .unwrap()
-                });
+                let args = EmbedArgs {
+                    table: &tb,
+                    ids: &ib,
+                    out: &ob,
+                    tokens: tokens as u32,
+                    vocab: vocab as u32,
+                    dim: dim as u32,
+                };
+                run(&dev, |rec| kernel.record(rec, args).unwrap());
                 let got = ob.download::<f32>(tokens * dim).unwrap();
                 for (t, &id) in ids.iter().enumerate() {
                     let id = id as usize;

@@ -19,6 +19,22 @@ struct MatmulPush {
     accumulate: u32,
 }
 
+/// One product's activations and shape; the weights come beside it.
+#[derive(Clone, Copy)]
+pub struct MatmulArgs<'a> {
+    /// [n, k]
+    pub x: &'a Buffer,
+    /// [n, m]
+    pub c: &'a Buffer,
+    /// Rows of x and c (tokens).
+    pub n: u32,
+    /// Rows of W: columns of c.
+    pub m: u32,
+    pub k: u32,
+    /// C += X W^T instead of C = X W^T.
+    pub accumulate: bool,
+}
+
 pub struct Matmul {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
@@ -37,13 +53,16 @@ impl Matmul {
         &self,
         rec: &mut Recorder<'a>,
         w: &'a Buffer,
-        x: &'a Buffer,
-        c: &'a Buffer,
-        n: u32,
-        m: u32,
-        k: u32,
-        accumulate: bool,
+        args: MatmulArgs<'a>,
     ) -> Result<()> {
+        let MatmulArgs {
+            x,
+            c,
+            n,
+            m,
+            k,
+            accumulate,
+        } = args;
         check_sizes(
             self.pipeline.name,
             &[
@@ -91,11 +110,15 @@ mod tests {
                 let (w, wd) = upload_weights(&dev, &random(m * k, 16, 1.0), format);
                 let x = random(n * k, 17, 1.0);
                 let (xb, cb) = (upload(&dev, &x), zeros(&dev, n * m));
-                run(&dev, |rec| {
-                    kernel
-                        .record(rec, &w, &xb, &cb, n as u32, m as u32, k as u32, false)
-                        .unwrap()
-                });
+                let args = MatmulArgs {
+                    x: &xb,
+                    c: &cb,
+                    n: n as u32,
+                    m: m as u32,
+                    k: k as u32,
+                    accumulate: false,
+                };
+                run(&dev, |rec| kernel.record(rec, &w, args).unwrap());
                 // C[t, r] = sum_k X[t, k] W[r, k]: the same sums as a batched matvec.
                 let want = ops::matvec(&wd, &x, m, k);
                 let mag = ops::matvec_magnitude(&wd, &x, m, k);

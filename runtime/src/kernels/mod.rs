@@ -15,14 +15,16 @@ mod norm;
 mod rope;
 mod softmax;
 
-pub use attention::{AttnDecode, AttnPrefill, AttnShape, RopeKv, RopeSpec, StepToken};
+pub use attention::{
+    AttnDecode, AttnIo, AttnPrefill, AttnShape, RopeKv, RopeSpec, RopeTable, StepToken,
+};
 pub use bandwidth::ReadBandwidth;
 pub use dequant::Dequant;
-pub use elementwise::{Binary, BinaryOp, Gelu, SwiGlu};
-pub use embed::Embed;
-pub use matmul::Matmul;
+pub use elementwise::{Binary, BinaryArgs, BinaryOp, Gelu, SwiGlu};
+pub use embed::{Embed, EmbedArgs};
+pub use matmul::{Matmul, MatmulArgs};
 pub use matvec::{Matvec, MatvecArgs};
-pub use norm::{LayerNorm, RmsNorm};
+pub use norm::{LayerNorm, NormShape, RmsNorm};
 pub use rope::{Rope, RopeShape};
 pub use softmax::Softmax;
 

@@ -15,6 +15,14 @@ struct NormPush {
     eps: f32,
 }
 
+/// The rows a norm runs over: `rows` rows of `n` values, normalised with epsilon `eps`.
+#[derive(Clone, Copy, Debug)]
+pub struct NormShape {
+    pub rows: u32,
+    pub n: u32,
+    pub eps: f32,
+}
+
 pub struct RmsNorm {
     pipeline: Arc<Pipeline>,
 }
@@ -33,10 +41,9 @@ impl RmsNorm {
         x: &'a Buffer,
         w: &'a Buffer,
         y: &'a Buffer,
-        rows: u32,
-        n: u32,
-        eps: f32,
+        shape: NormShape,
     ) -> Result<()> {
+        let NormShape { rows, n, eps } = shape;
         let bytes = rows as u64 * n as u64 * 4;
         check_sizes(
             RMSNORM.name,
@@ -70,10 +77,9 @@ impl LayerNorm {
         w: &'a Buffer,
         b: &'a Buffer,
         y: &'a Buffer,
-        rows: u32,
-        n: u32,
-        eps: f32,
+        shape: NormShape,
     ) -> Result<()> {
+        let NormShape { rows, n, eps } = shape;
         let bytes = rows as u64 * n as u64 * 4;
         let vec = n as u64 * 4;
         check_sizes(
@@ -108,9 +114,12 @@ mod tests {
             let (x, w) = (random(rows * n, 1, 2.0), random(n, 2, 1.0));
             let (xb, wb, yb) = (upload(&dev, &x), upload(&dev, &w), zeros(&dev, rows * n));
             run(&dev, |rec| {
-                kernel
-                    .record(rec, &xb, &wb, &yb, rows as u32, n as u32, 1e-5)
-                    .unwrap()
+                let shape = NormShape {
+                    rows: rows as u32,
+                    n: n as u32,
+                    eps: 1e-5,
+                };
+                kernel.record(rec, &xb, &wb, &yb, shape).unwrap()
             });
             let want = ops::rmsnorm(&x, &w, n, 1e-5);
             // An f32 sum of squares and inversesqrt: a few ulps, relative.
@@ -133,9 +142,12 @@ mod tests {
             let (xb, wb, bb) = (upload(&dev, &x), upload(&dev, &w), upload(&dev, &b));
             let yb = zeros(&dev, rows * n);
             run(&dev, |rec| {
-                kernel
-                    .record(rec, &xb, &wb, &bb, &yb, rows as u32, n as u32, 1e-5)
-                    .unwrap()
+                let shape = NormShape {
+                    rows: rows as u32,
+                    n: n as u32,
+                    eps: 1e-5,
+                };
+                kernel.record(rec, &xb, &wb, &bb, &yb, shape).unwrap()
             });
             let want = ops::layernorm(&x, &w, &b, n, 1e-5);
             let got = yb.download(rows * n).unwrap();
@@ -153,7 +165,17 @@ mod tests {
         let small = upload(&dev, &[0.0; 4]);
         let mut rec = Recorder::new(&dev).unwrap();
         let err = kernel
-            .record(&mut rec, &small, &small, &small, 2, 4, 1e-5)
+            .record(
+                &mut rec,
+                &small,
+                &small,
+                &small,
+                NormShape {
+                    rows: 2,
+                    n: 4,
+                    eps: 1e-5,
+                },
+            )
             .unwrap_err();
         assert!(
             err.to_string().contains("rmsnorm") && err.to_string().contains("`x`"),

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use hearth_shaders::{ATTN_DECODE, ATTN_DECODE_WIDE};
 
 use super::rope_kv::check_rope;
-use super::{record_attention, AttnShape, RopeSpec, Split};
+use super::{record_attention, AttnDispatch, AttnIo, AttnShape, RopeTable, Split};
 use crate::kernels::{has_wide_loads, head_workgroup_size, wide_by_address};
-use crate::kv::KvLayer;
-use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
+use crate::vk::{Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Workgroup size and subgroups per workgroup of a decode attention kernel shaped for a device
 /// of `kind`, once its shared memory fits: q, a merge slot per subgroup, the lanes' partials
@@ -139,89 +138,56 @@ impl AttnDecode {
     /// Attention for tokens whose K/V `RopeKv` has stored. `longest`, the most positions a
     /// token attends to (its own included), sizes the split on GPUs; the result does not
     /// depend on it, since each run covers its share of the token's own positions.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
-        qkv: &'a Buffer,
-        kv: KvLayer<'a>,
-        steps: &'a Buffer,
-        o: &'a Buffer,
+        io: AttnIo<'a>,
         s: AttnShape,
         longest: u32,
     ) -> Result<()> {
-        // The rope table binding is unused here; any buffer fills it.
-        self.record_split(
-            rec,
-            &self.pipeline,
-            [qkv, o, steps],
-            qkv,
-            kv,
-            s,
-            None,
-            longest,
-        )
+        self.record_split(rec, &self.pipeline, io, s, None, longest)
     }
 
     /// `RopeKv` and attention in one dispatch, for tokens that are each the only new token
     /// of their sequence (a decode step): each workgroup rotates its query and the new key
     /// and stores the key and value itself. No token may read (through a beam table) a
-    /// position another token of the dispatch writes: nothing orders the two. `table` is as
+    /// position another token of the dispatch writes: nothing orders the two. `rope` is as
     /// for [`RopeKv::record`]; `longest` as for [`record`](Self::record).
-    #[allow(clippy::too_many_arguments)]
     pub fn record_fused<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
-        qkv: &'a Buffer,
-        table: &'a Buffer,
-        kv: KvLayer<'a>,
-        steps: &'a Buffer,
-        o: &'a Buffer,
+        io: AttnIo<'a>,
         s: AttnShape,
-        rope: RopeSpec,
+        rope: RopeTable<'a>,
         longest: u32,
     ) -> Result<()> {
-        check_rope(s, rope)?;
-        self.record_split(
-            rec,
-            &self.fused,
-            [qkv, o, steps],
-            table,
-            kv,
-            s,
-            Some(rope),
-            longest,
-        )
+        check_rope(s, rope.spec)?;
+        self.record_split(rec, &self.fused, io, s, Some(rope), longest)
     }
 
     /// One attention dispatch, and when it splits, the merge after it.
-    #[allow(clippy::too_many_arguments)]
     fn record_split<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         pipeline: &Pipeline,
-        [qkv, o, steps]: [&'a Buffer; 3],
-        table: &'a Buffer,
-        kv: KvLayer<'a>,
+        io: AttnIo<'a>,
         s: AttnShape,
-        rope: Option<RopeSpec>,
+        rope: Option<RopeTable<'a>>,
         longest: u32,
     ) -> Result<()> {
         let workgroups =
             head_workgroups(pipeline.name, self.heads_per_group, s.n_head, s.n_head_kv)?;
         let runs = self.split.runs(workgroups * s.tokens, longest);
-        record_attention(
-            rec,
+        // Without rope the table binding is unused; any buffer fills it.
+        let table = rope.map_or(io.qkv, |r| r.table);
+        let dispatch = AttnDispatch {
             pipeline,
-            self.head_dim,
-            [qkv, o, steps],
-            &[table, &self.split.partials],
-            kv,
-            s,
-            rope,
-            [workgroups, s.tokens, runs],
-            runs,
-        )?;
-        self.split.merge(rec, o, s, runs)
+            built_head_dim: self.head_dim,
+            extra: &[table, &self.split.partials],
+            groups: [workgroups, s.tokens, runs],
+            splits: runs,
+        };
+        record_attention(rec, dispatch, io, s, rope.map(|r| r.spec))?;
+        self.split.merge(rec, io.o, s, runs)
     }
 }

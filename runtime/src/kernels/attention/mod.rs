@@ -149,22 +149,51 @@ pub struct RopeSpec {
     pub layout: RopeLayout,
 }
 
-/// Checks the shape and records one attention dispatch over `groups` (`splits` is the
-/// push constant of split decode attention, 1 elsewhere); `extra` buffers are bound after the
-/// common ones (binding 7 on).
-#[allow(clippy::too_many_arguments)]
+/// The rotary embedding a kernel applies: `table` is `cpu::ops::rope_table(n_ctx, rot_dim,
+/// base)` (any buffer when rot_dim is 0), and positions must lie within it.
+#[derive(Clone, Copy)]
+pub struct RopeTable<'a> {
+    pub table: &'a Buffer,
+    pub spec: RopeSpec,
+}
+
+/// The buffers of one attention dispatch: the step's projections `qkv`, the layer's cache,
+/// the step's tokens (`steps`, [tokens] [`StepToken`]) and the output `o`.
+#[derive(Clone, Copy)]
+pub struct AttnIo<'a> {
+    pub qkv: &'a Buffer,
+    pub kv: KvLayer<'a>,
+    pub steps: &'a Buffer,
+    pub o: &'a Buffer,
+}
+
+/// How one attention kernel dispatches: its pipeline and the head_dim it was built for,
+/// `extra` buffers bound after the common ones (binding 7 on), the workgroups, and `splits`,
+/// the push constant of split decode attention (1 elsewhere).
+pub(super) struct AttnDispatch<'p, 'a> {
+    pub(super) pipeline: &'p Pipeline,
+    pub(super) built_head_dim: u32,
+    pub(super) extra: &'p [&'a Buffer],
+    pub(super) groups: [u32; 3],
+    pub(super) splits: u32,
+}
+
+/// Checks the shape and records one attention dispatch.
 pub(super) fn record_attention<'a>(
     rec: &mut Recorder<'a>,
-    pipeline: &Pipeline,
-    built_head_dim: u32,
-    [qkv, o, steps]: [&'a Buffer; 3],
-    extra: &[&'a Buffer],
-    kv: KvLayer<'a>,
+    dispatch: AttnDispatch<'_, 'a>,
+    io: AttnIo<'a>,
     s: AttnShape,
     rope: Option<RopeSpec>,
-    groups: [u32; 3],
-    splits: u32,
 ) -> Result<()> {
+    let AttnDispatch {
+        pipeline,
+        built_head_dim,
+        extra,
+        groups,
+        splits,
+    } = dispatch;
+    let AttnIo { qkv, kv, steps, o } = io;
     if built_head_dim != s.head_dim {
         return Err(VkError::Kernel {
             kernel: pipeline.name,

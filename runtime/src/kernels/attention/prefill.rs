@@ -6,10 +6,9 @@ use std::sync::Arc;
 use hearth_shaders::{ATTN_PREFILL, ATTN_PREFILL_WIDE};
 
 use super::decode::{head_workgroups, heads_per_workgroup};
-use super::{record_attention, AttnShape};
+use super::{record_attention, AttnDispatch, AttnIo, AttnShape};
 use crate::kernels::{has_wide_loads, wide_by_address, workgroup_size, BROADCAST_LANES};
-use crate::kv::KvLayer;
-use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
+use crate::vk::{Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Causal prefill attention for a run of one sequence's tokens at consecutive positions,
 /// tiled over keys with an online softmax (see `attn_prefill.comp`).
@@ -88,33 +87,21 @@ impl AttnPrefill {
 
     /// Attention for tokens t0 .. t0 + tokens, which must be one sequence's consecutive
     /// positions (steps[t0] names the sequence and the first position).
-    pub fn record<'a>(
-        &self,
-        rec: &mut Recorder<'a>,
-        qkv: &'a Buffer,
-        kv: KvLayer<'a>,
-        steps: &'a Buffer,
-        o: &'a Buffer,
-        s: AttnShape,
-    ) -> Result<()> {
+    pub fn record<'a>(&self, rec: &mut Recorder<'a>, io: AttnIo<'a>, s: AttnShape) -> Result<()> {
         // The shape first: its errors say more than a grouping mismatch would.
-        s.check(self.pipeline.name, qkv, o, steps)?;
+        s.check(self.pipeline.name, io.qkv, io.o, io.steps)?;
         let groups = [
             s.tokens.div_ceil(self.pipeline.workgroup_size()).max(1),
             head_workgroups(self.pipeline.name, self.heads, s.n_head, s.n_head_kv)?,
             1,
         ];
-        record_attention(
-            rec,
-            &self.pipeline,
-            self.head_dim,
-            [qkv, o, steps],
-            &[],
-            kv,
-            s,
-            None,
+        let dispatch = AttnDispatch {
+            pipeline: &self.pipeline,
+            built_head_dim: self.head_dim,
+            extra: &[],
             groups,
-            1,
-        )
+            splits: 1,
+        };
+        record_attention(rec, dispatch, io, s, None)
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use hearth_shaders::ROPE_KV;
 
-use super::{AttnShape, RopeSpec};
+use super::{AttnShape, RopeSpec, RopeTable};
 use crate::kernels::{linear_groups, workgroup_size};
 use crate::kv::KvLayer;
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
@@ -21,19 +21,17 @@ impl RopeKv {
     }
 
     /// Rotates q and k of `qkv` in place and stores k and v at each token's row and position
-    /// in the cache. `table` is `cpu::ops::rope_table(n_ctx, rot_dim, base)` (any buffer when
-    /// rot_dim is 0); positions must lie within it and within the rows' block tables.
-    #[allow(clippy::too_many_arguments)]
+    /// in the cache; positions must lie within the rope table and the rows' block tables.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
         qkv: &'a Buffer,
-        table: &'a Buffer,
         kv: KvLayer<'a>,
         steps: &'a Buffer,
         s: AttnShape,
-        rope: RopeSpec,
+        rope: RopeTable<'a>,
     ) -> Result<()> {
+        let RopeTable { table, spec: rope } = rope;
         check_rope(s, rope)?;
         s.check(ROPE_KV.name, qkv, qkv, steps)?;
         if s.tokens == 0 {

@@ -236,26 +236,32 @@ fn check_shaped(
     let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
     let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
     let layer = cache.layer(0);
+    let io = AttnIo {
+        qkv: &qkv_b,
+        kv: layer,
+        steps: &steps_b,
+        o: &o,
+    };
+    let rope = RopeTable {
+        table: &table_b,
+        spec: rope,
+    };
     let fused = decode && tokens == 1;
     let longest = pos0 + tokens;
     run(&dev, |rec| {
         if fused {
             decode_kernel
-                .record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
+                .record_fused(rec, io, s, rope, longest)
                 .unwrap();
             return;
         }
         rope_kv
-            .record(rec, &qkv_b, &table_b, layer, &steps_b, s, rope)
+            .record(rec, &qkv_b, layer, &steps_b, s, rope)
             .unwrap();
         if decode {
-            decode_kernel
-                .record(rec, &qkv_b, layer, &steps_b, &o, s, longest)
-                .unwrap();
+            decode_kernel.record(rec, io, s, longest).unwrap();
         } else {
-            prefill_kernel
-                .record(rec, &qkv_b, layer, &steps_b, &o, s)
-                .unwrap();
+            prefill_kernel.record(rec, io, s).unwrap();
         }
     });
     let qkv_before = qkv.clone();
@@ -367,12 +373,20 @@ fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
     };
     let s = h.shape(steps.len() as u32, 0);
     let attn = AttnDecode::shaped_for(&dev, h.head_dim, h.n_head / h.n_head_kv, kind).unwrap();
-    let layer = cache.layer(0);
+    let io = AttnIo {
+        qkv: &qkv_b,
+        kv: cache.layer(0),
+        steps: &steps_b,
+        o: &o,
+    };
+    let rope = RopeTable {
+        table: &table_b,
+        spec: rope,
+    };
     // One new token per sequence: the fused kernel rotates and stores K/V itself.
     run(&dev, |rec| {
         let longest = lens[2] as u32 + 1;
-        attn.record_fused(rec, &qkv_b, &table_b, layer, &steps_b, &o, s, rope, longest)
-            .unwrap();
+        attn.record_fused(rec, io, s, rope, longest).unwrap();
     });
     reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
     let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
@@ -400,26 +414,26 @@ fn shapes_are_checked() {
     // Built for two query heads per KV head, as a CPU device groups them.
     let decode = AttnDecode::shaped_for(&dev, 16, 2, DeviceKind::Cpu).unwrap();
     let mut rec = Recorder::new(&dev).unwrap();
-    let err = kernel
-        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, h.shape(40, 0))
-        .unwrap_err();
+    let io = AttnIo {
+        qkv: &buf,
+        kv: cache.layer(0),
+        steps: &buf,
+        o: &buf,
+    };
+    let err = kernel.record(&mut rec, io, h.shape(40, 0)).unwrap_err();
     assert!(err.to_string().contains("holds"), "{err}");
     let bad = AttnShape {
         n_head_kv: 3,
         ..h.shape(4, 0)
     };
-    let err = kernel
-        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, bad)
-        .unwrap_err();
+    let err = kernel.record(&mut rec, io, bad).unwrap_err();
     assert!(err.to_string().contains("do not divide"), "{err}");
     let three = AttnShape {
         n_head: 3,
         n_head_kv: 1,
         ..h.shape(1, 0)
     };
-    let err = decode
-        .record(&mut rec, &buf, cache.layer(0), &buf, &buf, three, 1)
-        .unwrap_err();
+    let err = decode.record(&mut rec, io, three, 1).unwrap_err();
     assert!(err.to_string().contains("query heads per KV head"), "{err}");
     drop(rec);
     finish(&dev);

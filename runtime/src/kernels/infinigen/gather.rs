@@ -10,6 +10,18 @@ use crate::kernels::{check_sizes, workgroup_size};
 use crate::kv::KvLayer;
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
 
+/// The buffers of one gather (shapes in [`IgShape`]): the layer's pool, the selections it
+/// reads, the fetch counters it adds to, and the scratch it fills.
+#[derive(Clone, Copy)]
+pub struct GatherArgs<'a> {
+    pub kv: KvLayer<'a>,
+    pub sel_idx: &'a Buffer,
+    pub sel_count: &'a Buffer,
+    pub fetches: &'a Buffer,
+    pub k_scratch: &'a Buffer,
+    pub v_scratch: &'a Buffer,
+}
+
 /// Copies the selected positions' K/V from the pool into the device scratch.
 pub struct KvGather {
     pipeline: Arc<Pipeline>,
@@ -44,19 +56,21 @@ impl KvGather {
     /// k_scratch[t][g][j] = K(row, sel_idx[t][g][j], g) and likewise V, for j <
     /// sel_count[t][g], token t of `batch` being in `row`; each fetch adds one to the entry's
     /// counter in `fetches` ([rows, n_ctx] u32), which pool eviction reads.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        kv: KvLayer<'a>,
-        sel_idx: &'a Buffer,
-        sel_count: &'a Buffer,
-        fetches: &'a Buffer,
-        k_scratch: &'a Buffer,
-        v_scratch: &'a Buffer,
+        args: GatherArgs<'a>,
         s: IgShape,
         batch: IgBatch<'a>,
     ) -> Result<()> {
+        let GatherArgs {
+            kv,
+            sel_idx,
+            sel_count,
+            fetches,
+            k_scratch,
+            v_scratch,
+        } = args;
         let name = KV_GATHER.name;
         s.check(name)?;
         batch.check(name)?;
@@ -156,12 +170,14 @@ mod tests {
                 gather
                     .record(
                         rec,
-                        pool.layer(),
-                        &idx_b,
-                        &count_b,
-                        &fetches_b,
-                        &k_b,
-                        &v_b,
+                        GatherArgs {
+                            kv: pool.layer(),
+                            sel_idx: &idx_b,
+                            sel_count: &count_b,
+                            fetches: &fetches_b,
+                            k_scratch: &k_b,
+                            v_scratch: &v_b,
+                        },
                         s,
                         batch,
                     )

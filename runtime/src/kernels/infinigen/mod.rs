@@ -18,11 +18,11 @@ mod speculate;
 #[cfg(test)]
 mod testing;
 
-pub use gather::KvGather;
-pub use partial_keys::IgPartialKeys;
-pub use select::IgSelect;
-pub use sparse::AttnSparse;
-pub use speculate::IgSpeculate;
+pub use gather::{GatherArgs, KvGather};
+pub use partial_keys::{IgPartialKeys, PartialKeysArgs};
+pub use select::{IgSelect, SelectArgs};
+pub use sparse::{AttnSparse, SparseArgs};
+pub use speculate::{IgSpeculate, SpeculateArgs};
 
 use bytemuck::{Pod, Zeroable};
 use hearth_shaders::Kernel;
@@ -399,7 +399,13 @@ mod tests {
                 steps: &steps,
                 ..batch
             };
-            message(select.record(&mut rec, &buf, map, idx, &buf, s, batch, alpha, 0))
+            let args = SelectArgs {
+                scores: &buf,
+                seq_pos: map,
+                sel_idx: idx,
+                sel_count: &buf,
+            };
+            message(select.record(&mut rec, args, s, batch, alpha, 0))
         };
         let err = select_err(&buf, &buf, 4.0, 33);
         assert!(err.contains("budget 33"), "{err}");
@@ -417,7 +423,13 @@ mod tests {
         };
         let at3 = [IgStep::new(IgToken::new(0, 3), 8)];
         let mut rec = Recorder::new(&dev).unwrap();
-        let err = message(select.record(&mut rec, &buf, &buf, &buf, &buf, s, short, 4.0, 0));
+        let args = SelectArgs {
+            scores: &buf,
+            seq_pos: &buf,
+            sel_idx: &buf,
+            sel_count: &buf,
+        };
+        let err = message(select.record(&mut rec, args, s, short, 4.0, 0));
         assert!(err.contains("binding `steps`"), "{err}");
 
         let partial = IgPartialKeys::new(&dev).unwrap();
@@ -425,7 +437,13 @@ mod tests {
         let keys_b = Buffer::from_slice(&dev, "tokens", &keys).unwrap();
         let partial_err = |shape: IgShape, keys: &[StepToken]| {
             let mut rec = Recorder::new(&dev).unwrap();
-            message(partial.record(&mut rec, pool.layer(), &buf, &buf, shape, &keys_b, keys))
+            let args = PartialKeysArgs {
+                kv: pool.layer(),
+                skew: &buf,
+                pkeys: &buf,
+                steps: &keys_b,
+            };
+            message(partial.record(&mut rec, args, shape, keys))
         };
         // Wider than a head, and not padded to a multiple of 4.
         for columns in [68, 13] {
@@ -447,14 +465,17 @@ mod tests {
         let err = partial_err(s, &five);
         assert!(err.contains("binding `steps`"), "{err}");
 
+        let args = SparseArgs {
+            q: QueryAt::vectors(&small, s),
+            kv: pool.layer(),
+            k_scratch: &buf,
+            v_scratch: &buf,
+            sel_count: &buf,
+            o: &buf,
+        };
         let err = message(attn.record(
             &mut rec,
-            QueryAt::vectors(&small, s),
-            pool.layer(),
-            &buf,
-            &buf,
-            &buf,
-            &buf,
+            args,
             s,
             IgBatch {
                 steps: &at3,

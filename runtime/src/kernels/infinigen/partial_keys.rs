@@ -11,6 +11,16 @@ use crate::kernels::{check_sizes, linear_groups, workgroup_size};
 use crate::kv::KvLayer;
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
+/// The buffers of one partial key update (shapes in [`IgShape`]): the layer's pool, the skew
+/// columns, the partial key cache it writes, and the tokens' `steps` ([tokens] `StepToken`).
+#[derive(Clone, Copy)]
+pub struct PartialKeysArgs<'a> {
+    pub kv: KvLayer<'a>,
+    pub skew: &'a Buffer,
+    pub pkeys: &'a Buffer,
+    pub steps: &'a Buffer,
+}
+
 /// Fills the partial key cache from keys already in the pool.
 pub struct IgPartialKeys {
     pipeline: Arc<Pipeline>,
@@ -26,17 +36,19 @@ impl IgPartialKeys {
     /// pkeys[row][pos][g][..] = K(row, pos, g) · skew[g] for every token (row, pos) of
     /// `tokens`, which `steps` holds ([tokens] `StepToken`: a step's new tokens once rope_kv
     /// stored their keys, or a row's history).
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        kv: KvLayer<'a>,
-        skew: &'a Buffer,
-        pkeys: &'a Buffer,
+        args: PartialKeysArgs<'a>,
         s: IgShape,
-        steps: &'a Buffer,
         tokens: &[StepToken],
     ) -> Result<()> {
+        let PartialKeysArgs {
+            kv,
+            skew,
+            pkeys,
+            steps,
+        } = args;
         let name = IG_PARTIAL_KEYS.name;
         s.check(name)?;
         if tokens.is_empty() {

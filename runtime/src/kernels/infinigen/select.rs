@@ -12,6 +12,16 @@ use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
 /// Most positions whose selection keys `IgSelect` keeps in shared memory (`KEY_CACHE`).
 const MAX_KEY_CACHE: u32 = 16384;
 
+/// The buffers of one selection (shapes in [`IgShape`]): the speculated scores and the
+/// positions of the rows' entries it reads, and the selections it writes.
+#[derive(Clone, Copy)]
+pub struct SelectArgs<'a> {
+    pub scores: &'a Buffer,
+    pub seq_pos: &'a Buffer,
+    pub sel_idx: &'a Buffer,
+    pub sel_count: &'a Buffer,
+}
+
 /// Per token and KV head, the positions to fetch (InfiniGen's count and choice).
 pub struct IgSelect {
     pipeline: Arc<Pipeline>,
@@ -85,19 +95,21 @@ impl IgSelect {
     /// cap - budget), which come first and add to k; in ascending order. Scores must be
     /// finite. The newest are those whose position, `seq_pos[row][i]` ([rows, n_ctx] u32), is
     /// within that many of the token's.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        scores: &'a Buffer,
-        seq_pos: &'a Buffer,
-        sel_idx: &'a Buffer,
-        sel_count: &'a Buffer,
+        args: SelectArgs<'a>,
         s: IgShape,
         batch: IgBatch<'a>,
         alpha: f32,
         recent: u32,
     ) -> Result<()> {
+        let SelectArgs {
+            scores,
+            seq_pos,
+            sel_idx,
+            sel_count,
+        } = args;
         let name = IG_SELECT.name;
         s.check(name)?;
         if alpha.is_nan() || alpha < 0.0 {
@@ -161,19 +173,11 @@ mod tests {
     use crate::testing::{device, finish, random, run, upload};
 
     /// ig_select's rule, from the CPU reference of InfiniGen (`kv::infinigen::select`), on
-    /// the first `pos` scores of each head; entry t holds position seq_pos[t], and the
-    /// current token position `now`.
-    #[allow(clippy::too_many_arguments)]
-    fn reference_select(
-        scores: &[f32],
-        s: IgShape,
-        pos: usize,
-        alpha: f32,
-        budget: usize,
-        recent: usize,
-        seq_pos: &[u32],
-        now: u32,
-    ) -> Vec<Vec<u32>> {
+    /// the first `case.index` scores of each head; entry t holds position seq_pos[t], and the
+    /// current token is at position `case.now`.
+    fn reference_select(case: &SelectCase, s: IgShape, alpha: f32, recent: usize) -> Vec<Vec<u32>> {
+        let (scores, pos, budget) = (case.scores, case.index as usize, case.budget as usize);
+        let (seq_pos, now) = (case.seq_pos, case.now);
         use crate::kv::infinigen::select;
         let (n_head, n_kv) = (s.n_head as usize, s.n_head_kv as usize);
         let compact: Vec<f32> = (0..n_head)
@@ -196,7 +200,9 @@ mod tests {
         budget: u32,
         what: &str,
     ) -> Vec<Vec<u32>> {
-        check_select_recent(select, scores, s, pos, alpha, budget, 0, what)
+        let identity: Vec<u32> = (0..s.n_ctx).collect();
+        let case = SelectCase::fresh(scores, pos, budget, &identity);
+        check_select_at(select, s, case, alpha, 0, what)
     }
 
     /// A token for [`check_select_batch`]: its scores ([n_head, n_ctx]), its index (history
@@ -207,6 +213,20 @@ mod tests {
         budget: u32,
         seq_pos: &'a [u32],
         now: u32,
+    }
+
+    impl<'a> SelectCase<'a> {
+        /// A token at `index` of a row that never evicted: `identity` maps its entries to
+        /// themselves, and its position is its index.
+        fn fresh(scores: &'a [f32], index: u32, budget: u32, identity: &'a [u32]) -> Self {
+            Self {
+                scores,
+                index,
+                budget,
+                seq_pos: identity,
+                now: index,
+            }
+        }
     }
 
     /// Runs ig_select on the tokens of `cases` in one dispatch, token t in row t + 1 (row 0
@@ -250,12 +270,14 @@ mod tests {
             buffer: &steps_b,
             steps: &steps,
         };
+        let args = SelectArgs {
+            scores: &scores_b,
+            seq_pos: &map_b,
+            sel_idx: &idx_b,
+            sel_count: &count_b,
+        };
         run(&dev, |rec| {
-            select
-                .record(
-                    rec, &scores_b, &map_b, &idx_b, &count_b, s, batch, alpha, recent,
-                )
-                .unwrap();
+            select.record(rec, args, s, batch, alpha, recent).unwrap();
         });
         let counts: Vec<u32> = count_b
             .download(tokens as usize * s.n_head_kv as usize)
@@ -263,16 +285,7 @@ mod tests {
         let idx: Vec<u32> = idx_b.download(cases.len() * list).unwrap();
         let mut kept = Vec::new();
         for (t, c) in cases.iter().enumerate() {
-            let want = reference_select(
-                c.scores,
-                s,
-                c.index as usize,
-                alpha,
-                c.budget as usize,
-                recent as usize,
-                c.seq_pos,
-                c.now,
-            );
+            let want = reference_select(c, s, alpha, recent as usize);
             for (g, want) in want.iter().enumerate() {
                 let n = counts[t * s.n_head_kv as usize + g] as usize;
                 assert_eq!(n, want.len(), "{what}: count of token {t}, KV head {g}");
@@ -288,47 +301,16 @@ mod tests {
         kept
     }
 
-    /// [`check_select_batch`] for one token at `pos`, whose entries hold the positions
-    /// `seq_pos` (an evicting pool) and whose own position is `now`.
-    #[allow(clippy::too_many_arguments)]
+    /// [`check_select_batch`] for one token, with the `recent` newest positions always kept.
     fn check_select_at(
         select: &IgSelect,
-        scores: &[f32],
         s: IgShape,
-        pos: u32,
+        case: SelectCase,
         alpha: f32,
-        budget: u32,
         recent: u32,
-        seq_pos: &[u32],
-        now: u32,
         what: &str,
     ) -> Vec<Vec<u32>> {
-        let case = SelectCase {
-            scores,
-            index: pos,
-            budget,
-            seq_pos,
-            now,
-        };
         check_select_batch(select, s, &[case], alpha, recent, what).remove(0)
-    }
-
-    /// [`check_select`] with the `recent` newest positions always kept.
-    #[allow(clippy::too_many_arguments)]
-    fn check_select_recent(
-        select: &IgSelect,
-        scores: &[f32],
-        s: IgShape,
-        pos: u32,
-        alpha: f32,
-        budget: u32,
-        recent: u32,
-        what: &str,
-    ) -> Vec<Vec<u32>> {
-        let identity: Vec<u32> = (0..s.n_ctx).collect();
-        check_select_at(
-            select, scores, s, pos, alpha, budget, recent, &identity, pos, what,
-        )
     }
 
     #[test]
@@ -375,8 +357,9 @@ mod tests {
                 assert!(uncapped.iter().all(|k| k.len() > 50 && k.len() < 277));
                 let capped = check_select(select, &scores, s, 277, 4.0, 50, &what("budget 50"));
                 assert!(capped.iter().all(|k| k.len() == 50));
-                let recent =
-                    check_select_recent(select, &scores, s, 277, 4.0, 50, 20, &what("recent"));
+                let identity: Vec<u32> = (0..s.n_ctx).collect();
+                let fresh = |index, budget| SelectCase::fresh(&scores, index, budget, &identity);
+                let recent = check_select_at(select, s, fresh(277, 50), 4.0, 20, &what("recent"));
                 assert!(recent
                     .iter()
                     .all(|k| k.len() == 70 && k.ends_with(&(257..277).collect::<Vec<u32>>())));
@@ -387,13 +370,18 @@ mod tests {
                 seq_pos.swap(3, 270);
                 seq_pos.swap(100, 260);
                 let what_ev = what("evicted");
-                let ev = check_select_at(
-                    select, &scores, s, 277, 4.0, 50, 20, &seq_pos, 1005, &what_ev,
-                );
+                let evicted = SelectCase {
+                    scores: &scores,
+                    index: 277,
+                    budget: 50,
+                    seq_pos: &seq_pos,
+                    now: 1005,
+                };
+                let ev = check_select_at(select, s, evicted, 4.0, 20, &what_ev);
                 assert!(ev.iter().all(|k| k.len() == 70
                     && [3u32, 100].iter().all(|t| k.contains(t))
                     && !k.contains(&270)));
-                let few = check_select_recent(select, &scores, s, 10, 0.0, 50, 20, &what("short"));
+                let few = check_select_at(select, s, fresh(10, 50), 0.0, 20, &what("short"));
                 assert!(few.iter().all(|k| k.iter().copied().eq(0..10)));
                 let all = check_select(select, &scores, s, 290, 1e30, 300, &what("huge alpha"));
                 assert!(all.iter().all(|k| k.iter().copied().eq(0..290)));

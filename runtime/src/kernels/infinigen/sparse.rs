@@ -13,6 +13,19 @@ use crate::kernels::check_sizes;
 use crate::kv::KvLayer;
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
 
+/// The buffers of one sparse attention: the tokens' queries, the layer's pool (for each
+/// token's own entry), the gathered K/V and their counts (as `KvGather` fills them), and the
+/// output.
+#[derive(Clone, Copy)]
+pub struct SparseArgs<'a> {
+    pub q: QueryAt<'a>,
+    pub kv: KvLayer<'a>,
+    pub k_scratch: &'a Buffer,
+    pub v_scratch: &'a Buffer,
+    pub sel_count: &'a Buffer,
+    pub o: &'a Buffer,
+}
+
 /// Decode attention over the gathered selections plus each token's own position.
 pub struct AttnSparse {
     pipeline: Arc<Pipeline>,
@@ -63,19 +76,21 @@ impl AttnSparse {
     /// o[q.token + t] = attention of token t of `batch` (its query `q`, post-RoPE) over
     /// k/v_scratch[t][g][0 .. sel_count[t][g]] in stored order, then its own entry in the
     /// pool; `o` is [tokens, n_head * head_dim], as `AttnDecode` writes it.
-    #[allow(clippy::too_many_arguments)]
     pub fn record<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
-        q: QueryAt<'a>,
-        kv: KvLayer<'a>,
-        k_scratch: &'a Buffer,
-        v_scratch: &'a Buffer,
-        sel_count: &'a Buffer,
-        o: &'a Buffer,
+        args: SparseArgs<'a>,
         s: IgShape,
         batch: IgBatch<'a>,
     ) -> Result<()> {
+        let SparseArgs {
+            q,
+            kv,
+            k_scratch,
+            v_scratch,
+            sel_count,
+            o,
+        } = args;
         let name = ATTN_SPARSE.name;
         s.check(name)?;
         if s.head_dim != self.head_dim {
@@ -149,8 +164,8 @@ impl AttnSparse {
 mod tests {
     use super::*;
     use crate::kernels::infinigen::testing::{shape, steps_buffer, u32_buffer, Pool};
-    use crate::kernels::infinigen::{IgStep, IgToken, KvGather, QueryAt};
-    use crate::kernels::{AttnDecode, StepToken};
+    use crate::kernels::infinigen::{GatherArgs, IgStep, IgToken, KvGather, QueryAt};
+    use crate::kernels::{AttnDecode, AttnIo, StepToken};
     use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
 
     /// Attention of one query (post-RoPE) over positions `history` then `pos` of `row`, in f64.
@@ -254,18 +269,27 @@ mod tests {
             gather
                 .record(
                     rec,
-                    pool.layer(),
-                    &idx_b,
-                    &count_b,
-                    &fetches_b,
-                    &k_b,
-                    &v_b,
+                    GatherArgs {
+                        kv: pool.layer(),
+                        sel_idx: &idx_b,
+                        sel_count: &count_b,
+                        fetches: &fetches_b,
+                        k_scratch: &k_b,
+                        v_scratch: &v_b,
+                    },
                     s,
                     batch,
                 )
                 .unwrap();
-            attn.record(rec, query, pool.layer(), &k_b, &v_b, &count_b, &o, s, batch)
-                .unwrap();
+            let args = SparseArgs {
+                q: query,
+                kv: pool.layer(),
+                k_scratch: &k_b,
+                v_scratch: &v_b,
+                sel_count: &count_b,
+                o: &o,
+            };
+            attn.record(rec, args, s, batch).unwrap();
         });
         let want: Vec<f32> = tokens
             .iter()
@@ -350,11 +374,13 @@ mod tests {
                 n_head_kv: s.n_head_kv,
                 head_dim: s.head_dim,
             };
-            run(&dev, |rec| {
-                dense
-                    .record(rec, &qkv_b, pool.layer(), &steps, &o, shape, pos + 1)
-                    .unwrap();
-            });
+            let io = AttnIo {
+                qkv: &qkv_b,
+                kv: pool.layer(),
+                steps: &steps,
+                o: &o,
+            };
+            run(&dev, |rec| dense.record(rec, io, shape, pos + 1).unwrap());
             let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();
             let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
             let what = format!("({kind:?} shape)");

@@ -8,8 +8,19 @@ use hearth_shaders::IG_SPECULATE;
 use super::{kernel_error, IgBatch, IgPush, IgShape, QueryAt};
 use crate::cpu::ops::RopeLayout;
 use crate::kernels::attention::{head_workgroups, heads_per_workgroup};
-use crate::kernels::{check_sizes, workgroup_size, RopeSpec};
+use crate::kernels::{check_sizes, workgroup_size, RopeTable};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
+
+/// The buffers of one speculation (shapes in [`IgShape`]): the tokens' queries before RoPE,
+/// the rotation, the skew columns and partial key cache, and the scores it writes.
+#[derive(Clone, Copy)]
+pub struct SpeculateArgs<'a> {
+    pub q_raw: QueryAt<'a>,
+    pub rope: RopeTable<'a>,
+    pub skew: &'a Buffer,
+    pub pkeys: &'a Buffer,
+    pub scores: &'a Buffer,
+}
 
 /// Speculated attention scores of each token over its history.
 pub struct IgSpeculate {
@@ -62,22 +73,22 @@ impl IgSpeculate {
 
     /// scores[t][h][i] for i < index of token t of `batch`: its query before RoPE (`q_raw`)
     /// rotated at its position as [`super::RopeKv`] does, projected on the skew, dotted with
-    /// pkeys[row][i], times 1/sqrt(head_dim). `table` is `cpu::ops::rope_table(..)` holding
-    /// every token's position (any buffer when rot_dim is 0). Scores at the index and beyond
-    /// are left as they were.
-    #[allow(clippy::too_many_arguments)]
+    /// pkeys[row][i], times 1/sqrt(head_dim). The rope table must hold every token's
+    /// position. Scores at the index and beyond are left as they were.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        q_raw: QueryAt<'a>,
-        table: &'a Buffer,
-        rope: RopeSpec,
-        skew: &'a Buffer,
-        pkeys: &'a Buffer,
-        scores: &'a Buffer,
+        args: SpeculateArgs<'a>,
         s: IgShape,
         batch: IgBatch<'a>,
     ) -> Result<()> {
+        let SpeculateArgs {
+            q_raw,
+            rope: RopeTable { table, spec: rope },
+            skew,
+            pkeys,
+            scores,
+        } = args;
         let name = IG_SPECULATE.name;
         s.check(name)?;
         if (s.head_dim, s.partial) != (self.head_dim, self.partial) {
@@ -142,8 +153,8 @@ mod tests {
     use super::*;
     use crate::cpu::ops;
     use crate::kernels::infinigen::testing::{shape, steps_buffer, Pool};
-    use crate::kernels::infinigen::{IgPartialKeys, IgStep, IgToken};
-    use crate::kernels::StepToken;
+    use crate::kernels::infinigen::{IgPartialKeys, IgStep, IgToken, PartialKeysArgs};
+    use crate::kernels::{RopeSpec, StepToken};
     use crate::testing::{assert_close, device, finish, random, run, upload, zeros};
 
     const EPS: f64 = f32::EPSILON as f64;
@@ -189,9 +200,13 @@ mod tests {
         let second_b = Buffer::from_slice(&dev, "tokens", second).unwrap();
         run(&dev, |rec| {
             for (b, list) in [(&first_b, first), (&second_b, second)] {
-                partial
-                    .record(rec, pool.layer(), &skew_b, &pkeys_b, s, b, list)
-                    .unwrap();
+                let args = PartialKeysArgs {
+                    kv: pool.layer(),
+                    skew: &skew_b,
+                    pkeys: &pkeys_b,
+                    steps: b,
+                };
+                partial.record(rec, args, s, list).unwrap();
             }
         });
         // Every f32 sum of n products is within n * eps/2 * (sum of |products|) of the exact
@@ -255,13 +270,17 @@ mod tests {
                 buffer: &steps_b,
                 steps: &steps,
             };
-            run(&dev, |rec| {
-                speculate
-                    .record(
-                        rec, q, &table_b, rope, &skew_b, &pkeys_b, &scores_b, s, batch,
-                    )
-                    .unwrap();
-            });
+            let args = SpeculateArgs {
+                q_raw: q,
+                rope: RopeTable {
+                    table: &table_b,
+                    spec: rope,
+                },
+                skew: &skew_b,
+                pkeys: &pkeys_b,
+                scores: &scores_b,
+            };
+            run(&dev, |rec| speculate.record(rec, args, s, batch).unwrap());
             let mut want = vec![9f32; 2 * per_token];
             let mut tol = vec![0f32; want.len()];
             for (tk, at) in ats.iter().enumerate() {

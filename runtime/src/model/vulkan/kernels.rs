@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock};
 use super::DeviceMatrix;
 use crate::error::Result;
 use crate::kernels::{
-    AttnDecode, AttnPrefill, Embed, Matmul, Matvec, MatvecArgs, RmsNorm, RopeKv, SwiGlu,
-    WeightFormat,
+    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, RmsNorm, RopeKv,
+    SwiGlu, WeightFormat,
 };
 use crate::model::ModelConfig;
-use crate::vk::{Buffer, Device, DeviceKind, Recorder};
+use crate::vk::{Device, DeviceKind, Recorder};
 
 /// Most tokens a step runs through the decode (matrix-vector) path.
 pub(super) const DECODE_MAX_TOKENS: usize = 8;
@@ -127,19 +127,13 @@ impl Kernels {
     }
 
     /// C [n, m] (+)= X [n, k] W^T through the tiled matmul for `w`'s format.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul<'a>(
         &self,
         rec: &mut Recorder<'a>,
         w: &'a DeviceMatrix,
-        x: &'a Buffer,
-        c: &'a Buffer,
-        n: u32,
-        m: u32,
-        k: u32,
-        accumulate: bool,
+        args: MatmulArgs<'a>,
     ) -> Result<()> {
         let kernel = &self.of(w.format).matmul;
-        Ok(kernel.record(rec, &w.buffer, x, c, n, m, k, accumulate)?)
+        Ok(kernel.record(rec, &w.buffer, args)?)
     }
 }

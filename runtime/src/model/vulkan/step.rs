@@ -7,7 +7,7 @@ use super::policy::{attn_shape, rope_spec, Beside, LayerAt, StepView, FETCH_KERN
 use super::{SeqStep, VkModel};
 use crate::cpu::forward::check_step;
 use crate::error::{Error, Result};
-use crate::kernels::{MatvecArgs, StepToken};
+use crate::kernels::{EmbedArgs, MatmulArgs, MatvecArgs, NormShape, RopeTable, StepToken};
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::Logits;
 use crate::vk::{Completed, Recorder};
@@ -151,7 +151,15 @@ impl VkModel {
         let s = &self.scratch;
         let embed = &self.kernels.of(self.token_embd.format).embed;
         let (t, vocab, e) = (ids.len() as u32, c.n_vocab as u32, c.n_embd as u32);
-        embed.record(&mut rec, &self.token_embd.buffer, &s.ids, &s.x, t, vocab, e)?;
+        let args = EmbedArgs {
+            table: &self.token_embd.buffer,
+            ids: &s.ids,
+            out: &s.x,
+            tokens: t,
+            vocab,
+            dim: e,
+        };
+        embed.record(&mut rec, args)?;
         for l in 0..self.layers.len() {
             self.record_layer(&mut rec, l, &plan)?;
         }
@@ -233,9 +241,17 @@ impl VkModel {
             let norm = Some((&w.attn_norm, eps));
             k.matvec(rec, &w.wqkv, MatvecArgs { norm, ..args })?;
         } else {
-            k.rmsnorm
-                .record(rec, &s.x, &w.attn_norm, &s.xn, t, e, eps)?;
-            k.matmul(rec, &w.wqkv, &s.xn, &s.qkv, t, qkv_dim, e, false)?;
+            let shape = NormShape { rows: t, n: e, eps };
+            k.rmsnorm.record(rec, &s.x, &w.attn_norm, &s.xn, shape)?;
+            let args = MatmulArgs {
+                x: &s.xn,
+                c: &s.qkv,
+                n: t,
+                m: qkv_dim,
+                k: e,
+                accumulate: false,
+            };
+            k.matmul(rec, &w.wqkv, args)?;
         }
         Ok(())
     }
@@ -256,15 +272,13 @@ impl VkModel {
             false => attn_shape(c, 0, n),
         };
         let before = rec.len();
-        at.kernels.rope_kv.record(
-            rec,
-            &s.qkv,
-            at.rope_table,
-            at.kv_layer(),
-            &s.steps,
-            rest,
-            rope_spec(c),
-        )?;
+        let rope = RopeTable {
+            table: at.rope_table,
+            spec: rope_spec(c),
+        };
+        at.kernels
+            .rope_kv
+            .record(rec, &s.qkv, at.kv_layer(), &s.steps, rest, rope)?;
         if rec.len() > before {
             beside.step(rec)?;
         }
@@ -281,7 +295,15 @@ impl VkModel {
             let accumulate = true;
             k.matvec(rec, &w.wo, MatvecArgs { accumulate, ..args })
         } else {
-            k.matmul(rec, &w.wo, &s.att, &s.x, t, e, attn_dim, true)
+            let args = MatmulArgs {
+                x: &s.att,
+                c: &s.x,
+                n: t,
+                m: e,
+                k: attn_dim,
+                accumulate: true,
+            };
+            k.matmul(rec, &w.wo, args)
         }
     }
 
@@ -314,11 +336,28 @@ impl VkModel {
             let accumulate = true;
             k.matvec(rec, &w.w_down, MatvecArgs { accumulate, ..args })
         } else {
-            k.rmsnorm.record(rec, &s.x, &w.ffn_norm, &s.xn, t, e, eps)?;
-            k.matmul(rec, &w.w_gate_up, &s.xn, &s.gate_up, t, 2 * n_ff, e, false)?;
+            let shape = NormShape { rows: t, n: e, eps };
+            k.rmsnorm.record(rec, &s.x, &w.ffn_norm, &s.xn, shape)?;
+            let gate_up = MatmulArgs {
+                x: &s.xn,
+                c: &s.gate_up,
+                n: t,
+                m: 2 * n_ff,
+                k: e,
+                accumulate: false,
+            };
+            k.matmul(rec, &w.w_gate_up, gate_up)?;
             beside.step(rec)?;
             k.swiglu.record_fused(rec, &s.gate_up, &s.hidden, t, n_ff)?;
-            k.matmul(rec, &w.w_down, &s.hidden, &s.x, t, e, n_ff, true)
+            let down = MatmulArgs {
+                x: &s.hidden,
+                c: &s.x,
+                n: t,
+                m: e,
+                k: n_ff,
+                accumulate: true,
+            };
+            k.matmul(rec, &w.w_down, down)
         }
     }
 
@@ -379,9 +418,18 @@ impl VkModel {
             let norm = Some((&self.output_norm, eps));
             k.matvec(rec, head, MatvecArgs { norm, ..args })?;
         } else {
+            let shape = NormShape { rows, n: e, eps };
             k.rmsnorm
-                .record(rec, x_rows, &self.output_norm, &s.xn, rows, e, eps)?;
-            k.matmul(rec, head, &s.xn, &s.logits, rows, vocab, e, false)?;
+                .record(rec, x_rows, &self.output_norm, &s.xn, shape)?;
+            let args = MatmulArgs {
+                x: &s.xn,
+                c: &s.logits,
+                n: rows,
+                m: vocab,
+                k: e,
+                accumulate: false,
+            };
+            k.matmul(rec, head, args)?;
         }
         Ok(spans)
     }

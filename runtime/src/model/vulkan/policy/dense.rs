@@ -5,6 +5,7 @@ use std::any::Any;
 
 use super::{KvPolicy, LayerAt};
 use crate::error::Result;
+use crate::kernels::{AttnIo, RopeTable};
 use crate::kv::policy::KvPolicyStats;
 use crate::vk::Recorder;
 
@@ -32,28 +33,25 @@ pub(in crate::model::vulkan) fn record_dense_attention<'a>(
     at: &LayerAt<'a>,
 ) -> Result<()> {
     let (k, s, plan) = (at.kernels, at.scratch, at.plan);
-    let kv = at.kv_layer();
+    let io = AttnIo {
+        qkv: &s.qkv,
+        kv: at.kv_layer(),
+        steps: &s.steps,
+        o: &s.att,
+    };
     let decode = at.attn_shape(0, plan.decode_tokens);
     if at.fused {
-        k.attn_decode.record_fused(
-            rec,
-            &s.qkv,
-            at.rope_table,
-            kv,
-            &s.steps,
-            &s.att,
-            decode,
-            at.rope(),
-            plan.longest,
-        )?;
-    } else if plan.decode_tokens > 0 {
+        let rope = RopeTable {
+            table: at.rope_table,
+            spec: at.rope(),
+        };
         k.attn_decode
-            .record(rec, &s.qkv, kv, &s.steps, &s.att, decode, plan.longest)?;
+            .record_fused(rec, io, decode, rope, plan.longest)?;
+    } else if plan.decode_tokens > 0 {
+        k.attn_decode.record(rec, io, decode, plan.longest)?;
     }
     for &(t0, tokens) in &plan.prefill {
-        let shape = at.attn_shape(t0, tokens);
-        k.attn_prefill
-            .record(rec, &s.qkv, kv, &s.steps, &s.att, shape)?;
+        k.attn_prefill.record(rec, io, at.attn_shape(t0, tokens))?;
     }
     Ok(())
 }

@@ -20,7 +20,9 @@ use super::infinigen::count_selections;
 use super::{record_dense_attention, KvPolicy, LayerAt, SeqStep, StepView};
 use crate::error::{Error, Result};
 use crate::kernels::h2o::{DenseRun, H2oLse, H2oMass, H2oState, H2oUpdate};
-use crate::kernels::infinigen::{AttnSparse, IgBatch, IgShape, IgStep, IgToken, KvGather, QueryAt};
+use crate::kernels::infinigen::{
+    AttnSparse, GatherArgs, IgBatch, IgShape, IgStep, IgToken, KvGather, QueryAt, SparseArgs,
+};
 use crate::kv::infinigen::{IgParams, IgStats};
 use crate::kv::policy::{KvPolicyKind, KvPolicyStats};
 use crate::kv::KvCache;
@@ -236,33 +238,29 @@ impl VkH2o {
             &rows(count_bytes),
             count_bytes,
         )?;
-        self.gather.record(
-            rec,
+        let fetch = GatherArgs {
             kv,
-            &self.sel_idx,
+            sel_idx: &self.sel_idx,
             sel_count,
-            &self.fetches,
-            &self.k_scratch,
-            &self.v_scratch,
-            s,
-            batch,
-        )?;
+            fetches: &self.fetches,
+            k_scratch: &self.k_scratch,
+            v_scratch: &self.v_scratch,
+        };
+        self.gather.record(rec, fetch, s, batch)?;
         let q = QueryAt {
             buffer: qkv,
             token: 0,
             stride: qkv_stride,
         };
-        self.attn.record(
-            rec,
+        let attend = SparseArgs {
             q,
             kv,
-            &self.k_scratch,
-            &self.v_scratch,
+            k_scratch: &self.k_scratch,
+            v_scratch: &self.v_scratch,
             sel_count,
-            out,
-            s,
-            batch,
-        )?;
+            o: out,
+        };
+        self.attn.record(rec, attend, s, batch)?;
         Ok(self
             .update
             .record(rec, q, &self.k_scratch, state, s, batch)?)

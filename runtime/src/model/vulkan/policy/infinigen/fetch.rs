@@ -4,8 +4,8 @@
 
 use super::VkInfinigen;
 use crate::error::Result;
-use crate::kernels::infinigen::{IgBatch, QueryAt};
-use crate::kernels::{MatvecArgs, RopeSpec};
+use crate::kernels::infinigen::{GatherArgs, IgBatch, QueryAt, SelectArgs, SpeculateArgs};
+use crate::kernels::{MatvecArgs, RopeSpec, RopeTable};
 use crate::kv::KvLayer;
 use crate::model::vulkan::policy::{Beside, Interleaved, LayerAt};
 use crate::vk::{Buffer, Recorder};
@@ -74,17 +74,14 @@ impl VkInfinigen {
         rope: RopeSpec,
         batch: IgBatch<'a>,
     ) -> Result<()> {
-        Ok(self.speculate.record(
-            rec,
-            QueryAt::vectors(&self.q_spec, self.shape),
-            table,
-            rope,
-            &self.skew[l],
-            &self.pkeys[l],
-            &self.scores,
-            self.shape,
-            batch,
-        )?)
+        let args = SpeculateArgs {
+            q_raw: QueryAt::vectors(&self.q_spec, self.shape),
+            rope: RopeTable { table, spec: rope },
+            skew: &self.skew[l],
+            pkeys: &self.pkeys[l],
+            scores: &self.scores,
+        };
+        Ok(self.speculate.record(rec, args, self.shape, batch)?)
     }
 
     /// Selects layer `l`'s tokens for the step's tokens from their speculated scores.
@@ -94,12 +91,15 @@ impl VkInfinigen {
         l: usize,
         batch: IgBatch<'a>,
     ) -> Result<()> {
+        let args = SelectArgs {
+            scores: &self.scores,
+            seq_pos: &self.seq_pos,
+            sel_idx: &self.sel_idx,
+            sel_count: &self.sel_count[l],
+        };
         Ok(self.select.record(
             rec,
-            &self.scores,
-            &self.seq_pos,
-            &self.sel_idx,
-            &self.sel_count[l],
+            args,
             self.shape,
             batch,
             self.params.alpha.min(f32::MAX),
@@ -116,17 +116,15 @@ impl VkInfinigen {
         batch: IgBatch<'a>,
     ) -> Result<()> {
         let (k_scratch, v_scratch) = self.scratch(l);
-        Ok(self.gather.record(
-            rec,
+        let args = GatherArgs {
             kv,
-            &self.sel_idx,
-            &self.sel_count[l],
-            &self.fetches,
+            sel_idx: &self.sel_idx,
+            sel_count: &self.sel_count[l],
+            fetches: &self.fetches,
             k_scratch,
             v_scratch,
-            self.shape,
-            batch,
-        )?)
+        };
+        Ok(self.gather.record(rec, args, self.shape, batch)?)
     }
 }
 

@@ -22,7 +22,7 @@ use super::{record_dense_attention, Beside, KvPolicy, LayerAt, StepView};
 use crate::error::Result;
 use crate::kernels::infinigen::{
     AttnSparse, IgBatch, IgPartialKeys, IgSelect, IgShape, IgSpeculate, IgStep, IgToken, KvGather,
-    QueryAt,
+    PartialKeysArgs, QueryAt, SparseArgs,
 };
 use crate::kernels::StepToken;
 use crate::kv::infinigen::evict::{SlotMap, SINKS};
@@ -255,23 +255,20 @@ impl VkInfinigen {
         at: &LayerAt<'a>,
     ) -> Result<()> {
         let s = at.scratch;
-        let q = QueryAt {
-            buffer: &s.qkv,
-            token: 0,
-            stride: at.qkv_stride(),
-        };
         let (k_scratch, v_scratch) = self.scratch(at.l);
-        Ok(self.attn.record(
-            rec,
-            q,
-            at.kv_layer(),
+        let args = SparseArgs {
+            q: QueryAt {
+                buffer: &s.qkv,
+                token: 0,
+                stride: at.qkv_stride(),
+            },
+            kv: at.kv_layer(),
             k_scratch,
             v_scratch,
-            &self.sel_count[at.l],
-            &s.att,
-            self.shape,
-            self.batch(),
-        )?)
+            sel_count: &self.sel_count[at.l],
+            o: &s.att,
+        };
+        Ok(self.attn.record(rec, args, self.shape, self.batch())?)
     }
 
     /// Notes that `row` now shares `src`'s first `len` positions: their partial keys are
@@ -314,15 +311,13 @@ impl VkInfinigen {
         steps: &'a Buffer,
         tokens: &[StepToken],
     ) -> Result<()> {
-        Ok(self.partial_keys.record(
-            rec,
+        let args = PartialKeysArgs {
             kv,
-            &self.skew[l],
-            &self.pkeys[l],
-            self.shape,
+            skew: &self.skew[l],
+            pkeys: &self.pkeys[l],
             steps,
-            tokens,
-        )?)
+        };
+        Ok(self.partial_keys.record(rec, args, self.shape, tokens)?)
     }
 
     /// Counts a decode step at `pos` that read every token (`IgParams::fetches_all`).
