@@ -275,7 +275,7 @@ mod tests {
             (GgmlType::IQ4_XS, 256, 136),
             (GgmlType::TQ1_0, 256, 54),
             (GgmlType::TQ2_0, 256, 66),
-            // Hearth's formats, from ARCHITECTURE.md's table.
+            // Hearth's formats, as docs/quantization.md lists them.
             (GgmlType::Hearth(Format::Q2), 32, 12),
             (GgmlType::Hearth(Format::Q3), 32, 16),
             (GgmlType::Hearth(Format::Q3H), 64, 32),

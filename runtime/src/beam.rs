@@ -1,7 +1,7 @@
 //! Beam search drivers: how the beams' KV caches are kept while `sample::beam` chooses.
 //!
-//! [`search`] runs on the Vulkan executor with the indirect KV cache (seed 004): beam i
-//! lives in cache row i and writes each new position there; its history is read through a
+//! [`search`] runs on the Vulkan executor with an indirect KV cache (as in oneDNN's beam
+//! search): beam i lives in cache row i and writes each new position there; its history is read through a
 //! beam table [beam, position] naming the row that held its ancestor at each position. A
 //! reorder rewrites these small tables on the host and copies no K/V. The prompt is computed
 //! once in row 0 and its whole blocks are shared by every row.

@@ -1,4 +1,4 @@
-//! InfiniGen (seed 001): decode attention over the tokens that matter, chosen ahead of time.
+//! InfiniGen (OSDI 2024): decode attention over the tokens that matter, chosen ahead of time.
 //!
 //! Offline, each layer's query space is skewed ([`skew`]) so a few columns carry most of the
 //! query-key product. At run time a partial key cache keeps those columns of every key. While
