@@ -85,3 +85,53 @@ fn a_broken_template_names_the_file_key_and_line() {
         "{msg}"
     );
 }
+
+/// Templates rendered by Python jinja2 as Hugging Face's `apply_chat_template` renders them
+/// (tests/fixtures/chat_templates.json, made by scripts/fixtures/make-chat-templates): SmolLM2's
+/// own and templates in the styles of Llama 2, Gemma and others, over conversations with a
+/// system turn, Unicode, quotes and out-of-order roles. Hearth's output must be the same text,
+/// and where jinja2 raised, Hearth's error must carry the same message.
+#[test]
+fn templates_render_as_jinja2_renders_them() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/chat_templates.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 40);
+    for case in cases {
+        let name = case["template"].as_str().unwrap();
+        let conversation = case["conversation"].as_str().unwrap();
+        let source = fixture["templates"][name].as_str().unwrap();
+        let messages: Vec<ChatMessage> = fixture["conversations"][conversation]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let options = ChatOptions {
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            bos_token: case["bos_token"].as_str().unwrap().into(),
+            eos_token: case["eos_token"].as_str().unwrap().into(),
+        };
+        let what = format!(
+            "{name} over {conversation} ({})",
+            case["add_generation_prompt"]
+        );
+        let rendered = ChatTemplate::new(source)
+            .unwrap()
+            .render(&messages, &options);
+        match (case["output"].as_str(), case["error"].as_str()) {
+            (Some(expected), None) => {
+                assert_eq!(rendered.unwrap(), expected, "{what}");
+            }
+            (None, Some(message)) => {
+                let err = rendered.expect_err(&what).to_string();
+                assert!(err.contains(message), "{what}: {err}");
+            }
+            _ => panic!("{what}: a case holds an output or an error"),
+        }
+    }
+}
