@@ -51,7 +51,7 @@ pub enum GgmlType {
     TQ2_0,
     MXFP4,
     /// A Hearth format GGUF does not define, stored under its private id. Formats that are
-    /// ggml types (F32, F16, Q4 = Q4_1, Q8 = Q8_0) are those types: build from a format with
+    /// ggml types (F32, F16, Q4 = Q4_1, Q8 = Q8_0, Q4_0, Q5_0, Q5_1) are those types: build from a format with
     /// [`GgmlType::from`], which picks the right one.
     Hearth(Format),
 }
@@ -113,8 +113,8 @@ impl GgmlType {
         self.id() >= PRIVATE_ID_BASE
     }
 
-    /// The Hearth format with this type's bytes: F32, F16, Q4 (= Q4_1), Q8 (= Q8_0) and the
-    /// private formats; `None` for the ggml types Hearth only reads.
+    /// The Hearth format with this type's bytes: F32, F16, Q4 (= Q4_1), Q8 (= Q8_0), Q4_0,
+    /// Q5_0, Q5_1 and the private formats; `None` for the ggml types Hearth only reads.
     pub fn hearth_format(self) -> Option<Format> {
         Format::from_gguf_id(self.id())
     }
@@ -197,7 +197,7 @@ impl GgmlType {
 
 impl From<Format> for GgmlType {
     /// The GGUF tensor type a Hearth format is stored as: the ggml type with its id (F32, F16,
-    /// Q4_1, Q8_0), else [`GgmlType::Hearth`].
+    /// Q4_1, Q8_0, Q4_0, Q5_0, Q5_1), else [`GgmlType::Hearth`].
     fn from(f: Format) -> Self {
         let id = f.gguf_id();
         GGML_TYPES
@@ -312,7 +312,9 @@ mod tests {
         assert_eq!(GgmlType::from(Format::Q3H).name(), "Q3H");
         assert_eq!(GgmlType::from(Format::Q4), GgmlType::Q4_1);
         assert_eq!(GgmlType::Q4_1.name(), "Q4_1");
-        assert_eq!(GgmlType::Q4_0.hearth_format(), None);
+        assert_eq!(GgmlType::from(Format::Q5_0), GgmlType::Q5_0);
+        assert_eq!(GgmlType::Q4_0.hearth_format(), Some(Format::Q4_0));
+        assert_eq!(GgmlType::Q4_K.hearth_format(), None);
     }
 
     #[test]

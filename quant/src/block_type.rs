@@ -95,10 +95,10 @@ impl BlockType {
             F32 => size_of::<f32>(),
             F16 => size_of::<formats::f16::Half>(),
             BF16 => size_of::<u16>(),
-            Q4_0 => size_of::<ggml::q4_0::BlockQ4_0>(),
+            Q4_0 => size_of::<formats::q4_0::BlockQ4_0>(),
             Q4_1 => size_of::<formats::q4::BlockQ4>(),
-            Q5_0 => size_of::<ggml::q5_0::BlockQ5_0>(),
-            Q5_1 => size_of::<ggml::q5_1::BlockQ5_1>(),
+            Q5_0 => size_of::<formats::q5_0::BlockQ5_0>(),
+            Q5_1 => size_of::<formats::q5_1::BlockQ5_1>(),
             Q8_0 => size_of::<formats::q8::BlockQ8>(),
             Q2_K => size_of::<ggml::q2_k::BlockQ2_K>(),
             Q3_K => size_of::<ggml::q3_k::BlockQ3_K>(),
@@ -109,7 +109,7 @@ impl BlockType {
     }
 
     /// The Hearth format with this type's bytes, for the GGUF types that are one (F32, F16,
-    /// Q4_1 = Q4, Q8_0 = Q8): tensors of these types are used as they are.
+    /// Q4_1 = Q4, Q8_0 = Q8, Q4_0, Q5_0, Q5_1): tensors of these types are used as they are.
     pub fn format(self) -> Option<Format> {
         self.ggml_id().and_then(Format::from_gguf_id)
     }

@@ -25,14 +25,20 @@
 //! | Q5 | 64 | 44 | 5.5 | 0..=31 | 1028 (private) |
 //! | Q6 | 64 | 52 | 6.5 | 0..=63 | 1029 (private) |
 //! | Q8 | 32 | 34 | 8.5 | -127..=127 | 8 (GGUF's Q8_0) |
+//! | Q4_0 | 32 | 18 | 4.5 | -8..=7 | 2 |
+//! | Q5_0 | 32 | 22 | 5.5 | -16..=15 | 6 |
+//! | Q5_1 | 32 | 24 | 6.0 | 0..=31 | 7 |
 //!
-//! The quantized formats but Q8 are asymmetric: `value = q * d + m` with the scale `d` and the
+//! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
-//! (never a fused multiply-add, so CPU and GPU agree bit for bit). Q8 is symmetric,
-//! `value = q * d`. Multi-byte fields are little-endian.
+//! (never a fused multiply-add, so CPU and GPU agree bit for bit). Q8, Q4_0 and Q5_0 are
+//! symmetric, `value = q * d` with a signed level (Q4_0 and Q5_0 store it offset by 8 and 16).
+//! Multi-byte fields are little-endian.
 //!
-//! Q4 and Q8 have the same bytes as GGUF's Q4_1 and Q8_0, so those tensors load as they are and
-//! GGUF files record them under GGUF's ids. The other formats do not exist in GGUF: files record
+//! Q4, Q8, Q4_0, Q5_0 and Q5_1 have the same bytes as GGUF's Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1,
+//! so those tensors load as they are and GGUF files record them under GGUF's ids. Q4_0, Q5_0
+//! and Q5_1 also quantize as ggml's reference quantizer does, byte for byte, whatever the
+//! [`Rounding`]. The other formats do not exist in GGUF: files record
 //! them under private type ids from [`PRIVATE_ID_BASE`] (1024) up, far above any id GGUF
 //! assigns, together with the metadata key [`VERSION_KEY`] (`hearth.quant.version`) holding
 //! [`FORMAT_VERSION`], the version of these private layouts. A reader that finds another
@@ -60,6 +66,7 @@ macro_rules! formats {
 
         /// A Hearth tensor format.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)] // GGUF's names for its types: Q4_0, ...
         pub enum Format {
             $($name,)*
         }
@@ -97,9 +104,9 @@ macro_rules! formats {
                 }
             }
 
-            /// The GGUF tensor type id files record the format under: GGUF's own for F32,
-            /// F16, Q4 (Q4_1) and Q8 (Q8_0), a private one from [`PRIVATE_ID_BASE`] for the
-            /// rest.
+            /// The GGUF tensor type id files record the format under: GGUF's own for the
+            /// formats that are GGUF types (F32, F16, Q4 = Q4_1, Q8 = Q8_0, Q4_0, Q5_0,
+            /// Q5_1), a private one from [`PRIVATE_ID_BASE`] for the rest.
             pub const fn gguf_id(self) -> u32 {
                 match self {
                     $(Format::$name => $gguf_id,)*
@@ -145,6 +152,9 @@ formats! {
     Q5:       q5,     q5::BlockQ5,        PRIVATE_ID_BASE + 4;
     Q6:       q6,     q6::BlockQ6,        PRIVATE_ID_BASE + 5;
     Q8:       q8,     q8::BlockQ8,        8; // GGUF's Q8_0
+    Q4_0:     q4_0,   q4_0::BlockQ4_0,    2;
+    Q5_0:     q5_0,   q5_0::BlockQ5_0,    6;
+    Q5_1:     q5_1,   q5_1::BlockQ5_1,    7;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -193,7 +203,9 @@ pub const VERSION_KEY: &str = "hearth.quant.version";
 /// values below 65520 round down to it).
 const F16_OVERFLOW: f32 = 65520.0;
 
-/// How [`Format::quantize_with`] chooses each block's scale and base. F32 and F16 ignore it.
+/// How [`Format::quantize_with`] chooses each block's scale and base. F32 and F16 ignore it,
+/// and so do Q4_0, Q5_0 and Q5_1, which always follow ggml's reference quantizer so their
+/// bytes are the ones llama.cpp writes.
 ///
 /// Either way, the levels are computed with the scale and base as stored (rounded to f16), so
 /// each value gets the stored level nearest to it, `q = round((w - m) / d)` clamped to the
@@ -285,7 +297,7 @@ impl Format {
     }
 
     /// Dequantizes `dst.len()` values from `src`, exactly as the block structs' `dequantize`
-    /// (for Q4 and Q8 the ggml-compatible code that also serves [`crate::dequantize`]).
+    /// (for the GGUF types the ggml-compatible code that also serves [`crate::dequantize`]).
     ///
     /// Sizes are checked as for [`Format::quantize_with`]; `src` may have any alignment.
     pub fn dequantize(self, src: &[u8], dst: &mut [f32]) -> Result<()> {

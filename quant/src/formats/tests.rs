@@ -51,9 +51,18 @@ fn names_and_ids_round_trip() {
     use Format::*;
     assert_eq!(private, [Q2, Q3, Q3H, Q4B64, Q5, Q6]);
     let ids = Format::ALL.map(Format::gguf_id);
-    assert_eq!(ids, [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8]);
+    assert_eq!(
+        ids,
+        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7]
+    );
     assert_eq!(Format::from_name("q3h"), Some(Q3H));
-    assert_eq!(Format::from_gguf_id(2), None, "Q4_0 is not a Hearth format");
+    assert_eq!(Format::from_name("q5_1"), Some(Q5_1));
+    assert_eq!(Format::from_gguf_id(2), Some(Q4_0));
+    assert_eq!(
+        Format::from_gguf_id(10),
+        None,
+        "Q2_K is not a Hearth format"
+    );
     assert_eq!(Format::from_gguf_id(1030), None);
     assert_eq!(format!("[{:<6}]", Q4), "[Q4    ]");
 
@@ -61,7 +70,8 @@ fn names_and_ids_round_trip() {
     assert_eq!(err, Error::UnknownFormat { name: "Q9".into() });
     let msg = err.to_string();
     assert!(
-        msg.contains("\"Q9\"") && msg.contains("F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8"),
+        msg.contains("\"Q9\"")
+            && msg.contains("F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1"),
         "{msg}"
     );
 }
@@ -81,6 +91,9 @@ fn geometry() {
         (Q5, 64, 44, 5.5),
         (Q6, 64, 52, 6.5),
         (Q8, 32, 34, 8.5),
+        (Q4_0, 32, 18, 4.5),
+        (Q5_0, 32, 22, 5.5),
+        (Q5_1, 32, 24, 6.0),
     ];
     assert_eq!(table.map(|row| row.0), Format::ALL);
     for (format, size, bytes, bits) in table {
@@ -95,7 +108,7 @@ fn geometry() {
 }
 
 /// The values `raw` holds in `format`, restated from the layouts the format modules document
-/// (and, for F32, F16, Q4 = Q4_1 and Q8 = Q8_0, from ggml's `dequantize_row_*`), reading bytes
+/// (and, for the GGUF types, from ggml's `dequantize_row_*`), reading bytes
 /// and converting f16 by hand: an expectation that shares no code with the formats. NaN comes
 /// back as the canonical NaN.
 fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
@@ -117,6 +130,30 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                     b[2..]
                         .iter()
                         .map(move |&q| f32::from(q as i8) * half(&b[..2]))
+                })
+                .collect();
+        }
+        Q4_0 | Q5_0 => {
+            // d (f16), [Q5_0: a mask of fifth bits], 16 bytes of nibbles (value j < 16 low,
+            // j + 16 high); value = (q - 8) * d or (q - 16) * d in integers, then times d.
+            let (bytes, centre, at) = if format == Q4_0 {
+                (18, 8, 2)
+            } else {
+                (22, 16, 6)
+            };
+            return raw
+                .chunks_exact(bytes)
+                .flat_map(|b| {
+                    (0..32).map(move |j| {
+                        let low = (b[at + j % 16] >> (4 * (j / 16))) & 0x0F;
+                        let high = if format == Q5_0 {
+                            (u32::from_le_bytes([b[2], b[3], b[4], b[5]]) >> j) & 1
+                        } else {
+                            0
+                        };
+                        let q = i32::from(low) + 16 * high as i32 - centre;
+                        q as f32 * half(&b[..2])
+                    })
                 })
                 .collect();
         }
@@ -148,7 +185,8 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                 nibble64() | (((qh >> j) & 1) as u8) << 4
             }
             Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
-            F32 | F16 | Q8 => unreachable!(),
+            Q5_1 => (b[8 + j % 16] >> (4 * (j / 16))) & 0x0F | (((u32_at(4) >> j) & 1) as u8) << 4,
+            F32 | F16 | Q8 | Q4_0 | Q5_0 => unreachable!(),
         }
     };
     raw.chunks_exact(format.block_bytes())
@@ -183,8 +221,8 @@ fn fitting_formats_keep_precision_where_they_can() {
     }
     // Rows of 96 fit the 32-value formats only: the least bits at or above the wanted format's.
     assert_eq!(Q3H.fitting(96), Q3, "same bits per weight");
-    assert_eq!(Q4B64.fitting(96), Q4);
-    assert_eq!(Q5.fitting(96), Q8);
+    assert_eq!(Q4B64.fitting(96), Q4_0, "same bits per weight");
+    assert_eq!(Q5.fitting(96), Q5_0, "same bits per weight");
     assert_eq!(Q6.fitting(96), Q8);
     // Rows of 40 fit no quantized block: the plain floats remain.
     assert_eq!(Q8.fitting(40), F16);
@@ -224,7 +262,8 @@ fn gguf_types_that_are_formats() {
         assert_eq!(canonical(&a), want, "{ty}");
         assert_eq!(canonical(&b), want, "{format}");
     }
-    assert_eq!(found, [Format::F32, Format::F16, Format::Q4, Format::Q8]);
+    use Format::*;
+    assert_eq!(found, [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8]);
 }
 
 #[test]
@@ -609,6 +648,38 @@ fn values_beyond_f16_range_are_rejected() {
                 }
             );
             assert!(err.to_string().contains("value 9"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn ggml_formats_quantize_by_ggml_rule_whatever_the_rounding() {
+    // Q4_0, Q5_0 and Q5_1 write ggml's reference bytes (tests/ggml_quantize_fixtures.rs
+    // checks them against gguf-py's), so both rules give the same blocks; each value is
+    // within a step of the stored scale (ggml's levels come from the unrounded scale).
+    for (name, data) in data_sets() {
+        for format in [Format::Q4_0, Format::Q5_0, Format::Q5_1] {
+            let bytes = quantize(format, &data, Rounding::Search);
+            assert_eq!(
+                bytes,
+                quantize(format, &data, Rounding::MinMax),
+                "{name} {format}"
+            );
+            let back = dequantize_format(format, &bytes);
+            let size = format.block_size();
+            for (b, (w, v)) in data.chunks(size).zip(back.chunks(size)).enumerate() {
+                let block = &bytes[b * format.block_bytes()..];
+                let d = Half::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32();
+                let amax = w.iter().fold(0f32, |a, x| a.max(x.abs()));
+                for (&w, &v) in w.iter().zip(v) {
+                    let err = (w - v).abs();
+                    let bound = d.abs() + 1e-3 * amax;
+                    assert!(
+                        err <= bound,
+                        "{name} {format} block {b}: |{w} - {v}| > {bound}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
-//! GGUF tensor types Hearth reads but does not keep: Q4_0, Q5_0, Q5_1, the k-quants (Q2_K to
-//! Q6_K) and BF16. They are dequantized at load and requantized into one of Hearth's
+//! GGUF tensor types Hearth reads but does not keep: the k-quants (Q2_K to Q6_K) and BF16.
+//! They are dequantized at load and requantized into one of Hearth's
 //! [`formats`](crate::formats).
 //!
 //! One module per type: the block struct, laid out as ggml's `block_<type>` in
@@ -9,10 +9,7 @@
 pub mod bf16;
 pub mod q2_k;
 pub mod q3_k;
-pub mod q4_0;
 pub mod q4_k;
-pub mod q5_0;
-pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 

@@ -1,14 +1,20 @@
-//! Q5_0: 5-bit symmetric quantization, blocks of 32 values in 22 bytes.
+//! Q5_0: 5-bit symmetric quantization, blocks of 32 values in 22 bytes (5.5 bits per weight).
 //!
 //! `value = (q - 16) * d` with `q` in 0..=31: its low 4 bits are nibbles as in Q4_0, its fifth
-//! bit comes from a 32-bit mask with one bit per value.
+//! bit comes from a 32-bit mask with one bit per value. The layout is GGUF's Q5_0 byte for byte,
+//! and so are the blocks the quantizer writes (ggml's reference rule). GLSL twin:
+//! `shaders/glsl/include/quant/q5_0.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::Rounding;
 
 /// Values per block.
 pub const BLOCK_LEN: usize = 32;
+
+/// Levels: `q` is in `0..LEVELS`, and level `LEVELS / 2` is zero.
+pub const LEVELS: u8 = 32;
 
 /// One block of 32 values (ggml's `block_q5_0`).
 #[repr(C)]
@@ -25,7 +31,35 @@ pub struct BlockQ5_0 {
 
 const _: () = assert!(size_of::<BlockQ5_0>() == 22);
 
+super::block_codec!(BlockQ5_0, BLOCK_LEN);
+
 impl BlockQ5_0 {
+    /// The block with scale `d` and levels `q` (each below [`LEVELS`]; higher bits are
+    /// dropped).
+    pub fn pack(d: Half, q: &[u8; BLOCK_LEN]) -> Self {
+        let (qh, qs) = pack5(q);
+        BlockQ5_0 { d, qh, qs }
+    }
+
+    /// The stored level of value `j` (the value is `(level - 16) * d`).
+    pub fn level(&self, j: usize) -> u8 {
+        level5(&self.qh, &self.qs, j)
+    }
+
+    /// Quantizes 32 finite values (the caller checks them) exactly as ggml's
+    /// `quantize_row_q5_0_ref`, whatever `rounding`: the rule of
+    /// [`q4_0::symmetric_levels`](super::q4_0) with 32 levels.
+    pub fn quantize(src: &[f32; BLOCK_LEN], _rounding: Rounding) -> Self {
+        let (d, q) = super::q4_0::symmetric_levels(src, LEVELS);
+        Self::pack(d, &q)
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
+
     /// The block's 32 values, as ggml's `dequantize_row_q5_0`: the level is centred in integers,
     /// then multiplied by `d` in f32.
     pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
@@ -39,6 +73,20 @@ impl BlockQ5_0 {
             *hi = f32::from(((q >> 4) | (h1 << 4)) as i8 - 16) * d;
         }
     }
+}
+
+/// The fifth-bit mask and the nibbles of 32 five-bit levels, as Q5_0 and Q5_1 store them.
+pub(super) fn pack5(q: &[u8; BLOCK_LEN]) -> ([u8; 4], [u8; BLOCK_LEN / 2]) {
+    let qs = std::array::from_fn(|j| (q[j] & 0x0F) | (q[j + 16] & 0x0F) << 4);
+    let qh = (0..BLOCK_LEN).fold(0u32, |m, j| m | u32::from((q[j] >> 4) & 1) << j);
+    (qh.to_le_bytes(), qs)
+}
+
+/// Level `j` of a Q5_0 or Q5_1 block from its mask and nibbles.
+pub(super) fn level5(qh: &[u8; 4], qs: &[u8; BLOCK_LEN / 2], j: usize) -> u8 {
+    let low = (qs[j % 16] >> (4 * (j / 16))) & 0x0F;
+    let high = ((u32::from_le_bytes(*qh) >> j) & 1) as u8;
+    low | high << 4
 }
 
 #[cfg(test)]

@@ -1,14 +1,21 @@
-//! Q5_1: 5-bit asymmetric quantization, blocks of 32 values in 24 bytes.
+//! Q5_1: 5-bit asymmetric quantization, blocks of 32 values in 24 bytes (6 bits per weight).
 //!
 //! `value = q * d + m` with `q` in 0..=31, packed as in Q5_0 (nibbles plus a mask of fifth
-//! bits), and `d`, `m` the block's f16 scale and base.
+//! bits), and `d`, `m` the block's f16 scale and base. The layout is GGUF's Q5_1 byte for byte,
+//! and so are the blocks the quantizer writes (ggml's reference rule). GLSL twin:
+//! `shaders/glsl/include/quant/q5_1.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::q5_0::{level5, pack5};
+use super::Rounding;
 
 /// Values per block.
 pub const BLOCK_LEN: usize = 32;
+
+/// Levels: `q` is in `0..LEVELS`.
+pub const LEVELS: u8 = 32;
 
 /// One block of 32 values (ggml's `block_q5_1`).
 #[repr(C)]
@@ -27,7 +34,41 @@ pub struct BlockQ5_1 {
 
 const _: () = assert!(size_of::<BlockQ5_1>() == 24);
 
+super::block_codec!(BlockQ5_1, BLOCK_LEN);
+
 impl BlockQ5_1 {
+    /// The block with scale `d`, base `m` and levels `q` (each below [`LEVELS`]; higher bits
+    /// are dropped).
+    pub fn pack(d: Half, m: Half, q: &[u8; BLOCK_LEN]) -> Self {
+        let (qh, qs) = pack5(q);
+        BlockQ5_1 { d, m, qh, qs }
+    }
+
+    /// The stored level of value `j`.
+    pub fn level(&self, j: usize) -> u8 {
+        level5(&self.qh, &self.qs, j)
+    }
+
+    /// Quantizes 32 finite values (the caller checks them) exactly as ggml's
+    /// `quantize_row_q5_1_ref`, whatever `rounding`: `m = min`, `d = (max - min) / 31`, and
+    /// each level `min(31, trunc((v - min) * (1 / d) + 0.5))` in f32 with the scale before its
+    /// rounding to f16 (a constant block: `d = 0`, every level 0). The bytes are ggml's.
+    pub fn quantize(src: &[f32; BLOCK_LEN], _rounding: Rounding) -> Self {
+        let min = src.iter().copied().fold(f32::MAX, f32::min);
+        let max = src.iter().copied().fold(f32::MIN, f32::max);
+        let d = (max - min) / f32::from(LEVELS - 1);
+        let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+        // `as u8` truncates toward zero, as ggml's cast does; the sum is positive.
+        let q = src.map(|v| (((v - min) * inv + 0.5) as u8).min(LEVELS - 1));
+        Self::pack(Half::from_f32(d), Half::from_f32(min), &q)
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
+
     /// The block's 32 values, as ggml's `dequantize_row_q5_1`: `q * d + m` in f32, a multiply
     /// then an add.
     pub fn dequantize(&self, out: &mut [f32; BLOCK_LEN]) {
