@@ -50,6 +50,9 @@ fn max_relative_rms(f: Format) -> f64 {
         Format::Q3H => 0.18,
         Format::Q3 => 0.2,
         Format::Q2 => 0.4,
+        Format::Q5_1 => 0.06,
+        Format::Q5_0 => 0.08,
+        Format::Q4_0 => 0.15,
     }
 }
 

@@ -11,8 +11,16 @@
 
 layout(local_size_x = 256) in;
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
-layout(binding = 2) buffer C { float c[]; };                  // [n, m]
-layout(push_constant) uniform Push { uint n; uint m; uint k; uint accumulate; } p;
+layout(binding = 2) buffer C { float c[]; };                  // [n, c_width]
+// Row r of W lands at c[t, c_first + r].
+layout(push_constant) uniform Push {
+    uint n;
+    uint m;
+    uint k;
+    uint accumulate;
+    uint c_first;
+    uint c_width;
+} p;
 
 const uint TILE = 64;
 const uint TK = 32;
@@ -78,7 +86,7 @@ void main() {
         for (uint i = 0; i < 4; ++i) {
             uint r = row0 + tr + i;
             if (t < p.n && r < p.m) {
-                uint o = t * p.m + r;
+                uint o = t * p.c_width + p.c_first + r;
                 c[o] = p.accumulate != 0u ? c[o] + acc[i][j] : acc[i][j];
             }
         }

@@ -34,6 +34,8 @@ layout(push_constant) uniform Push {
     float eps;
     uint n;
     uint rows;      // rows per lane (lane per row) or per subgroup
+    uint y_first;   // row r of W lands at y[t, y_first + r] of rows y_width long
+    uint y_width;
     // Addresses of W, x and g: read through them by the wide variants (see address.glsl).
     uvec2 w_addr;
     uvec2 x_addr;
@@ -48,7 +50,7 @@ layout(constant_id = 1) const uint TOKENS = 1;
 layout(constant_id = 2) const bool LANE_ROWS = true;
 layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together (lane per row)
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
-layout(binding = 2) buffer Y { float y[]; };                  // [n, m]
+layout(binding = 2) buffer Y { float y[]; };                  // [n, y_width]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
 #ifdef WIDE_LOADS
 // x and g as 16-byte words (see VEC4_AT).
@@ -318,7 +320,7 @@ void main() {
                     float a = gate[r * TOKENS + t];
                     v = a / (1.0 + exp(-a)) * v;
                 }
-                uint o = (t0 + t) * p.m + row_at(r);
+                uint o = (t0 + t) * p.y_width + p.y_first + row_at(r);
                 y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;
             }
         }

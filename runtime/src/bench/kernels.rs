@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::kernels::{
-    weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, ReadBandwidth, WeightFormat,
+    weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, ReadBandwidth, WeightFormat,
 };
 use crate::vk::{Buffer, Completed, Device, Recorder};
 
@@ -165,6 +165,7 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
                 m,
                 k,
                 accumulate: false,
+                cols: OutputCols::default(),
             };
             let seconds = median_seconds(device, reps, |rec| kernel.record(rec, &w, args))?;
             let work = Work {

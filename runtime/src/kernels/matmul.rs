@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_sizes, format_kernels, matrix_bytes, WeightFormat};
+use super::{check_sizes, format_kernels, matrix_bytes, OutputCols, WeightFormat};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
 /// Output tile edge, fixed in the shader.
@@ -17,6 +17,9 @@ struct MatmulPush {
     m: u32,
     k: u32,
     accumulate: u32,
+    /// Where the rows land in c (`OutputCols`).
+    c_first: u32,
+    c_width: u32,
 }
 
 /// One product's activations and shape; the weights come beside it.
@@ -24,7 +27,7 @@ struct MatmulPush {
 pub struct MatmulArgs<'a> {
     /// [n, k]
     pub x: &'a Buffer,
-    /// [n, m]
+    /// [n, m], or [n, cols.width] with the rows at `cols.first..`
     pub c: &'a Buffer,
     /// Rows of x and c (tokens).
     pub n: u32,
@@ -33,6 +36,8 @@ pub struct MatmulArgs<'a> {
     pub k: u32,
     /// C += X W^T instead of C = X W^T.
     pub accumulate: bool,
+    /// Where the rows land in c.
+    pub cols: OutputCols,
 }
 
 pub struct Matmul {
@@ -62,7 +67,9 @@ impl Matmul {
             m,
             k,
             accumulate,
+            cols,
         } = args;
+        let width = cols.width_for(self.pipeline.name, m)?;
         check_sizes(
             self.pipeline.name,
             &[
@@ -72,7 +79,7 @@ impl Matmul {
                     matrix_bytes(self.pipeline.name, self.format, m as u64, k as u64)?,
                 ),
                 ("x", x, n as u64 * k as u64 * 4),
-                ("c", c, n as u64 * m as u64 * 4),
+                ("c", c, n as u64 * width as u64 * 4),
             ],
         )?;
         let groups = [m.div_ceil(TILE), n.div_ceil(TILE), 1];
@@ -84,6 +91,8 @@ impl Matmul {
                 m,
                 k,
                 accumulate: accumulate.into(),
+                c_first: cols.first,
+                c_width: width,
             },
             groups,
         )
@@ -117,6 +126,7 @@ mod tests {
                     m: m as u32,
                     k: k as u32,
                     accumulate: false,
+                    cols: OutputCols::default(),
                 };
                 run(&dev, |rec| kernel.record(rec, &w, args).unwrap());
                 // C[t, r] = sum_k X[t, k] W[r, k]: the same sums as a batched matvec.

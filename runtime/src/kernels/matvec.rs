@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_sizes, format_kernels, has_wide_loads, matrix_bytes, wide_by_address, WeightFormat,
+    check_sizes, format_kernels, has_wide_loads, matrix_bytes, wide_by_address, OutputCols,
+    WeightFormat,
 };
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
@@ -19,6 +20,9 @@ struct MatvecPush {
     eps: f32,
     n: u32,
     rows: u32,
+    /// Where the rows land in y (`OutputCols`).
+    y_first: u32,
+    y_width: u32,
     /// Device addresses of W, x and the norm gain, for the wide variants (0 elsewhere).
     w_addr: u64,
     x_addr: u64,
@@ -36,7 +40,7 @@ pub struct MatvecArgs<'a> {
     pub w: &'a Buffer,
     /// [batch, k]
     pub x: &'a Buffer,
-    /// [batch, m]
+    /// [batch, m], or [batch, cols.width] with the rows at `cols.first..`
     pub y: &'a Buffer,
     pub m: u32,
     pub k: u32,
@@ -48,6 +52,8 @@ pub struct MatvecArgs<'a> {
     pub accumulate: bool,
     /// y = silu(W_gate x) * (W_up x).
     pub gated: bool,
+    /// Where the rows land in y.
+    pub cols: OutputCols,
 }
 
 impl<'a> MatvecArgs<'a> {
@@ -63,6 +69,7 @@ impl<'a> MatvecArgs<'a> {
             norm: None,
             accumulate: false,
             gated: false,
+            cols: OutputCols::default(),
         }
     }
 }
@@ -210,10 +217,11 @@ impl Matvec {
         let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
         let w_rows = if a.gated { 2 * m } else { m };
         let name = self.pipeline.name;
+        let width = a.cols.width_for(name, a.m)?;
         let mut needs = vec![
             ("w", a.w, matrix_bytes(name, self.format, w_rows, k)?),
             ("x", a.x, batch * k * 4),
-            ("y", a.y, batch * m * 4),
+            ("y", a.y, batch * width as u64 * 4),
         ];
         if let Some((g, _)) = a.norm {
             needs.push(("norm gain", g, k * 4));
@@ -247,6 +255,8 @@ impl Matvec {
             eps,
             n: a.batch,
             rows,
+            y_first: a.cols.first,
+            y_width: width,
             w_addr: a.w.device_address().unwrap_or(0),
             x_addr: a.x.device_address().unwrap_or(0),
             g_addr: gain.device_address().unwrap_or(0),
@@ -331,7 +341,9 @@ pub(crate) mod tests {
             // Every format in the lane-per-row shape, with wide loads both ways and without; the
             // subgroup-per-row shape reads weights through the same include, so formats that
             // give it 1, 2 and 4 blocks a lane per turn, and Q8's realigned blocks, cover it.
-            // 70 blocks make several turns, the last one part-filled.
+            // 70 blocks make several turns, the last one part-filled. GGUF's 2-byte-aligned
+            // Q4_0 and Q5_0 and its Q5_1 take every shape, and rows of 608 values (19 blocks,
+            // SmolLM2's 576 plus one block) too.
             let sub_too = matches!(
                 format,
                 WeightFormat::F16
@@ -339,7 +351,14 @@ pub(crate) mod tests {
                     | WeightFormat::Q3H
                     | WeightFormat::Q4
                     | WeightFormat::Q2
+                    | WeightFormat::Q4_0
+                    | WeightFormat::Q5_0
+                    | WeightFormat::Q5_1
             );
+            let odd_rows: &[(usize, usize, usize)] = match sub_too && block == 32 {
+                true => &[(11, 19, 3)],
+                false => &[],
+            };
             let wanted = [true, true, true, sub_too];
             // Small decode batches' kernels (2 and 4 tokens a pass) in the formats of the
             // shipped model: the token loops are the same code at any count.
@@ -350,9 +369,8 @@ pub(crate) mod tests {
             for &tokens in [1, 8, 16].iter().chain(small) {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
-                    for &(m, blocks, batch) in
-                        &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, 70, 2)]
-                    {
+                    let cases = [(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, 70, 2)];
+                    for &(m, blocks, batch) in cases.iter().chain(odd_rows) {
                         let k = blocks * block;
                         let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
                         let x = random(batch * k, 15, 1.0);

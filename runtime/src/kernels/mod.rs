@@ -68,6 +68,35 @@ pub(crate) fn matrix_bytes(
     Ok(rows * (k / format.block_size() as u64) * format.block_bytes() as u64)
 }
 
+/// Where a product's `m` output rows land in each token's output vector: at
+/// `first..first + m` of vectors `width` values long. A matrix whose rows are runs of several
+/// formats is one product per run, each filling its part of the one output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputCols {
+    pub first: u32,
+    /// 0 (the default): `m`, an output of the product's own.
+    pub width: u32,
+}
+
+impl OutputCols {
+    /// The output vectors' length for a product of `m` rows, checked to hold them; `kernel`
+    /// names the error.
+    pub(crate) fn width_for(self, kernel: &'static str, m: u32) -> Result<u32> {
+        let width = if self.width == 0 { m } else { self.width };
+        if self.first as u64 + m as u64 > width as u64 {
+            return Err(VkError::Kernel {
+                kernel,
+                message: format!(
+                    "rows {}..{} do not fit outputs of {width} values",
+                    self.first,
+                    self.first as u64 + m as u64
+                ),
+            });
+        }
+        Ok(width)
+    }
+}
+
 /// Bytes a weight buffer carries past its data. Kernels read whole 16-byte words around a
 /// block, and blocks of some formats (Q8: 34 bytes) straddle words, so the last block may read
 /// a little past its end.

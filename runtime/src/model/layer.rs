@@ -2,7 +2,7 @@
 //! ([`LayerWeights`]), device buffers (the Vulkan executor) or f32 values (the CPU
 //! reference). Every executor walks the same fields.
 
-use super::Matrix;
+use super::Projection;
 
 /// One block's weights: `M` holds a matrix (row-major [out, in]), `V` a norm gain.
 pub struct Layer<M, V> {
@@ -20,8 +20,9 @@ pub struct Layer<M, V> {
     pub w_down: M,
 }
 
-/// A block's weights as the file holds them, matrices packed in their formats.
-pub type LayerWeights = Layer<Matrix, Vec<f32>>;
+/// A block's weights as the file holds them, matrices packed in their formats (a fused
+/// projection in its parts' formats).
+pub type LayerWeights = Layer<Projection, Vec<f32>>;
 
 impl<M, V> Layer<M, V> {
     /// The same weights held otherwise: `matrix` and `vector` convert each, given its name

@@ -1,7 +1,7 @@
 //! A weight matrix as the device stores it: packed blocks of one `hearth-quant` format.
 //!
-//! GGUF tensors already in a Hearth format (F32, F16, Q4_1 = Q4, Q8_0 = Q8, and Hearth's
-//! private formats) are used byte for byte; other GGUF types are dequantized and requantized
+//! GGUF tensors already in a Hearth format (F32, F16, Q4_0, Q4_1 = Q4, Q5_0, Q5_1,
+//! Q8_0 = Q8, and Hearth's private formats) are used byte for byte; other GGUF types are dequantized and requantized
 //! once at load into the format that keeps them best (see [`import_format`]).
 
 use hearth_quant::{BlockType, Format};
@@ -54,61 +54,66 @@ impl Matrix {
         });
         out
     }
+}
 
-    /// This matrix in another format (through f32).
-    pub fn convert(&self, format: Format) -> hearth_quant::Result<Self> {
-        if format == self.format {
-            return Ok(self.clone());
+/// A layer's weight matrix, [rows, cols]: consecutive runs of rows, each a [`Matrix`] packed
+/// in one format. A matrix read from one tensor is one run. A fused projection (q, k and v;
+/// gate and up) keeps each part's format, parts of one format in a row sharing a run, so
+/// nothing is converted, and a file with one format throughout has one run per projection
+/// (one product, as for an unfused matrix).
+#[derive(Clone, Debug)]
+pub struct Projection {
+    pub runs: Vec<Matrix>,
+}
+
+impl Projection {
+    /// The rows of `parts` (all `cols` wide) one after another, each in its own format.
+    pub fn fuse(parts: Vec<Matrix>) -> Self {
+        let mut runs: Vec<Matrix> = Vec::with_capacity(parts.len());
+        for part in parts {
+            match runs.last_mut() {
+                Some(run) if run.format == part.format => {
+                    run.rows += part.rows;
+                    run.data.extend_from_slice(&part.data);
+                }
+                _ => runs.push(part),
+            }
         }
-        Self::quantize(format, self.rows, self.cols, &self.to_f32())
+        Self { runs }
     }
 
-    /// The rows of `parts` one after another (a fused projection). Parts in different formats
-    /// are first brought to the one with the most bits per weight.
-    pub fn concat_rows(parts: Vec<Matrix>) -> hearth_quant::Result<Self> {
-        let format = parts
-            .iter()
-            .map(|p| p.format)
-            .max_by(|a, b| a.bits_per_weight().total_cmp(&b.bits_per_weight()))
-            .unwrap_or(Format::F32);
-        let cols = parts.first().map_or(0, |p| p.cols);
-        let mut rows = 0;
-        let mut data = Vec::new();
-        for part in parts {
-            let part = if part.format == format {
-                part
-            } else {
-                part.convert(format)?
-            };
-            rows += part.rows;
-            data.extend_from_slice(&part.data);
-        }
-        Ok(Self {
-            format,
-            rows,
-            cols,
-            data,
-        })
+    pub fn rows(&self) -> usize {
+        self.runs.iter().map(|r| r.rows).sum()
+    }
+
+    /// The values the device computes with, [rows, cols]: each run's exact dequantization.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.runs.iter().flat_map(Matrix::to_f32).collect()
     }
 }
 
-/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats stay as they are;
-/// the others go to the format with at least their precision, so conversion loses little:
-/// Q4_0 to Q4, Q2_K to Q3H, Q3_K to Q4, Q4_K and Q5_0 to Q5, Q5_1 and Q5_K to Q6, Q6_K to Q8,
-/// BF16 to F16.
+impl From<Matrix> for Projection {
+    fn from(m: Matrix) -> Self {
+        Self { runs: vec![m] }
+    }
+}
+
+/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
+/// Q4_1, Q5_0, Q5_1, Q8_0) stay as they are; the others go to the format with at least their
+/// precision, so conversion loses little: Q2_K to Q3H, Q3_K to Q4, Q4_K to Q5, Q5_K to Q6,
+/// Q6_K to Q8, BF16 to F16.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
     if let Some(native) = ty.format() {
         return native;
     }
     match ty {
-        Q4_0 => Format::Q4,
         Q2_K => Format::Q3H,
         Q3_K => Format::Q4,
-        Q4_K | Q5_0 => Format::Q5,
-        Q5_1 | Q5_K => Format::Q6,
+        Q4_K => Format::Q5,
+        Q5_K => Format::Q6,
         Q6_K => Format::Q8,
-        F32 | F16 | BF16 | Q4_1 | Q8_0 => Format::F16,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Format::F16,
     }
 }
 
@@ -151,15 +156,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fused_parts_in_different_formats_meet_at_the_widest() {
-        let values: Vec<f32> = (0..64 * 3).map(|i| (i as f32 * 0.37).sin()).collect();
-        let a = Matrix::quantize(Format::Q4, 2, 64, &values[..128]).unwrap();
-        let b = Matrix::quantize(Format::Q8, 1, 64, &values[128..]).unwrap();
-        let fused = Matrix::concat_rows(vec![a.clone(), b.clone()]).unwrap();
-        assert_eq!((fused.format, fused.rows, fused.cols), (Format::Q8, 3, 64));
-        assert_eq!(fused.to_f32()[128..], b.to_f32()[..]);
-        let same = Matrix::concat_rows(vec![a.clone(), a.clone()]).unwrap();
-        assert_eq!(same.data, [a.data.clone(), a.data].concat());
+    fn fused_parts_keep_their_formats() {
+        let values: Vec<f32> = (0..64 * 5).map(|i| (i as f32 * 0.37).sin()).collect();
+        let part = |format, rows: usize, at: usize| {
+            Matrix::quantize(format, rows, 64, &values[at * 64..(at + rows) * 64]).unwrap()
+        };
+        // q and k in Q5_0, v in Q8_0, then Q4_0: three runs, bytes as they were.
+        let (q, k, v, o) = (
+            part(Format::Q5_0, 2, 0),
+            part(Format::Q5_0, 1, 2),
+            part(Format::Q8, 1, 3),
+            part(Format::Q4_0, 1, 4),
+        );
+        let fused = Projection::fuse(vec![q.clone(), k.clone(), v.clone(), o.clone()]);
+        let formats: Vec<_> = fused.runs.iter().map(|r| (r.format, r.rows)).collect();
+        assert_eq!(
+            formats,
+            [(Format::Q5_0, 3), (Format::Q8, 1), (Format::Q4_0, 1)]
+        );
+        assert_eq!(
+            fused.runs[0].data,
+            [q.data.clone(), k.data.clone()].concat()
+        );
+        assert_eq!(
+            (fused.runs[1].data.clone(), fused.rows()),
+            (v.data.clone(), 5)
+        );
+        let want = [q.to_f32(), k.to_f32(), v.to_f32(), o.to_f32()].concat();
+        assert_eq!(fused.to_f32(), want);
+        let same = Projection::fuse(vec![q.clone(), q.clone()]);
+        assert_eq!(same.runs.len(), 1);
+        assert_eq!(same.runs[0].data, [q.data.clone(), q.data].concat());
     }
 
     #[test]
@@ -171,5 +198,12 @@ mod tests {
         assert_eq!(fitting_format(Format::Q4, 40), None);
         assert_eq!(import_format(BlockType::Q4_1), Format::Q4);
         assert_eq!(import_format(BlockType::Q6_K), Format::Q8);
+        for (ty, f) in [
+            (BlockType::Q4_0, Format::Q4_0),
+            (BlockType::Q5_0, Format::Q5_0),
+            (BlockType::Q5_1, Format::Q5_1),
+        ] {
+            assert_eq!(import_format(ty), f, "{ty} loads as it is");
+        }
     }
 }

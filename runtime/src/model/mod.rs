@@ -10,7 +10,7 @@ mod weights;
 
 pub use config::{ModelConfig, Rope};
 pub use layer::{Layer, LayerWeights};
-pub use matrix::Matrix;
+pub use matrix::{Matrix, Projection};
 pub use vulkan::FETCH_KERNELS;
 pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};
 pub use weights::{LoadProgress, ProgressFn, WeightReader};

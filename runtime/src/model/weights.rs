@@ -1,6 +1,7 @@
 //! Reading weights out of a model file in the layout the executors use: q/k/v fused into one
 //! [qkv_dim, n_embd] matrix and gate/up into one [2 n_ff, n_embd] matrix, so each becomes a
-//! single projection. Matrices stay packed in their `hearth-quant` format ([`Matrix`]); norm
+//! single projection (a product per run of one format, see [`Projection`]). Matrices stay
+//! packed in their `hearth-quant` format ([`Matrix`]); norm
 //! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
 //! computes with exactly the values the Vulkan kernels see.
 
@@ -10,7 +11,7 @@ use hearth_quant::{BlockType, Format};
 
 use super::config::ModelConfig;
 use super::layer::LayerWeights;
-use super::matrix::{fitting_format, import_format, Matrix};
+use super::matrix::{fitting_format, import_format, Matrix, Projection};
 use crate::error::{Error, Result};
 
 /// Where loading stands, for progress bars.
@@ -164,15 +165,12 @@ impl<'a> WeightReader<'a> {
         let t = &self.model.tensors.layers[layer];
         let (e, kv) = (c.n_embd, c.n_head_kv * c.head_dim);
         let wqkv = match &t.qkv {
-            QkvTensors::Separate { q, k, v } => {
-                let parts = vec![
-                    self.matrix(&q.weight, c.attn_dim(), e)?,
-                    self.matrix(&k.weight, kv, e)?,
-                    self.matrix(&v.weight, kv, e)?,
-                ];
-                self.fuse(&q.weight, parts)?
-            }
-            QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?,
+            QkvTensors::Separate { q, k, v } => Projection::fuse(vec![
+                self.matrix(&q.weight, c.attn_dim(), e)?,
+                self.matrix(&k.weight, kv, e)?,
+                self.matrix(&v.weight, kv, e)?,
+            ]),
+            QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?.into(),
         };
         let Some(gate) = &t.ffn_gate else {
             return Err(Error::Unsupported {
@@ -180,24 +178,18 @@ impl<'a> WeightReader<'a> {
                 what: format!("layer {layer} without a gate projection"),
             });
         };
-        let parts = vec![
+        let w_gate_up = Projection::fuse(vec![
             self.matrix(&gate.weight, c.n_ff, e)?,
             self.matrix(&t.ffn_up.weight, c.n_ff, e)?,
-        ];
-        let w_gate_up = self.fuse(&gate.weight, parts)?;
+        ]);
         Ok(LayerWeights {
             attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
             wqkv,
-            wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?,
+            wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?.into(),
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             w_gate_up,
-            w_down: self.matrix(&t.ffn_down.weight, e, c.n_ff)?,
+            w_down: self.matrix(&t.ffn_down.weight, e, c.n_ff)?.into(),
         })
-    }
-
-    /// Rows of `parts` as one matrix; errors name the first part's tensor.
-    fn fuse(&self, first: &str, parts: Vec<Matrix>) -> Result<Matrix> {
-        Matrix::concat_rows(parts).map_err(|e| self.fail(first, e.to_string()))
     }
 
     /// Reports the end of loading.

@@ -108,8 +108,11 @@ fn llama_file_type(format: Format) -> Option<u32> {
     match format {
         Format::F32 => Some(0),
         Format::F16 => Some(1),
+        Format::Q4_0 => Some(2),
         Format::Q4 => Some(3),
         Format::Q8 => Some(7),
+        Format::Q5_0 => Some(8),
+        Format::Q5_1 => Some(9),
         _ => None,
     }
 }

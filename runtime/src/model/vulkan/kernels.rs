@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock};
 use super::DeviceMatrix;
 use crate::error::Result;
 use crate::kernels::{
-    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, RmsNorm, RopeKv,
-    SwiGlu, WeightFormat,
+    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, RmsNorm,
+    RopeKv, SwiGlu, WeightFormat,
 };
 use crate::model::ModelConfig;
-use crate::vk::{Device, DeviceKind, Recorder};
+use crate::vk::{Device, DeviceKind, Recorder, VkError};
 
 /// Most tokens a step runs through the decode (matrix-vector) path.
 pub(super) const DECODE_MAX_TOKENS: usize = 8;
@@ -109,31 +109,95 @@ impl Kernels {
         &self.formats[&format]
     }
 
-    /// A weight-streaming product with `w` in its format, with the kernel whose tokens per
-    /// pass fit the step: one, a decode batch's, or a prompt chunk's.
+    /// A weight-streaming product with the first `args.m` rows of the matrix whose runs of
+    /// rows are `w`: one product per run in its format, each into its part of y (`args.w` is
+    /// the first run's weights; each run binds its own). Each uses the kernel whose tokens
+    /// per pass fit the step: one, a decode batch's, or a prompt chunk's. A gated product
+    /// reads gate and up rows together, so its matrix must be one run of 2 `args.m` rows.
     pub(super) fn matvec<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        w: &DeviceMatrix,
+        w: &'a [DeviceMatrix],
         args: MatvecArgs<'a>,
     ) -> Result<()> {
-        let f = self.of(w.format);
-        let kernel = match (args.batch, &f.matvec_prompt) {
-            (1, _) => &f.matvec,
-            (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
-            (batch, _) => f.batch_kernel(rec.device(), batch)?,
-        };
-        Ok(kernel.record(rec, args)?)
+        check_runs("matvec", w, args.m, args.gated)?;
+        let width = args.cols.width_for("matvec", args.m)?;
+        let mut first = args.cols.first;
+        let mut left = args.m;
+        for run in w {
+            if left == 0 {
+                break;
+            }
+            let f = self.of(run.format);
+            let kernel = match (args.batch, &f.matvec_prompt) {
+                (1, _) => &f.matvec,
+                (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
+                (batch, _) => f.batch_kernel(rec.device(), batch)?,
+            };
+            let m = if args.gated {
+                args.m
+            } else {
+                run.rows.min(left)
+            };
+            let cols = OutputCols { first, width };
+            let run_args = MatvecArgs {
+                w: &run.buffer,
+                m,
+                cols,
+                ..args
+            };
+            kernel.record(rec, run_args)?;
+            first += m;
+            left -= m;
+        }
+        Ok(())
     }
 
-    /// C [n, m] (+)= X [n, k] W^T through the tiled matmul for `w`'s format.
+    /// C [n, m] (+)= X [n, k] W^T with the first m rows of the matrix whose runs of rows are
+    /// `w`, through the tiled matmul: one product per run in its format, each into its part
+    /// of C.
     pub(super) fn matmul<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        w: &'a DeviceMatrix,
+        w: &'a [DeviceMatrix],
         args: MatmulArgs<'a>,
     ) -> Result<()> {
-        let kernel = &self.of(w.format).matmul;
-        Ok(kernel.record(rec, &w.buffer, args)?)
+        check_runs("matmul", w, args.m, false)?;
+        let width = args.cols.width_for("matmul", args.m)?;
+        let mut first = args.cols.first;
+        let mut left = args.m;
+        for run in w {
+            if left == 0 {
+                break;
+            }
+            let m = run.rows.min(left);
+            let cols = OutputCols { first, width };
+            let run_args = MatmulArgs { m, cols, ..args };
+            self.of(run.format)
+                .matmul
+                .record(rec, &run.buffer, run_args)?;
+            first += m;
+            left -= m;
+        }
+        Ok(())
     }
+}
+
+/// Checks that runs `w` hold the `m` rows a product reads, or where `gated` exactly 2 `m` in
+/// one run.
+fn check_runs(kernel: &'static str, w: &[DeviceMatrix], m: u32, gated: bool) -> Result<()> {
+    let held: u64 = w.iter().map(|r| r.rows as u64).sum();
+    let fits = match gated {
+        true => w.len() == 1 && held == 2 * m as u64,
+        false => held >= m as u64,
+    };
+    if !fits {
+        let message = match gated {
+            true => format!("a gated product of {m} rows needs 2 x {m} rows in one run"),
+            false => format!("a product of {m} rows"),
+        };
+        let message = format!("{message}; the matrix holds {held} in {} runs", w.len());
+        return Err(VkError::Kernel { kernel, message }.into());
+    }
+    Ok(())
 }

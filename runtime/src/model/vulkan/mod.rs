@@ -24,7 +24,9 @@ pub use self::policy::FETCH_KERNELS;
 
 use self::kernels::{FormatKernels, Kernels};
 use self::policy::{Dense, KvPolicy, VkH2o};
-use super::{Backend, Layer, Logits, Matrix, ModelConfig, Profile, ProgressFn, WeightReader};
+use super::{
+    Backend, Layer, Logits, Matrix, ModelConfig, Profile, ProgressFn, Projection, WeightReader,
+};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::{Error, Result};
@@ -84,14 +86,17 @@ pub struct SeqStep<'a> {
 /// Headroom left free on the device when the KV budget is chosen automatically.
 const KV_HEADROOM: u64 = 512 << 20;
 
-/// A packed weight matrix on the device.
+/// A packed weight matrix on the device: [rows, k] in one format.
 struct DeviceMatrix {
     buffer: Buffer,
     format: WeightFormat,
+    rows: u32,
 }
 
-/// One block's weights on the device; matrices packed, norm gains in f32.
-type DeviceLayer = Layer<DeviceMatrix, Buffer>;
+/// One block's weights on the device; norm gains in f32, and each matrix as its runs of rows
+/// of one format (`Projection`): one run unless a fused projection joins parts of several
+/// formats, each run a product of its own.
+type DeviceLayer = Layer<Vec<DeviceMatrix>, Buffer>;
 
 /// Activations for one chunk of `chunk` tokens.
 struct Scratch {
@@ -195,6 +200,7 @@ impl VkModel {
                     Ok(DeviceMatrix {
                         buffer: weight_buffer(device, name, &w.data)?,
                         format: w.format,
+                        rows: w.rows as u32,
                     })
                 };
                 let token_embd = upload("token_embd", reader.token_embd()?)?;
@@ -208,7 +214,15 @@ impl VkModel {
                         Buffer::from_slice(device, &format!("blk.{l}.{name}"), &gain)
                             .map_err(Error::from)
                     };
-                    let matrix = |name: &str, w| upload(&format!("blk.{l}.{name}"), w);
+                    let matrix = |name: &str, w: Projection| {
+                        let runs = w.runs.len();
+                        let name = |i| match runs {
+                            1 => format!("blk.{l}.{name}"),
+                            _ => format!("blk.{l}.{name} run {i}"),
+                        };
+                        let uploads = w.runs.into_iter().enumerate();
+                        uploads.map(|(i, run)| upload(&name(i), run)).collect()
+                    };
                     layers.push(reader.layer(l)?.try_map(matrix, vector)?);
                 }
                 let output_norm =

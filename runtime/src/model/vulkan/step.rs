@@ -2,12 +2,16 @@
 //! of which kernels they take, the embedding, every layer and the logits recorded into one
 //! command buffer, and the bookkeeping once it ran.
 
+use std::slice;
+
 use super::kernels::DECODE_MAX_TOKENS;
 use super::policy::{attn_shape, rope_spec, Beside, LayerAt, StepView, FETCH_KERNELS};
 use super::{SeqStep, VkModel};
 use crate::cpu::forward::check_step;
 use crate::error::{Error, Result};
-use crate::kernels::{EmbedArgs, MatmulArgs, MatvecArgs, NormShape, RopeTable, StepToken};
+use crate::kernels::{
+    EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, RopeTable, StepToken,
+};
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::Logits;
 use crate::vk::{Completed, Recorder};
@@ -237,7 +241,7 @@ impl VkModel {
         let t = at.plan.steps.len() as u32;
         let (qkv_dim, e, eps) = (c.qkv_dim() as u32, c.n_embd as u32, c.norm_eps);
         if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.wqkv.buffer, &s.x, &s.qkv, qkv_dim, e, t);
+            let args = MatvecArgs::plain(&w.wqkv[0].buffer, &s.x, &s.qkv, qkv_dim, e, t);
             let norm = Some((&w.attn_norm, eps));
             k.matvec(rec, &w.wqkv, MatvecArgs { norm, ..args })?;
         } else {
@@ -250,6 +254,7 @@ impl VkModel {
                 m: qkv_dim,
                 k: e,
                 accumulate: false,
+                cols: OutputCols::default(),
             };
             k.matmul(rec, &w.wqkv, args)?;
         }
@@ -291,7 +296,7 @@ impl VkModel {
         let t = at.plan.steps.len() as u32;
         let (attn_dim, e) = (c.attn_dim() as u32, c.n_embd as u32);
         if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.wo.buffer, &s.att, &s.x, e, attn_dim, t);
+            let args = MatvecArgs::plain(&w.wo[0].buffer, &s.att, &s.x, e, attn_dim, t);
             let accumulate = true;
             k.matvec(rec, &w.wo, MatvecArgs { accumulate, ..args })
         } else {
@@ -302,6 +307,7 @@ impl VkModel {
                 m: e,
                 k: attn_dim,
                 accumulate: true,
+                cols: OutputCols::default(),
             };
             k.matmul(rec, &w.wo, args)
         }
@@ -318,8 +324,10 @@ impl VkModel {
         let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
         let t = at.plan.steps.len() as u32;
         let (e, n_ff, eps) = (c.n_embd as u32, c.n_ff as u32, c.norm_eps);
-        if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.w_gate_up.buffer, &s.x, &s.hidden, n_ff, e, t);
+        // The gated product reads gate and up rows together, in one format: gate and up in
+        // different formats take the separate products and SwiGLU.
+        if at.plan.streaming && w.w_gate_up.len() == 1 {
+            let args = MatvecArgs::plain(&w.w_gate_up[0].buffer, &s.x, &s.hidden, n_ff, e, t);
             let norm = Some((&w.ffn_norm, eps));
             let gated = true;
             k.matvec(
@@ -332,7 +340,7 @@ impl VkModel {
                 },
             )?;
             beside.step(rec)?;
-            let args = MatvecArgs::plain(&w.w_down.buffer, &s.hidden, &s.x, e, n_ff, t);
+            let args = MatvecArgs::plain(&w.w_down[0].buffer, &s.hidden, &s.x, e, n_ff, t);
             let accumulate = true;
             k.matvec(rec, &w.w_down, MatvecArgs { accumulate, ..args })
         } else {
@@ -345,6 +353,7 @@ impl VkModel {
                 m: 2 * n_ff,
                 k: e,
                 accumulate: false,
+                cols: OutputCols::default(),
             };
             k.matmul(rec, &w.w_gate_up, gate_up)?;
             beside.step(rec)?;
@@ -356,6 +365,7 @@ impl VkModel {
                 m: e,
                 k: n_ff,
                 accumulate: true,
+                cols: OutputCols::default(),
             };
             k.matmul(rec, &w.w_down, down)
         }
@@ -416,7 +426,7 @@ impl VkModel {
         if streaming || out_rows <= DECODE_MAX_TOKENS {
             let args = MatvecArgs::plain(&head.buffer, x_rows, &s.logits, vocab, e, rows);
             let norm = Some((&self.output_norm, eps));
-            k.matvec(rec, head, MatvecArgs { norm, ..args })?;
+            k.matvec(rec, slice::from_ref(head), MatvecArgs { norm, ..args })?;
         } else {
             let shape = NormShape { rows, n: e, eps };
             k.rmsnorm
@@ -428,8 +438,9 @@ impl VkModel {
                 m: vocab,
                 k: e,
                 accumulate: false,
+                cols: OutputCols::default(),
             };
-            k.matmul(rec, head, args)?;
+            k.matmul(rec, slice::from_ref(head), args)?;
         }
         Ok(spans)
     }

@@ -37,7 +37,7 @@ impl VkInfinigen {
         let c = at.config;
         let (t, e) = (at.plan.steps.len() as u32, c.n_embd as u32);
         let plain = MatvecArgs::plain(
-            &next.wqkv.buffer,
+            &next.wqkv[0].buffer,
             &at.scratch.x,
             &self.q_spec,
             c.attn_dim() as u32,

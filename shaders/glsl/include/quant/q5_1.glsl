@@ -1,0 +1,43 @@
+// Q5_1: blocks of 32 values in 24 bytes (6 words): d and m as f16 in word 0, a 32-bit mask
+// in word 1 whose bit i is bit 4 of value i, then 16 bytes of the low four bits (value i < 16
+// in the low nibble of byte i, i + 16 in the high nibble); value = q * d + m (GGUF Q5_1).
+// Interface: see f32.glsl. Mirrors quant/src/formats/q5_1.rs.
+#include "quant/unpack.glsl"
+layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
+
+const uint QK = 32;
+const bool HAS_BASE = true;
+#define BLOCK_WORDS 6
+#define Block uint[BLOCK_WORDS]
+
+#ifdef WIDE_LOADS
+#include "quant/wide.glsl"
+
+void block_load(uint b, out Block blk) {
+    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
+}
+#else
+void block_load(uint b, out Block blk) {
+    for (uint i = 0; i < BLOCK_WORDS; ++i) {
+        blk[i] = w[BLOCK_WORDS * b + i];
+    }
+}
+#endif
+
+vec2 block_dm(Block blk) {
+    return unpackHalf2x16(blk[0]);
+}
+
+// Chunk j: nibbles from words 2 + 2(j % 2) and the next (low for j < 2, high after), fifth
+// bits from byte j of the mask.
+void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
+    uint at = 2 + 2 * (j & 1);
+    uint shift = 4 * (j >> 1);
+    uint high = blk[1] >> (8 * j);
+    uvec4 high_lo = (uvec4(high, high >> 1, high >> 2, high >> 3) & 1u) << 4;
+    uvec4 high_hi = (uvec4(high >> 4, high >> 5, high >> 6, high >> 7) & 1u) << 4;
+    lo = vec4(bytes_field(blk[at], shift, 0xFu) | high_lo);
+    hi = vec4(bytes_field(blk[at + 1], shift, 0xFu) | high_hi);
+}
+
+#include "quant/block.glsl"
