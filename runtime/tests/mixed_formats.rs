@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter};
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
-use hearth_runtime::model::{Logits, ModelConfig, WeightReader};
+use hearth_runtime::model::{LoadProgress, Logits, ModelConfig, WeightReader};
 use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 
@@ -64,7 +64,10 @@ fn mixed_file() -> GgufFile {
     }
     for info in source.tensors() {
         let data = source.tensor_data(info).unwrap();
-        let values: Vec<f32> = bytemuck::pod_collect_to_vec(data);
+        let values: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         let format = if info.shape.len() == 1 {
             Format::F32
         } else {
@@ -86,7 +89,7 @@ fn fused_projections_keep_each_parts_format_and_bytes() {
     let file = mixed_file();
     let model = resolve_gguf(&file).unwrap();
     let config = ModelConfig::from_resolved(file.path(), &model).unwrap();
-    let mut progress = |_| true;
+    let mut progress = |_: LoadProgress| true;
     let mut reader = WeightReader::new(&file, &model, &config, &mut progress);
     let bytes = |name: &str| file.tensor_view(name).unwrap().data.to_vec();
     use Format::*;
@@ -155,7 +158,7 @@ fn mixed_formats_compute_as_the_cpu_reference_on_vulkan() {
     // A prompt (prefill), then one token at a time (decode): the device's logits are the
     // reference's up to summation order, within 1e-3 of the largest logit.
     let prompt: Vec<u32> = (1..20).collect();
-    let mut run = |e: &mut Engine| {
+    let run = |e: &mut Engine| {
         let b = e.session_mut().fresh_backend();
         let mut all = b.forward(&prompt, Logits::All).unwrap();
         for t in [40u32, 41, 250] {
