@@ -25,14 +25,25 @@
 //! | Q5 | 64 | 44 | 5.5 | 0..=31 | 1028 (private) |
 //! | Q6 | 64 | 52 | 6.5 | 0..=63 | 1029 (private) |
 //! | Q8 | 32 | 34 | 8.5 | -127..=127 | 8 (GGUF's Q8_0) |
+//! | Q2_K | 256 | 84 | 2.625 | 0..=3 | 10 (GGUF's) |
+//! | Q3_K | 256 | 110 | 3.4375 | -4..=3 | 11 (GGUF's) |
+//! | Q4_K | 256 | 144 | 4.5 | 0..=15 | 12 (GGUF's) |
+//! | Q5_K | 256 | 176 | 5.5 | 0..=31 | 13 (GGUF's) |
+//! | Q6_K | 256 | 210 | 6.5625 | -32..=31 | 14 (GGUF's) |
 //!
 //! The quantized formats but Q8 are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
 //! (never a fused multiply-add, so CPU and GPU agree bit for bit). Q8 is symmetric,
 //! `value = q * d`. Multi-byte fields are little-endian.
 //!
-//! Q4 and Q8 have the same bytes as GGUF's Q4_1 and Q8_0, so those tensors load as they are and
-//! GGUF files record them under GGUF's ids. The other formats do not exist in GGUF: files record
+//! The k-quants (Q2_K to Q6_K) are ggml's, byte for byte: a 256-value super-block of 16- or
+//! 32-value sub-blocks, each with its own scale (and, for Q2_K, Q4_K and Q5_K, min) stored in
+//! 4 to 8 bits relative to the super-block's f16 scales; dequantization follows ggml's
+//! operation order (see each module), and quantization ggml's reference quantizers, which
+//! choose scales their own way whatever the [`Rounding`] (see [`kquant`]).
+//!
+//! Q4 and Q8 have the same bytes as GGUF's Q4_1 and Q8_0, and the k-quants are GGUF's own, so
+//! those tensors load as they are and GGUF files record them under GGUF's ids. The other formats do not exist in GGUF: files record
 //! them under private type ids from [`PRIVATE_ID_BASE`] (1024) up, far above any id GGUF
 //! assigns, together with the metadata key [`VERSION_KEY`] (`hearth.quant.version`) holding
 //! [`FORMAT_VERSION`], the version of these private layouts. A reader that finds another
@@ -48,6 +59,7 @@ use bytemuck::Pod;
 use crate::{Error, Result};
 
 mod fit;
+pub mod kquant;
 #[cfg(test)]
 mod tests;
 
@@ -60,6 +72,7 @@ macro_rules! formats {
 
         /// A Hearth tensor format.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)]
         pub enum Format {
             $($name,)*
         }
@@ -98,8 +111,8 @@ macro_rules! formats {
             }
 
             /// The GGUF tensor type id files record the format under: GGUF's own for F32,
-            /// F16, Q4 (Q4_1) and Q8 (Q8_0), a private one from [`PRIVATE_ID_BASE`] for the
-            /// rest.
+            /// F16, Q4 (Q4_1), Q8 (Q8_0) and the k-quants, a private one from
+            /// [`PRIVATE_ID_BASE`] for the rest.
             pub const fn gguf_id(self) -> u32 {
                 match self {
                     $(Format::$name => $gguf_id,)*
@@ -145,6 +158,11 @@ formats! {
     Q5:       q5,     q5::BlockQ5,        PRIVATE_ID_BASE + 4;
     Q6:       q6,     q6::BlockQ6,        PRIVATE_ID_BASE + 5;
     Q8:       q8,     q8::BlockQ8,        8; // GGUF's Q8_0
+    Q2_K:     q2_k,   q2_k::BlockQ2_K,    10;
+    Q3_K:     q3_k,   q3_k::BlockQ3_K,    11;
+    Q4_K:     q4_k,   q4_k::BlockQ4_K,    12;
+    Q5_K:     q5_k,   q5_k::BlockQ5_K,    13;
+    Q6_K:     q6_k,   q6_k::BlockQ6_K,    14;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -258,6 +276,16 @@ impl Format {
         above
             .or_else(|| candidates.min_by(|a, b| by_bits(b, a)))
             .unwrap_or(Format::F32)
+    }
+
+    /// Whether the format is one of ggml's k-quants (Q2_K to Q6_K): 256-value super-blocks
+    /// whose sub-blocks carry their own scales, quantized by ggml's reference algorithms
+    /// whatever the [`Rounding`].
+    pub const fn is_k_quant(self) -> bool {
+        matches!(
+            self,
+            Format::Q2_K | Format::Q3_K | Format::Q4_K | Format::Q5_K | Format::Q6_K
+        )
     }
 
     /// Whether GGUF does not define the format, so files record it under a private id and
