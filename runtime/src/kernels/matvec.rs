@@ -332,6 +332,7 @@ pub(crate) mod tests {
             // subgroup-per-row shape reads weights through the same include, so formats that
             // give it 1, 2 and 4 blocks a lane per turn, and Q8's realigned blocks, cover it.
             // 70 blocks make several turns, the last one part-filled.
+            // Q2_K and Q6_K have two (d, m) groups a block, with and without a base.
             let sub_too = matches!(
                 format,
                 WeightFormat::F16
@@ -339,7 +340,12 @@ pub(crate) mod tests {
                     | WeightFormat::Q3H
                     | WeightFormat::Q4
                     | WeightFormat::Q2
+                    | WeightFormat::Q2_K
+                    | WeightFormat::Q6_K
             );
+            // The k-quants' 256-value rows: k = 256, 768, 1280, 2304 and 1792 (1536 + 256)
+            // rather than 70 super-blocks, which would make lavapipe's run long.
+            let last = if format.is_k_quant() { 7 } else { 70 };
             let wanted = [true, true, true, sub_too];
             // Small decode batches' kernels (2 and 4 tokens a pass) in the formats of the
             // shipped model: the token loops are the same code at any count.
@@ -351,7 +357,7 @@ pub(crate) mod tests {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
                     for &(m, blocks, batch) in
-                        &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, 70, 2)]
+                        &[(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, last, 2)]
                     {
                         let k = blocks * block;
                         let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
@@ -396,7 +402,7 @@ pub(crate) mod tests {
     #[test]
     fn folded_norm_residual_and_swiglu_match_reference() {
         let Some(dev) = device() else { return };
-        for format in [WeightFormat::Q4, WeightFormat::Q3H] {
+        for format in [WeightFormat::Q4, WeightFormat::Q3H, WeightFormat::Q2_K] {
             let block = shader_block(format) as usize;
             for tokens in [1, 8, 16] {
                 for kernel in shapes(&dev, format, tokens) {

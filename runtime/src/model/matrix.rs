@@ -92,10 +92,9 @@ impl Matrix {
     }
 }
 
-/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats stay as they are;
-/// the others go to the format with at least their precision, so conversion loses little:
-/// Q4_0 to Q4, Q2_K to Q3H, Q3_K to Q4, Q4_K and Q5_0 to Q5, Q5_1 and Q5_K to Q6, Q6_K to Q8,
-/// BF16 to F16.
+/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (the k-quants
+/// among them) stay as they are; the others go to the format with at least their precision,
+/// so conversion loses little: Q4_0 to Q4, Q5_0 to Q5, Q5_1 to Q6, BF16 to F16.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
     if let Some(native) = ty.format() {
@@ -103,12 +102,9 @@ pub fn import_format(ty: BlockType) -> Format {
     }
     match ty {
         Q4_0 => Format::Q4,
-        Q2_K => Format::Q3H,
-        Q3_K => Format::Q4,
-        Q4_K | Q5_0 => Format::Q5,
-        Q5_1 | Q5_K => Format::Q6,
-        Q6_K => Format::Q8,
-        F32 | F16 | BF16 | Q4_1 | Q8_0 => Format::F16,
+        Q5_0 => Format::Q5,
+        Q5_1 => Format::Q6,
+        F32 | F16 | BF16 | Q4_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Format::F16,
     }
 }
 
@@ -170,6 +166,7 @@ mod tests {
         assert_eq!(fitting_format(Format::F16, 40), None);
         assert_eq!(fitting_format(Format::Q4, 40), None);
         assert_eq!(import_format(BlockType::Q4_1), Format::Q4);
-        assert_eq!(import_format(BlockType::Q6_K), Format::Q8);
+        assert_eq!(import_format(BlockType::Q6_K), Format::Q6_K);
+        assert_eq!(fitting_format(Format::Q6_K, 576), Some(Format::Q8));
     }
 }
