@@ -291,6 +291,141 @@ pub fn quantize_scales_k4(
     )
 }
 
+/// Sub-block scales (or mins) `x`, all `>= 0` as the searches make them, as levels `0..=nmax`
+/// of one super-block scale, which is returned (ggml's `make_qp_quants`): the scale
+/// `max / nmax` and eight near it, the best by the `weights`' squared error, then up to five
+/// passes that move single levels where that raises the weighted least-squares fit.
+pub fn make_qp_quants(nmax: i32, x: &[f32; 8], weights: &[f32; 8], out: &mut [u8; 8]) -> f32 {
+    let max = x.iter().fold(0.0f32, |a, &v| a.max(v));
+    if max < GROUP_MAX_EPS {
+        *out = [0; 8];
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    // As ggml, the first levels are not clamped and the error uses them as bytes.
+    let first = x.map(|v| nearest_int(iscale * v) as u8);
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for ((&v, &w), &l) in x.iter().zip(weights).zip(&first) {
+        let diff = v - scale * f32::from(l);
+        best_mse += w * diff * diff;
+    }
+    for is in (-4..=4).filter(|&is| is != 0) {
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for (&v, &w) in x.iter().zip(weights) {
+            let l = nearest_int(iscale_is * v).min(nmax);
+            let diff = v - scale_is * l as f32;
+            mse += w * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let mut l = x.map(|v| nearest_int(iscale * v).min(nmax));
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for ((&v, &w), &l) in x.iter().zip(weights).zip(&l) {
+        sumlx += w * v * l as f32;
+        suml2 += w * l as f32 * l as f32;
+    }
+    for _ in 0..5 {
+        let mut changed = false;
+        for (i, (&v, &w)) in x.iter().zip(weights).enumerate() {
+            let mut slx = sumlx - w * v * l[i] as f32;
+            let mut sl2 = suml2 - w * l[i] as f32 * l[i] as f32;
+            if !(slx > 0.0 && sl2 > 0.0) {
+                continue;
+            }
+            let new_l = nearest_int(v * sl2 / slx).min(nmax);
+            if new_l == l[i] {
+                continue;
+            }
+            slx += w * v * new_l as f32;
+            sl2 += w * new_l as f32 * new_l as f32;
+            if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                l[i] = new_l;
+                sumlx = slx;
+                suml2 = sl2;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    *out = l.map(|l| l as u8);
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// ggml's search for Q4_K and Q5_K sub-blocks with an importance matrix
+/// (`quantize_row_q4_K_impl`, `quantize_row_q5_K_impl`).
+const WEIGHTED_SEARCH: Search = Search {
+    rmin: -0.9,
+    rdelta: 0.05,
+    nstep: 36,
+    use_mad: false,
+};
+
+/// A Q4_K or Q5_K super-block: `(d, dmin, packed scales and mins, levels 0..=nmax)`.
+pub type K4Block = (
+    super::f16::Half,
+    super::f16::Half,
+    [u8; K_SCALE_SIZE],
+    [u8; QK_K],
+);
+
+/// A Q4_K or Q5_K super-block with levels `0..=nmax` from an importance per value, as ggml's
+/// `quantize_row_q4_K_impl` and `quantize_row_q5_K_impl`: each value weighs its importance
+/// times `sqrt(2 mean x^2 + x^2)`, each sub-block's scale and min are searched with those
+/// weights, and the sub-block scales and mins become 6-bit levels of the super-block's by
+/// [`make_qp_quants`] weighted by each sub-block's total weight.
+pub fn quantize_k4_weighted(src: &[f32; QK_K], importance: &[f32; QK_K], nmax: i32) -> K4Block {
+    let mut sum_x2 = 0.0f32;
+    for &v in src {
+        sum_x2 += v * v;
+    }
+    let sigma2 = 2.0 * sum_x2 / QK_K as f32;
+    let mut levels = [0u8; QK_K];
+    let (mut scales, mut mins, mut sw) = ([0.0f32; 8], [0.0f32; 8], [0.0f32; 8]);
+    let subs = sub_blocks::<32>(src).zip(importance.chunks_exact(32));
+    for (j, ((x, qw), l)) in subs.zip(levels.chunks_exact_mut(32)).enumerate() {
+        let mut weights = [0.0f32; 32];
+        for ((w, &q), &v) in weights.iter_mut().zip(qw).zip(x) {
+            *w = q * (sigma2 + v * v).sqrt();
+        }
+        sw[j] = weights.iter().fold(0.0f32, |a, &w| a + w);
+        (scales[j], mins[j]) = make_qkx2_quants(nmax, x, &weights, l, WEIGHTED_SEARCH);
+    }
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    let d = super::f16::Half::from_f32(make_qp_quants(63, &scales, &sw, &mut ls));
+    let dmin = super::f16::Half::from_f32(make_qp_quants(63, &mins, &sw, &mut lm));
+    let packed = pack_scale_min_k4(&ls.map(|l| l.min(63)), &lm.map(|l| l.min(63)));
+    requantize_k4(src, (d, dmin, packed, levels), nmax)
+}
+
+/// The Q4_K or Q5_K super-block with every level recomputed from the scales and mins as stored
+/// (ggml's final pass); sub-blocks whose scale is zero keep the search's levels.
+pub fn requantize_k4(src: &[f32; QK_K], block: K4Block, nmax: i32) -> K4Block {
+    let (d, dmin, packed, mut levels) = block;
+    for (j, (x, l)) in sub_blocks::<32>(src)
+        .zip(levels.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let (sc, m) = scale_min_k4(j, &packed);
+        let dj = d.to_f32() * f32::from(sc);
+        if dj != 0.0 {
+            requantize_asymmetric(x, dj, dmin.to_f32() * f32::from(m), nmax, l);
+        }
+    }
+    (d, dmin, packed, levels)
+}
+
 /// ggml's per-value weights for the Q4_K and Q5_K sub-block searches without an importance
 /// matrix: `sqrt(mean x^2) + |x|`.
 pub fn rms_plus_abs(x: &[f32; 32]) -> [f32; 32] {

@@ -312,6 +312,55 @@ impl Format {
         Ok(())
     }
 
+    /// Quantizes rows of `importance.len()` values with an importance weight per column (an
+    /// importance matrix: how much each input column counts in the layer's outputs). Q4_K,
+    /// Q5_K and Q6_K weigh each value's error by it as ggml's `quantize_q4_K`, `quantize_q5_K`
+    /// and `quantize_q6_K` do when given llama.cpp's imatrix; the other formats quantize as
+    /// [`Format::quantize`] does, without it.
+    ///
+    /// Errors as [`Format::quantize_with`], and [`Error::Importance`] when the rows are not
+    /// whole blocks, do not divide `src`, or a weight is negative or not finite.
+    pub fn quantize_weighted(self, src: &[f32], dst: &mut [u8], importance: &[f32]) -> Result<()> {
+        self.check_sizes(dst.len(), src.len())?;
+        self.check_input(src)?;
+        let row = importance.len();
+        let bad = |reason: String| {
+            Err(Error::Importance {
+                format: self,
+                reason,
+            })
+        };
+        if row == 0 || row % self.block_size() != 0 || src.len() % row != 0 {
+            return bad(format!(
+                "{row} weights are not rows of whole {}-value blocks dividing {} values",
+                self.block_size(),
+                src.len()
+            ));
+        }
+        if let Some(i) = importance
+            .iter()
+            .position(|w| !(w.is_finite() && *w >= 0.0))
+        {
+            return bad(format!("weight {i} is {}", importance[i]));
+        }
+        let row_bytes = row / self.block_size() * self.block_bytes();
+        for (src, dst) in src.chunks_exact(row).zip(dst.chunks_exact_mut(row_bytes)) {
+            match self {
+                Format::Q4_K => {
+                    weighted_blocks(src, dst, importance, q4_k::BlockQ4_K::quantize_weighted)
+                }
+                Format::Q5_K => {
+                    weighted_blocks(src, dst, importance, q5_k::BlockQ5_K::quantize_weighted)
+                }
+                Format::Q6_K => {
+                    weighted_blocks(src, dst, importance, q6_k::BlockQ6_K::quantize_weighted)
+                }
+                _ => self.encode(src, dst, Rounding::Search),
+            }
+        }
+        Ok(())
+    }
+
     /// Dequantizes `dst.len()` values from `src`, exactly as the block structs' `dequantize`
     /// (for Q4 and Q8 the ggml-compatible code that also serves [`crate::dequantize`]).
     ///
@@ -461,6 +510,23 @@ pub(crate) fn quantize_blocks<B: Pod, const N: usize>(
     for (block, src) in blocks.iter_mut().zip(src.chunks_exact(N)) {
         if let Ok(src) = <&[f32; N]>::try_from(src) {
             *block = quantize(src, rounding);
+        }
+    }
+}
+
+/// Quantizes each `N`-value chunk of a row `src` into a block of `dst` with the matching chunk
+/// of `importance`. The caller has checked the sizes.
+fn weighted_blocks<B: Pod, const N: usize>(
+    src: &[f32],
+    dst: &mut [u8],
+    importance: &[f32],
+    quantize: fn(&[f32; N], &[f32; N]) -> B,
+) {
+    let blocks: &mut [B] = bytemuck::cast_slice_mut(dst);
+    let chunks = src.chunks_exact(N).zip(importance.chunks_exact(N));
+    for (block, (src, importance)) in blocks.iter_mut().zip(chunks) {
+        if let (Ok(src), Ok(importance)) = (src.try_into(), importance.try_into()) {
+            *block = quantize(src, importance);
         }
     }
 }

@@ -73,7 +73,8 @@ impl BlockQ2_K {
     pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
         let mut levels = [0u8; QK_K];
         let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
-        for (j, (x, l)) in kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16)).enumerate() {
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (j, (x, l)) in subs.enumerate() {
             (scales[j], mins[j]) = kquant::make_qkx2_quants(3, x, &x.map(f32::abs), l, SEARCH);
         }
         let max_of = |v: &[f32; 16]| v.iter().fold(0.0f32, |a, &s| if s > a { s } else { a });
@@ -94,7 +95,8 @@ impl BlockQ2_K {
             block.dmin = Half::from_f32(max_min / 15.0);
         }
         let (d, dmin) = (block.d.to_f32(), block.dmin.to_f32());
-        for ((x, l), &sc) in kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16)).zip(&block.scales) {
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for ((x, l), &sc) in subs.zip(&block.scales) {
             let dj = d * f32::from(sc & 0xF);
             if dj != 0.0 {
                 kquant::requantize_asymmetric(x, dj, dmin * f32::from(sc >> 4), 3, l);

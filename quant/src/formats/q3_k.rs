@@ -75,7 +75,8 @@ impl BlockQ3_K {
         let mut levels = [0u8; QK_K];
         let mut scales = [0.0f32; 16];
         let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
-        for (s, (x, l)) in scales.iter_mut().zip(kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16))) {
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (s, (x, l)) in scales.iter_mut().zip(subs) {
             *s = kquant::make_q3_quants(4, x, l);
             if s.abs() > amax {
                 amax = s.abs();
@@ -98,7 +99,8 @@ impl BlockQ3_K {
             block.d = Half::from_f32(1.0 / iscale);
         }
         let d = block.d.to_f32();
-        for (j, (x, l)) in kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16)).enumerate() {
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (j, (x, l)) in subs.enumerate() {
             let dj = d * f32::from(block.scale(j));
             if dj == 0.0 {
                 continue;

@@ -72,18 +72,21 @@ impl BlockQ4_K {
     pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
         let mut levels = [0u8; QK_K];
         let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
-        for (j, (x, l)) in kquant::sub_blocks::<32>(src).zip(levels.chunks_exact_mut(32)).enumerate() {
+        let subs = kquant::sub_blocks::<32>(src).zip(levels.chunks_exact_mut(32));
+        for (j, (x, l)) in subs.enumerate() {
             let w = kquant::rms_plus_abs(x);
             (scales[j], mins[j]) = kquant::make_qkx2_quants(15, x, &w, l, SEARCH);
         }
         let (d, dmin, packed) = kquant::quantize_scales_k4(&scales, &mins);
-        for (j, (x, l)) in kquant::sub_blocks::<32>(src).zip(levels.chunks_exact_mut(32)).enumerate() {
-            let (sc, m) = scale_min_k4(j, &packed);
-            let dj = d.to_f32() * f32::from(sc);
-            if dj != 0.0 {
-                kquant::requantize_asymmetric(x, dj, dmin.to_f32() * f32::from(m), 15, l);
-            }
-        }
+        let (d, dmin, packed, levels) = kquant::requantize_k4(src, (d, dmin, packed, levels), 15);
+        Self::pack(d, dmin, packed, &levels)
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's
+    /// column weights), as ggml's `quantize_row_q4_K_impl` does; see
+    /// [`kquant::quantize_k4_weighted`].
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        let (d, dmin, packed, levels) = kquant::quantize_k4_weighted(src, importance, 15);
         Self::pack(d, dmin, packed, &levels)
     }
 

@@ -62,11 +62,24 @@ impl BlockQ6_K {
     /// sixteen rounded to signed bytes against the largest, then every level recomputed from
     /// the scales as stored.
     pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        Self::quantize_by(src, |x, _| x.map(|v| v * v))
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's
+    /// column weights), as ggml's `quantize_row_q6_K_impl` does: [`BlockQ6_K::quantize`] with
+    /// the importance in place of `x^2` in the sub-block searches.
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        Self::quantize_by(src, |_, s| std::array::from_fn(|i| importance[16 * s + i]))
+    }
+
+    /// The quantizer with `weights(x, s)` the search weights of sub-block `s`, values `x`.
+    fn quantize_by(src: &[f32; QK_K], weights: impl Fn(&[f32; 16], usize) -> [f32; 16]) -> Self {
         let mut levels = [0u8; QK_K];
         let mut scales = [0.0f32; 16];
         let (mut max_scale, mut max_abs) = (0.0f32, 0.0f32);
-        for (s, (x, l)) in scales.iter_mut().zip(kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16))) {
-            *s = kquant::make_qx_quants(32, x, &x.map(|v| v * v), l);
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (ib, (s, (x, l))) in scales.iter_mut().zip(subs).enumerate() {
+            *s = kquant::make_qx_quants(32, x, &weights(x, ib), l);
             if s.abs() > max_abs {
                 max_abs = s.abs();
                 max_scale = *s;
@@ -79,7 +92,8 @@ impl BlockQ6_K {
         let d = Half::from_f32(1.0 / iscale);
         // As ggml: clamped to 127, then cut to a signed byte.
         let sc = scales.map(|s| nearest_int(iscale * s).min(127) as i8);
-        for ((x, l), &sc) in kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16)).zip(&sc) {
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for ((x, l), &sc) in subs.zip(&sc) {
             let dj = d.to_f32() * f32::from(sc);
             if dj == 0.0 {
                 continue;
