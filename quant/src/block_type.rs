@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{formats, ggml, Format};
+use crate::{formats, Format};
 
 /// A tensor element type this crate can dequantize. Names follow ggml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +84,7 @@ impl BlockType {
         match self {
             F32 | F16 | BF16 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => ggml::QK_K,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => formats::kquant::QK_K,
         }
     }
 
@@ -100,16 +100,17 @@ impl BlockType {
             Q5_0 => size_of::<formats::q5_0::BlockQ5_0>(),
             Q5_1 => size_of::<formats::q5_1::BlockQ5_1>(),
             Q8_0 => size_of::<formats::q8::BlockQ8>(),
-            Q2_K => size_of::<ggml::q2_k::BlockQ2_K>(),
-            Q3_K => size_of::<ggml::q3_k::BlockQ3_K>(),
-            Q4_K => size_of::<ggml::q4_k::BlockQ4_K>(),
-            Q5_K => size_of::<ggml::q5_k::BlockQ5_K>(),
-            Q6_K => size_of::<ggml::q6_k::BlockQ6_K>(),
+            Q2_K => size_of::<formats::q2_k::BlockQ2_K>(),
+            Q3_K => size_of::<formats::q3_k::BlockQ3_K>(),
+            Q4_K => size_of::<formats::q4_k::BlockQ4_K>(),
+            Q5_K => size_of::<formats::q5_k::BlockQ5_K>(),
+            Q6_K => size_of::<formats::q6_k::BlockQ6_K>(),
         }
     }
 
     /// The Hearth format with this type's bytes, for the GGUF types that are one (F32, F16,
-    /// Q4_1 = Q4, Q8_0 = Q8, Q4_0, Q5_0, Q5_1): tensors of these types are used as they are.
+    /// Q4_1 = Q4, Q8_0 = Q8, Q4_0, Q5_0, Q5_1, the k-quants): tensors of these types are used as
+    /// they are.
     pub fn format(self) -> Option<Format> {
         self.ggml_id().and_then(Format::from_gguf_id)
     }

@@ -55,6 +55,10 @@ pub enum Error {
         /// The value, as text (the error type is `Eq`).
         value: String,
     },
+    /// Importance weights [`Format::quantize_weighted`] cannot use: a count that is not whole
+    /// blocks or does not divide the values, or a weight that is negative or not finite.
+    #[error("{format}: importance weights: {reason}")]
+    Importance { format: Format, reason: String },
     /// A format name [`Format::from_name`] does not know.
     #[error(
         "unknown quantization format {name:?}; valid formats: {}",

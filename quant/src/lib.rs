@@ -4,19 +4,20 @@
 //! values (32, 64 or 256) as integers plus one or two f16 scales.
 //!
 //! - [`Format`] names Hearth's own formats ([`formats`]), the layouts weights live in on the
-//!   device: F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0 and Q5_1. For each it
-//!   quantizes f32 values ([`Rounding::Search`] by default, or Inferflow's
-//!   [`Rounding::MinMax`]; Q4_0, Q5_0 and Q5_1 as ggml's reference quantizer), dequantizes
-//!   them, and computes a reference dot product with an f32 vector. Each format's module has a
-//!   GLSL twin in `shaders/glsl/include/quant/` with the same layout and dequantization. Q4,
-//!   Q8, Q4_0, Q5_0 and Q5_1 are GGUF's Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1 byte for byte; the
-//!   others are recorded in GGUF files under private type ids from [`PRIVATE_ID_BASE`] with
-//!   [`FORMAT_VERSION`] under the key [`VERSION_KEY`].
+//!   device: F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1 and ggml's k-quants
+//!   Q2_K to Q6_K. For each it quantizes f32 values ([`Rounding::Search`] by default, or
+//!   Inferflow's [`Rounding::MinMax`]; the GGUF types as ggml's reference quantizers),
+//!   dequantizes them, and computes a reference dot product with an f32 vector. Each format's
+//!   module has a GLSL twin in `shaders/glsl/include/quant/` with the same layout and
+//!   dequantization. Q4, Q8, Q4_0, Q5_0 and Q5_1 are GGUF's Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1
+//!   byte for byte, the k-quants GGUF's own; the others are recorded in GGUF files under
+//!   private type ids from [`PRIVATE_ID_BASE`] with [`FORMAT_VERSION`] under the key
+//!   [`VERSION_KEY`].
 //! - [`BlockType`] names every GGUF type this crate reads, and [`dequantize`] turns them into
 //!   f32 exactly as ggml's reference `dequantize_row_*` functions do, operation for operation,
-//!   so the results are bit-identical to ggml's. The types that are not Hearth formats
-//!   ([`ggml`]: the k-quants, BF16) are dequantized at load and requantized into a Hearth
-//!   format; [`BlockType::format`] says which types need not be.
+//!   so the results are bit-identical to ggml's. The one type that is not a Hearth format
+//!   ([`ggml`]: BF16) is dequantized at load and requantized into a Hearth format;
+//!   [`BlockType::format`] says which types need not be.
 //!
 //! Sizes are checked, never trusted: a wrong byte or value count, a partial block or a
 //! non-finite value to quantize is an [`Error`] that names it.
@@ -75,11 +76,11 @@ pub fn dequantize(ty: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
         Q5_0 => for_each_block(bytes, out, formats::q5_0::BlockQ5_0::dequantize),
         Q5_1 => for_each_block(bytes, out, formats::q5_1::BlockQ5_1::dequantize),
         Q8_0 => for_each_block(bytes, out, formats::q8::BlockQ8::dequantize),
-        Q2_K => for_each_block(bytes, out, ggml::q2_k::BlockQ2_K::dequantize),
-        Q3_K => for_each_block(bytes, out, ggml::q3_k::BlockQ3_K::dequantize),
-        Q4_K => for_each_block(bytes, out, ggml::q4_k::BlockQ4_K::dequantize),
-        Q5_K => for_each_block(bytes, out, ggml::q5_k::BlockQ5_K::dequantize),
-        Q6_K => for_each_block(bytes, out, ggml::q6_k::BlockQ6_K::dequantize),
+        Q2_K => for_each_block(bytes, out, formats::q2_k::BlockQ2_K::dequantize),
+        Q3_K => for_each_block(bytes, out, formats::q3_k::BlockQ3_K::dequantize),
+        Q4_K => for_each_block(bytes, out, formats::q4_k::BlockQ4_K::dequantize),
+        Q5_K => for_each_block(bytes, out, formats::q5_k::BlockQ5_K::dequantize),
+        Q6_K => for_each_block(bytes, out, formats::q6_k::BlockQ6_K::dequantize),
     }
     Ok(())
 }

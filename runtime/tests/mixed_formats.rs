@@ -52,7 +52,10 @@ fn format_of(name: &str) -> Format {
         ("blk.1.ffn_down", Q5_0),
     ];
     let stem = name.trim_end_matches(".weight");
-    table.iter().find(|(n, _)| *n == stem).map_or(F32, |&(_, f)| f)
+    table
+        .iter()
+        .find(|(n, _)| *n == stem)
+        .map_or(F32, |&(_, f)| f)
 }
 
 /// A random F32 model re-encoded tensor by tensor in `format_of`'s formats.

@@ -2,7 +2,8 @@
 // Weight-streaming product for decode and, on CPU devices, prefill:
 //   y[t, r] = sum_k W[r, k] * x'[t, k]   for rows r < m and tokens t < n.
 // Memory-bound: each weight block is read once per TOKENS tokens, its levels unpacked in
-// registers (format.glsl) and the block's scale and base applied once per block:
+// registers (format.glsl) and the block's scale and base applied once per block (once per
+// group of GROUP values for the formats with several pairs per block):
 //   sum_i (q_i d + m) x_i = d * sum_i q_i x_i + m * sum_i x_i.
 //
 // Two shapes, chosen by the host from the device (specialization constant LANE_ROWS):
@@ -62,6 +63,7 @@ const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
 const uint GATED = 4u;
 const uint CHUNKS = QK / 8;    // 8-value chunks per block
+const uint GROUP_CHUNKS = GROUP / 8;   // and per (d, m) group
 
 float scale[TOKENS];           // 1/rms of each token's x (NORM), else 1
 uint tok[TOKENS];              // token index, clamped to n - 1 (results past n are not written)
@@ -75,10 +77,10 @@ uint row_at(uint r) {
 }
 float dots[RB * TOKENS];       // their dot products with each token's x'
 // A block's x' for every token, broadcast (lane per row): chunk j of token t in
-// xlo/xhi[t * CHUNKS + j], and the sum of its values in sx[t].
+// xlo/xhi[t * CHUNKS + j], and the sum of group g's values in sx[g][t].
 vec4 xlo[TOKENS * CHUNKS];
 vec4 xhi[TOKENS * CHUNKS];
-float sx[TOKENS];
+float sx[GROUPS][TOKENS];
 // With several tokens, the loops over rows, tokens and a block's chunks are unrolled, so that
 // dots[], xlo[] and xhi[] are indexed by constants and stay in registers: a CPU device reads
 // and writes an array at a varying index one lane at a time (16 tokens ran at a sixth of the
@@ -111,26 +113,45 @@ void chunk_dots(Block blk, uint j, inout float sq[TOKENS]) {
     }
 }
 
-// Adds block c of row r (of those this lane computes) times the block's x' to dots[].
-void row_block(uint r, uint c, uint blocks, uint row_offset) {
-    Block blk;
-    block_load((row_at(r) + row_offset) * blocks + c, blk);
-    vec2 dm = block_dm(blk);
+// Adds group g of a block (loaded in blk) of row r times the group's x' to dots[].
+void row_group(uint r, Block blk, uint g) {
+    vec2 dm = group_dm(blk, g);
     float sq[TOKENS];
     [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         sq[t] = 0.0;
     }
     if (UNROLL_ROWS) {
-        [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
-            chunk_dots(blk, j, sq);
+        [[unroll]] for (uint j = 0; j < GROUP_CHUNKS; ++j) {
+            chunk_dots(blk, g * GROUP_CHUNKS + j, sq);
         }
     } else {
-        for (uint j = 0; j < CHUNKS; ++j) {
-            chunk_dots(blk, j, sq);
+        for (uint j = 0; j < GROUP_CHUNKS; ++j) {
+            chunk_dots(blk, g * GROUP_CHUNKS + j, sq);
         }
     }
     [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-        dots[r * TOKENS + t] += block_sum(dm, sq[t], sx[t]);
+        dots[r * TOKENS + t] += block_sum(dm, sq[t], sx[g][t]);
+    }
+}
+
+// Adds block c of row r (of those this lane computes) times the block's x' to dots[]. The
+// first group stands apart so that a block of one group has no loop over groups.
+void row_block(uint r, uint c, uint blocks, uint row_offset) {
+    Block blk;
+    block_load((row_at(r) + row_offset) * blocks + c, blk);
+    row_group(r, blk, 0);
+    [[unroll]] for (uint g = 1; g < GROUPS; ++g) {
+        row_group(r, blk, g);
+    }
+}
+
+// The sum of token t's x' over group g of the block in xlo/xhi, into sx[g][t].
+void group_sum(uint t, uint g) {
+    sx[g][t] = 0.0;
+    if (HAS_BASE) {
+        for (uint j = g * GROUP_CHUNKS; j < (g + 1) * GROUP_CHUNKS; ++j) {
+            sx[g][t] += dot(xlo[t * CHUNKS + j] + xhi[t * CHUNKS + j], vec4(1.0));
+        }
     }
 }
 
@@ -168,11 +189,9 @@ void rows_dots_lane(uint row_offset) {
             }
         }
         [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-            sx[t] = 0.0;
-            if (HAS_BASE) {
-                for (uint j = 0; j < CHUNKS; ++j) {
-                    sx[t] += dot(xlo[t * CHUNKS + j] + xhi[t * CHUNKS + j], vec4(1.0));
-                }
+            group_sum(t, 0);
+            [[unroll]] for (uint g = 1; g < GROUPS; ++g) {
+                group_sum(t, g);
             }
         }
         if (UNROLL_ROWS) {
@@ -206,16 +225,25 @@ float block_dot(Block blk, uint c, uint t) {
             xs[i] *= scale[t] * g[c * QK / 4 + i];
         }
     }
-    float sq = 0.0;
-    float sx = 0.0;
+    float sq[GROUPS];
+    float sx[GROUPS];
+    [[unroll]] for (uint g = 0; g < GROUPS; ++g) {
+        sq[g] = 0.0;
+        sx[g] = 0.0;
+    }
     [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
         vec4 qlo;
         vec4 qhi;
         block_levels8(blk, j, qlo, qhi);
-        sq += dot(qlo, xs[2 * j]) + dot(qhi, xs[2 * j + 1]);
-        sx += dot(xs[2 * j] + xs[2 * j + 1], vec4(1.0));
+        uint g = j / GROUP_CHUNKS;
+        sq[g] += dot(qlo, xs[2 * j]) + dot(qhi, xs[2 * j + 1]);
+        sx[g] += dot(xs[2 * j] + xs[2 * j + 1], vec4(1.0));
     }
-    return block_sum(block_dm(blk), sq, sx);
+    float sum = block_sum(group_dm(blk, 0), sq[0], sx[0]);
+    [[unroll]] for (uint g = 1; g < GROUPS; ++g) {
+        sum += block_sum(group_dm(blk, g), sq[g], sx[g]);
+    }
+    return sum;
 }
 
 // Subgroup per row: the lanes share row_at(0) (RB is 1). Lane l takes the row's blocks l,

@@ -56,7 +56,7 @@ fn formats_help() -> String {
         "\n1-D tensors (norms, biases) are stored as F32. A matrix whose rows are not whole \
          blocks of its format takes the closest format that fits, and the summary says so. \
          Files holding Q2, Q3, Q3H, Q4B64, Q5 or Q6 are readable by Hearth only; Q4 and Q8 are \
-         GGUF's Q4_1 and Q8_0.\n\nExample:\n  hearth quantize -m smollm2-135m-instruct -o \
+         GGUF's Q4_1 and Q8_0, and Q2_K..Q6_K GGUF's k-quants (rows of 256).\n\nExample:\n  hearth quantize -m smollm2-135m-instruct -o \
          smollm2.Q3H.gguf --format Q3H --tensor-format 'blk.*.ffn_down.weight=Q4'",
     );
     s

@@ -28,6 +28,11 @@
 //! | Q4_0 | 32 | 18 | 4.5 | -8..=7 | 2 |
 //! | Q5_0 | 32 | 22 | 5.5 | -16..=15 | 6 |
 //! | Q5_1 | 32 | 24 | 6.0 | 0..=31 | 7 |
+//! | Q2_K | 256 | 84 | 2.625 | 0..=3 | 10 (GGUF's) |
+//! | Q3_K | 256 | 110 | 3.4375 | -4..=3 | 11 (GGUF's) |
+//! | Q4_K | 256 | 144 | 4.5 | 0..=15 | 12 (GGUF's) |
+//! | Q5_K | 256 | 176 | 5.5 | 0..=31 | 13 (GGUF's) |
+//! | Q6_K | 256 | 210 | 6.5625 | -32..=31 | 14 (GGUF's) |
 //!
 //! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
@@ -36,9 +41,15 @@
 //! Multi-byte fields are little-endian.
 //!
 //! Q4, Q8, Q4_0, Q5_0 and Q5_1 have the same bytes as GGUF's Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1,
-//! so those tensors load as they are and GGUF files record them under GGUF's ids. Q4_0, Q5_0
-//! and Q5_1 also quantize as ggml's reference quantizer does, byte for byte, whatever the
-//! [`Rounding`]. The other formats do not exist in GGUF: files record
+//! and the k-quants (Q2_K to Q6_K) are GGUF's own, so those tensors load as they are and GGUF
+//! files record them under GGUF's ids. Q4_0, Q5_0 and Q5_1 quantize as ggml's reference
+//! quantizer does, byte for byte, whatever the [`Rounding`]. The k-quants are a 256-value
+//! super-block of 16- or 32-value sub-blocks, each with its own scale (and, for Q2_K, Q4_K and
+//! Q5_K, min) stored in 4 to 8 bits relative to the super-block's f16 scales; dequantization
+//! follows ggml's operation order (see each module), and quantization ggml's reference
+//! quantizers, which choose scales their own way whatever the [`Rounding`] (see [`kquant`]).
+//!
+//! The other formats do not exist in GGUF: files record
 //! them under private type ids from [`PRIVATE_ID_BASE`] (1024) up, far above any id GGUF
 //! assigns, together with the metadata key [`VERSION_KEY`] (`hearth.quant.version`) holding
 //! [`FORMAT_VERSION`], the version of these private layouts. A reader that finds another
@@ -54,6 +65,7 @@ use bytemuck::Pod;
 use crate::{Error, Result};
 
 mod fit;
+pub mod kquant;
 #[cfg(test)]
 mod tests;
 
@@ -105,8 +117,8 @@ macro_rules! formats {
             }
 
             /// The GGUF tensor type id files record the format under: GGUF's own for the
-            /// formats that are GGUF types (F32, F16, Q4 = Q4_1, Q8 = Q8_0, Q4_0, Q5_0,
-            /// Q5_1), a private one from [`PRIVATE_ID_BASE`] for the rest.
+            /// formats that are GGUF types (F32, F16, Q4 = Q4_1, Q8 = Q8_0, Q4_0, Q5_0, Q5_1
+            /// and the k-quants), a private one from [`PRIVATE_ID_BASE`] for the rest.
             pub const fn gguf_id(self) -> u32 {
                 match self {
                     $(Format::$name => $gguf_id,)*
@@ -155,6 +167,11 @@ formats! {
     Q4_0:     q4_0,   q4_0::BlockQ4_0,    2;
     Q5_0:     q5_0,   q5_0::BlockQ5_0,    6;
     Q5_1:     q5_1,   q5_1::BlockQ5_1,    7;
+    Q2_K:     q2_k,   q2_k::BlockQ2_K,    10;
+    Q3_K:     q3_k,   q3_k::BlockQ3_K,    11;
+    Q4_K:     q4_k,   q4_k::BlockQ4_K,    12;
+    Q5_K:     q5_k,   q5_k::BlockQ5_K,    13;
+    Q6_K:     q6_k,   q6_k::BlockQ6_K,    14;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -272,6 +289,16 @@ impl Format {
             .unwrap_or(Format::F32)
     }
 
+    /// Whether the format is one of ggml's k-quants (Q2_K to Q6_K): 256-value super-blocks
+    /// whose sub-blocks carry their own scales, quantized by ggml's reference algorithms
+    /// whatever the [`Rounding`].
+    pub const fn is_k_quant(self) -> bool {
+        matches!(
+            self,
+            Format::Q2_K | Format::Q3_K | Format::Q4_K | Format::Q5_K | Format::Q6_K
+        )
+    }
+
     /// Whether GGUF does not define the format, so files record it under a private id and
     /// [`VERSION_KEY`].
     pub const fn is_private(self) -> bool {
@@ -293,6 +320,55 @@ impl Format {
         self.check_sizes(dst.len(), src.len())?;
         self.check_input(src)?;
         self.encode(src, dst, rounding);
+        Ok(())
+    }
+
+    /// Quantizes rows of `importance.len()` values with an importance weight per column (an
+    /// importance matrix: how much each input column counts in the layer's outputs). Q4_K,
+    /// Q5_K and Q6_K weigh each value's error by it as ggml's `quantize_q4_K`, `quantize_q5_K`
+    /// and `quantize_q6_K` do when given llama.cpp's imatrix; the other formats quantize as
+    /// [`Format::quantize`] does, without it.
+    ///
+    /// Errors as [`Format::quantize_with`], and [`Error::Importance`] when the rows are not
+    /// whole blocks, do not divide `src`, or a weight is negative or not finite.
+    pub fn quantize_weighted(self, src: &[f32], dst: &mut [u8], importance: &[f32]) -> Result<()> {
+        self.check_sizes(dst.len(), src.len())?;
+        self.check_input(src)?;
+        let row = importance.len();
+        let bad = |reason: String| {
+            Err(Error::Importance {
+                format: self,
+                reason,
+            })
+        };
+        if row == 0 || row % self.block_size() != 0 || src.len() % row != 0 {
+            return bad(format!(
+                "{row} weights are not rows of whole {}-value blocks dividing {} values",
+                self.block_size(),
+                src.len()
+            ));
+        }
+        if let Some(i) = importance
+            .iter()
+            .position(|w| !(w.is_finite() && *w >= 0.0))
+        {
+            return bad(format!("weight {i} is {}", importance[i]));
+        }
+        let row_bytes = row / self.block_size() * self.block_bytes();
+        for (src, dst) in src.chunks_exact(row).zip(dst.chunks_exact_mut(row_bytes)) {
+            match self {
+                Format::Q4_K => {
+                    weighted_blocks(src, dst, importance, q4_k::BlockQ4_K::quantize_weighted)
+                }
+                Format::Q5_K => {
+                    weighted_blocks(src, dst, importance, q5_k::BlockQ5_K::quantize_weighted)
+                }
+                Format::Q6_K => {
+                    weighted_blocks(src, dst, importance, q6_k::BlockQ6_K::quantize_weighted)
+                }
+                _ => self.encode(src, dst, Rounding::Search),
+            }
+        }
         Ok(())
     }
 
@@ -445,6 +521,23 @@ pub(crate) fn quantize_blocks<B: Pod, const N: usize>(
     for (block, src) in blocks.iter_mut().zip(src.chunks_exact(N)) {
         if let Ok(src) = <&[f32; N]>::try_from(src) {
             *block = quantize(src, rounding);
+        }
+    }
+}
+
+/// Quantizes each `N`-value chunk of a row `src` into a block of `dst` with the matching chunk
+/// of `importance`. The caller has checked the sizes.
+fn weighted_blocks<B: Pod, const N: usize>(
+    src: &[f32],
+    dst: &mut [u8],
+    importance: &[f32],
+    quantize: fn(&[f32; N], &[f32; N]) -> B,
+) {
+    let blocks: &mut [B] = bytemuck::cast_slice_mut(dst);
+    let chunks = src.chunks_exact(N).zip(importance.chunks_exact(N));
+    for (block, (src, importance)) in blocks.iter_mut().zip(chunks) {
+        if let (Ok(src), Ok(importance)) = (src.try_into(), importance.try_into()) {
+            *block = quantize(src, importance);
         }
     }
 }

@@ -53,15 +53,15 @@ fn names_and_ids_round_trip() {
     let ids = Format::ALL.map(Format::gguf_id);
     assert_eq!(
         ids,
-        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7]
+        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14]
     );
     assert_eq!(Format::from_name("q3h"), Some(Q3H));
     assert_eq!(Format::from_name("q5_1"), Some(Q5_1));
     assert_eq!(Format::from_gguf_id(2), Some(Q4_0));
     assert_eq!(
-        Format::from_gguf_id(10),
+        Format::from_gguf_id(15),
         None,
-        "Q2_K is not a Hearth format"
+        "Q8_K is not a Hearth format"
     );
     assert_eq!(Format::from_gguf_id(1030), None);
     assert_eq!(format!("[{:<6}]", Q4), "[Q4    ]");
@@ -71,7 +71,7 @@ fn names_and_ids_round_trip() {
     let msg = err.to_string();
     assert!(
         msg.contains("\"Q9\"")
-            && msg.contains("F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1"),
+            && msg.contains("F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1, Q2_K"),
         "{msg}"
     );
 }
@@ -94,6 +94,11 @@ fn geometry() {
         (Q4_0, 32, 18, 4.5),
         (Q5_0, 32, 22, 5.5),
         (Q5_1, 32, 24, 6.0),
+        (Q2_K, 256, 84, 2.625),
+        (Q3_K, 256, 110, 3.4375),
+        (Q4_K, 256, 144, 4.5),
+        (Q5_K, 256, 176, 5.5),
+        (Q6_K, 256, 210, 6.5625),
     ];
     assert_eq!(table.map(|row| row.0), Format::ALL);
     for (format, size, bytes, bits) in table {
@@ -122,17 +127,6 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                 .collect()
         }
         F16 => return raw.chunks_exact(2).map(half).collect(),
-        Q8 => {
-            // d (f16), then 32 signed levels: value = q * d.
-            return raw
-                .chunks_exact(34)
-                .flat_map(|b| {
-                    b[2..]
-                        .iter()
-                        .map(move |&q| f32::from(q as i8) * half(&b[..2]))
-                })
-                .collect();
-        }
         Q4_0 | Q5_0 => {
             // d (f16), [Q5_0: a mask of fifth bits], 16 bytes of nibbles (value j < 16 low,
             // j + 16 high); value = (q - 8) * d or (q - 16) * d in integers, then times d.
@@ -154,6 +148,19 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                         let q = i32::from(low) + 16 * high as i32 - centre;
                         q as f32 * half(&b[..2])
                     })
+                })
+                .collect();
+        }
+        // The k-quants' layouts are restated value by value in their modules' tests.
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => unreachable!("{format}"),
+        Q8 => {
+            // d (f16), then 32 signed levels: value = q * d.
+            return raw
+                .chunks_exact(34)
+                .flat_map(|b| {
+                    b[2..]
+                        .iter()
+                        .map(move |&q| f32::from(q as i8) * half(&b[..2]))
                 })
                 .collect();
         }
@@ -186,7 +193,7 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
             }
             Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
             Q5_1 => (b[8 + j % 16] >> (4 * (j / 16))) & 0x0F | (((u32_at(4) >> j) & 1) as u8) << 4,
-            F32 | F16 | Q8 | Q4_0 | Q5_0 => unreachable!(),
+            F32 | F16 | Q8 | Q4_0 | Q5_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => unreachable!(),
         }
     };
     raw.chunks_exact(format.block_bytes())
@@ -215,9 +222,22 @@ fn random_blocks(bytes_per_block: usize, seed: u64) -> Vec<u8> {
 #[test]
 fn fitting_formats_keep_precision_where_they_can() {
     use Format::*;
-    // Rows of 64 fit every format.
+    // Rows of 256 fit every format.
     for f in Format::ALL {
-        assert_eq!(f.fitting(64), f);
+        assert_eq!(f.fitting(256), f);
+    }
+    // SmolLM2's rows of 576 fit no k-quant: the private format of as many bits or the next
+    // above takes them (Q3_K's 3.44 bits go to Q3's 4.0, Q6_K's 6.56 to Q8's 8.5).
+    let k_fallbacks = [
+        (Q2_K, Q2),
+        (Q3_K, Q3),
+        (Q4_K, Q4B64),
+        (Q5_K, Q5),
+        (Q6_K, Q8),
+    ];
+    for (k, to) in k_fallbacks {
+        assert_eq!(k.fitting(576), to, "{k}");
+        assert_eq!(k.fitting(1536), k, "{k}");
     }
     // Rows of 96 fit the 32-value formats only: the least bits at or above the wanted format's.
     assert_eq!(Q3H.fitting(96), Q3, "same bits per weight");
@@ -258,17 +278,24 @@ fn gguf_types_that_are_formats() {
         let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
         dequantize_ggml_type(ty, &raw, &mut a).unwrap();
         format.dequantize(&raw, &mut b).unwrap();
+        if format.is_k_quant() {
+            assert_eq!(canonical(&a), canonical(&b), "{ty}");
+            continue;
+        }
         let want = canonical(&layout_reference(format, &raw));
         assert_eq!(canonical(&a), want, "{ty}");
         assert_eq!(canonical(&b), want, "{format}");
     }
     use Format::*;
-    assert_eq!(found, [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8]);
+    assert_eq!(
+        found,
+        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K]
+    );
 }
 
 #[test]
 fn dequantize_follows_the_documented_layouts() {
-    for format in Format::ALL {
+    for format in Format::ALL.into_iter().filter(|f| !f.is_k_quant()) {
         let raw = random_blocks(format.block_bytes(), format.gguf_id().into());
         let got = dequantize_format(format, &raw);
         assert_eq!(got.len(), 4 * format.block_size());
@@ -587,11 +614,11 @@ fn sizes_are_checked() {
 
 #[test]
 fn non_finite_input_is_rejected() {
-    let mut src = vec![0.25f32; 64];
+    let mut src = vec![0.25f32; 256];
     src[37] = f32::NAN;
     src[50] = f32::INFINITY;
     for format in Format::ALL {
-        let mut dst = vec![9u8; format.bytes_for(64).unwrap()];
+        let mut dst = vec![9u8; format.bytes_for(256).unwrap()];
         let err = format.quantize(&src, &mut dst).unwrap_err();
         assert_eq!(
             err,
@@ -610,7 +637,7 @@ fn non_finite_input_is_rejected() {
     }
     src[37] = 1.0;
     src[12] = f32::NEG_INFINITY;
-    let mut dst = vec![0u8; 64 * 4];
+    let mut dst = vec![0u8; 256 * 4];
     let err = Format::F32.quantize(&src, &mut dst).unwrap_err();
     assert_eq!(
         err,
@@ -625,15 +652,15 @@ fn non_finite_input_is_rejected() {
 #[test]
 fn values_beyond_f16_range_are_rejected() {
     // 65519 still rounds to the largest f16, 65504; 65520 rounds to infinity.
-    let mut src = vec![1.0f32; 64];
+    let mut src = vec![1.0f32; 256];
     src[3] = -65519.0;
     for format in Format::ALL {
-        let mut dst = vec![0u8; format.bytes_for(64).unwrap()];
+        let mut dst = vec![0u8; format.bytes_for(256).unwrap()];
         format.quantize(&src, &mut dst).unwrap();
     }
     src[9] = 65520.0;
     for format in Format::ALL {
-        let mut dst = vec![0u8; format.bytes_for(64).unwrap()];
+        let mut dst = vec![0u8; format.bytes_for(256).unwrap()];
         let result = format.quantize(&src, &mut dst);
         if format == Format::F32 {
             assert_eq!(result, Ok(()));
@@ -649,6 +676,131 @@ fn values_beyond_f16_range_are_rejected() {
             );
             assert!(err.to_string().contains("value 9"), "{err}");
         }
+    }
+}
+
+/// The k-quants with their bits per level, values per sub-block and levels of a sub-block's
+/// scale.
+const K_QUANTS: [(Format, u32, usize, f64); 5] = [
+    (Format::Q2_K, 2, 16, 15.0),
+    (Format::Q3_K, 3, 16, 32.0),
+    (Format::Q4_K, 4, 32, 63.0),
+    (Format::Q5_K, 5, 32, 63.0),
+    (Format::Q6_K, 6, 16, 128.0),
+];
+
+#[test]
+fn k_quants_round_trip_within_bounds() {
+    // Per sub-block, no value is further from its original than
+    //   range / (2^bits - 1) + 2 amax / S + f32 rounding,
+    // with `range` the sub-block's (from its min or 0, or 2 |x|max for the symmetric Q3_K and
+    // Q6_K), `amax` the super-block's largest magnitude and S the levels of a sub-block's scale:
+    // one step of the sub-block's own grid (nearest rounding needs half of it, the searches move
+    // the grid), plus what rounding the sub-block's scale and min to S levels of the
+    // super-block's can shift the grid's ends by. The RMS error on weight-like data falls with
+    // bits.
+    let mut previous = f64::INFINITY;
+    for (format, bits, sub, scale_levels) in K_QUANTS {
+        let steps = f64::from((1u32 << bits) - 1);
+        for (name, data) in data_sets() {
+            let back = dequantize_format(format, &quantize(format, &data, Rounding::Search));
+            let amax = |w: &[f32]| w.iter().fold(0.0f64, |a, &x| a.max(f64::from(x.abs())));
+            for (g, (w, v)) in data.chunks(sub).zip(back.chunks(sub)).enumerate() {
+                let lo = w.iter().fold(f32::INFINITY, |a, &x| a.min(x));
+                let hi = w.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+                let range = if matches!(format, Format::Q3_K | Format::Q6_K) {
+                    2.0 * amax(w)
+                } else {
+                    f64::from(hi) - f64::from(lo.min(0.0))
+                };
+                let sb_amax = amax(&data[g * sub / 256 * 256..][..256]);
+                let bound = range / steps + 2.0 * sb_amax / scale_levels + 1e-6 * sb_amax;
+                for (&w, &v) in w.iter().zip(v) {
+                    let err = (f64::from(w) - f64::from(v)).abs();
+                    assert!(
+                        err <= bound,
+                        "{name} {format} sub-block {g}: |{w} - {v}| = {err} > {bound}"
+                    );
+                }
+            }
+        }
+        let data = normal(21, 256 * 64, 0.0, 0.02);
+        let back = dequantize_format(format, &quantize(format, &data, Rounding::Search));
+        let rms = (block_errors(&data, &back, data.len())[0] / data.len() as f64).sqrt();
+        eprintln!("{format}: RMS error / sigma = {:.4}", rms / 0.02);
+        assert!(rms < previous, "{format}: {rms} >= {previous}");
+        previous = rms;
+    }
+}
+
+/// `sum_i importance[i % row] (w_i - v_i)^2` in f64.
+fn weighted_error(w: &[f32], v: &[f32], importance: &[f32]) -> f64 {
+    let row = importance.len();
+    w.iter()
+        .zip(v)
+        .enumerate()
+        .map(|(i, (&w, &v))| f64::from(importance[i % row]) * (f64::from(w) - f64::from(v)).powi(2))
+        .sum()
+}
+
+#[test]
+fn importance_weights_lower_the_weighted_error() {
+    // Rows of 512 where a few columns matter a hundred times more than the rest, as an
+    // importance matrix finds for the channels with large activations: quantizing with the
+    // weights must lower the error those weights measure, against the unweighted quantizer.
+    let row = 512;
+    let mut rng = Lcg::new(31);
+    let importance: Vec<f32> = (0..row)
+        .map(|_| if rng.uniform() < 0.1 { 100.0 } else { 1.0 })
+        .collect();
+    let data = normal(32, row * 64, 0.0, 0.02);
+    for format in [Format::Q4_K, Format::Q5_K, Format::Q6_K] {
+        let plain = dequantize_format(format, &quantize(format, &data, Rounding::Search));
+        let mut bytes = vec![0u8; format.bytes_for(data.len()).unwrap()];
+        format
+            .quantize_weighted(&data, &mut bytes, &importance)
+            .unwrap();
+        let weighted = dequantize_format(format, &bytes);
+        let (e_plain, e_weighted) = (
+            weighted_error(&data, &plain, &importance),
+            weighted_error(&data, &weighted, &importance),
+        );
+        eprintln!("{format}: weighted error {e_weighted:.4e} vs {e_plain:.4e} without weights");
+        assert!(
+            e_weighted < 0.9 * e_plain,
+            "{format}: {e_weighted} vs {e_plain}"
+        );
+    }
+}
+
+#[test]
+fn importance_weights_are_checked_and_others_ignore_them() {
+    let data = normal(33, 1024, 0.0, 1.0);
+    let mut dst = vec![0u8; Format::Q4_K.bytes_for(1024).unwrap()];
+    for (importance, what) in [
+        (vec![1.0; 128], "128 weights"),
+        (vec![1.0; 768], "768 weights"),
+        (vec![], "0 weights"),
+    ] {
+        let err = Format::Q4_K
+            .quantize_weighted(&data, &mut dst, &importance)
+            .unwrap_err();
+        assert!(matches!(err, Error::Importance { .. }), "{err}");
+        assert!(err.to_string().contains(what), "{err}");
+    }
+    let mut importance = vec![1.0; 256];
+    importance[7] = -1.0;
+    let err = Format::Q6_K
+        .quantize_weighted(&data, &mut vec![0u8; 4 * 210], &importance)
+        .unwrap_err();
+    assert!(err.to_string().contains("weight 7 is -1"), "{err}");
+    // Formats without a weighted quantizer quantize as without weights.
+    for format in [Format::Q4, Format::Q2_K, Format::Q3_K] {
+        let mut bytes = vec![0u8; format.bytes_for(1024).unwrap()];
+        format
+            .quantize_weighted(&data, &mut bytes, &[2.0; 256])
+            .unwrap();
+        assert_eq!(bytes, quantize(format, &data, Rounding::Search), "{format}");
     }
 }
 

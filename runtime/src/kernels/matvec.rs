@@ -343,7 +343,8 @@ pub(crate) mod tests {
             // give it 1, 2 and 4 blocks a lane per turn, and Q8's realigned blocks, cover it.
             // 70 blocks make several turns, the last one part-filled. GGUF's 2-byte-aligned
             // Q4_0 and Q5_0 and its Q5_1 take every shape, and rows of 608 values (19 blocks,
-            // SmolLM2's 576 plus one block) too.
+            // SmolLM2's 576 plus one block) too. Q2_K and Q6_K have two (d, m) groups a block,
+            // with and without a base.
             let sub_too = matches!(
                 format,
                 WeightFormat::F16
@@ -354,11 +355,16 @@ pub(crate) mod tests {
                     | WeightFormat::Q4_0
                     | WeightFormat::Q5_0
                     | WeightFormat::Q5_1
+                    | WeightFormat::Q2_K
+                    | WeightFormat::Q6_K
             );
             let odd_rows: &[(usize, usize, usize)] = match sub_too && block == 32 {
                 true => &[(11, 19, 3)],
                 false => &[],
             };
+            // The k-quants' 256-value rows: k = 256, 768, 1280, 2304 and 1792 (1536 + 256)
+            // rather than 70 super-blocks, which would make lavapipe's run long.
+            let last = if format.is_k_quant() { 7 } else { 70 };
             let wanted = [true, true, true, sub_too];
             // Small decode batches' kernels (2 and 4 tokens a pass) in the formats of the
             // shipped model: the token loops are the same code at any count.
@@ -369,7 +375,7 @@ pub(crate) mod tests {
             for &tokens in [1, 8, 16].iter().chain(small) {
                 let kernels = shapes(&dev, format, tokens).into_iter().zip(wanted);
                 for kernel in kernels.filter_map(|(k, want)| want.then_some(k)) {
-                    let cases = [(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, 70, 2)];
+                    let cases = [(1, 1, 1), (7, 3, 2), (13, 5, 9), (257, 9, 3), (3, last, 2)];
                     for &(m, blocks, batch) in cases.iter().chain(odd_rows) {
                         let k = blocks * block;
                         let (w, wd) = upload_weights(&dev, &random(m * k, 14, 1.0), format);
@@ -414,7 +420,7 @@ pub(crate) mod tests {
     #[test]
     fn folded_norm_residual_and_swiglu_match_reference() {
         let Some(dev) = device() else { return };
-        for format in [WeightFormat::Q4, WeightFormat::Q3H] {
+        for format in [WeightFormat::Q4, WeightFormat::Q3H, WeightFormat::Q2_K] {
             let block = shader_block(format) as usize;
             for tokens in [1, 8, 16] {
                 for kernel in shapes(&dev, format, tokens) {

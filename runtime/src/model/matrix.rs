@@ -99,21 +99,16 @@ impl From<Matrix> for Projection {
 }
 
 /// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0) stay as they are; the others go to the format with at least their
-/// precision, so conversion loses little: Q2_K to Q3H, Q3_K to Q4, Q4_K to Q5, Q5_K to Q6,
-/// Q6_K to Q8, BF16 to F16.
+/// Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants) stay as they are; BF16 goes to F16.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
     if let Some(native) = ty.format() {
         return native;
     }
     match ty {
-        Q2_K => Format::Q3H,
-        Q3_K => Format::Q4,
-        Q4_K => Format::Q5,
-        Q5_K => Format::Q6,
-        Q6_K => Format::Q8,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Format::F16,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
+            Format::F16
+        }
     }
 }
 
@@ -197,11 +192,12 @@ mod tests {
         assert_eq!(fitting_format(Format::F16, 40), None);
         assert_eq!(fitting_format(Format::Q4, 40), None);
         assert_eq!(import_format(BlockType::Q4_1), Format::Q4);
-        assert_eq!(import_format(BlockType::Q6_K), Format::Q8);
+        assert_eq!(fitting_format(Format::Q6_K, 576), Some(Format::Q8));
         for (ty, f) in [
             (BlockType::Q4_0, Format::Q4_0),
             (BlockType::Q5_0, Format::Q5_0),
             (BlockType::Q5_1, Format::Q5_1),
+            (BlockType::Q6_K, Format::Q6_K),
         ] {
             assert_eq!(import_format(ty), f, "{ty} loads as it is");
         }

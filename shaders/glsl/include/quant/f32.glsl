@@ -3,6 +3,9 @@
 //   BLOCK_WORDS           32-bit words a block is loaded into (`Block`)
 //   block_load(b, blk)    loads block b once; each lane then unpacks it from registers
 //   block_dm(blk)         (d, m); value = q * d + m (m = 0 without a base)
+//   GROUP, group_dm(blk, g)   values per (d, m) pair and the pair of group g (GROUP = QK and
+//                         group_dm = block_dm unless the format defines HAS_GROUPS, as the
+//                         k-quants with a scale per 16 values do; GROUPS = QK / GROUP)
 //   block_levels8(blk, j, lo, hi)   stored levels q of values [8j, 8j + 8), as floats
 //   levels8(b, j, lo, hi), dequant8(b, j, lo, hi)   the same straight from memory; dequant8
 //                         rounds q * d + m exactly as quant/ does

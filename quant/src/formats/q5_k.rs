@@ -2,13 +2,14 @@
 //!
 //! Q4_K with a fifth bit per level: the same 8 sub-blocks of 32 values, 6-bit scales and mins
 //! and nibble layout, plus 32 bytes of high bits. `value = (d * scale) * q - (dmin * min)` with
-//! `q` in 0..=31.
+//! `q` in 0..=31. The layout is ggml's `block_q5_K` byte for byte. GLSL twin:
+//! `shaders/glsl/include/quant/q5_k.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::q4_k::scale_min_k4;
-use super::{K_SCALE_SIZE, QK_K};
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::kquant::{self, scale_min_k4, Search, K_SCALE_SIZE, QK_K};
+use super::Rounding;
 
 /// One super-block of 256 values (ggml's `block_q5_K`).
 #[repr(C)]
@@ -28,6 +29,16 @@ pub struct BlockQ5_K {
 }
 
 const _: () = assert!(size_of::<BlockQ5_K>() == 176);
+
+super::block_codec!(BlockQ5_K, QK_K);
+
+/// ggml's search for Q5_K sub-blocks (`quantize_row_q5_K_ref`).
+const SEARCH: Search = Search {
+    rmin: -0.5,
+    rdelta: 0.1,
+    nstep: 15,
+    use_mad: false,
+};
 
 impl BlockQ5_K {
     /// The super-block's 256 values, as ggml's `dequantize_row_q5_K`: per sub-block
@@ -56,12 +67,61 @@ impl BlockQ5_K {
             }
         }
     }
+
+    /// Quantizes 256 finite values as ggml's `quantize_row_q5_K_ref` does (`rounding` is not
+    /// used): Q4_K's procedure with 32 levels and ggml's narrower Q5_K search.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        let mut levels = [0u8; QK_K];
+        let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+        let subs = kquant::sub_blocks::<32>(src).zip(levels.chunks_exact_mut(32));
+        for (j, (x, l)) in subs.enumerate() {
+            let w = kquant::rms_plus_abs(x);
+            (scales[j], mins[j]) = kquant::make_qkx2_quants(31, x, &w, l, SEARCH);
+        }
+        let (d, dmin, packed) = kquant::quantize_scales_k4(&scales, &mins);
+        let (d, dmin, packed, levels) = kquant::requantize_k4(src, (d, dmin, packed, levels), 31);
+        Self::pack(d, dmin, packed, &levels)
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's
+    /// column weights), as ggml's `quantize_row_q5_K_impl` does; see
+    /// [`kquant::quantize_k4_weighted`].
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        let (d, dmin, packed, levels) = kquant::quantize_k4_weighted(src, importance, 31);
+        Self::pack(d, dmin, packed, &levels)
+    }
+
+    /// The super-block with scales `d`, `dmin`, packed sub-block scales and mins, and levels
+    /// `q` (each below 32; higher bits are dropped).
+    pub fn pack(d: Half, dmin: Half, scales: [u8; K_SCALE_SIZE], q: &[u8; QK_K]) -> Self {
+        let mut qh = [0u8; QK_K / 8];
+        for (i, &q) in q.iter().enumerate() {
+            qh[i % 32] |= ((q >> 4) & 1) << (i / 32);
+        }
+        let qs = std::array::from_fn(|i| {
+            let at = 64 * (i / 32) + i % 32;
+            (q[at] & 0xF) | (q[at + 32] & 0xF) << 4
+        });
+        BlockQ5_K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
+        }
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml::q4_k::tests::{pack_scales, scales_and_mins};
+    use crate::formats::q4_k::tests::{pack_scales, scales_and_mins};
     use crate::testutil::{bytes, dequantize_all};
     use crate::BlockType;
 

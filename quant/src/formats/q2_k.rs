@@ -6,8 +6,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::QK_K;
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::kquant::{self, nearest_int, Search, QK_K};
+use super::Rounding;
 
 /// One super-block of 256 values (ggml's `block_q2_K`).
 #[repr(C)]
@@ -27,6 +28,26 @@ pub struct BlockQ2_K {
 
 const _: () = assert!(size_of::<BlockQ2_K>() == 84);
 
+super::block_codec!(BlockQ2_K, QK_K);
+
+/// ggml's search for Q2_K sub-blocks (`quantize_row_q2_K_ref`): absolute errors.
+const SEARCH: Search = Search {
+    rmin: -0.5,
+    rdelta: 0.1,
+    nstep: 15,
+    use_mad: true,
+};
+
+/// 256 2-bit levels packed as Q2_K and Q3_K store them: value `i` in byte
+/// `32 * (i / 128) + i % 32` at bit `2 * (i % 128 / 32)` (higher bits are dropped).
+pub fn pack_crumbs(q: &[u8; QK_K]) -> [u8; QK_K / 4] {
+    let mut out = [0u8; QK_K / 4];
+    for (i, &q) in q.iter().enumerate() {
+        out[32 * (i / 128) + i % 32] |= (q & 3) << (2 * (i % 128 / 32));
+    }
+    out
+}
+
 impl BlockQ2_K {
     /// The super-block's 256 values, as ggml's `dequantize_row_q2_K`: per sub-block
     /// `dl = d * scale` and `ml = dmin * min`, then `dl * q - ml` (a multiply then a subtract).
@@ -43,6 +64,52 @@ impl BlockQ2_K {
                 *out = dl * f32::from((q >> shift) & 3) - ml;
             }
         }
+    }
+
+    /// Quantizes 256 finite values as ggml's `quantize_row_q2_K_ref` does (`rounding` is not
+    /// used): each sub-block's scale and min from [`kquant::make_qkx2_quants`] weighted by
+    /// `|x|` with absolute errors, both rounded to 4 bits against their maxima, then every
+    /// level recomputed from the scales as stored.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        let mut levels = [0u8; QK_K];
+        let (mut scales, mut mins) = ([0.0f32; 16], [0.0f32; 16]);
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (j, (x, l)) in subs.enumerate() {
+            (scales[j], mins[j]) = kquant::make_qkx2_quants(3, x, &x.map(f32::abs), l, SEARCH);
+        }
+        let max_of = |v: &[f32; 16]| v.iter().fold(0.0f32, |a, &s| if s > a { s } else { a });
+        let (max_scale, max_min) = (max_of(&scales), max_of(&mins));
+        let mut block = BlockQ2_K::zeroed();
+        if max_scale > 0.0 {
+            let iscale = 15.0 / max_scale;
+            for (b, &s) in block.scales.iter_mut().zip(&scales) {
+                *b = nearest_int(iscale * s) as u8;
+            }
+            block.d = Half::from_f32(max_scale / 15.0);
+        }
+        if max_min > 0.0 {
+            let iscale = 15.0 / max_min;
+            for (b, &m) in block.scales.iter_mut().zip(&mins) {
+                *b |= (nearest_int(iscale * m) << 4) as u8;
+            }
+            block.dmin = Half::from_f32(max_min / 15.0);
+        }
+        let (d, dmin) = (block.d.to_f32(), block.dmin.to_f32());
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for ((x, l), &sc) in subs.zip(&block.scales) {
+            let dj = d * f32::from(sc & 0xF);
+            if dj != 0.0 {
+                kquant::requantize_asymmetric(x, dj, dmin * f32::from(sc >> 4), 3, l);
+            }
+        }
+        block.qs = pack_crumbs(&levels);
+        block
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
     }
 }
 

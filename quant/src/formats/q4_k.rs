@@ -2,12 +2,15 @@
 //!
 //! The super-block has 8 sub-blocks of 32 values. Each has a 6-bit scale and a 6-bit min,
 //! scaled by the super-block's f16 `d` and `dmin`: `value = (d * scale) * q - (dmin * min)`
-//! with `q` in 0..=15.
+//! with `q` in 0..=15. The layout is ggml's `block_q4_K` byte for byte. GLSL twin:
+//! `shaders/glsl/include/quant/q4_k.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{K_SCALE_SIZE, QK_K};
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::kquant::{self, Search, K_SCALE_SIZE, QK_K};
+pub use super::kquant::scale_min_k4;
+use super::Rounding;
 
 /// One super-block of 256 values (ggml's `block_q4_K`).
 #[repr(C)]
@@ -27,20 +30,15 @@ pub struct BlockQ4_K {
 
 const _: () = assert!(size_of::<BlockQ4_K>() == 144);
 
-/// The 6-bit scale and min of sub-block `j` (0..8) from the 12 packed bytes Q4_K and Q5_K share
-/// (ggml's `get_scale_min_k4`). Sub-blocks 0..4 keep theirs in the low 6 bits of bytes `j`
-/// (scale) and `j + 4` (min); sub-blocks 4..8 have their low 4 bits in the nibbles of byte
-/// `j + 4` and their high 2 bits in the top bits of bytes `j - 4` (scale) and `j` (min).
-pub fn scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
-}
+super::block_codec!(BlockQ4_K, QK_K);
+
+/// ggml's search for Q4_K sub-blocks (`quantize_row_q4_K_ref`).
+const SEARCH: Search = Search {
+    rmin: -1.0,
+    rdelta: 0.1,
+    nstep: 20,
+    use_mad: false,
+};
 
 impl BlockQ4_K {
     /// The super-block's 256 values, as ggml's `dequantize_row_q4_K`: per sub-block
@@ -66,6 +64,52 @@ impl BlockQ4_K {
             }
         }
     }
+
+    /// Quantizes 256 finite values as ggml's `quantize_row_q4_K_ref` does (`rounding` is not
+    /// used): each sub-block's scale and min from [`kquant::make_qkx2_quants`] weighted by
+    /// `rms + |x|`, the sixteen rounded to 6 bits against their maxima, then every level
+    /// recomputed from the scales as stored.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        let mut levels = [0u8; QK_K];
+        let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+        let subs = kquant::sub_blocks::<32>(src).zip(levels.chunks_exact_mut(32));
+        for (j, (x, l)) in subs.enumerate() {
+            let w = kquant::rms_plus_abs(x);
+            (scales[j], mins[j]) = kquant::make_qkx2_quants(15, x, &w, l, SEARCH);
+        }
+        let (d, dmin, packed) = kquant::quantize_scales_k4(&scales, &mins);
+        let (d, dmin, packed, levels) = kquant::requantize_k4(src, (d, dmin, packed, levels), 15);
+        Self::pack(d, dmin, packed, &levels)
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's
+    /// column weights), as ggml's `quantize_row_q4_K_impl` does; see
+    /// [`kquant::quantize_k4_weighted`].
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        let (d, dmin, packed, levels) = kquant::quantize_k4_weighted(src, importance, 15);
+        Self::pack(d, dmin, packed, &levels)
+    }
+
+    /// The super-block with scales `d`, `dmin`, packed sub-block scales and mins, and levels
+    /// `q` (each below 16; higher bits are dropped).
+    pub fn pack(d: Half, dmin: Half, scales: [u8; K_SCALE_SIZE], q: &[u8; QK_K]) -> Self {
+        let qs = std::array::from_fn(|i| {
+            let at = 64 * (i / 32) + i % 32;
+            (q[at] & 0xF) | (q[at + 32] & 0xF) << 4
+        });
+        BlockQ4_K {
+            d,
+            dmin,
+            scales,
+            qs,
+        }
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
 }
 
 #[cfg(test)]
@@ -74,21 +118,9 @@ pub(crate) mod tests {
     use crate::testutil::{bytes, dequantize_all};
     use crate::BlockType;
 
-    /// Packs eight 6-bit scales and mins as ggml's quantizer does (shared with Q5_K's tests).
+    /// Packs eight 6-bit scales and mins (shared with Q5_K's tests).
     pub(crate) fn pack_scales(sc: [u8; 8], mins: [u8; 8]) -> [u8; K_SCALE_SIZE] {
-        let mut out = [0u8; K_SCALE_SIZE];
-        for j in 0..8 {
-            let (ls, lm) = (sc[j], mins[j]);
-            if j < 4 {
-                out[j] = ls;
-                out[j + 4] = lm;
-            } else {
-                out[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
-                out[j - 4] |= (ls >> 4) << 6;
-                out[j] |= (lm >> 4) << 6;
-            }
-        }
-        out
+        kquant::pack_scale_min_k4(&sc, &mins)
     }
 
     /// Eight scales and eight mins covering every bit of the 6-bit range.

@@ -2,12 +2,14 @@
 //!
 //! The super-block has 16 sub-blocks of 16 values, each with a signed 8-bit scale scaled by the
 //! super-block's f16 `d`: `value = (d * scale) * (q - 32)` with `q` in 0..=63, stored as a
-//! nibble and a 2-bit pair.
+//! nibble and a 2-bit pair. The layout is ggml's `block_q6_K` byte for byte; its 210 bytes
+//! leave every other super-block 2-byte aligned. GLSL twin: `shaders/glsl/include/quant/q6_k.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::QK_K;
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::kquant::{self, nearest_int, QK_K};
+use super::Rounding;
 
 /// One super-block of 256 values (ggml's `block_q6_K`).
 #[repr(C)]
@@ -28,6 +30,8 @@ pub struct BlockQ6_K {
 }
 
 const _: () = assert!(size_of::<BlockQ6_K>() == 210);
+
+super::block_codec!(BlockQ6_K, QK_K);
 
 impl BlockQ6_K {
     /// The super-block's 256 values, as ggml's `dequantize_row_q6_K`: `d * scale * (q - 32)`
@@ -51,6 +55,74 @@ impl BlockQ6_K {
                 }
             }
         }
+    }
+
+    /// Quantizes 256 finite values as ggml's `quantize_row_q6_K_ref` does (`rounding` is not
+    /// used): each sub-block's scale from [`kquant::make_qx_quants`] weighted by `x^2`, the
+    /// sixteen rounded to signed bytes against the largest, then every level recomputed from
+    /// the scales as stored.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        Self::quantize_by(src, |x, _| x.map(|v| v * v))
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's
+    /// column weights), as ggml's `quantize_row_q6_K_impl` does: [`BlockQ6_K::quantize`] with
+    /// the importance in place of `x^2` in the sub-block searches.
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        Self::quantize_by(src, |_, s| std::array::from_fn(|i| importance[16 * s + i]))
+    }
+
+    /// The quantizer with `weights(x, s)` the search weights of sub-block `s`, values `x`.
+    fn quantize_by(src: &[f32; QK_K], weights: impl Fn(&[f32; 16], usize) -> [f32; 16]) -> Self {
+        let mut levels = [0u8; QK_K];
+        let mut scales = [0.0f32; 16];
+        let (mut max_scale, mut max_abs) = (0.0f32, 0.0f32);
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (ib, (s, (x, l))) in scales.iter_mut().zip(subs).enumerate() {
+            *s = kquant::make_qx_quants(32, x, &weights(x, ib), l);
+            if s.abs() > max_abs {
+                max_abs = s.abs();
+                max_scale = *s;
+            }
+        }
+        if max_abs < kquant::GROUP_MAX_EPS {
+            return BlockQ6_K::zeroed();
+        }
+        let iscale = -128.0 / max_scale;
+        let d = Half::from_f32(1.0 / iscale);
+        // As ggml: clamped to 127, then cut to a signed byte.
+        let sc = scales.map(|s| nearest_int(iscale * s).min(127) as i8);
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for ((x, l), &sc) in subs.zip(&sc) {
+            let dj = d.to_f32() * f32::from(sc);
+            if dj == 0.0 {
+                continue;
+            }
+            for (l, &v) in l.iter_mut().zip(x) {
+                *l = (nearest_int(v / dj).clamp(-32, 31) + 32) as u8;
+            }
+        }
+        Self::pack(d, sc, &levels)
+    }
+
+    /// The super-block with scale `d`, sub-block scales `scales` and levels `q` (each below
+    /// 64, the stored `level + 32`; higher bits are dropped).
+    pub fn pack(d: Half, scales: [i8; 16], q: &[u8; QK_K]) -> Self {
+        let mut ql = [0u8; QK_K / 2];
+        let mut qh = [0u8; QK_K / 4];
+        for (i, &q) in q.iter().enumerate() {
+            // Half h, quarter k, position l: low nibble bytes 64h + 32(k % 2) + l, nibble k / 2.
+            let (h, k, l) = (i / 128, i % 128 / 32, i % 32);
+            ql[64 * h + 32 * (k % 2) + l] |= (q & 0xF) << (4 * (k / 2));
+            qh[32 * h + l] |= ((q >> 4) & 3) << (2 * k);
+        }
+        BlockQ6_K { ql, qh, scales, d }
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
     }
 }
 

@@ -2,12 +2,16 @@
 //!
 //! The super-block has 16 sub-blocks of 16 values, each with a signed 6-bit scale scaled by the
 //! super-block's f16 `d`: `value = (d * (scale - 32)) * (q - 4)` with `q` in 0..=7, stored as
-//! two low bits (packed as in Q2_K) and a high bit in a separate mask.
+//! two low bits (packed as in Q2_K) and a high bit in a separate mask. The layout is ggml's
+//! `block_q3_K` byte for byte; its 110 bytes leave every other super-block 2-byte aligned. GLSL
+//! twin: `shaders/glsl/include/quant/q3_k.glsl`.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{K_SCALE_SIZE, QK_K};
-use crate::formats::f16::Half;
+use super::f16::Half;
+use super::kquant::{self, nearest_int, K_SCALE_SIZE, QK_K};
+use super::q2_k::pack_crumbs;
+use super::Rounding;
 
 /// One super-block of 256 values (ggml's `block_q3_K`).
 #[repr(C)]
@@ -27,6 +31,8 @@ pub struct BlockQ3_K {
 }
 
 const _: () = assert!(size_of::<BlockQ3_K>() == 110);
+
+super::block_codec!(BlockQ3_K, QK_K);
 
 impl BlockQ3_K {
     /// The 6-bit scale of sub-block `s` (0..16) minus 32. Its low 4 bits are a nibble of
@@ -59,6 +65,67 @@ impl BlockQ3_K {
                 *out = dl * f32::from(level);
             }
         }
+    }
+
+    /// Quantizes 256 finite values as ggml's `quantize_row_q3_K_ref` does (`rounding` is not
+    /// used): each sub-block's scale from [`kquant::make_q3_quants`], the sixteen rounded to
+    /// signed 6 bits against the largest, then every level recomputed from the scales as
+    /// stored.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        let mut levels = [0u8; QK_K];
+        let mut scales = [0.0f32; 16];
+        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (s, (x, l)) in scales.iter_mut().zip(subs) {
+            *s = kquant::make_q3_quants(4, x, l);
+            if s.abs() > amax {
+                amax = s.abs();
+                max_scale = *s;
+            }
+        }
+        let mut block = BlockQ3_K::zeroed();
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for (j, &s) in scales.iter().enumerate() {
+                // As ggml: cut to a signed byte, then clamped and offset.
+                let l = ((nearest_int(iscale * s) as i8).clamp(-32, 31) + 32) as u8;
+                if j < 8 {
+                    block.scales[j] = l & 0xF;
+                } else {
+                    block.scales[j - 8] |= (l & 0xF) << 4;
+                }
+                block.scales[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
+            }
+            block.d = Half::from_f32(1.0 / iscale);
+        }
+        let d = block.d.to_f32();
+        let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
+        for (j, (x, l)) in subs.enumerate() {
+            let dj = d * f32::from(block.scale(j));
+            if dj == 0.0 {
+                continue;
+            }
+            for (l, &v) in l.iter_mut().zip(x) {
+                *l = (nearest_int(v / dj).clamp(-4, 3) + 4) as u8;
+            }
+        }
+        block.set_levels(&levels);
+        block
+    }
+
+    /// Stores levels `q` (each below 8, the stored `level + 4`; higher bits are dropped).
+    pub fn set_levels(&mut self, q: &[u8; QK_K]) {
+        self.hmask = [0; QK_K / 8];
+        for (i, &q) in q.iter().enumerate() {
+            self.hmask[i % 32] |= ((q >> 2) & 1) << (i / 32);
+        }
+        self.qs = pack_crumbs(q);
+    }
+
+    /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
+    /// exact in f64, and they are summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
     }
 }
 
