@@ -23,12 +23,13 @@ pub fn round_row(kv_type: KvType, row: &mut [f32]) {
             for block in row.chunks_mut(Q8_BLOCK) {
                 let d = block.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
                 for x in block {
+                    // Through an integer, as the kernel's is: a rounded -0 reads back as +0.
                     let q = if d == 0.0 {
-                        0.0
+                        0
                     } else {
-                        (*x / d).round_ties_even().clamp(-127.0, 127.0)
+                        (*x / d).round_ties_even().clamp(-127.0, 127.0) as i32
                     };
-                    *x = q * d;
+                    *x = q as f32 * d;
                 }
             }
         }
