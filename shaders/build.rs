@@ -24,25 +24,15 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("layernorm", "layernorm.comp", ""),
     ("softmax", "softmax.comp", ""),
     ("rope", "rope.comp", ""),
-    ("rope_kv", "rope_kv.comp", ""),
-    ("attn_decode", "attn_decode.comp", ""),
-    ("attn_decode_wide", "attn_decode.comp", ""),
     ("attn_merge", "attn_merge.comp", ""),
-    ("attn_prefill", "attn_prefill.comp", ""),
-    ("attn_prefill_wide", "attn_prefill.comp", ""),
     ("swiglu", "swiglu.comp", ""),
     ("gelu", "gelu.comp", ""),
     ("binary", "binary.comp", ""),
     ("bandwidth_read", "bandwidth_read.comp", ""),
-    ("ig_partial_keys", "ig_partial_keys.comp", ""),
     ("ig_speculate", "ig_speculate.comp", ""),
     ("ig_select", "ig_select.comp", ""),
     ("ig_select_wide", "ig_select.comp", ""),
-    ("kv_gather", "kv_gather.comp", ""),
-    ("attn_sparse", "attn_sparse.comp", ""),
     ("h2o_update", "h2o_update.comp", ""),
-    ("h2o_lse", "h2o_lse.comp", ""),
-    ("h2o_mass", "h2o_mass.comp", ""),
 ];
 
 /// Kernels compiled once per weight format, each a field of `FormatKernels`: (field, source
@@ -72,6 +62,29 @@ const FORMAT_KERNELS: &[(&str, &str, bool, &str)] = &[
     ),
 ];
 
+/// Kernels compiled once per KV cache type, each a field of `KvKernels`: (field, source in
+/// glsl/, compiled with WIDE_LOADS). The variant for type `t` is `<source stem>_<t>`, with
+/// `_wide` after it for WIDE_LOADS; it is compiled with `KV_<T>` defined (KV_F16), which
+/// include/kv_cache.glsl reads.
+const KV_KERNELS: &[(&str, &str, bool)] = &[
+    ("rope_kv", "rope_kv.comp", false),
+    ("attn_decode", "attn_decode.comp", false),
+    ("attn_decode_wide", "attn_decode.comp", true),
+    ("attn_prefill", "attn_prefill.comp", false),
+    ("attn_prefill_wide", "attn_prefill.comp", true),
+    ("ig_partial_keys", "ig_partial_keys.comp", false),
+    ("kv_gather", "kv_gather.comp", false),
+    ("attn_sparse", "attn_sparse.comp", false),
+    ("h2o_lse", "h2o_lse.comp", false),
+    ("h2o_mass", "h2o_mass.comp", false),
+];
+
+/// The KV cache types (`hearth_shaders::KvType`): (variant name in Rust, suffix).
+const KV_TYPES: &[(&str, &str)] = &[("F32", "f32"), ("F16", "f16"), ("Q8", "q8")];
+
+/// Which of the `variants` the build compiles: (name, source, weight format, KV type suffix).
+type Variant = (String, String, String, String);
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("glsl");
     println!("cargo:rerun-if-changed={}", root.display());
@@ -81,18 +94,29 @@ fn main() {
     let mut all = Vec::new();
     let mut failures = Vec::new();
 
-    let mut variants: Vec<(String, String, String)> = VARIANTS
+    let mut variants: Vec<Variant> = VARIANTS
         .iter()
-        .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string()))
+        .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string(), String::new()))
         .collect();
     for &(_, source, wide, _) in FORMAT_KERNELS {
         for format in Format::ALL {
-            let name = variant_name(source, wide, format);
-            variants.push((name, source.to_string(), format.module().to_string()));
+            let name = variant_name(source, wide, format.module());
+            variants.push((
+                name,
+                source.to_string(),
+                format.module().to_string(),
+                String::new(),
+            ));
+        }
+    }
+    for &(_, source, wide) in KV_KERNELS {
+        for &(_, kv) in KV_TYPES {
+            let name = variant_name(source, wide, kv);
+            variants.push((name, source.to_string(), String::new(), kv.to_string()));
         }
     }
 
-    for (name, source, format) in &variants {
+    for (name, source, format, kv) in &variants {
         let path = root.join(source);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -109,6 +133,9 @@ fn main() {
         options.set_optimization_level(shaderc::OptimizationLevel::Performance);
         if name.ends_with("_wide") {
             options.add_macro_definition("WIDE_LOADS", None);
+        }
+        if !kv.is_empty() {
+            options.add_macro_definition(&format!("KV_{}", kv.to_uppercase()), None);
         }
         let include_root = root.clone();
         let format = format.to_string();
@@ -156,17 +183,42 @@ fn main() {
     writeln!(out, "/// Every kernel variant, in table order.").unwrap();
     writeln!(out, "pub const ALL: &[Kernel] = &[{}];", all.join(", ")).unwrap();
     write_format_kernels(&mut out);
+    write_kv_kernels(&mut out);
 
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("kernels.rs");
     std::fs::write(dest, out).expect("could not write kernels.rs");
 }
 
-/// The variant of `source` for `format`: `matvec_q4b64`, or `matvec_q4b64_wide` with
-/// WIDE_LOADS.
-fn variant_name(source: &str, wide: bool, format: Format) -> String {
+/// The variant of `source` for a format or KV type: `matvec_q4b64`, or `matvec_q4b64_wide`
+/// with WIDE_LOADS.
+fn variant_name(source: &str, wide: bool, of: &str) -> String {
     let stem = source.trim_end_matches(".comp");
     let suffix = if wide { "_wide" } else { "" };
-    format!("{stem}_{}{suffix}", format.module())
+    format!("{stem}_{of}{suffix}")
+}
+
+/// The `KvKernels` struct, one field per kernel of `KV_KERNELS`, and `kv_kernels`, which
+/// gives each KV type's variants.
+fn write_kv_kernels(out: &mut String) {
+    out.push_str("\n/// The kernels that read or write the KV cache, compiled for one `KvType`.\n");
+    out.push_str("#[derive(Clone, Copy, Debug, PartialEq, Eq)]\n");
+    out.push_str("pub struct KvKernels {\n");
+    for &(field, source, _) in KV_KERNELS {
+        writeln!(out, "    /// glsl/{source}.\n    pub {field}: Kernel,").unwrap();
+    }
+    out.push_str("}\n\n");
+    out.push_str("/// The kernels compiled for `kv`.\n");
+    out.push_str("pub const fn kv_kernels(kv: KvType) -> &'static KvKernels {\n");
+    out.push_str("    match kv {\n");
+    for &(variant, kv) in KV_TYPES {
+        writeln!(out, "        KvType::{variant} => &KvKernels {{").unwrap();
+        for &(field, source, wide) in KV_KERNELS {
+            let ident = variant_name(source, wide, kv).to_uppercase();
+            writeln!(out, "            {field}: {ident},").unwrap();
+        }
+        out.push_str("        },\n");
+    }
+    out.push_str("    }\n}\n");
 }
 
 /// The `FormatKernels` struct, one field per kind, and `format_kernels`, which gives each
@@ -196,7 +248,7 @@ fn write_format_kernels(out: &mut String) {
         )
         .unwrap();
         for &(field, source, wide, _) in FORMAT_KERNELS {
-            let ident = variant_name(source, wide, format).to_uppercase();
+            let ident = variant_name(source, wide, format.module()).to_uppercase();
             writeln!(out, "            {field}: {ident},").unwrap();
         }
         out.push_str("        },\n");

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use hearth_runtime::engine::InfinigenOptions;
 use hearth_runtime::kv::infinigen::IgParams;
+use hearth_runtime::kv::KvType;
 use hearth_runtime::sample::SamplerParams;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,9 @@ pub struct ModelSettings {
     pub kv_budget_tokens: usize,
     /// Where the KV cache lives and how decode reads it.
     pub kv_offload: KvOffload,
+    /// How the KV cache stores K and V (`--kv-type`), saved by name.
+    #[serde(with = "kv_type_name")]
+    pub kv_type: KvType,
     /// How InfiniGen chooses the tokens it fetches (with `KvOffload::Infinigen`).
     pub infinigen: InfinigenSettings,
 }
@@ -100,6 +104,21 @@ impl KvOffload {
     }
 }
 
+/// A [`KvType`] in the preferences file as its `--kv-type` name.
+mod kv_type_name {
+    use hearth_runtime::kv::KvType;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &KvType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(t.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KvType, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl Default for ModelSettings {
     fn default() -> Self {
         Self {
@@ -108,6 +127,7 @@ impl Default for ModelSettings {
             n_ctx: DEFAULT_MAX_CTX,
             kv_budget_tokens: 0,
             kv_offload: KvOffload::None,
+            kv_type: KvType::default(),
             infinigen: InfinigenSettings::default(),
         }
     }
@@ -245,6 +265,13 @@ mod tests {
         // Files from before InfiniGen's settings existed load with the engine's defaults.
         let old: ModelSettings =
             serde_json::from_str(r#"{"max_tokens": 9, "kv_offload": "infinigen"}"#).unwrap();
+        assert_eq!(old.kv_type, KvType::F16);
+        let q8: ModelSettings = serde_json::from_str(r#"{"kv_type": "q8"}"#).unwrap();
+        assert_eq!(q8.kv_type, KvType::Q8);
+        let json = serde_json::to_string(&q8).unwrap();
+        assert!(json.contains(r#""kv_type":"q8""#), "{json}");
+        let err = serde_json::from_str::<ModelSettings>(r#"{"kv_type": "q4"}"#).unwrap_err();
+        assert!(err.to_string().contains("f32, f16, q8"), "{err}");
         assert_eq!(old.infinigen, InfinigenSettings::default());
         let d = IgParams::defaults(true);
         assert_eq!(old.infinigen.options().params(true, 4096), d);

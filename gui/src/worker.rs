@@ -16,7 +16,7 @@ use hearth_runtime::engine::{Engine, EngineOptions, ModelInfo};
 use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::kv::KvUsage;
+use hearth_runtime::kv::{KvType, KvUsage};
 use hearth_runtime::model::KvBudget;
 use hearth_runtime::session::{GenerateParams, Generation};
 
@@ -32,6 +32,7 @@ pub struct LoadRequest {
     /// KV pool in tokens; 0 sizes it for the whole context.
     pub kv_budget_tokens: usize,
     pub kv_offload: KvOffload,
+    pub kv_type: KvType,
     /// Used with `KvOffload::Infinigen`.
     pub infinigen: InfinigenSettings,
 }
@@ -43,6 +44,7 @@ impl LoadRequest {
         self.n_ctx != s.n_ctx
             || self.kv_budget_tokens != s.kv_budget_tokens
             || self.kv_offload != s.kv_offload
+            || self.kv_type != s.kv_type
             || (s.kv_offload == KvOffload::Infinigen && self.infinigen != s.infinigen)
     }
 }
@@ -226,6 +228,7 @@ impl State {
                 KvOffload::None => KvPlacement::Device,
                 KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
             },
+            kv_type: request.kv_type,
             infinigen: (request.kv_offload == KvOffload::Infinigen)
                 .then(|| request.infinigen.options()),
             ..EngineOptions::default()
@@ -324,6 +327,7 @@ mod tests {
             n_ctx: settings.n_ctx,
             kv_budget_tokens: settings.kv_budget_tokens,
             kv_offload: settings.kv_offload,
+            kv_type: settings.kv_type,
             infinigen: settings.infinigen,
         };
         assert!(!request.differs_from(&settings));

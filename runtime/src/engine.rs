@@ -14,7 +14,7 @@ use crate::kernels::WeightFormat;
 use crate::kv::infinigen::evict::PoolCapacity;
 use crate::kv::infinigen::{self, IgParams, Skew};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
-use crate::kv::{KvPlacement, KvUsage};
+use crate::kv::{KvPlacement, KvType, KvUsage};
 use crate::model::{Backend, KvBudget, ModelConfig, ProgressFn, VkModel, VkModelOptions};
 use crate::sample::beam::{BeamParams, Hypothesis};
 use crate::sched::Scheduler;
@@ -46,6 +46,8 @@ pub struct EngineOptions {
     pub kv_budget: Option<KvBudget>,
     /// Where the KV blocks live (`--kv-offload none|full`).
     pub kv_placement: KvPlacement,
+    /// How K and V are stored (`--kv-type`), by either backend.
+    pub kv_type: KvType,
     /// Most tokens per prefill submission.
     pub max_chunk: usize,
     /// Time every kernel (Vulkan), reported by `Backend::profile`.
@@ -119,6 +121,7 @@ impl Default for EngineOptions {
             n_seq: 1,
             kv_budget: None,
             kv_placement: KvPlacement::Device,
+            kv_type: KvType::default(),
             max_chunk: 256,
             profile: false,
             infinigen: None,
@@ -144,6 +147,8 @@ pub struct ModelInfo {
     pub weight_formats: Vec<(WeightFormat, u64)>,
     /// Where it runs ("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU reference").
     pub device: String,
+    /// How the KV cache stores K and V.
+    pub kv_type: KvType,
     pub backend: BackendKind,
 }
 
@@ -205,6 +210,7 @@ impl Engine {
                         Some(KvBudget::Tokens(tokens))
                     }),
                     kv_placement: options.kv_placement,
+                    kv_type: options.kv_type,
                     max_chunk: options.max_chunk,
                     profile: options.profile,
                 };
@@ -213,7 +219,9 @@ impl Engine {
                 (Box::new(m), device.info().name.clone(), formats)
             }
             BackendKind::Cpu => {
-                let m = CpuModel::load(&file, &model, n_ctx, progress)?;
+                crate::kv::check_kv_type(options.kv_type, config.head_dim)?;
+                let mut m = CpuModel::load(&file, &model, n_ctx, progress)?;
+                m.set_kv_type(options.kv_type);
                 let formats = vec![(WeightFormat::F32, n_params * 4)];
                 (Box::new(m), "CPU reference".to_string(), formats)
             }
@@ -248,6 +256,7 @@ impl Engine {
             loaded_bytes: weight_formats.iter().map(|(_, b)| b).sum(),
             weight_formats,
             device,
+            kv_type: options.kv_type,
             backend: options.backend,
         };
         Ok(Self {

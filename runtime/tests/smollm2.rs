@@ -15,7 +15,7 @@ use hearth_runtime::cpu::CpuModel;
 use hearth_runtime::engine::{Engine, EngineOptions, InfinigenOptions};
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
 use hearth_runtime::kv::policy::KvPolicyKind::Infinigen;
-use hearth_runtime::kv::KvPlacement;
+use hearth_runtime::kv::{KvPlacement, KvType};
 use hearth_runtime::model::{Backend, Logits, VkModel, VkModelOptions};
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams, Session};
@@ -152,6 +152,40 @@ fn greedy_generation_is_the_same_on_both_paths() {
         "unexpected continuation {:?}",
         texts[0]
     );
+}
+
+/// f16 K/V (the default) give the same greedy continuation as f32 on a short prompt; q8's
+/// is printed beside them (its values move by up to 1/254 of each block's largest).
+#[test]
+fn greedy_generation_is_the_same_with_f16_and_f32_kv() {
+    let (Some(path), Some(dev)) = (model_path(), device()) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+    let prompt = tokenizer.encode("The capital of France is");
+    let params = GenerateParams {
+        max_tokens: Some(24),
+        sampler: SamplerParams::greedy(),
+        ..GenerateParams::default()
+    };
+    let mut texts = Vec::new();
+    for kv_type in [KvType::F32, KvType::F16, KvType::Q8] {
+        let options = VkModelOptions {
+            n_ctx: 64,
+            kv_type,
+            ..VkModelOptions::default()
+        };
+        let vk = VkModel::load(&dev, &file, &model, options, &mut |_| true).unwrap();
+        let mut session = Session::new(Box::new(vk));
+        let g = session
+            .generate(&tokenizer, &prompt, &params, &mut |_| true)
+            .unwrap();
+        eprintln!("{kv_type}: {:?}", g.text);
+        texts.push(g.text);
+    }
+    assert_eq!(texts[0], texts[1], "f32 and f16 K/V continuations differ");
 }
 
 #[test]

@@ -13,8 +13,8 @@
 // FUSED (every sequence in the dispatch has one new token): the kernel also does rope_kv's
 // work for its token, saving a dispatch per layer: it rotates its query head and the new
 // key, stores the new key and value in the cache (the first head of each group does), and
-// uses them from shared memory for the token's own position, which other workgroups may
-// still be writing.
+// uses them from shared memory, rounded as the cache stores them, for the token's own
+// position, which other workgroups may still be writing.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -97,11 +97,25 @@ void main() {
         barrier();
         bool writer = z == 0 && h0 % (p.n_head / p.n_head_kv) == 0;
         uint kb = kv_index4(kv_slot(st.x, pos, p.max_blocks), kvh, p.n_head_kv, HEAD_DIM);
-        for (uint d = tid; d < HD4; d += WG) {
-            knew[d] = vec4(kf[4 * d], kf[4 * d + 1], kf[4 * d + 2], kf[4 * d + 3]);
+        // KV_GROUP values at a time (a q8 block has one scale); the token's own position is
+        // then read as the cache holds it.
+        const uint G4 = KV_GROUP / 4;
+        for (uint g = tid; g < HEAD_DIM / KV_GROUP; g += WG) {
+            float kg[KV_GROUP];
+            float vg[KV_GROUP];
+            for (uint e = 0; e < KV_GROUP; ++e) {
+                kg[e] = kf[g * KV_GROUP + e];
+                vg[e] = vnew[g * G4 + e / 4][e % 4];
+            }
             if (writer) {
-                k_cache[kb + d] = knew[d];
-                v_cache[kb + d] = vnew[d];
+                kv_store_k(kb + g * G4, kg);
+                kv_store_v(kb + g * G4, vg);
+            }
+            kv_round(kg);
+            kv_round(vg);
+            for (uint e = 0; e < G4; ++e) {
+                knew[g * G4 + e] = vec4(kg[4 * e], kg[4 * e + 1], kg[4 * e + 2], kg[4 * e + 3]);
+                vnew[g * G4 + e] = vec4(vg[4 * e], vg[4 * e + 1], vg[4 * e + 2], vg[4 * e + 3]);
             }
         }
         for (uint d = tid; d < QH * HD4; d += WG) {

@@ -83,8 +83,8 @@ void main() {
             for (uint e = tid; e < BC * HD4; e += WG) {
                 uint j = e / HD4;
                 uint d = e % HD4;
-                ks[j][d] = k_cache[kb[j] + d];
-                vs[j][d] = v_cache[kb[j] + d];
+                ks[j][d] = K_LOAD(kb[j] + d);
+                vs[j][d] = V_LOAD(kb[j] + d);
             }
             barrier();
             // Dimension-outer loops keep the tile's scores (and one slice of q) in registers.

@@ -55,8 +55,8 @@ void main() {
     for (uint j = z * len + tid; j < end; j += WG) {
         bool current = j == count;
         uint kb = current ? own : (list * p.cap + j) * HD4;
-#define K_AT(d) (current ? k_cache[kb + d] : k_scratch[kb + d])
-#define V_AT(d) (current ? v_cache[kb + d] : v_scratch[kb + d])
+#define K_AT(d) (current ? K_LOAD(kb + d) : k_scratch[kb + d])
+#define V_AT(d) (current ? V_LOAD(kb + d) : v_scratch[kb + d])
         ONLINE_ADD(K_AT, V_AT)
 #undef K_AT
 #undef V_AT

@@ -54,7 +54,7 @@ void stats_strided(uint g, uint tid) {
     }
     for (uint j = tid; j <= index; j += WG) {
         uint kb = kv_index4(kv_slot(row, j, p.max_blocks), g, p.n_head_kv, HEAD_DIM);
-#define KEY_AT(d) k_cache[kb + d]
+#define KEY_AT(d) K_LOAD(kb + d)
         GROUP_SCORES(s, qs, 0, KEY_AT)
 #undef KEY_AT
         ONLINE_MAX_SUM(s, m, l)
@@ -96,7 +96,7 @@ void stats_broadcast(uint g, uint tid) {
         uint kb = kv_index4(kv_slot(row, min(j0 + tid, last), p.max_blocks), g, p.n_head_kv,
                             HEAD_DIM);
         [[unroll]] for (uint d = 0; d < HD4; ++d) {
-            kl[d] = k_cache[kb + d];
+            kl[d] = K_LOAD(kb + d);
         }
         // Every lane takes part in each broadcast; only the positions its token saw count.
 #define KEY_AT(d) kd[d]

@@ -58,7 +58,7 @@ void main() {
     uint kb = kv_index4(kv_slot(row, live ? j : 0, p.max_blocks), g, p.n_head_kv, HEAD_DIM);
     vec4 key[HD4];
     [[unroll]] for (uint d = 0; d < HD4; ++d) {
-        key[d] = k_cache[kb + d];
+        key[d] = K_LOAD(kb + d);
     }
     uint at = (row * p.n_head_kv + g) * p.n_ctx + j;
     float acc = live ? mass[at] : 0.0;

@@ -30,7 +30,7 @@ void main() {
     uint sb = g * p.head_dim * p.r + c;
     float sum = 0.0;
     for (uint d = 0; d < p.head_dim / 4; ++d) {
-        vec4 k = k_cache[kb + d];
+        vec4 k = K_LOAD(kb + d);
         uint s = sb + 4 * d * p.r;
         sum += k.x * skew[s] + k.y * skew[s + p.r] + k.z * skew[s + 2 * p.r]
             + k.w * skew[s + 3 * p.r];

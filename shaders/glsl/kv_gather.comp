@@ -40,8 +40,8 @@ void main() {
             uint src = kv_index4(kv_slot(row, t, p.max_blocks), g, p.n_head_kv, p.head_dim);
             uint dst = (list * p.cap + j) * hd4;
             for (uint d = 0; d < hd4; ++d) {
-                k_scratch[dst + d] = k_cache[src + d];
-                v_scratch[dst + d] = v_cache[src + d];
+                k_scratch[dst + d] = K_LOAD(src + d);
+                v_scratch[dst + d] = V_LOAD(src + d);
             }
         }
         return;
@@ -55,7 +55,7 @@ void main() {
         }
         uint src = kv_index4(kv_slot(row, t, p.max_blocks), g, p.n_head_kv, p.head_dim) + d;
         uint dst = (list * p.cap + j) * hd4 + d;
-        k_scratch[dst] = k_cache[src];
-        v_scratch[dst] = v_cache[src];
+        k_scratch[dst] = K_LOAD(src);
+        v_scratch[dst] = V_LOAD(src);
     }
 }

@@ -3,11 +3,15 @@
 //! Every variant is a [`Kernel`] constant named after it (`MATVEC_F16`), and [`ALL`] lists them.
 //! The kernels that read weights are compiled once per `hearth_quant::Format`;
 //! [`format_kernels`] gives a format's as a [`FormatKernels`], one field per kernel kind.
+//! The kernels that read or write the KV cache are compiled once per [`KvType`];
+//! [`kv_kernels`] gives a type's as a [`KvKernels`].
 //! [`reflect`] reads back what a kernel binds, so the runtime builds descriptor layouts from the
 //! SPIR-V itself and checks push-constant structs against the shader.
 
+mod kv_type;
 mod reflect;
 
+pub use kv_type::{KvType, UnknownKvType, Q8_BLOCK};
 pub use reflect::{reflect, ReflectError, Reflection};
 
 /// One compiled kernel variant.
@@ -49,5 +53,16 @@ mod tests {
         }
         assert_eq!(format_kernels(Format::F16).matvec, MATVEC_F16);
         assert_eq!(format_kernels(Format::Q4B64).matvec_wide, MATVEC_Q4B64_WIDE);
+    }
+
+    #[test]
+    fn every_kv_type_has_its_kernels() {
+        for kv in KvType::ALL {
+            let (k, n) = (kv_kernels(kv), kv.name());
+            assert_eq!(k.rope_kv.name, format!("rope_kv_{n}"));
+            assert_eq!(k.attn_decode_wide.name, format!("attn_decode_{n}_wide"));
+            assert_eq!(k.h2o_mass.name, format!("h2o_mass_{n}"));
+        }
+        assert_eq!(kv_kernels(KvType::Q8).kv_gather, KV_GATHER_Q8);
     }
 }

@@ -218,7 +218,7 @@ mod tests {
     fn read_write_blocks_count_as_written() {
         // kv_gather: the cache (bindings 0, 1), its tables (2) and the selection (3, 4) are
         // read-only, the scratch (5, 6) write-only and the fetch counters (7) read-write.
-        let r = reflect(crate::KV_GATHER.spirv).unwrap();
+        let r = reflect(crate::KV_GATHER_Q8.spirv).unwrap();
         let written: Vec<u32> = r
             .bindings
             .iter()

@@ -33,6 +33,7 @@ impl App {
             n_ctx: self.settings.n_ctx,
             kv_budget_tokens: self.settings.kv_budget_tokens,
             kv_offload: self.settings.kv_offload,
+            kv_type: self.settings.kv_type,
             infinigen: self.settings.infinigen,
         };
         self.load_request = Some(request.clone());

@@ -3,6 +3,7 @@
 
 use crate::app::App;
 use crate::settings::{InfinigenSettings, KvOffload};
+use hearth_runtime::kv::KvType;
 
 pub fn show(app: &mut App, ui: &mut egui::Ui) {
     egui::Panel::right("settings")
@@ -110,6 +111,19 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
             }
         });
     super::name(&combo.response, "KV cache");
+    let combo = egui::ComboBox::from_id_salt("kv_type")
+        .selected_text(s.kv_type.name())
+        .show_ui(ui, |ui| {
+            for choice in KvType::ALL {
+                ui.selectable_value(&mut s.kv_type, choice, choice.name());
+            }
+        });
+    super::name(&combo.response, "KV type");
+    ui.label(
+        egui::RichText::new("KV type: f16 holds twice as many tokens as f32, q8 3.6 times.")
+            .small()
+            .weak(),
+    );
     if s.kv_offload == KvOffload::Infinigen {
         infinigen_settings(ui, &mut s.infinigen);
     }

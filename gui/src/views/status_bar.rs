@@ -46,7 +46,7 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
                                 Some(_) => app.context_used().div_ceil(kv.block_tokens.max(1)),
                                 None => kv.blocks_used,
                             };
-                            weak(ui, format!("KV blocks {used} / {total}"));
+                            weak(ui, format!("KV blocks {used} / {total} ({})", kv.kv_type));
                         }
                         if let Some(f) = app.last_run.fetched {
                             weak(ui, format!("InfiniGen fetched {:.0}%", 100.0 * f));

@@ -8,7 +8,7 @@ use super::stats::mean_sd;
 use crate::engine::{BackendKind, Engine, ModelInfo};
 use crate::kv::infinigen::{IgParams, IgStats};
 use crate::kv::policy::KvPolicyKind;
-use crate::kv::{KvPlacement, KvShape, KvUsage};
+use crate::kv::{serialize_kv_type, KvPlacement, KvShape, KvType, KvUsage};
 
 /// One engine's results.
 #[derive(Clone, Debug, Serialize)]
@@ -31,9 +31,13 @@ pub struct PlacementReport {
 pub struct KvSummary {
     #[serde(serialize_with = "as_text")]
     pub placement: KvPlacement,
+    #[serde(serialize_with = "serialize_kv_type")]
+    pub kv_type: KvType,
     pub blocks: usize,
     pub block_tokens: usize,
     pub total_bytes: u64,
+    /// Bytes of K and V of one position in one layer.
+    pub bytes_per_token_layer: u64,
 }
 
 /// One test on one engine, with llama-bench's field names where it has them.
@@ -61,6 +65,8 @@ pub struct BenchRow {
     pub samples_ns: Vec<u64>,
     pub samples_ts: Vec<f64>,
     pub kv_offload: String,
+    /// Bytes of K and V of one position in one layer, as `type_k` / `type_v` store them.
+    pub kv_bytes_per_token_layer: u64,
     /// KV blocks in use at the end of a repetition.
     pub kv_blocks_used: usize,
     pub kv_blocks_total: usize,
@@ -163,9 +169,11 @@ impl PlacementReport {
                 .collect(),
             kv: kv.map(|(placement, shape, _)| KvSummary {
                 placement,
+                kv_type: shape.kv_type,
                 blocks: shape.blocks,
                 block_tokens: crate::kv::BLOCK_TOKENS,
                 total_bytes: shape.total_bytes(),
+                bytes_per_token_layer: shape.token_layer_bytes(),
             }),
             kv_offload: kv_offload.into(),
             backend: backend.into(),
@@ -217,8 +225,8 @@ impl Context<'_> {
             model_size: info.file_bytes,
             model_n_params: info.n_params,
             n_ubatch: self.params.n_ubatch,
-            type_k: "f32".into(),
-            type_v: "f32".into(),
+            type_k: info.kv_type.name().into(),
+            type_v: info.kv_type.name().into(),
             n_prompt: t.n_prompt,
             n_gen: t.n_gen,
             n_depth: t.depth,
@@ -230,6 +238,8 @@ impl Context<'_> {
             samples_ns: m.samples_ns.iter().map(|&v| v.round() as u64).collect(),
             samples_ts,
             kv_offload: self.kv_offload.into(),
+            kv_bytes_per_token_layer: (2 * info.config.n_head_kv) as u64
+                * info.kv_type.bytes(info.config.head_dim) as u64,
             kv_blocks_used: m.kv_blocks_used,
             kv_blocks_total: self.kv.map_or(0, |k| k.1.blocks_used + k.1.blocks_free),
             kv_read_bytes_per_token: kv_read.round() as u64,

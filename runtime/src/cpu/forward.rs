@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::kv::h2o::H2o;
 use crate::kv::infinigen::Calibration;
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
+use crate::kv::stored::round_row;
+use crate::kv::KvType;
 use crate::model::{Backend, Layer, Logits, ModelConfig, ProgressFn, WeightReader};
 
 /// One block's weights as f32: the exact values of the packed matrices the device holds.
@@ -26,11 +28,13 @@ pub struct CpuModel {
     /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
     output: Option<Vec<f32>>,
     layers: Vec<CpuLayer>,
-    /// Per layer: [n_ctx, n_head_kv * head_dim].
+    /// Per layer: [n_ctx, n_head_kv * head_dim], each head's row rounded as a cache of
+    /// `kv_type` holds it.
     k_cache: Vec<Vec<f32>>,
     v_cache: Vec<Vec<f32>>,
     /// [n_ctx, rot_dim / 2] of (cos, sin).
     rope_table: Vec<[f32; 2]>,
+    kv_type: KvType,
     n_ctx: usize,
     len: usize,
     /// Which positions attention reads.
@@ -41,7 +45,8 @@ pub struct CpuModel {
 
 impl CpuModel {
     /// Loads every weight into memory as f32, with exactly the values the Vulkan executor's
-    /// packed weights hold, and a KV cache of `n_ctx` positions.
+    /// packed weights hold, and a KV cache of `n_ctx` positions holding the default
+    /// [`KvType`] (see [`set_kv_type`](Self::set_kv_type)).
     pub fn load(
         file: &GgufFile,
         model: &ResolvedModel,
@@ -70,12 +75,20 @@ impl CpuModel {
             k_cache: vec![vec![0.0; kv]; config.n_layer],
             v_cache: vec![vec![0.0; kv]; config.n_layer],
             rope_table,
+            kv_type: KvType::default(),
             n_ctx,
             len: 0,
             config,
             policy: Box::new(Dense),
             captured: None,
         })
+    }
+
+    /// Rounds K and V from now on as a cache of `kv_type` stores them (the device's
+    /// `--kv-type`); the model's head_dim must be a multiple of `kv_type.group()`
+    /// (`kv::check_kv_type`).
+    pub fn set_kv_type(&mut self, kv_type: KvType) {
+        self.kv_type = kv_type;
     }
 
     /// Runs `tokens` from an empty cache and returns every layer's queries and keys after
@@ -240,6 +253,11 @@ impl CpuModel {
                 let pos = [(pos0 + t) as u32];
                 let heads = c.n_head + c.n_head_kv;
                 ops::rope(qk, &pos, heads, hd, r.dims, r.layout, &self.rope_table);
+            }
+            // K and V as the cache keeps them; the key goes back beside the queries rounded,
+            // as rope_kv leaves it on the device.
+            for head in qk[c.attn_dim()..].chunks_mut(hd).chain(v.chunks_mut(hd)) {
+                round_row(self.kv_type, head);
             }
             let at = (pos0 + t) * kv_dim;
             self.k_cache[l][at..at + kv_dim].copy_from_slice(&qk[c.attn_dim()..]);

@@ -6,11 +6,14 @@
 //! Kernels see a layer only through [`KvLayer`] and `shaders/glsl/include/kv_cache.glsl`.
 //! The pool lives in device-local memory, or in system memory the device reads directly
 //! ([`KvPlacement::Host`], `--kv-offload full`), so a context larger than device memory runs.
+//! Values are stored as the shape's [`KvType`] (`--kv-type`): f16 by default, f32, or q8
+//! blocks; every kernel that touches the cache is compiled for each type.
 
 pub mod blocks;
 pub mod h2o;
 pub mod infinigen;
 pub mod policy;
+pub mod stored;
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 pub use blocks::{
     blocks_for, BlockCopy, BlockId, BlockPool, BlockTable, OutOfBlocks, BLOCK_TOKENS,
 };
+pub use hearth_shaders::{KvType, UnknownKvType};
 
 use crate::vk::{Buffer, BufferDesc, Device, Recorder, Result, VkError};
 
@@ -56,12 +60,24 @@ pub struct KvShape {
     pub rows: usize,
     /// Most positions one sequence holds.
     pub n_ctx: usize,
+    /// How K and V are stored.
+    pub kv_type: KvType,
 }
 
 impl KvShape {
+    /// Bytes of K (or of V) of one position in one layer.
+    pub fn entry_bytes(&self) -> u64 {
+        (self.n_head_kv * self.kv_type.bytes(self.head_dim)) as u64
+    }
+
+    /// Bytes of K and V of one position in one layer (what `hearth bench` reports).
+    pub fn token_layer_bytes(&self) -> u64 {
+        2 * self.entry_bytes()
+    }
+
     /// Bytes of K (or of V) of one block in one layer.
     pub fn block_layer_bytes(&self) -> u64 {
-        (BLOCK_TOKENS * self.n_head_kv * self.head_dim * 4) as u64
+        BLOCK_TOKENS as u64 * self.entry_bytes()
     }
 
     /// Bytes of one block across every layer, K and V.
@@ -100,6 +116,24 @@ pub struct KvLayer<'a> {
     /// [rows, n_ctx] beam tables: the row holding each position.
     pub beams: &'a Buffer,
     pub max_blocks: u32,
+    /// How K and V are stored: a kernel runs only on a cache of the type it was built for.
+    pub kv_type: KvType,
+}
+
+impl KvLayer<'_> {
+    /// An error unless the cache holds `kv_type`, the type `kernel` was built for.
+    pub fn check_type(&self, kernel: &'static str, kv_type: KvType) -> Result<()> {
+        if self.kv_type != kv_type {
+            return Err(VkError::Kernel {
+                kernel,
+                message: format!(
+                    "built for a {kv_type} KV cache, called with a {} one",
+                    self.kv_type
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Blocks used and free, for reports.
@@ -109,6 +143,18 @@ pub struct KvUsage {
     pub blocks_free: usize,
     pub block_tokens: usize,
     pub bytes: u64,
+    /// How K and V are stored, and the bytes of K and V of one position in one layer.
+    #[serde(serialize_with = "serialize_kv_type")]
+    pub kv_type: KvType,
+    pub token_layer_bytes: u64,
+}
+
+/// A [`KvType`] as its name (`f16`).
+pub fn serialize_kv_type<S: serde::Serializer>(
+    kv_type: &KvType,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(kv_type.name())
 }
 
 pub struct KvCache {
@@ -134,10 +180,15 @@ impl KvCache {
                 message: "needs at least one row and one position".into(),
             });
         }
-        if shape.head_dim % 4 != 0 {
+        let group = shape.kv_type.group();
+        if shape.head_dim % group != 0 {
             return Err(VkError::Kernel {
                 kernel: "kv cache",
-                message: format!("head_dim {} is not a multiple of 4", shape.head_dim),
+                message: format!(
+                    "head_dim {} is not a multiple of {group}, which a {} cache stores at \
+                     once; use --kv-type f16 or f32",
+                    shape.head_dim, shape.kv_type
+                ),
             });
         }
         let bytes = shape.layer_bytes().max(4);
@@ -195,6 +246,7 @@ impl KvCache {
             tables: &self.tables_buf,
             beams: &self.beams_buf,
             max_blocks: self.shape.max_blocks() as u32,
+            kv_type: self.shape.kv_type,
         }
     }
 
@@ -204,6 +256,8 @@ impl KvCache {
             blocks_free: self.pool.free_blocks(),
             block_tokens: BLOCK_TOKENS,
             bytes: self.shape.total_bytes(),
+            kv_type: self.shape.kv_type,
+            token_layer_bytes: self.shape.token_layer_bytes(),
         }
     }
 
@@ -259,7 +313,7 @@ impl KvCache {
         row: usize,
         moves: &[infinigen::evict::SlotMove],
     ) -> Result<()> {
-        let entry = self.shape.block_layer_bytes() / BLOCK_TOKENS as u64;
+        let entry = self.shape.entry_bytes();
         let table = &self.rows[row];
         let at = |i: u32| {
             let (block, slot) = table.locate(i as usize).expect("moves stay inside the row");
@@ -329,6 +383,22 @@ impl KvCache {
         }
         Ok(())
     }
+}
+
+/// An error unless a model's `head_dim` is a multiple of the values `kv_type` stores at once
+/// (a q8 block), for a backend to check before it loads any weight.
+pub fn check_kv_type(kv_type: KvType, head_dim: usize) -> crate::error::Result<()> {
+    let group = kv_type.group();
+    if head_dim % group != 0 {
+        return Err(crate::error::Error::options(
+            "kv-type",
+            format!(
+                "{kv_type} stores blocks of {group} values and the model's head_dim is \
+                 {head_dim}; use f16 or f32"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Blocks a budget of `bytes` buys for this shape, capped so one layer's K fits a storage

@@ -270,10 +270,12 @@ fn kv_line(placement: &PlacementReport) -> String {
         false => read.join(", "),
     };
     format!(
-        "\nKV cache: {} memory ({} offload), {} blocks of {} tokens ({:.1} MiB); KV read per \
-         generated token: {read}\n",
+        "\nKV cache: {} memory ({} offload), {}, {} bytes per token per layer, {} blocks of {} \
+         tokens ({:.1} MiB); KV read per generated token: {read}\n",
         kv.placement,
         placement.kv_offload,
+        kv.kv_type,
+        kv.bytes_per_token_layer,
         kv.blocks,
         kv.block_tokens,
         kv.total_bytes as f64 / (1 << 20) as f64,

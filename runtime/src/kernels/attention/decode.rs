@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::{ATTN_DECODE, ATTN_DECODE_WIDE};
+use hearth_shaders::kv_kernels;
 
 use super::rope_kv::check_rope;
 use super::{record_attention, AttnDispatch, AttnIo, AttnShape, RopeTable, Split};
 use crate::kernels::{has_wide_loads, head_workgroup_size, wide_by_address};
+use crate::kv::KvType;
 use crate::vk::{Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Workgroup size and subgroups per workgroup of a decode attention kernel shaped for a device
@@ -46,6 +47,7 @@ pub struct AttnDecode {
     fused: Arc<Pipeline>,
     split: Split,
     head_dim: u32,
+    kv_type: KvType,
     /// Query heads per workgroup (`QH` in the shader).
     heads_per_group: u32,
 }
@@ -90,9 +92,10 @@ pub(crate) fn head_workgroups(
 }
 
 impl AttnDecode {
-    /// For a model whose KV heads are each shared by `group` query heads.
-    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, group, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads, and a cache of
+    /// `kv_type`.
+    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32, kv_type: KvType) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, kv_type, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
@@ -101,13 +104,16 @@ impl AttnDecode {
         device: &Arc<Device>,
         head_dim: u32,
         group: u32,
+        kv_type: KvType,
         kind: DeviceKind,
     ) -> Result<Self> {
+        let kernels = kv_kernels(kv_type);
         // On CPU devices positions are spread over one subgroup's lanes. The fused variant
         // also keeps q, k, v being rotated in shared memory.
         let heads_per_group = heads_per_workgroup(kind, group);
         let extra = 2 * heads_per_group + 2;
-        let (wg, subgroups) = decode_shape(ATTN_DECODE.name, device, kind, head_dim, extra)?;
+        let (wg, subgroups) =
+            decode_shape(kernels.attn_decode.name, device, kind, head_dim, extra)?;
         let by_address = wide_by_address() as u32;
         let rolled = rolled_keys(kind) as u32;
         let constants = |fused| {
@@ -122,15 +128,16 @@ impl AttnDecode {
             ]
         };
         let kernel = if kind == DeviceKind::Cpu && has_wide_loads(device) {
-            ATTN_DECODE_WIDE
+            kernels.attn_decode_wide
         } else {
-            ATTN_DECODE
+            kernels.attn_decode
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &constants(0))?,
             fused: device.pipeline(kernel, &constants(1))?,
             split: Split::new(device, head_dim, kind, heads_per_group)?,
             head_dim,
+            kv_type,
             heads_per_group,
         })
     }
@@ -161,7 +168,7 @@ impl AttnDecode {
         rope: RopeTable<'a>,
         longest: u32,
     ) -> Result<()> {
-        check_rope(s, rope.spec)?;
+        check_rope(self.fused.name, s, rope.spec)?;
         self.record_split(rec, &self.fused, io, s, Some(rope), longest)
     }
 
@@ -183,6 +190,7 @@ impl AttnDecode {
         let dispatch = AttnDispatch {
             pipeline,
             built_head_dim: self.head_dim,
+            kv_type: self.kv_type,
             extra: &[table, &self.split.partials],
             groups: [workgroups, s.tokens, runs],
             splits: runs,

@@ -26,7 +26,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::check_sizes;
 use crate::cpu::ops::RopeLayout;
-use crate::kv::{KvLayer, NO_BEAM};
+use crate::kv::{KvLayer, KvType, NO_BEAM};
 use crate::vk::{Buffer, Pipeline, Recorder, Result, VkError};
 
 /// Where one token of a step belongs, as the kernels read it (`uvec4` in `attn_push.glsl`).
@@ -167,12 +167,14 @@ pub struct AttnIo<'a> {
     pub o: &'a Buffer,
 }
 
-/// How one attention kernel dispatches: its pipeline and the head_dim it was built for,
+/// How one attention kernel dispatches: its pipeline and the head_dim and KV type it was
+/// built for,
 /// `extra` buffers bound after the common ones (binding 7 on), the workgroups, and `splits`,
 /// the push constant of split decode attention (1 elsewhere).
 pub(super) struct AttnDispatch<'p, 'a> {
     pub(super) pipeline: &'p Pipeline,
     pub(super) built_head_dim: u32,
+    pub(super) kv_type: KvType,
     pub(super) extra: &'p [&'a Buffer],
     pub(super) groups: [u32; 3],
     pub(super) splits: u32,
@@ -189,6 +191,7 @@ pub(super) fn record_attention<'a>(
     let AttnDispatch {
         pipeline,
         built_head_dim,
+        kv_type,
         extra,
         groups,
         splits,
@@ -204,6 +207,8 @@ pub(super) fn record_attention<'a>(
         });
     }
     s.check(pipeline.name, qkv, o, steps)?;
+    kv.check_type(pipeline.name, kv_type)?;
+    rope_kv::check_group(pipeline.name, s, kv_type)?;
     if s.tokens == 0 {
         return Ok(());
     }

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::{ATTN_PREFILL, ATTN_PREFILL_WIDE};
+use hearth_shaders::kv_kernels;
 
 use super::decode::{head_workgroups, heads_per_workgroup};
 use super::{record_attention, AttnDispatch, AttnIo, AttnShape};
 use crate::kernels::{has_wide_loads, wide_by_address, workgroup_size, BROADCAST_LANES};
+use crate::kv::KvType;
 use crate::vk::{Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// Causal prefill attention for a run of one sequence's tokens at consecutive positions,
@@ -15,14 +16,16 @@ use crate::vk::{Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 pub struct AttnPrefill {
     pipeline: Arc<Pipeline>,
     head_dim: u32,
+    kv_type: KvType,
     /// Query heads per invocation (see `heads_per_workgroup`).
     heads: u32,
 }
 
 impl AttnPrefill {
-    /// For a model whose KV heads are each shared by `group` query heads.
-    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, group, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads, and a cache of
+    /// `kv_type`.
+    pub fn new(device: &Device, head_dim: u32, group: u32, kv_type: KvType) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, kv_type, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind` (tests run GPU shapes on
@@ -31,8 +34,10 @@ impl AttnPrefill {
         device: &Device,
         head_dim: u32,
         group: u32,
+        kv_type: KvType,
         kind: DeviceKind,
     ) -> Result<Self> {
+        let kernels = kv_kernels(kv_type);
         let info = device.info();
         let (wg, tile, stage) = match kind {
             // One subgroup of queries; each lane loads one key and value of a tile as wide as
@@ -54,7 +59,7 @@ impl AttnPrefill {
         };
         if 2 * tile * head_dim as u64 * 4 > info.limits.max_shared_memory as u64 {
             return Err(VkError::Kernel {
-                kernel: ATTN_PREFILL.name,
+                kernel: kernels.attn_prefill.name,
                 message: format!("head_dim {head_dim} does not fit in shared memory"),
             });
         }
@@ -74,13 +79,14 @@ impl AttnPrefill {
             wide_by_address() as u32,
         ];
         let kernel = if !stage && has_wide_loads(device) {
-            ATTN_PREFILL_WIDE
+            kernels.attn_prefill_wide
         } else {
-            ATTN_PREFILL
+            kernels.attn_prefill
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             head_dim,
+            kv_type,
             heads,
         })
     }
@@ -98,6 +104,7 @@ impl AttnPrefill {
         let dispatch = AttnDispatch {
             pipeline: &self.pipeline,
             built_head_dim: self.head_dim,
+            kv_type: self.kv_type,
             extra: &[],
             groups,
             splits: 1,

@@ -2,21 +2,25 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::ROPE_KV;
+use hearth_shaders::kv_kernels;
 
 use super::{AttnShape, RopeSpec, RopeTable};
 use crate::kernels::{linear_groups, workgroup_size};
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, KvType};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
 
 pub struct RopeKv {
     pipeline: Arc<Pipeline>,
+    kv_type: KvType,
 }
 
 impl RopeKv {
-    pub fn new(device: &Device) -> Result<Self> {
+    /// For a cache of `kv_type`.
+    pub fn new(device: &Device, kv_type: KvType) -> Result<Self> {
+        let kernel = kv_kernels(kv_type).rope_kv;
         Ok(Self {
-            pipeline: device.pipeline(ROPE_KV, &[workgroup_size(device.info())])?,
+            pipeline: device.pipeline(kernel, &[workgroup_size(device.info())])?,
+            kv_type,
         })
     }
 
@@ -32,14 +36,22 @@ impl RopeKv {
         rope: RopeTable<'a>,
     ) -> Result<()> {
         let RopeTable { table, spec: rope } = rope;
-        check_rope(s, rope)?;
-        s.check(ROPE_KV.name, qkv, qkv, steps)?;
+        let name = self.pipeline.name;
+        check_rope(name, s, rope)?;
+        s.check(name, qkv, qkv, steps)?;
+        kv.check_type(name, self.kv_type)?;
+        check_group(name, s, self.kv_type)?;
         if s.tokens == 0 {
             return Ok(());
         }
-        let pairs = s.tokens as u64 * s.q_stride() / 2;
+        // Per token: a pair of each query head's dimensions, and each key and value head.
+        let per_token = (s.n_head * s.head_dim / 2 + 2 * s.n_head_kv) as u64;
         let push = s.push(&kv, Some(rope));
-        let groups = linear_groups(rec.device().info(), pairs, self.pipeline.workgroup_size());
+        let groups = linear_groups(
+            rec.device().info(),
+            s.tokens as u64 * per_token,
+            self.pipeline.workgroup_size(),
+        );
         rec.dispatch(
             &self.pipeline,
             &[qkv, table, kv.k, kv.v, kv.tables, steps],
@@ -49,10 +61,25 @@ impl RopeKv {
     }
 }
 
-pub(super) fn check_rope(s: AttnShape, rope: RopeSpec) -> Result<()> {
+/// An error unless head_dim is a multiple of the values `kv_type` stores at once.
+pub(super) fn check_group(kernel: &'static str, s: AttnShape, kv_type: KvType) -> Result<()> {
+    let group = kv_type.group() as u32;
+    if s.head_dim % group != 0 {
+        return Err(VkError::Kernel {
+            kernel,
+            message: format!(
+                "head_dim {} is not a multiple of {group}, which a {kv_type} cache stores at once",
+                s.head_dim
+            ),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn check_rope(kernel: &'static str, s: AttnShape, rope: RopeSpec) -> Result<()> {
     if rope.rot_dim % 2 != 0 || rope.rot_dim > s.head_dim || s.head_dim % 2 != 0 {
         return Err(VkError::Kernel {
-            kernel: ROPE_KV.name,
+            kernel,
             message: format!(
                 "rot_dim {} and head_dim {} must be even, rot_dim at most head_dim",
                 rope.rot_dim, s.head_dim

@@ -1,8 +1,10 @@
 //! The attention kernels against a CPU reference, over a paged cache whose rows' blocks are
-//! scattered.
+//! scattered, for every KV type: the reference rounds K and V as the cache stores them
+//! (`kv::stored`), so each type is held to the same tolerances as f32.
 
 use super::*;
 use crate::cpu::ops;
+use crate::kv::stored::{decode_row, encode_row, round_row};
 use crate::kv::{KvCache, KvPlacement, KvShape};
 use crate::testing::{assert_close, device, finish, random, run, upload};
 use crate::vk::{Buffer, DeviceKind};
@@ -39,8 +41,16 @@ struct Logical {
     v: Vec<Vec<f32>>,
 }
 
+/// The KV types a test runs for a head_dim (q8 needs whole blocks of 32).
+fn kv_types(head_dim: u32) -> impl Iterator<Item = KvType> {
+    KvType::ALL
+        .into_iter()
+        .filter(move |t| head_dim as usize % t.group() == 0)
+}
+
 /// Rotates q and k heads of `qkv` and appends k, v at each token's row and position, as
-/// `rope_kv.comp` does.
+/// `rope_kv.comp` does: both rounded as a cache of `kv_type` keeps them, the key also in qkv
+/// (the value there stays as it was).
 fn reference_rope_kv(
     qkv: &mut [f32],
     kv: &mut Logical,
@@ -48,6 +58,7 @@ fn reference_rope_kv(
     h: Heads,
     rot_dim: usize,
     table: &[[f32; 2]],
+    kv_type: KvType,
 ) {
     let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
     for (row, st) in qkv.chunks_mut(h.stride()).zip(steps) {
@@ -61,9 +72,12 @@ fn reference_rope_kv(
             RopeLayout::Gptj,
             table,
         );
+        round_row(kv_type, &mut qk[nh * hd..]);
         let at = st.pos as usize * h.kv_dim();
         kv.k[st.row as usize][at..at + nkv * hd].copy_from_slice(&qk[nh * hd..]);
-        kv.v[st.row as usize][at..at + nkv * hd].copy_from_slice(v);
+        let v_row = &mut kv.v[st.row as usize][at..at + nkv * hd];
+        v_row.copy_from_slice(v);
+        round_row(kv_type, v_row);
     }
 }
 
@@ -110,8 +124,8 @@ fn reference_attention(
 
 /// A cache of `rows` rows whose blocks are scattered through the pool (another row takes
 /// and frees blocks in between), each holding `lens[r]` positions of random K/V that the
-/// returned `Logical` mirrors.
-fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical) {
+/// returned `Logical` mirrors (rounded as `kv_type` stores them).
+fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize, kv_type: KvType) -> (KvCache, Logical) {
     let dev = device().unwrap();
     let rows = lens.len() + 1;
     let shape = KvShape {
@@ -121,6 +135,7 @@ fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical)
         blocks: rows * crate::kv::blocks_for(n_ctx) + 2,
         rows,
         n_ctx,
+        kv_type,
     };
     let mut cache = KvCache::new(&dev, shape, KvPlacement::Device).unwrap();
     let spare = rows - 1;
@@ -132,12 +147,11 @@ fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical)
         cache.append(spare, n_ctx.min(20)).unwrap();
         cache.append(r, len).unwrap();
         cache.clear(spare);
-        logical
-            .k
-            .push(random(n_ctx * h.kv_dim(), 10 + r as u64, 1.0));
-        logical
-            .v
-            .push(random(n_ctx * h.kv_dim(), 20 + r as u64, 1.0));
+        for (seed, into) in [(10, &mut logical.k), (20, &mut logical.v)] {
+            let mut values = random(n_ctx * h.kv_dim(), seed + r as u64, 1.0);
+            round_row(kv_type, &mut values);
+            into.push(values);
+        }
     }
     cache.sync_tables().unwrap();
     write_logical(&cache, &logical, lens, h);
@@ -147,7 +161,8 @@ fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize) -> (KvCache, Logical)
 /// Stores positions 0..lens[r] of every row's logical K/V in their pool slots.
 fn write_logical(cache: &KvCache, kv: &Logical, lens: &[usize], h: Heads) {
     let layer = cache.layer(0);
-    let bytes = h.kv_dim() as u64 * 4;
+    let bytes = cache.shape().entry_bytes();
+    let kv_type = layer.kv_type;
     let tables: Vec<u32> = layer
         .tables
         .download(lens.len() * layer.max_blocks as usize)
@@ -157,33 +172,29 @@ fn write_logical(cache: &KvCache, kv: &Logical, lens: &[usize], h: Heads) {
             let block = tables[r * layer.max_blocks as usize + p / BLOCK] as usize;
             let slot = (block * BLOCK + p % BLOCK) as u64;
             let at = p * h.kv_dim();
-            layer
-                .k
-                .upload(slot * bytes, &kv.k[r][at..][..h.kv_dim()])
-                .unwrap();
-            layer
-                .v
-                .upload(slot * bytes, &kv.v[r][at..][..h.kv_dim()])
-                .unwrap();
+            let words = |values: &[f32]| encode_row(kv_type, &values[at..][..h.kv_dim()]);
+            layer.k.upload(slot * bytes, &words(&kv.k[r])).unwrap();
+            layer.v.upload(slot * bytes, &words(&kv.v[r])).unwrap();
         }
     }
 }
 
 /// Reads positions 0..len of `row` back from the pool.
-fn read_row(cache: &KvCache, row: usize, len: usize, h: Heads) -> (Vec<f32>, Vec<f32>) {
+fn read_row(cache: &KvCache, row: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
     let layer = cache.layer(0);
     let tables: Vec<u32> = layer
         .tables
         .download((row + 1) * layer.max_blocks as usize)
         .unwrap();
-    let all = |b: &Buffer| -> Vec<f32> { b.download((b.size() / 4) as usize).unwrap() };
+    let all = |b: &Buffer| -> Vec<u32> { b.download((b.size() / 4) as usize).unwrap() };
     let (k, v) = (all(layer.k), all(layer.v));
+    let words = cache.shape().entry_bytes() as usize / 4;
     let (mut ko, mut vo) = (Vec::new(), Vec::new());
     for p in 0..len {
         let block = tables[row * layer.max_blocks as usize + p / BLOCK] as usize;
-        let at = (block * BLOCK + p % BLOCK) * h.kv_dim();
-        ko.extend_from_slice(&k[at..at + h.kv_dim()]);
-        vo.extend_from_slice(&v[at..at + h.kv_dim()]);
+        let at = (block * BLOCK + p % BLOCK) * words;
+        ko.extend(decode_row(layer.kv_type, &k[at..at + words]));
+        vo.extend(decode_row(layer.kv_type, &v[at..at + words]));
     }
     (ko, vo)
 }
@@ -194,14 +205,17 @@ const BLOCK: usize = crate::kv::BLOCK_TOKENS;
 /// already holding `pos0` positions in scattered blocks, and checks the output and the
 /// cache against the reference.
 fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head_dim: u32) {
-    for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-        check_shaped(kind, decode, tokens, pos0, n_head, n_head_kv, head_dim);
+    for kv_type in kv_types(head_dim) {
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let shape = (kind, kv_type);
+            check_shaped(shape, decode, tokens, pos0, n_head, n_head_kv, head_dim);
+        }
     }
 }
 
-/// [`check`] with the kernels shaped for a device of `kind`.
+/// [`check`] with the kernels shaped for a device of `kind`, over a cache of `kv_type`.
 fn check_shaped(
-    kind: DeviceKind,
+    (kind, kv_type): (DeviceKind, KvType),
     decode: bool,
     tokens: u32,
     pos0: u32,
@@ -216,7 +230,7 @@ fn check_shaped(
         head_dim,
     };
     let (rot_dim, n_ctx) = (head_dim - 4, (pos0 + tokens + 3) as usize);
-    let (mut cache, mut logical) = scattered_cache(h, &[pos0 as usize], n_ctx);
+    let (mut cache, mut logical) = scattered_cache(h, &[pos0 as usize], n_ctx, kv_type);
     cache.append(0, tokens as usize).unwrap();
     cache.sync_tables().unwrap();
     let steps: Vec<StepToken> = (0..tokens).map(|t| StepToken::new(0, pos0 + t)).collect();
@@ -227,14 +241,15 @@ fn check_shaped(
     let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
     let o = upload(&dev, &vec![0f32; (tokens * n_head * head_dim) as usize]);
 
-    let rope_kv = RopeKv::new(&dev).unwrap();
+    let rope_kv = RopeKv::new(&dev, kv_type).unwrap();
     let rope = RopeSpec {
         rot_dim,
         layout: RopeLayout::Gptj,
     };
     let s = h.shape(tokens, 0);
-    let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
-    let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, n_head / n_head_kv, kind).unwrap();
+    let group = n_head / n_head_kv;
+    let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, group, kv_type, kind).unwrap();
+    let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, group, kv_type, kind).unwrap();
     let layer = cache.layer(0);
     let io = AttnIo {
         qkv: &qkv_b,
@@ -266,9 +281,11 @@ fn check_shaped(
     });
     let qkv_before = qkv.clone();
 
-    reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot_dim as usize, &table);
+    let rot = rot_dim as usize;
+    reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot, &table, kv_type);
     let what = format!(
-        "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} ({kind:?} shape)",
+        "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} \
+         ({kind:?} shape, {kv_type} cache)",
         if decode { "decode" } else { "prefill" }
     );
     let valid = (pos0 + tokens) as usize * h.kv_dim();
@@ -281,7 +298,7 @@ fn check_shaped(
         qkv_want,
         exact,
     );
-    let (k_got, v_got) = read_row(&cache, 0, (pos0 + tokens) as usize, h);
+    let (k_got, v_got) = read_row(&cache, 0, (pos0 + tokens) as usize);
     assert_close(
         &format!("{what}: k cache"),
         &k_got,
@@ -323,14 +340,16 @@ fn prefill_attention_matches_reference() {
 /// its history through a beam table from another row (the indirect KV cache).
 #[test]
 fn batched_decode_reads_each_sequence_and_beam_table() {
-    for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-        batched_decode_shaped(kind, [33, 5, 40]);
-        // GPU shapes split the long sequences' positions; the short one has idle runs.
-        batched_decode_shaped(kind, [633, 5, 640]);
+    for kv_type in KvType::ALL {
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            batched_decode_shaped((kind, kv_type), [33, 5, 40]);
+            // GPU shapes split the long sequences' positions; the short one has idle runs.
+            batched_decode_shaped((kind, kv_type), [633, 5, 640]);
+        }
     }
 }
 
-fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
+fn batched_decode_shaped((kind, kv_type): (DeviceKind, KvType), lens: [usize; 3]) {
     let Some(dev) = device() else { return };
     let h = Heads {
         n_head: 6,
@@ -338,7 +357,7 @@ fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
         head_dim: 32,
     };
     let n_ctx = lens[2] + 8;
-    let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx);
+    let (mut cache, mut logical) = scattered_cache(h, &lens, n_ctx, kv_type);
     for r in 0..lens.len() {
         cache.append(r, 1).unwrap();
     }
@@ -372,7 +391,8 @@ fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
         layout: RopeLayout::Gptj,
     };
     let s = h.shape(steps.len() as u32, 0);
-    let attn = AttnDecode::shaped_for(&dev, h.head_dim, h.n_head / h.n_head_kv, kind).unwrap();
+    let group = h.n_head / h.n_head_kv;
+    let attn = AttnDecode::shaped_for(&dev, h.head_dim, group, kv_type, kind).unwrap();
     let io = AttnIo {
         qkv: &qkv_b,
         kv: cache.layer(0),
@@ -388,11 +408,11 @@ fn batched_decode_shaped(kind: DeviceKind, lens: [usize; 3]) {
         let longest = lens[2] as u32 + 1;
         attn.record_fused(rec, io, s, rope, longest).unwrap();
     });
-    reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table);
+    reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table, kv_type);
     let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
     let want = reference_attention(&qkv, &logical, &steps, h, &source);
     assert_close(
-        &format!("batched decode, lengths {lens:?} ({kind:?} shape)"),
+        &format!("batched decode, lengths {lens:?} ({kind:?} shape, {kv_type} cache)"),
         &o.download(want.len()).unwrap(),
         &want,
         |_| 2e-5,
@@ -408,11 +428,11 @@ fn shapes_are_checked() {
         n_head_kv: 2,
         head_dim: 16,
     };
-    let (cache, _) = scattered_cache(h, &[4], 8);
+    let (cache, _) = scattered_cache(h, &[4], 8, KvType::F16);
     let buf = upload(&dev, &[0.0; 1024]);
-    let kernel = AttnPrefill::new(&dev, 16, 2).unwrap();
+    let kernel = AttnPrefill::new(&dev, 16, 2, KvType::F16).unwrap();
     // Built for two query heads per KV head, as a CPU device groups them.
-    let decode = AttnDecode::shaped_for(&dev, 16, 2, DeviceKind::Cpu).unwrap();
+    let decode = AttnDecode::shaped_for(&dev, 16, 2, KvType::F16, DeviceKind::Cpu).unwrap();
     let mut rec = Recorder::new(&dev).unwrap();
     let io = AttnIo {
         qkv: &buf,
@@ -435,6 +455,22 @@ fn shapes_are_checked() {
     };
     let err = decode.record(&mut rec, io, three, 1).unwrap_err();
     assert!(err.to_string().contains("query heads per KV head"), "{err}");
+    // A kernel runs only on a cache of the type it was built for.
+    let f32_kernel = AttnPrefill::new(&dev, 16, 2, KvType::F32).unwrap();
+    let err = f32_kernel.record(&mut rec, io, h.shape(4, 0)).unwrap_err();
+    assert!(
+        err.to_string().contains("built for a f32 KV cache"),
+        "{err}"
+    );
     drop(rec);
+    // q8 stores blocks of 32 values: a head_dim of 16 is refused, naming the way out.
+    let shape = KvShape {
+        kv_type: KvType::Q8,
+        ..cache.shape()
+    };
+    let err = KvCache::new(&dev, shape, KvPlacement::Device)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not a multiple of 32"), "{err}");
     finish(&dev);
 }

@@ -1,12 +1,12 @@
 //! The kernels that add a densely attended run's attention to the H2O masses: softmax
 //! statistics per query head ([`H2oLse`]), then the masses ([`H2oMass`]).
 
-use hearth_shaders::{H2O_LSE, H2O_MASS};
+use hearth_shaders::kv_kernels;
 
 use super::{H2oKernel, H2oPush, H2oState};
 use crate::kernels::infinigen::{IgShape, QueryAt};
 use crate::kernels::{check_sizes, StepToken};
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, KvType};
 #[cfg(test)]
 use crate::vk::DeviceKind;
 use crate::vk::{Buffer, Device, Recorder, Result, VkError};
@@ -44,11 +44,16 @@ impl DenseRun<'_> {
 }
 
 /// Softmax statistics of a dense run's query heads (h2o_lse.comp).
-pub struct H2oLse(H2oKernel);
+pub struct H2oLse(H2oKernel, KvType);
 
 impl H2oLse {
-    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
-        Ok(Self(H2oKernel::new(device, H2O_LSE, head_dim, group)?))
+    /// For a cache of `kv_type`.
+    pub fn new(device: &Device, head_dim: u32, group: u32, kv_type: KvType) -> Result<Self> {
+        let kernel = kv_kernels(kv_type).h2o_lse;
+        Ok(Self(
+            H2oKernel::new(device, kernel, head_dim, group)?,
+            kv_type,
+        ))
     }
 
     #[cfg(test)]
@@ -56,11 +61,14 @@ impl H2oLse {
         device: &Device,
         head_dim: u32,
         group: u32,
+        kv_type: KvType,
         kind: DeviceKind,
     ) -> Result<Self> {
-        Ok(Self(H2oKernel::shaped_for(
-            device, H2O_LSE, head_dim, group, kind,
-        )?))
+        let kernel = kv_kernels(kv_type).h2o_lse;
+        Ok(Self(
+            H2oKernel::shaped_for(device, kernel, head_dim, group, kind)?,
+            kv_type,
+        ))
     }
 
     /// stats[q.token + i][h] = (max, sum of exp(score - max)) over entries 0 ..= the i-th
@@ -77,6 +85,7 @@ impl H2oLse {
         let name = k.kernel.name;
         let tokens = run.run.len() as u32;
         k.check(s, run.q, tokens)?;
+        kv.check_type(name, self.1)?;
         run.check(name, s, &kv)?;
         let end = (run.q.token + tokens) as u64 * s.n_head as u64 * 8;
         check_sizes(name, &[("stats", stats, end)])?;
@@ -93,11 +102,16 @@ impl H2oLse {
 }
 
 /// Adds a dense run's attention to the masses of its row (h2o_mass.comp).
-pub struct H2oMass(H2oKernel);
+pub struct H2oMass(H2oKernel, KvType);
 
 impl H2oMass {
-    pub fn new(device: &Device, head_dim: u32, group: u32) -> Result<Self> {
-        Ok(Self(H2oKernel::new(device, H2O_MASS, head_dim, group)?))
+    /// For a cache of `kv_type`.
+    pub fn new(device: &Device, head_dim: u32, group: u32, kv_type: KvType) -> Result<Self> {
+        let kernel = kv_kernels(kv_type).h2o_mass;
+        Ok(Self(
+            H2oKernel::new(device, kernel, head_dim, group)?,
+            kv_type,
+        ))
     }
 
     #[cfg(test)]
@@ -105,11 +119,14 @@ impl H2oMass {
         device: &Device,
         head_dim: u32,
         group: u32,
+        kv_type: KvType,
         kind: DeviceKind,
     ) -> Result<Self> {
-        Ok(Self(H2oKernel::shaped_for(
-            device, H2O_MASS, head_dim, group, kind,
-        )?))
+        let kernel = kv_kernels(kv_type).h2o_mass;
+        Ok(Self(
+            H2oKernel::shaped_for(device, kernel, head_dim, group, kind)?,
+            kv_type,
+        ))
     }
 
     /// mass[row][g][j] += the probabilities the run's query heads of KV head g gave entry j,
@@ -127,6 +144,7 @@ impl H2oMass {
         let name = k.kernel.name;
         let tokens = run.run.len() as u32;
         k.check(s, run.q, tokens)?;
+        kv.check_type(name, self.1)?;
         run.check(name, s, &kv)?;
         let Some(first) = run.run.first() else {
             return Ok(());

@@ -4,7 +4,8 @@ use super::*;
 use crate::kernels::infinigen::{IgStep, IgToken};
 use crate::kernels::StepToken;
 use crate::kv::h2o::Head;
-use crate::kv::{blocks_for, KvCache, KvPlacement, KvShape, BLOCK_TOKENS};
+use crate::kv::stored::{encode_row, round_row};
+use crate::kv::{blocks_for, KvCache, KvPlacement, KvShape, KvType, BLOCK_TOKENS};
 use crate::testing::{assert_close, device, finish, random, run, upload};
 
 /// 6 query heads sharing 2 KV heads of 64 dimensions.
@@ -169,9 +170,16 @@ fn update_matches_reference() {
 /// A run of 70 tokens at entries 40.. of a row (earlier entries from a previous chunk),
 /// starting at token 3 of its step: h2o_lse and h2o_mass add to every entry the softmax
 /// probabilities the run's query heads gave it, as an f64 reference does, shaped both
-/// for CPU devices (queries in registers) and for GPUs (queries in shared memory).
+/// for CPU devices (queries in registers) and for GPUs (queries in shared memory), over a
+/// cache of each KV type (the reference reads the keys rounded as the cache holds them).
 #[test]
 fn dense_masses_match_reference() {
+    for kv_type in KvType::ALL {
+        dense_masses_for(kv_type);
+    }
+}
+
+fn dense_masses_for(kv_type: KvType) {
     let Some(dev) = device() else { return };
     let (n_ctx, first, tokens, t0) = (200usize, 40usize, 70usize, 3usize);
     let len = first + tokens;
@@ -183,6 +191,7 @@ fn dense_masses_match_reference() {
         blocks: blocks_for(n_ctx),
         rows: 2,
         n_ctx,
+        kv_type,
     };
     let mut cache = KvCache::new(&dev, kv_shape, KvPlacement::Device).unwrap();
     // Row 1 holds the run; row 0 takes a block first so row 1's do not start at 0.
@@ -193,13 +202,13 @@ fn dense_masses_match_reference() {
     let max_blocks = layer.max_blocks as usize;
     let tables: Vec<u32> = layer.tables.download(2 * max_blocks).unwrap();
     let kv_dim = N_KV * HD;
-    let k = random(len * kv_dim, 4, 1.0);
+    let mut k = random(len * kv_dim, 4, 1.0);
+    round_row(kv_type, &mut k);
+    let entry = kv_shape.entry_bytes();
     for p in 0..len {
         let slot = tables[max_blocks + p / BLOCK_TOKENS] as usize * BLOCK_TOKENS + p % BLOCK_TOKENS;
-        layer
-            .k
-            .upload((slot * kv_dim * 4) as u64, &k[p * kv_dim..][..kv_dim])
-            .unwrap();
+        let words = encode_row(kv_type, &k[p * kv_dim..][..kv_dim]);
+        layer.k.upload(slot as u64 * entry, &words).unwrap();
     }
     let q = random((t0 + tokens) * Q_STRIDE, 5, 1.0);
     let steps: Vec<StepToken> = (0..t0 + tokens)
@@ -229,8 +238,9 @@ fn dense_masses_match_reference() {
             kept_count: &counts,
             mass: &mass_b,
         };
-        let lse = H2oLse::shaped_for(&dev, HD as u32, GROUP as u32, kind).unwrap();
-        let mass_k = H2oMass::shaped_for(&dev, HD as u32, GROUP as u32, kind).unwrap();
+        let (hd, group) = (HD as u32, GROUP as u32);
+        let lse = H2oLse::shaped_for(&dev, hd, group, kv_type, kind).unwrap();
+        let mass_k = H2oMass::shaped_for(&dev, hd, group, kv_type, kind).unwrap();
         run(&dev, |rec| {
             lse.record(rec, layer, run_of, &stats, s).unwrap();
             mass_k.record(rec, layer, run_of, &stats, state, s).unwrap();
@@ -254,7 +264,7 @@ fn dense_masses_match_reference() {
     let want: Vec<f32> = want.iter().map(|&m| m as f32).collect();
     for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
         let got = masses_for(kind);
-        let what = format!("mass ({kind:?} shape)");
+        let what = format!("mass ({kind:?} shape, {kv_type} cache)");
         assert_close(&what, &got, &want, |i| 1e-5 * (1.0 + want[i].abs()));
     }
     finish(&dev);

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::KV_GATHER;
+use hearth_shaders::kv_kernels;
 
 use super::{IgBatch, IgPush, IgShape};
 use crate::kernels::{check_sizes, workgroup_size};
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, KvType};
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
 
 /// The buffers of one gather (shapes in [`IgShape`]): the layer's pool, the selections it
@@ -22,9 +22,12 @@ pub struct GatherArgs<'a> {
     pub v_scratch: &'a Buffer,
 }
 
-/// Copies the selected positions' K/V from the pool into the device scratch.
+/// Copies the selected positions' K/V from the pool into the device scratch, as f32 whatever
+/// the pool's type: the scratch holds a fraction of the context, and the sparse attention
+/// then reads it as dense attention reads an f32 cache.
 pub struct KvGather {
     pipeline: Arc<Pipeline>,
+    kv_type: KvType,
     /// Most workgroups per KV head and token; they stride over the selection, whose size the
     /// host does not know.
     max_groups: u32,
@@ -33,12 +36,13 @@ pub struct KvGather {
 }
 
 impl KvGather {
-    pub fn new(device: &Device) -> Result<Self> {
-        Self::shaped_for(device, device.info().kind)
+    /// For a pool of `kv_type`.
+    pub fn new(device: &Device, kv_type: KvType) -> Result<Self> {
+        Self::shaped_for(device, kv_type, device.info().kind)
     }
 
     /// The kernel shaped as it would be for a device of `kind`.
-    pub(crate) fn shaped_for(device: &Device, kind: DeviceKind) -> Result<Self> {
+    pub(crate) fn shaped_for(device: &Device, kv_type: KvType, kind: DeviceKind) -> Result<Self> {
         // A CPU device runs a few groups at a time and pays for every idle one, and for each
         // lane's lookup of a position in the block table.
         let (max_groups, per_position) = match kind {
@@ -47,7 +51,8 @@ impl KvGather {
         };
         let spec = [workgroup_size(device.info()), per_position as u32];
         Ok(Self {
-            pipeline: device.pipeline(KV_GATHER, &spec)?,
+            pipeline: device.pipeline(kv_kernels(kv_type).kv_gather, &spec)?,
+            kv_type,
             max_groups,
             per_position,
         })
@@ -71,8 +76,9 @@ impl KvGather {
             k_scratch,
             v_scratch,
         } = args;
-        let name = KV_GATHER.name;
+        let name = self.pipeline.name;
         s.check(name)?;
+        kv.check_type(name, self.kv_type)?;
         batch.check(name)?;
         let (tokens, rows) = (batch.tokens(), batch.rows());
         check_sizes(
@@ -130,10 +136,18 @@ mod tests {
 
     #[test]
     fn gather_copies_selected_positions_exactly() {
+        // Exactly the values each KV type reads back, as f32.
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 210, 80);
+        for kv_type in crate::kv::KvType::ALL {
+            gather_copies_for(&dev, s, &Pool::new(s, &[90, 200], kv_type));
+        }
+        finish(&dev);
+    }
+
+    fn gather_copies_for(dev: &std::sync::Arc<crate::vk::Device>, s: IgShape, pool: &Pool) {
+        let dev = dev.clone();
         let (hd, cap, n_ctx) = (64usize, 80usize, 210usize);
-        let pool = Pool::new(s, &[90, 200]);
         // Token 0 is row 1's. KV head 0: every third position; head 1: a few, in no order,
         // one twice. Token 1 is row 0's, with a shorter history.
         let rows = [1usize, 0];
@@ -161,7 +175,7 @@ mod tests {
             steps: &steps,
         };
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let gather = KvGather::shaped_for(&dev, kind).unwrap();
+            let gather = KvGather::shaped_for(&dev, pool.kv_type(), kind).unwrap();
             let n = (s.scratch_bytes(2) / 4) as usize;
             let k_b = upload(&dev, &vec![f32::MAX; n]);
             let v_b = upload(&dev, &vec![f32::MAX; n]);
@@ -198,12 +212,12 @@ mod tests {
                     }
                 }
             }
+            let kind = (kind, pool.kv_type());
             assert_eq!(fetches, want, "fetch counters ({kind:?} shape)");
             let (k, v): (Vec<f32>, Vec<f32>) = (k_b.download(n).unwrap(), v_b.download(n).unwrap());
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert!(bits(&k) == bits(&want_k), "gathered K ({kind:?} shape)");
             assert!(bits(&v) == bits(&want_v), "gathered V ({kind:?} shape)");
         }
-        finish(&dev);
     }
 }

@@ -379,10 +379,10 @@ mod tests {
     fn shapes_are_checked() {
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 64, 32);
-        let pool = Pool::new(s, &[20]);
+        let pool = Pool::new(s, &[20], crate::kv::KvType::F16);
         let buf = upload(&dev, &[0.0; 4096]);
         let small = upload(&dev, &[0.0; 4]);
-        let attn = AttnSparse::new(&dev, 64, 3).unwrap();
+        let attn = AttnSparse::new(&dev, 64, 3, pool.kv_type()).unwrap();
         let message = |r: Result<()>| r.unwrap_err().to_string();
 
         let select = IgSelect::new(&dev).unwrap();
@@ -432,7 +432,7 @@ mod tests {
         let err = message(select.record(&mut rec, args, s, short, 4.0, 0));
         assert!(err.contains("binding `steps`"), "{err}");
 
-        let partial = IgPartialKeys::new(&dev).unwrap();
+        let partial = IgPartialKeys::new(&dev, pool.kv_type()).unwrap();
         let keys: Vec<StepToken> = (0..4).map(|p| StepToken::new(0, p)).collect();
         let keys_b = Buffer::from_slice(&dev, "tokens", &keys).unwrap();
         let partial_err = |shape: IgShape, keys: &[StepToken]| {

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::IG_PARTIAL_KEYS;
+use hearth_shaders::kv_kernels;
 
 use super::{IgPush, IgShape};
 use crate::kernels::attention::StepToken;
 use crate::kernels::{check_sizes, linear_groups, workgroup_size};
-use crate::kv::KvLayer;
+use crate::kv::{KvLayer, KvType};
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
 
 /// The buffers of one partial key update (shapes in [`IgShape`]): the layer's pool, the skew
@@ -21,15 +21,21 @@ pub struct PartialKeysArgs<'a> {
     pub steps: &'a Buffer,
 }
 
-/// Fills the partial key cache from keys already in the pool.
+/// Fills the partial key cache from keys already in the pool. The partial keys are f32
+/// whatever the pool's type (r columns a token, a fifth of a key's): they are computed from
+/// the keys as the pool holds them, so speculation scores what attention will read.
 pub struct IgPartialKeys {
     pipeline: Arc<Pipeline>,
+    kv_type: KvType,
 }
 
 impl IgPartialKeys {
-    pub fn new(device: &Device) -> Result<Self> {
+    /// For a pool of `kv_type`.
+    pub fn new(device: &Device, kv_type: KvType) -> Result<Self> {
+        let kernel = kv_kernels(kv_type).ig_partial_keys;
         Ok(Self {
-            pipeline: device.pipeline(IG_PARTIAL_KEYS, &[workgroup_size(device.info())])?,
+            pipeline: device.pipeline(kernel, &[workgroup_size(device.info())])?,
+            kv_type,
         })
     }
 
@@ -49,8 +55,9 @@ impl IgPartialKeys {
             pkeys,
             steps,
         } = args;
-        let name = IG_PARTIAL_KEYS.name;
+        let name = self.pipeline.name;
         s.check(name)?;
+        kv.check_type(name, self.kv_type)?;
         if tokens.is_empty() {
             return Ok(());
         }

@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
-use hearth_shaders::ATTN_SPARSE;
+use hearth_shaders::kv_kernels;
 
-use super::{kernel_error, IgBatch, IgPush, IgShape, QueryAt};
+use super::{IgBatch, IgPush, IgShape, QueryAt};
 use crate::kernels::attention::{
     decode_shape, head_workgroups, heads_per_workgroup, rolled_keys, AttnShape, Split,
 };
 use crate::kernels::check_sizes;
-use crate::kv::KvLayer;
-use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result};
+use crate::kv::{KvLayer, KvType};
+use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 /// The buffers of one sparse attention: the tokens' queries, the layer's pool (for each
 /// token's own entry), the gathered K/V and their counts (as `KvGather` fills them), and the
@@ -31,14 +31,16 @@ pub struct AttnSparse {
     pipeline: Arc<Pipeline>,
     split: Split,
     head_dim: u32,
+    kv_type: KvType,
     /// Query heads per workgroup (`QH` in the shader).
     heads_per_group: u32,
 }
 
 impl AttnSparse {
-    /// For a model whose KV heads are each shared by `group` query heads.
-    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32) -> Result<Self> {
-        Self::shaped_for(device, head_dim, group, device.info().kind)
+    /// For a model whose KV heads are each shared by `group` query heads, and a pool of
+    /// `kv_type` (the gathered K/V are f32).
+    pub fn new(device: &Arc<Device>, head_dim: u32, group: u32, kv_type: KvType) -> Result<Self> {
+        Self::shaped_for(device, head_dim, group, kv_type, device.info().kind)
     }
 
     /// The kernel shaped as `AttnDecode` is for a device of `kind`.
@@ -46,19 +48,16 @@ impl AttnSparse {
         device: &Arc<Device>,
         head_dim: u32,
         group: u32,
+        kv_type: KvType,
         kind: DeviceKind,
     ) -> Result<Self> {
+        let kernel = kv_kernels(kv_type).attn_sparse;
         let heads_per_group = heads_per_workgroup(kind, group);
-        let (wg, subgroups) = decode_shape(
-            ATTN_SPARSE.name,
-            device,
-            kind,
-            head_dim,
-            heads_per_group - 1,
-        )?;
+        let (wg, subgroups) =
+            decode_shape(kernel.name, device, kind, head_dim, heads_per_group - 1)?;
         Ok(Self {
             pipeline: device.pipeline(
-                ATTN_SPARSE,
+                kernel,
                 &[
                     wg,
                     head_dim,
@@ -69,6 +68,7 @@ impl AttnSparse {
             )?,
             split: Split::new(device, head_dim, kind, heads_per_group)?,
             head_dim,
+            kv_type,
             heads_per_group,
         })
     }
@@ -91,16 +91,17 @@ impl AttnSparse {
             sel_count,
             o,
         } = args;
-        let name = ATTN_SPARSE.name;
+        let name = self.pipeline.name;
         s.check(name)?;
+        kv.check_type(name, self.kv_type)?;
         if s.head_dim != self.head_dim {
-            return Err(kernel_error(
-                ATTN_SPARSE,
-                format!(
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: format!(
                     "built for head_dim {}, called with {}",
                     self.head_dim, s.head_dim
                 ),
-            ));
+            });
         }
         let tokens = batch.tokens();
         q.check(name, s, tokens)?;
@@ -257,8 +258,9 @@ mod tests {
         let heads = (s.n_head * s.head_dim) as usize;
         let o = zeros(&dev, tokens.len() * heads);
         let fetches_b = u32_buffer(&dev, &vec![0; 2 * s.n_ctx as usize]);
-        let gather = KvGather::shaped_for(&dev, kind).unwrap();
-        let attn = AttnSparse::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
+        let (group, kv_type) = (s.n_head / s.n_head_kv, pool.kv_type());
+        let gather = KvGather::shaped_for(&dev, kv_type, kind).unwrap();
+        let attn = AttnSparse::shaped_for(&dev, s.head_dim, group, kv_type, kind).unwrap();
         let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
         let query = QueryAt {
             buffer: qkv,
@@ -308,7 +310,24 @@ mod tests {
         let Some(dev) = device() else { return };
         let s = shape(6, 3, 230, 160);
         let pos = 203u32;
-        let pool = Pool::new(s, &[40, pos as usize + 1]);
+        for kv_type in crate::kv::KvType::ALL {
+            sparse_matches_reference(
+                &dev,
+                s,
+                pos,
+                &Pool::new(s, &[40, pos as usize + 1], kv_type),
+            );
+        }
+        finish(&dev);
+    }
+
+    fn sparse_matches_reference(
+        dev: &std::sync::Arc<crate::vk::Device>,
+        s: IgShape,
+        pos: u32,
+        pool: &Pool,
+    ) {
+        let dev = dev.clone();
         // Token 0 is row 1's; token 1 is row 0's, with a short history.
         let stride = ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize;
         let qkv = random(2 * stride, 21, 1.5);
@@ -332,17 +351,16 @@ mod tests {
             },
         ];
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let (got, want) = run_sparse(kind, &pool, s, &qkv_b, &qkv, &tokens);
+            let (got, want) = run_sparse(kind, pool, s, &qkv_b, &qkv, &tokens);
             // As for attn_decode: outputs are O(1) averages of |v| <= 1 over a few hundred
             // positions, computed in f32.
             assert_close(
-                &format!("sparse attention ({kind:?} shape)"),
+                &format!("sparse attention ({kind:?} shape, {} pool)", pool.kv_type()),
                 &got,
                 &want,
                 |_| 2e-5,
             );
         }
-        finish(&dev);
     }
 
     #[test]
@@ -350,7 +368,7 @@ mod tests {
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 300, 300);
         let pos = 277u32;
-        let pool = Pool::new(s, &[100, pos as usize + 1]);
+        let pool = Pool::new(s, &[100, pos as usize + 1], crate::kv::KvType::Q8);
         let qkv = random(
             ((s.n_head + 2 * s.n_head_kv) * s.head_dim) as usize,
             31,
@@ -364,8 +382,9 @@ mod tests {
             history: vec![(0..pos).collect::<Vec<_>>(); 2],
         }];
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let group = s.n_head / s.n_head_kv;
             let dense =
-                AttnDecode::shaped_for(&dev, s.head_dim, s.n_head / s.n_head_kv, kind).unwrap();
+                AttnDecode::shaped_for(&dev, s.head_dim, group, pool.kv_type(), kind).unwrap();
             let o = zeros(&dev, (s.n_head * s.head_dim) as usize);
             let shape = AttnShape {
                 tokens: 1,

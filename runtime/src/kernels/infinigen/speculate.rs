@@ -173,11 +173,19 @@ mod tests {
 
     #[test]
     fn partial_keys_and_speculated_scores_match_reference() {
+        // The partial keys come from the keys as each type's pool holds them (`Pool` rounds
+        // its mirror alike), so every type meets the same bounds.
+        for kv_type in crate::kv::KvType::ALL {
+            partial_keys_and_speculated_scores(kv_type);
+        }
+    }
+
+    fn partial_keys_and_speculated_scores(kv_type: crate::kv::KvType) {
         let Some(dev) = device() else { return };
         let s = shape(6, 2, 300, 300);
         let (nh, nkv, hd, r) = (6usize, 2usize, 64usize, s.partial as usize);
         let lens = [150usize, 272];
-        let pool = Pool::new(s, &lens);
+        let pool = Pool::new(s, &lens, kv_type);
         // Entries of an orthogonal head_dim matrix are about 1/sqrt(head_dim). As for a model,
         // 13 columns are zero-filled to the shape's 16.
         let mut skew = random(nkv * hd * r, 5, 0.125);
@@ -186,7 +194,7 @@ mod tests {
         }
         let skew_b = upload(&dev, &skew);
         let pkeys_b = zeros(&dev, (s.pkeys_bytes(2) / 4) as usize);
-        let partial = IgPartialKeys::new(&dev).unwrap();
+        let partial = IgPartialKeys::new(&dev, kv_type).unwrap();
         let (row, pos) = (1usize, 271u32);
         // Two dispatches, each over tokens of both rows in no order.
         let written = [(0usize, 17..40u32), (1, 0..100), (1, 100..pos + 1)];
@@ -226,7 +234,9 @@ mod tests {
             }
         }
         let pkeys: Vec<f32> = pkeys_b.download(pk_len).unwrap();
-        assert_close("partial keys", &pkeys, &want, |i| tol[i]);
+        assert_close(&format!("partial keys ({kv_type})"), &pkeys, &want, |i| {
+            tol[i]
+        });
 
         // The raw queries are tokens 1 and 2 of a fused projection output: token 0 of the
         // dispatch is row 1's, token 1 row 0's (a shorter history).

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use super::{IgShape, IgStep};
-use crate::kv::{blocks_for, KvCache, KvLayer, KvPlacement, KvShape, BLOCK_TOKENS};
+use crate::kv::stored::{encode_row, round_row};
+use crate::kv::{blocks_for, KvCache, KvLayer, KvPlacement, KvShape, KvType, BLOCK_TOKENS};
 use crate::testing::{device, random};
 use crate::vk::{Buffer, Device};
 
@@ -20,7 +21,7 @@ pub(super) fn shape(n_head: u32, n_head_kv: u32, n_ctx: u32, cap: u32) -> IgShap
 
 /// A host pool (InfiniGen's placement) whose rows take their blocks in turn, so no row's
 /// block table is contiguous, holding random K/V at positions 0 .. lens[row] that `k` and
-/// `v` mirror as [row][pos][kv_head][head_dim].
+/// `v` mirror as [row][pos][kv_head][head_dim], rounded as the pool's type stores them.
 pub(super) struct Pool {
     pub(super) cache: KvCache,
     pub(super) k: Vec<Vec<f32>>,
@@ -30,7 +31,7 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub(super) fn new(s: IgShape, lens: &[usize]) -> Self {
+    pub(super) fn new(s: IgShape, lens: &[usize], kv_type: KvType) -> Self {
         let dev = device().unwrap();
         let n_ctx = s.n_ctx as usize;
         let kv_dim = (s.n_head_kv * s.head_dim) as usize;
@@ -42,6 +43,7 @@ impl Pool {
             blocks: rows * blocks_for(n_ctx) + 1,
             rows,
             n_ctx,
+            kv_type,
         };
         let mut cache = KvCache::new(&dev, shape, KvPlacement::Host).unwrap();
         // A spare row takes a block every round and frees them all at the end, so rows
@@ -71,14 +73,17 @@ impl Pool {
         let max_blocks = layer.max_blocks as usize;
         let tables: Vec<u32> = layer.tables.download(lens.len() * max_blocks).unwrap();
         for (r, &len) in lens.iter().enumerate() {
-            let k = random(len * kv_dim, 100 + r as u64, 1.0);
-            let v = random(len * kv_dim, 200 + r as u64, 1.0);
+            let mut k = random(len * kv_dim, 100 + r as u64, 1.0);
+            let mut v = random(len * kv_dim, 200 + r as u64, 1.0);
+            round_row(kv_type, &mut k);
+            round_row(kv_type, &mut v);
             for p in 0..len {
                 let block = tables[r * max_blocks + p / BLOCK_TOKENS] as usize;
                 let slot = (block * BLOCK_TOKENS + p % BLOCK_TOKENS) as u64;
-                let bytes = slot * kv_dim as u64 * 4;
-                layer.k.upload(bytes, &k[p * kv_dim..][..kv_dim]).unwrap();
-                layer.v.upload(bytes, &v[p * kv_dim..][..kv_dim]).unwrap();
+                let bytes = slot * pool.cache.shape().entry_bytes();
+                let words = |x: &[f32]| encode_row(kv_type, &x[p * kv_dim..][..kv_dim]);
+                layer.k.upload(bytes, &words(&k)).unwrap();
+                layer.v.upload(bytes, &words(&v)).unwrap();
             }
             pool.k.push(k);
             pool.v.push(v);
@@ -95,6 +100,10 @@ impl Pool {
 
     pub(super) fn layer(&self) -> KvLayer<'_> {
         self.cache.layer(0)
+    }
+
+    pub(super) fn kv_type(&self) -> KvType {
+        self.cache.shape().kv_type
     }
 
     /// K of KV head g at position p of `row`.

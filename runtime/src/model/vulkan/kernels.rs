@@ -10,6 +10,7 @@ use crate::kernels::{
     AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, RmsNorm,
     RopeKv, SwiGlu, WeightFormat,
 };
+use crate::kv::KvType;
 use crate::model::ModelConfig;
 use crate::vk::{Device, DeviceKind, Recorder, VkError};
 
@@ -90,17 +91,18 @@ pub(super) struct Kernels {
 
 impl Kernels {
     /// The kernels that read no weights; `formats` is filled as the weights load.
-    pub(super) fn new(device: &Arc<Device>, c: &ModelConfig) -> Result<Self> {
+    pub(super) fn new(device: &Arc<Device>, c: &ModelConfig, kv_type: KvType) -> Result<Self> {
         // Query heads sharing each KV head.
         let group = (c.n_head / c.n_head_kv.max(1)) as u32;
+        let hd = c.head_dim as u32;
         Ok(Self {
             formats: HashMap::new(),
             matvec_prefill: device.info().kind == DeviceKind::Cpu,
             rmsnorm: RmsNorm::new(device)?,
             swiglu: SwiGlu::new(device)?,
-            rope_kv: RopeKv::new(device)?,
-            attn_decode: AttnDecode::new(device, c.head_dim as u32, group)?,
-            attn_prefill: AttnPrefill::new(device, c.head_dim as u32, group)?,
+            rope_kv: RopeKv::new(device, kv_type)?,
+            attn_decode: AttnDecode::new(device, hd, group, kv_type)?,
+            attn_prefill: AttnPrefill::new(device, hd, group, kv_type)?,
         })
     }
 

@@ -32,7 +32,7 @@ use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::kernels::{weight_buffer, WeightFormat};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
-use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvUsage};
+use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvType, KvUsage};
 use crate::vk::{Buffer, BufferDesc, Device};
 
 /// How much memory the KV cache may take.
@@ -52,6 +52,8 @@ pub struct VkModelOptions {
     /// the weights.
     pub kv_budget: Option<KvBudget>,
     pub kv_placement: KvPlacement,
+    /// How K and V are stored.
+    pub kv_type: KvType,
     /// Most tokens one prefill submission processes (scratch buffers are sized by it).
     pub max_chunk: usize,
     /// Time every kernel with timestamp queries (see [`VkModel::profile`]).
@@ -65,6 +67,7 @@ impl Default for VkModelOptions {
             n_seq: 1,
             kv_budget: None,
             kv_placement: KvPlacement::Device,
+            kv_type: KvType::default(),
             max_chunk: 256,
             profile: false,
         }
@@ -170,6 +173,7 @@ impl VkModel {
         if options.n_ctx == 0 {
             return Err(crate::Error::options("n_ctx", "must be at least 1"));
         }
+        crate::kv::check_kv_type(options.kv_type, c.head_dim)?;
         // The logits of a whole chunk must fit one storage buffer.
         let max_range = device.info().limits.max_storage_buffer_range;
         let chunk = options
@@ -185,7 +189,7 @@ impl VkModel {
         // another, held up every start by over a second.
         let (token_embd, output, layers, output_norm, formats, kernels) =
             std::thread::scope(|s| {
-                let common = s.spawn(|| Kernels::new(device, c));
+                let common = s.spawn(|| Kernels::new(device, c, options.kv_type));
                 let mut building = Vec::new();
                 let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
                     match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
@@ -380,6 +384,7 @@ fn kv_shape(
         blocks: 0,
         rows: options.n_seq,
         n_ctx: options.n_ctx,
+        kv_type: options.kv_type,
     };
     let full = options.n_seq * blocks_for(options.n_ctx);
     let info = device.info();

@@ -25,7 +25,7 @@ use crate::kernels::infinigen::{
 };
 use crate::kv::infinigen::{IgParams, IgStats};
 use crate::kv::policy::{KvPolicyKind, KvPolicyStats};
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvShape};
 use crate::model::ModelConfig;
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
@@ -92,7 +92,7 @@ impl VkH2o {
         params: IgParams,
     ) -> Result<Self> {
         let shape = kv.shape();
-        let mut h2o = Self::new(device, config, shape.n_ctx, shape.rows, chunk, params)?;
+        let mut h2o = Self::new(device, config, shape, chunk, params)?;
         for row in 0..shape.rows {
             h2o.sync(row, kv.len(row))?;
         }
@@ -102,11 +102,11 @@ impl VkH2o {
     fn new(
         device: &Arc<Device>,
         c: &ModelConfig,
-        n_ctx: usize,
-        rows: usize,
+        kv: KvShape,
         chunk: usize,
         params: IgParams,
     ) -> Result<Self> {
+        let (n_ctx, rows, kv_type) = (kv.n_ctx, kv.rows, kv.kv_type);
         let (n_layer, n_head, n_head_kv, head_dim) = (c.n_layer, c.n_head, c.n_head_kv, c.head_dim);
         let shape = IgShape {
             n_head: n_head as u32,
@@ -150,11 +150,11 @@ impl VkH2o {
         );
         Ok(Self {
             params,
-            gather: KvGather::new(device)?,
-            attn: AttnSparse::new(device, hd, group)?,
+            gather: KvGather::new(device, kv_type)?,
+            attn: AttnSparse::new(device, hd, group, kv_type)?,
             update: H2oUpdate::new(device, hd, group)?,
-            lse: H2oLse::new(device, hd, group)?,
-            mass: H2oMass::new(device, hd, group)?,
+            lse: H2oLse::new(device, hd, group, kv_type)?,
+            mass: H2oMass::new(device, hd, group, kv_type)?,
             layers,
             steps: Buffer::new(
                 device,

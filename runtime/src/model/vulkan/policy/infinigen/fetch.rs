@@ -11,12 +11,15 @@ use crate::model::vulkan::policy::{Beside, Interleaved, LayerAt};
 use crate::vk::{Buffer, Recorder};
 
 /// The kernels of a layer's fetch, which a GPU overlaps with the previous layer's compute
-/// (the selection under either of its names: CPU devices run `ig_select_wide`).
-pub const FETCH_KERNELS: [&str; 4] = [
+/// (the selection under either of its names: CPU devices run `ig_select_wide`; the gather
+/// under each KV type's).
+pub const FETCH_KERNELS: [&str; 6] = [
     hearth_shaders::IG_SPECULATE.name,
     hearth_shaders::IG_SELECT.name,
     hearth_shaders::IG_SELECT_WIDE.name,
-    hearth_shaders::KV_GATHER.name,
+    hearth_shaders::KV_GATHER_F32.name,
+    hearth_shaders::KV_GATHER_F16.name,
+    hearth_shaders::KV_GATHER_Q8.name,
 ];
 
 impl VkInfinigen {

@@ -28,7 +28,7 @@ use crate::kernels::StepToken;
 use crate::kv::infinigen::evict::{SlotMap, SINKS};
 use crate::kv::infinigen::{IgParams, IgStats, Skew};
 use crate::kv::policy::{KvPolicyKind, KvPolicyStats};
-use crate::kv::{KvCache, KvLayer};
+use crate::kv::{KvCache, KvLayer, KvShape};
 use crate::model::ModelConfig;
 use crate::vk::{Buffer, BufferDesc, Device, Recorder};
 
@@ -96,7 +96,7 @@ impl VkInfinigen {
         params: IgParams,
     ) -> Result<Self> {
         let shape = kv.shape();
-        let mut ig = Self::new(device, skew, params, config.n_head, shape.n_ctx, shape.rows)?;
+        let mut ig = Self::new(device, skew, params, config.n_head, shape)?;
         ig.adopt(kv.len(0));
         // Partial keys of what the cache already holds: every entry of every row.
         let held: Vec<StepToken> = (0..shape.rows)
@@ -118,9 +118,9 @@ impl VkInfinigen {
         skew: &Skew,
         params: IgParams,
         n_head: usize,
-        n_ctx: usize,
-        rows: usize,
+        kv: KvShape,
     ) -> Result<Self> {
+        let (n_ctx, rows, kv_type) = (kv.n_ctx, kv.rows, kv.kv_type);
         let r = skew.partial_dims(params.partial_ratio);
         // Zero columns up to a multiple of 4 (`IgShape::partial`).
         let width = r.next_multiple_of(4);
@@ -181,11 +181,11 @@ impl VkInfinigen {
         let step_bytes = (rows * std::mem::size_of::<IgStep>()) as u64;
         Ok(Self {
             params,
-            partial_keys: IgPartialKeys::new(device)?,
+            partial_keys: IgPartialKeys::new(device, kv_type)?,
             speculate: IgSpeculate::new(device, shape)?,
             select: IgSelect::new(device)?,
-            gather: KvGather::new(device)?,
-            attn: AttnSparse::new(device, head_dim, shape.n_head / shape.n_head_kv)?,
+            gather: KvGather::new(device, kv_type)?,
+            attn: AttnSparse::new(device, head_dim, shape.n_head / shape.n_head_kv, kv_type)?,
             skew: skew_buffers,
             pkeys,
             q_spec: local(
