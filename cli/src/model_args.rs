@@ -93,11 +93,12 @@ pub struct RunArgs {
 /// InfiniGen's settings (with `--kv-offload infinigen`; `--ig-budget` is H2O's budget too).
 #[derive(clap::Args, Debug)]
 pub struct InfinigenArgs {
-    /// Fraction of each head's dimensions kept as partial query and key columns [default: 0.2].
+    /// Fraction of each head's dimensions kept as partial query and key columns [default: 0.2,
+    /// and at least 32 columns; the paper's setting is 0.2].
     #[arg(long, value_name = "R")]
     pub ig_partial_ratio: Option<f32>,
-    /// Fetch tokens whose speculated score is within ALPHA of the best
-    /// [default: 5 with RoPE, 4 without].
+    /// Fetch tokens whose speculated score is within ALPHA of the best [default: 5 with RoPE,
+    /// 4 without, times 128 / head width on heads narrower than 128; the paper's: 5 and 4].
     #[arg(long, value_name = "ALPHA")]
     pub ig_alpha: Option<f32>,
     /// Most tokens fetched (InfiniGen) or kept (H2O) per KV head, as a fraction of the

@@ -40,10 +40,11 @@ pub struct ModelSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct InfinigenSettings {
-    /// Fraction of each head's dimensions that speculation uses.
-    pub partial_ratio: f32,
+    /// Fraction of each head's dimensions that speculation uses; `None`: the model's default
+    /// (a fifth, and at least 32 dimensions).
+    pub partial_ratio: Option<f32>,
     /// Tokens scoring within this many logits of a head's best count as needed; `None`: the
-    /// model's default (5 with RoPE, 4 without).
+    /// model's default (5 with RoPE, 4 without, raised on heads narrower than 128).
     pub alpha: Option<f32>,
     /// Most tokens fetched, as a fraction of the context so far.
     pub budget: f32,
@@ -53,9 +54,9 @@ pub struct InfinigenSettings {
 
 impl Default for InfinigenSettings {
     fn default() -> Self {
-        let d = IgParams::defaults(true);
+        let d = IgParams::paper(true);
         Self {
-            partial_ratio: d.partial_ratio,
+            partial_ratio: None,
             alpha: None,
             budget: d.budget,
             recent: d.recent,
@@ -64,15 +65,20 @@ impl Default for InfinigenSettings {
 }
 
 impl InfinigenSettings {
-    /// Where the alpha field starts when the model's default is turned off: the engine's
-    /// default for RoPE models, which most chat models are.
+    /// Where the alpha field starts when the model's default is turned off: the paper's
+    /// setting for RoPE models, which most chat models are.
     pub fn default_alpha() -> f32 {
-        IgParams::defaults(true).alpha
+        IgParams::paper(true).alpha
+    }
+
+    /// Where the partial dimensions field starts when the model's default is turned off.
+    pub fn default_partial_ratio() -> f32 {
+        IgParams::paper(true).partial_ratio
     }
 
     pub fn options(&self) -> InfinigenOptions {
         InfinigenOptions {
-            partial_ratio: Some(self.partial_ratio),
+            partial_ratio: self.partial_ratio,
             alpha: self.alpha,
             budget: Some(self.budget),
             recent: Some(self.recent),
@@ -273,17 +279,20 @@ mod tests {
         let err = serde_json::from_str::<ModelSettings>(r#"{"kv_type": "q4"}"#).unwrap_err();
         assert!(err.to_string().contains("f32, f16, q8"), "{err}");
         assert_eq!(old.infinigen, InfinigenSettings::default());
-        let d = IgParams::defaults(true);
-        assert_eq!(old.infinigen.options().params(true, 4096), d);
-        assert_eq!(old.infinigen.options().params(false, 4096).alpha, 4.0);
+        let d = IgParams::defaults(true, 64);
+        assert_eq!(old.infinigen.options().params(true, 64, 4096), d);
+        assert_eq!(old.infinigen.options().params(false, 128, 4096).alpha, 4.0);
+        // Settings saved when the partial ratio was always stored keep it.
+        let saved: InfinigenSettings = serde_json::from_str(r#"{"partial_ratio": 0.2}"#).unwrap();
+        assert_eq!(saved.options().params(true, 64, 4096).partial_ratio, 0.2);
 
         let ig = InfinigenSettings {
-            partial_ratio: 0.5,
+            partial_ratio: Some(0.5),
             alpha: Some(8.0),
             budget: 0.3,
             recent: 64,
         };
-        let p = ig.options().params(true, 4096);
+        let p = ig.options().params(true, 64, 4096);
         assert_eq!(
             (p.partial_ratio, p.alpha, p.budget, p.recent),
             (0.5, 8.0, 0.3, 64)

@@ -61,9 +61,11 @@ pub struct EngineOptions {
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
 #[derive(Clone, Debug, Default)]
 pub struct InfinigenOptions {
-    /// Fraction of head_dim kept as partial columns; `None`: 0.2.
+    /// Fraction of head_dim kept as partial columns; `None`: the model's default
+    /// ([`IgParams::defaults`]: 0.2, and at least 32 columns).
     pub partial_ratio: Option<f32>,
-    /// `None`: 5 for RoPE models, 4 otherwise.
+    /// `None`: the model's default (5 for RoPE models, 4 otherwise, raised on heads narrower
+    /// than 128).
     pub alpha: Option<f32>,
     /// Most tokens fetched, as a fraction of the context so far; `None`: 0.2.
     pub budget: Option<f32>,
@@ -78,9 +80,10 @@ pub struct InfinigenOptions {
 }
 
 impl InfinigenOptions {
-    /// The settings for a model with (or without) RoPE and a context of `n_ctx`.
-    pub fn params(&self, rope: bool, n_ctx: usize) -> IgParams {
-        let d = IgParams::defaults(rope);
+    /// The settings for a model with (or without) RoPE, heads of `head_dim` and a context of
+    /// `n_ctx`.
+    pub fn params(&self, rope: bool, head_dim: usize, n_ctx: usize) -> IgParams {
+        let d = IgParams::defaults(rope, head_dim);
         IgParams {
             partial_ratio: self.partial_ratio.unwrap_or(d.partial_ratio),
             alpha: self.alpha.unwrap_or(d.alpha),
@@ -103,7 +106,7 @@ pub struct H2oOptions {
 impl H2oOptions {
     /// InfiniGen's budget, floor and dense layers (alpha and partial ratio go unused).
     pub fn params(&self, rope: bool) -> IgParams {
-        let d = IgParams::defaults(rope);
+        let d = IgParams::paper(rope);
         IgParams {
             budget: self.budget.unwrap_or(d.budget),
             ..d
@@ -194,7 +197,7 @@ impl Engine {
         let ig_params = options
             .infinigen
             .as_ref()
-            .map(|ig| ig.params(config.rope.is_some(), n_ctx));
+            .map(|ig| ig.params(config.rope.is_some(), config.head_dim, n_ctx));
         let pool_capacity = ig_params.and_then(|p| p.pool_capacity);
         let n_params = config.n_params(model.tensors.tied_embeddings);
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);

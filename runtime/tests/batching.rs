@@ -325,7 +325,7 @@ fn beam_search_under_h2o_is_refused() {
     let mut e = engine(3, 64, 64, None);
     let model = e.session_mut().fresh_backend().as_vulkan_mut().unwrap();
     model
-        .set_kv_policy(KvPolicyChoice::H2o(IgParams::defaults(true)))
+        .set_kv_policy(KvPolicyChoice::H2o(IgParams::paper(true)))
         .unwrap();
     let params = BeamParams {
         width: 2,

@@ -213,7 +213,7 @@ fn h2o_keeping_everything_equals_dense() {
     let mut h2o = model(128);
     h2o.set_kv_policy(KvPolicyChoice::H2o(IgParams {
         budget: 1.0,
-        ..IgParams::defaults(true)
+        ..IgParams::paper(true)
     }))
     .unwrap();
     assert_same_greedy_decoding(&mut dense, &mut h2o, &prompt, 24);
@@ -236,7 +236,7 @@ fn h2o_run() -> (CpuModel, IgParams, Vec<(usize, Kept)>) {
     let params = IgParams {
         budget: 0.2,
         min_budget: 8,
-        ..IgParams::defaults(true)
+        ..IgParams::paper(true)
     };
     let mut m = model(128);
     m.set_kv_policy(KvPolicyChoice::H2o(params)).unwrap();
@@ -436,7 +436,7 @@ fn select_everything() -> IgParams {
         budget: 1.0,
         min_budget: 0,
         recent: 0,
-        ..IgParams::defaults(true)
+        ..IgParams::paper(true)
     }
 }
 
@@ -446,7 +446,7 @@ fn small_budget() -> IgParams {
         budget: 0.25,
         min_budget: 0,
         recent: 8,
-        ..IgParams::defaults(true)
+        ..IgParams::paper(true)
     }
 }
 
@@ -589,7 +589,7 @@ fn sparse_decoding_matches_the_cpu_reference() {
 fn short_histories_attend_densely() {
     let file = file();
     let skew = skew(&file);
-    let params = IgParams::defaults(true);
+    let params = IgParams::paper(true);
     let short = params.min_budget + params.recent - 12;
     let prompt = tokens(short, 8);
     let mut dense = cpu(&file, 128);
@@ -851,7 +851,7 @@ fn h2o_small_budget() -> IgParams {
     IgParams {
         budget: 0.2,
         min_budget: 8,
-        ..IgParams::defaults(true)
+        ..IgParams::paper(true)
     }
 }
 

@@ -143,6 +143,25 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
     }
 }
 
+/// A "Model's default" checkbox for a setting the engine chooses per model (`None`), and when
+/// it is off, the value's own field, starting from `start`.
+fn model_default_or(
+    ui: &mut egui::Ui,
+    setting: &mut Option<f32>,
+    start: f32,
+    field: impl FnOnce(&mut egui::Ui, &mut f32),
+) {
+    ui.horizontal(|ui| {
+        let mut model_default = setting.is_none();
+        if ui.checkbox(&mut model_default, "Model's default").changed() {
+            *setting = (!model_default).then_some(start);
+        }
+        if let Some(value) = setting {
+            field(ui, value);
+        }
+    });
+}
+
 /// InfiniGen's settings: how many dimensions speculate, which tokens count as needed, and
 /// the most it fetches.
 fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
@@ -150,26 +169,32 @@ fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
         .num_columns(2)
         .spacing([10.0, 8.0])
         .show(ui, |ui| {
-            row(
+            ui.label("Partial dimensions");
+            model_default_or(
                 ui,
-                "Partial dimensions",
-                egui::DragValue::new(&mut ig.partial_ratio)
-                    .range(0.05..=1.0)
-                    .speed(0.01)
-                    .fixed_decimals(2),
+                &mut ig.partial_ratio,
+                InfinigenSettings::default_partial_ratio(),
+                |ui, ratio| {
+                    let value = ui.add(
+                        egui::DragValue::new(ratio)
+                            .range(0.05..=1.0)
+                            .speed(0.01)
+                            .fixed_decimals(2),
+                    );
+                    super::name(&value, "Partial dimensions value");
+                },
             );
+            ui.end_row();
             ui.label("Alpha");
-            ui.horizontal(|ui| {
-                let mut model_default = ig.alpha.is_none();
-                let checkbox = ui.checkbox(&mut model_default, "Model's default");
-                if checkbox.changed() {
-                    ig.alpha = (!model_default).then_some(InfinigenSettings::default_alpha());
-                }
-                if let Some(alpha) = &mut ig.alpha {
+            model_default_or(
+                ui,
+                &mut ig.alpha,
+                InfinigenSettings::default_alpha(),
+                |ui, alpha| {
                     let value = ui.add(egui::DragValue::new(alpha).range(0.0..=1000.0).speed(0.1));
                     super::name(&value, "Alpha value");
-                }
-            });
+                },
+            );
             ui.end_row();
             row(
                 ui,

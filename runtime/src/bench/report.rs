@@ -270,7 +270,7 @@ impl Context<'_> {
         let positions = (t.depth + t.n_prompt) as f64 + (t.n_gen as f64 + 1.0) / 2.0;
         let read_fraction = match &m.sparse {
             Some(s) if s.selections > 0 => {
-                let dense = (IgParams::defaults(true).dense_layers as f64).min(n_layer);
+                let dense = (IgParams::paper(true).dense_layers as f64).min(n_layer);
                 (dense + (n_layer - dense) * s.fetched_fraction()) / n_layer
             }
             _ => 1.0,

@@ -157,7 +157,7 @@ mod tests {
             budget,
             min_budget: 0,
             dense_layers: 1,
-            ..IgParams::defaults(true)
+            ..IgParams::paper(true)
         }
     }
 

@@ -46,9 +46,18 @@ pub struct IgParams {
     pub serial_fetch: bool,
 }
 
+/// The head width the reference implementation was evaluated on, where its settings hold.
+pub const PAPER_HEAD_DIM: usize = 128;
+
+/// Fewest partial columns the defaults keep: with fewer, speculation misses tokens that carry
+/// weight (13 of SmolLM2's 64 dimensions lost 20% perplexity; 32 lose 1.3%).
+pub const MIN_PARTIAL_DIMS: usize = 32;
+
 impl IgParams {
-    /// The reference implementation's defaults: alpha 5 for RoPE models, 4 otherwise.
-    pub fn defaults(rope: bool) -> Self {
+    /// The reference implementation's settings: a fifth of each head's dimensions as partial
+    /// columns, alpha 5 for RoPE models and 4 otherwise (with Hearth's recent window and
+    /// floor, which `recent: 0` and `min_budget: 0` take away).
+    pub fn paper(rope: bool) -> Self {
         Self {
             partial_ratio: 0.2,
             alpha: if rope { 5.0 } else { 4.0 },
@@ -58,6 +67,25 @@ impl IgParams {
             dense_layers: 2,
             pool_capacity: None,
             serial_fetch: false,
+        }
+    }
+
+    /// Hearth's defaults for heads of `head_dim` dimensions. The paper's settings were chosen
+    /// on 128-wide heads; narrower heads keep at least [`MIN_PARTIAL_DIMS`] partial columns
+    /// and raise alpha in proportion to how much narrower they are (10 on 64-wide heads), so
+    /// that a small model stays within 2% of dense attention's perplexity (measured in
+    /// docs/infinigen.md). Wider heads keep the paper's alpha and ratio.
+    pub fn defaults(rope: bool, head_dim: usize) -> Self {
+        let paper = Self::paper(rope);
+        let head_dim = head_dim.max(1);
+        let narrower = (PAPER_HEAD_DIM as f32 / head_dim as f32).max(1.0);
+        Self {
+            partial_ratio: paper
+                .partial_ratio
+                .max(MIN_PARTIAL_DIMS as f32 / head_dim as f32)
+                .min(1.0),
+            alpha: paper.alpha * narrower,
+            ..paper
         }
     }
 
@@ -138,6 +166,38 @@ pub fn skew_key(model_bytes: &[u8], calibration: &[u32]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::skew_key;
+    use super::{skew::partial_dims, IgParams};
+
+    #[test]
+    fn defaults_follow_the_head_width() {
+        // SmolLM2's 64-wide heads: 32 partial columns, alpha 10.
+        let small = IgParams::defaults(true, 64);
+        assert_eq!(partial_dims(64, small.partial_ratio), 32);
+        assert_eq!(small.alpha, 10.0);
+        // The paper's 128-wide heads: its alpha, and the floor of 32 columns over its 26.
+        let paper_width = IgParams::defaults(true, 128);
+        assert_eq!(partial_dims(128, paper_width.partial_ratio), 32);
+        assert_eq!(paper_width.alpha, 5.0);
+        assert_eq!(IgParams::defaults(false, 128).alpha, 4.0);
+        // Wider heads keep the paper's fifth.
+        let wide = IgParams::defaults(true, 256);
+        assert_eq!(partial_dims(256, wide.partial_ratio), 51);
+        assert_eq!(wide.alpha, 5.0);
+        // Heads narrower than the floor use every dimension.
+        assert_eq!(
+            partial_dims(16, IgParams::defaults(true, 16).partial_ratio),
+            16
+        );
+        // Everything else is the paper's.
+        assert_eq!(
+            IgParams {
+                partial_ratio: 0.2,
+                alpha: 5.0,
+                ..small
+            },
+            IgParams::paper(true)
+        );
+    }
 
     /// The key changes with any byte of the model or any calibration token, and stays the same
     /// from build to build (a cached skew outlives the toolchain that wrote it).
