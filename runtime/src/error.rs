@@ -56,6 +56,9 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// An importance matrix file that cannot be used, and why.
+    #[error("{}: importance matrix: {reason}", path.display())]
+    Imatrix { path: PathBuf, reason: String },
     /// Loading was cancelled by the caller.
     #[error("cancelled")]
     Cancelled,

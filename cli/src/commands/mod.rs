@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod devices;
 pub mod generate;
+pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;

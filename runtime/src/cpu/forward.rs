@@ -5,6 +5,7 @@
 
 use hearth_models::{GgufFile, ResolvedModel};
 
+use super::activations::Activations;
 use super::matmul::{add_in_place, matmul};
 use super::ops;
 use super::policy::{self, CpuH2o, CpuPolicy, Dense, LayerAt};
@@ -41,6 +42,8 @@ pub struct CpuModel {
     policy: Box<dyn CpuPolicy>,
     /// Post-RoPE queries per layer, collected while calibrating.
     captured: Option<Vec<Vec<f32>>>,
+    /// Squared inputs of every matrix, collected for an importance matrix.
+    activations: Option<Activations>,
 }
 
 impl CpuModel {
@@ -81,6 +84,7 @@ impl CpuModel {
             config,
             policy: Box::new(Dense),
             captured: None,
+            activations: None,
         })
     }
 
@@ -106,6 +110,18 @@ impl CpuModel {
             .collect();
         self.truncate(0);
         run.map(|_| Calibration { queries, keys })
+    }
+
+    /// Starts summing the squared inputs of every matrix over the steps that follow (all of
+    /// their tokens, whatever logits they return).
+    pub fn collect_activations(&mut self) {
+        self.activations = Some(Activations::new(self.config.n_layer));
+    }
+
+    /// What was collected since [`collect_activations`](Self::collect_activations), which
+    /// stops collecting.
+    pub fn take_activations(&mut self) -> Option<Activations> {
+        self.activations.take()
     }
 
     /// H2O's state, when it runs.
@@ -197,6 +213,9 @@ impl Backend for CpuModel {
             // the output projection.
             let w = &self.layers[l];
             let xn = ops::rmsnorm(&x, &w.attn_norm, e, c.norm_eps);
+            if let Some(a) = &mut self.activations {
+                a.layers[l].qkv.add(&xn, e);
+            }
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
             self.rope_append(l, &mut qkv, pos0);
             let w = &self.layers[l];
@@ -212,10 +231,16 @@ impl Backend for CpuModel {
                 n,
                 rope_table: &self.rope_table,
             });
+            if let Some(a) = &mut self.activations {
+                a.layers[l].attn_output.add(&att, c.attn_dim());
+            }
             add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
 
             // MLP block: down(silu(gate(xn)) * up(xn)).
             let xn = ops::rmsnorm(&x, &w.ffn_norm, e, c.norm_eps);
+            if let Some(a) = &mut self.activations {
+                a.layers[l].gate_up.add(&xn, e);
+            }
             let gate_up = matmul(&xn, &w.w_gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
             let hidden: Vec<f32> = gate_up
                 .chunks(2 * c.n_ff)
@@ -224,6 +249,9 @@ impl Backend for CpuModel {
                     ops::swiglu(g, u)
                 })
                 .collect(); // (n, n_ff)
+            if let Some(a) = &mut self.activations {
+                a.layers[l].down.add(&hidden, c.n_ff);
+            }
             add_in_place(&mut x, &matmul(&hidden, &w.w_down, e, c.n_ff));
         }
 
@@ -232,6 +260,9 @@ impl Backend for CpuModel {
             Logits::Last => &x[(n - 1) * e..],
         };
         let xn = ops::rmsnorm(rows, &self.output_norm, e, c.norm_eps);
+        if let Some(a) = &mut self.activations {
+            a.output.add(&xn, e);
+        }
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let out = matmul(&xn, head, c.n_vocab, e);
         self.len += n;

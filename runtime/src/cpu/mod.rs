@@ -2,6 +2,7 @@
 //! they are a trustworthy oracle for single kernels) and a whole-model forward pass
 //! (`forward`, with its KV policies in `policy`), the oracle for the Vulkan executor.
 
+pub mod activations;
 pub mod forward;
 mod matmul;
 pub mod ops;

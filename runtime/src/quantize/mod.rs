@@ -17,6 +17,7 @@
 //! written with [`GgufWriter::write_atomic`], so a failed or cancelled run leaves no file.
 
 mod convert;
+pub mod imatrix;
 mod plan;
 mod report;
 
