@@ -17,6 +17,7 @@
 //! written with [`GgufWriter::write_atomic`], so a failed or cancelled run leaves no file.
 
 mod convert;
+mod mix;
 mod plan;
 mod report;
 
@@ -28,6 +29,7 @@ use hearth_models::gguf::MetaValue;
 use hearth_models::{GgmlType, GgufFile, GgufWriter, TensorInfo};
 use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
 
+pub use mix::Mix;
 pub use plan::{glob_match, QuantizeOptions};
 pub use report::{FormatTotal, QuantizeProgress, QuantizeReport, QuantizeStage, TensorReport};
 
@@ -66,7 +68,7 @@ pub fn quantize_model(
     } else {
         writer.remove_metadata(VERSION_KEY);
     }
-    match llama_file_type(opts.format) {
+    match opts.mix.map(Mix::file_type).or(llama_file_type(opts.format)) {
         Some(t) => writer.set_metadata("general.file_type", MetaValue::U32(t)),
         // llama.cpp's file types have no number for Hearth's formats; none beats a wrong one.
         None => drop(writer.remove_metadata("general.file_type")),
