@@ -344,6 +344,7 @@ fn tensor_patterns_and_the_head_format() {
             ("*norm*".into(), Format::Q4),
             ("no.such.*".into(), Format::Q8),
         ],
+        mix: None,
     };
     let report = quantize(&input_path, &out_path, &opts);
     let types = formats_by_name(&GgufFile::open(&out_path).unwrap());
@@ -377,6 +378,7 @@ fn tensor_patterns_and_the_head_format() {
         format: Format::Q4,
         output_format: Some(Format::Q6),
         tensor_formats: vec![("token_embd.weight".into(), Format::Q2)],
+        mix: None,
     };
     quantize(&input_path, &out_path, &opts);
     let output = GgufFile::open(&out_path).unwrap();
@@ -536,6 +538,7 @@ fn smollm2_to_q3h() {
         format: Format::Q3H,
         output_format: None,
         tensor_formats: vec![("blk.*.ffn_down.weight".into(), Format::Q6)],
+        mix: None,
     };
     let Some((dir, output, report)) = smollm2("smollm2-q3h", &opts) else {
         return;

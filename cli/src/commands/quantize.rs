@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use hearth_quant::Format;
-use hearth_runtime::quantize::{quantize_model, QuantizeOptions, QuantizeReport, QuantizeStage};
+use hearth_runtime::quantize::{
+    quantize_model, Mix, QuantizeOptions, QuantizeReport, QuantizeStage,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::model_args::ModelsDirArg;
@@ -26,9 +28,9 @@ pub struct QuantizeArgs {
     /// Where to write the quantized model (a GGUF file; replaced if it exists).
     #[arg(short = 'o', long, value_name = "OUT.gguf")]
     output: PathBuf,
-    /// Format of the weight matrices (see the list below).
-    #[arg(long, value_parser = parse_format, value_name = "FMT")]
-    format: Format,
+    /// Format of the weight matrices, or one of llama.cpp's mixes (see the lists below).
+    #[arg(long, value_parser = parse_target, value_name = "FMT")]
+    format: Target,
     /// Format of the output head (`output.weight`, or `token_embd.weight` when the model ties
     /// its embeddings) [default: Q8 when --format has fewer bits, else --format].
     #[arg(long, value_parser = parse_format, value_name = "FMT")]
@@ -38,6 +40,25 @@ pub struct QuantizeArgs {
     /// and --keep-output.
     #[arg(long = "tensor-format", value_parser = parse_tensor_format, value_name = "PATTERN=FMT")]
     tensor_formats: Vec<(String, Format)>,
+}
+
+/// What `--format` names: one format for every matrix, or a llama.cpp mix.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Format(Format),
+    Mix(Mix),
+}
+
+/// A mix name first: names llama.cpp uses for file types (`Q4_0`, `Q6_K`) make the file
+/// llama.cpp would.
+fn parse_target(s: &str) -> Result<Target, String> {
+    if let Some(mix) = Mix::from_name(s) {
+        return Ok(Target::Mix(mix));
+    }
+    parse_format(s).map(Target::Format).map_err(|e| {
+        let mixes: Vec<_> = Mix::ALL.iter().map(|m| m.name()).collect();
+        format!("{e}; llama.cpp mixes: {}", mixes.join(", "))
+    })
 }
 
 /// The formats with their sizes, for `--help`.
@@ -52,6 +73,12 @@ fn formats_help() -> String {
             f.block_size()
         );
     }
+    let mixes: Vec<_> = Mix::ALL.iter().map(|m| m.name()).collect();
+    let _ = writeln!(
+        s,
+        "\nllama.cpp's mixes (files llama.cpp loads; its per-tensor rules and fallbacks):\n  {}",
+        mixes.join(", ")
+    );
     s.push_str(
         "\n1-D tensors (norms, biases) are stored as F32. A matrix whose rows are not whole \
          blocks of its format takes the closest format that fits, and the summary says so. \
@@ -89,10 +116,14 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
             input.display()
         );
     }
+    let base = match args.format {
+        Target::Format(format) => QuantizeOptions::new(format),
+        Target::Mix(mix) => QuantizeOptions::mix(mix),
+    };
     let opts = QuantizeOptions {
-        format: args.format,
         output_format: args.keep_output,
         tensor_formats: args.tensor_formats.clone(),
+        ..base
     };
 
     // Ctrl-C asks the quantizer to stop; it then removes what it wrote and returns.

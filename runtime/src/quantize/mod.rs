@@ -18,6 +18,7 @@
 
 mod convert;
 pub mod imatrix;
+mod mix;
 mod plan;
 mod report;
 
@@ -29,6 +30,7 @@ use hearth_models::gguf::MetaValue;
 use hearth_models::{GgmlType, GgufFile, GgufWriter, TensorInfo};
 use hearth_quant::{Format, FORMAT_VERSION, VERSION_KEY};
 
+pub use mix::Mix;
 pub use plan::{glob_match, QuantizeOptions};
 pub use report::{FormatTotal, QuantizeProgress, QuantizeReport, QuantizeStage, TensorReport};
 
@@ -67,7 +69,7 @@ pub fn quantize_model(
     } else {
         writer.remove_metadata(VERSION_KEY);
     }
-    match llama_file_type(opts.format) {
+    match opts.mix.map(Mix::file_type).or(llama_file_type(opts.format)) {
         Some(t) => writer.set_metadata("general.file_type", MetaValue::U32(t)),
         // llama.cpp's file types have no number for Hearth's formats; none beats a wrong one.
         None => drop(writer.remove_metadata("general.file_type")),

@@ -4,6 +4,7 @@
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, TensorInfo};
 use hearth_quant::{BlockType, Format};
 
+use super::mix::{self, Mix, MixModel, TensorRole};
 use super::tensor_error;
 use crate::error::Result;
 
@@ -19,6 +20,9 @@ pub struct QuantizeOptions {
     /// of characters. Later entries win, and every entry wins over `format` and
     /// `output_format`.
     pub tensor_formats: Vec<(String, Format)>,
+    /// llama.cpp's mix of formats in place of `format` and `output_format`: its rules choose
+    /// each matrix's format and its fallbacks the format of rows that do not fit.
+    pub mix: Option<Mix>,
 }
 
 impl QuantizeOptions {
@@ -28,6 +32,15 @@ impl QuantizeOptions {
             format,
             output_format: None,
             tensor_formats: Vec::new(),
+            mix: None,
+        }
+    }
+
+    /// llama.cpp's mix `mix`.
+    pub fn mix(mix: Mix) -> Self {
+        QuantizeOptions {
+            mix: Some(mix),
+            ..Self::new(mix.base())
         }
     }
 
@@ -97,6 +110,7 @@ pub(super) fn plan<'f>(
     opts: &QuantizeOptions,
 ) -> Result<(Vec<Plan<'f>>, Vec<String>)> {
     let head = head_tensor(file);
+    let mix_model = mix_model(file);
     let mut matched = vec![false; opts.tensor_formats.len()];
     let mut plans = Vec::with_capacity(file.tensors().len());
     for info in file.tensors() {
@@ -120,7 +134,11 @@ pub(super) fn plan<'f>(
             });
             continue;
         }
-        let mut wanted = if head.as_deref() == Some(info.name.as_str()) {
+        let row = info.shape[0];
+        let cols = usize::try_from(row).unwrap_or(usize::MAX);
+        let mut wanted = if let Some(mix) = opts.mix {
+            mix.format_for(&TensorRole::of(&info.name, cols), &mix_model)
+        } else if head.as_deref() == Some(info.name.as_str()) {
             opts.head_format()
         } else {
             opts.format
@@ -131,8 +149,10 @@ pub(super) fn plan<'f>(
                 matched[i] = true;
             }
         }
-        let row = info.shape[0];
-        let to = usize::try_from(row).map_or(Format::F32, |row| wanted.fitting(row));
+        let to = match opts.mix {
+            Some(_) => mix::fallback(wanted, cols),
+            None => wanted.fitting(cols),
+        };
         let note = (to != wanted).then(|| {
             format!(
                 "rows of {row} values are not whole {wanted} blocks of {}; stored as {to}",
@@ -154,6 +174,31 @@ pub(super) fn plan<'f>(
         .map(|((p, _), _)| p.clone())
         .collect();
     Ok((plans, unmatched))
+}
+
+/// What a mix's rules need to know of the model: from its spec where Hearth has one, else
+/// from the tensor names (layers) alone.
+fn mix_model(file: &GgufFile) -> MixModel {
+    let tied = file.tensor("output.weight").is_none();
+    if let Ok(model) = resolve_gguf(file) {
+        let h = &model.hparams;
+        return MixModel {
+            n_layer: h.n_layer,
+            n_gqa: h.n_head / h.n_head_kv.max(1),
+            tied,
+        };
+    }
+    let n_layer = file
+        .tensors()
+        .iter()
+        .filter_map(|t| TensorRole::of(&t.name, 0).layer.checked_add(1))
+        .max()
+        .unwrap_or(0);
+    MixModel {
+        n_layer,
+        n_gqa: 1,
+        tied,
+    }
 }
 
 /// The name of the output head: what the model spec resolves it to, or by ggml's naming
