@@ -314,7 +314,8 @@ mod tests {
         assert_eq!(GgmlType::Q4_1.name(), "Q4_1");
         assert_eq!(GgmlType::from(Format::Q5_0), GgmlType::Q5_0);
         assert_eq!(GgmlType::Q4_0.hearth_format(), Some(Format::Q4_0));
-        assert_eq!(GgmlType::Q4_K.hearth_format(), None);
+        assert_eq!(GgmlType::Q4_K.hearth_format(), Some(Format::Q4_K));
+        assert_eq!(GgmlType::Q8_K.hearth_format(), None);
     }
 
     #[test]

@@ -533,6 +533,13 @@ mod tests {
         for p in PRESETS {
             for f in Format::ALL {
                 let checked = p.shape.check(f).map_err(|e| e.to_string());
+                let block = f.block_size();
+                if p.shape.n_embd % block != 0 || p.shape.n_ff % block != 0 {
+                    // SmolLM2's 576-wide rows hold no 256-value k-quant block.
+                    let err = checked.unwrap_err();
+                    assert!(err.contains(&format!("blocks of {block}")), "{err}");
+                    continue;
+                }
                 assert_eq!(checked, Ok(()), "{} in {f}", p.name);
                 // Whole blocks in every row, so the file has a size.
                 assert!(p.shape.file_bytes(f).is_some(), "{} in {f}", p.name);

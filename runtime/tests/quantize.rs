@@ -130,7 +130,7 @@ fn dequantized_error(
 
 /// Metadata of `output` is that of `input`, plus the version key when Hearth's private
 /// formats are present, with `general.file_type` updated or removed.
-fn check_metadata(input: &GgufFile, output: &GgufFile, format: Format) {
+fn check_metadata(input: &GgufFile, output: &GgufFile, format: Format, mix_file_type: Option<u32>) {
     let has_private = output.tensors().iter().any(|t| t.ggml_type.is_private());
     for (key, value) in input.metadata().iter() {
         if key == "general.file_type" || key == VERSION_KEY {
@@ -145,6 +145,7 @@ fn check_metadata(input: &GgufFile, output: &GgufFile, format: Format) {
     );
     let file_type = output.get::<u32>("general.file_type").unwrap();
     let expected = match format {
+        _ if mix_file_type.is_some() => mix_file_type,
         Format::F32 => Some(0),
         Format::F16 => Some(1),
         Format::Q4 => Some(3),
@@ -311,7 +312,7 @@ fn synthetic_model_to_every_format() {
         } else {
             assert_eq!((down.to, &down.note), (format, &None));
         }
-        check_metadata(&input, &output, format);
+        check_metadata(&input, &output, format, None);
         let worst = dequantized_error(&input, &output, &report);
         eprintln!("{format}: worst relative RMS error per format {worst:.4?}");
         assert!(report.unmatched_patterns.is_empty());
@@ -345,6 +346,7 @@ fn tensor_patterns_and_the_head_format() {
             ("no.such.*".into(), Format::Q8),
         ],
         mix: None,
+        imatrix: None,
     };
     let report = quantize(&input_path, &out_path, &opts);
     let types = formats_by_name(&GgufFile::open(&out_path).unwrap());
@@ -379,6 +381,7 @@ fn tensor_patterns_and_the_head_format() {
         output_format: Some(Format::Q6),
         tensor_formats: vec![("token_embd.weight".into(), Format::Q2)],
         mix: None,
+        imatrix: None,
     };
     quantize(&input_path, &out_path, &opts);
     let output = GgufFile::open(&out_path).unwrap();
@@ -516,7 +519,12 @@ fn smollm2(test: &str, opts: &QuantizeOptions) -> Option<(PathBuf, GgufFile, Qua
     let report = quantize(&input_path, &out_path, opts);
     let input = GgufFile::open(&input_path).unwrap();
     let output = GgufFile::open(&out_path).unwrap();
-    check_metadata(&input, &output, opts.format);
+    check_metadata(
+        &input,
+        &output,
+        opts.format,
+        opts.mix.map(|m| m.file_type()),
+    );
     let worst = dequantized_error(&input, &output, &report);
     eprintln!(
         "SmolLM2 -> {}: {:.2} -> {:.2} bits per weight in {:.1} s; worst relative RMS error {worst:.4?}",
@@ -539,6 +547,7 @@ fn smollm2_to_q3h() {
         output_format: None,
         tensor_formats: vec![("blk.*.ffn_down.weight".into(), Format::Q6)],
         mix: None,
+        imatrix: None,
     };
     let Some((dir, output, report)) = smollm2("smollm2-q3h", &opts) else {
         return;
@@ -582,5 +591,87 @@ fn smollm2_to_q8() {
     // Plain GGUF types only: no version key, and llama.cpp's file type for Q8_0.
     assert_eq!(output.metadata().get(VERSION_KEY), None);
     assert!(report.bits_per_weight_after() > report.bits_per_weight_before());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn smollm2_to_q4_k_m_follows_llama_cpp_and_its_importance_matrix() {
+    use hearth_runtime::cpu::activations::SquareSums;
+    use hearth_runtime::quantize::imatrix::ImportanceMatrix;
+    use hearth_runtime::quantize::Mix;
+    use std::sync::Arc;
+
+    let opts = QuantizeOptions::mix(Mix::Q4_K_M);
+    let Some((dir, output, report)) = smollm2("smollm2-q4_k_m", &opts) else {
+        return;
+    };
+    // llama.cpp's rules on SmolLM2 (30 layers, 576-wide rows that fit no k-quant): the tied
+    // head Q8_0, Q4_K's fallback Q5_0 for 576-wide matrices, Q6_K's Q8_0 for attn_v in the
+    // layers that get more bits, and ffn_down (1536 wide) Q6_K there and Q4_K elsewhere.
+    let more_bits = |l: usize| l < 3 || l >= 26 || (l >= 3 && (l - 3) % 3 == 2);
+    for t in output.tensors() {
+        let layer = t
+            .name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse::<usize>().ok());
+        let expected = match (t.shape.len(), layer) {
+            (1, _) => GgmlType::F32,
+            (_, None) => GgmlType::Q8_0,
+            (_, Some(l)) if t.name.ends_with("attn_v.weight") && more_bits(l) => GgmlType::Q8_0,
+            (_, Some(l)) if t.name.ends_with("ffn_down.weight") && more_bits(l) => GgmlType::Q6_K,
+            (_, Some(_)) if t.name.ends_with("ffn_down.weight") => GgmlType::Q4_K,
+            (_, Some(_)) => GgmlType::Q5_0,
+        };
+        assert_eq!(t.ggml_type, expected, "{}", t.name);
+    }
+    assert_eq!(output.get::<u32>("general.file_type").unwrap(), Some(15));
+    assert_eq!(
+        output.get::<u32>(VERSION_KEY).unwrap(),
+        None,
+        "ggml types only"
+    );
+
+    // An importance matrix that favours a few columns changes the Q4_K and Q6_K tensors
+    // (and only those), and the file records it as llama.cpp does.
+    let mut entries = std::collections::BTreeMap::new();
+    for l in 0..30 {
+        let sums = (0..1536)
+            .map(|c| if c % 7 == 0 { 100.0 } else { 1.0 })
+            .collect();
+        entries.insert(
+            format!("blk.{l}.ffn_down.weight"),
+            SquareSums { sums, tokens: 1 },
+        );
+    }
+    let imatrix = ImportanceMatrix {
+        entries,
+        datasets: vec!["synthetic".into()],
+        chunk_count: 1,
+        chunk_size: 512,
+    };
+    let guided_opts = QuantizeOptions {
+        imatrix: Some(Arc::new(imatrix)),
+        ..QuantizeOptions::mix(Mix::Q4_K_M)
+    };
+    let guided_path = dir.join("guided.gguf");
+    quantize(&model_path().unwrap(), &guided_path, &guided_opts);
+    let guided = GgufFile::open(&guided_path).unwrap();
+    for t in output.tensors() {
+        let g = guided.tensor(&t.name).unwrap();
+        assert_eq!(g.ggml_type, t.ggml_type, "{}", t.name);
+        let same = output.tensor_data(t).unwrap() == guided.tensor_data(g).unwrap();
+        let k_quant = matches!(t.ggml_type, GgmlType::Q4_K | GgmlType::Q6_K);
+        assert_eq!(same, !k_quant, "{}", t.name);
+    }
+    assert_eq!(
+        guided.get::<i32>("quantize.imatrix.entries_count").unwrap(),
+        Some(30)
+    );
+    // Rows that fit no k-quant say which type took them.
+    assert!(report
+        .tensors
+        .iter()
+        .any(|t| t.note.as_deref().is_some_and(|n| n.contains("Q5_0"))));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,6 +18,7 @@
 use std::path::Path;
 
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::kv::KvType;
 use hearth_runtime::model::Logits;
 use serde::Deserialize;
 
@@ -52,10 +53,11 @@ struct Hearth {
 /// must give).
 fn run_hearth(backend: BackendKind, cases: &[Case]) -> Option<Hearth> {
     let path = hearth_testkit::model(hearth_testkit::SMOLLM2)?;
-    // The KV cache in f32 (the default), as transformers keeps it (llama.cpp: f16).
+    // The KV cache in f32, as transformers keeps it (llama.cpp: f16, Hearth's default).
     let options = EngineOptions {
         backend,
         n_ctx: Some(128),
+        kv_type: KvType::F32,
         ..EngineOptions::default()
     };
     let mut engine = hearth_testkit::or_skip(

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use hearth_quant::Format;
+use hearth_runtime::quantize::imatrix::ImportanceMatrix;
 use hearth_runtime::quantize::{
     quantize_model, Mix, QuantizeOptions, QuantizeReport, QuantizeStage,
 };
@@ -40,6 +41,10 @@ pub struct QuantizeArgs {
     /// and --keep-output.
     #[arg(long = "tensor-format", value_parser = parse_tensor_format, value_name = "PATTERN=FMT")]
     tensor_formats: Vec<(String, Format)>,
+    /// An importance matrix (`hearth imatrix`, or llama.cpp's `llama-imatrix` file): Q4_K,
+    /// Q5_K and Q6_K weigh each value's rounding error by its column's importance.
+    #[arg(long, value_name = "FILE")]
+    imatrix: Option<PathBuf>,
 }
 
 /// What `--format` names: one format for every matrix, or a llama.cpp mix.
@@ -120,9 +125,14 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
         Target::Format(format) => QuantizeOptions::new(format),
         Target::Mix(mix) => QuantizeOptions::mix(mix),
     };
+    let imatrix = match &args.imatrix {
+        Some(path) => Some(Arc::new(ImportanceMatrix::read(path)?)),
+        None => None,
+    };
     let opts = QuantizeOptions {
         output_format: args.keep_output,
         tensor_formats: args.tensor_formats.clone(),
+        imatrix,
         ..base
     };
 

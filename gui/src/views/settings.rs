@@ -147,13 +147,15 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
 /// it is off, the value's own field, starting from `start`.
 fn model_default_or(
     ui: &mut egui::Ui,
-    setting: &mut Option<f32>,
-    start: f32,
+    (setting, start): (&mut Option<f32>, f32),
+    checkbox_name: &str,
     field: impl FnOnce(&mut egui::Ui, &mut f32),
 ) {
     ui.horizontal(|ui| {
         let mut model_default = setting.is_none();
-        if ui.checkbox(&mut model_default, "Model's default").changed() {
+        let checkbox = ui.checkbox(&mut model_default, "Model's default");
+        super::name(&checkbox, checkbox_name);
+        if checkbox.changed() {
             *setting = (!model_default).then_some(start);
         }
         if let Some(value) = setting {
@@ -172,8 +174,11 @@ fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
             ui.label("Partial dimensions");
             model_default_or(
                 ui,
-                &mut ig.partial_ratio,
-                InfinigenSettings::default_partial_ratio(),
+                (
+                    &mut ig.partial_ratio,
+                    InfinigenSettings::default_partial_ratio(),
+                ),
+                "Partial dimensions: model's default",
                 |ui, ratio| {
                     let value = ui.add(
                         egui::DragValue::new(ratio)
@@ -188,8 +193,8 @@ fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
             ui.label("Alpha");
             model_default_or(
                 ui,
-                &mut ig.alpha,
-                InfinigenSettings::default_alpha(),
+                (&mut ig.alpha, InfinigenSettings::default_alpha()),
+                "Alpha: model's default",
                 |ui, alpha| {
                     let value = ui.add(egui::DragValue::new(alpha).range(0.0..=1000.0).speed(0.1));
                     super::name(&value, "Alpha value");

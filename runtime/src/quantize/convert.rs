@@ -103,6 +103,8 @@ struct Job<'a> {
     src: &'a [u8],
     dst: &'a mut [u8],
     n_values: usize,
+    /// Per column, when an importance matrix guides the quantizer.
+    importance: Option<&'a [f32]>,
 }
 
 impl Job<'_> {
@@ -115,9 +117,11 @@ impl Job<'_> {
             None => hearth_quant::dequantize_ggml(self.from.id(), self.src, scratch),
         };
         read.map_err(|e| format!("reading {}: {e}", self.from))?;
-        self.to
-            .quantize(scratch, self.dst)
-            .map_err(|e| format!("encoding as {}: {e}", self.to))
+        match self.importance {
+            Some(w) => self.to.quantize_weighted(scratch, self.dst, w),
+            None => self.to.quantize(scratch, self.dst),
+        }
+        .map_err(|e| format!("encoding as {}: {e}", self.to))
     }
 }
 
@@ -165,6 +169,7 @@ fn split_into_jobs<'a>(
                 n_values: src.len() / src_row * row,
                 src,
                 dst,
+                importance: p.importance.as_deref(),
             });
         }
     }

@@ -123,8 +123,8 @@ impl Mix {
         use Mix::*;
         let base = self.base();
         let more_bits = |layer: usize| use_more_bits(layer, model.n_layer);
-        let is_head = tensor.kind == Kind::Output
-            || (tensor.kind == Kind::TokenEmbedding && model.tied);
+        let is_head =
+            tensor.kind == Kind::Output || (tensor.kind == Kind::TokenEmbedding && model.tied);
         if is_head {
             return if self == Q8_0 || tensor.cols % 256 != 0 {
                 Format::Q8
@@ -158,6 +158,10 @@ impl Mix {
                     Q3_K_L => Format::Q5_K,
                     Q4_K_M | Q5_K_M if more_bits(layer) => Format::Q6_K,
                     Q4_K_S if layer < n / 8 => Format::Q5_K,
+                    // With an importance matrix, llama.cpp guards the first layers' ffn_down,
+                    // which Q4_0 and Q5_0 quantize badly, with a base.
+                    Q4_0 if model.imatrix && layer < n / 8 => Format::Q4,
+                    Q5_0 if model.imatrix && layer < n / 8 => Format::Q5_1,
                     _ => base,
                 }
             }
@@ -269,6 +273,8 @@ pub struct MixModel {
     pub n_gqa: usize,
     /// The token embedding is also the output head (the file has no `output.weight`).
     pub tied: bool,
+    /// An importance matrix guides the quantizers.
+    pub imatrix: bool,
 }
 
 #[cfg(test)]
@@ -279,6 +285,7 @@ mod tests {
         n_layer: 30,
         n_gqa: 3,
         tied: true,
+        imatrix: false,
     };
 
     #[test]
@@ -313,7 +320,8 @@ mod tests {
     #[test]
     fn q4_k_m_on_smollm2() {
         let m = Mix::Q4_K_M;
-        let of = |name: &str, cols| fallback(m.format_for(&TensorRole::of(name, cols), &SMOLLM2), cols);
+        let of =
+            |name: &str, cols| fallback(m.format_for(&TensorRole::of(name, cols), &SMOLLM2), cols);
         // The tied embedding is the head: Q6_K, but 576-wide rows take Q8_0.
         assert_eq!(of("token_embd.weight", 576), Format::Q8);
         assert_eq!(of("blk.0.attn_q.weight", 576), Format::Q5_0);
@@ -348,9 +356,19 @@ mod tests {
         assert_eq!(at(Mix::Q2_K, "blk.7.ffn_up.weight"), Format::Q2_K);
         assert_eq!(at(Mix::Q3_K_M, "blk.1.attn_v.weight"), Format::Q5_K);
         assert_eq!(at(Mix::Q3_K_M, "blk.2.attn_v.weight"), Format::Q4_K);
-        assert_eq!(at(Mix::Q3_K_M, "blk.1.ffn_down.weight"), Format::Q5_K);
+        // n_layer / 16 = 1: only layer 0's ffn_down gets Q5_K.
+        assert_eq!(at(Mix::Q3_K_M, "blk.0.ffn_down.weight"), Format::Q5_K);
+        assert_eq!(at(Mix::Q3_K_M, "blk.1.ffn_down.weight"), Format::Q4_K);
         assert_eq!(at(Mix::Q3_K_M, "blk.9.ffn_down.weight"), Format::Q4_K);
         assert_eq!(at(Mix::Q3_K_S, "blk.9.ffn_down.weight"), Format::Q3_K);
         assert_eq!(at(Mix::Q3_K_L, "blk.9.attn_output.weight"), Format::Q5_K);
+        let guided = MixModel {
+            imatrix: true,
+            ..SMOLLM2
+        };
+        let down = TensorRole::of("blk.1.ffn_down.weight", 4096);
+        assert_eq!(Mix::Q4_0.format_for(&down, &SMOLLM2), Format::Q4_0);
+        assert_eq!(Mix::Q4_0.format_for(&down, &guided), Format::Q4);
+        assert_eq!(Mix::Q5_0.format_for(&down, &guided), Format::Q5_1);
     }
 }

@@ -69,7 +69,20 @@ pub fn quantize_model(
     } else {
         writer.remove_metadata(VERSION_KEY);
     }
-    match opts.mix.map(Mix::file_type).or(llama_file_type(opts.format)) {
+    if let Some(m) = &opts.imatrix {
+        // llama.cpp's record of the importance matrix a file was quantized with.
+        let dataset = m.datasets.first().cloned().unwrap_or_default();
+        writer.set_metadata("quantize.imatrix.dataset", MetaValue::String(dataset));
+        let entries = m.entries.len() as i32;
+        writer.set_metadata("quantize.imatrix.entries_count", MetaValue::I32(entries));
+        let chunks = m.chunk_count as i32;
+        writer.set_metadata("quantize.imatrix.chunks_count", MetaValue::I32(chunks));
+    }
+    match opts
+        .mix
+        .map(Mix::file_type)
+        .or(llama_file_type(opts.format))
+    {
         Some(t) => writer.set_metadata("general.file_type", MetaValue::U32(t)),
         // llama.cpp's file types have no number for Hearth's formats; none beats a wrong one.
         None => drop(writer.remove_metadata("general.file_type")),

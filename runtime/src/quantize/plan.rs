@@ -4,12 +4,15 @@
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, TensorInfo};
 use hearth_quant::{BlockType, Format};
 
+use std::sync::Arc;
+
+use super::imatrix::ImportanceMatrix;
 use super::mix::{self, Mix, MixModel, TensorRole};
 use super::tensor_error;
 use crate::error::Result;
 
 /// What to quantize to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QuantizeOptions {
     /// Format of the weight matrices.
     pub format: Format,
@@ -23,6 +26,9 @@ pub struct QuantizeOptions {
     /// llama.cpp's mix of formats in place of `format` and `output_format`: its rules choose
     /// each matrix's format and its fallbacks the format of rows that do not fit.
     pub mix: Option<Mix>,
+    /// Importance per input column of each matrix (`hearth imatrix`, llama.cpp's imatrix):
+    /// the formats that can weigh their rounding error by it (Q4_K, Q5_K, Q6_K) do.
+    pub imatrix: Option<Arc<ImportanceMatrix>>,
 }
 
 impl QuantizeOptions {
@@ -33,6 +39,7 @@ impl QuantizeOptions {
             output_format: None,
             tensor_formats: Vec::new(),
             mix: None,
+            imatrix: None,
         }
     }
 
@@ -87,6 +94,9 @@ pub(super) struct Plan<'f> {
     pub(super) data: &'f [u8],
     pub(super) to: Format,
     pub(super) note: Option<String>,
+    /// The importance of each column, when the options carry an importance matrix that has
+    /// this tensor.
+    pub(super) importance: Option<Vec<f32>>,
 }
 
 impl Plan<'_> {
@@ -110,7 +120,10 @@ pub(super) fn plan<'f>(
     opts: &QuantizeOptions,
 ) -> Result<(Vec<Plan<'f>>, Vec<String>)> {
     let head = head_tensor(file);
-    let mix_model = mix_model(file);
+    let mix_model = MixModel {
+        imatrix: opts.imatrix.is_some(),
+        ..mix_model(file)
+    };
     let mut matched = vec![false; opts.tensor_formats.len()];
     let mut plans = Vec::with_capacity(file.tensors().len());
     for info in file.tensors() {
@@ -131,6 +144,7 @@ pub(super) fn plan<'f>(
                 data,
                 to: Format::F32,
                 note: None,
+                importance: None,
             });
             continue;
         }
@@ -153,17 +167,26 @@ pub(super) fn plan<'f>(
             Some(_) => mix::fallback(wanted, cols),
             None => wanted.fitting(cols),
         };
-        let note = (to != wanted).then(|| {
+        let mut note = (to != wanted).then(|| {
             format!(
                 "rows of {row} values are not whole {wanted} blocks of {}; stored as {to}",
                 wanted.block_size()
             )
         });
+        let importance = opts
+            .imatrix
+            .as_ref()
+            .and_then(|m| m.weights(&info.name))
+            .filter(|w| w.len() == cols);
+        if opts.imatrix.is_some() && importance.is_none() && to.is_k_quant() {
+            note.get_or_insert_with(|| "the importance matrix has no entry of its width".into());
+        }
         plans.push(Plan {
             info,
             data,
             to,
             note,
+            importance,
         });
     }
     let unmatched = opts
@@ -186,6 +209,7 @@ fn mix_model(file: &GgufFile) -> MixModel {
             n_layer: h.n_layer,
             n_gqa: h.n_head / h.n_head_kv.max(1),
             tied,
+            imatrix: false,
         };
     }
     let n_layer = file
@@ -198,6 +222,7 @@ fn mix_model(file: &GgufFile) -> MixModel {
         n_layer,
         n_gqa: 1,
         tied,
+        imatrix: false,
     }
 }
 
