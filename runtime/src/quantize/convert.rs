@@ -132,7 +132,7 @@ const CHUNK_VALUES: u64 = 1 << 18;
 /// Cuts every converted tensor into jobs of whole rows, each writing its own part of the
 /// tensor's output buffer.
 fn split_into_jobs<'a>(
-    plans: &[Plan<'a>],
+    plans: &'a [Plan<'a>],
     buffers: &'a mut [Option<Vec<u8>>],
     input: &Path,
 ) -> Result<Vec<Job<'a>>> {
