@@ -31,7 +31,7 @@ fn harness(models_dir: &Path, data_dir: &Path) -> Harness<'static, App> {
         list_devices: true,
     });
     Harness::builder()
-        .with_size([1100.0, 720.0])
+        .with_size([1100.0, 1000.0])
         .with_context_setup(hearth_gui::app::style)
         .build_ui_state(|ui, app: &mut App| app.show(ui), app)
 }
@@ -130,7 +130,7 @@ fn chat_with_smollm2() {
     choose_kv_cache(&mut harness, "System memory, InfiniGen");
     assert!(harness.query_by_label("Fetch budget").is_some());
     assert!(harness.state().needs_reload());
-    harness.get_by_label("Alpha: model's default").click();
+    harness.get_by_label("Model's default").click();
     harness.step();
     assert_eq!(harness.state().settings.infinigen.alpha, Some(5.0));
     harness
@@ -254,7 +254,7 @@ fn infinigen_from_the_settings_panel() {
     harness.get_by_label("Settings").click();
     harness.step();
     choose_kv_cache(&mut harness, "System memory, InfiniGen");
-    harness.get_by_label("Alpha: model's default").click();
+    harness.get_by_label("Model's default").click();
     harness.step();
     harness
         .get_by_role_and_label(Role::SpinButton, "Alpha value")

@@ -44,11 +44,15 @@ fn load(
     let file = GgufFile::open(&path).unwrap();
     let model = resolve_gguf(&file).unwrap();
     let tokenizer = Tokenizer::from_gguf(&file).unwrap();
-    let cpu = CpuModel::load(&file, &model, n_ctx, &mut |_| true).unwrap();
+    // K/V in f32 on both sides: the comparisons below are of the arithmetic, and f16
+    // storage would round keys that differ in their last bits apart.
+    let mut cpu = CpuModel::load(&file, &model, n_ctx, &mut |_| true).unwrap();
+    cpu.set_kv_type(KvType::F32);
     let options = VkModelOptions {
         n_ctx,
         max_chunk,
         kv_placement,
+        kv_type: KvType::F32,
         ..VkModelOptions::default()
     };
     let vk = VkModel::load(&dev, &file, &model, options, &mut |_| true).unwrap();

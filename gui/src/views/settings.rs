@@ -143,27 +143,6 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
     }
 }
 
-/// A "Model's default" checkbox for a setting the engine chooses per model (`None`), and when
-/// it is off, the value's own field, starting from `start`.
-fn model_default_or(
-    ui: &mut egui::Ui,
-    (setting, start): (&mut Option<f32>, f32),
-    checkbox_name: &str,
-    field: impl FnOnce(&mut egui::Ui, &mut f32),
-) {
-    ui.horizontal(|ui| {
-        let mut model_default = setting.is_none();
-        let checkbox = ui.checkbox(&mut model_default, "Model's default");
-        super::name(&checkbox, checkbox_name);
-        if checkbox.changed() {
-            *setting = (!model_default).then_some(start);
-        }
-        if let Some(value) = setting {
-            field(ui, value);
-        }
-    });
-}
-
 /// InfiniGen's settings: how many dimensions speculate, which tokens count as needed, and
 /// the most it fetches.
 fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
@@ -171,35 +150,37 @@ fn infinigen_settings(ui: &mut egui::Ui, ig: &mut InfinigenSettings) {
         .num_columns(2)
         .spacing([10.0, 8.0])
         .show(ui, |ui| {
+            // Until changed, the engine chooses the share per model (a fifth of each head,
+            // at least 32 dimensions); the field starts from the paper's fifth.
             ui.label("Partial dimensions");
-            model_default_or(
-                ui,
-                (
-                    &mut ig.partial_ratio,
-                    InfinigenSettings::default_partial_ratio(),
-                ),
-                "Partial dimensions: model's default",
-                |ui, ratio| {
-                    let value = ui.add(
-                        egui::DragValue::new(ratio)
-                            .range(0.05..=1.0)
-                            .speed(0.01)
-                            .fixed_decimals(2),
-                    );
-                    super::name(&value, "Partial dimensions value");
-                },
-            );
+            let mut ratio = ig
+                .partial_ratio
+                .unwrap_or(InfinigenSettings::default_partial_ratio());
+            let field = ui
+                .add(
+                    egui::DragValue::new(&mut ratio)
+                        .range(0.05..=1.0)
+                        .speed(0.01)
+                        .fixed_decimals(2),
+                )
+                .on_hover_text("The model's default until changed");
+            super::name(&field, "Partial dimensions");
+            if field.changed() {
+                ig.partial_ratio = Some(ratio);
+            }
             ui.end_row();
             ui.label("Alpha");
-            model_default_or(
-                ui,
-                (&mut ig.alpha, InfinigenSettings::default_alpha()),
-                "Alpha: model's default",
-                |ui, alpha| {
+            ui.horizontal(|ui| {
+                let mut model_default = ig.alpha.is_none();
+                let checkbox = ui.checkbox(&mut model_default, "Model's default");
+                if checkbox.changed() {
+                    ig.alpha = (!model_default).then_some(InfinigenSettings::default_alpha());
+                }
+                if let Some(alpha) = &mut ig.alpha {
                     let value = ui.add(egui::DragValue::new(alpha).range(0.0..=1000.0).speed(0.1));
                     super::name(&value, "Alpha value");
-                },
-            );
+                }
+            });
             ui.end_row();
             row(
                 ui,

@@ -196,7 +196,8 @@ impl FromStr for Mix {
 /// third layer between.
 pub fn use_more_bits(layer: usize, n_layer: usize) -> bool {
     let eighth = n_layer / 8;
-    layer < eighth || layer >= 7 * n_layer / 8 || (layer >= eighth && (layer - eighth) % 3 == 2)
+    // Past the first clause, layer >= eighth.
+    layer < eighth || layer >= 7 * n_layer / 8 || (layer - eighth) % 3 == 2
 }
 
 /// The 32-value type that takes a tensor whose rows are not whole blocks of `format`, and F16
