@@ -295,10 +295,15 @@ pub fn quantize_scales_k4(
 /// of one super-block scale, which is returned (ggml's `make_qp_quants`): the scale
 /// `max / nmax` and eight near it, the best by the `weights`' squared error, then up to five
 /// passes that move single levels where that raises the weighted least-squares fit.
-pub fn make_qp_quants(nmax: i32, x: &[f32; 8], weights: &[f32; 8], out: &mut [u8; 8]) -> f32 {
+pub fn make_qp_quants<const N: usize>(
+    nmax: i32,
+    x: &[f32; N],
+    weights: &[f32; N],
+    out: &mut [u8; N],
+) -> f32 {
     let max = x.iter().fold(0.0f32, |a, &v| a.max(v));
     if max < GROUP_MAX_EPS {
-        *out = [0; 8];
+        *out = [0; N];
         return 0.0;
     }
     let mut iscale = nmax as f32 / max;
@@ -363,9 +368,9 @@ pub fn make_qp_quants(nmax: i32, x: &[f32; 8], weights: &[f32; 8], out: &mut [u8
     }
 }
 
-/// ggml's search for Q4_K and Q5_K sub-blocks with an importance matrix
-/// (`quantize_row_q4_K_impl`, `quantize_row_q5_K_impl`).
-const WEIGHTED_SEARCH: Search = Search {
+/// ggml's search for asymmetric blocks with an importance matrix (`make_qkx3_quants` as
+/// `quantize_row_q2_K_impl`, `_q4_K_impl`, `_q5_K_impl`, `_q4_1_impl` and `_q5_1_impl` call it).
+pub const WEIGHTED_SEARCH: Search = Search {
     rmin: -0.9,
     rdelta: 0.05,
     nstep: 36,
@@ -386,18 +391,14 @@ pub type K4Block = (
 /// weights, and the sub-block scales and mins become 6-bit levels of the super-block's by
 /// [`make_qp_quants`] weighted by each sub-block's total weight.
 pub fn quantize_k4_weighted(src: &[f32; QK_K], importance: &[f32; QK_K], nmax: i32) -> K4Block {
-    let mut sum_x2 = 0.0f32;
-    for &v in src {
-        sum_x2 += v * v;
-    }
-    let sigma2 = 2.0 * sum_x2 / QK_K as f32;
+    let sigma2 = 2.0 * sum_squares(src) / QK_K as f32;
     let mut levels = [0u8; QK_K];
     let (mut scales, mut mins, mut sw) = ([0.0f32; 8], [0.0f32; 8], [0.0f32; 8]);
     let subs = sub_blocks::<32>(src).zip(importance.chunks_exact(32));
     for (j, ((x, qw), l)) in subs.zip(levels.chunks_exact_mut(32)).enumerate() {
         let mut weights = [0.0f32; 32];
         for ((w, &q), &v) in weights.iter_mut().zip(qw).zip(x) {
-            *w = q * (sigma2 + v * v).sqrt();
+            *w = importance_weight(q, sigma2, v);
         }
         sw[j] = weights.iter().fold(0.0f32, |a, &w| a + w);
         (scales[j], mins[j]) = make_qkx2_quants(nmax, x, &weights, l, WEIGHTED_SEARCH);
@@ -424,6 +425,17 @@ pub fn requantize_k4(src: &[f32; QK_K], block: K4Block, nmax: i32) -> K4Block {
         }
     }
     (d, dmin, packed, levels)
+}
+
+/// ggml's weights for a value `x` of importance `importance` in a block or row whose mean
+/// square (or, for some formats, twice it) is `sigma2`: `importance * sqrt(sigma2 + x^2)`.
+pub fn importance_weight(importance: f32, sigma2: f32, x: f32) -> f32 {
+    importance * (sigma2 + x * x).sqrt()
+}
+
+/// `sum x^2` in f32, in order, as ggml's quantizers sum it.
+pub fn sum_squares(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |a, &v| a + v * v)
 }
 
 /// ggml's per-value weights for the Q4_K and Q5_K sub-block searches without an importance

@@ -299,6 +299,17 @@ impl Format {
         )
     }
 
+    /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants and
+    /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, and Q4 as GGUF's
+    /// Q4_1).
+    pub const fn uses_importance(self) -> bool {
+        self.is_k_quant()
+            || matches!(
+                self,
+                Format::Q4_0 | Format::Q5_0 | Format::Q5_1 | Format::Q4
+            )
+    }
+
     /// Whether GGUF does not define the format, so files record it under a private id and
     /// [`VERSION_KEY`].
     pub const fn is_private(self) -> bool {
@@ -324,10 +335,10 @@ impl Format {
     }
 
     /// Quantizes rows of `importance.len()` values with an importance weight per column (an
-    /// importance matrix: how much each input column counts in the layer's outputs). Q4_K,
-    /// Q5_K and Q6_K weigh each value's error by it as ggml's `quantize_q4_K`, `quantize_q5_K`
-    /// and `quantize_q6_K` do when given llama.cpp's imatrix; the other formats quantize as
-    /// [`Format::quantize`] does, without it.
+    /// importance matrix: how much each input column counts in the layer's outputs). The
+    /// k-quants, Q4_0, Q5_0, Q5_1 and Q4 (GGUF's Q4_1) weigh each value's error by it as
+    /// ggml's `quantize_q*` functions do when given llama.cpp's imatrix; the other formats
+    /// quantize as [`Format::quantize`] does, without it.
     ///
     /// Errors as [`Format::quantize_with`], and [`Error::Importance`] when the rows are not
     /// whole blocks, do not divide `src`, or a weight is negative or not finite.
@@ -366,6 +377,33 @@ impl Format {
                 Format::Q6_K => {
                     weighted_blocks(src, dst, importance, q6_k::BlockQ6_K::quantize_weighted)
                 }
+                Format::Q2_K => {
+                    weighted_blocks(src, dst, importance, q2_k::BlockQ2_K::quantize_weighted)
+                }
+                Format::Q3_K => {
+                    weighted_blocks(src, dst, importance, q3_k::BlockQ3_K::quantize_weighted)
+                }
+                Format::Q4_0 => row_weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    q4_0::BlockQ4_0::quantize_with_weights,
+                ),
+                Format::Q5_0 => row_weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    q5_0::BlockQ5_0::quantize_with_weights,
+                ),
+                Format::Q4 => {
+                    row_weighted_blocks(src, dst, importance, q4::BlockQ4::quantize_with_weights)
+                }
+                Format::Q5_1 => row_weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    q5_1::BlockQ5_1::quantize_with_weights,
+                ),
                 _ => self.encode(src, dst, Rounding::Search),
             }
         }
@@ -540,6 +578,24 @@ fn weighted_blocks<B: Pod, const N: usize>(
             *block = quantize(src, importance);
         }
     }
+}
+
+/// ggml's 32-value formats with an importance matrix (`quantize_row_q4_0_impl` and its
+/// siblings): each value of a row weighs its importance times `sqrt(mean x^2 + x^2)`, the mean
+/// taken over the whole row, and each block is fitted with those weights.
+fn row_weighted_blocks<B: Pod, const N: usize>(
+    src: &[f32],
+    dst: &mut [u8],
+    importance: &[f32],
+    quantize: fn(&[f32; N], &[f32; N]) -> B,
+) {
+    let sigma2 = kquant::sum_squares(src) / src.len() as f32;
+    let weights: Vec<f32> = src
+        .iter()
+        .zip(importance)
+        .map(|(&x, &q)| kquant::importance_weight(q, sigma2, x))
+        .collect();
+    weighted_blocks(src, dst, &weights, quantize);
 }
 
 /// Sums `dot` over the blocks of `src` and their `N`-value chunks of `x`, in f64. The caller has

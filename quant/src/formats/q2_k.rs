@@ -94,16 +94,48 @@ impl BlockQ2_K {
             }
             block.dmin = Half::from_f32(max_min / 15.0);
         }
-        let (d, dmin) = (block.d.to_f32(), block.dmin.to_f32());
+        block.requantize(src, levels)
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's column
+    /// weights), as ggml's `quantize_row_q2_K_impl` does: each value weighs its importance times
+    /// `sqrt(mean x^2 + x^2)`, each sub-block's scale and min come from a least-squares search
+    /// with those weights, and the sixteen scales and mins become 4-bit levels of the
+    /// super-block's by [`kquant::make_qp_quants`], weighted by each sub-block's total weight;
+    /// every level is then recomputed from the scales as stored.
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        let sigma2 = kquant::sum_squares(src) / QK_K as f32;
+        let mut levels = [0u8; QK_K];
+        let (mut scales, mut mins, mut sw) = ([0.0f32; 16], [0.0f32; 16], [0.0f32; 16]);
+        let subs = kquant::sub_blocks::<16>(src).zip(importance.chunks_exact(16));
+        for (j, ((x, qw), l)) in subs.zip(levels.chunks_exact_mut(16)).enumerate() {
+            let weights: [f32; 16] =
+                std::array::from_fn(|i| kquant::importance_weight(qw[i], sigma2, x[i]));
+            sw[j] = weights.iter().fold(0.0f32, |a, &w| a + w);
+            (scales[j], mins[j]) =
+                kquant::make_qkx2_quants(3, x, &weights, l, kquant::WEIGHTED_SEARCH);
+        }
+        let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
+        let mut block = BlockQ2_K::zeroed();
+        block.d = Half::from_f32(kquant::make_qp_quants(15, &scales, &sw, &mut ls));
+        block.dmin = Half::from_f32(kquant::make_qp_quants(15, &mins, &sw, &mut lm));
+        block.scales = std::array::from_fn(|j| ls[j] | lm[j] << 4);
+        block.requantize(src, levels)
+    }
+
+    /// Every level recomputed from the scales and mins as stored (ggml's final pass), then
+    /// packed; sub-blocks whose scale is zero keep `levels`.
+    fn requantize(mut self, src: &[f32; QK_K], mut levels: [u8; QK_K]) -> Self {
+        let (d, dmin) = (self.d.to_f32(), self.dmin.to_f32());
         let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
-        for ((x, l), &sc) in subs.zip(&block.scales) {
+        for ((x, l), &sc) in subs.zip(&self.scales) {
             let dj = d * f32::from(sc & 0xF);
             if dj != 0.0 {
                 kquant::requantize_asymmetric(x, dj, dmin * f32::from(sc >> 4), 3, l);
             }
         }
-        block.qs = pack_crumbs(&levels);
-        block
+        self.qs = pack_crumbs(&levels);
+        self
     }
 
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is

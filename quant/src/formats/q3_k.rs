@@ -86,22 +86,46 @@ impl BlockQ3_K {
         let mut block = BlockQ3_K::zeroed();
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
-            for (j, &s) in scales.iter().enumerate() {
-                // As ggml: cut to a signed byte, then clamped and offset.
-                let l = ((nearest_int(iscale * s) as i8).clamp(-32, 31) + 32) as u8;
-                if j < 8 {
-                    block.scales[j] = l & 0xF;
-                } else {
-                    block.scales[j - 8] |= (l & 0xF) << 4;
-                }
-                block.scales[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
-            }
+            // As ggml: cut to a signed byte, then clamped and offset.
+            block.scales = pack_scales(
+                scales.map(|s| ((nearest_int(iscale * s) as i8).clamp(-32, 31) + 32) as u8),
+            );
             block.d = Half::from_f32(1.0 / iscale);
         }
-        let d = block.d.to_f32();
+        block.requantize(src, levels)
+    }
+
+    /// Quantizes 256 finite values with an importance per value (an importance matrix's column
+    /// weights), as ggml's `quantize_row_q3_K_impl` does: each value weighs its importance times
+    /// `sqrt(2 mean x^2 + x^2)`, each sub-block's scale comes from [`kquant::make_qx_quants`]
+    /// with those weights, the sixteen scales become signed 6-bit levels of the super-block's
+    /// by the same search weighted by each sub-block's total weight, and every level is then
+    /// recomputed from the scales as stored.
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        let sigma2 = 2.0 * kquant::sum_squares(src) / QK_K as f32;
+        let mut levels = [0u8; QK_K];
+        let (mut scales, mut sw) = ([0.0f32; 16], [0.0f32; 16]);
+        let subs = kquant::sub_blocks::<16>(src).zip(importance.chunks_exact(16));
+        for (j, ((x, qw), l)) in subs.zip(levels.chunks_exact_mut(16)).enumerate() {
+            let weights: [f32; 16] =
+                std::array::from_fn(|i| kquant::importance_weight(qw[i], sigma2, x[i]));
+            sw[j] = weights.iter().fold(0.0f32, |a, &w| a + w);
+            scales[j] = kquant::make_qx_quants(4, x, &weights, l);
+        }
+        let mut ls = [0u8; 16];
+        let mut block = BlockQ3_K::zeroed();
+        block.d = Half::from_f32(kquant::make_qx_quants(32, &scales, &sw, &mut ls));
+        block.scales = pack_scales(ls);
+        block.requantize(src, levels)
+    }
+
+    /// Every level recomputed from the scales as stored (ggml's final pass), then packed;
+    /// sub-blocks whose scale is zero keep `levels`.
+    fn requantize(mut self, src: &[f32; QK_K], mut levels: [u8; QK_K]) -> Self {
+        let d = self.d.to_f32();
         let subs = kquant::sub_blocks::<16>(src).zip(levels.chunks_exact_mut(16));
         for (j, (x, l)) in subs.enumerate() {
-            let dj = d * f32::from(block.scale(j));
+            let dj = d * f32::from(self.scale(j));
             if dj == 0.0 {
                 continue;
             }
@@ -109,8 +133,8 @@ impl BlockQ3_K {
                 *l = (nearest_int(v / dj).clamp(-4, 3) + 4) as u8;
             }
         }
-        block.set_levels(&levels);
-        block
+        self.set_levels(&levels);
+        self
     }
 
     /// Stores levels `q` (each below 8, the stored `level + 4`; higher bits are dropped).
@@ -129,25 +153,28 @@ impl BlockQ3_K {
     }
 }
 
+/// Sixteen 6-bit scales (0..64, the signed scale plus 32) packed as ggml's `block_q3_K` keeps
+/// them: low nibbles in bytes 0..8 (sub-blocks 8..16 in the high nibbles), high 2 bits in bytes
+/// 8..12.
+pub fn pack_scales(sc: [u8; 16]) -> [u8; K_SCALE_SIZE] {
+    let mut out = [0u8; K_SCALE_SIZE];
+    for (j, &l) in sc.iter().enumerate() {
+        if j < 8 {
+            out[j] = l & 0xF;
+        } else {
+            out[j - 8] |= (l & 0xF) << 4;
+        }
+        out[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::{bytes, dequantize_all};
     use crate::BlockType;
 
-    /// Packs sixteen 6-bit scales (0..64, i.e. already offset by 32) as ggml's quantizer does.
-    fn pack_scales(sc: [u8; 16]) -> [u8; K_SCALE_SIZE] {
-        let mut out = [0u8; K_SCALE_SIZE];
-        for (j, &l) in sc.iter().enumerate() {
-            if j < 8 {
-                out[j] = l & 0xF;
-            } else {
-                out[j - 8] |= (l & 0xF) << 4;
-            }
-            out[8 + j % 4] |= (l >> 4) << (2 * (j / 4));
-        }
-        out
-    }
 
     #[test]
     fn scales_unpack() {

@@ -7,6 +7,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
+use super::kquant;
 use super::{fit, Rounding};
 
 /// Values per block.
@@ -61,6 +62,16 @@ impl BlockQ4 {
     pub fn quantize(src: &[f32; BLOCK_LEN], rounding: Rounding) -> Self {
         let fit = fit::asymmetric(src, LEVELS, rounding);
         Self::pack(fit.d, fit.m, &fit.q)
+    }
+
+    /// Quantizes 32 finite values with a weight per value, as ggml's `quantize_row_q4_1_impl`
+    /// does with an importance matrix: scale and min from [`kquant::make_qkx2_quants`]'s
+    /// weighted search.
+    pub fn quantize_with_weights(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> Self {
+        let mut q = [0u8; BLOCK_LEN];
+        let nmax = i32::from(LEVELS - 1);
+        let (d, min) = kquant::make_qkx2_quants(nmax, src, weights, &mut q, kquant::WEIGHTED_SEARCH);
+        Self::pack(Half::from_f32(d), Half::from_f32(-min), &q)
     }
 
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is

@@ -8,6 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
+use super::kquant;
 use super::Rounding;
 
 /// Values per block.
@@ -52,6 +53,14 @@ impl BlockQ5_0 {
     pub fn quantize(src: &[f32; BLOCK_LEN], _rounding: Rounding) -> Self {
         let (d, q) = super::q4_0::symmetric_levels(src, LEVELS);
         Self::pack(d, &q)
+    }
+
+    /// Quantizes 32 finite values with a weight per value, as ggml's `quantize_row_q5_0_impl`
+    /// does with an importance matrix: the scale and levels of [`kquant::make_qx_quants`].
+    pub fn quantize_with_weights(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> Self {
+        let mut q = [0u8; BLOCK_LEN];
+        let d = kquant::make_qx_quants(i32::from(LEVELS / 2), src, weights, &mut q);
+        Self::pack(Half::from_f32(d), &q)
     }
 
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is

@@ -8,6 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
+use super::kquant;
 use super::q5_0::{level5, pack5};
 use super::Rounding;
 
@@ -61,6 +62,16 @@ impl BlockQ5_1 {
         // `as u8` truncates toward zero, as ggml's cast does; the sum is positive.
         let q = src.map(|v| (((v - min) * inv + 0.5) as u8).min(LEVELS - 1));
         Self::pack(Half::from_f32(d), Half::from_f32(min), &q)
+    }
+
+    /// Quantizes 32 finite values with a weight per value, as ggml's `quantize_row_q5_1_impl`
+    /// does with an importance matrix: scale and min from [`kquant::make_qkx2_quants`]'s
+    /// weighted search.
+    pub fn quantize_with_weights(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> Self {
+        let mut q = [0u8; BLOCK_LEN];
+        let nmax = i32::from(LEVELS - 1);
+        let (d, min) = kquant::make_qkx2_quants(nmax, src, weights, &mut q, kquant::WEIGHTED_SEARCH);
+        Self::pack(Half::from_f32(d), Half::from_f32(-min), &q)
     }
 
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is

@@ -754,7 +754,7 @@ fn importance_weights_lower_the_weighted_error() {
         .map(|_| if rng.uniform() < 0.1 { 100.0 } else { 1.0 })
         .collect();
     let data = normal(32, row * 64, 0.0, 0.02);
-    for format in [Format::Q4_K, Format::Q5_K, Format::Q6_K] {
+    for format in Format::ALL.into_iter().filter(|f| f.uses_importance()) {
         let plain = dequantize_format(format, &quantize(format, &data, Rounding::Search));
         let mut bytes = vec![0u8; format.bytes_for(data.len()).unwrap()];
         format
@@ -795,7 +795,7 @@ fn importance_weights_are_checked_and_others_ignore_them() {
         .unwrap_err();
     assert!(err.to_string().contains("weight 7 is -1"), "{err}");
     // Formats without a weighted quantizer quantize as without weights.
-    for format in [Format::Q4, Format::Q2_K, Format::Q3_K] {
+    for format in Format::ALL.into_iter().filter(|f| !f.uses_importance()) {
         let mut bytes = vec![0u8; format.bytes_for(1024).unwrap()];
         format
             .quantize_weighted(&data, &mut bytes, &[2.0; 256])

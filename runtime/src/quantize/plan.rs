@@ -178,7 +178,7 @@ pub(super) fn plan<'f>(
             .as_ref()
             .and_then(|m| m.weights(&info.name))
             .filter(|w| w.len() == cols);
-        if opts.imatrix.is_some() && importance.is_none() && to.is_k_quant() {
+        if opts.imatrix.is_some() && importance.is_none() && to.uses_importance() {
             note.get_or_insert_with(|| "the importance matrix has no entry of its width".into());
         }
         plans.push(Plan {

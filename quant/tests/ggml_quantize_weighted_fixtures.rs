@@ -1,0 +1,89 @@
+//! Quantization against ggml's own C quantizers (`ggml_quantize_chunk` of the llama.cpp that
+//! scripts/llama-cpp builds): the fixtures in tests/fixtures/ggml_quantize_weighted hold rows of
+//! f32 values, an importance per column (as llama.cpp's imatrix gives), and the blocks ggml
+//! writes for them with the importance (`quantize_row_*_impl`) and, for the k-quants, without it
+//! (`quantize_row_*_ref`); scripts/fixtures/make-ggml-quantize-weighted makes them (versions in
+//! VERSIONS). Hearth's blocks must be the same bytes.
+
+use std::path::PathBuf;
+
+use hearth_quant::{Format, Rounding};
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ggml_quantize_weighted")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn floats(name: &str) -> Vec<f32> {
+    fixture(name)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+/// The blocks of `got` that differ from `want`, as "N of M blocks differ, first [..]".
+fn differing_blocks(format: Format, got: &[u8], want: &[u8]) -> Option<String> {
+    assert_eq!(got.len(), want.len(), "{format}");
+    let bad: Vec<usize> = got
+        .chunks(format.block_bytes())
+        .zip(want.chunks(format.block_bytes()))
+        .enumerate()
+        .filter(|(_, (g, w))| g != w)
+        .map(|(b, _)| b)
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{} of {} blocks differ, first {:?}",
+            bad.len(),
+            got.len() / format.block_bytes(),
+            &bad[..bad.len().min(8)]
+        )
+    })
+}
+
+/// ggml's name of each format the fixtures hold.
+const TYPES: [(&str, Format); 9] = [
+    ("Q4_0", Format::Q4_0),
+    ("Q4_1", Format::Q4),
+    ("Q5_0", Format::Q5_0),
+    ("Q5_1", Format::Q5_1),
+    ("Q2_K", Format::Q2_K),
+    ("Q3_K", Format::Q3_K),
+    ("Q4_K", Format::Q4_K),
+    ("Q5_K", Format::Q5_K),
+    ("Q6_K", Format::Q6_K),
+];
+
+#[test]
+fn importance_weighted_blocks_are_ggmls() {
+    let input = floats("input.f32");
+    let importance = floats("importance.f32");
+    assert_eq!(input.len() % importance.len(), 0);
+    for (name, format) in TYPES {
+        let want = fixture(&format!("{name}.weighted.bin"));
+        let mut got = vec![0u8; format.bytes_for(input.len()).unwrap()];
+        format
+            .quantize_weighted(&input, &mut got, &importance)
+            .unwrap();
+        if let Some(diff) = differing_blocks(format, &got, &want) {
+            panic!("{name} with an importance matrix: {diff}");
+        }
+    }
+}
+
+#[test]
+fn k_quant_blocks_are_ggmls_reference() {
+    let input = floats("input.f32");
+    for (name, format) in TYPES.into_iter().filter(|(_, f)| f.is_k_quant()) {
+        let want = fixture(&format!("{name}.ref.bin"));
+        let mut got = vec![0u8; format.bytes_for(input.len()).unwrap()];
+        format
+            .quantize_with(&input, &mut got, Rounding::Search)
+            .unwrap();
+        if let Some(diff) = differing_blocks(format, &got, &want) {
+            panic!("{name}: {diff}");
+        }
+    }
+}
