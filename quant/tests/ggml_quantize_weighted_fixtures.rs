@@ -1,8 +1,8 @@
 //! Quantization against ggml's own C quantizers (`ggml_quantize_chunk` of the llama.cpp that
 //! scripts/llama-cpp builds): the fixtures in tests/fixtures/ggml_quantize_weighted hold rows of
 //! f32 values, an importance per column (as llama.cpp's imatrix gives), and the blocks ggml
-//! writes for them with the importance (`quantize_row_*_impl`) and, for the k-quants, without it
-//! (`quantize_row_*_ref`); scripts/fixtures/make-ggml-quantize-weighted makes them (versions in
+//! writes for them with the importance (`quantize_row_*_impl`) and, for Q8_0 and the k-quants,
+//! without it (`quantize_row_*_ref`); scripts/fixtures/make-ggml-quantize-weighted makes them (versions in
 //! VERSIONS). Hearth's blocks must be the same bytes.
 
 use std::path::PathBuf;
@@ -74,16 +74,19 @@ fn importance_weighted_blocks_are_ggmls() {
 }
 
 #[test]
-fn k_quant_blocks_are_ggmls_reference() {
+fn reference_blocks_are_ggmls() {
+    // The k-quants follow ggml's reference whatever the rounding; Q8 (Q8_0) with MinMax.
     let input = floats("input.f32");
-    for (name, format) in TYPES.into_iter().filter(|(_, f)| f.is_k_quant()) {
+    let k_quants = TYPES.into_iter().filter(|(_, f)| f.is_k_quant());
+    let cases = k_quants
+        .map(|(name, f)| (name, f, Rounding::Search))
+        .chain([("Q8_0", Format::Q8, Rounding::MinMax)]);
+    for (name, format, rounding) in cases {
         let want = fixture(&format!("{name}.ref.bin"));
         let mut got = vec![0u8; format.bytes_for(input.len()).unwrap()];
-        format
-            .quantize_with(&input, &mut got, Rounding::Search)
-            .unwrap();
+        format.quantize_with(&input, &mut got, rounding).unwrap();
         if let Some(diff) = differing_blocks(format, &got, &want) {
-            panic!("{name}: {diff}");
+            panic!("{name} {rounding:?}: {diff}");
         }
     }
 }

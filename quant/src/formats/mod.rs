@@ -221,10 +221,11 @@ pub const VERSION_KEY: &str = "hearth.quant.version";
 const F16_OVERFLOW: f32 = 65520.0;
 
 /// How [`Format::quantize_with`] chooses each block's scale and base. F32 and F16 ignore it,
-/// and so do Q4_0, Q5_0 and Q5_1, which always follow ggml's reference quantizer so their
-/// bytes are the ones llama.cpp writes.
+/// and so do Q4_0, Q5_0, Q5_1 and the k-quants, which always follow ggml's reference
+/// quantizers so their bytes are the ones llama.cpp writes; Q8 (GGUF's Q8_0) follows ggml's
+/// with `MinMax` (see `BlockQ8::quantize`).
 ///
-/// Either way, the levels are computed with the scale and base as stored (rounded to f16), so
+/// Otherwise the levels are computed with the scale and base as stored (rounded to f16), so
 /// each value gets the stored level nearest to it, `q = round((w - m) / d)` clamped to the
 /// level range (computed in f32 as `(w - m) * (1 / d)`, ties to even).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -39,8 +39,23 @@ impl BlockQ8 {
         }
     }
 
-    /// Quantizes 32 finite values (the caller checks them).
+    /// Quantizes 32 finite values (the caller checks them). [`Rounding::MinMax`] writes the
+    /// bytes of ggml's `quantize_row_q8_0_ref`, as llama.cpp does: `d = absmax / 127`, and each
+    /// level `round(v * (1 / d))` (ties away from zero) with the scale before its rounding to
+    /// f16. [`Rounding::Search`] searches the scale, and its levels are the nearest to the
+    /// stored scale, so its error is never above ggml's.
     pub fn quantize(src: &[f32; BLOCK_LEN], rounding: Rounding) -> Self {
+        if rounding == Rounding::MinMax {
+            let amax = src.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+            let d = amax / f32::from(MAX_LEVEL);
+            let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+            // `as i8` saturates; |v * inv| is at most 127 plus a rounding error.
+            let qs = src.map(|v| (v * inv).round() as i8);
+            return BlockQ8 {
+                d: Half::from_f32(d),
+                qs,
+            };
+        }
         let fit = fit::symmetric(src, MAX_LEVEL, rounding);
         BlockQ8 {
             d: fit.d,

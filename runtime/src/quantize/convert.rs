@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex, PoisonError};
 
 use hearth_models::GgmlType;
-use hearth_quant::Format;
+use hearth_quant::{Format, Rounding};
 
 use super::plan::Plan;
 use super::{tensor_error, QuantizeProgress, QuantizeStage};
@@ -105,6 +105,7 @@ struct Job<'a> {
     n_values: usize,
     /// Per column, when an importance matrix guides the quantizer.
     importance: Option<&'a [f32]>,
+    rounding: Rounding,
 }
 
 impl Job<'_> {
@@ -118,8 +119,8 @@ impl Job<'_> {
         };
         read.map_err(|e| format!("reading {}: {e}", self.from))?;
         match self.importance {
-            Some(w) => self.to.quantize_weighted(scratch, self.dst, w),
-            None => self.to.quantize(scratch, self.dst),
+            Some(w) if self.to.uses_importance() => self.to.quantize_weighted(scratch, self.dst, w),
+            _ => self.to.quantize_with(scratch, self.dst, self.rounding),
         }
         .map_err(|e| format!("encoding as {}: {e}", self.to))
     }
@@ -170,6 +171,7 @@ fn split_into_jobs<'a>(
                 src,
                 dst,
                 importance: p.importance.as_deref(),
+                rounding: p.rounding,
             });
         }
     }

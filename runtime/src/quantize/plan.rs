@@ -2,7 +2,7 @@
 //! override them, and the fallback for rows that do not fit a format's blocks.
 
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, TensorInfo};
-use hearth_quant::{BlockType, Format};
+use hearth_quant::{BlockType, Format, Rounding};
 
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ pub struct QuantizeOptions {
     /// each matrix's format and its fallbacks the format of rows that do not fit.
     pub mix: Option<Mix>,
     /// Importance per input column of each matrix (`hearth imatrix`, llama.cpp's imatrix):
-    /// the formats that can weigh their rounding error by it (Q4_K, Q5_K, Q6_K) do.
+    /// the formats that can weigh their rounding error by it (`Format::uses_importance`) do.
     pub imatrix: Option<Arc<ImportanceMatrix>>,
 }
 
@@ -97,6 +97,9 @@ pub(super) struct Plan<'f> {
     /// The importance of each column, when the options carry an importance matrix that has
     /// this tensor.
     pub(super) importance: Option<Vec<f32>>,
+    /// How the quantizer picks scales: ggml's rule (`MinMax`) for Q8_0 in llama.cpp's mixes,
+    /// so their files hold the bytes llama-quantize writes; Hearth's search otherwise.
+    pub(super) rounding: Rounding,
 }
 
 impl Plan<'_> {
@@ -145,6 +148,7 @@ pub(super) fn plan<'f>(
                 to: Format::F32,
                 note: None,
                 importance: None,
+                rounding: Rounding::Search,
             });
             continue;
         }
@@ -187,6 +191,13 @@ pub(super) fn plan<'f>(
             to,
             note,
             importance,
+            // In llama.cpp's mixes Q8_0 takes ggml's rule, as Q4_0, Q5_0, Q5_1 and the
+            // k-quants always do; Q4 (Q4_1) keeps Hearth's search.
+            rounding: if opts.mix.is_some() && to == Format::Q8 {
+                Rounding::MinMax
+            } else {
+                Rounding::Search
+            },
         });
     }
     let unmatched = opts
