@@ -12,9 +12,9 @@
 //     a time as one vec4 per lane and shared by subgroupBroadcast (a gather per value
 //     otherwise). Each lane loads its weight block once and unpacks it from registers, and
 //     TOKENS tokens share each unpacked block.
-//   subgroup per row (GPUs): the lanes of a subgroup stride along the row a block each,
-//     several blocks' loads in flight per lane, and reduce with subgroupAdd; each subgroup
-//     owns `rows` rows.
+//   subgroup per row (GPUs): the lanes of a subgroup stride along the row eight values at a
+//     time (coalesced loads), LANE_CHUNKS chunks in flight per lane, and reduce with
+//     subgroupAdd; each subgroup owns `rows` rows.
 // `rows` is chosen per product by the host: a CPU device pays a fixed cost per workgroup, so
 // large matrices get many rows per workgroup, small ones enough workgroups for every core.
 //
@@ -50,6 +50,8 @@ layout(push_constant) uniform Push {
 layout(constant_id = 1) const uint TOKENS = 1;
 layout(constant_id = 2) const bool LANE_ROWS = true;
 layout(constant_id = 3) const uint RB = 1;     // rows a lane works on together (lane per row)
+// 8-value chunks a lane takes per turn (subgroup per row), all loaded before any is used.
+layout(constant_id = 5) const uint LANE_CHUNKS = 1;
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, y_width]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
@@ -206,70 +208,42 @@ void rows_dots_lane(uint row_offset) {
     }
 }
 
-// Blocks a lane of the subgroup-per-row shape loads before it uses any: about 12 words of
-// weights, so a subgroup of 32 has a kilobyte or more in flight. Loading eight values per turn
-// (a 4-byte load for Q4), each turn's loads waited on the previous turn's arithmetic, and on
-// an H100 the products took about a microsecond per turn whatever the format's size.
-const uint LANE_BLOCKS = max(1u, 12u / uint(BLOCK_WORDS));
-
-// Block c of a row, loaded in blk, times token t's x' (subgroup per row).
-float block_dot(Block blk, uint c, uint t) {
-    // x' of the block's values: 8j .. 8j + 4 in xs[2j], 8j + 4 .. 8j + 8 in xs[2j + 1].
-    vec4 xs[2 * CHUNKS];
-    uint at = (tok[t] * p.k + c * QK) >> 2;
-    [[unroll]] for (uint i = 0; i < 2 * CHUNKS; ++i) {
-        xs[i] = x[at + i];
-    }
+// x'[t, i .. i + 4], i a multiple of 4.
+vec4 xn4(uint t, uint i) {
+    vec4 v = x[(tok[t] * p.k + i) >> 2];
     if ((p.flags & NORM) != 0u) {
-        [[unroll]] for (uint i = 0; i < 2 * CHUNKS; ++i) {
-            xs[i] *= scale[t] * g[c * QK / 4 + i];
-        }
+        v *= scale[t] * g[i >> 2];
     }
-    float sq[GROUPS];
-    float sx[GROUPS];
-    [[unroll]] for (uint g = 0; g < GROUPS; ++g) {
-        sq[g] = 0.0;
-        sx[g] = 0.0;
-    }
-    [[unroll]] for (uint j = 0; j < CHUNKS; ++j) {
-        vec4 qlo;
-        vec4 qhi;
-        block_levels8(blk, j, qlo, qhi);
-        uint g = j / GROUP_CHUNKS;
-        sq[g] += dot(qlo, xs[2 * j]) + dot(qhi, xs[2 * j + 1]);
-        sx[g] += dot(xs[2 * j] + xs[2 * j + 1], vec4(1.0));
-    }
-    float sum = block_sum(group_dm(blk, 0), sq[0], sx[0]);
-    [[unroll]] for (uint g = 1; g < GROUPS; ++g) {
-        sum += block_sum(group_dm(blk, g), sq[g], sx[g]);
-    }
-    return sum;
+    return v;
 }
 
-// Subgroup per row: the lanes share row_at(0) (RB is 1). Lane l takes the row's blocks l,
-// l + S, l + 2S, ... (S lanes), LANE_BLOCKS of them a turn, all loaded before any is used;
-// then the subgroup sums. The tokens are a loop, not unrolled: the blocks' unpacking is
-// unrolled already, and several tokens times that outgrew what lavapipe compiles in reason.
+// Subgroup per row: the lanes share row_at(0) (RB is 1). Lane l takes the row's chunks l,
+// l + S, l + 2S, ... (S lanes), LANE_CHUNKS of them a turn; then the subgroup sums.
 void rows_dots_subgroup(uint row_offset) {
-    uint blocks = p.k / QK;
+    uint chunks = p.k / 8;
     uint row = row_at(0) + row_offset;
     uint lane = gl_SubgroupInvocationID;
     uint lanes = gl_SubgroupSize;
     for (uint t = 0; t < TOKENS; ++t) {
         dots[t] = 0.0;
     }
-    for (uint c0 = 0; c0 < blocks; c0 += LANE_BLOCKS * lanes) {
-        Block blk[LANE_BLOCKS];
-        [[unroll]] for (uint u = 0; u < LANE_BLOCKS; ++u) {
-            // Lanes past the row's end load its last block again and add nothing.
-            block_load(row * blocks + min(c0 + u * lanes + lane, blocks - 1), blk[u]);
+    for (uint c0 = 0; c0 < chunks; c0 += LANE_CHUNKS * lanes) {
+        vec4 lo[LANE_CHUNKS];
+        vec4 hi[LANE_CHUNKS];
+        [[unroll]] for (uint u = 0; u < LANE_CHUNKS; ++u) {
+            // Lanes past the row's end unpack its last chunk again and add nothing.
+            uint c = min(c0 + u * lanes + lane, chunks - 1);
+            dequant8(row * (chunks / CHUNKS) + c / CHUNKS, c % CHUNKS, lo[u], hi[u]);
         }
+        // The tokens are a loop, not unrolled: unrolled with the chunks, several tokens
+        // outgrew what lavapipe compiles in reason.
         [[dont_unroll]] for (uint t = 0; t < TOKENS; ++t) {
             float sum = 0.0;
-            [[unroll]] for (uint u = 0; u < LANE_BLOCKS; ++u) {
+            [[unroll]] for (uint u = 0; u < LANE_CHUNKS; ++u) {
                 uint c = c0 + u * lanes + lane;
-                float d = block_dot(blk[u], min(c, blocks - 1), t);
-                sum += c < blocks ? d : 0.0;
+                if (c < chunks) {
+                    sum += dot(lo[u], xn4(t, 8 * c)) + dot(hi[u], xn4(t, 8 * c + 4));
+                }
             }
             dots[t] += sum;
         }

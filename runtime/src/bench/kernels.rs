@@ -105,14 +105,11 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
     let reps = params.reps.max(1);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let mut fits = |bytes: u64, what: String| {
-        let limit = device.info().limits.max_storage_buffer_range;
-        if bytes > limit {
-            skipped.push(format!(
-                "{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})"
-            ));
-        }
-        bytes <= limit
+    let limit = device.info().limits.max_storage_buffer_range;
+    let too_large = |bytes: u64, what: String| {
+        (bytes > limit).then(|| {
+            format!("{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})")
+        })
     };
 
     let wanted = |kernel: &str| params.only.as_deref().is_none_or(|o| kernel.contains(o));
@@ -131,7 +128,17 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         }
         let kernel = Matvec::new(device, format, 1)?;
         for &(m, k) in MATVEC_SHAPES {
-            if !fits(matrix_bytes(format, m, k), format!("matvec {m}x{k}")) {
+            // SmolLM2's 576-wide rows are not whole 256-value k-quant blocks.
+            if k as usize % format.block_size() != 0 {
+                let block = format.block_size();
+                skipped.push(format!(
+                    "{} {m}x{k}: rows are not whole {block}-value blocks",
+                    kernel_name("matvec", format)
+                ));
+                continue;
+            }
+            if let Some(why) = too_large(matrix_bytes(format, m, k), format!("matvec {m}x{k}")) {
+                skipped.push(why);
                 continue;
             }
             let seconds = matvec_seconds(device, &kernel, (m, k), reps)?;
@@ -152,7 +159,8 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         for &(m, k) in MATMUL_SHAPES {
             let n = params.tokens;
             let largest = matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4);
-            if !fits(largest, format!("matmul {n}x{m}x{k}")) {
+            if let Some(why) = too_large(largest, format!("matmul {n}x{m}x{k}")) {
+                skipped.push(why);
                 continue;
             }
             let w = weights(device, format, m as usize, k as usize)?;
@@ -316,4 +324,29 @@ fn host_read_bandwidth() -> KernelRow {
         "host",
         work,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::device;
+
+    #[test]
+    fn formats_whose_blocks_do_not_divide_a_shape_skip_it() {
+        let Some(device) = device() else { return };
+        let params = KernelBenchParams {
+            reps: 1,
+            tokens: 16,
+            only: Some("matvec_q2_k".into()),
+        };
+        let report = bench_kernels(&device, &params).unwrap();
+        let shapes: Vec<&str> = report.rows.iter().map(|r| r.shape.as_str()).collect();
+        assert_eq!(shapes, ["4096x4096", "4096x11008", "576x1536"]);
+        assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
+        assert!(
+            report.skipped[0].contains("3072x576"),
+            "{:?}",
+            report.skipped
+        );
+    }
 }
