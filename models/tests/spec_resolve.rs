@@ -74,10 +74,21 @@ fn tiny_model_resolves_and_ties_embeddings_only_without_output() {
         .unwrap();
     w.add_tensor("rope_freqs.weight", GgmlType::F32, &[2], vec![0u8; 8])
         .unwrap();
+    w.add_tensor("blk.0.extra.weight", GgmlType::F32, &[2], vec![0u8; 8])
+        .unwrap();
     let m = resolve(&w).unwrap();
     assert!(!m.tensors.tied_embeddings);
     assert_eq!(m.tensors.output, "output.weight");
-    assert_eq!(m.unused_tensors, vec!["rope_freqs.weight".to_string()]);
+    assert_eq!(m.tensors.rope_freqs.as_deref(), Some("rope_freqs.weight"));
+    assert_eq!(m.unused_tensors, vec!["blk.0.extra.weight".to_string()]);
+}
+
+#[test]
+fn rope_freqs_of_the_wrong_length_name_the_tensor() {
+    let mut w = tiny_llama(&Tiny::default());
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, &[3], vec![0u8; 12])
+        .unwrap();
+    expect_error(&w, &["rope_freqs.weight", "rope dimensions / 2"]);
 }
 
 #[test]

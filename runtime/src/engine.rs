@@ -180,7 +180,7 @@ impl Engine {
     ) -> Result<Self> {
         let path = &file.path().to_path_buf();
         let model = resolve_gguf(&file)?;
-        let config = ModelConfig::from_resolved(path, &model)?;
+        let config = ModelConfig::from_resolved(&file, &model)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::from_gguf(&file)?;
         let n_ctx = match options.n_ctx {

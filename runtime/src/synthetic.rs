@@ -268,18 +268,38 @@ impl Shape {
     /// Besides the file itself (the size of [`file_bytes`](Self::file_bytes)) this holds one
     /// matrix of each distinct shape while it writes.
     pub fn build(&self, name: &str, format: Format) -> Result<GgufFile> {
-        self.build_rows(name, format, None)
+        self.build_rows(name, format, None, None)
     }
 
     /// [`build`](Self::build) with every row of every matrix drawn afresh from `seed`: a
     /// model whose tokens differ (for correctness tests of small shapes; it holds every
     /// matrix while it writes).
     pub fn build_random(&self, name: &str, format: Format, seed: u64) -> Result<GgufFile> {
-        self.build_rows(name, format, Some(seed))
+        self.build_rows(name, format, Some(seed), None)
     }
 
-    fn build_rows(&self, name: &str, format: Format, seed: Option<u64>) -> Result<GgufFile> {
+    /// [`build_random`](Self::build_random) with Llama 3's `rope_freqs.weight`: `factors`
+    /// divide RoPE's per-pair frequencies (one per rotated pair).
+    pub fn build_random_with_rope_factors(
+        &self,
+        name: &str,
+        format: Format,
+        seed: u64,
+        factors: &[f32],
+    ) -> Result<GgufFile> {
+        self.build_rows(name, format, Some(seed), Some(factors))
+    }
+
+    fn build_rows(
+        &self,
+        name: &str,
+        format: Format,
+        seed: Option<u64>,
+        rope_factors: Option<&[f32]>,
+    ) -> Result<GgufFile> {
         self.check(format)?;
+        let factor_bytes: Option<Vec<u8>> =
+            rope_factors.map(|f| f.iter().flat_map(|v| v.to_le_bytes()).collect());
         let path = PathBuf::from(format!("synthetic:{name}"));
         let tensors = self.tensors();
         // The bytes of each distinct matrix shape (or, with a seed, of each tensor); the
@@ -317,6 +337,10 @@ impl Shape {
                 shape,
                 &patterns[&key(i, t)][..],
             )?;
+        }
+        if let Some(bytes) = &factor_bytes {
+            let pairs = [bytes.len() as u64 / 4];
+            writer.add_tensor("rope_freqs.weight", GgmlType::F32, &pairs, bytes)?;
         }
 
         // Size the buffer exactly first, so the file is never reallocated (nor held twice).

@@ -91,7 +91,7 @@ fn mixed_file() -> GgufFile {
 fn fused_projections_keep_each_parts_format_and_bytes() {
     let file = mixed_file();
     let model = resolve_gguf(&file).unwrap();
-    let config = ModelConfig::from_resolved(file.path(), &model).unwrap();
+    let config = ModelConfig::from_resolved(&file, &model).unwrap();
     let mut progress = |_: LoadProgress| true;
     let mut reader = WeightReader::new(&file, &model, &config, &mut progress);
     let bytes = |name: &str| file.tensor_view(name).unwrap().data.to_vec();

@@ -54,7 +54,7 @@ fn check_resolves(shape: &Shape, format: Format) {
         model.unused_tensors
     );
     assert_eq!(model.tensors.tied_embeddings, shape.tied_embeddings);
-    let config = ModelConfig::from_resolved(file.path(), &model).unwrap();
+    let config = ModelConfig::from_resolved(&file, &model).unwrap();
     let want = (
         shape.n_layer,
         shape.n_embd,
@@ -238,4 +238,90 @@ fn tiny_model_generates_on_vulkan() {
         assert_eq!(generation.finish, FinishReason::Length);
         assert_eq!(generation.tokens, expected.tokens, "{format}");
     }
+}
+
+/// Llama 3's `rope_freqs.weight` divides each rotated pair's frequency: the RoPE table holds
+/// angle pos * base^(-2i / d) / factor_i, the factors change the logits, and the Vulkan
+/// executor computes what the CPU reference does with them.
+#[test]
+fn rope_frequency_factors_are_applied() {
+    let pairs = TINY.head_dim() / 2;
+    let factors: Vec<f32> = (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect();
+    let build = |factors: Option<&[f32]>| match factors {
+        Some(f) => TINY.build_random_with_rope_factors("llama3", Format::Q8, 5, f),
+        None => TINY.build_random("llama3", Format::Q8, 5),
+    };
+    let file = build(Some(&factors)).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    assert!(
+        model.unused_tensors.is_empty(),
+        "{:?}",
+        model.unused_tensors
+    );
+    let config = ModelConfig::from_resolved(&file, &model).unwrap();
+    let table = config.rope_table(40).unwrap();
+    for pos in [1, 17, 39] {
+        for (i, f) in factors.iter().enumerate() {
+            let base = TINY.rope_base as f64;
+            let angle = pos as f64 * base.powf(-2.0 * i as f64 / (2 * pairs) as f64) / *f as f64;
+            let [c, s] = table[pos * pairs + i];
+            assert!(
+                (c as f64 - angle.cos()).abs() < 1e-6 && (s as f64 - angle.sin()).abs() < 1e-6,
+                "position {pos}, pair {i}"
+            );
+        }
+    }
+
+    let prompt: Vec<u32> = (1..40).collect();
+    let logits = |factors: Option<&[f32]>, backend| {
+        let options = EngineOptions {
+            backend,
+            validate: true,
+            n_ctx: Some(64),
+            ..EngineOptions::default()
+        };
+        let file = build(factors).unwrap();
+        let mut engine = Engine::load_file(file, &options, &mut |_| true).unwrap();
+        let backend = engine.session_mut().fresh_backend();
+        backend.forward(&prompt, Logits::All).unwrap()
+    };
+    let max_diff =
+        |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let want = logits(Some(&factors), BackendKind::Cpu);
+    let plain = logits(None, BackendKind::Cpu);
+    let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
+    assert!(
+        max_diff(&want, &plain) > 1e-2 * scale,
+        "the factors changed nothing"
+    );
+
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let got = logits(Some(&factors), BackendKind::Vulkan);
+    let diff = max_diff(&got, &want);
+    assert!(
+        diff <= 1e-3 * scale.max(1.0),
+        "logits differ by {diff} (largest {scale})"
+    );
+}
+
+#[test]
+fn rope_frequency_factors_must_be_positive() {
+    let zeros = vec![0.0; TINY.head_dim() / 2];
+    let file = TINY
+        .build_random_with_rope_factors("llama3", Format::Q8, 5, &zeros)
+        .unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let err = ModelConfig::from_resolved(&file, &model)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rope_freqs.weight") && err.contains("positive"),
+        "{err}"
+    );
 }

@@ -305,8 +305,14 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
     match hp.rope {
         Some(r) => writeln!(
             out,
-            "  position        rope ({}), base {}, {} rotary dims",
-            r.layout, r.base, r.dims
+            "  position        rope ({}), base {}, {} rotary dims{}",
+            r.layout,
+            r.base,
+            r.dims,
+            match &m.tensors.rope_freqs {
+                Some(name) => format!(", frequencies divided by {name}"),
+                None => String::new(),
+            }
         )?,
         None => writeln!(out, "  position        {}", s.position.kind_str())?,
     }
@@ -412,6 +418,7 @@ fn model_json(m: &ResolvedModel) -> Value {
             "base": r.base,
             "dims": r.dims,
             "layout": r.layout.as_str(),
+            "freq_factors": m.tensors.rope_freqs,
         })),
         "qkv": s.attention.qkv.as_str(),
         "mlp": s.mlp.kind.as_str(),

@@ -161,6 +161,9 @@ pub struct TensorNames {
     pub position_embd: Option<String>,
     pub output_norm: String,
     pub output: Option<String>,
+    /// RoPE frequency divisors, one per rotated pair, where the file has them (Llama 3.1's
+    /// `rope_freqs.weight`).
+    pub rope_freqs: Option<String>,
     pub layer: LayerTensorNames,
 }
 

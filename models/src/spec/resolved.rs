@@ -90,6 +90,9 @@ pub struct ModelTensors {
     /// [n_embd, n_vocab]; equal to `token_embd` when the embeddings are tied.
     pub output: String,
     pub tied_embeddings: bool,
+    /// [rope dims / 2] f32 divisors of RoPE's per-pair frequencies (Llama 3's scaling), when
+    /// the spec names them and the file has them.
+    pub rope_freqs: Option<String>,
     pub layers: Vec<LayerTensors>,
 }
 
@@ -302,6 +305,12 @@ impl ModelSpec {
             _ => None,
         };
         let output_norm = c.norm(&names.output_norm, e, layer_norm)?;
+        let rope_freqs = match (hp.rope, &names.rope_freqs) {
+            (Some(r), Some(n)) if c.file.tensor(n).is_some() => {
+                Some(c.require(n, &[r.dims as u64 / 2], "rope dimensions / 2")?)
+            }
+            _ => None,
+        };
         let output_in_file = names.output.as_ref().filter(|n| c.file.tensor(n).is_some());
         let tied = match self.tied_embeddings {
             TiedEmbeddings::Always => true,
@@ -361,6 +370,7 @@ impl ModelSpec {
             output_norm,
             output,
             tied_embeddings: tied,
+            rope_freqs,
             layers,
         })
     }

@@ -56,7 +56,7 @@ impl CpuModel {
         n_ctx: usize,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
-        let config = ModelConfig::from_resolved(file.path(), model)?;
+        let config = ModelConfig::from_resolved(file, model)?;
         let mut reader = WeightReader::new(file, model, &config, progress);
         let token_embd = reader.token_embd()?.to_f32();
         let output_norm = reader.output_norm()?;
@@ -66,10 +66,7 @@ impl CpuModel {
             .collect::<Result<Vec<_>>>()?;
         reader.finish()?;
         let kv = n_ctx * config.n_head_kv * config.head_dim;
-        let rope_table = match config.rope {
-            Some(r) => ops::rope_table(n_ctx, r.dims, r.base as f64),
-            None => Vec::new(),
-        };
+        let rope_table = config.rope_table(n_ctx).unwrap_or_default();
         Ok(Self {
             token_embd,
             output_norm,

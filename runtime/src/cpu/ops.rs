@@ -67,19 +67,27 @@ impl RopeLayout {
     }
 }
 
-/// Each rotated pair's angle per position: base^(-2i / rot_dim) for pair i.
-fn rope_freqs(rot_dim: usize, base: f64) -> Vec<f64> {
+/// Each rotated pair's angle per position: base^(-2i / rot_dim) for pair i, divided by the
+/// pair's factor where the model has them (Llama 3's `rope_freqs`, one per pair).
+pub fn rope_freqs(rot_dim: usize, base: f64, factors: Option<&[f32]>) -> Vec<f64> {
     (0..rot_dim / 2)
-        .map(|i| base.powf(-2.0 * i as f64 / rot_dim as f64))
+        .map(|i| {
+            let f = base.powf(-2.0 * i as f64 / rot_dim as f64);
+            factors.map_or(f, |d| f / d[i] as f64)
+        })
         .collect()
 }
 
 /// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
 pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
-    let freqs = rope_freqs(rot_dim, base);
+    rope_table_of(max_pos, &rope_freqs(rot_dim, base, None))
+}
+
+/// The (cos, sin) table for pair frequencies `freqs`: [max_pos, freqs.len()].
+pub fn rope_table_of(max_pos: usize, freqs: &[f64]) -> Vec<[f32; 2]> {
     let mut table = Vec::with_capacity(max_pos * freqs.len());
     for pos in 0..max_pos {
-        for f in &freqs {
+        for f in freqs {
             let angle = pos as f64 * f;
             table.push([angle.cos() as f32, angle.sin() as f32]);
         }
@@ -111,18 +119,17 @@ pub fn rope(
     }
 }
 
-/// Moves `x` ([tokens, heads, head_dim], already rotated by RoPE) by `shift[t]` positions:
-/// each pair turns by shift * its frequency, as if token t had sat that much further on.
+/// Moves `x` ([tokens, heads, head_dim], already rotated by RoPE with pair frequencies
+/// `freqs`) by `shift[t]` positions: each pair turns by shift * its frequency, as if token t
+/// had sat that much further on.
 pub fn rope_shift(
     x: &mut [f32],
     shift: &[f64],
     heads: usize,
     head_dim: usize,
-    rot_dim: usize,
     layout: RopeLayout,
-    base: f64,
+    freqs: &[f64],
 ) {
-    let freqs = rope_freqs(rot_dim, base);
     let half = freqs.len();
     for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
         let turns: Vec<(f64, f64)> = freqs.iter().map(|f| (shift[t] * f).sin_cos()).collect();
@@ -272,7 +279,14 @@ mod tests {
         for layout in [RopeLayout::Neox, RopeLayout::Gptj] {
             let mut moved = x.clone();
             rope(&mut moved, &[5, 40], heads, hd, rot, layout, &table);
-            rope_shift(&mut moved, &[50.0, -31.0], heads, hd, rot, layout, base);
+            rope_shift(
+                &mut moved,
+                &[50.0, -31.0],
+                heads,
+                hd,
+                layout,
+                &rope_freqs(rot, base, None),
+            );
             let mut want = x.clone();
             rope(&mut want, &[55, 9], heads, hd, rot, layout, &table);
             for (a, b) in moved.iter().zip(&want) {

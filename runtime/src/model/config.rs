@@ -1,12 +1,11 @@
 //! The shape and atoms of a model, checked once against what the executors support. Both the
 //! CPU reference and the Vulkan executor are built from this, never from the model's name.
 
-use std::path::Path;
-
+use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
     Activation, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec, RopeLayout,
 };
-use hearth_models::ResolvedModel;
+use hearth_models::{GgmlType, ResolvedModel};
 
 use crate::cpu::ops;
 use crate::error::{Error, Result};
@@ -32,6 +31,8 @@ pub struct ModelConfig {
     pub norm_eps: f32,
     /// `None` when the model has no position embedding.
     pub rope: Option<Rope>,
+    /// Divisors of RoPE's per-pair frequencies (Llama 3's `rope_freqs`), one per rotated pair.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 impl ModelConfig {
@@ -43,6 +44,21 @@ impl ModelConfig {
     /// Width of the attention output (the input of the output projection).
     pub fn attn_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// Each rotated pair's angle per position, `None` without RoPE.
+    pub fn rope_freqs(&self) -> Option<Vec<f64>> {
+        let r = self.rope?;
+        Some(ops::rope_freqs(
+            r.dims,
+            r.base as f64,
+            self.rope_factors.as_deref(),
+        ))
+    }
+
+    /// RoPE's (cos, sin) table for positions below `n_ctx` (`cpu::ops::rope_table_of`).
+    pub fn rope_table(&self, n_ctx: usize) -> Option<Vec<[f32; 2]>> {
+        Some(ops::rope_table_of(n_ctx, &self.rope_freqs()?))
     }
 
     /// Weights in the network (embedding and output head counted once when tied).
@@ -58,7 +74,8 @@ impl ModelConfig {
     /// Checks the spec's atoms against what this runtime executes: a pre-norm decoder with
     /// RMSNorm, RoPE or no position embedding, causal attention without biases and a SiLU-gated
     /// MLP. Anything else is a clear error naming the atom.
-    pub fn from_resolved(path: &Path, model: &ResolvedModel) -> Result<Self> {
+    pub fn from_resolved(file: &GgufFile, model: &ResolvedModel) -> Result<Self> {
+        let path = file.path();
         let spec = &model.spec;
         let unsupported = |what: String| Error::Unsupported {
             path: path.to_path_buf(),
@@ -113,6 +130,10 @@ impl ModelConfig {
         if h.head_dim % 2 != 0 {
             return Err(unsupported(format!("odd head dimension {}", h.head_dim)));
         }
+        let rope_factors = match &model.tensors.rope_freqs {
+            Some(name) => Some(rope_factors(file, name)?),
+            None => None,
+        };
         Ok(Self {
             n_layer: h.n_layer,
             n_embd: h.n_embd,
@@ -124,6 +145,29 @@ impl ModelConfig {
             n_ctx_train: h.n_ctx_train,
             norm_eps: h.norm_eps,
             rope,
+            rope_factors,
         })
     }
+}
+
+/// The f32 frequency divisors in tensor `name` (its length was checked on resolving).
+fn rope_factors(file: &GgufFile, name: &str) -> Result<Vec<f32>> {
+    let view = file.tensor_view(name)?;
+    let bad = |reason: &str| Error::Tensor {
+        path: file.path().to_path_buf(),
+        tensor: name.to_string(),
+        reason: reason.to_string(),
+    };
+    if view.info.ggml_type != GgmlType::F32 {
+        return Err(bad("RoPE frequency factors must be F32"));
+    }
+    let factors: Vec<f32> = view
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+        return Err(bad("RoPE frequency factors must be finite and positive"));
+    }
+    Ok(factors)
 }

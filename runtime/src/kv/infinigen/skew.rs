@@ -145,6 +145,7 @@ pub fn spread_positions(config: &ModelConfig, calibration: &Calibration) -> Cali
     let Some(rope) = config.rope else {
         return calibration.clone();
     };
+    let freqs = config.rope_freqs().unwrap_or_default();
     let span = config.n_ctx_train.clamp(1, SPREAD_MAX);
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let mut spread = |rows: &[f32], heads: usize| -> Vec<f32> {
@@ -158,15 +159,13 @@ pub fn spread_positions(config: &ModelConfig, calibration: &Calibration) -> Cali
                 shifts.push(rng.gen_range(0..span) as f64 - t as f64);
             }
         }
-        let base = rope.base as f64;
         ops::rope_shift(
             &mut out,
             &shifts,
             heads,
             config.head_dim,
-            rope.dims,
             rope.layout,
-            base,
+            &freqs,
         );
         out
     };
@@ -354,6 +353,7 @@ mod tests {
             n_ctx_train: 64,
             norm_eps: 1e-5,
             rope: None,
+            rope_factors: None,
         }
     }
 

@@ -28,7 +28,6 @@ use super::{
     Backend, Layer, Logits, Matrix, ModelConfig, Profile, ProgressFn, Projection, WeightReader,
 };
 use crate::cpu::forward::check_step;
-use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::kernels::{weight_buffer, WeightFormat};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
@@ -168,7 +167,7 @@ impl VkModel {
         options: VkModelOptions,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
-        let config = ModelConfig::from_resolved(file.path(), model)?;
+        let config = ModelConfig::from_resolved(file, model)?;
         let c = &config;
         if options.n_ctx == 0 {
             return Err(crate::Error::options("n_ctx", "must be at least 1"));
@@ -251,10 +250,7 @@ impl VkModel {
             kv_shape(device, c, &options, weights)?,
             options.kv_placement,
         )?;
-        let table = match c.rope {
-            Some(r) => ops::rope_table(options.n_ctx, r.dims, r.base as f64),
-            None => vec![[0.0; 2]],
-        };
+        let table = c.rope_table(options.n_ctx).unwrap_or(vec![[0.0; 2]]);
         let rope_table = Buffer::from_slice(device, "rope table", &table)?;
 
         let mut kernels = kernels?;
