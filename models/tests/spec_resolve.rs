@@ -5,7 +5,7 @@ mod common;
 
 use common::{tiny_llama, Tiny};
 use hearth_models::gguf::{GgufFile, GgufWriter, MetaValue};
-use hearth_models::spec::{QkvTensors, RopeLayout};
+use hearth_models::spec::{QkvTensors, RopeLayout, RopeScaling};
 use hearth_models::{resolve_gguf, GgmlType, ResolvedModel};
 
 fn resolve(w: &GgufWriter<'_>) -> hearth_models::Result<ResolvedModel> {
@@ -244,4 +244,49 @@ fn other_atoms_resolve_from_a_spec_file_alone() {
         QkvTensors::Fused(qkv) => assert_eq!(qkv.bias.as_deref(), Some("blk.1.attn_qkv.bias")),
         other => panic!("expected fused, got {other:?}"),
     }
+}
+
+#[test]
+fn rope_scaling_is_read_and_bad_values_name_the_key() {
+    let scaling = |entries: &[(&str, MetaValue)]| {
+        let mut w = tiny_llama(&Tiny::default());
+        for (k, v) in entries {
+            w.set_metadata(*k, v.clone());
+        }
+        w
+    };
+    let kind = |s: &str| MetaValue::String(s.into());
+    let w = scaling(&[
+        ("llama.rope.scaling.type", kind("linear")),
+        ("llama.rope.scaling.factor", MetaValue::F32(4.0)),
+    ]);
+    let rope = resolve(&w).unwrap().hparams.rope.unwrap();
+    assert_eq!(rope.scaling, RopeScaling::Linear { factor: 4.0 });
+    let w = scaling(&[("llama.rope.scale_linear", MetaValue::F32(2.0))]);
+    let rope = resolve(&w).unwrap().hparams.rope.unwrap();
+    assert_eq!(rope.scaling, RopeScaling::Linear { factor: 2.0 });
+    let w = scaling(&[
+        ("llama.rope.scaling.type", kind("yarn")),
+        ("llama.rope.scaling.factor", MetaValue::F32(4.0)),
+    ]);
+    let rope = resolve(&w).unwrap().hparams.rope.unwrap();
+    assert_eq!(rope.scaling, RopeScaling::Yarn { factor: 4.0 });
+    let rope = resolve(&tiny_llama(&Tiny::default())).unwrap().hparams.rope;
+    assert_eq!(rope.unwrap().scaling, RopeScaling::None);
+
+    let w = scaling(&[("llama.rope.scaling.type", kind("ntk"))]);
+    expect_error(
+        &w,
+        &["`llama.rope.scaling.type`", "unknown RoPE scaling `ntk`"],
+    );
+    let w = scaling(&[("llama.rope.scaling.type", kind("linear"))]);
+    expect_error(&w, &["`llama.rope.scaling.factor`", "missing"]);
+    let w = scaling(&[
+        ("llama.rope.scaling.type", kind("linear")),
+        ("llama.rope.scaling.factor", MetaValue::F32(-1.0)),
+    ]);
+    expect_error(
+        &w,
+        &["`llama.rope.scaling.factor`", "not a positive number"],
+    );
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
+use hearth_models::spec::RopeScaling;
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{resolve_gguf, ChatTemplate, GgmlType, GgufFile, ResolvedModel, Tokenizer};
 use serde_json::{json, Value};
@@ -312,6 +313,9 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
             match &m.tensors.rope_freqs {
                 Some(name) => format!(", frequencies divided by {name}"),
                 None => String::new(),
+            } + &match r.scaling {
+                RopeScaling::None => String::new(),
+                other => format!(", scaling {other:?}"),
             }
         )?,
         None => writeln!(out, "  position        {}", s.position.kind_str())?,
@@ -419,6 +423,7 @@ fn model_json(m: &ResolvedModel) -> Value {
             "dims": r.dims,
             "layout": r.layout.as_str(),
             "freq_factors": m.tensors.rope_freqs,
+            "scaling": format!("{:?}", r.scaling),
         })),
         "qkv": s.attention.qkv.as_str(),
         "mlp": s.mlp.kind.as_str(),

@@ -19,6 +19,24 @@ pub struct RopeParams {
     /// Leading dimensions of each head that rotate; the rest pass through.
     pub dims: usize,
     pub layout: RopeLayout,
+    /// Context extension from `{arch}.rope.scaling.type` and `.factor`.
+    pub scaling: RopeScaling,
+}
+
+/// How a model stretches RoPE past the context it was trained with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor` (position interpolation).
+    Linear {
+        factor: f32,
+    },
+    /// YaRN, with its `factor`.
+    Yarn {
+        factor: f32,
+    },
+    /// Phi-3's LongRoPE (short and long factor tables).
+    LongRope,
 }
 
 /// The numbers that size every buffer.
@@ -246,7 +264,13 @@ impl ModelSpec {
                         format!("{dims} is not an even number up to the head dimension {head_dim}"),
                     ));
                 }
-                Some(RopeParams { base, dims, layout })
+                let scaling = rope_scaling(file, &key)?;
+                Some(RopeParams {
+                    base,
+                    dims,
+                    layout,
+                    scaling,
+                })
             }
             _ => None,
         };
@@ -374,6 +398,52 @@ impl ModelSpec {
             layers,
         })
     }
+}
+
+/// `{arch}.rope.scaling.type` and its factor (or the older `{arch}.rope.scale_linear`), as
+/// llama.cpp's converter writes them.
+fn rope_scaling(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<RopeScaling> {
+    let path = file.path();
+    let (type_key, factor_key) = (key("rope.scaling.type"), key("rope.scaling.factor"));
+    let factor = |k: &str| -> Result<f32> {
+        let f: f32 = file
+            .get(k)?
+            .ok_or_else(|| Error::metadata(path, k, "missing"))?;
+        if !(f.is_finite() && f > 0.0) {
+            return Err(Error::metadata(
+                path,
+                k,
+                format!("{f} is not a positive number"),
+            ));
+        }
+        Ok(f)
+    };
+    let Some(kind) = file.get::<&str>(&type_key)? else {
+        let legacy = key("rope.scale_linear");
+        return Ok(match file.get::<f32>(&legacy)? {
+            Some(_) => RopeScaling::Linear {
+                factor: factor(&legacy)?,
+            },
+            None => RopeScaling::None,
+        });
+    };
+    Ok(match kind {
+        "none" => RopeScaling::None,
+        "linear" => RopeScaling::Linear {
+            factor: factor(&factor_key)?,
+        },
+        "yarn" => RopeScaling::Yarn {
+            factor: factor(&factor_key)?,
+        },
+        "longrope" => RopeScaling::LongRope,
+        other => {
+            return Err(Error::metadata(
+                path,
+                &type_key,
+                format!("unknown RoPE scaling `{other}` (none, linear, yarn, longrope)"),
+            ))
+        }
+    })
 }
 
 /// Checks tensors against the file's index and records which ones the model uses.

@@ -4,6 +4,7 @@
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
     Activation, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec, RopeLayout,
+    RopeScaling,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -16,6 +17,8 @@ pub struct Rope {
     pub base: f32,
     pub dims: usize,
     pub layout: ops::RopeLayout,
+    /// Positions are multiplied by this (1 / linear scaling's factor; 1 without scaling).
+    pub position_scale: f32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -47,13 +50,12 @@ impl ModelConfig {
     }
 
     /// Each rotated pair's angle per position, `None` without RoPE.
+    /// Linear scaling's position factor is folded in: pos * scale * f = pos * (scale * f).
     pub fn rope_freqs(&self) -> Option<Vec<f64>> {
         let r = self.rope?;
-        Some(ops::rope_freqs(
-            r.dims,
-            r.base as f64,
-            self.rope_factors.as_deref(),
-        ))
+        let freqs = ops::rope_freqs(r.dims, r.base as f64, self.rope_factors.as_deref());
+        let scale = r.position_scale as f64;
+        Some(freqs.into_iter().map(|f| f * scale).collect())
     }
 
     /// RoPE's (cos, sin) table for positions below `n_ctx` (`cpu::ops::rope_table_of`).
@@ -115,6 +117,11 @@ impl ModelConfig {
                     RopeLayout::Neox => ops::RopeLayout::Neox,
                     RopeLayout::Gptj => ops::RopeLayout::Gptj,
                 },
+                position_scale: match r.scaling {
+                    RopeScaling::None => 1.0,
+                    RopeScaling::Linear { factor } => 1.0 / factor,
+                    other => return Err(unsupported(format!("RoPE scaling {other:?}"))),
+                },
             }),
             (PositionSpec::None, _) => None,
             (other, _) => return Err(unsupported(format!("position embedding {other:?}"))),
@@ -170,4 +177,48 @@ fn rope_factors(file: &GgufFile, name: &str) -> Result<Vec<f32>> {
         return Err(bad("RoPE frequency factors must be finite and positive"));
     }
     Ok(factors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Linear scaling by 4 turns position p as position p / 4; the frequency divisors apply
+    /// on top.
+    #[test]
+    fn linear_scaling_and_factors_shape_the_rope_table() {
+        let mut c = ModelConfig {
+            n_layer: 1,
+            n_embd: 8,
+            n_ff: 8,
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: 8,
+            n_vocab: 4,
+            n_ctx_train: 16,
+            norm_eps: 1e-5,
+            rope: Some(Rope {
+                base: 10_000.0,
+                dims: 8,
+                layout: ops::RopeLayout::Neox,
+                position_scale: 0.25,
+            }),
+            rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
+        };
+        let table = c.rope_table(64).unwrap();
+        let plain = ops::rope_table(64, 8, 10_000.0);
+        for i in 0..4 {
+            // Position 32 of the scaled table is position 8 of the plain one, with pair i's
+            // angle divided by 2^i.
+            let angle = 8.0 * 10_000f64.powf(-2.0 * i as f64 / 8.0) / (1 << i) as f64;
+            let [cos, sin] = table[32 * 4 + i];
+            assert!((cos as f64 - angle.cos()).abs() < 1e-6, "pair {i}");
+            assert!((sin as f64 - angle.sin()).abs() < 1e-6, "pair {i}");
+        }
+        c.rope_factors = None;
+        assert_eq!(
+            c.rope_table(64).unwrap()[32 * 4..33 * 4],
+            plain[8 * 4..9 * 4]
+        );
+    }
 }
