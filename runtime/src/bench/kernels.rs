@@ -129,7 +129,7 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         let kernel = Matvec::new(device, format, 1)?;
         for &(m, k) in MATVEC_SHAPES {
             // SmolLM2's 576-wide rows are not whole 256-value k-quant blocks.
-            if k as usize % format.block_size() != 0 {
+            if format.bytes_for(k as usize).is_none() {
                 let block = format.block_size();
                 skipped.push(format!(
                     "{} {m}x{k}: rows are not whole {block}-value blocks",

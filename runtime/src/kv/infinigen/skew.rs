@@ -142,10 +142,9 @@ const SPREAD_MAX: usize = 32768;
 /// [`SPREAD_COPIES`] positions drawn uniformly from the model's context (a fixed seed, so the
 /// matrices are reproducible). Unchanged for models without RoPE.
 pub fn spread_positions(config: &ModelConfig, calibration: &Calibration) -> Calibration {
-    let Some(rope) = config.rope else {
+    let (Some(rope), Some(freqs)) = (config.rope, config.rope_freqs()) else {
         return calibration.clone();
     };
-    let freqs = config.rope_freqs().unwrap_or_default();
     let span = config.n_ctx_train.clamp(1, SPREAD_MAX);
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let mut spread = |rows: &[f32], heads: usize| -> Vec<f32> {
