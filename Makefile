@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
 
-.PHONY: setup run test lint build
+.PHONY: setup run test lint build conformance
 
 setup:
 	bash scripts/setup
@@ -25,9 +25,14 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Models of each family built by Hugging Face transformers and converted by llama.cpp, with
+# transformers' logits: what runtime/tests/conformance.rs checks Hearth against.
+conformance: setup
+	bash scripts/conformance/build
+
 # Ends with how many tests ran and how many skipped for a missing device or model; in CI
 # (CI set, as .ci/run does) a skip fails the run.
-test: setup
+test: setup conformance
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	bash scripts/test-summary $(CARGO) test --workspace

@@ -21,6 +21,7 @@ use hearth_quant::Format;
 /// where the host allows (include/address.glsl).
 const VARIANTS: &[(&str, &str, &str)] = &[
     ("rmsnorm", "rmsnorm.comp", ""),
+    ("qkv_adjust", "qkv_adjust.comp", ""),
     ("layernorm", "layernorm.comp", ""),
     ("softmax", "softmax.comp", ""),
     ("rope", "rope.comp", ""),

@@ -29,10 +29,34 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::{Error, Result};
 
-/// The hyperparameters of a Llama-architecture network (pre-RMSNorm, RoPE, grouped-query
-/// attention, SiLU-gated MLP). Head dimension is `n_embd / n_head`.
+/// The architectures a synthetic file can have: each is the Llama block (pre-RMSNorm, RoPE,
+/// grouped-query attention, SiLU-gated MLP) with its family's atoms, written with the
+/// metadata keys and tensor names of llama.cpp's converter for that family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    /// Biases on the q, k and v projections.
+    Qwen2,
+    /// An RMSNorm over each query and key head before RoPE.
+    Qwen3,
+}
+
+impl Family {
+    /// `general.architecture`.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// The hyperparameters of a network of one [`Family`]. Head dimension is `key_length`, or
+/// `n_embd / n_head` without one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shape {
+    pub family: Family,
     pub n_layer: usize,
     pub n_embd: usize,
     pub n_ff: usize,
@@ -44,6 +68,8 @@ pub struct Shape {
     pub norm_eps: f32,
     /// The output head is the token embedding (no `output.weight`).
     pub tied_embeddings: bool,
+    /// A head width other than `n_embd / n_head` (`{arch}.attention.key_length`; Qwen3).
+    pub key_length: Option<usize>,
 }
 
 /// A named shape of a published model.
@@ -65,6 +91,7 @@ pub const PRESETS: &[Preset] = &[
         size: "135M",
         model: "SmolLM2-135M",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 30,
             n_embd: 576,
             n_ff: 1536,
@@ -75,6 +102,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 100_000.0,
             norm_eps: 1e-5,
             tied_embeddings: true,
+            key_length: None,
         },
     },
     Preset {
@@ -82,6 +110,7 @@ pub const PRESETS: &[Preset] = &[
         size: "1B",
         model: "Llama 3.2 1B",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 16,
             n_embd: 2048,
             n_ff: 8192,
@@ -92,6 +121,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 500_000.0,
             norm_eps: 1e-5,
             tied_embeddings: true,
+            key_length: None,
         },
     },
     Preset {
@@ -99,6 +129,7 @@ pub const PRESETS: &[Preset] = &[
         size: "3B",
         model: "Llama 3.2 3B",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 28,
             n_embd: 3072,
             n_ff: 8192,
@@ -109,6 +140,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 500_000.0,
             norm_eps: 1e-5,
             tied_embeddings: true,
+            key_length: None,
         },
     },
     Preset {
@@ -116,6 +148,7 @@ pub const PRESETS: &[Preset] = &[
         size: "7B",
         model: "Llama 2 7B",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 32,
             n_embd: 4096,
             n_ff: 11008,
@@ -126,6 +159,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 10_000.0,
             norm_eps: 1e-5,
             tied_embeddings: false,
+            key_length: None,
         },
     },
     Preset {
@@ -133,6 +167,7 @@ pub const PRESETS: &[Preset] = &[
         size: "8B",
         model: "Llama 3 8B",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 32,
             n_embd: 4096,
             n_ff: 14336,
@@ -143,6 +178,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 500_000.0,
             norm_eps: 1e-5,
             tied_embeddings: false,
+            key_length: None,
         },
     },
     Preset {
@@ -150,6 +186,7 @@ pub const PRESETS: &[Preset] = &[
         size: "13B",
         model: "Llama 2 13B",
         shape: Shape {
+            family: Family::Llama,
             n_layer: 40,
             n_embd: 5120,
             n_ff: 13824,
@@ -160,6 +197,7 @@ pub const PRESETS: &[Preset] = &[
             rope_base: 10_000.0,
             norm_eps: 1e-5,
             tied_embeddings: false,
+            key_length: None,
         },
     },
 ];
@@ -188,7 +226,7 @@ impl Preset {
 
 impl Shape {
     pub fn head_dim(&self) -> usize {
-        self.n_embd / self.n_head
+        self.key_length.unwrap_or(self.n_embd / self.n_head)
     }
 
     /// Weights in the network, counted as `ModelConfig::n_params` counts them.
@@ -233,11 +271,17 @@ impl Shape {
                 self.n_vocab
             ));
         }
-        if self.n_embd % self.n_head != 0 || self.head_dim() % 2 != 0 {
-            return bad(format!(
-                "{} heads do not split n_embd {} into even head dimensions",
-                self.n_head, self.n_embd
-            ));
+        match self.key_length {
+            Some(d) if d == 0 || d % 2 != 0 => {
+                return bad(format!("head width {d} is not a positive even number"))
+            }
+            None if self.n_embd % self.n_head != 0 || self.head_dim() % 2 != 0 => {
+                return bad(format!(
+                    "{} heads do not split n_embd {} into even head dimensions",
+                    self.n_head, self.n_embd
+                ))
+            }
+            _ => {}
         }
         if self.n_head % self.n_head_kv != 0 {
             return bad(format!(
@@ -252,10 +296,11 @@ impl Shape {
             return bad(format!("norm epsilon {} is not positive", self.norm_eps));
         }
         let block = format.block_size();
-        if self.n_embd % block != 0 || self.n_ff % block != 0 {
+        let q_dim = self.n_head * self.head_dim();
+        if self.n_embd % block != 0 || self.n_ff % block != 0 || q_dim % block != 0 {
             return bad(format!(
-                "{format} packs rows in blocks of {block} values: n_embd {} and n_ff {} must \
-                 be multiples of {block}",
+                "{format} packs rows in blocks of {block} values: n_embd {}, n_ff {} and the \
+                 query width {q_dim} must be multiples of {block}",
                 self.n_embd, self.n_ff
             ));
         }
@@ -367,22 +412,29 @@ impl Shape {
 
     fn write_metadata(&self, w: &mut GgufWriter<'_>, name: &str, format: Format) {
         let u32_of = |n: usize| MetaValue::U32(n as u32); // check() bounded every count
+        let arch = self.family.architecture();
         let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
-        set("general.architecture", MetaValue::String("llama".into()));
-        set("general.name", MetaValue::String(name.into()));
-        set("llama.block_count", u32_of(self.n_layer));
-        set("llama.context_length", u32_of(self.n_ctx_train));
-        set("llama.embedding_length", u32_of(self.n_embd));
-        set("llama.feed_forward_length", u32_of(self.n_ff));
-        set("llama.attention.head_count", u32_of(self.n_head));
-        set("llama.attention.head_count_kv", u32_of(self.n_head_kv));
-        set(
-            "llama.attention.layer_norm_rms_epsilon",
+        let mut set_arch = |key: &str, value: MetaValue| set(&format!("{arch}.{key}"), value);
+        set_arch("block_count", u32_of(self.n_layer));
+        set_arch("context_length", u32_of(self.n_ctx_train));
+        set_arch("embedding_length", u32_of(self.n_embd));
+        set_arch("feed_forward_length", u32_of(self.n_ff));
+        set_arch("attention.head_count", u32_of(self.n_head));
+        set_arch("attention.head_count_kv", u32_of(self.n_head_kv));
+        if let Some(d) = self.key_length {
+            set_arch("attention.key_length", u32_of(d));
+            set_arch("attention.value_length", u32_of(d));
+        }
+        set_arch(
+            "attention.layer_norm_rms_epsilon",
             MetaValue::F32(self.norm_eps),
         );
-        set("llama.rope.freq_base", MetaValue::F32(self.rope_base));
-        set("llama.rope.dimension_count", u32_of(self.head_dim()));
-        set("llama.vocab_size", u32_of(self.n_vocab));
+        set_arch("rope.freq_base", MetaValue::F32(self.rope_base));
+        set_arch("rope.dimension_count", u32_of(self.head_dim()));
+        set_arch("vocab_size", u32_of(self.n_vocab));
+        let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
+        set("general.architecture", MetaValue::String(arch.into()));
+        set("general.name", MetaValue::String(name.into()));
         if format.is_private() {
             set(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
         }
@@ -408,15 +460,46 @@ impl Shape {
             self.n_head * self.head_dim(),
             self.n_head_kv * self.head_dim(),
         );
-        let plan = |name: String, n_in, n_out| TensorPlan { name, n_in, n_out };
+        let hd = self.head_dim();
+        let plan = |name: String, n_in, n_out| TensorPlan {
+            name,
+            n_in,
+            n_out,
+            kind: if n_out == 1 {
+                Values::Gain
+            } else {
+                Values::Matrix
+            },
+        };
+        let varied = |name: String, n_in, kind| TensorPlan {
+            name,
+            n_in,
+            n_out: 1,
+            kind,
+        };
         let mut t = vec![plan("token_embd.weight".into(), e, v)];
         for l in 0..self.n_layer {
             let blk = |what: &str| format!("blk.{l}.{what}.weight");
+            let bias = |what: &str| format!("blk.{l}.{what}.bias");
             t.extend([
                 plan(blk("attn_norm"), e, 1),
                 plan(blk("attn_q"), e, q),
                 plan(blk("attn_k"), e, kv),
                 plan(blk("attn_v"), e, kv),
+            ]);
+            match self.family {
+                Family::Llama => {}
+                Family::Qwen2 => t.extend([
+                    varied(bias("attn_q"), q, Values::Bias),
+                    varied(bias("attn_k"), kv, Values::Bias),
+                    varied(bias("attn_v"), kv, Values::Bias),
+                ]),
+                Family::Qwen3 => t.extend([
+                    varied(blk("attn_q_norm"), hd, Values::HeadGain),
+                    varied(blk("attn_k_norm"), hd, Values::HeadGain),
+                ]),
+            }
+            t.extend([
                 plan(blk("attn_output"), q, e),
                 plan(blk("ffn_norm"), e, 1),
                 plan(blk("ffn_gate"), e, ff),
@@ -437,6 +520,19 @@ struct TensorPlan {
     name: String,
     n_in: usize,
     n_out: usize,
+    kind: Values,
+}
+
+/// What a tensor holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Values {
+    Matrix,
+    /// A norm gain over the model's width: ones.
+    Gain,
+    /// A projection's bias: uniform in ±0.5 with a seed, else zeros.
+    Bias,
+    /// A per-head norm gain: uniform in 0.5..1.5 with a seed, else ones.
+    HeadGain,
 }
 
 impl TensorPlan {
@@ -453,6 +549,20 @@ impl TensorPlan {
     /// ±1/sqrt(n_in) (the scale of trained weights), quantized once and repeated, or with a
     /// seed every row drawn afresh.
     fn data(&self, format: Format, seed: Option<u64>) -> std::result::Result<Vec<u8>, String> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed.unwrap_or(0));
+        let vector: Option<Vec<f32>> = match (self.kind, seed) {
+            (Values::Bias, Some(_)) => {
+                Some((0..self.n_in).map(|_| rng.gen_range(-0.5..=0.5)).collect())
+            }
+            (Values::Bias, None) => Some(vec![0.0; self.n_in]),
+            (Values::HeadGain, Some(_)) => {
+                Some((0..self.n_in).map(|_| rng.gen_range(0.5..=1.5)).collect())
+            }
+            _ => None,
+        };
+        if let Some(values) = vector {
+            return Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect());
+        }
         if let (Some(seed), true) = (seed, self.n_out > 1) {
             let scale = 1.0 / (self.n_in as f32).sqrt();
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -21,12 +21,13 @@ use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
 use hearth_runtime::session::{FinishReason, GenerateParams};
-use hearth_runtime::synthetic::Shape;
+use hearth_runtime::synthetic::{Family, Shape};
 use hearth_runtime::vk::{Device, DeviceDesc};
 use hearth_runtime::Error;
 
 /// 2 layers, width 64, 4 query heads sharing 2 KV heads of 16 dimensions.
 const TINY: Shape = Shape {
+    family: Family::Llama,
     n_layer: 2,
     n_embd: 64,
     n_ff: 128,
@@ -37,6 +38,7 @@ const TINY: Shape = Shape {
     rope_base: 10_000.0,
     norm_eps: 1e-5,
     tied_embeddings: false,
+    key_length: None,
 };
 
 fn have_device() -> bool {

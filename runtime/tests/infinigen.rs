@@ -19,12 +19,13 @@ use hearth_runtime::kv::policy::KvPolicyChoice;
 use hearth_runtime::kv::policy::KvPolicyKind::{H2o, Infinigen};
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::model::{Backend, KvBudget, Logits, SeqStep, VkModel, VkModelOptions};
-use hearth_runtime::synthetic::Shape;
+use hearth_runtime::synthetic::{Family, Shape};
 use hearth_runtime::vk::{Device, DeviceDesc};
 use rand::{Rng, SeedableRng};
 
 /// 4 layers, 6 query heads sharing 2 KV heads of 32 dimensions.
 const SMALL: Shape = Shape {
+    family: Family::Llama,
     n_layer: 4,
     n_embd: 192,
     n_ff: 256,
@@ -35,6 +36,7 @@ const SMALL: Shape = Shape {
     rope_base: 10_000.0,
     norm_eps: 1e-5,
     tied_embeddings: false,
+    key_length: None,
 };
 
 fn model(n_ctx: usize) -> CpuModel {

@@ -8,11 +8,12 @@
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::Logits;
-use hearth_runtime::synthetic::Shape;
+use hearth_runtime::synthetic::{Family, Shape};
 use hearth_runtime::vk::{Device, DeviceDesc, DeviceKind};
 
 /// 2 layers, width 128 (four Q4 blocks per row), 4 query heads sharing 2 key/value heads.
 const SMALL: Shape = Shape {
+    family: Family::Llama,
     n_layer: 2,
     n_embd: 128,
     n_ff: 256,
@@ -23,6 +24,7 @@ const SMALL: Shape = Shape {
     rope_base: 10_000.0,
     norm_eps: 1e-5,
     tied_embeddings: true,
+    key_length: None,
 };
 
 fn logits(backend: BackendKind, prompt: &[u32]) -> Vec<f32> {

@@ -10,12 +10,13 @@ use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::{Logits, ModelConfig};
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams};
-use hearth_runtime::synthetic::{self, Shape, PRESETS};
+use hearth_runtime::synthetic::{self, Family, Shape, PRESETS};
 use hearth_runtime::vk::{Device, DeviceDesc};
 
 /// A model small enough to run anywhere: 2 layers, width 64, 4 query heads sharing 2
 /// key/value heads of 16 dimensions, 256 tokens.
 const TINY: Shape = Shape {
+    family: Family::Llama,
     n_layer: 2,
     n_embd: 64,
     n_ff: 128,
@@ -26,6 +27,7 @@ const TINY: Shape = Shape {
     rope_base: 10_000.0,
     norm_eps: 1e-5,
     tied_embeddings: false,
+    key_length: None,
 };
 
 /// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into

@@ -51,6 +51,31 @@ pub fn model(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// The conformance models `scripts/conformance/build` makes: `$HEARTH_CONFORMANCE`, else
+/// `~/.cache/hearth/conformance/models`.
+pub fn conformance_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEARTH_CONFORMANCE") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+        .join(".cache/hearth/conformance/models")
+}
+
+/// The directory of conformance family `name` (model.gguf, reference.json, reference.f32),
+/// or `None` after recording a skip when it is missing; in CI a missing one fails the test.
+#[track_caller]
+pub fn conformance_model(name: &str) -> Option<PathBuf> {
+    let dir = conformance_dir().join(name);
+    if dir.join("stamp").is_file() {
+        return Some(dir);
+    }
+    skip(format_args!(
+        "{} is missing (run scripts/conformance/build)",
+        dir.display()
+    ));
+    None
+}
+
 /// The value of `result`, or `None` after recording a skip naming `what` and the error (for a
 /// device that cannot be opened); in CI an error fails the test.
 #[track_caller]

@@ -18,7 +18,11 @@ pub use resolved::{
 use crate::error::{Error, Result};
 
 /// The specs shipped with Hearth: (file name, TOML text).
-const SHIPPED: &[(&str, &str)] = &[("llama.toml", include_str!("../../specs/llama.toml"))];
+const SHIPPED: &[(&str, &str)] = &[
+    ("llama.toml", include_str!("../../specs/llama.toml")),
+    ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
+    ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
+];
 
 /// Placeholder for the layer index in per-layer tensor names.
 pub const LAYER_PLACEHOLDER: &str = "{layer}";
@@ -121,6 +125,10 @@ pub struct AttentionSpec {
     /// Bias on the output projection.
     #[serde(default)]
     pub output_bias: bool,
+    /// A norm over each query and key head before RoPE, with gains `attn_q_norm` and
+    /// `attn_k_norm` of one head's width (Qwen3, Gemma 3).
+    #[serde(default)]
+    pub qk_norm: Option<NormKind>,
     /// Causal mask (decoders) or full attention (encoders).
     pub causal: bool,
 }
@@ -175,6 +183,9 @@ pub struct LayerTensorNames {
     pub attn_k: Option<String>,
     pub attn_v: Option<String>,
     pub attn_qkv: Option<String>,
+    /// Per-head query and key norm gains, for `attention.qk_norm`.
+    pub attn_q_norm: Option<String>,
+    pub attn_k_norm: Option<String>,
     pub attn_output: String,
     pub ffn_norm: String,
     pub ffn_gate: Option<String>,
@@ -222,6 +233,8 @@ impl ModelSpec {
             ("attn_k", l.attn_k.as_ref()),
             ("attn_v", l.attn_v.as_ref()),
             ("attn_qkv", l.attn_qkv.as_ref()),
+            ("attn_q_norm", l.attn_q_norm.as_ref()),
+            ("attn_k_norm", l.attn_k_norm.as_ref()),
             ("attn_output", Some(&l.attn_output)),
             ("ffn_norm", Some(&l.ffn_norm)),
             ("ffn_gate", l.ffn_gate.as_ref()),
@@ -247,6 +260,10 @@ impl ModelSpec {
                 return bad("fused q/k/v needs tensors.layer.attn_qkv".into())
             }
             _ => {}
+        }
+        if self.attention.qk_norm.is_some() && (l.attn_q_norm.is_none() || l.attn_k_norm.is_none())
+        {
+            return bad("attention.qk_norm needs tensors.layer.attn_q_norm and attn_k_norm".into());
         }
         if self.mlp.kind == MlpKind::Gated && l.ffn_gate.is_none() {
             return bad("a gated MLP needs tensors.layer.ffn_gate".into());
@@ -410,6 +427,14 @@ mod tests {
                 "window",
             ),
             (llama.replace("kind = \"rms\"", "kind = \"layer\""), ""),
+            (
+                llama.replace("causal = true", "causal = true\nqk_norm = \"rms\""),
+                "attn_q_norm",
+            ),
+            (
+                llama.replace("causal = true", "causal = true\nqk_norm = \"l2\""),
+                "l2",
+            ),
         ];
         for (text, fragment) in cases {
             match ModelSpec::from_toml("test.toml", &text) {

@@ -89,6 +89,9 @@ pub enum QkvTensors {
 pub struct LayerTensors {
     pub attn_norm: NormTensors,
     pub qkv: QkvTensors,
+    /// Per-head query and key norms ([head_dim] each), for `attention.qk_norm`.
+    pub q_norm: Option<NormTensors>,
+    pub k_norm: Option<NormTensors>,
     pub attn_output: Linear,
     pub ffn_norm: NormTensors,
     /// Present for gated MLPs.
@@ -328,7 +331,7 @@ impl ModelSpec {
             }
             _ => None,
         };
-        let output_norm = c.norm(&names.output_norm, e, layer_norm)?;
+        let output_norm = c.norm(&names.output_norm, e, layer_norm, "n_embd")?;
         let rope_freqs = match (hp.rope, &names.rope_freqs) {
             (Some(r), Some(n)) if c.file.tensor(n).is_some() => {
                 Some(c.require(n, &[r.dims as u64 / 2], "rope dimensions / 2")?)
@@ -374,15 +377,30 @@ impl ModelSpec {
                     QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
                 }
             };
+            let hd = hp.head_dim as u64;
+            let head_norm =
+                |c: &mut Checker<'_>, pattern: &Option<String>| match self.attention.qk_norm {
+                    Some(kind) => Ok(Some(c.norm(
+                        &named(pattern)?,
+                        hd,
+                        kind == NormKind::Layer,
+                        "head_dim",
+                    )?)),
+                    None => Ok(None),
+                };
+            let q_norm = head_norm(c, &l.attn_q_norm)?;
+            let k_norm = head_norm(c, &l.attn_k_norm)?;
             let ffn_gate = match self.mlp.kind {
                 MlpKind::Gated => Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?),
                 MlpKind::Plain => None,
             };
             layers.push(LayerTensors {
-                attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm)?,
+                attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm, "n_embd")?,
                 qkv,
+                q_norm,
+                k_norm,
                 attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
-                ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm)?,
+                ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
                 ffn_gate,
                 ffn_up: c.linear(&name(&l.ffn_up), e, ff, mlp_bias)?,
                 ffn_down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
@@ -490,10 +508,17 @@ impl Checker<'_> {
         Ok(Linear { weight, bias })
     }
 
-    fn norm(&mut self, weight: &str, n: u64, with_bias: bool) -> Result<NormTensors> {
-        let weight = self.require(weight, &[n], "n_embd")?;
+    /// A norm's [n] gain and, if `with_bias`, its shift; `meaning` names n in errors.
+    fn norm(
+        &mut self,
+        weight: &str,
+        n: u64,
+        with_bias: bool,
+        meaning: &str,
+    ) -> Result<NormTensors> {
+        let weight = self.require(weight, &[n], meaning)?;
         let bias = if with_bias {
-            Some(self.require(&bias_name(&weight), &[n], "n_embd")?)
+            Some(self.require(&bias_name(&weight), &[n], meaning)?)
         } else {
             None
         };

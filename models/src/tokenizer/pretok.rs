@@ -15,8 +15,24 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 /// newlines kept apart from other whitespace.
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|(\s+)";
 
+/// Qwen2's pattern (Qwen2.5, Qwen3): Llama 3's with every digit a word of its own.
+const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|(\s+)";
+
 /// `tokenizer.ggml.pre` values this module implements.
-pub(crate) const SUPPORTED: &[&str] = &["default", "gpt-2", "smollm", "llama3", "llama-bpe"];
+pub(crate) const SUPPORTED: &[&str] = &[
+    "default",
+    "gpt-2",
+    "smollm",
+    "llama3",
+    "llama-bpe",
+    "llama-v3",
+    "smaug-bpe",
+    "dbrx",
+    "falcon3",
+    "pixtral",
+    "qwen2",
+    "deepseek-r1-qwen",
+];
 
 pub(crate) struct PreTokenizer {
     /// Split every numeric character into its own word first (Hugging Face's
@@ -33,7 +49,12 @@ impl PreTokenizer {
             "default" | "gpt-2" | "gpt2" => (false, GPT2),
             // SmolLM's tokenizer.json: Digits(individual_digits) then ByteLevel (GPT-2 regex).
             "smollm" => (true, GPT2),
-            "llama3" | "llama-bpe" => (false, LLAMA3),
+            // The names llama.cpp gives Llama 3's pattern (its converter tells tokenizers apart
+            // by a hash of their output, so Llama 3 derivatives get names of their own).
+            "llama3" | "llama-bpe" | "llama-v3" | "smaug-bpe" | "dbrx" | "falcon3" | "pixtral" => {
+                (false, LLAMA3)
+            }
+            "qwen2" | "deepseek-r1-qwen" => (false, QWEN2),
             _ => return None,
         };
         Some(PreTokenizer {

@@ -214,6 +214,13 @@ impl Backend for CpuModel {
                 a.layers[l].qkv.add(&xn, e);
             }
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
+            ops::qkv_adjust(
+                &mut qkv,
+                w.qkv_adjust(c.norm_eps),
+                c.n_head,
+                c.n_head_kv,
+                c.head_dim,
+            );
             self.rope_append(l, &mut qkv, pos0);
             let w = &self.layers[l];
             let att = self.policy.attention(&LayerAt {

@@ -14,6 +14,45 @@ pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// What happens to the q/k/v projection's output before RoPE, where a model has it: its
+/// biases added (Qwen2), then an RMSNorm over each query head and each key head with gains of
+/// one head's width (Qwen3).
+#[derive(Clone, Copy, Debug)]
+pub struct QkvAdjust<'a> {
+    /// [qkv_dim]
+    pub bias: Option<&'a [f32]>,
+    /// ([head_dim] query gains, [head_dim] key gains, epsilon)
+    pub qk_norm: Option<(&'a [f32], &'a [f32], f32)>,
+}
+
+/// Applies `adjust` in place to `qkv`, rows of [n_head query heads | n_head_kv key heads |
+/// n_head_kv value heads] of `head_dim` values.
+pub fn qkv_adjust(
+    qkv: &mut [f32],
+    adjust: QkvAdjust,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+) {
+    let qkv_dim = (n_head + 2 * n_head_kv) * head_dim;
+    for row in qkv.chunks_mut(qkv_dim) {
+        if let Some(bias) = adjust.bias {
+            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+        }
+        if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
+            for (h, head) in row
+                .chunks_mut(head_dim)
+                .take(n_head + n_head_kv)
+                .enumerate()
+            {
+                let gain = if h < n_head { q_gain } else { k_gain };
+                let normed = rmsnorm(head, gain, head_dim, eps);
+                head.copy_from_slice(&normed);
+            }
+        }
+    }
+}
+
 /// LayerNorm of each row of `x` ([rows, n]) with gain `w` and bias `b` ([n]).
 pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], n: usize, eps: f32) -> Vec<f32> {
     x.chunks(n)

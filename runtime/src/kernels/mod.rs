@@ -12,6 +12,7 @@ pub mod infinigen;
 mod matmul;
 mod matvec;
 mod norm;
+mod qkv_adjust;
 mod rope;
 mod softmax;
 
@@ -25,6 +26,7 @@ pub use embed::{Embed, EmbedArgs};
 pub use matmul::{Matmul, MatmulArgs};
 pub use matvec::{Matvec, MatvecArgs};
 pub use norm::{LayerNorm, NormShape, RmsNorm};
+pub use qkv_adjust::{QkvAdjust, QkvAdjustArgs, QkvHeads};
 pub use rope::{Rope, RopeShape};
 pub use softmax::Softmax;
 

@@ -74,8 +74,9 @@ impl ModelConfig {
     }
 
     /// Checks the spec's atoms against what this runtime executes: a pre-norm decoder with
-    /// RMSNorm, RoPE or no position embedding, causal attention without biases and a SiLU-gated
-    /// MLP. Anything else is a clear error naming the atom.
+    /// RMSNorm, RoPE or no position embedding, causal attention (q/k/v biases and a per-head
+    /// query/key RMSNorm allowed, no output bias) and a SiLU-gated MLP. Anything else is a
+    /// clear error naming the atom.
     pub fn from_resolved(file: &GgufFile, model: &ResolvedModel) -> Result<Self> {
         let path = file.path();
         let spec = &model.spec;
@@ -103,9 +104,15 @@ impl ModelConfig {
                 if spec.mlp.bias { " and bias" } else { "" }
             )));
         }
-        if spec.attention.bias || spec.attention.output_bias || !spec.attention.causal {
+        let a = &spec.attention;
+        if a.output_bias || !a.causal {
             return Err(unsupported(
-                "attention with biases or without a causal mask".to_string(),
+                "attention with an output bias or without a causal mask".to_string(),
+            ));
+        }
+        if a.qk_norm.is_some_and(|k| k != NormKind::Rms) {
+            return Err(unsupported(
+                "a query/key norm other than RMSNorm".to_string(),
             ));
         }
         let h = &model.hparams;

@@ -10,6 +10,12 @@ pub struct Layer<M, V> {
     pub attn_norm: V,
     /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows.
     pub wqkv: M,
+    /// [qkv_dim]: the q, k and v projections' biases, where the model has them (Qwen2).
+    pub qkv_bias: Option<V>,
+    /// [head_dim] each: RMSNorm gains over every query head and every key head, applied
+    /// before RoPE, where the model has them (Qwen3).
+    pub q_norm: Option<V>,
+    pub k_norm: Option<V>,
     /// [n_embd, n_head * head_dim]
     pub wo: M,
     /// [n_embd]
@@ -18,6 +24,20 @@ pub struct Layer<M, V> {
     pub w_gate_up: M,
     /// [n_embd, n_ff]
     pub w_down: M,
+}
+
+impl<M> Layer<M, Vec<f32>> {
+    /// The block's bias and query/key norm on the q/k/v projection's output, as the CPU
+    /// reference applies them (`eps` is the model's norm epsilon).
+    pub fn qkv_adjust(&self, eps: f32) -> crate::cpu::ops::QkvAdjust<'_> {
+        crate::cpu::ops::QkvAdjust {
+            bias: self.qkv_bias.as_deref(),
+            qk_norm: match (&self.q_norm, &self.k_norm) {
+                (Some(q), Some(k)) => Some((q.as_slice(), k.as_slice(), eps)),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// A block's weights as the file holds them, matrices packed in their formats (a fused
@@ -35,6 +55,12 @@ impl<M, V> Layer<M, V> {
         Ok(Layer {
             attn_norm: vector("attn_norm", self.attn_norm)?,
             wqkv: matrix("attn_qkv", self.wqkv)?,
+            qkv_bias: self
+                .qkv_bias
+                .map(|v| vector("attn_qkv_bias", v))
+                .transpose()?,
+            q_norm: self.q_norm.map(|v| vector("attn_q_norm", v)).transpose()?,
+            k_norm: self.k_norm.map(|v| vector("attn_k_norm", v)).transpose()?,
             wo: matrix("attn_output", self.wo)?,
             ffn_norm: vector("ffn_norm", self.ffn_norm)?,
             w_gate_up: matrix("ffn_gate_up", self.w_gate_up)?,

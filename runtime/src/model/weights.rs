@@ -5,7 +5,7 @@
 //! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
 //! computes with exactly the values the Vulkan kernels see.
 
-use hearth_models::spec::{LayerTensors, QkvTensors};
+use hearth_models::spec::{LayerTensors, NormTensors, QkvTensors};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
@@ -172,6 +172,28 @@ impl<'a> WeightReader<'a> {
             ]),
             QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?.into(),
         };
+        // q, k and v biases as one [qkv_dim] vector, in the rows' order.
+        let qkv_bias = match &t.qkv {
+            QkvTensors::Separate { q, k, v } => match (&q.bias, &k.bias, &v.bias) {
+                (Some(qb), Some(kb), Some(vb)) => {
+                    let mut bias = self.vector(qb, 1, c.attn_dim())?;
+                    bias.extend(self.vector(kb, 1, kv)?);
+                    bias.extend(self.vector(vb, 1, kv)?);
+                    Some(bias)
+                }
+                _ => None,
+            },
+            QkvTensors::Fused(qkv) => match &qkv.bias {
+                Some(b) => Some(self.vector(b, 1, c.qkv_dim())?),
+                None => None,
+            },
+        };
+        let mut head_norm = |n: &Option<NormTensors>| match n {
+            Some(n) => self.vector(&n.weight, 1, c.head_dim).map(Some),
+            None => Ok(None),
+        };
+        let q_norm = head_norm(&t.q_norm)?;
+        let k_norm = head_norm(&t.k_norm)?;
         let Some(gate) = &t.ffn_gate else {
             return Err(Error::Unsupported {
                 path: self.file.path().to_path_buf(),
@@ -185,6 +207,9 @@ impl<'a> WeightReader<'a> {
         Ok(LayerWeights {
             attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
             wqkv,
+            qkv_bias,
+            q_norm,
+            k_norm,
             wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?.into(),
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             w_gate_up,
@@ -216,8 +241,19 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
         &l.ffn_down.weight,
     ];
     match &l.qkv {
-        QkvTensors::Separate { q, k, v } => names.extend([&*q.weight, &k.weight, &v.weight]),
-        QkvTensors::Fused(qkv) => names.push(&qkv.weight),
+        QkvTensors::Separate { q, k, v } => {
+            for p in [q, k, v] {
+                names.push(&p.weight);
+                names.extend(p.bias.as_deref());
+            }
+        }
+        QkvTensors::Fused(qkv) => {
+            names.push(&qkv.weight);
+            names.extend(qkv.bias.as_deref());
+        }
+    }
+    for n in [&l.q_norm, &l.k_norm].into_iter().flatten() {
+        names.push(&n.weight);
     }
     if let Some(g) = &l.ffn_gate {
         names.push(&g.weight);

@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 use super::DeviceMatrix;
 use crate::error::Result;
 use crate::kernels::{
-    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, RmsNorm,
-    RopeKv, SwiGlu, WeightFormat,
+    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, QkvAdjust,
+    RmsNorm, RopeKv, SwiGlu, WeightFormat,
 };
 use crate::kv::KvType;
 use crate::model::ModelConfig;
@@ -83,6 +83,7 @@ pub(super) struct Kernels {
     /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
     pub(super) matvec_prefill: bool,
     pub(super) rmsnorm: RmsNorm,
+    pub(super) qkv_adjust: QkvAdjust,
     pub(super) swiglu: SwiGlu,
     pub(super) rope_kv: RopeKv,
     pub(super) attn_decode: AttnDecode,
@@ -99,6 +100,7 @@ impl Kernels {
             formats: HashMap::new(),
             matvec_prefill: device.info().kind == DeviceKind::Cpu,
             rmsnorm: RmsNorm::new(device)?,
+            qkv_adjust: QkvAdjust::new(device)?,
             swiglu: SwiGlu::new(device)?,
             rope_kv: RopeKv::new(device, kv_type)?,
             attn_decode: AttnDecode::new(device, hd, group, kv_type)?,

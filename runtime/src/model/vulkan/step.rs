@@ -10,7 +10,8 @@ use super::{SeqStep, VkModel};
 use crate::cpu::forward::check_step;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, RopeTable, StepToken,
+    EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads, RopeTable,
+    StepToken,
 };
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::Logits;
@@ -235,7 +236,8 @@ impl VkModel {
         beside.finish(rec)
     }
 
-    /// The layer's norm and QKV projection, x into qkv.
+    /// The layer's norm and QKV projection, x into qkv, with the q/k/v biases and the
+    /// per-head query/key norm where the model has them.
     fn record_qkv<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
         let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
         let t = at.plan.steps.len() as u32;
@@ -257,6 +259,23 @@ impl VkModel {
                 cols: OutputCols::default(),
             };
             k.matmul(rec, &w.wqkv, args)?;
+        }
+        let qk_norm = match (&w.q_norm, &w.k_norm) {
+            (Some(q), Some(k)) => Some((q, k, eps)),
+            _ => None,
+        };
+        if w.qkv_bias.is_some() || qk_norm.is_some() {
+            let heads = QkvHeads {
+                tokens: t,
+                n_head: c.n_head as u32,
+                n_head_kv: c.n_head_kv as u32,
+                head_dim: c.head_dim as u32,
+            };
+            let args = QkvAdjustArgs {
+                bias: w.qkv_bias.as_ref(),
+                qk_norm,
+            };
+            k.qkv_adjust.record(rec, &s.qkv, heads, args)?;
         }
         Ok(())
     }

@@ -1,0 +1,141 @@
+//! Each model family against Hugging Face transformers. `scripts/conformance/build` makes, per
+//! family, a small random-weight model from that family's config with transformers, converts it
+//! to GGUF with llama.cpp's own converter (so tensor names and metadata are those of real GGUF
+//! files), and records transformers' f32 logits at every position of a fixed token sequence:
+//! a 64-token prompt and 16 more tokens. Hearth runs the prompt as one step and the rest as 16
+//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference, and must match
+//! at every position: the largest absolute difference of the logits and the largest KL
+//! divergence of the next-token distributions are printed and bounded.
+//!
+//! The same tokenizer that transformers uses (built from llama.cpp's vocabulary file for the
+//! family) gives the ids of a few texts; Hearth's tokenizer, built from the GGUF file, must give
+//! the same ids.
+
+use std::path::Path;
+
+use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
+use hearth_runtime::kv::KvType;
+use hearth_runtime::model::Logits;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    tokens: Vec<u32>,
+    prompt: usize,
+    decode: usize,
+    n_vocab: usize,
+    tokenized: Vec<Tokenized>,
+}
+
+#[derive(Deserialize)]
+struct Tokenized {
+    text: String,
+    ids: Vec<u32>,
+}
+
+/// Both bounds hold at every position. The models compute in f32 on both sides, from the same
+/// f32 weights: only the order of operations differs.
+const MAX_ABS: f32 = 1e-5;
+const MAX_KL: f64 = 1e-10;
+
+/// KL(p || q) of the softmax distributions of two logit rows, in nats.
+fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |l: &[f32]| -> Vec<f64> {
+        let max = l.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+        let sum: f64 = l.iter().map(|&v| (v as f64 - max).exp()).sum();
+        l.iter().map(|&v| v as f64 - max - sum.ln()).collect()
+    };
+    let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
+    lp.iter()
+        .zip(&lq)
+        .map(|(a, b)| a.exp() * (a - b))
+        .sum::<f64>()
+        .max(0.0)
+}
+
+fn check_family(name: &str) {
+    let Some(dir) = hearth_testkit::conformance_model(name) else {
+        return;
+    };
+    let reference: Reference =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let bytes = std::fs::read(dir.join("reference.f32")).unwrap();
+    let want: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let (n, v) = (reference.tokens.len(), reference.n_vocab);
+    assert_eq!(n, reference.prompt + reference.decode);
+    assert_eq!(want.len(), n * v, "{name}: reference.f32 size");
+
+    for backend in [BackendKind::Vulkan, BackendKind::Cpu] {
+        // The KV cache in f32, as transformers keeps it.
+        let options = EngineOptions {
+            backend,
+            n_ctx: Some(128),
+            kv_type: KvType::F32,
+            ..EngineOptions::default()
+        };
+        let Some(mut engine) = hearth_testkit::or_skip(
+            Engine::load(Path::new(&dir.join("model.gguf")), &options, &mut |_| true),
+            "Vulkan device",
+        ) else {
+            return;
+        };
+        assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
+        if backend == BackendKind::Vulkan {
+            for t in &reference.tokenized {
+                let opts = hearth_models::EncodeOptions {
+                    add_special: false,
+                    parse_special: false,
+                };
+                let ids = engine.tokenizer().encode_with(&t.text, opts);
+                assert_eq!(ids, t.ids, "{name}: tokens of {:?}", t.text);
+            }
+        }
+        let model = engine.session_mut().fresh_backend();
+        let (prompt, rest) = reference.tokens.split_at(reference.prompt);
+        let mut got = model.forward(prompt, Logits::All).unwrap();
+        for &token in rest {
+            got.extend(model.forward(&[token], Logits::Last).unwrap());
+        }
+        assert_eq!(got.len(), n * v);
+
+        let mut worst_abs = 0f32;
+        let mut worst_kl = 0f64;
+        for (pos, (g, w)) in got.chunks(v).zip(want.chunks(v)).enumerate() {
+            let abs = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let kl = kl(w, g);
+            worst_abs = worst_abs.max(abs);
+            worst_kl = worst_kl.max(kl);
+            assert!(
+                abs <= MAX_ABS && kl <= MAX_KL,
+                "{name} on {backend:?}, position {pos}: max |diff| {abs:.2e}, KL {kl:.2e}"
+            );
+        }
+        let scale = want.iter().fold(0f32, |a, &b| a.max(b.abs()));
+        eprintln!(
+            "conformance {name:8} {backend:?}: {n} positions, max |diff| {worst_abs:.2e} \
+             (logits up to {scale:.2}), max KL {worst_kl:.2e}"
+        );
+    }
+}
+
+#[test]
+fn llama3_matches_transformers() {
+    check_family("llama3");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_family("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check_family("qwen3");
+}

@@ -1,0 +1,123 @@
+"""Builds each conformance family: a random-weight model from its config by transformers,
+saved as safetensors with a tokenizer, converted to GGUF by llama.cpp's convert_hf_to_gguf.py,
+and the reference logits transformers computes (f32, eager attention) for a fixed token
+sequence. Writes, per family, into OUT/<family>/:
+
+    hf/               config.json, model.safetensors, tokenizer files
+    model.gguf        llama.cpp's conversion of hf/ (f32 weights)
+    reference.json    {"tokens": [...], "prompt": P, "decode": D, "n_vocab": V, ...}
+    reference.f32     logits for every position, [P + D, V] little-endian f32
+
+    python build.py LLAMA_CPP_SRC OUT [FAMILY ...]
+"""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from families import DECODE, FAMILIES, PROMPT
+
+SEED = 1234
+
+TEXTS = [
+    "Hello world",
+    "It's 2026: the 12345th test, isn't it?\n\n  Indented\tline",
+    "Ünïcödé – 日本語のテキスト and emoji 🦙🔥",
+    "def f(x):\n    return x ** 2  # squares\n",
+    "   leading spaces, trailing   ",
+]
+
+
+def stamp(name: str, spec: dict) -> str:
+    """Changes whenever the family's definition, this script or a pinned version changes."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    h.update(json.dumps(spec, sort_keys=True).encode())
+    for f in ("build.py", "families.py"):
+        h.update((here / f).read_bytes())
+    h.update(f"{transformers.__version__} {torch.__version__} {PROMPT} {DECODE}".encode())
+    return h.hexdigest()
+
+
+def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
+    target = out / name
+    tag = stamp(name, spec)
+    if (target / "stamp").is_file() and (target / "stamp").read_text() == tag:
+        print(f"conformance: {name} is up to date", flush=True)
+        return
+    print(f"conformance: building {name}", flush=True)
+    hf = target / "hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    (target / "stamp").unlink(missing_ok=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        llama_src / "models", gguf_file=f"ggml-vocab-{spec['vocab']}.gguf"
+    )
+    tokenizer.save_pretrained(hf)
+
+    torch.manual_seed(SEED)
+    config = AutoConfig.for_model(spec["model_type"], vocab_size=len(tokenizer), **spec["config"])
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32, attn_implementation="eager"
+    )
+    # Norm gains start at one; draw them so that a norm applied with the wrong gain shows.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in pname:
+                p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+            elif p.dim() == 1 and pname.endswith("bias"):
+                p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
+    model.eval()
+    model.save_pretrained(hf, safe_serialization=True)
+
+    gguf = target / "model.gguf"
+    subprocess.run(
+        [sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(hf),
+         "--outtype", "f32", "--outfile", str(gguf)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+    gen = torch.Generator().manual_seed(SEED)
+    n = PROMPT + DECODE
+    tokens = torch.randint(0, len(tokenizer), (1, n), generator=gen)
+    with torch.no_grad():
+        logits = model(tokens).logits[0].to(torch.float32).numpy()
+    logits.astype("<f4").tofile(target / "reference.f32")
+    # The tokenizer's ids for a few texts, without special tokens: what Hearth's tokenizer,
+    # built from the GGUF file's vocabulary, must give.
+    tokenized = [
+        dict(text=t, ids=tokenizer(t, add_special_tokens=False)["input_ids"]) for t in TEXTS
+    ]
+    meta = dict(
+        family=name,
+        tokenized=tokenized,
+        tokens=tokens[0].tolist(),
+        prompt=PROMPT,
+        decode=DECODE,
+        n_vocab=int(logits.shape[1]),
+        transformers=transformers.__version__,
+        torch=torch.__version__,
+    )
+    (target / "reference.json").write_text(json.dumps(meta))
+    (target / "stamp").write_text(tag)
+
+
+def main() -> None:
+    llama_src, out = Path(sys.argv[1]), Path(sys.argv[2])
+    names = sys.argv[3:] or list(FAMILIES)
+    for name in names:
+        if name not in FAMILIES:
+            sys.exit(f"conformance: no family {name!r} (families: {', '.join(FAMILIES)})")
+        build(llama_src, out, name, FAMILIES[name])
+
+
+if __name__ == "__main__":
+    main()
