@@ -82,9 +82,56 @@ pub struct Preset {
     /// The published model it has the shape of.
     pub model: &'static str,
     pub shape: Shape,
+    /// Llama 3.1's RoPE frequency divisors (`rope_freqs.weight`), where the model has them.
+    pub llama3_rope: Option<Llama3Rope>,
 }
 
-/// The presets, smallest first.
+/// Llama 3.1's `rope_scaling` of type `llama3`: frequencies whose wavelength exceeds the
+/// original context / `low_freq_factor` are divided by `factor`, those below original /
+/// `high_freq_factor` kept, and those between blended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_context: usize,
+}
+
+impl Llama3Rope {
+    /// Llama 3.1 and 3.2's published values.
+    pub const LLAMA_3_1: Llama3Rope = Llama3Rope {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_context: 8192,
+    };
+
+    /// The divisor of each rotated pair's frequency, as llama.cpp's converter writes them to
+    /// `rope_freqs.weight`.
+    pub fn factors(&self, dims: usize, base: f32) -> Vec<f32> {
+        let original = self.original_context as f64;
+        let low_wavelen = original / self.low_freq_factor as f64;
+        let high_wavelen = original / self.high_freq_factor as f64;
+        (0..dims / 2)
+            .map(|i| {
+                let freq = (base as f64).powf(-2.0 * i as f64 / dims as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                let divisor = if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    self.factor as f64
+                } else {
+                    let (low, high) = (self.low_freq_factor as f64, self.high_freq_factor as f64);
+                    let smooth = (original / wavelen - low) / (high - low);
+                    1.0 / ((1.0 - smooth) / self.factor as f64 + smooth)
+                };
+                divisor as f32
+            })
+            .collect()
+    }
+}
+
+/// The presets, smallest first (by weights).
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "smollm2-135m",
@@ -104,6 +151,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
         },
+        llama3_rope: None,
     },
     Preset {
         name: "llama-1b",
@@ -123,6 +171,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
         },
+        llama3_rope: None,
     },
     Preset {
         name: "llama-3b",
@@ -142,6 +191,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
         },
+        llama3_rope: None,
     },
     Preset {
         name: "llama-7b",
@@ -161,6 +211,27 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
         },
+        llama3_rope: None,
+    },
+    Preset {
+        name: "qwen2.5-7b",
+        size: "7B",
+        model: "Qwen2.5 7B",
+        shape: Shape {
+            family: Family::Qwen2,
+            n_layer: 28,
+            n_embd: 3584,
+            n_ff: 18944,
+            n_head: 28,
+            n_head_kv: 4,
+            n_vocab: 152_064,
+            n_ctx_train: 32_768,
+            rope_base: 1_000_000.0,
+            norm_eps: 1e-6,
+            tied_embeddings: false,
+            key_length: None,
+        },
+        llama3_rope: None,
     },
     Preset {
         name: "llama-3-8b",
@@ -180,6 +251,47 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
         },
+        llama3_rope: None,
+    },
+    Preset {
+        name: "llama-3.1-8b",
+        size: "8B",
+        model: "Llama 3.1 8B",
+        shape: Shape {
+            family: Family::Llama,
+            n_layer: 32,
+            n_embd: 4096,
+            n_ff: 14336,
+            n_head: 32,
+            n_head_kv: 8,
+            n_vocab: 128_256,
+            n_ctx_train: 131_072,
+            rope_base: 500_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: false,
+            key_length: None,
+        },
+        llama3_rope: Some(Llama3Rope::LLAMA_3_1),
+    },
+    Preset {
+        name: "qwen3-8b",
+        size: "8B",
+        model: "Qwen3 8B",
+        shape: Shape {
+            family: Family::Qwen3,
+            n_layer: 36,
+            n_embd: 4096,
+            n_ff: 12288,
+            n_head: 32,
+            n_head_kv: 8,
+            n_vocab: 151_936,
+            n_ctx_train: 40_960,
+            rope_base: 1_000_000.0,
+            norm_eps: 1e-6,
+            tied_embeddings: false,
+            key_length: Some(128),
+        },
+        llama3_rope: None,
     },
     Preset {
         name: "llama-13b",
@@ -199,6 +311,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
         },
+        llama3_rope: None,
     },
 ];
 
@@ -220,7 +333,12 @@ pub fn preset(name: &str) -> Result<&'static Preset> {
 impl Preset {
     /// The model in memory with its weight matrices in `format`, named `{name}-{format}`.
     pub fn build(&self, format: Format) -> Result<GgufFile> {
-        self.shape.build(&format!("{}-{format}", self.name), format)
+        let name = format!("{}-{format}", self.name);
+        let factors = self
+            .llama3_rope
+            .map(|r| r.factors(self.shape.head_dim(), self.shape.rope_base));
+        self.shape
+            .build_rows(&name, format, None, factors.as_deref())
     }
 }
 
@@ -680,6 +798,6 @@ mod tests {
             }
         }
         let sizes: Vec<u64> = PRESETS.iter().map(|p| p.shape.n_params()).collect();
-        assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
     }
 }

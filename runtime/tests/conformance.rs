@@ -16,6 +16,7 @@ use std::path::Path;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::kv::KvType;
 use hearth_runtime::model::Logits;
+use hearth_runtime::synthetic::Llama3Rope;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -128,6 +129,37 @@ fn check_family(name: &str) {
 #[test]
 fn llama3_matches_transformers() {
     check_family("llama3");
+}
+
+/// The frequency divisors llama.cpp's converter wrote for the llama3 family's `rope_scaling`
+/// (families.py: factor 8, low 1, high 4, original context 32; head width 32, base 10000) are
+/// what `synthetic::Llama3Rope` computes for the llama-3.1-8b preset's file.
+#[test]
+fn llama3_rope_factors_are_the_converters() {
+    let Some(dir) = hearth_testkit::conformance_model("llama3") else {
+        return;
+    };
+    let file = hearth_models::GgufFile::open(&dir.join("model.gguf")).unwrap();
+    let view = file.tensor_view("rope_freqs.weight").unwrap();
+    let written: Vec<f32> = view
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let rule = Llama3Rope {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_context: 32,
+    };
+    let ours = rule.factors(32, 10_000.0);
+    assert_eq!(ours.len(), written.len());
+    for (i, (a, b)) in ours.iter().zip(&written).enumerate() {
+        assert!((a - b).abs() <= 1e-6 * b, "pair {i}: {a} vs the converter's {b}");
+    }
+    // Some pairs kept, some divided by the full factor, some blended.
+    assert!(written.contains(&1.0) && written.contains(&8.0));
+    assert!(written.iter().any(|&f| f > 1.0 && f < 8.0));
 }
 
 #[test]

@@ -49,7 +49,7 @@ fn scaled_down(shape: &Shape) -> Shape {
 fn check_resolves(shape: &Shape, format: Format) {
     let file = shape.build("test", format).unwrap();
     let model = resolve_gguf(&file).unwrap();
-    assert_eq!(model.architecture, "llama");
+    assert_eq!(model.architecture, shape.family.architecture());
     assert!(
         model.unused_tensors.is_empty(),
         "{:?}",
@@ -121,7 +121,10 @@ fn presets_have_the_published_sizes() {
         ("llama-1b", 1_235_814_400),
         ("llama-3b", 3_212_749_824),
         ("llama-7b", 6_738_415_616),
+        ("qwen2.5-7b", 7_615_616_512),
         ("llama-3-8b", 8_030_261_248),
+        ("llama-3.1-8b", 8_030_261_248),
+        ("qwen3-8b", 8_190_735_360),
         ("llama-13b", 13_015_864_320),
     ];
     for (name, n_params) in expected {
@@ -187,59 +190,98 @@ fn tiny_model_generates_on_vulkan() {
         return;
     }
     for format in [Format::Q4, Format::Q3H] {
-        // Random rows, so that tokens differ and greedy choices are clear.
-        let load = |backend| {
-            let file = TINY.build_random("tiny", format, 5).unwrap();
-            let options = EngineOptions {
-                backend,
-                validate: true,
-                n_ctx: Some(64),
-                ..EngineOptions::default()
-            };
-            Engine::load_file(file, &options, &mut |_| true).unwrap()
-        };
-        let mut engine = load(BackendKind::Vulkan);
-        let mut reference = load(BackendKind::Cpu);
-        let info = engine.info();
-        assert_eq!(info.name, "tiny");
-        assert_eq!(info.n_params, TINY.n_params());
-        let formats: Vec<Format> = info.weight_formats.iter().map(|(f, _)| *f).collect();
-        assert_eq!(formats, [format]);
-
-        // The device's logits are the CPU reference's up to summation order.
-        let prompt: Vec<u32> = (1..20).collect();
-        let logits = |e: &mut Engine| {
-            e.session_mut()
-                .fresh_backend()
-                .forward(&prompt, Logits::All)
-                .unwrap()
-        };
-        let (got, want) = (logits(&mut engine), logits(&mut reference));
-        assert_eq!(got.len(), prompt.len() * TINY.n_vocab);
-        assert_eq!(want.len(), got.len());
-        let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
-        let diff = got
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-        assert!(
-            diff <= 1e-3 * scale.max(1.0),
-            "{format}: logits differ by {diff} (largest {scale})"
-        );
-
-        // Greedy generation picks the reference's tokens.
-        let params = GenerateParams {
-            max_tokens: Some(8),
-            sampler: SamplerParams::greedy(),
-            ignore_eos: true,
-            ..GenerateParams::default()
-        };
-        let generation = engine.generate(&prompt, &params, &mut |_| true).unwrap();
-        let expected = reference.generate(&prompt, &params, &mut |_| true).unwrap();
-        assert_eq!(generation.tokens.len(), 8, "{format}");
-        assert_eq!(generation.finish, FinishReason::Length);
-        assert_eq!(generation.tokens, expected.tokens, "{format}");
+        check_vulkan_matches_reference(&TINY, format);
     }
+}
+
+/// Qwen2's q/k/v biases and Qwen3's per-head query/key norm (with a head width of its own)
+/// on the device, against the CPU reference.
+#[test]
+fn qwen_families_match_the_reference_on_vulkan() {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let qwen2 = Shape {
+        family: Family::Qwen2,
+        ..TINY
+    };
+    let qwen3 = Shape {
+        family: Family::Qwen3,
+        key_length: Some(32),
+        ..TINY
+    };
+    for shape in [qwen2, qwen3] {
+        let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
+        let model = resolve_gguf(&file).unwrap();
+        assert_eq!(model.architecture, shape.family.architecture());
+        assert!(
+            model.unused_tensors.is_empty(),
+            "{:?}",
+            model.unused_tensors
+        );
+        check_vulkan_matches_reference(&shape, Format::Q8);
+    }
+}
+
+/// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU
+/// reference's up to summation order, and greedy generation picks the same tokens.
+fn check_vulkan_matches_reference(shape: &Shape, format: Format) {
+    // Random rows, so that tokens differ and greedy choices are clear.
+    let load = |backend| {
+        let file = shape.build_random("tiny", format, 5).unwrap();
+        let options = EngineOptions {
+            backend,
+            validate: true,
+            n_ctx: Some(64),
+            ..EngineOptions::default()
+        };
+        Engine::load_file(file, &options, &mut |_| true).unwrap()
+    };
+    let mut engine = load(BackendKind::Vulkan);
+    let mut reference = load(BackendKind::Cpu);
+    let info = engine.info();
+    assert_eq!(info.name, "tiny");
+    assert_eq!(info.n_params, shape.n_params());
+    let formats: Vec<Format> = info.weight_formats.iter().map(|(f, _)| *f).collect();
+    assert_eq!(formats, [format]);
+
+    // The device's logits are the CPU reference's up to summation order.
+    let prompt: Vec<u32> = (1..20).collect();
+    let logits = |e: &mut Engine| {
+        e.session_mut()
+            .fresh_backend()
+            .forward(&prompt, Logits::All)
+            .unwrap()
+    };
+    let (got, want) = (logits(&mut engine), logits(&mut reference));
+    assert_eq!(got.len(), prompt.len() * shape.n_vocab);
+    assert_eq!(want.len(), got.len());
+    let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
+    let diff = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    assert!(
+        diff <= 1e-3 * scale.max(1.0),
+        "{format}: logits differ by {diff} (largest {scale})"
+    );
+
+    // Greedy generation picks the reference's tokens.
+    let params = GenerateParams {
+        max_tokens: Some(8),
+        sampler: SamplerParams::greedy(),
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let generation = engine.generate(&prompt, &params, &mut |_| true).unwrap();
+    let expected = reference.generate(&prompt, &params, &mut |_| true).unwrap();
+    assert_eq!(generation.tokens.len(), 8, "{format}");
+    assert_eq!(generation.finish, FinishReason::Length);
+    assert_eq!(generation.tokens, expected.tokens, "{format}");
 }
 
 /// Llama 3's `rope_freqs.weight` divides each rotated pair's frequency: the RoPE table holds

@@ -36,6 +36,10 @@ pub struct ModelConfig {
     pub rope: Option<Rope>,
     /// Divisors of RoPE's per-pair frequencies (Llama 3's `rope_freqs`), one per rotated pair.
     pub rope_factors: Option<Vec<f32>>,
+    /// Biases on the q, k and v projections (Qwen2).
+    pub qkv_bias: bool,
+    /// An RMSNorm over each query and key head before RoPE (Qwen3).
+    pub qk_norm: bool,
 }
 
 impl ModelConfig {
@@ -68,7 +72,9 @@ impl ModelConfig {
         let layer = self.qkv_dim() * self.n_embd
             + self.n_embd * self.attn_dim()
             + 3 * self.n_ff * self.n_embd
-            + 2 * self.n_embd;
+            + 2 * self.n_embd
+            + if self.qkv_bias { self.qkv_dim() } else { 0 }
+            + if self.qk_norm { 2 * self.head_dim } else { 0 };
         let head = if tied { 0 } else { self.n_vocab * self.n_embd };
         (self.n_layer * layer + self.n_vocab * self.n_embd + head + self.n_embd) as u64
     }
@@ -160,6 +166,8 @@ impl ModelConfig {
             norm_eps: h.norm_eps,
             rope,
             rope_factors,
+            qkv_bias: a.bias,
+            qk_norm: a.qk_norm.is_some(),
         })
     }
 }
@@ -211,6 +219,8 @@ mod tests {
                 position_scale: 0.25,
             }),
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
+            qkv_bias: false,
+            qk_norm: false,
         };
         let table = c.rope_table(64).unwrap();
         let plain = ops::rope_table(64, 8, 10_000.0);

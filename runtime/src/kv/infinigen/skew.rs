@@ -353,6 +353,8 @@ mod tests {
             norm_eps: 1e-5,
             rope: None,
             rope_factors: None,
+            qkv_bias: false,
+            qk_norm: false,
         }
     }
 
