@@ -45,7 +45,12 @@ pub enum Error {
     #[error("model spec `{spec}`: {reason}")]
     Spec { spec: String, reason: String },
     /// No shipped spec serves the file's `general.architecture`.
-    #[error("{}: no model spec for architecture `{arch}` (known: {})", path.display(), known.join(", "))]
+    #[error(
+        "{}: no model spec for architecture `{arch}` (shipped specs serve: {}); a family built \
+         from known atoms needs only a spec file in models/specs/, see docs/adding-a-model.md",
+        path.display(),
+        known.join(", ")
+    )]
     UnknownArchitecture {
         path: PathBuf,
         arch: String,

@@ -155,7 +155,10 @@ fn llama3_rope_factors_are_the_converters() {
     let ours = rule.factors(32, 10_000.0);
     assert_eq!(ours.len(), written.len());
     for (i, (a, b)) in ours.iter().zip(&written).enumerate() {
-        assert!((a - b).abs() <= 1e-6 * b, "pair {i}: {a} vs the converter's {b}");
+        assert!(
+            (a - b).abs() <= 1e-6 * b,
+            "pair {i}: {a} vs the converter's {b}"
+        );
     }
     // Some pairs kept, some divided by the full factor, some blended.
     assert!(written.contains(&1.0) && written.contains(&8.0));
