@@ -139,7 +139,7 @@ fn llama3_rope_factors_are_the_converters() {
     let Some(dir) = hearth_testkit::conformance_model("llama3") else {
         return;
     };
-    let file = hearth_models::GgufFile::open(&dir.join("model.gguf")).unwrap();
+    let file = hearth_models::GgufFile::open(dir.join("model.gguf")).unwrap();
     let view = file.tensor_view("rope_freqs.weight").unwrap();
     let written: Vec<f32> = view
         .data
