@@ -176,7 +176,14 @@ fn tensor_problems_name_the_tensor() {
 fn unknown_architecture_lists_the_known_ones() {
     let mut w = tiny_llama(&Tiny::default());
     w.set_metadata("general.architecture", MetaValue::String("gpt9".into()));
-    expect_error(&w, &["`gpt9`", "known: llama"]);
+    expect_error(
+        &w,
+        &[
+            "`gpt9`",
+            "shipped specs serve: llama, qwen2, qwen3",
+            "docs/adding-a-model.md",
+        ],
+    );
 }
 
 /// A spec made of other atoms (fused biased QKV, layer norm, plain MLP, untied output) needs
