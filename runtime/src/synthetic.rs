@@ -532,6 +532,8 @@ impl Shape {
         let u32_of = |n: usize| MetaValue::U32(n as u32); // check() bounded every count
         let arch = self.family.architecture();
         let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
+        set("general.architecture", MetaValue::String(arch.into()));
+        set("general.name", MetaValue::String(name.into()));
         let mut set_arch = |key: &str, value: MetaValue| set(&format!("{arch}.{key}"), value);
         set_arch("block_count", u32_of(self.n_layer));
         set_arch("context_length", u32_of(self.n_ctx_train));
@@ -551,8 +553,6 @@ impl Shape {
         set_arch("rope.dimension_count", u32_of(self.head_dim()));
         set_arch("vocab_size", u32_of(self.n_vocab));
         let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
-        set("general.architecture", MetaValue::String(arch.into()));
-        set("general.name", MetaValue::String(name.into()));
         if format.is_private() {
             set(VERSION_KEY, MetaValue::U32(FORMAT_VERSION));
         }
@@ -667,15 +667,16 @@ impl TensorPlan {
     /// ±1/sqrt(n_in) (the scale of trained weights), quantized once and repeated, or with a
     /// seed every row drawn afresh.
     fn data(&self, format: Format, seed: Option<u64>) -> std::result::Result<Vec<u8>, String> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed.unwrap_or(0));
+        let uniform = |seed, range: std::ops::RangeInclusive<f32>| -> Vec<f32> {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            (0..self.n_in)
+                .map(|_| rng.gen_range(range.clone()))
+                .collect()
+        };
         let vector: Option<Vec<f32>> = match (self.kind, seed) {
-            (Values::Bias, Some(_)) => {
-                Some((0..self.n_in).map(|_| rng.gen_range(-0.5..=0.5)).collect())
-            }
+            (Values::Bias, Some(seed)) => Some(uniform(seed, -0.5..=0.5)),
             (Values::Bias, None) => Some(vec![0.0; self.n_in]),
-            (Values::HeadGain, Some(_)) => {
-                Some((0..self.n_in).map(|_| rng.gen_range(0.5..=1.5)).collect())
-            }
+            (Values::HeadGain, Some(seed)) => Some(uniform(seed, 0.5..=1.5)),
             _ => None,
         };
         if let Some(values) = vector {

@@ -39,6 +39,14 @@ struct Tokenized {
 const MAX_ABS: f32 = 1e-5;
 const MAX_KL: f64 = 1e-10;
 
+/// Little-endian f32 values.
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// KL(p || q) of the softmax distributions of two logit rows, in nats.
 fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
     let log_softmax = |l: &[f32]| -> Vec<f64> {
@@ -60,11 +68,7 @@ fn check_family(name: &str) {
     };
     let reference: Reference =
         serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
-    let bytes = std::fs::read(dir.join("reference.f32")).unwrap();
-    let want: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let want = f32s(&std::fs::read(dir.join("reference.f32")).unwrap());
     let (n, v) = (reference.tokens.len(), reference.n_vocab);
     assert_eq!(n, reference.prompt + reference.decode);
     assert_eq!(want.len(), n * v, "{name}: reference.f32 size");
@@ -141,11 +145,7 @@ fn llama3_rope_factors_are_the_converters() {
     };
     let file = hearth_models::GgufFile::open(dir.join("model.gguf")).unwrap();
     let view = file.tensor_view("rope_freqs.weight").unwrap();
-    let written: Vec<f32> = view
-        .data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let written = f32s(view.data);
     let rule = Llama3Rope {
         factor: 8.0,
         low_freq_factor: 1.0,

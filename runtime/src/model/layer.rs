@@ -26,16 +26,20 @@ pub struct Layer<M, V> {
     pub w_down: M,
 }
 
+impl<M, V> Layer<M, V> {
+    /// The query and key norm gains, when the block has them.
+    pub fn qk_norm(&self) -> Option<(&V, &V)> {
+        self.q_norm.as_ref().zip(self.k_norm.as_ref())
+    }
+}
+
 impl<M> Layer<M, Vec<f32>> {
     /// The block's bias and query/key norm on the q/k/v projection's output, as the CPU
     /// reference applies them (`eps` is the model's norm epsilon).
     pub fn qkv_adjust(&self, eps: f32) -> crate::cpu::ops::QkvAdjust<'_> {
         crate::cpu::ops::QkvAdjust {
             bias: self.qkv_bias.as_deref(),
-            qk_norm: match (&self.q_norm, &self.k_norm) {
-                (Some(q), Some(k)) => Some((q.as_slice(), k.as_slice(), eps)),
-                _ => None,
-            },
+            qk_norm: self.qk_norm().map(|(q, k)| (&q[..], &k[..], eps)),
         }
     }
 }

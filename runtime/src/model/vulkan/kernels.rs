@@ -83,7 +83,8 @@ pub(super) struct Kernels {
     /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
     pub(super) matvec_prefill: bool,
     pub(super) rmsnorm: RmsNorm,
-    pub(super) qkv_adjust: QkvAdjust,
+    /// For models with q/k/v biases or a query/key norm.
+    pub(super) qkv_adjust: Option<QkvAdjust>,
     pub(super) swiglu: SwiGlu,
     pub(super) rope_kv: RopeKv,
     pub(super) attn_decode: AttnDecode,
@@ -100,7 +101,10 @@ impl Kernels {
             formats: HashMap::new(),
             matvec_prefill: device.info().kind == DeviceKind::Cpu,
             rmsnorm: RmsNorm::new(device)?,
-            qkv_adjust: QkvAdjust::new(device)?,
+            qkv_adjust: match c.qkv_bias || c.qk_norm {
+                true => Some(QkvAdjust::new(device)?),
+                false => None,
+            },
             swiglu: SwiGlu::new(device)?,
             rope_kv: RopeKv::new(device, kv_type)?,
             attn_decode: AttnDecode::new(device, hd, group, kv_type)?,

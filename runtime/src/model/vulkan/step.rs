@@ -260,11 +260,7 @@ impl VkModel {
             };
             k.matmul(rec, &w.wqkv, args)?;
         }
-        let qk_norm = match (&w.q_norm, &w.k_norm) {
-            (Some(q), Some(k)) => Some((q, k, eps)),
-            _ => None,
-        };
-        if w.qkv_bias.is_some() || qk_norm.is_some() {
+        if let Some(adjust) = &k.qkv_adjust {
             let heads = QkvHeads {
                 tokens: t,
                 n_head: c.n_head as u32,
@@ -273,9 +269,9 @@ impl VkModel {
             };
             let args = QkvAdjustArgs {
                 bias: w.qkv_bias.as_ref(),
-                qk_norm,
+                qk_norm: w.qk_norm().map(|(q, k)| (q, k, eps)),
             };
-            k.qkv_adjust.record(rec, &s.qkv, heads, args)?;
+            adjust.record(rec, &s.qkv, heads, args)?;
         }
         Ok(())
     }
