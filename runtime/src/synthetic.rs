@@ -39,6 +39,9 @@ pub enum Family {
     Qwen2,
     /// An RMSNorm over each query and key head before RoPE.
     Qwen3,
+    /// Gemma 2's block: norms after attention and MLP too, a GELU-gated MLP, scaled and tied
+    /// embeddings, soft-capped scores (50) and logits (30), and every other layer local.
+    Gemma2,
 }
 
 impl Family {
@@ -48,6 +51,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Gemma2 => "gemma2",
         }
     }
 }
@@ -70,6 +74,9 @@ pub struct Shape {
     pub tied_embeddings: bool,
     /// A head width other than `n_embd / n_head` (`{arch}.attention.key_length`; Qwen3).
     pub key_length: Option<usize>,
+    /// The window of local layers (`{arch}.attention.sliding_window`), which layers the
+    /// family's spec names.
+    pub sliding_window: Option<usize>,
 }
 
 /// A named shape of a published model.
@@ -150,6 +157,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: true,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -170,6 +178,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: true,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -190,6 +199,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: true,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -210,6 +220,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: false,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -230,6 +241,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-6,
             tied_embeddings: false,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -250,6 +262,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: false,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -270,6 +283,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: false,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: Some(Llama3Rope::LLAMA_3_1),
     },
@@ -290,6 +304,28 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-6,
             tied_embeddings: false,
             key_length: Some(128),
+            sliding_window: None,
+        },
+        llama3_rope: None,
+    },
+    Preset {
+        name: "gemma-2-9b",
+        size: "9B",
+        model: "Gemma 2 9B",
+        shape: Shape {
+            family: Family::Gemma2,
+            n_layer: 42,
+            n_embd: 3584,
+            n_ff: 14336,
+            n_head: 16,
+            n_head_kv: 8,
+            n_vocab: 256_000,
+            n_ctx_train: 8192,
+            rope_base: 10_000.0,
+            norm_eps: 1e-6,
+            tied_embeddings: true,
+            key_length: Some(256),
+            sliding_window: Some(4096),
         },
         llama3_rope: None,
     },
@@ -310,6 +346,7 @@ pub const PRESETS: &[Preset] = &[
             norm_eps: 1e-5,
             tied_embeddings: false,
             key_length: None,
+            sliding_window: None,
         },
         llama3_rope: None,
     },
@@ -405,6 +442,15 @@ impl Shape {
             return bad(format!(
                 "{} key/value heads do not divide {} heads",
                 self.n_head_kv, self.n_head
+            ));
+        }
+        if let Some(w) = self
+            .sliding_window
+            .filter(|&w| w == 0 || w > self.n_ctx_train)
+        {
+            return bad(format!(
+                "a window of {w} does not fit the context of {}",
+                self.n_ctx_train
             ));
         }
         if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
@@ -549,6 +595,13 @@ impl Shape {
             "attention.layer_norm_rms_epsilon",
             MetaValue::F32(self.norm_eps),
         );
+        if let Some(w) = self.sliding_window {
+            set_arch("attention.sliding_window", u32_of(w));
+        }
+        if self.family == Family::Gemma2 {
+            set_arch("attn_logit_softcapping", MetaValue::F32(50.0));
+            set_arch("final_logit_softcapping", MetaValue::F32(30.0));
+        }
         set_arch("rope.freq_base", MetaValue::F32(self.rope_base));
         set_arch("rope.dimension_count", u32_of(self.head_dim()));
         set_arch("vocab_size", u32_of(self.n_vocab));
@@ -606,24 +659,30 @@ impl Shape {
                 plan(blk("attn_v"), e, kv),
             ]);
             match self.family {
-                Family::Llama => {}
+                Family::Llama | Family::Gemma2 => {}
                 Family::Qwen2 => t.extend([
                     varied(bias("attn_q"), q, Values::Bias),
                     varied(bias("attn_k"), kv, Values::Bias),
                     varied(bias("attn_v"), kv, Values::Bias),
                 ]),
                 Family::Qwen3 => t.extend([
-                    varied(blk("attn_q_norm"), hd, Values::HeadGain),
-                    varied(blk("attn_k_norm"), hd, Values::HeadGain),
+                    varied(blk("attn_q_norm"), hd, Values::VariedGain),
+                    varied(blk("attn_k_norm"), hd, Values::VariedGain),
                 ]),
             }
+            t.push(plan(blk("attn_output"), q, e));
+            if self.family == Family::Gemma2 {
+                t.push(varied(blk("post_attention_norm"), e, Values::VariedGain));
+            }
             t.extend([
-                plan(blk("attn_output"), q, e),
                 plan(blk("ffn_norm"), e, 1),
                 plan(blk("ffn_gate"), e, ff),
                 plan(blk("ffn_up"), e, ff),
                 plan(blk("ffn_down"), ff, e),
             ]);
+            if self.family == Family::Gemma2 {
+                t.push(varied(blk("post_ffw_norm"), e, Values::VariedGain));
+            }
         }
         t.push(plan("output_norm.weight".into(), e, 1));
         if !self.tied_embeddings {
@@ -649,8 +708,9 @@ enum Values {
     Gain,
     /// A projection's bias: uniform in ±0.5 with a seed, else zeros.
     Bias,
-    /// A per-head norm gain: uniform in 0.5..1.5 with a seed, else ones.
-    HeadGain,
+    /// A norm gain that varies (per-head and post-norms): uniform in 0.5..1.5 with a seed,
+    /// else ones.
+    VariedGain,
 }
 
 impl TensorPlan {
@@ -676,7 +736,7 @@ impl TensorPlan {
         let vector: Option<Vec<f32>> = match (self.kind, seed) {
             (Values::Bias, Some(seed)) => Some(uniform(seed, -0.5..=0.5)),
             (Values::Bias, None) => Some(vec![0.0; self.n_in]),
-            (Values::HeadGain, Some(seed)) => Some(uniform(seed, 0.5..=1.5)),
+            (Values::VariedGain, Some(seed)) => Some(uniform(seed, 0.5..=1.5)),
             _ => None,
         };
         if let Some(values) = vector {

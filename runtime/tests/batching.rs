@@ -39,6 +39,7 @@ const TINY: Shape = Shape {
     norm_eps: 1e-5,
     tied_embeddings: false,
     key_length: None,
+    sliding_window: None,
 };
 
 fn have_device() -> bool {

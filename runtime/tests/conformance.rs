@@ -174,3 +174,11 @@ fn qwen2_matches_transformers() {
 fn qwen3_matches_transformers() {
     check_family("qwen3");
 }
+
+/// Gemma 2: local attention on every other layer with a window (24) shorter than the prompt,
+/// soft-capped scores and logits, scaled and tied embeddings, norms after each block and a
+/// GELU-gated MLP; a SentencePiece tokenizer without the dummy prefix.
+#[test]
+fn gemma2_matches_transformers() {
+    check_family("gemma2");
+}

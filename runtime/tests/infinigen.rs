@@ -37,6 +37,7 @@ const SMALL: Shape = Shape {
     norm_eps: 1e-5,
     tied_embeddings: false,
     key_length: None,
+    sliding_window: None,
 };
 
 fn model(n_ctx: usize) -> CpuModel {

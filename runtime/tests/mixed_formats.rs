@@ -28,6 +28,7 @@ const TINY: Shape = Shape {
     norm_eps: 1e-5,
     tied_embeddings: false,
     key_length: None,
+    sliding_window: None,
 };
 
 /// The format of each matrix. Layer 0: q and k Q5_0, v Q8_0 (two runs), gate and up both

@@ -25,6 +25,7 @@ const SMALL: Shape = Shape {
     norm_eps: 1e-5,
     tied_embeddings: true,
     key_length: None,
+    sliding_window: None,
 };
 
 fn logits(backend: BackendKind, prompt: &[u32]) -> Vec<f32> {

@@ -28,6 +28,7 @@ const TINY: Shape = Shape {
     norm_eps: 1e-5,
     tied_embeddings: false,
     key_length: None,
+    sliding_window: None,
 };
 
 /// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into
@@ -125,6 +126,7 @@ fn presets_have_the_published_sizes() {
         ("llama-3-8b", 8_030_261_248),
         ("llama-3.1-8b", 8_030_261_248),
         ("qwen3-8b", 8_190_735_360),
+        ("gemma-2-9b", 9_241_705_984),
         ("llama-13b", 13_015_864_320),
     ];
     for (name, n_params) in expected {
@@ -225,6 +227,42 @@ fn qwen_families_match_the_reference_on_vulkan() {
         );
         check_vulkan_matches_reference(&shape, Format::Q8);
     }
+}
+
+/// Gemma 2's atoms on the device against the CPU reference: embeddings scaled by
+/// sqrt(n_embd), norms after attention and MLP, a GELU-gated MLP, soft-capped scores and
+/// logits, and every other layer local with a window (8) shorter than the 19-token prompt
+/// and the generation after it.
+#[test]
+fn gemma2_matches_the_reference_on_vulkan() {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let gemma2 = Shape {
+        family: Family::Gemma2,
+        n_layer: 4,
+        key_length: Some(32),
+        tied_embeddings: true,
+        sliding_window: Some(8),
+        ..TINY
+    };
+    let file = gemma2.build_random("tiny", Format::Q8, 5).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let window = model.hparams.sliding_window.clone().unwrap();
+    assert_eq!(window.size, 8);
+    assert_eq!(window.layers, [true, false, true, false]);
+    assert_eq!(model.hparams.attn_softcap, Some(50.0));
+    assert_eq!(model.hparams.final_softcap, Some(30.0));
+    assert!(
+        model.unused_tensors.is_empty(),
+        "{:?}",
+        model.unused_tensors
+    );
+    check_vulkan_matches_reference(&gemma2, Format::Q8);
 }
 
 /// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU

@@ -46,6 +46,73 @@ def stamp(name: str, spec: dict) -> str:
     return h.hexdigest()
 
 
+def sentencepiece_tokenizer(vocab: Path, hf: Path, model_type: str, normalizer: dict):
+    """Writes hf/tokenizer.model, a SentencePiece BPE model (byte fallback) with the pieces,
+    scores and token types of a llama.cpp "llama" vocabulary file and the given NormalizerSpec
+    fields, and returns the transformers tokenizer of model_type built from it. transformers
+    would order the BPE merges by piece id, SentencePiece merges by score (Llama's vocabulary
+    scores its "▁▁" below every other piece), so the merges here follow the scores; the
+    tokenizer's ids must equal SentencePiece's on TEXTS."""
+    from gguf import GGUFReader
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as spm
+    from transformers.models.auto.tokenization_auto import (
+        TOKENIZER_MAPPING_NAMES,
+        tokenizer_class_from_name,
+    )
+    from transformers.tokenization_utils_base import generate_merges
+
+    fields = GGUFReader(vocab).fields
+    kind = fields["tokenizer.ggml.model"].contents()
+    if kind != "llama":
+        sys.exit(f"conformance: {vocab.name} is a {kind!r} vocabulary, not SentencePiece's")
+    proto = spm.ModelProto()
+    # llama.cpp numbers token types as SentencePiece numbers piece types.
+    for piece, score, type_ in zip(
+        fields["tokenizer.ggml.tokens"].contents(),
+        fields["tokenizer.ggml.scores"].contents(),
+        fields["tokenizer.ggml.token_type"].contents(),
+    ):
+        proto.pieces.add(piece=piece, score=score, type=type_)
+    trainer = proto.trainer_spec
+    trainer.model_type = spm.TrainerSpec.BPE
+    trainer.vocab_size = len(proto.pieces)
+    trainer.byte_fallback = True
+    trainer.pad_id = -1
+    for special, key in (("unk", "unknown"), ("bos", "bos"), ("eos", "eos")):
+        i = fields[f"tokenizer.ggml.{key}_token_id"].contents()
+        setattr(trainer, f"{special}_id", i)
+        setattr(trainer, f"{special}_piece", proto.pieces[i].piece)
+    spec = proto.normalizer_spec
+    spec.name = "identity"
+    spec.add_dummy_prefix = True
+    spec.remove_extra_whitespaces = False
+    spec.escape_whitespaces = True
+    for key, value in normalizer.items():
+        setattr(spec, key, value)
+    model_file = hf / "tokenizer.model"
+    model_file.write_bytes(proto.SerializeToString())
+
+    ids = {p.piece: i for i, p in enumerate(proto.pieces)}
+    tokenizer = tokenizer_class_from_name(TOKENIZER_MAPPING_NAMES[model_type])(
+        vocab=ids,
+        merges=generate_merges(ids, {p.piece: p.score for p in proto.pieces}),
+        unk_token=trainer.unk_piece,
+        bos_token=trainer.bos_piece,
+        eos_token=trainer.eos_piece,
+        pad_token=None,
+        mask_token=None,
+        add_bos_token=True,
+    )
+    reference = SentencePieceProcessor(model_file=str(model_file))
+    for text in TEXTS:
+        want = reference.encode(text)
+        got = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if got != want:
+            sys.exit(f"conformance: transformers tokenizes {text!r} as {got}, SentencePiece as {want}")
+    return tokenizer
+
+
 def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
     target = out / name
     tag = stamp(name, spec)
@@ -57,9 +124,11 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
     hf.mkdir(parents=True, exist_ok=True)
     (target / "stamp").unlink(missing_ok=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        llama_src / "models", gguf_file=f"ggml-vocab-{spec['vocab']}.gguf"
-    )
+    vocab = llama_src / "models" / f"ggml-vocab-{spec['vocab']}.gguf"
+    if "sentencepiece" in spec:
+        tokenizer = sentencepiece_tokenizer(vocab, hf, spec["model_type"], spec["sentencepiece"])
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(vocab.parent, gguf_file=vocab.name)
     tokenizer.save_pretrained(hf)
 
     torch.manual_seed(SEED)
@@ -68,10 +137,11 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
         config, dtype=torch.float32, attn_implementation="eager"
     )
     # Norm gains start at one; draw them so that a norm applied with the wrong gain shows.
+    norm_low, norm_high = spec.get("norm_init", (0.5, 1.5))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() == 1 and "norm" in pname:
-                p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+                p.copy_(torch.empty_like(p).uniform_(norm_low, norm_high))
             elif p.dim() == 1 and pname.endswith("bias"):
                 p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
     model.eval()

@@ -1,7 +1,15 @@
 """The model families the conformance suite checks: each a small Hugging Face config of that
 family (random weights), the llama.cpp vocabulary file its tokenizer comes from, and what the
 config exercises. The shapes are small so that transformers, the converter and lavapipe take
-seconds, yet every width is a multiple of 32 (Hearth's kernels read rows in 32-value blocks)."""
+seconds, yet every width is a multiple of 32 (Hearth's kernels read rows in 32-value blocks).
+A family may also give:
+
+    sentencepiece   normalizer settings (NormalizerSpec fields): its tokenizer is then a
+                    SentencePiece tokenizer.model made from the vocabulary file (one of
+                    llama.cpp's "llama" SentencePiece vocabularies), and the tokenizer
+                    transformers uses for the model type is built from that
+    norm_init       the range the 1-D norm parameters are drawn from (default 0.5 to 1.5)
+"""
 
 # Tokens fed to both sides: a prompt of PROMPT tokens, then DECODE tokens one step each.
 PROMPT = 64
@@ -56,6 +64,44 @@ FAMILIES = {
             BASE,
             head_dim=64,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+        ),
+    ),
+    # Gemma 2: sliding-window attention on every other layer (0 and 2) with a window shorter
+    # than the prompt, tanh soft-capping of attention scores and of the final logits, norms
+    # after attention and after the MLP as well as before, the embeddings scaled by
+    # sqrt(hidden_size), GeGLU (tanh GELU), tied embeddings, and four heads of 64 (256 wide)
+    # in a 128-wide model. The GGUF file has no query_pre_attn_scalar (llama.cpp scales
+    # scores by 1/sqrt(head_dim)), so it is head_dim here. Gemma's tokenizer is SentencePiece
+    # BPE with byte fallback and no dummy prefix; llama.cpp ships no Gemma vocabulary of
+    # that kind, so Llama's SentencePiece vocabulary stands in for it.
+    "gemma2": dict(
+        model_type="gemma2",
+        vocab="llama-spm",
+        sentencepiece=dict(add_dummy_prefix=False),
+        # Gemma's norms scale by 1 + w: gains from 0.5 to 1.5 as for the other families.
+        norm_init=(-0.5, 0.5),
+        config=dict(
+            BASE,
+            num_hidden_layers=4,
+            head_dim=64,
+            query_pre_attn_scalar=64,
+            sliding_window=24,
+            attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0,
+            hidden_activation="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            # Weights drawn wider than transformers' 0.02, at which the attention scores stay
+            # under 0.3 and a cap of 50 moves the logits by under 1e-6, below what the test
+            # can see. At 0.05 the scores reach about 2: the attention cap moves the logits
+            # by about 3e-4 and the final one by about 1e-2, while f32 rounding stays near 3e-6.
+            initializer_range=0.05,
+            # The vocabulary's own ids (Gemma's defaults are 0, 1 and 2 for pad, eos and bos);
+            # no padding token, so that no embedding row starts at zero.
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
         ),
     ),
 }

@@ -5,8 +5,8 @@
 // head h / (n_head / n_head_kv), which each of its group's workgroups reads in place.
 // Each invocation runs an online softmax over positions tid, tid + WG, ...; the partial
 // (max, sum, weighted V) triples are then merged across the workgroup. A token at position
-// pos attends to positions [0, pos], so this kernel also serves short multi-token steps and a
-// batch of sequences (one token or a few each).
+// pos attends to positions [0, pos] (a local layer's to its window's), so this kernel also
+// serves short multi-token steps and a batch of sequences (one token or a few each).
 // With p.splits > 1 each (query head, token) has p.splits workgroups along z, each over one
 // run of positions, and partials go to attn_merge.comp (attn_split.glsl).
 //
@@ -41,6 +41,7 @@ layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, ro
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
 #define ROLLED_KEYS_ID 6
+#define CAP_SCORE(s) cap_score(s)
 #include "attn_online.glsl"
 shared float qf[QH * HEAD_DIM];
 shared float kf[HEAD_DIM];
@@ -73,7 +74,8 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint pos = st.y;
     uint z = gl_WorkGroupID.z;
-    uint len = p.splits > 1 ? split_len(n_kv, p.splits) : n_kv;
+    uint first = window_start(pos);
+    uint len = p.splits > 1 ? split_len(n_kv - first, p.splits) : n_kv - first;
     if (FUSED) {
         uint base = t * p.q_stride;
         uint kbase = base + (p.n_head + kvh) * HEAD_DIM;
@@ -131,8 +133,8 @@ void main() {
     online_begin();
     // A run past the token's last position is empty and leaves the partial (-1e30, 0), which
     // weighs nothing in the merge.
-    uint end = min(n_kv, (z + 1) * len);
-    for (uint j = z * len + tid; j < end; j += WG) {
+    uint end = min(n_kv, first + (z + 1) * len);
+    for (uint j = first + z * len + tid; j < end; j += WG) {
         // FUSED: the token's own position comes from shared memory, not the cache.
         bool fresh = FUSED && j == pos;
         uint slot = kv_slot(kv_row(st.x, st.z, j), j, p.max_blocks);

@@ -5,7 +5,8 @@
 // consecutive queries of one head (one invocation per query) and walks the keys in tiles of
 // BC positions, keeping a running max, sum and weighted V per query (online softmax). Query
 // i sits at position pos0 + i and sees positions [0, pos0 + i]: earlier positions come from
-// the cache (a chunked prompt, an earlier turn, a shared prefix).
+// the cache (a chunked prompt, an earlier turn, a shared prefix). On a local layer it sees
+// the window's last positions only, and the walk starts where the first query's window does.
 //
 // GPUs stage each K/V tile in shared memory (STAGE). CPU devices run one subgroup per
 // workgroup, a tile as wide as the subgroup: lane j loads the key and value at position j of
@@ -66,7 +67,7 @@ void main() {
         l[g] = 0.0;
     }
 
-    for (uint k0 = 0; k0 <= last; k0 += BC) {
+    for (uint k0 = window_start(seq.y + first); k0 <= last; k0 += BC) {
         // Head g's score of tile position j at [g * BC + j].
         float s[HEADS * BC];
         // This lane's key and value (broadcast path).
@@ -122,18 +123,23 @@ void main() {
             EACH_LANE(SCORE)
 #undef SCORE
         }
+        // Positions this query sees: up to its own and, on a local layer, within its window.
+        // A tile may hold none of them; the running max then stays -1e30 and nothing adds.
+        uint seen_from = window_start(qpos);
         float c[HEADS];
         [[unroll]] for (uint g = 0; g < HEADS; ++g) {
             float tile_max = -1e30;
             for (uint j = 0; j < BC; ++j) {
-                s[g * BC + j] = k0 + j <= qpos ? s[g * BC + j] : -1e30;
+                bool seen = k0 + j <= qpos && k0 + j >= seen_from;
+                s[g * BC + j] = seen ? cap_score(s[g * BC + j]) : -1e30;
                 tile_max = max(tile_max, s[g * BC + j]);
             }
             float m_new = max(m[g], tile_max);
             c[g] = exp(m[g] - m_new);
             l[g] *= c[g];
             for (uint j = 0; j < BC; ++j) {
-                s[g * BC + j] = exp(s[g * BC + j] - m_new);    // 0 for masked positions
+                bool seen = k0 + j <= qpos && k0 + j >= seen_from;
+                s[g * BC + j] = seen ? exp(s[g * BC + j] - m_new) : 0.0;
                 l[g] += s[g * BC + j];
             }
             m[g] = m_new;

@@ -1,6 +1,6 @@
 #version 450
-// Embedding lookup: out[t, :] = table[ids[t], :], eight values per invocation, dequantized
-// from the table's format. The host validates ids against the vocabulary and requires dim to
+// Embedding lookup: out[t, :] = table[ids[t], :] * scale, eight values per invocation,
+// dequantized from the table's format (scale is 1 but for Gemma's sqrt(n_embd)). The host validates ids against the vocabulary and requires dim to
 // be whole blocks; the clamp only keeps reads in bounds.
 #include "common.glsl"
 #define W_BINDING 0
@@ -8,7 +8,7 @@
 
 layout(binding = 1) readonly buffer Ids { uint ids[]; };     // [tokens]
 layout(binding = 2) writeonly buffer O { vec4 outv[]; };     // [tokens, dim]
-layout(push_constant) uniform Push { uint dim; uint vocab; uint chunks; } p;
+layout(push_constant) uniform Push { uint dim; uint vocab; uint chunks; float scale; } p;
 
 void main() {
     uint c = linear_index();
@@ -24,6 +24,6 @@ void main() {
     vec4 lo;
     vec4 hi;
     dequant8(chunk / per_block, chunk % per_block, lo, hi);
-    outv[2 * c] = lo;
-    outv[2 * c + 1] = hi;
+    outv[2 * c] = lo * p.scale;
+    outv[2 * c + 1] = hi * p.scale;
 }

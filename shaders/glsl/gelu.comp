@@ -1,6 +1,7 @@
 #version 450
 // GELU, elementwise. exact = 1: x * Phi(x) with erf (BERT); exact = 0: the tanh form (GPT-2).
 #include "common.glsl"
+#include "gelu.glsl"
 
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) writeonly buffer Y { float y[]; };
@@ -25,8 +26,6 @@ void main() {
     if (p.exact != 0) {
         y[i] = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
     } else {
-        // Clamped so tanh's exp cannot overflow; tanh(15) is 1 in f32.
-        float u = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
-        y[i] = 0.5 * v * (1.0 + tanh(u));
+        y[i] = gelu_tanh(v);
     }
 }

@@ -22,12 +22,14 @@
 //   NORM        x' = rmsnorm(x) * g, recomputed per workgroup from x (x is a few KiB and stays
 //               in cache; the weights dominate the traffic).
 //   ACCUMULATE  y += W x': the residual add of the layer that produces y.
-//   GATED       W holds [gate; up] (2m rows) and y[r] = silu(gate_r . x') * (up_r . x').
+//   GATED       W holds [gate; up] (2m rows) and y[r] = silu(gate_r . x') * (up_r . x');
+//   GELU        with GATED, GELU's tanh form in place of SiLU (Gemma).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "gelu.glsl"
 layout(push_constant) uniform Push {
     uint m;
     uint k;
@@ -64,6 +66,7 @@ layout(binding = 3) readonly buffer G128 { u64vec2 g128[]; };
 const uint NORM = 1u;
 const uint ACCUMULATE = 2u;
 const uint GATED = 4u;
+const uint GELU = 8u;
 const uint CHUNKS = QK / 8;    // 8-value chunks per block
 const uint GROUP_CHUNKS = GROUP / 8;   // and per (d, m) group
 
@@ -320,7 +323,7 @@ void main() {
                 float v = dots[r * TOKENS + t];
                 if (gated) {
                     float a = gate[r * TOKENS + t];
-                    v = a / (1.0 + exp(-a)) * v;
+                    v = ((p.flags & GELU) != 0u ? gelu_tanh(a) : a / (1.0 + exp(-a))) * v;
                 }
                 uint o = (t0 + t) * p.y_width + p.y_first + row_at(r);
                 y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;

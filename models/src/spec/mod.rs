@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 pub use resolved::{
     resolve_gguf, HyperParams, LayerTensors, Linear, ModelTensors, NormTensors, QkvTensors,
-    ResolvedModel, RopeParams, RopeScaling,
+    ResolvedModel, RopeParams, RopeScaling, SlidingWindow,
 };
 
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
+    ("gemma2.toml", include_str!("../../specs/gemma2.toml")),
 ];
 
 /// Placeholder for the layer index in per-layer tensor names.
@@ -43,7 +44,10 @@ pub enum NetworkType {
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
     Silu,
+    /// The exact GELU, x * Phi(x).
     Gelu,
+    /// GELU's tanh approximation (`gelu_pytorch_tanh`: Gemma).
+    GeluTanh,
     Relu,
 }
 
@@ -65,6 +69,9 @@ pub enum NormPlacement {
     Pre,
     /// norm(x + f(x)) (BERT)
     Post,
+    /// x + post_norm(f(norm(x))): a second norm on each branch's output before the residual
+    /// add (Gemma 2/3), with gains `attn_post_norm` and `ffn_post_norm`.
+    Sandwich,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -131,6 +138,28 @@ pub struct AttentionSpec {
     pub qk_norm: Option<NormKind>,
     /// Causal mask (decoders) or full attention (encoders).
     pub causal: bool,
+    /// Where the file gives a window (`{arch}.attention.sliding_window`), which layers use it:
+    /// of each run of `window_period` layers, all but the last attend only to the window's
+    /// most recent positions (Gemma 2: 2, Gemma 3: 6; 1, the default, windows every layer, as
+    /// Mistral does). A per-layer list in the file (`{arch}.attention.sliding_window_pattern`)
+    /// takes precedence.
+    #[serde(default = "default_window_period")]
+    pub window_period: u32,
+    /// The window where the file gives none (Gemma 2's early conversions lack the key).
+    #[serde(default)]
+    pub window_default: Option<u32>,
+}
+
+fn default_window_period() -> u32 {
+    1
+}
+
+/// A factor on the token embeddings before the first block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmbeddingScale {
+    /// sqrt(n_embd) (Gemma).
+    SqrtNEmbd,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -187,7 +216,12 @@ pub struct LayerTensorNames {
     pub attn_q_norm: Option<String>,
     pub attn_k_norm: Option<String>,
     pub attn_output: String,
+    /// The norm of the attention output before the residual add (`norm.placement =
+    /// "sandwich"`).
+    pub attn_post_norm: Option<String>,
     pub ffn_norm: String,
+    /// The norm of the MLP output before the residual add (`norm.placement = "sandwich"`).
+    pub ffn_post_norm: Option<String>,
     pub ffn_gate: Option<String>,
     pub ffn_up: String,
     pub ffn_down: String,
@@ -203,6 +237,9 @@ pub struct ModelSpec {
     pub network: NetworkType,
     pub activation: Activation,
     pub tied_embeddings: TiedEmbeddings,
+    /// A factor on the token embeddings, where the family has one.
+    #[serde(default)]
+    pub embedding_scale: Option<EmbeddingScale>,
     pub norm: NormSpec,
     pub position: PositionSpec,
     pub attention: AttentionSpec,
@@ -236,7 +273,9 @@ impl ModelSpec {
             ("attn_q_norm", l.attn_q_norm.as_ref()),
             ("attn_k_norm", l.attn_k_norm.as_ref()),
             ("attn_output", Some(&l.attn_output)),
+            ("attn_post_norm", l.attn_post_norm.as_ref()),
             ("ffn_norm", Some(&l.ffn_norm)),
+            ("ffn_post_norm", l.ffn_post_norm.as_ref()),
             ("ffn_gate", l.ffn_gate.as_ref()),
             ("ffn_up", Some(&l.ffn_up)),
             ("ffn_down", Some(&l.ffn_down)),
@@ -264,6 +303,18 @@ impl ModelSpec {
         if self.attention.qk_norm.is_some() && (l.attn_q_norm.is_none() || l.attn_k_norm.is_none())
         {
             return bad("attention.qk_norm needs tensors.layer.attn_q_norm and attn_k_norm".into());
+        }
+        if self.norm.placement == NormPlacement::Sandwich
+            && (l.attn_post_norm.is_none() || l.ffn_post_norm.is_none())
+        {
+            return bad(
+                "norm.placement = \"sandwich\" needs tensors.layer.attn_post_norm and \
+                 ffn_post_norm"
+                    .into(),
+            );
+        }
+        if self.attention.window_period == 0 {
+            return bad("attention.window_period must be at least 1".into());
         }
         if self.mlp.kind == MlpKind::Gated && l.ffn_gate.is_none() {
             return bad("a gated MLP needs tensors.layer.ffn_gate".into());
@@ -317,9 +368,10 @@ atom_names! {
         EncoderOnly => "encoder-only",
         EncoderDecoder => "encoder-decoder",
     }
-    Activation { Silu => "silu", Gelu => "gelu", Relu => "relu" }
+    Activation { Silu => "silu", Gelu => "gelu", GeluTanh => "gelu-tanh", Relu => "relu" }
     NormKind { Rms => "rms", Layer => "layer" }
-    NormPlacement { Pre => "pre", Post => "post" }
+    NormPlacement { Pre => "pre", Post => "post", Sandwich => "sandwich" }
+    EmbeddingScale { SqrtNEmbd => "sqrt-n-embd" }
     RopeLayout { Gptj => "gptj", Neox => "neox" }
     QkvLayout { Separate => "separate", Fused => "fused" }
     MlpKind { Gated => "gated", Plain => "plain" }
@@ -425,6 +477,14 @@ mod tests {
             (
                 llama.replace("causal = true", "causal = true\nwindow = 4"),
                 "window",
+            ),
+            (
+                llama.replace("causal = true", "causal = true\nwindow_period = 0"),
+                "window_period",
+            ),
+            (
+                llama.replace("placement = \"pre\"", "placement = \"sandwich\""),
+                "attn_post_norm",
             ),
             (llama.replace("kind = \"rms\"", "kind = \"layer\""), ""),
             (

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 
 use super::{
     known_architectures, spec_for_architecture, MlpKind, ModelSpec, NetworkType, NormKind,
-    PositionSpec, QkvLayout, RopeLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
+    NormPlacement, PositionSpec, QkvLayout, RopeLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
 };
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, MetaArray, MetaValue};
 
 /// RoPE parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +39,26 @@ pub enum RopeScaling {
     LongRope,
 }
 
+/// Sliding-window (local) attention: the layers it applies to attend only to the `size` most
+/// recent positions, their own included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlidingWindow {
+    pub size: usize,
+    /// One per layer: whether the layer is windowed.
+    pub layers: Vec<bool>,
+}
+
+impl SlidingWindow {
+    /// Layer `l`'s window, `None` for a global layer.
+    pub fn of_layer(&self, l: usize) -> Option<usize> {
+        self.layers
+            .get(l)
+            .copied()
+            .unwrap_or(false)
+            .then_some(self.size)
+    }
+}
+
 /// The numbers that size every buffer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HyperParams {
@@ -57,6 +77,15 @@ pub struct HyperParams {
     pub norm_eps: f32,
     /// Present when the position embedding is RoPE.
     pub rope: Option<RopeParams>,
+    /// Local attention, where the file gives a window (`{arch}.attention.sliding_window`).
+    pub sliding_window: Option<SlidingWindow>,
+    /// The factor on query-key scores, where the file gives one (`{arch}.attention.scale`);
+    /// 1 / sqrt(head_dim) otherwise.
+    pub attn_scale: Option<f32>,
+    /// Attention scores become cap * tanh(score / cap) (`{arch}.attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Output logits likewise (`{arch}.final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
 }
 
 /// A linear layer: weight and optional bias.
@@ -93,7 +122,10 @@ pub struct LayerTensors {
     pub q_norm: Option<NormTensors>,
     pub k_norm: Option<NormTensors>,
     pub attn_output: Linear,
+    /// Norms of the attention and MLP outputs (`norm.placement = "sandwich"`).
+    pub attn_post_norm: Option<NormTensors>,
     pub ffn_norm: NormTensors,
+    pub ffn_post_norm: Option<NormTensors>,
     /// Present for gated MLPs.
     pub ffn_gate: Option<Linear>,
     pub ffn_up: Linear,
@@ -300,6 +332,17 @@ impl ModelSpec {
             })?,
         };
 
+        let positive_f32 = |k: &str| -> Result<Option<f32>> {
+            match file.get::<f32>(k)? {
+                Some(v) if !(v.is_finite() && v > 0.0) => Err(Error::metadata(
+                    path,
+                    k,
+                    format!("{v} is not a positive number"),
+                )),
+                v => Ok(v),
+            }
+        };
+        let sliding_window = self.sliding_window(file, &key, n_layer, n_ctx_train)?;
         Ok(HyperParams {
             n_layer,
             n_embd,
@@ -311,7 +354,75 @@ impl ModelSpec {
             n_ctx_train,
             norm_eps,
             rope,
+            sliding_window,
+            attn_scale: positive_f32(&key("attention.scale"))?,
+            attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
+            final_softcap: positive_f32(&key("final_logit_softcapping"))?,
         })
+    }
+
+    /// The window from `{arch}.attention.sliding_window` (absent or 0: none) and the layers
+    /// it covers: the file's `sliding_window_pattern` (a flag per layer, or a period) or the
+    /// spec's `attention.window_period`.
+    fn sliding_window(
+        &self,
+        file: &GgufFile,
+        key: &dyn Fn(&str) -> String,
+        n_layer: usize,
+        n_ctx_train: usize,
+    ) -> Result<Option<SlidingWindow>> {
+        let path = file.path();
+        let size_key = key("attention.sliding_window");
+        let size = match file.get::<u32>(&size_key)? {
+            Some(0) => return Ok(None),
+            Some(s) => s as usize,
+            // A default window as long as the context changes nothing.
+            None => match self.attention.window_default {
+                Some(s) if (s as usize) < n_ctx_train => s as usize,
+                _ => return Ok(None),
+            },
+        };
+        if size > n_ctx_train {
+            return Err(Error::metadata(
+                path,
+                &size_key,
+                format!(
+                    "window of {size} positions is longer than the context of {n_ctx_train} \
+                     (`{}`)",
+                    key("context_length")
+                ),
+            ));
+        }
+        let pattern_key = key("attention.sliding_window_pattern");
+        let by_period = |period: u32| -> Vec<bool> {
+            (0..n_layer)
+                .map(|l| (l as u32) % period < period - 1 || period == 1)
+                .collect()
+        };
+        let layers = match file.metadata().get(&pattern_key) {
+            None => by_period(self.attention.window_period),
+            Some(MetaValue::Array(MetaArray::Bool(flags))) => {
+                if flags.len() != n_layer {
+                    return Err(Error::metadata(
+                        path,
+                        &pattern_key,
+                        format!("{} flags for {n_layer} layers", flags.len()),
+                    ));
+                }
+                flags.clone()
+            }
+            Some(v) => match v.as_u64() {
+                Some(period) if (1..=u32::MAX as u64).contains(&period) => by_period(period as u32),
+                _ => {
+                    return Err(Error::metadata(
+                        path,
+                        &pattern_key,
+                        "must be a flag per layer or a positive period",
+                    ))
+                }
+            },
+        };
+        Ok(Some(SlidingWindow { size, layers }))
     }
 
     fn tensors_for(&self, hp: &HyperParams, c: &mut Checker<'_>) -> Result<ModelTensors> {
@@ -394,13 +505,20 @@ impl ModelSpec {
                 MlpKind::Gated => Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?),
                 MlpKind::Plain => None,
             };
+            let sandwich = self.norm.placement == NormPlacement::Sandwich;
+            let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
+                true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
+                false => Ok(None),
+            };
             layers.push(LayerTensors {
                 attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm, "n_embd")?,
                 qkv,
                 q_norm,
                 k_norm,
                 attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+                attn_post_norm: post_norm(c, &l.attn_post_norm)?,
                 ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
+                ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
                 ffn_gate,
                 ffn_up: c.linear(&name(&l.ffn_up), e, ff, mlp_bias)?,
                 ffn_down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,

@@ -183,6 +183,7 @@ impl Backend for CpuModel {
     }
 
     fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        choice.check_model(&self.config)?;
         let c = &self.config;
         self.policy = policy::start(c, choice, &self.k_cache, self.len, self.n_ctx);
         Ok(())
@@ -205,6 +206,9 @@ impl Backend for CpuModel {
             .flat_map(|&t| &self.token_embd[t as usize * e..(t as usize + 1) * e])
             .copied()
             .collect();
+        if let Some(scale) = c.embd_scale {
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
         for l in 0..c.n_layer {
             // Attention block: norm and QKV, RoPE and the K/V append, the policy's attention,
             // the output projection.
@@ -238,9 +242,10 @@ impl Backend for CpuModel {
             if let Some(a) = &mut self.activations {
                 a.layers[l].attn_output.add(&att, c.attn_dim());
             }
-            add_in_place(&mut x, &matmul(&att, &w.wo, e, c.attn_dim()));
+            let out = matmul(&att, &w.wo, e, c.attn_dim());
+            add_in_place(&mut x, &post_norm(out, &w.attn_post_norm, &c));
 
-            // MLP block: down(silu(gate(xn)) * up(xn)).
+            // MLP block: down(act(gate(xn)) * up(xn)).
             let xn = ops::rmsnorm(&x, &w.ffn_norm, e, c.norm_eps);
             if let Some(a) = &mut self.activations {
                 a.layers[l].gate_up.add(&xn, e);
@@ -250,13 +255,14 @@ impl Backend for CpuModel {
                 .chunks(2 * c.n_ff)
                 .flat_map(|row| {
                     let (g, u) = row.split_at(c.n_ff);
-                    ops::swiglu(g, u)
+                    c.mlp_act.apply(g, u)
                 })
                 .collect(); // (n, n_ff)
             if let Some(a) = &mut self.activations {
                 a.layers[l].down.add(&hidden, c.n_ff);
             }
-            add_in_place(&mut x, &matmul(&hidden, &w.w_down, e, c.n_ff));
+            let out = matmul(&hidden, &w.w_down, e, c.n_ff);
+            add_in_place(&mut x, &post_norm(out, &w.ffn_post_norm, &c));
         }
 
         let rows = match logits {
@@ -268,9 +274,20 @@ impl Backend for CpuModel {
             a.output.add(&xn, e);
         }
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let out = matmul(&xn, head, c.n_vocab, e);
+        let mut out = matmul(&xn, head, c.n_vocab, e);
+        if let Some(cap) = c.logit_softcap {
+            ops::softcap(&mut out, cap);
+        }
         self.len += n;
         Ok(out)
+    }
+}
+
+/// A block's output [n, n_embd], normed where the model norms it before the residual add.
+fn post_norm(out: Vec<f32>, gain: &Option<Vec<f32>>, c: &ModelConfig) -> Vec<f32> {
+    match gain {
+        Some(w) => ops::rmsnorm(&out, w, c.n_embd, c.norm_eps),
+        None => out,
     }
 }
 

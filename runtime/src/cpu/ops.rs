@@ -192,6 +192,36 @@ pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
     gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect()
 }
 
+/// The activation of a gated MLP: down(act(gate) * up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatedAct {
+    /// SwiGLU (Llama, Qwen).
+    Silu,
+    /// GeGLU with GELU's tanh approximation (Gemma).
+    GeluTanh,
+}
+
+impl GatedAct {
+    /// act(gate) * up, element by element.
+    pub fn apply(self, gate: &[f32], up: &[f32]) -> Vec<f32> {
+        match self {
+            Self::Silu => swiglu(gate, up),
+            Self::GeluTanh => gelu(gate, false)
+                .iter()
+                .zip(up)
+                .map(|(g, u)| g * u)
+                .collect(),
+        }
+    }
+}
+
+/// cap * tanh(x / cap) in place: a smooth clamp to (-cap, cap) (Gemma 2's soft-capping).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
 /// GELU: exact (erf) or the tanh approximation.
 pub fn gelu(x: &[f32], exact: bool) -> Vec<f32> {
     x.iter()

@@ -1,4 +1,5 @@
-//! Elementwise kernels: SwiGLU, GELU, and add/multiply with a broadcast second operand.
+//! Elementwise kernels: gated activations (SwiGLU, GeGLU), GELU, and add/multiply with a
+//! broadcast second operand.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{BINARY, GELU, SWIGLU};
 
 use super::{check_sizes, linear_groups, workgroup_size};
+use crate::cpu::ops::GatedAct;
 use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
 
 #[repr(C)]
@@ -15,6 +17,7 @@ struct SwiGluPush {
     cols: u32,
     stride: u32,
     up_offset: u32,
+    gelu: u32,
 }
 
 pub struct SwiGlu {
@@ -56,11 +59,12 @@ impl SwiGlu {
             cols: n,
             stride: n,
             up_offset: 0,
+            gelu: 0,
         };
         rec.dispatch(&self.pipeline, &[gate, up, out], &push, groups)
     }
 
-    /// out [tokens, cols] = silu(gate) * up where `gate_up` is [tokens, 2 * cols], each row
+    /// out [tokens, cols] = act(gate) * up where `gate_up` is [tokens, 2 * cols], each row
     /// holding gate then up (the output of one fused projection).
     pub fn record_fused<'a>(
         &self,
@@ -69,6 +73,7 @@ impl SwiGlu {
         out: &'a Buffer,
         tokens: u32,
         cols: u32,
+        act: GatedAct,
     ) -> Result<()> {
         let n = tokens as u64 * cols as u64;
         check_sizes(
@@ -81,6 +86,7 @@ impl SwiGlu {
             cols,
             stride: 2 * cols,
             up_offset: cols,
+            gelu: (act == GatedAct::GeluTanh) as u32,
         };
         rec.dispatch(&self.pipeline, &[gate_up, gate_up, out], &push, groups)
     }

@@ -15,6 +15,7 @@ struct EmbedPush {
     dim: u32,
     vocab: u32,
     chunks: u32,
+    scale: f32,
 }
 
 /// The buffers and sizes of one embedding lookup.
@@ -29,6 +30,8 @@ pub struct EmbedArgs<'a> {
     pub tokens: u32,
     pub vocab: u32,
     pub dim: u32,
+    /// A factor on every value (1: the rows as they are).
+    pub scale: f32,
 }
 
 pub struct Embed {
@@ -45,7 +48,7 @@ impl Embed {
         })
     }
 
-    /// out[t, :] = table[ids[t], :]. The caller validates ids against `vocab`.
+    /// out[t, :] = table[ids[t], :] * scale. The caller validates ids against `vocab`.
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, args: EmbedArgs<'a>) -> Result<()> {
         let EmbedArgs {
             table,
@@ -54,6 +57,7 @@ impl Embed {
             tokens,
             vocab,
             dim,
+            scale,
         } = args;
         let n = tokens as u64 * dim as u64;
         let table_bytes = matrix_bytes(self.pipeline.name, self.format, vocab as u64, dim as u64)?;
@@ -71,6 +75,7 @@ impl Embed {
             dim,
             vocab,
             chunks: chunks as u32,
+            scale,
         };
         rec.dispatch(&self.pipeline, &[table, ids, out], &push, groups)
     }
@@ -102,16 +107,22 @@ mod tests {
                     tokens: tokens as u32,
                     vocab: vocab as u32,
                     dim: dim as u32,
+                    scale: 1.0,
                 };
-                run(&dev, |rec| kernel.record(rec, args).unwrap());
-                let got = ob.download::<f32>(tokens * dim).unwrap();
-                for (t, &id) in ids.iter().enumerate() {
-                    let id = id as usize;
-                    assert_eq!(
-                        got[t * dim..(t + 1) * dim],
-                        want[id * dim..(id + 1) * dim],
-                        "{format} token {t}"
-                    );
+                // Scaling by a power of two is exact too.
+                for scale in [1.0f32, 4.0] {
+                    run(&dev, |rec| {
+                        kernel.record(rec, EmbedArgs { scale, ..args }).unwrap()
+                    });
+                    let got = ob.download::<f32>(tokens * dim).unwrap();
+                    for (t, &id) in ids.iter().enumerate() {
+                        let id = id as usize;
+                        let want: Vec<f32> = want[id * dim..(id + 1) * dim]
+                            .iter()
+                            .map(|v| v * scale)
+                            .collect();
+                        assert_eq!(got[t * dim..(t + 1) * dim], want, "{format} token {t}");
+                    }
                 }
             }
         }

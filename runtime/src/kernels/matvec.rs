@@ -9,6 +9,7 @@ use super::{
     check_sizes, format_kernels, has_wide_loads, matrix_bytes, wide_by_address, OutputCols,
     WeightFormat,
 };
+use crate::cpu::ops::GatedAct;
 use crate::vk::{Buffer, Device, DeviceKind, Pipeline, Recorder, Result, VkError};
 
 #[repr(C)]
@@ -32,6 +33,7 @@ struct MatvecPush {
 const NORM: u32 = 1;
 const ACCUMULATE: u32 = 2;
 const GATED: u32 = 4;
+const GELU: u32 = 8;
 
 /// One matrix-vector product and the work folded into it (see `matvec.comp`).
 #[derive(Clone, Copy)]
@@ -50,8 +52,8 @@ pub struct MatvecArgs<'a> {
     pub norm: Option<(&'a Buffer, f32)>,
     /// y += W x instead of y = W x.
     pub accumulate: bool,
-    /// y = silu(W_gate x) * (W_up x).
-    pub gated: bool,
+    /// y = act(W_gate x) * (W_up x).
+    pub gated: Option<GatedAct>,
     /// Where the rows land in y.
     pub cols: OutputCols,
 }
@@ -68,7 +70,7 @@ impl<'a> MatvecArgs<'a> {
             batch,
             norm: None,
             accumulate: false,
-            gated: false,
+            gated: None,
             cols: OutputCols::default(),
         }
     }
@@ -234,7 +236,7 @@ impl Matvec {
 
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, a: MatvecArgs<'a>) -> Result<()> {
         let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
-        let w_rows = if a.gated { 2 * m } else { m };
+        let w_rows = if a.gated.is_some() { 2 * m } else { m };
         let name = self.pipeline.name;
         let width = a.cols.width_for(name, a.m)?;
         let mut needs = vec![
@@ -262,8 +264,10 @@ impl Matvec {
         if a.accumulate {
             flags |= ACCUMULATE;
         }
-        if a.gated {
-            flags |= GATED;
+        match a.gated {
+            Some(GatedAct::Silu) => flags |= GATED,
+            Some(GatedAct::GeluTanh) => flags |= GATED | GELU,
+            None => {}
         }
         let (gain, eps) = a.norm.unwrap_or((a.x, 0.0));
         let rows = self.shape.rows_per_unit(a.m);
@@ -502,25 +506,29 @@ pub(crate) mod tests {
         let got = yb.download(batch * m).unwrap();
         assert_close(&format!("norm+accumulate {what}"), &got, &want, |_| tol);
 
-        // y = silu(W_gate rmsnorm(x)) * (W_up rmsnorm(x))
-        let yb = zeros(dev, batch * m);
-        run(dev, |rec| {
-            let args = MatvecArgs {
-                norm: Some((&gb, 1e-5)),
-                gated: true,
-                ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32)
-            };
-            kernel.record(rec, args).unwrap()
-        });
-        let both = ops::matvec(&wd, &xn, 2 * m, k);
-        let mut want = Vec::new();
-        let mut scale = Vec::new();
-        for t in both.chunks(2 * m) {
-            want.extend(ops::swiglu(&t[..m], &t[m..]));
-            // silu(g) * u: the error of g and u scaled by the other factor.
-            scale.extend((0..m).map(|i| 1.0 + t[i].abs() + t[m + i].abs()));
+        // y = act(W_gate rmsnorm(x)) * (W_up rmsnorm(x))
+        for act in [GatedAct::Silu, GatedAct::GeluTanh] {
+            let yb = zeros(dev, batch * m);
+            run(dev, |rec| {
+                let args = MatvecArgs {
+                    norm: Some((&gb, 1e-5)),
+                    gated: Some(act),
+                    ..MatvecArgs::plain(&w, &xb, &yb, m as u32, k as u32, batch as u32)
+                };
+                kernel.record(rec, args).unwrap()
+            });
+            let both = ops::matvec(&wd, &xn, 2 * m, k);
+            let mut want = Vec::new();
+            let mut scale = Vec::new();
+            for t in both.chunks(2 * m) {
+                want.extend(act.apply(&t[..m], &t[m..]));
+                // act(g) * u: the error of g and u scaled by the other factor.
+                scale.extend((0..m).map(|i| 1.0 + t[i].abs() + t[m + i].abs()));
+            }
+            let got = yb.download(batch * m).unwrap();
+            assert_close(&format!("gated {act:?} {what}"), &got, &want, |i| {
+                tol * scale[i]
+            });
         }
-        let got = yb.download(batch * m).unwrap();
-        assert_close(&format!("gated {what}"), &got, &want, |i| tol * scale[i]);
     }
 }

@@ -17,7 +17,7 @@ mod rope;
 mod softmax;
 
 pub use attention::{
-    AttnDecode, AttnIo, AttnPrefill, AttnShape, RopeKv, RopeSpec, RopeTable, StepToken,
+    AttnDecode, AttnIo, AttnPrefill, AttnShape, RopeKv, RopeSpec, RopeTable, Scores, StepToken,
 };
 pub use bandwidth::ReadBandwidth;
 pub use dequant::Dequant;

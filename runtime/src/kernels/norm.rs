@@ -15,6 +15,14 @@ struct NormPush {
     eps: f32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RmsNormPush {
+    n: u32,
+    eps: f32,
+    accumulate: u32,
+}
+
 /// The rows a norm runs over: `rows` rows of `n` values, normalised with epsilon `eps`.
 #[derive(Clone, Copy, Debug)]
 pub struct NormShape {
@@ -43,6 +51,30 @@ impl RmsNorm {
         y: &'a Buffer,
         shape: NormShape,
     ) -> Result<()> {
+        self.dispatch(rec, x, w, y, shape, false)
+    }
+
+    /// y += rmsnorm(x) * w: a normed block output added to the residual stream y.
+    pub fn record_add<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        x: &'a Buffer,
+        w: &'a Buffer,
+        y: &'a Buffer,
+        shape: NormShape,
+    ) -> Result<()> {
+        self.dispatch(rec, x, w, y, shape, true)
+    }
+
+    fn dispatch<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        x: &'a Buffer,
+        w: &'a Buffer,
+        y: &'a Buffer,
+        shape: NormShape,
+        accumulate: bool,
+    ) -> Result<()> {
         let NormShape { rows, n, eps } = shape;
         let bytes = rows as u64 * n as u64 * 4;
         check_sizes(
@@ -52,7 +84,11 @@ impl RmsNorm {
         rec.dispatch(
             &self.pipeline,
             &[x, w, y],
-            &NormPush { n, eps },
+            &RmsNormPush {
+                n,
+                eps,
+                accumulate: accumulate as u32,
+            },
             [rows, 1, 1],
         )
     }

@@ -7,6 +7,8 @@
 use std::fmt;
 
 use super::infinigen::{IgParams, IgStats, Skew};
+use crate::error::{Error, Result};
+use crate::model::ModelConfig;
 
 /// A KV policy and its settings, as a backend is asked to run it.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +28,48 @@ impl KvPolicyChoice<'_> {
             Self::Dense => KvPolicyKind::Dense,
             Self::Infinigen { .. } => KvPolicyKind::Infinigen,
             Self::H2o(_) => KvPolicyKind::H2o,
+        }
+    }
+}
+
+impl KvPolicyChoice<'_> {
+    /// Refuses a sparse policy for a model whose attention it cannot run: its sparse kernels
+    /// score with 1 / sqrt(head_dim) and no soft-capping; H2O keeps no state for local
+    /// (windowed) layers; and an InfiniGen pool that evicts tokens would move a local layer's
+    /// window. InfiniGen runs local layers densely over their windows.
+    pub fn check_model(&self, c: &ModelConfig) -> Result<()> {
+        let params = match self {
+            Self::Dense => return Ok(()),
+            Self::Infinigen { params, .. } | Self::H2o(params) => params,
+        };
+        let refuse = |why: String| {
+            Err(Error::options(
+                "kv-policy",
+                format!("{} {why}", self.kind()),
+            ))
+        };
+        let plain_scale = (c.attn_scale - 1.0 / (c.head_dim as f32).sqrt()).abs() <= 1e-7;
+        if c.attn_softcap.is_some() || !plain_scale {
+            return refuse(
+                "does not run models whose attention scores are soft-capped or \
+                 scaled other than by 1 / sqrt(head_dim) yet; use dense attention"
+                    .into(),
+            );
+        }
+        let Some(window) = &c.sliding_window else {
+            return Ok(());
+        };
+        let local = window.layers.iter().filter(|&&l| l).count();
+        let what = format!(
+            "this model's {local} local layers (window of {})",
+            window.size
+        );
+        match self {
+            Self::H2o(_) => refuse(format!("does not run {what} yet")),
+            _ if params.pool_capacity.is_some() => refuse(format!(
+                "with a pool capacity would evict tokens from {what}; leave the capacity out"
+            )),
+            _ => Ok(()),
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
-    Activation, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec, RopeLayout,
-    RopeScaling,
+    Activation, EmbeddingScale, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec,
+    RopeLayout, RopeScaling, SlidingWindow,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -40,6 +40,20 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// An RMSNorm over each query and key head before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Local attention on the layers it names (Mistral, Gemma 2).
+    pub sliding_window: Option<SlidingWindow>,
+    /// The factor on query-key scores: 1 / sqrt(head_dim) unless the file says otherwise.
+    pub attn_scale: f32,
+    /// Scores become cap * tanh(score / cap) before the softmax (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Logits likewise (Gemma 2).
+    pub logit_softcap: Option<f32>,
+    /// A factor on the token embeddings (Gemma: sqrt(n_embd)).
+    pub embd_scale: Option<f32>,
+    /// RMSNorms of the attention and MLP outputs before their residual adds (Gemma 2).
+    pub post_norms: bool,
+    /// The gated MLP's activation.
+    pub mlp_act: ops::GatedAct,
 }
 
 impl ModelConfig {
@@ -51,6 +65,11 @@ impl ModelConfig {
     /// Width of the attention output (the input of the output projection).
     pub fn attn_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// Layer `l`'s attention window, `None` for a global layer.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        self.sliding_window.as_ref()?.of_layer(l)
     }
 
     /// Each rotated pair's angle per position, `None` without RoPE.
@@ -74,15 +93,17 @@ impl ModelConfig {
             + 3 * self.n_ff * self.n_embd
             + 2 * self.n_embd
             + if self.qkv_bias { self.qkv_dim() } else { 0 }
-            + if self.qk_norm { 2 * self.head_dim } else { 0 };
+            + if self.qk_norm { 2 * self.head_dim } else { 0 }
+            + if self.post_norms { 2 * self.n_embd } else { 0 };
         let head = if tied { 0 } else { self.n_vocab * self.n_embd };
         (self.n_layer * layer + self.n_vocab * self.n_embd + head + self.n_embd) as u64
     }
 
-    /// Checks the spec's atoms against what this runtime executes: a pre-norm decoder with
-    /// RMSNorm, RoPE or no position embedding, causal attention (q/k/v biases and a per-head
-    /// query/key RMSNorm allowed, no output bias) and a SiLU-gated MLP. Anything else is a
-    /// clear error naming the atom.
+    /// Checks the spec's atoms against what this runtime executes: a decoder with RMSNorm
+    /// before each block (and after it, sandwich-style), RoPE or no position embedding,
+    /// causal attention (q/k/v biases, a per-head query/key RMSNorm, local windows and
+    /// soft-capping allowed, no output bias) and a SiLU- or GELU-gated MLP. Anything else is
+    /// a clear error naming the atom.
     pub fn from_resolved(file: &GgufFile, model: &ResolvedModel) -> Result<Self> {
         let path = file.path();
         let spec = &model.spec;
@@ -96,20 +117,26 @@ impl ModelConfig {
                 spec.network
             )));
         }
-        if spec.norm.kind != NormKind::Rms || spec.norm.placement != NormPlacement::Pre {
+        if spec.norm.kind != NormKind::Rms || spec.norm.placement == NormPlacement::Post {
             return Err(unsupported(format!(
-                "norm {:?} with placement {:?} (RMSNorm before each block is)",
+                "norm `{}` with placement `{}` (RMSNorm before each block, or before and \
+                 after it, is)",
                 spec.norm.kind, spec.norm.placement
             )));
         }
-        if spec.mlp.kind != MlpKind::Gated || spec.activation != Activation::Silu || spec.mlp.bias {
-            return Err(unsupported(format!(
-                "MLP {:?} with activation {:?}{} (SiLU-gated MLPs without bias are)",
-                spec.mlp.kind,
-                spec.activation,
-                if spec.mlp.bias { " and bias" } else { "" }
-            )));
-        }
+        let mlp_act = match (spec.mlp.kind, spec.activation, spec.mlp.bias) {
+            (MlpKind::Gated, Activation::Silu, false) => ops::GatedAct::Silu,
+            (MlpKind::Gated, Activation::GeluTanh, false) => ops::GatedAct::GeluTanh,
+            _ => {
+                return Err(unsupported(format!(
+                    "MLP `{}` with activation `{}`{} (SiLU- or GELU-tanh-gated MLPs without \
+                     bias are)",
+                    spec.mlp.kind,
+                    spec.activation,
+                    if spec.mlp.bias { " and bias" } else { "" }
+                )))
+            }
+        };
         let a = &spec.attention;
         if a.output_bias || !a.causal {
             return Err(unsupported(
@@ -168,6 +195,15 @@ impl ModelConfig {
             rope_factors,
             qkv_bias: a.bias,
             qk_norm: a.qk_norm.is_some(),
+            sliding_window: h.sliding_window.clone(),
+            attn_scale: h.attn_scale.unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
+            attn_softcap: h.attn_softcap,
+            logit_softcap: h.final_softcap,
+            embd_scale: spec.embedding_scale.map(|s| match s {
+                EmbeddingScale::SqrtNEmbd => (h.n_embd as f32).sqrt(),
+            }),
+            post_norms: spec.norm.placement == NormPlacement::Sandwich,
+            mlp_act,
         })
     }
 }
@@ -221,6 +257,13 @@ mod tests {
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
             qkv_bias: false,
             qk_norm: false,
+            sliding_window: None,
+            attn_scale: 1.0 / 8f32.sqrt(),
+            attn_softcap: None,
+            logit_softcap: None,
+            embd_scale: None,
+            post_norms: false,
+            mlp_act: ops::GatedAct::Silu,
         };
         let table = c.rope_table(64).unwrap();
         let plain = ops::rope_table(64, 8, 10_000.0);

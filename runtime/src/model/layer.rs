@@ -18,6 +18,10 @@ pub struct Layer<M, V> {
     pub k_norm: Option<V>,
     /// [n_embd, n_head * head_dim]
     pub wo: M,
+    /// [n_embd] each: norms of the attention and MLP outputs before their residual adds,
+    /// where the model has them (Gemma 2).
+    pub attn_post_norm: Option<V>,
+    pub ffn_post_norm: Option<V>,
     /// [n_embd]
     pub ffn_norm: V,
     /// [2 n_ff, n_embd]: gate rows, then up rows.
@@ -66,6 +70,14 @@ impl<M, V> Layer<M, V> {
             q_norm: self.q_norm.map(|v| vector("attn_q_norm", v)).transpose()?,
             k_norm: self.k_norm.map(|v| vector("attn_k_norm", v)).transpose()?,
             wo: matrix("attn_output", self.wo)?,
+            attn_post_norm: self
+                .attn_post_norm
+                .map(|v| vector("attn_post_norm", v))
+                .transpose()?,
+            ffn_post_norm: self
+                .ffn_post_norm
+                .map(|v| vector("ffn_post_norm", v))
+                .transpose()?,
             ffn_norm: vector("ffn_norm", self.ffn_norm)?,
             w_gate_up: matrix("ffn_gate_up", self.w_gate_up)?,
             w_down: matrix("ffn_down", self.w_down)?,

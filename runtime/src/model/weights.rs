@@ -194,6 +194,12 @@ impl<'a> WeightReader<'a> {
         };
         let q_norm = head_norm(&t.q_norm)?;
         let k_norm = head_norm(&t.k_norm)?;
+        let mut post_norm = |n: &Option<NormTensors>| match n {
+            Some(n) => self.vector(&n.weight, 1, e).map(Some),
+            None => Ok(None),
+        };
+        let attn_post_norm = post_norm(&t.attn_post_norm)?;
+        let ffn_post_norm = post_norm(&t.ffn_post_norm)?;
         let Some(gate) = &t.ffn_gate else {
             return Err(Error::Unsupported {
                 path: self.file.path().to_path_buf(),
@@ -211,6 +217,8 @@ impl<'a> WeightReader<'a> {
             q_norm,
             k_norm,
             wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?.into(),
+            attn_post_norm,
+            ffn_post_norm,
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             w_gate_up,
             w_down: self.matrix(&t.ffn_down.weight, e, c.n_ff)?.into(),

@@ -103,7 +103,7 @@ fn push_constant_size_mismatch_is_caught() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("push constants are 16 bytes in the shader but 8"),
+            .contains("push constants are 20 bytes in the shader but 8"),
         "{err}"
     );
     let err = rec

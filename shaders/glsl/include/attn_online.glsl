@@ -5,7 +5,8 @@
 // HEAD_DIM, HD4, QH and SUBGROUPS, fills qs with the scaled queries, declares o (binding 1)
 // and part (binding 8), and has n_head and splits in its push constants (include/
 // attn_split.glsl says what splits > 1 writes). It also defines ROLLED_KEYS_ID, a free
-// specialization constant id for ROLLED_KEYS.
+// specialization constant id for ROLLED_KEYS, and CAP_SCORE(s), the score as the softmax
+// takes it (soft-capped or as it is).
 
 // CPU devices walk a key row in a loop rather than unrolled: q is in shared memory, so the
 // loop indexes no register array, and LLVM compiles the kernel in well under half the time
@@ -61,6 +62,7 @@ void online_begin() {
         float c[QH];                                                              \
         float e[QH];                                                              \
         [[unroll]] for (uint qh = 0; qh < QH; ++qh) {                             \
+            s[qh] = CAP_SCORE(s[qh]);                                             \
             float m_new = max(on_m[qh], s[qh]);                                   \
             c[qh] = exp(on_m[qh] - m_new);                                        \
             e[qh] = exp(s[qh] - m_new);                                           \

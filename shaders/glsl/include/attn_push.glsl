@@ -3,6 +3,7 @@
 // row steps[t].x (after the steps[t].y it attends to), its sequence's beam table (or NO_BEAM)
 // starts at steps[t].z, and RoPE turns it by its position in the sequence, steps[t].w: the
 // index itself unless the row's pool evicted tokens (runtime/src/kv/infinigen/evict.rs).
+// A local layer's window counts entries back from a token's own.
 layout(binding = STEPS_BINDING) readonly buffer Steps { uvec4 steps[]; };
 layout(push_constant) uniform Push {
     uint tokens;        // tokens in this dispatch, starting at token t0 of the step
@@ -12,10 +13,24 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint q_stride;      // floats per token in qkv: (n_head + 2 n_head_kv) * head_dim
     uint max_blocks;    // entries per row of the block tables
-    float scale;        // 1 / sqrt(head_dim)
+    float scale;        // the factor on query-key scores, 1 / sqrt(head_dim) for most models
     uint rot_dim;       // rope_kv: dimensions rotated (0: none)
     uint mode;          // rope_kv: 0 NeoX, 1 GPT-J
     uint splits;        // attn_decode: runs per (query head, token), see attn_split.glsl
+    uint window;        // a local layer's window: entries [pos + 1 - window, pos] (0: all)
+    float softcap;      // scores become softcap * tanh(score / softcap) (0: as they are)
+    uint _pad;
     uvec2 k_addr;       // this layer's K and V through their addresses (WIDE_LOADS variants)
     uvec2 v_addr;
 } p;
+
+// The first entry a token at entry `pos` attends to.
+uint window_start(uint pos) {
+    return p.window > 0 && pos + 1 > p.window ? pos + 1 - p.window : 0;
+}
+
+// A score soft-capped as p.softcap asks. The clamp keeps tanh's exponentials finite on
+// drivers that build it from them (tanh(15) is 1 in f32).
+float cap_score(float s) {
+    return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) : s;
+}

@@ -42,7 +42,8 @@ impl CpuPolicy for CpuH2o {
 
     fn attention(&mut self, at: &LayerAt) -> Vec<f32> {
         let (l, h2o) = (at.l, &mut self.h2o);
-        if !h2o.applies(l) {
+        // A local layer reads its window, densely.
+        if !h2o.applies(l) || at.config.window(l).is_some() {
             return attend(at, None, |_, _, _| {});
         }
         let history = at.decode().then(|| {

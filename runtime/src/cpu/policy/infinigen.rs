@@ -189,7 +189,9 @@ impl CpuPolicy for CpuInfinigen {
 
     fn attention(&mut self, at: &LayerAt) -> Vec<f32> {
         let n_kv = at.config.n_head_kv;
-        let sparse = at.decode() && at.l >= self.params.dense_layers;
+        // A local layer reads its window, densely.
+        let sparse =
+            at.decode() && at.l >= self.params.dense_layers && at.config.window(at.l).is_none();
         // Entries held before the step's tokens.
         let entries = self.held.as_ref().map_or(at.pos0, Vec::len);
         let prev_x = self.prev_x.take();

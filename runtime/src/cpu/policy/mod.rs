@@ -14,6 +14,7 @@ pub(super) use self::dense::Dense;
 pub(super) use self::h2o::CpuH2o;
 use self::infinigen::CpuInfinigen;
 use super::matmul::dot;
+use super::ops;
 use super::CpuLayer;
 use crate::error::Result;
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
@@ -101,9 +102,11 @@ pub(super) fn attend(
     let kv_dim = c.n_head_kv * hd;
     let mut att = vec![0f32; at.n * c.attn_dim()]; // (n, n_head * head_dim)
     let group = c.n_head / c.n_head_kv;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let window = c.window(at.l);
     for t in 0..at.n {
         let n_kv = pos0 + t + 1; // causal: positions 0..=pos0 + t
+                                 // A local layer sees the window's most recent positions only.
+        let first = window.map_or(0, |w| n_kv.saturating_sub(w));
         for h in 0..c.n_head {
             let q = &at.qkv[t * c.qkv_dim() + h * hd..][..hd];
             let kvh = h / group;
@@ -112,16 +115,20 @@ pub(super) fn attend(
                     .iter()
                     .map(|&p| p as usize)
                     .chain(pos0..=pos0 + t)
+                    .filter(|&p| p >= first)
                     .collect(),
-                None => (0..n_kv).collect(),
+                None => (first..n_kv).collect(),
             };
             let mut scores: Vec<f32> = positions
                 .iter()
                 .map(|&p| {
                     let k = &at.k_cache[p * kv_dim + kvh * hd..][..hd];
-                    dot(q, k) * scale
+                    dot(q, k) * c.attn_scale
                 })
                 .collect();
+            if let Some(cap) = c.attn_softcap {
+                ops::softcap(&mut scores, cap);
+            }
             softmax_in_place(&mut scores);
             probs(kvh, &positions, &scores);
             let out = &mut att[t * c.attn_dim() + h * hd..][..hd];

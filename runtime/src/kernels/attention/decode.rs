@@ -184,7 +184,10 @@ impl AttnDecode {
     ) -> Result<()> {
         let workgroups =
             head_workgroups(pipeline.name, self.heads_per_group, s.n_head, s.n_head_kv)?;
-        let runs = self.split.runs(workgroups * s.tokens, longest);
+        // A local layer's tokens attend to its window at most.
+        let runs = self
+            .split
+            .runs(workgroups * s.tokens, s.scores.span(longest));
         // Without rope the table binding is unused; any buffer fills it.
         let table = rope.map_or(io.qkv, |r| r.table);
         let dispatch = AttnDispatch {

@@ -63,6 +63,36 @@ pub struct AttnShape {
     pub n_head: u32,
     pub n_head_kv: u32,
     pub head_dim: u32,
+    pub scores: Scores,
+}
+
+/// How a layer turns query-key products into the scores its softmax takes, and which
+/// entries it scores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scores {
+    /// The factor on each product (1 / sqrt(head_dim) for most models).
+    pub scale: f32,
+    /// Soft-capping: scores become cap * tanh(score / cap) (Gemma 2).
+    pub softcap: Option<f32>,
+    /// A local layer's window: each token attends to this many most recent entries, its own
+    /// included.
+    pub window: Option<u32>,
+}
+
+impl Scores {
+    /// Scaled by 1 / sqrt(head_dim), every entry, no cap.
+    pub fn plain(head_dim: u32) -> Self {
+        Self {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+            window: None,
+        }
+    }
+
+    /// The most entries a token attends to, where it has `len` before it and its own.
+    pub fn span(&self, len: u32) -> u32 {
+        self.window.map_or(len, |w| len.min(w))
+    }
 }
 
 impl AttnShape {
@@ -107,13 +137,15 @@ impl AttnShape {
             head_dim: self.head_dim,
             q_stride: self.q_stride() as u32,
             max_blocks: kv.max_blocks,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            scale: self.scores.scale,
             rot_dim: rope.map_or(0, |r| r.rot_dim),
             mode: match rope.map(|r| r.layout) {
                 Some(RopeLayout::Gptj) => 1,
                 _ => 0,
             },
             splits: 1,
+            window: self.scores.window.unwrap_or(0),
+            softcap: self.scores.softcap.unwrap_or(0.0),
             _pad: 0,
             k_addr: kv.k.device_address().unwrap_or(0),
             v_addr: kv.v.device_address().unwrap_or(0),
@@ -136,6 +168,8 @@ pub(super) struct AttnPush {
     pub(super) rot_dim: u32,
     pub(super) mode: u32,
     pub(super) splits: u32,
+    pub(super) window: u32,
+    pub(super) softcap: f32,
     pub(super) _pad: u32,
     /// The layer's K and V addresses, for the kernels that read them so (0 elsewhere).
     pub(super) k_addr: u64,

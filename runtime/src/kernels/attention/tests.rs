@@ -31,6 +31,7 @@ impl Heads {
             n_head: self.n_head,
             n_head_kv: self.n_head_kv,
             head_dim: self.head_dim,
+            scores: Scores::plain(self.head_dim),
         }
     }
 }
@@ -81,39 +82,43 @@ fn reference_rope_kv(
     }
 }
 
-/// Causal attention of every token over its sequence's history, in f64; `source(t, p)`
-/// is the row holding position p for token t.
+/// Causal attention of every token over its sequence's history (its window's part, on a
+/// local layer), scored as `scores` says, in f64; `source(t, p)` is the row holding position
+/// p for token t.
 fn reference_attention(
     qkv: &[f32],
     kv: &Logical,
     steps: &[StepToken],
     h: Heads,
+    scores: Scores,
     source: &dyn Fn(usize, usize) -> usize,
 ) -> Vec<f32> {
     let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
     let mut out = vec![0f32; steps.len() * nh * hd];
     for (t, st) in steps.iter().enumerate() {
         let n_kv = st.pos as usize + 1;
+        let first = scores.window.map_or(0, |w| n_kv.saturating_sub(w as usize));
         for hh in 0..nh {
             let kvh = hh / (nh / nkv);
             let at = |p: usize| (p * nkv + kvh) * hd;
             let q = &qkv[t * h.stride() + hh * hd..][..hd];
-            let scores: Vec<f64> = (0..n_kv)
+            let logits: Vec<f64> = (first..n_kv)
                 .map(|p| {
                     let kr = &kv.k[source(t, p)][at(p)..][..hd];
-                    q.iter()
-                        .zip(kr)
-                        .map(|(&a, &b)| a as f64 * b as f64)
-                        .sum::<f64>()
-                        / (hd as f64).sqrt()
+                    let dot: f64 = q.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    let s = dot * scores.scale as f64;
+                    scores
+                        .softcap
+                        .map_or(s, |c| c as f64 * (s / c as f64).tanh())
                 })
                 .collect();
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = logits.iter().map(|s| (s - max).exp()).collect();
             let sum: f64 = e.iter().sum();
             for d in 0..hd {
-                let acc: f64 = (0..n_kv)
-                    .map(|p| e[p] * kv.v[source(t, p)][at(p) + d] as f64)
+                let acc: f64 = (first..n_kv)
+                    .zip(&e)
+                    .map(|(p, e)| e * kv.v[source(t, p)][at(p) + d] as f64)
                     .sum();
                 out[t * nh * hd + hh * hd + d] = (acc / sum) as f32;
             }
@@ -205,30 +210,35 @@ const BLOCK: usize = crate::kv::BLOCK_TOKENS;
 /// already holding `pos0` positions in scattered blocks, and checks the output and the
 /// cache against the reference.
 fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head_dim: u32) {
-    for kv_type in kv_types(head_dim) {
-        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            let shape = (kind, kv_type);
-            check_shaped(shape, decode, tokens, pos0, n_head, n_head_kv, head_dim);
-        }
-    }
-}
-
-/// [`check`] with the kernels shaped for a device of `kind`, over a cache of `kv_type`.
-fn check_shaped(
-    (kind, kv_type): (DeviceKind, KvType),
-    decode: bool,
-    tokens: u32,
-    pos0: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-) {
-    let Some(dev) = device() else { return };
     let h = Heads {
         n_head,
         n_head_kv,
         head_dim,
     };
+    check_scored(decode, tokens, pos0, h, Scores::plain(head_dim));
+}
+
+/// [`check`] for attention scored as `scores` says.
+fn check_scored(decode: bool, tokens: u32, pos0: u32, h: Heads, scores: Scores) {
+    for kv_type in kv_types(h.head_dim) {
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            check_shaped((kind, kv_type), decode, tokens, pos0, h, scores);
+        }
+    }
+}
+
+/// [`check_scored`] with the kernels shaped for a device of `kind`, over a cache of
+/// `kv_type`.
+fn check_shaped(
+    (kind, kv_type): (DeviceKind, KvType),
+    decode: bool,
+    tokens: u32,
+    pos0: u32,
+    h: Heads,
+    scores: Scores,
+) {
+    let Some(dev) = device() else { return };
+    let (n_head, n_head_kv, head_dim) = (h.n_head, h.n_head_kv, h.head_dim);
     let (rot_dim, n_ctx) = (head_dim - 4, (pos0 + tokens + 3) as usize);
     let (mut cache, mut logical) = scattered_cache(h, &[pos0 as usize], n_ctx, kv_type);
     cache.append(0, tokens as usize).unwrap();
@@ -246,7 +256,10 @@ fn check_shaped(
         rot_dim,
         layout: RopeLayout::Gptj,
     };
-    let s = h.shape(tokens, 0);
+    let s = AttnShape {
+        scores,
+        ..h.shape(tokens, 0)
+    };
     let group = n_head / n_head_kv;
     let decode_kernel = AttnDecode::shaped_for(&dev, head_dim, group, kv_type, kind).unwrap();
     let prefill_kernel = AttnPrefill::shaped_for(&dev, head_dim, group, kv_type, kind).unwrap();
@@ -284,7 +297,7 @@ fn check_shaped(
     let rot = rot_dim as usize;
     reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot, &table, kv_type);
     let what = format!(
-        "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} \
+        "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} {scores:?} \
          ({kind:?} shape, {kv_type} cache)",
         if decode { "decode" } else { "prefill" }
     );
@@ -311,7 +324,7 @@ fn check_shaped(
         &logical.v[0][..valid],
         exact,
     );
-    let want = reference_attention(&qkv, &logical, &steps, h, &|_, _| 0);
+    let want = reference_attention(&qkv, &logical, &steps, h, scores, &|_, _| 0);
     // Softmax weights sum to 1 and |v| <= 1, so outputs are O(1): f32 exp and sums over
     // at most a few hundred positions stay within a few ulps times the length.
     assert_close(&what, &o.download(want.len()).unwrap(), &want, |_| 2e-5);
@@ -334,6 +347,31 @@ fn prefill_attention_matches_reference() {
     check(false, 13, 0, 6, 2, 24);
     check(false, 70, 9, 6, 3, 32);
     check(false, 33, 40, 9, 3, 64);
+}
+
+/// Local layers (a window shorter than the history, down to one entry), a scale other than
+/// 1 / sqrt(head_dim) and soft-capped scores (Gemma 2), in decode (fused, split over runs on
+/// GPU shapes) and prefill (tiles wholly outside some queries' windows).
+#[test]
+fn windowed_and_capped_attention_matches_reference() {
+    let h = |n_head, n_head_kv, head_dim| Heads {
+        n_head,
+        n_head_kv,
+        head_dim,
+    };
+    let scored = |window: Option<u32>, softcap: Option<f32>| Scores {
+        scale: 0.35,
+        softcap,
+        window,
+    };
+    check_scored(true, 1, 37, h(6, 2, 24), scored(Some(16), Some(1.5)));
+    check_scored(true, 2, 130, h(4, 2, 32), scored(Some(1), None));
+    check_scored(true, 1, 1100, h(9, 3, 64), scored(Some(700), Some(2.0)));
+    check_scored(false, 70, 9, h(6, 3, 32), scored(Some(24), Some(1.5)));
+    check_scored(false, 33, 40, h(4, 2, 32), scored(Some(5), None));
+    check_scored(false, 13, 0, h(6, 2, 24), scored(None, Some(1.0)));
+    // A window longer than the history changes nothing.
+    check_scored(false, 13, 3, h(6, 2, 24), scored(Some(500), None));
 }
 
 /// One decode step for three sequences of different lengths, one of them reading part of
@@ -410,7 +448,8 @@ fn batched_decode_shaped((kind, kv_type): (DeviceKind, KvType), lens: [usize; 3]
     });
     reference_rope_kv(&mut qkv, &mut logical, &steps, h, 16, &table, kv_type);
     let source = |t: usize, p: usize| if t == 2 { beam_rows[p] as usize } else { t };
-    let want = reference_attention(&qkv, &logical, &steps, h, &source);
+    let scores = Scores::plain(h.head_dim);
+    let want = reference_attention(&qkv, &logical, &steps, h, scores, &source);
     assert_close(
         &format!("batched decode, lengths {lens:?} ({kind:?} shape, {kv_type} cache)"),
         &o.download(want.len()).unwrap(),

@@ -7,7 +7,7 @@ use hearth_shaders::kv_kernels;
 
 use super::{IgBatch, IgPush, IgShape, QueryAt};
 use crate::kernels::attention::{
-    decode_shape, head_workgroups, heads_per_workgroup, rolled_keys, AttnShape, Split,
+    decode_shape, head_workgroups, heads_per_workgroup, rolled_keys, AttnShape, Scores, Split,
 };
 use crate::kernels::check_sizes;
 use crate::kv::{KvLayer, KvType};
@@ -156,6 +156,7 @@ impl AttnSparse {
             n_head: s.n_head,
             n_head_kv: s.n_head_kv,
             head_dim: s.head_dim,
+            scores: Scores::plain(s.head_dim),
         };
         self.split.merge(rec, o, shape, runs)
     }
@@ -392,6 +393,7 @@ mod tests {
                 n_head: s.n_head,
                 n_head_kv: s.n_head_kv,
                 head_dim: s.head_dim,
+                scores: Scores::plain(s.head_dim),
             };
             let io = AttnIo {
                 qkv: &qkv_b,

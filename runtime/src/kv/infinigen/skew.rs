@@ -355,6 +355,13 @@ mod tests {
             rope_factors: None,
             qkv_bias: false,
             qk_norm: false,
+            sliding_window: None,
+            attn_scale: 1.0 / 8f32.sqrt(),
+            attn_softcap: None,
+            logit_softcap: None,
+            embd_scale: None,
+            post_norms: false,
+            mlp_act: crate::cpu::ops::GatedAct::Silu,
         }
     }
 

@@ -128,7 +128,7 @@ impl Kernels {
         w: &'a [DeviceMatrix],
         args: MatvecArgs<'a>,
     ) -> Result<()> {
-        check_runs("matvec", w, args.m, args.gated)?;
+        check_runs("matvec", w, args.m, args.gated.is_some())?;
         let width = args.cols.width_for("matvec", args.m)?;
         let mut first = args.cols.first;
         let mut left = args.m;
@@ -142,7 +142,7 @@ impl Kernels {
                 (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
                 (batch, _) => f.batch_kernel(rec.device(), batch)?,
             };
-            let m = if args.gated {
+            let m = if args.gated.is_some() {
                 args.m
             } else {
                 run.rows.min(left)

@@ -423,6 +423,7 @@ impl Backend for VkModel {
     }
 
     fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        choice.check_model(&self.config)?;
         // The old policy's buffers go before the new one's are made.
         self.policy = Box::new(Dense);
         self.policy = policy::start(&self.device, &self.config, &self.kv, self.chunk, choice)?;

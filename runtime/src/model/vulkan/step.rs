@@ -5,9 +5,10 @@
 use std::slice;
 
 use super::kernels::DECODE_MAX_TOKENS;
-use super::policy::{attn_shape, rope_spec, Beside, LayerAt, StepView, FETCH_KERNELS};
+use super::policy::{rope_spec, Beside, LayerAt, StepView, FETCH_KERNELS};
 use super::{SeqStep, VkModel};
 use crate::cpu::forward::check_step;
+use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::kernels::{
     EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads, RopeTable,
@@ -15,7 +16,7 @@ use crate::kernels::{
 };
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::Logits;
-use crate::vk::{Completed, Recorder};
+use crate::vk::{Buffer, Completed, Recorder};
 
 /// One sequence's tokens in a step: `tokens` of them from the step's token `t0`, appended
 /// after the `len` entries its row held.
@@ -163,6 +164,7 @@ impl VkModel {
             tokens: t,
             vocab,
             dim: e,
+            scale: c.embd_scale.unwrap_or(1.0),
         };
         embed.record(&mut rec, args)?;
         for l in 0..self.layers.len() {
@@ -174,7 +176,11 @@ impl VkModel {
         self.account_step(&done);
         let n_vocab = self.config.n_vocab;
         let out_rows: usize = spans.iter().map(|&(_, count)| count).sum();
-        let logits: Vec<f32> = self.scratch.logits.download(out_rows * n_vocab)?;
+        let mut logits: Vec<f32> = self.scratch.logits.download(out_rows * n_vocab)?;
+        // Soft-capped on the host, where the logits arrive anyway.
+        if let Some(cap) = self.config.logit_softcap {
+            ops::softcap(&mut logits, cap);
+        }
         Ok(spans
             .iter()
             .map(|&(first, count)| logits[first * n_vocab..(first + count) * n_vocab].to_vec())
@@ -288,8 +294,8 @@ impl VkModel {
         let (c, s, plan) = (at.config, at.scratch, at.plan);
         let n = plan.steps.len();
         let rest = match at.fused {
-            true => attn_shape(c, plan.decode_tokens, n - plan.decode_tokens),
-            false => attn_shape(c, 0, n),
+            true => at.attn_shape(plan.decode_tokens, n - plan.decode_tokens),
+            false => at.attn_shape(0, n),
         };
         let before = rec.len();
         let rope = RopeTable {
@@ -305,31 +311,57 @@ impl VkModel {
         Ok(())
     }
 
-    /// The output projection, added to x.
+    /// The output projection, added to x (normed first where the model has a post-norm).
     fn record_output<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
         let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
         let t = at.plan.steps.len() as u32;
         let (attn_dim, e) = (c.attn_dim() as u32, c.n_embd as u32);
+        let post = w.attn_post_norm.as_ref();
+        // Without a post-norm the product adds to x itself; with one it lands in xn first.
+        let (out, accumulate) = match post {
+            Some(_) => (&s.xn, false),
+            None => (&s.x, true),
+        };
         if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.wo[0].buffer, &s.att, &s.x, e, attn_dim, t);
-            let accumulate = true;
-            k.matvec(rec, &w.wo, MatvecArgs { accumulate, ..args })
+            let args = MatvecArgs::plain(&w.wo[0].buffer, &s.att, out, e, attn_dim, t);
+            k.matvec(rec, &w.wo, MatvecArgs { accumulate, ..args })?;
         } else {
             let args = MatmulArgs {
                 x: &s.att,
-                c: &s.x,
+                c: out,
                 n: t,
                 m: e,
                 k: attn_dim,
-                accumulate: true,
+                accumulate,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, &w.wo, args)
+            k.matmul(rec, &w.wo, args)?;
         }
+        self.record_post_norm(rec, at, post)
     }
 
-    /// The MLP block, down(silu(gate(xn)) * up(xn)) added to x, with a piece of `beside`
-    /// between its two products.
+    /// x += rmsnorm(xn) * gain, where a block's output in xn has a post-norm.
+    fn record_post_norm<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+        gain: Option<&'a Buffer>,
+    ) -> Result<()> {
+        let Some(gain) = gain else { return Ok(()) };
+        let (c, s) = (at.config, at.scratch);
+        let shape = NormShape {
+            rows: at.plan.steps.len() as u32,
+            n: c.n_embd as u32,
+            eps: c.norm_eps,
+        };
+        Ok(at
+            .kernels
+            .rmsnorm
+            .record_add(rec, &s.xn, gain, &s.x, shape)?)
+    }
+
+    /// The MLP block, down(act(gate(xn)) * up(xn)) added to x (normed first where the model
+    /// has a post-norm), with a piece of `beside` between its two products.
     fn record_mlp<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
@@ -339,12 +371,18 @@ impl VkModel {
         let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
         let t = at.plan.steps.len() as u32;
         let (e, n_ff, eps) = (c.n_embd as u32, c.n_ff as u32, c.norm_eps);
+        // The down projection adds to x, or lands in xn for a post-norm.
+        let post = w.ffn_post_norm.as_ref();
+        let (out, accumulate) = match post {
+            Some(_) => (&s.xn, false),
+            None => (&s.x, true),
+        };
         // The gated product reads gate and up rows together, in one format: gate and up in
         // different formats take the separate products and SwiGLU.
         if at.plan.streaming && w.w_gate_up.len() == 1 {
             let args = MatvecArgs::plain(&w.w_gate_up[0].buffer, &s.x, &s.hidden, n_ff, e, t);
             let norm = Some((&w.ffn_norm, eps));
-            let gated = true;
+            let gated = Some(c.mlp_act);
             k.matvec(
                 rec,
                 &w.w_gate_up,
@@ -355,9 +393,8 @@ impl VkModel {
                 },
             )?;
             beside.step(rec)?;
-            let args = MatvecArgs::plain(&w.w_down[0].buffer, &s.hidden, &s.x, e, n_ff, t);
-            let accumulate = true;
-            k.matvec(rec, &w.w_down, MatvecArgs { accumulate, ..args })
+            let args = MatvecArgs::plain(&w.w_down[0].buffer, &s.hidden, out, e, n_ff, t);
+            k.matvec(rec, &w.w_down, MatvecArgs { accumulate, ..args })?;
         } else {
             let shape = NormShape { rows: t, n: e, eps };
             k.rmsnorm.record(rec, &s.x, &w.ffn_norm, &s.xn, shape)?;
@@ -372,18 +409,20 @@ impl VkModel {
             };
             k.matmul(rec, &w.w_gate_up, gate_up)?;
             beside.step(rec)?;
-            k.swiglu.record_fused(rec, &s.gate_up, &s.hidden, t, n_ff)?;
+            k.swiglu
+                .record_fused(rec, &s.gate_up, &s.hidden, t, n_ff, c.mlp_act)?;
             let down = MatmulArgs {
                 x: &s.hidden,
-                c: &s.x,
+                c: out,
                 n: t,
                 m: e,
                 k: n_ff,
-                accumulate: true,
+                accumulate,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, &w.w_down, down)
+            k.matmul(rec, &w.w_down, down)?;
         }
+        self.record_post_norm(rec, at, post)
     }
 
     /// The final norm and the output head over the rows of x whose logits the sequences want,

@@ -22,7 +22,7 @@ use super::step::{Run, StepPlan};
 use super::{DeviceLayer, Scratch, SeqStep};
 use crate::error::Result;
 use crate::kernels::infinigen::IgToken;
-use crate::kernels::{AttnShape, RopeSpec, StepToken};
+use crate::kernels::{AttnShape, RopeSpec, Scores, StepToken};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 use crate::kv::{KvCache, KvLayer};
 use crate::model::ModelConfig;
@@ -174,19 +174,25 @@ impl<'a> LayerAt<'a> {
         self.config.qkv_dim() as u32
     }
 
-    /// Attention over `tokens` of the step's tokens from its token `t0`.
+    /// Layer l's attention over `tokens` of the step's tokens from its token `t0`.
     pub fn attn_shape(&self, t0: usize, tokens: usize) -> AttnShape {
-        attn_shape(self.config, t0, tokens)
+        attn_shape(self.config, self.l, t0, tokens)
     }
 }
 
-pub(super) fn attn_shape(c: &ModelConfig, t0: usize, tokens: usize) -> AttnShape {
+/// Layer `l`'s attention over `tokens` of the step's tokens from its token `t0`.
+pub(super) fn attn_shape(c: &ModelConfig, l: usize, t0: usize, tokens: usize) -> AttnShape {
     AttnShape {
         tokens: tokens as u32,
         t0: t0 as u32,
         n_head: c.n_head as u32,
         n_head_kv: c.n_head_kv as u32,
         head_dim: c.head_dim as u32,
+        scores: Scores {
+            scale: c.attn_scale,
+            softcap: c.attn_softcap,
+            window: c.window(l).map(|w| w as u32),
+        },
     }
 }
 

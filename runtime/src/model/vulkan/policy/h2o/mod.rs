@@ -291,7 +291,8 @@ impl VkH2o {
     /// that each token's row grew by it.
     fn end_decode(&mut self, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
-        count_selections(&mut self.stats, &self.sel_count, tokens, n_kv)?;
+        let layers: Vec<&Buffer> = self.sel_count.iter().collect();
+        count_selections(&mut self.stats, &layers, tokens, n_kv)?;
         for at in tokens {
             self.synced[at.row as usize] = at.index as usize + 1;
         }

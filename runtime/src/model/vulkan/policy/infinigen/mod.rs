@@ -71,6 +71,8 @@ pub(in crate::model::vulkan) struct VkInfinigen {
     stats: IgStats,
     /// The step being recorded.
     step: IgStepPlan,
+    /// Per layer: local (windowed), so never sparse.
+    local: Vec<bool>,
 }
 
 /// How a step attends, decided when it is planned.
@@ -97,6 +99,9 @@ impl VkInfinigen {
     ) -> Result<Self> {
         let shape = kv.shape();
         let mut ig = Self::new(device, skew, params, config.n_head, shape)?;
+        ig.local = (0..config.n_layer)
+            .map(|l| config.window(l).is_some())
+            .collect();
         ig.adopt(kv.len(0));
         // Partial keys of what the cache already holds: every entry of every row.
         let held: Vec<StepToken> = (0..shape.rows)
@@ -209,14 +214,17 @@ impl VkInfinigen {
                 .map(|capacity| SlotMap::new(capacity, params.recent).keeping_first(SINKS)),
             stats: IgStats::default(),
             step: IgStepPlan::default(),
+            local: Vec::new(),
             shape,
         })
     }
 
     /// Whether layer `l` attends sparsely in a decode step; layer 0 never does, having no
     /// previous layer to speculate from.
+    /// Whether layer `l` may attend sparsely: past the dense layers, and not local (a local
+    /// layer reads its window, densely).
     fn sparse_layer(&self, l: usize) -> bool {
-        l >= self.first_sparse()
+        l >= self.first_sparse() && !self.local.get(l).copied().unwrap_or(false)
     }
 
     fn first_sparse(&self) -> usize {
@@ -322,8 +330,8 @@ impl VkInfinigen {
 
     /// Counts a decode step at `pos` that read every token (`IgParams::fetches_all`).
     fn count_dense_step(&mut self, n_layer: usize, pos: usize) {
-        let heads = n_layer.saturating_sub(self.first_sparse()) * self.shape.n_head_kv as usize;
-        for _ in 0..heads {
+        let layers = (0..n_layer).filter(|&l| self.sparse_layer(l)).count();
+        for _ in 0..layers * self.shape.n_head_kv as usize {
             self.stats.record(pos, pos);
         }
     }
@@ -331,9 +339,11 @@ impl VkInfinigen {
     /// Counts what a sparse decode step fetched, per token, sparse layer and KV head.
     fn count_step(&mut self, n_layer: usize, tokens: &[IgToken]) -> Result<()> {
         let n_kv = self.shape.n_head_kv as usize;
-        let first = self.first_sparse().min(n_layer);
-        let layers = &self.sel_count[first..n_layer];
-        count_selections(&mut self.stats, layers, tokens, n_kv)
+        let layers: Vec<&Buffer> = (0..n_layer.min(self.sel_count.len()))
+            .filter(|&l| self.sparse_layer(l))
+            .map(|l| &self.sel_count[l])
+            .collect();
+        count_selections(&mut self.stats, &layers, tokens, n_kv)
     }
 }
 
@@ -341,7 +351,7 @@ impl VkInfinigen {
 /// and KV head, as `sel_count` ([tokens, n_kv] per layer, read back) holds them.
 pub(in crate::model::vulkan) fn count_selections(
     stats: &mut IgStats,
-    sel_count: &[Buffer],
+    sel_count: &[&Buffer],
     tokens: &[IgToken],
     n_kv: usize,
 ) -> Result<()> {
