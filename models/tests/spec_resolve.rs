@@ -4,7 +4,7 @@
 mod common;
 
 use common::{tiny_llama, Tiny};
-use hearth_models::gguf::{GgufFile, GgufWriter, MetaValue};
+use hearth_models::gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
 use hearth_models::spec::{QkvTensors, RopeLayout, RopeScaling};
 use hearth_models::{resolve_gguf, GgmlType, ResolvedModel};
 
@@ -295,5 +295,80 @@ fn rope_scaling_is_read_and_bad_values_name_the_key() {
     expect_error(
         &w,
         &["`llama.rope.scaling.factor`", "not a positive number"],
+    );
+}
+
+/// The window of local layers and the layers it covers (the spec's period, or the file's
+/// per-layer flags or period), soft-caps and the attention scale; bad values name the key.
+#[test]
+fn windows_and_caps_are_read_and_bad_values_name_the_key() {
+    let with = |entries: &[(&str, MetaValue)]| {
+        let mut w = tiny_llama(&Tiny::default());
+        for (k, v) in entries {
+            w.set_metadata(*k, v.clone());
+        }
+        w
+    };
+    let window = |w: &GgufWriter<'_>| resolve(w).unwrap().hparams.sliding_window;
+    assert_eq!(window(&with(&[])), None);
+    assert_eq!(
+        window(&with(&[(
+            "llama.attention.sliding_window",
+            MetaValue::U32(0)
+        )])),
+        None
+    );
+    // The llama spec windows every layer (Mistral).
+    let size = ("llama.attention.sliding_window", MetaValue::U32(4));
+    let w = window(&with(&[size.clone()])).unwrap();
+    assert_eq!((w.size, w.layers.as_slice()), (4, [true, true].as_slice()));
+    assert_eq!((w.of_layer(0), w.of_layer(5)), (Some(4), None));
+    let pattern = "llama.attention.sliding_window_pattern";
+    let flags = MetaValue::Array(MetaArray::Bool(vec![false, true]));
+    let w = window(&with(&[size.clone(), (pattern, flags)])).unwrap();
+    assert_eq!(w.layers, [false, true]);
+    let w = window(&with(&[size.clone(), (pattern, MetaValue::U32(2))])).unwrap();
+    assert_eq!(w.layers, [true, false]);
+
+    let three = MetaValue::Array(MetaArray::Bool(vec![true; 3]));
+    expect_error(
+        &with(&[size.clone(), (pattern, three)]),
+        &[&format!("`{pattern}`"), "3 flags for 2 layers"],
+    );
+    expect_error(
+        &with(&[size.clone(), (pattern, MetaValue::String("LG".into()))]),
+        &[
+            &format!("`{pattern}`"),
+            "a flag per layer or a positive period",
+        ],
+    );
+    let context = resolve(&with(&[])).unwrap().hparams.n_ctx_train as u32;
+    expect_error(
+        &with(&[(
+            "llama.attention.sliding_window",
+            MetaValue::U32(context + 1),
+        )]),
+        &[
+            "`llama.attention.sliding_window`",
+            "longer than the context",
+            "llama.context_length",
+        ],
+    );
+
+    let hp = resolve(&with(&[
+        ("llama.attn_logit_softcapping", MetaValue::F32(50.0)),
+        ("llama.final_logit_softcapping", MetaValue::F32(30.0)),
+        ("llama.attention.scale", MetaValue::F32(0.125)),
+    ]))
+    .unwrap()
+    .hparams;
+    assert_eq!(
+        (hp.attn_softcap, hp.final_softcap, hp.attn_scale),
+        (Some(50.0), Some(30.0), Some(0.125))
+    );
+    assert_eq!(resolve(&with(&[])).unwrap().hparams.attn_softcap, None);
+    expect_error(
+        &with(&[("llama.final_logit_softcapping", MetaValue::F32(-30.0))]),
+        &["`llama.final_logit_softcapping`", "not a positive number"],
     );
 }

@@ -982,3 +982,87 @@ fn batched_h2o_matches_one_sequence_at_a_time() {
     assert_eq!(got.fetched, want);
     no_validation_messages(&dev);
 }
+
+/// A model with local layers (a window of 24 on every layer here, as Mistral's spec has it):
+/// InfiniGen attends over each local layer's window densely, on the device as on the CPU
+/// reference, and the sparse policies refuse what they cannot run, naming it.
+#[test]
+fn local_layers_attend_over_their_window_under_infinigen() {
+    let Some(dev) = device() else { return };
+    let windowed = Shape {
+        sliding_window: Some(24),
+        ..SMALL
+    };
+    let file = windowed.build_random("small", Format::Q8, 11).unwrap();
+    let skew = skew(&file);
+    let params = small_budget();
+    let infinigen = KvPolicyChoice::Infinigen {
+        skew: &skew,
+        params,
+    };
+    let mut reference = cpu(&file, 256);
+    reference.set_kv_policy(infinigen).unwrap();
+    let mut device_model = vulkan(&dev, &file, 256);
+    device_model.set_kv_policy(infinigen).unwrap();
+    let mut dense = vulkan(&dev, &file, 256);
+    let prompt = tokens(100, 5);
+    let mut logits = |m: &mut dyn Backend, t: &[u32]| m.forward(t, Logits::Last).unwrap();
+    let (a, b, c) = (
+        logits(&mut reference, &prompt),
+        logits(&mut device_model, &prompt),
+        logits(&mut dense, &prompt),
+    );
+    assert!(max_diff(&a, &b) < 2e-3, "prefill: {}", max_diff(&a, &b));
+    assert_eq!(b, c, "prefill: InfiniGen changed a windowed model's logits");
+    for &t in &tokens(6, 6) {
+        let (a, b, c) = (
+            logits(&mut reference, &[t]),
+            logits(&mut device_model, &[t]),
+            logits(&mut dense, &[t]),
+        );
+        assert!(max_diff(&a, &b) < 2e-3, "decode: {}", max_diff(&a, &b));
+        assert_eq!(b, c, "decode: InfiniGen changed a windowed model's logits");
+    }
+
+    let refused = |m: &mut dyn Backend, choice: KvPolicyChoice| {
+        m.set_kv_policy(choice).unwrap_err().to_string()
+    };
+    let capacity = KvPolicyChoice::Infinigen {
+        skew: &skew,
+        params: IgParams {
+            pool_capacity: Some(64),
+            ..params
+        },
+    };
+    for m in [&mut reference as &mut dyn Backend, &mut device_model] {
+        let err = refused(m, capacity);
+        assert!(
+            err.contains("pool capacity") && err.contains("window of 24"),
+            "{err}"
+        );
+        let err = refused(m, KvPolicyChoice::H2o(params));
+        assert!(
+            err.contains("H2O") && err.contains("4 local layers"),
+            "{err}"
+        );
+    }
+    no_validation_messages(&dev);
+}
+
+/// Soft-capped scores (Gemma 2) are refused by the sparse policies, whose kernels do not cap.
+#[test]
+fn sparse_policies_refuse_soft_capped_attention() {
+    let gemma2 = Shape {
+        family: Family::Gemma2,
+        tied_embeddings: true,
+        sliding_window: Some(24),
+        ..SMALL
+    };
+    let file = gemma2.build_random("small", Format::Q8, 11).unwrap();
+    let mut m = cpu(&file, 64);
+    let err = m
+        .set_kv_policy(KvPolicyChoice::H2o(small_budget()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("soft-capped"), "{err}");
+}

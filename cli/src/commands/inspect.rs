@@ -335,7 +335,29 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
             "bidirectional"
         }
     )?;
+    if let Some(qk) = s.attention.qk_norm {
+        writeln!(out, "  query/key norm  {qk}, per head")?;
+    }
+    if let Some(w) = &hp.sliding_window {
+        let local = w.layers.iter().filter(|&&l| l).count();
+        writeln!(
+            out,
+            "  local attention window of {} on {local} of {} layers",
+            w.size, hp.n_layer
+        )?;
+    }
+    if let Some(scale) = hp.attn_scale {
+        writeln!(out, "  score scale     {scale}")?;
+    }
+    for (what, cap) in [("scores", hp.attn_softcap), ("logits", hp.final_softcap)] {
+        if let Some(cap) = cap {
+            writeln!(out, "  soft-capped     {what} at {cap}")?;
+        }
+    }
     writeln!(out, "  mlp             {}", s.mlp.kind)?;
+    if let Some(scale) = s.embedding_scale {
+        writeln!(out, "  embedding scale {scale}")?;
+    }
     if m.tensors.tied_embeddings {
         writeln!(
             out,
