@@ -320,7 +320,7 @@ fn windows_and_caps_are_read_and_bad_values_name_the_key() {
     );
     // The llama spec windows every layer (Mistral).
     let size = ("llama.attention.sliding_window", MetaValue::U32(4));
-    let w = window(&with(&[size.clone()])).unwrap();
+    let w = window(&with(std::slice::from_ref(&size))).unwrap();
     assert_eq!((w.size, w.layers.as_slice()), (4, [true, true].as_slice()));
     assert_eq!((w.of_layer(0), w.of_layer(5)), (Some(4), None));
     let pattern = "llama.attention.sliding_window_pattern";

@@ -1006,7 +1006,7 @@ fn local_layers_attend_over_their_window_under_infinigen() {
     device_model.set_kv_policy(infinigen).unwrap();
     let mut dense = vulkan(&dev, &file, 256);
     let prompt = tokens(100, 5);
-    let mut logits = |m: &mut dyn Backend, t: &[u32]| m.forward(t, Logits::Last).unwrap();
+    let logits = |m: &mut dyn Backend, t: &[u32]| m.forward(t, Logits::Last).unwrap();
     let (a, b, c) = (
         logits(&mut reference, &prompt),
         logits(&mut device_model, &prompt),
