@@ -42,6 +42,11 @@ pub enum Family {
     /// Gemma 2's block: norms after attention and MLP too, a GELU-gated MLP, scaled and tied
     /// embeddings, soft-capped scores (50) and logits (30), and every other layer local.
     Gemma2,
+    /// Gemma 3's: Gemma 2's without the score soft-cap, with the query/key norm, five local
+    /// layers to a global one, and local layers rotating with their own base (10000).
+    Gemma3,
+    /// Phi-3's: q/k/v in one matrix and gate/up in another.
+    Phi3,
 }
 
 impl Family {
@@ -52,7 +57,19 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3",
+            Family::Phi3 => "phi3",
         }
+    }
+
+    /// Norms after attention and after the MLP too.
+    fn sandwich(self) -> bool {
+        matches!(self, Family::Gemma2 | Family::Gemma3)
+    }
+
+    /// A norm over each query and key head.
+    fn qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Gemma3)
     }
 }
 
@@ -652,35 +669,42 @@ impl Shape {
         for l in 0..self.n_layer {
             let blk = |what: &str| format!("blk.{l}.{what}.weight");
             let bias = |what: &str| format!("blk.{l}.{what}.bias");
-            t.extend([
-                plan(blk("attn_norm"), e, 1),
-                plan(blk("attn_q"), e, q),
-                plan(blk("attn_k"), e, kv),
-                plan(blk("attn_v"), e, kv),
-            ]);
-            match self.family {
-                Family::Llama | Family::Gemma2 => {}
-                Family::Qwen2 => t.extend([
+            let fused = self.family == Family::Phi3;
+            t.push(plan(blk("attn_norm"), e, 1));
+            if fused {
+                t.push(plan(blk("attn_qkv"), e, q + 2 * kv));
+            } else {
+                t.extend([
+                    plan(blk("attn_q"), e, q),
+                    plan(blk("attn_k"), e, kv),
+                    plan(blk("attn_v"), e, kv),
+                ]);
+            }
+            if self.family == Family::Qwen2 {
+                t.extend([
                     varied(bias("attn_q"), q, Values::Bias),
                     varied(bias("attn_k"), kv, Values::Bias),
                     varied(bias("attn_v"), kv, Values::Bias),
-                ]),
-                Family::Qwen3 => t.extend([
+                ]);
+            }
+            if self.family.qk_norm() {
+                t.extend([
                     varied(blk("attn_q_norm"), hd, Values::VariedGain),
                     varied(blk("attn_k_norm"), hd, Values::VariedGain),
-                ]),
+                ]);
             }
             t.push(plan(blk("attn_output"), q, e));
-            if self.family == Family::Gemma2 {
+            if self.family.sandwich() {
                 t.push(varied(blk("post_attention_norm"), e, Values::VariedGain));
             }
-            t.extend([
-                plan(blk("ffn_norm"), e, 1),
-                plan(blk("ffn_gate"), e, ff),
-                plan(blk("ffn_up"), e, ff),
-                plan(blk("ffn_down"), ff, e),
-            ]);
-            if self.family == Family::Gemma2 {
+            t.push(plan(blk("ffn_norm"), e, 1));
+            if fused {
+                t.push(plan(blk("ffn_up"), e, 2 * ff));
+            } else {
+                t.extend([plan(blk("ffn_gate"), e, ff), plan(blk("ffn_up"), e, ff)]);
+            }
+            t.push(plan(blk("ffn_down"), ff, e));
+            if self.family.sandwich() {
                 t.push(varied(blk("post_ffw_norm"), e, Values::VariedGain));
             }
         }

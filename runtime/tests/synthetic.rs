@@ -265,6 +265,52 @@ fn gemma2_matches_the_reference_on_vulkan() {
     check_vulkan_matches_reference(&gemma2, Format::Q8);
 }
 
+/// Gemma 3 (query/key norm, five local layers to a global one, local layers rotating with
+/// their own base) and Phi-3 (q/k/v and gate/up each in one matrix, every layer local) on the
+/// device against the CPU reference.
+#[test]
+fn gemma3_and_phi3_match_the_reference_on_vulkan() {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let gemma3 = Shape {
+        family: Family::Gemma3,
+        n_layer: 6,
+        key_length: Some(32),
+        tied_embeddings: true,
+        sliding_window: Some(8),
+        rope_base: 1_000_000.0,
+        ..TINY
+    };
+    let phi3 = Shape {
+        family: Family::Phi3,
+        sliding_window: Some(8),
+        ..TINY
+    };
+    for (shape, local) in [(gemma3, 5), (phi3, 2)] {
+        let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
+        let model = resolve_gguf(&file).unwrap();
+        assert!(
+            model.unused_tensors.is_empty(),
+            "{:?}",
+            model.unused_tensors
+        );
+        let window = model.hparams.sliding_window.clone().unwrap();
+        assert_eq!(window.layers.iter().filter(|&&l| l).count(), local);
+        check_vulkan_matches_reference(&shape, Format::Q8);
+    }
+    let rope = resolve_gguf(&gemma3.build("tiny", Format::Q8).unwrap())
+        .unwrap()
+        .hparams
+        .rope
+        .unwrap();
+    assert_eq!((rope.base, rope.local_base), (1_000_000.0, Some(10_000.0)));
+}
+
 /// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU
 /// reference's up to summation order, and greedy generation picks the same tokens.
 fn check_vulkan_matches_reference(shape: &Shape, format: Format) {

@@ -23,6 +23,8 @@ const SHIPPED: &[(&str, &str)] = &[
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
     ("gemma2.toml", include_str!("../../specs/gemma2.toml")),
+    ("gemma3.toml", include_str!("../../specs/gemma3.toml")),
+    ("phi3.toml", include_str!("../../specs/phi3.toml")),
 ];
 
 /// Placeholder for the layer index in per-layer tensor names.
@@ -101,6 +103,11 @@ pub enum PositionSpec {
         layout: RopeLayout,
         #[serde(default = "default_rope_base")]
         base_default: f32,
+        /// Local (windowed) layers rotate with a base of their own and no scaling (Gemma 3:
+        /// 10000 against the global layers' 1000000), `{arch}.rope.freq_base_swa` where the
+        /// file gives it. Without either, local layers rotate as global ones do.
+        #[serde(default)]
+        local_base_default: Option<f32>,
     },
     /// A learned table added to the token embeddings (`tensors.position_embd`).
     Learned,
@@ -148,6 +155,11 @@ pub struct AttentionSpec {
     /// The window where the file gives none (Gemma 2's early conversions lack the key).
     #[serde(default)]
     pub window_default: Option<u32>,
+    /// Block counts of the sizes whose scores are scaled by 1 / sqrt(n_embd / n_head) rather
+    /// than 1 / sqrt(head_dim) (Gemma 2 and 3 27B). Their GGUF files carry no scale, and
+    /// llama.cpp tells those sizes by their block count too.
+    #[serde(default)]
+    pub width_scaled_block_counts: Vec<u32>,
 }
 
 fn default_window_period() -> u32 {
@@ -177,6 +189,18 @@ pub struct MlpSpec {
     pub kind: MlpKind,
     #[serde(default)]
     pub bias: bool,
+    /// A gated MLP's gate and up projections as one matrix `ffn_up` of 2 n_ff outputs, gate
+    /// first (Phi-3), rather than `ffn_gate` and `ffn_up`.
+    #[serde(default)]
+    pub gate_up: GateUpLayout,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateUpLayout {
+    #[default]
+    Separate,
+    Fused,
 }
 
 /// Whether the output projection reuses the token embedding matrix.
@@ -316,8 +340,16 @@ impl ModelSpec {
         if self.attention.window_period == 0 {
             return bad("attention.window_period must be at least 1".into());
         }
-        if self.mlp.kind == MlpKind::Gated && l.ffn_gate.is_none() {
+        let fused_gate_up = self.mlp.gate_up == GateUpLayout::Fused;
+        if self.mlp.kind == MlpKind::Gated && !fused_gate_up && l.ffn_gate.is_none() {
             return bad("a gated MLP needs tensors.layer.ffn_gate".into());
+        }
+        if fused_gate_up && (self.mlp.kind != MlpKind::Gated || l.ffn_gate.is_some()) {
+            return bad(
+                "mlp.gate_up = \"fused\" is for a gated MLP whose gate rows lead \
+                 tensors.layer.ffn_up (no ffn_gate)"
+                    .into(),
+            );
         }
         if matches!(self.position, PositionSpec::Learned) && t.position_embd.is_none() {
             return bad("learned positions need tensors.position_embd".into());
@@ -375,6 +407,7 @@ atom_names! {
     RopeLayout { Gptj => "gptj", Neox => "neox" }
     QkvLayout { Separate => "separate", Fused => "fused" }
     MlpKind { Gated => "gated", Plain => "plain" }
+    GateUpLayout { Separate => "separate", Fused => "fused" }
     TiedEmbeddings {
         Always => "always",
         Never => "never",
@@ -430,7 +463,8 @@ mod tests {
             llama.position,
             PositionSpec::Rope {
                 layout: RopeLayout::Gptj,
-                base_default: 10_000.0
+                base_default: 10_000.0,
+                local_base_default: None,
             }
         );
         assert_eq!(llama.mlp.kind, MlpKind::Gated);
@@ -481,6 +515,10 @@ mod tests {
             (
                 llama.replace("causal = true", "causal = true\nwindow_period = 0"),
                 "window_period",
+            ),
+            (
+                llama.replace("kind = \"gated\"", "kind = \"gated\"\ngate_up = \"fused\""),
+                "no ffn_gate",
             ),
             (
                 llama.replace("placement = \"pre\"", "placement = \"sandwich\""),

@@ -5,8 +5,9 @@
 use std::collections::HashSet;
 
 use super::{
-    known_architectures, spec_for_architecture, MlpKind, ModelSpec, NetworkType, NormKind,
-    NormPlacement, PositionSpec, QkvLayout, RopeLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
+    known_architectures, spec_for_architecture, GateUpLayout, MlpKind, ModelSpec, NetworkType,
+    NormKind, NormPlacement, PositionSpec, QkvLayout, RopeLayout, TiedEmbeddings,
+    LAYER_PLACEHOLDER,
 };
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, MetaArray, MetaValue};
@@ -21,6 +22,8 @@ pub struct RopeParams {
     pub layout: RopeLayout,
     /// Context extension from `{arch}.rope.scaling.type` and `.factor`.
     pub scaling: RopeScaling,
+    /// The base local (windowed) layers rotate with, unscaled, where they have their own.
+    pub local_base: Option<f32>,
 }
 
 /// How a model stretches RoPE past the context it was trained with.
@@ -126,8 +129,10 @@ pub struct LayerTensors {
     pub attn_post_norm: Option<NormTensors>,
     pub ffn_norm: NormTensors,
     pub ffn_post_norm: Option<NormTensors>,
-    /// Present for gated MLPs.
+    /// Present for gated MLPs with separate projections.
     pub ffn_gate: Option<Linear>,
+    /// [n_embd, n_ff], or [n_embd, 2 n_ff] of gate outputs then up outputs for a gated MLP
+    /// without `ffn_gate` (`mlp.gate_up = "fused"`).
     pub ffn_up: Linear,
     pub ffn_down: Linear,
 }
@@ -280,16 +285,21 @@ impl ModelSpec {
             PositionSpec::Rope {
                 layout,
                 base_default,
+                local_base_default,
             } => {
-                let base_key = key("rope.freq_base");
-                let base = file.get::<f32>(&base_key)?.unwrap_or(base_default);
-                if !(base.is_finite() && base > 1.0) {
-                    return Err(Error::metadata(
-                        path,
-                        &base_key,
-                        format!("{base} is not a usable RoPE base"),
-                    ));
-                }
+                let usable_base = |k: &str, default: Option<f32>| -> Result<Option<f32>> {
+                    match file.get::<f32>(k)?.or(default) {
+                        Some(b) if !(b.is_finite() && b > 1.0) => Err(Error::metadata(
+                            path,
+                            k,
+                            format!("{b} is not a usable RoPE base"),
+                        )),
+                        b => Ok(b),
+                    }
+                };
+                let base = usable_base(&key("rope.freq_base"), Some(base_default))?
+                    .unwrap_or(base_default);
+                let local_base = usable_base(&key("rope.freq_base_swa"), local_base_default)?;
                 let dims_key = key("rope.dimension_count");
                 let dims = positive(&dims_key)?.unwrap_or(head_dim);
                 if dims > head_dim || dims % 2 != 0 {
@@ -305,6 +315,7 @@ impl ModelSpec {
                     dims,
                     layout,
                     scaling,
+                    local_base,
                 })
             }
             _ => None,
@@ -355,7 +366,11 @@ impl ModelSpec {
             norm_eps,
             rope,
             sliding_window,
-            attn_scale: positive_f32(&key("attention.scale"))?,
+            attn_scale: positive_f32(&key("attention.scale"))?.or_else(|| {
+                let widths = &self.attention.width_scaled_block_counts;
+                let by_width = widths.contains(&(n_layer as u32));
+                by_width.then(|| 1.0 / (n_embd as f32 / n_head as f32).sqrt())
+            }),
             attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
             final_softcap: positive_f32(&key("final_logit_softcapping"))?,
         })
@@ -501,10 +516,14 @@ impl ModelSpec {
                 };
             let q_norm = head_norm(c, &l.attn_q_norm)?;
             let k_norm = head_norm(c, &l.attn_k_norm)?;
+            let fused = self.mlp.gate_up == GateUpLayout::Fused;
             let ffn_gate = match self.mlp.kind {
-                MlpKind::Gated => Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?),
-                MlpKind::Plain => None,
+                MlpKind::Gated if !fused => {
+                    Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
+                }
+                _ => None,
             };
+            let up_rows = if fused { 2 * ff } else { ff };
             let sandwich = self.norm.placement == NormPlacement::Sandwich;
             let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
                 true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
@@ -520,7 +539,7 @@ impl ModelSpec {
                 ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
                 ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
                 ffn_gate,
-                ffn_up: c.linear(&name(&l.ffn_up), e, ff, mlp_bias)?,
+                ffn_up: c.linear(&name(&l.ffn_up), e, up_rows, mlp_bias)?,
                 ffn_down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
             });
         }

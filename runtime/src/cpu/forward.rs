@@ -35,6 +35,8 @@ pub struct CpuModel {
     v_cache: Vec<Vec<f32>>,
     /// [n_ctx, rot_dim / 2] of (cos, sin).
     rope_table: Vec<[f32; 2]>,
+    /// The same for local layers that rotate with a base of their own.
+    local_rope_table: Option<Vec<[f32; 2]>>,
     kv_type: KvType,
     n_ctx: usize,
     len: usize,
@@ -67,6 +69,7 @@ impl CpuModel {
         reader.finish()?;
         let kv = n_ctx * config.n_head_kv * config.head_dim;
         let rope_table = config.rope_table(n_ctx).unwrap_or_default();
+        let local_rope_table = config.local_rope_table(n_ctx);
         Ok(Self {
             token_embd,
             output_norm,
@@ -75,6 +78,7 @@ impl CpuModel {
             k_cache: vec![vec![0.0; kv]; config.n_layer],
             v_cache: vec![vec![0.0; kv]; config.n_layer],
             rope_table,
+            local_rope_table,
             kv_type: KvType::default(),
             n_ctx,
             len: 0,
@@ -237,7 +241,7 @@ impl Backend for CpuModel {
                 v_cache: &self.v_cache[l],
                 pos0,
                 n,
-                rope_table: &self.rope_table,
+                rope_table: layer_rope_table(&c, l, &self.rope_table, &self.local_rope_table),
             });
             if let Some(a) = &mut self.activations {
                 a.layers[l].attn_output.add(&att, c.attn_dim());
@@ -283,6 +287,19 @@ impl Backend for CpuModel {
     }
 }
 
+/// Layer `l`'s RoPE table: the local one where the layer has it.
+fn layer_rope_table<'t>(
+    c: &ModelConfig,
+    l: usize,
+    global: &'t [[f32; 2]],
+    local: &'t Option<Vec<[f32; 2]>>,
+) -> &'t [[f32; 2]] {
+    match local {
+        Some(local) if c.local_rope(l) => local,
+        _ => global,
+    }
+}
+
 /// A block's output [n, n_embd], normed where the model norms it before the residual add.
 fn post_norm(out: Vec<f32>, gain: &Option<Vec<f32>>, c: &ModelConfig) -> Vec<f32> {
     match gain {
@@ -304,7 +321,8 @@ impl CpuModel {
             if let Some(r) = c.rope {
                 let pos = [(pos0 + t) as u32];
                 let heads = c.n_head + c.n_head_kv;
-                ops::rope(qk, &pos, heads, hd, r.dims, r.layout, &self.rope_table);
+                let table = layer_rope_table(c, l, &self.rope_table, &self.local_rope_table);
+                ops::rope(qk, &pos, heads, hd, r.dims, r.layout, table);
             }
             // K and V as the cache keeps them; the key goes back beside the queries rounded,
             // as rope_kv leaves it on the device.

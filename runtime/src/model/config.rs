@@ -19,6 +19,8 @@ pub struct Rope {
     pub layout: ops::RopeLayout,
     /// Positions are multiplied by this (1 / linear scaling's factor; 1 without scaling).
     pub position_scale: f32,
+    /// Local layers' own base, unscaled and without frequency divisors (Gemma 3).
+    pub local_base: Option<f32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -86,6 +88,19 @@ impl ModelConfig {
         Some(ops::rope_table_of(n_ctx, &self.rope_freqs()?))
     }
 
+    /// The table of local layers that rotate with a base of their own, `None` where they
+    /// rotate as global layers do.
+    pub fn local_rope_table(&self, n_ctx: usize) -> Option<Vec<[f32; 2]>> {
+        let r = self.rope?;
+        let base = r.local_base.filter(|_| self.sliding_window.is_some())?;
+        Some(ops::rope_table(n_ctx, r.dims, base as f64))
+    }
+
+    /// Whether layer `l` rotates with the local table ([`local_rope_table`](Self::local_rope_table)).
+    pub fn local_rope(&self, l: usize) -> bool {
+        self.window(l).is_some() && self.rope.is_some_and(|r| r.local_base.is_some())
+    }
+
     /// Weights in the network (embedding and output head counted once when tied).
     pub fn n_params(&self, tied: bool) -> u64 {
         let layer = self.qkv_dim() * self.n_embd
@@ -148,6 +163,13 @@ impl ModelConfig {
                 "a query/key norm other than RMSNorm".to_string(),
             ));
         }
+        // Tensors that would change how positions rotate, which the spec does not run.
+        if let Some(t) = model.unused_tensors.iter().find(|t| t.starts_with("rope_")) {
+            return Err(unsupported(format!(
+                "RoPE factors in `{t}` (LongRoPE), which the `{}` spec does not run",
+                spec.name
+            )));
+        }
         let h = &model.hparams;
         let rope = match (&spec.position, h.rope) {
             (PositionSpec::Rope { .. }, Some(r)) => Some(Rope {
@@ -162,6 +184,7 @@ impl ModelConfig {
                     RopeScaling::Linear { factor } => 1.0 / factor,
                     other => return Err(unsupported(format!("RoPE scaling {other:?}"))),
                 },
+                local_base: r.local_base,
             }),
             (PositionSpec::None, _) => None,
             (other, _) => return Err(unsupported(format!("position embedding {other:?}"))),
@@ -253,6 +276,7 @@ mod tests {
                 dims: 8,
                 layout: ops::RopeLayout::Neox,
                 position_scale: 0.25,
+                local_base: None,
             }),
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
             qkv_bias: false,

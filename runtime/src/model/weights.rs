@@ -5,7 +5,7 @@
 //! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
 //! computes with exactly the values the Vulkan kernels see.
 
-use hearth_models::spec::{LayerTensors, NormTensors, QkvTensors};
+use hearth_models::spec::{GateUpLayout, LayerTensors, NormTensors, QkvTensors};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
@@ -200,16 +200,20 @@ impl<'a> WeightReader<'a> {
         };
         let attn_post_norm = post_norm(&t.attn_post_norm)?;
         let ffn_post_norm = post_norm(&t.ffn_post_norm)?;
-        let Some(gate) = &t.ffn_gate else {
-            return Err(Error::Unsupported {
-                path: self.file.path().to_path_buf(),
-                what: format!("layer {layer} without a gate projection"),
-            });
+        // Gate rows then up rows: two matrices, or one that holds both (Phi-3).
+        let w_gate_up = match (&t.ffn_gate, self.model.spec.mlp.gate_up) {
+            (Some(gate), _) => Projection::fuse(vec![
+                self.matrix(&gate.weight, c.n_ff, e)?,
+                self.matrix(&t.ffn_up.weight, c.n_ff, e)?,
+            ]),
+            (None, GateUpLayout::Fused) => self.matrix(&t.ffn_up.weight, 2 * c.n_ff, e)?.into(),
+            (None, GateUpLayout::Separate) => {
+                return Err(Error::Unsupported {
+                    path: self.file.path().to_path_buf(),
+                    what: format!("layer {layer} without a gate projection"),
+                })
+            }
         };
-        let w_gate_up = Projection::fuse(vec![
-            self.matrix(&gate.weight, c.n_ff, e)?,
-            self.matrix(&t.ffn_up.weight, c.n_ff, e)?,
-        ]);
         Ok(LayerWeights {
             attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
             wqkv,

@@ -136,6 +136,8 @@ pub struct VkModel {
     kv: KvCache,
     /// [n_ctx, rot_dim / 2] (cos, sin)
     rope_table: Buffer,
+    /// The same for local layers that rotate with a base of their own.
+    local_rope_table: Option<Buffer>,
     kernels: Kernels,
     scratch: Scratch,
     chunk: usize,
@@ -252,6 +254,10 @@ impl VkModel {
         )?;
         let table = c.rope_table(options.n_ctx).unwrap_or(vec![[0.0; 2]]);
         let rope_table = Buffer::from_slice(device, "rope table", &table)?;
+        let local_rope_table = match c.local_rope_table(options.n_ctx) {
+            Some(t) => Some(Buffer::from_slice(device, "local rope table", &t)?),
+            None => None,
+        };
 
         let mut kernels = kernels?;
         kernels.formats = formats;
@@ -288,6 +294,7 @@ impl VkModel {
             layers,
             kv,
             rope_table,
+            local_rope_table,
             kernels,
             scratch,
             chunk,

@@ -227,7 +227,11 @@ impl VkModel {
             scratch: &self.scratch,
             layers: &self.layers,
             kv: &self.kv,
-            rope_table: &self.rope_table,
+            rope_table: match &self.local_rope_table {
+                Some(local) if self.config.local_rope(l) => local,
+                _ => &self.rope_table,
+            },
+            global_rope_table: &self.rope_table,
             plan,
             fused: plan.fused && self.policy.fuses_append(l),
         };

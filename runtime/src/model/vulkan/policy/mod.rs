@@ -154,7 +154,10 @@ pub(super) struct LayerAt<'a> {
     /// Every layer's weights (a policy may work ahead for the next).
     pub layers: &'a [DeviceLayer],
     pub kv: &'a KvCache,
+    /// This layer's RoPE table.
     pub rope_table: &'a Buffer,
+    /// Global layers' table: that of the later layers InfiniGen speculates for.
+    pub global_rope_table: &'a Buffer,
     pub plan: &'a StepPlan<'a>,
     /// The decode attention stores the step's K/V itself (`KvPolicy::fuses_append`).
     pub fused: bool,

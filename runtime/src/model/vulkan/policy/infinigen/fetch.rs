@@ -61,7 +61,7 @@ impl VkInfinigen {
             ig: self,
             l: next_l,
             kv: at.kv.layer(next_l),
-            table: at.rope_table,
+            table: at.global_rope_table,
             rope: at.rope(),
             batch: self.batch(),
             done: 0,
