@@ -372,3 +372,46 @@ fn windows_and_caps_are_read_and_bad_values_name_the_key() {
         &["`llama.final_logit_softcapping`", "not a positive number"],
     );
 }
+
+/// Local layers' own RoPE base (the spec's default, or `{arch}.rope.freq_base_swa`) and the
+/// score scale of the sizes the spec lists by block count.
+#[test]
+fn local_rope_base_and_width_scale_come_from_spec_and_file() {
+    let text = include_str!("../specs/llama.toml")
+        .replace(
+            "layout = \"gptj\"",
+            "layout = \"gptj\"\nlocal_base_default = 500.0",
+        )
+        .replace(
+            "causal = true",
+            "causal = true\nwidth_scaled_block_counts = [2]",
+        );
+    let spec = hearth_models::ModelSpec::from_toml("local.toml", &text).unwrap();
+    let resolve_with = |entries: &[(&str, MetaValue)]| {
+        let mut w = tiny_llama(&Tiny::default());
+        for (k, v) in entries {
+            w.set_metadata(*k, v.clone());
+        }
+        let file = GgufFile::from_bytes("tiny.gguf", w.to_bytes().unwrap()).unwrap();
+        spec.resolve_gguf(&file)
+    };
+    let hp = resolve_with(&[]).unwrap().hparams;
+    assert_eq!(hp.rope.unwrap().local_base, Some(500.0));
+    // Two layers, width 8 over 2 heads: 1 / sqrt(4).
+    assert_eq!(hp.attn_scale, Some(0.5));
+    let hp = resolve_with(&[
+        ("llama.rope.freq_base_swa", MetaValue::F32(2000.0)),
+        ("llama.attention.scale", MetaValue::F32(0.25)),
+    ])
+    .unwrap()
+    .hparams;
+    assert_eq!(hp.rope.unwrap().local_base, Some(2000.0));
+    assert_eq!(hp.attn_scale, Some(0.25));
+    let err = resolve_with(&[("llama.rope.freq_base_swa", MetaValue::F32(0.5))])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`llama.rope.freq_base_swa`"), "{err}");
+    // The shipped llama spec has neither.
+    let hp = resolve(&tiny_llama(&Tiny::default())).unwrap().hparams;
+    assert_eq!((hp.rope.unwrap().local_base, hp.attn_scale), (None, None));
+}

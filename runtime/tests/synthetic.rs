@@ -453,3 +453,41 @@ fn rope_frequency_factors_must_be_positive() {
         "{err}"
     );
 }
+
+/// A Phi-3 file with LongRoPE factors (the 128k-context models) is refused, naming the
+/// tensor, rather than run without them.
+#[test]
+fn longrope_factors_are_refused_by_name() {
+    let phi3 = Shape {
+        family: Family::Phi3,
+        ..TINY
+    };
+    let file = phi3.build("tiny", Format::F32).unwrap();
+    let mut w = hearth_models::gguf::GgufWriter::new();
+    for (k, v) in file.metadata().iter() {
+        w.set_metadata(k, v.clone());
+    }
+    for t in file.tensors() {
+        let data = file.tensor_data(t).unwrap();
+        w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
+    }
+    let half = (phi3.head_dim() / 2) as u64;
+    let ones: Vec<u8> = (0..half).flat_map(|_| 1f32.to_le_bytes()).collect();
+    w.add_tensor(
+        "rope_factors_long.weight",
+        hearth_models::GgmlType::F32,
+        &[half],
+        ones,
+    )
+    .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let file = hearth_models::GgufFile::from_bytes("phi3-128k.gguf", bytes).unwrap();
+    let model = resolve_gguf(&file).unwrap();
+    let err = ModelConfig::from_resolved(&file, &model)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("phi3-128k.gguf") && err.contains("rope_factors_long.weight"),
+        "{err}"
+    );
+}
