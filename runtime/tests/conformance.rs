@@ -182,3 +182,18 @@ fn qwen3_matches_transformers() {
 fn gemma2_matches_transformers() {
     check_family("gemma2");
 }
+
+/// Gemma 3: five local layers (window 24) to a global one, local layers rotating with their
+/// own base (10000) and global ones with 1000000 scaled linearly by 8, the per-head
+/// query/key norm, a soft-capped output, sandwich norms and a GELU-gated MLP.
+#[test]
+fn gemma3_matches_transformers() {
+    check_family("gemma3");
+}
+
+/// Phi-3: q/k/v in one projection and gate/up in another, every layer local (window 24);
+/// Phi-3's vocabulary with its chat tokens.
+#[test]
+fn phi3_matches_transformers() {
+    check_family("phi3");
+}

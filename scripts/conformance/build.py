@@ -46,16 +46,24 @@ def stamp(name: str, spec: dict) -> str:
     return h.hexdigest()
 
 
-def sentencepiece_tokenizer(vocab: Path, hf: Path, model_type: str, normalizer: dict):
+def sentencepiece_tokenizer(vocab: Path, hf: Path, spec: dict):
     """Writes hf/tokenizer.model, a SentencePiece BPE model (byte fallback) with the pieces,
-    scores and token types of a llama.cpp "llama" vocabulary file and the given NormalizerSpec
-    fields, and returns the transformers tokenizer of model_type built from it. transformers
-    would order the BPE merges by piece id, SentencePiece merges by score (Llama's vocabulary
-    scores its "▁▁" below every other piece), so the merges here follow the scores; the
-    tokenizer's ids must equal SentencePiece's on TEXTS."""
+    scores and token types of a llama.cpp "llama" vocabulary file and the family's
+    NormalizerSpec fields, and returns the transformers tokenizer built from it with the
+    number of tokens in the file (the model's vocab_size). transformers would order the BPE
+    merges by piece id, SentencePiece merges by score (Llama's vocabulary scores its "▁▁"
+    below every other piece), so the merges here follow the scores; the tokenizer's ids must
+    equal SentencePiece's on TEXTS.
+
+    The file's first `pieces` tokens (default all) are SentencePiece's; of the tokens after
+    them, those the file marks control or user-defined are added tokens of the transformers
+    tokenizer (special if control), in id order, and the rest only rows of the model that the
+    converter names [PADn]. A user-defined token among the pieces is added too (not special),
+    as Phi-3's tokenizer adds "</s>"."""
     from gguf import GGUFReader
     from sentencepiece import SentencePieceProcessor
     from sentencepiece import sentencepiece_model_pb2 as spm
+    from tokenizers import AddedToken
     from transformers.models.auto.tokenization_auto import (
         TOKENIZER_MAPPING_NAMES,
         tokenizer_class_from_name,
@@ -66,51 +74,79 @@ def sentencepiece_tokenizer(vocab: Path, hf: Path, model_type: str, normalizer: 
     kind = fields["tokenizer.ggml.model"].contents()
     if kind != "llama":
         sys.exit(f"conformance: {vocab.name} is a {kind!r} vocabulary, not SentencePiece's")
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    scores = fields["tokenizer.ggml.scores"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()
+    n_pieces = spec.get("pieces", len(tokens))
+    Piece = spm.ModelProto.SentencePiece
     proto = spm.ModelProto()
     # llama.cpp numbers token types as SentencePiece numbers piece types.
-    for piece, score, type_ in zip(
-        fields["tokenizer.ggml.tokens"].contents(),
-        fields["tokenizer.ggml.scores"].contents(),
-        fields["tokenizer.ggml.token_type"].contents(),
-    ):
+    for piece, score, type_ in zip(tokens[:n_pieces], scores, types):
         proto.pieces.add(piece=piece, score=score, type=type_)
     trainer = proto.trainer_spec
     trainer.model_type = spm.TrainerSpec.BPE
     trainer.vocab_size = len(proto.pieces)
     trainer.byte_fallback = True
     trainer.pad_id = -1
-    for special, key in (("unk", "unknown"), ("bos", "bos"), ("eos", "eos")):
-        i = fields[f"tokenizer.ggml.{key}_token_id"].contents()
-        setattr(trainer, f"{special}_id", i)
-        setattr(trainer, f"{special}_piece", proto.pieces[i].piece)
-    spec = proto.normalizer_spec
-    spec.name = "identity"
-    spec.add_dummy_prefix = True
-    spec.remove_extra_whitespaces = False
-    spec.escape_whitespaces = True
-    for key, value in normalizer.items():
-        setattr(spec, key, value)
+    special = {}
+    for name, key in (("unk", "unknown"), ("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+        if f"tokenizer.ggml.{key}_token_id" in fields:
+            special[name] = fields[f"tokenizer.ggml.{key}_token_id"].contents()
+    # SentencePiece's own unk, bos and eos: the vocabulary's where they are pieces, else its
+    # defaults (Phi-3's eos is an added token; its SentencePiece model keeps "</s>", id 2).
+    for name in ("unk", "bos", "eos"):
+        i = special[name] if special[name] < n_pieces else getattr(trainer, f"{name}_id")
+        setattr(trainer, f"{name}_id", i)
+        setattr(trainer, f"{name}_piece", proto.pieces[i].piece)
+        proto.pieces[i].type = Piece.UNKNOWN if name == "unk" else Piece.CONTROL
+    normalizer = proto.normalizer_spec
+    normalizer.name = "identity"
+    normalizer.add_dummy_prefix = True
+    normalizer.remove_extra_whitespaces = False
+    normalizer.escape_whitespaces = True
+    for key, value in spec["sentencepiece"].items():
+        setattr(normalizer, key, value)
     model_file = hf / "tokenizer.model"
     model_file.write_bytes(proto.SerializeToString())
 
     ids = {p.piece: i for i, p in enumerate(proto.pieces)}
-    tokenizer = tokenizer_class_from_name(TOKENIZER_MAPPING_NAMES[model_type])(
+    cls = spec.get("tokenizer_class", TOKENIZER_MAPPING_NAMES[spec["model_type"]])
+    tokenizer = tokenizer_class_from_name(cls)(
         vocab=ids,
         merges=generate_merges(ids, {p.piece: p.score for p in proto.pieces}),
-        unk_token=trainer.unk_piece,
-        bos_token=trainer.bos_piece,
-        eos_token=trainer.eos_piece,
-        pad_token=None,
+        unk_token=tokens[special["unk"]],
+        bos_token=tokens[special["bos"]],
+        eos_token=tokens[special["eos"]],
+        pad_token=tokens[special["pad"]] if "pad" in special else None,
         mask_token=None,
         add_bos_token=True,
     )
+    if normalizer.add_dummy_prefix:
+        # As SentencePiece (and Llama 2's and Phi-3's tokenizer.json): "▁" before every text.
+        # A Metaspace pre-tokenizer adds none to a text that starts with a space.
+        from tokenizers import normalizers
+
+        tokenizer.backend_tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]
+        )
+        tokenizer.backend_tokenizer.pre_tokenizer = None
+    added = [
+        i for i, type_ in enumerate(types)
+        if type_ == Piece.USER_DEFINED or (i >= n_pieces and type_ == Piece.CONTROL)
+    ]
+    tokenizer.add_tokens([
+        AddedToken(tokens[i], special=types[i] == Piece.CONTROL, normalized=False) for i in added
+    ])
+    for i in added:
+        if (got := tokenizer.convert_tokens_to_ids(tokens[i])) != i:
+            sys.exit(f"conformance: transformers numbers {tokens[i]!r} {got}, {vocab.name} {i}")
     reference = SentencePieceProcessor(model_file=str(model_file))
     for text in TEXTS:
         want = reference.encode(text)
         got = tokenizer(text, add_special_tokens=False)["input_ids"]
         if got != want:
             sys.exit(f"conformance: transformers tokenizes {text!r} as {got}, SentencePiece as {want}")
-    return tokenizer
+    return tokenizer, len(tokens)
 
 
 def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
@@ -126,13 +162,14 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
 
     vocab = llama_src / "models" / f"ggml-vocab-{spec['vocab']}.gguf"
     if "sentencepiece" in spec:
-        tokenizer = sentencepiece_tokenizer(vocab, hf, spec["model_type"], spec["sentencepiece"])
+        tokenizer, n_vocab = sentencepiece_tokenizer(vocab, hf, spec)
     else:
         tokenizer = AutoTokenizer.from_pretrained(vocab.parent, gguf_file=vocab.name)
+        n_vocab = len(tokenizer)
     tokenizer.save_pretrained(hf)
 
     torch.manual_seed(SEED)
-    config = AutoConfig.for_model(spec["model_type"], vocab_size=len(tokenizer), **spec["config"])
+    config = AutoConfig.for_model(spec["model_type"], vocab_size=n_vocab, **spec["config"])
     model = AutoModelForCausalLM.from_config(
         config, dtype=torch.float32, attn_implementation="eager"
     )

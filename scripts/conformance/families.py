@@ -8,6 +8,12 @@ A family may also give:
                     SentencePiece tokenizer.model made from the vocabulary file (one of
                     llama.cpp's "llama" SentencePiece vocabularies), and the tokenizer
                     transformers uses for the model type is built from that
+    pieces          with sentencepiece: how many of the vocabulary file's tokens are the
+                    SentencePiece model's pieces (default all); of the later ones, those the file
+                    marks control or user-defined are the tokenizer's added tokens, the rest
+                    rows of the model without a token (the model's vocab_size is the file's)
+    tokenizer_class with sentencepiece: the transformers tokenizer class (default the one
+                    transformers uses for the model type)
     norm_init       the range the 1-D norm parameters are drawn from (default 0.5 to 1.5)
 """
 
@@ -101,6 +107,65 @@ FAMILIES = {
             # no padding token, so that no embedding row starts at zero.
             bos_token_id=1,
             eos_token_id=2,
+            pad_token_id=None,
+        ),
+    ),
+    # Gemma 3: five sliding-window layers (0 to 4) then a global one (5), the period 6 that
+    # llama.cpp assumes (the GGUF file gives only the window), with a window shorter than the
+    # prompt; per-head RMSNorm of queries and keys (1 + w gains like the other norms); RoPE
+    # per layer type: the global layers' base 1e6 with linear scaling by 8 (as Gemma 3 4B and
+    # larger ship), the local layers' base 1e4 unscaled (rope.freq_base_swa in GGUF; llama.cpp
+    # never scales local layers); no attention soft-capping (Gemma 3 dropped it) but a final
+    # one; the rest as gemma2: sandwich norms, scaled embeddings, GeGLU, tied embeddings, heads
+    # of 64 in a 128-wide model, query_pre_attn_scalar = head_dim, Llama's SentencePiece
+    # vocabulary without a dummy prefix.
+    "gemma3": dict(
+        model_type="gemma3_text",
+        vocab="llama-spm",
+        sentencepiece=dict(add_dummy_prefix=False),
+        norm_init=(-0.5, 0.5),
+        config=dict(
+            BASE,
+            num_hidden_layers=6,
+            layer_types=["sliding_attention"] * 5 + ["full_attention"],
+            head_dim=64,
+            query_pre_attn_scalar=64,
+            sliding_window=24,
+            attn_logit_softcapping=None,
+            final_logit_softcapping=30.0,
+            hidden_activation="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            rope_parameters=dict(
+                full_attention=dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
+                sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+            ),
+            initializer_range=0.05,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
+        ),
+    ),
+    # Phi-3 (mini, 4k): q, k and v in one matrix (attn_qkv in GGUF) and gate and up in one
+    # (ffn_up in GGUF, 2 * intermediate_size rows, the gate's first), grouped-query attention
+    # (Phi-3 mini has none, the larger ones do), and a sliding window on every layer shorter
+    # than the prompt: transformers applies it, llama.cpp ignores the window the converter
+    # writes. Phi-3's vocabulary: Llama's SentencePiece model (with a dummy prefix) and the
+    # chat tokens from 32000 (<|endoftext|>, the eos, to <|user|>), padded to 32064 rows.
+    "phi3": dict(
+        model_type="phi3",
+        vocab="phi-3",
+        sentencepiece=dict(),
+        pieces=32000,
+        tokenizer_class="LlamaTokenizer",
+        config=dict(
+            BASE,
+            original_max_position_embeddings=256,
+            sliding_window=24,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            bos_token_id=1,
+            eos_token_id=32000,
+            # No padding token, so that no embedding row starts at zero.
             pad_token_id=None,
         ),
     ),

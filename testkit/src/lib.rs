@@ -76,6 +76,34 @@ pub fn conformance_model(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// llama.cpp's vocabulary file `ggml-vocab-{name}.gguf` with its `.inp` and `.out` test cases,
+/// from the source `scripts/llama-cpp src` fetches (`$LLAMA_CPP_DIR`, else
+/// `~/.cache/hearth/llama.cpp`; the conformance build fetches it), or `None` after recording a
+/// skip when it is missing; in CI a missing one fails the test.
+#[track_caller]
+pub fn llama_cpp_vocab(name: &str) -> Option<PathBuf> {
+    let cache = std::env::var_os("LLAMA_CPP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/llama.cpp")
+        });
+    let file = format!("ggml-vocab-{name}.gguf");
+    let found = std::fs::read_dir(&cache).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .map(|e| e.path().join("vendor/llama.cpp/models").join(&file))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        skip(format_args!(
+            "{file} is missing under {} (run scripts/llama-cpp src)",
+            cache.display()
+        ));
+    }
+    found
+}
+
 /// The value of `result`, or `None` after recording a skip naming `what` and the error (for a
 /// device that cannot be opened); in CI an error fails the test.
 #[track_caller]

@@ -13,7 +13,15 @@ pub(crate) struct BpeModel {
     merges: HashMap<(u32, u32), (u32, u32)>,
     /// The token of each byte's byte-level character (the initial symbols of every word).
     byte_ids: [Option<u32>; 256],
+    /// Where whole words skip the merges (`PreTokenizer::ignore_merges`).
+    whole_words: Option<Box<WholeWords>>,
     pre: PreTokenizer,
+}
+
+/// Every token by its byte-level spelling, and how each byte is spelled.
+struct WholeWords {
+    ids: HashMap<String, u32>,
+    byte_level: ByteLevel,
 }
 
 const NONE: usize = usize::MAX;
@@ -61,6 +69,12 @@ impl BpeModel {
         Ok(BpeModel {
             merges: table,
             byte_ids,
+            whole_words: pre.ignore_merges.then(|| {
+                Box::new(WholeWords {
+                    ids: ids.clone(),
+                    byte_level,
+                })
+            }),
             pre,
         })
     }
@@ -72,7 +86,16 @@ impl BpeModel {
         let mut words = Vec::new();
         self.pre.split(text, &mut words);
         let mut symbols = Vec::new();
+        let mut spelled = String::new();
         for word in words {
+            if let Some(whole) = &self.whole_words {
+                spelled.clear();
+                spelled.extend(word.bytes().map(|b| whole.byte_level.char_of(b)));
+                if let Some(&id) = whole.ids.get(&spelled) {
+                    out.push(id);
+                    continue;
+                }
+            }
             symbols.clear();
             symbols.extend(
                 word.bytes()

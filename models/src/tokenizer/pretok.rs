@@ -38,6 +38,10 @@ pub(crate) struct PreTokenizer {
     /// Split every numeric character into its own word first (Hugging Face's
     /// `Digits(individual_digits=true)`, llama.cpp's `\p{N}` pass).
     split_digits: bool,
+    /// A word that is a token as a whole is that token, whatever the merges would make of it
+    /// (Hugging Face's `ignore_merges`, which Llama 3's tokenizer sets; llama.cpp applies it
+    /// to the names it gives that tokenizer).
+    pub(crate) ignore_merges: bool,
     regex: Regex,
 }
 
@@ -57,8 +61,13 @@ impl PreTokenizer {
             "qwen2" | "deepseek-r1-qwen" => (false, QWEN2),
             _ => return None,
         };
+        let ignore_merges = matches!(
+            pre,
+            Some("llama3" | "llama-bpe" | "llama-v3" | "falcon3" | "pixtral")
+        );
         Some(PreTokenizer {
             split_digits,
+            ignore_merges,
             // The patterns are constants that compile; a failure here is a bug caught by tests.
             regex: Regex::new(pattern).ok()?,
         })
