@@ -277,7 +277,38 @@ fn rope_scaling_is_read_and_bad_values_name_the_key() {
         ("llama.rope.scaling.factor", MetaValue::F32(4.0)),
     ]);
     let rope = resolve(&w).unwrap().hparams.rope.unwrap();
-    assert_eq!(rope.scaling, RopeScaling::Yarn { factor: 4.0 });
+    let RopeScaling::Yarn(yarn) = rope.scaling else {
+        panic!("{:?}", rope.scaling)
+    };
+    // llama.cpp's defaults, the original context being the training one.
+    assert_eq!(
+        (
+            yarn.factor,
+            yarn.original_context,
+            yarn.beta_fast,
+            yarn.beta_slow
+        ),
+        (4.0, 64, 32.0, 1.0)
+    );
+    assert!((yarn.attn_factor - (1.0 + 0.1 * 4f32.ln())).abs() < 1e-6);
+    let w = scaling(&[
+        ("llama.rope.scaling.type", kind("yarn")),
+        ("llama.rope.scaling.factor", MetaValue::F32(4.0)),
+        (
+            "llama.rope.scaling.original_context_length",
+            MetaValue::U32(16),
+        ),
+        ("llama.rope.scaling.yarn_beta_fast", MetaValue::F32(16.0)),
+        ("llama.rope.scaling.yarn_attn_factor", MetaValue::F32(1.0)),
+    ]);
+    let rope = resolve(&w).unwrap().hparams.rope.unwrap();
+    let RopeScaling::Yarn(yarn) = rope.scaling else {
+        panic!("{:?}", rope.scaling)
+    };
+    assert_eq!(
+        (yarn.original_context, yarn.beta_fast, yarn.attn_factor),
+        (16, 16.0, 1.0)
+    );
     let rope = resolve(&tiny_llama(&Tiny::default())).unwrap().hparams.rope;
     assert_eq!(rope.unwrap().scaling, RopeScaling::None);
 

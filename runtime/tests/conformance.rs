@@ -197,3 +197,9 @@ fn gemma3_matches_transformers() {
 fn phi3_matches_transformers() {
     check_family("phi3");
 }
+
+/// YaRN on a Qwen2 block: factor 4 over an original context of 32, 80 positions.
+#[test]
+fn yarn_matches_transformers() {
+    check_family("yarn");
+}

@@ -61,6 +61,24 @@ FAMILIES = {
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
         ),
     ),
+    # YaRN (Qwen2.5 and Qwen3 past 32k, DeepSeek): every pair's frequency blended between kept
+    # and divided by the factor along a ramp, and cos and sin scaled by 0.1 ln(4) + 1; 80
+    # positions against an original context of 32.
+    "yarn": dict(
+        model_type="qwen2",
+        vocab="qwen2",
+        config=dict(
+            BASE,
+            # The extended context: factor x original.
+            max_position_embeddings=128,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=10000.0,
+                factor=4.0,
+                original_max_position_embeddings=32,
+            ),
+        ),
+    ),
     # Qwen3: per-head RMSNorm of queries and keys, and a head width of its own (64 with four
     # heads of a 128-wide model).
     "qwen3": dict(

@@ -315,7 +315,15 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
                 None => String::new(),
             } + &match r.scaling {
                 RopeScaling::None => String::new(),
+                RopeScaling::Linear { factor } => format!(", positions divided by {factor}"),
+                RopeScaling::Yarn(y) => format!(
+                    ", YaRN x{} over {} positions (attention factor {:.4})",
+                    y.factor, y.original_context, y.attn_factor
+                ),
                 other => format!(", scaling {other:?}"),
+            } + &match r.local_base {
+                Some(base) => format!(", local layers base {base}"),
+                None => String::new(),
             }
         )?,
         None => writeln!(out, "  position        {}", s.position.kind_str())?,

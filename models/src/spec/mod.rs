@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 pub use resolved::{
     resolve_gguf, HyperParams, LayerTensors, Linear, ModelTensors, NormTensors, QkvTensors,
-    ResolvedModel, RopeParams, RopeScaling, SlidingWindow,
+    ResolvedModel, RopeParams, RopeScaling, SlidingWindow, Yarn,
 };
 
 use crate::error::{Error, Result};

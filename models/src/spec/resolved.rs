@@ -34,10 +34,9 @@ pub enum RopeScaling {
     Linear {
         factor: f32,
     },
-    /// YaRN, with its `factor`.
-    Yarn {
-        factor: f32,
-    },
+    /// YaRN: each pair's frequency blended between interpolated (divided by `factor`) and
+    /// kept, by where its wavelength falls against the original context.
+    Yarn(Yarn),
     /// Phi-3's LongRoPE (short and long factor tables).
     LongRope,
 }
@@ -60,6 +59,25 @@ impl SlidingWindow {
             .unwrap_or(false)
             .then_some(self.size)
     }
+}
+
+/// YaRN's parameters, as Hugging Face's `rope_scaling` of type `yarn` and llama.cpp's
+/// `{arch}.rope.scaling.*` keys give them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub factor: f32,
+    /// The context the model was trained with before the extension
+    /// (`rope.scaling.original_context_length`; the training context without it).
+    pub original_context: usize,
+    /// Pairs turning more than `beta_fast` times over the original context keep their
+    /// frequency; fewer than `beta_slow` times, are interpolated (32 and 1 by default).
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// How much of the kept frequencies the blend takes (1 by default: YaRN's ramp).
+    pub ext_factor: f32,
+    /// The factor on cos and sin, so on every score twice over (`yarn_attn_factor`; 0.1
+    /// ln(factor) + 1 without it).
+    pub attn_factor: f32,
 }
 
 /// The numbers that size every buffer.
@@ -309,7 +327,7 @@ impl ModelSpec {
                         format!("{dims} is not an even number up to the head dimension {head_dim}"),
                     ));
                 }
-                let scaling = rope_scaling(file, &key)?;
+                let scaling = rope_scaling(file, &key, n_ctx_train)?;
                 Some(RopeParams {
                     base,
                     dims,
@@ -556,8 +574,12 @@ impl ModelSpec {
 }
 
 /// `{arch}.rope.scaling.type` and its factor (or the older `{arch}.rope.scale_linear`), as
-/// llama.cpp's converter writes them.
-fn rope_scaling(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<RopeScaling> {
+/// llama.cpp's converter writes them; YaRN's other keys default as llama.cpp's do.
+fn rope_scaling(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    n_ctx_train: usize,
+) -> Result<RopeScaling> {
     let path = file.path();
     let (type_key, factor_key) = (key("rope.scaling.type"), key("rope.scaling.factor"));
     let factor = |k: &str| -> Result<f32> {
@@ -587,9 +609,35 @@ fn rope_scaling(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<RopeSca
         "linear" => RopeScaling::Linear {
             factor: factor(&factor_key)?,
         },
-        "yarn" => RopeScaling::Yarn {
-            factor: factor(&factor_key)?,
-        },
+        "yarn" => {
+            let factor = factor(&factor_key)?;
+            let optional = |k: &str| -> Result<Option<f32>> {
+                let k = key(k);
+                match file.get::<f32>(&k)? {
+                    Some(v) if !(v.is_finite() && v >= 0.0) => Err(Error::metadata(
+                        path,
+                        &k,
+                        format!("{v} is not a usable number"),
+                    )),
+                    v => Ok(v),
+                }
+            };
+            let original_key = key("rope.scaling.original_context_length");
+            let original_context = match file.get::<u32>(&original_key)? {
+                Some(0) => return Err(Error::metadata(path, &original_key, "must be positive")),
+                Some(n) => n as usize,
+                None => n_ctx_train,
+            };
+            RopeScaling::Yarn(Yarn {
+                factor,
+                original_context,
+                beta_fast: optional("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                beta_slow: optional("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                ext_factor: optional("rope.scaling.yarn_ext_factor")?.unwrap_or(1.0),
+                attn_factor: optional("rope.scaling.yarn_attn_factor")?
+                    .unwrap_or(0.1 * factor.ln() + 1.0),
+            })
+        }
         "longrope" => RopeScaling::LongRope,
         other => {
             return Err(Error::metadata(

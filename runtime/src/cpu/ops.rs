@@ -117,6 +117,32 @@ pub fn rope_freqs(rot_dim: usize, base: f64, factors: Option<&[f32]>) -> Vec<f64
         .collect()
 }
 
+/// YaRN's frequencies: each of `freqs` (base^(-2i / rot_dim), pair i) blended between itself
+/// and itself divided by the factor. Pairs that turn more than `beta_fast` times over the
+/// original context keep their frequency, fewer than `beta_slow` times are divided, and those
+/// between blend along a linear ramp (Hugging Face's `_compute_yarn_parameters`, llama.cpp's
+/// `rope_yarn`).
+pub fn yarn_freqs(freqs: &[f64], base: f64, y: &hearth_models::spec::Yarn) -> Vec<f64> {
+    let dims = 2.0 * freqs.len() as f64;
+    // The pair index at which a frequency turns `rotations` times over the original context.
+    let pair_at = |rotations: f64| {
+        let turns = y.original_context as f64 / (rotations * 2.0 * std::f64::consts::PI);
+        dims * turns.ln() / (2.0 * base.ln())
+    };
+    let low = pair_at(y.beta_fast as f64).floor().max(0.0);
+    let high = pair_at(y.beta_slow as f64).ceil().min(dims - 1.0);
+    let span = (high - low).max(0.001);
+    freqs
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| {
+            let ramp = ((i as f64 - low) / span).clamp(0.0, 1.0);
+            let keep = (1.0 - ramp) * y.ext_factor as f64;
+            f / y.factor as f64 * (1.0 - keep) + f * keep
+        })
+        .collect()
+}
+
 /// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
 pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
     rope_table_of(max_pos, &rope_freqs(rot_dim, base, None))

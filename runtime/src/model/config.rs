@@ -4,7 +4,7 @@
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
     Activation, EmbeddingScale, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec,
-    RopeLayout, RopeScaling, SlidingWindow,
+    RopeLayout, RopeScaling, SlidingWindow, Yarn,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -21,6 +21,8 @@ pub struct Rope {
     pub position_scale: f32,
     /// Local layers' own base, unscaled and without frequency divisors (Gemma 3).
     pub local_base: Option<f32>,
+    /// YaRN's blend of the frequencies and its factor on cos and sin.
+    pub yarn: Option<Yarn>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -79,13 +81,24 @@ impl ModelConfig {
     pub fn rope_freqs(&self) -> Option<Vec<f64>> {
         let r = self.rope?;
         let freqs = ops::rope_freqs(r.dims, r.base as f64, self.rope_factors.as_deref());
+        let freqs = match &r.yarn {
+            Some(y) => ops::yarn_freqs(&freqs, r.base as f64, y),
+            None => freqs,
+        };
         let scale = r.position_scale as f64;
         Some(freqs.into_iter().map(|f| f * scale).collect())
     }
 
-    /// RoPE's (cos, sin) table for positions below `n_ctx` (`cpu::ops::rope_table_of`).
+    /// RoPE's (cos, sin) table for positions below `n_ctx` (`cpu::ops::rope_table_of`), times
+    /// YaRN's attention factor where it applies.
     pub fn rope_table(&self, n_ctx: usize) -> Option<Vec<[f32; 2]>> {
-        Some(ops::rope_table_of(n_ctx, &self.rope_freqs()?))
+        let mut table = ops::rope_table_of(n_ctx, &self.rope_freqs()?);
+        if let Some(y) = self.rope.and_then(|r| r.yarn) {
+            for cs in &mut table {
+                *cs = cs.map(|v| v * y.attn_factor);
+            }
+        }
+        Some(table)
     }
 
     /// The table of local layers that rotate with a base of their own, `None` where they
@@ -180,11 +193,15 @@ impl ModelConfig {
                     RopeLayout::Gptj => ops::RopeLayout::Gptj,
                 },
                 position_scale: match r.scaling {
-                    RopeScaling::None => 1.0,
+                    RopeScaling::None | RopeScaling::Yarn(_) => 1.0,
                     RopeScaling::Linear { factor } => 1.0 / factor,
                     other => return Err(unsupported(format!("RoPE scaling {other:?}"))),
                 },
                 local_base: r.local_base,
+                yarn: match r.scaling {
+                    RopeScaling::Yarn(y) => Some(y),
+                    _ => None,
+                },
             }),
             (PositionSpec::None, _) => None,
             (other, _) => return Err(unsupported(format!("position embedding {other:?}"))),
@@ -277,6 +294,7 @@ mod tests {
                 layout: ops::RopeLayout::Neox,
                 position_scale: 0.25,
                 local_base: None,
+                yarn: None,
             }),
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
             qkv_bias: false,
