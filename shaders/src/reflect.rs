@@ -207,11 +207,12 @@ mod tests {
     }
 
     #[test]
-    fn rmsnorm_binds_three_buffers_and_eight_bytes_of_push_constants() {
+    fn rmsnorm_binds_three_buffers_and_twelve_bytes_of_push_constants() {
         let r = reflect(crate::RMSNORM.spirv).unwrap();
         assert_eq!(r.bindings, vec![(0, 0), (0, 1), (0, 2)]);
+        // y is read too: with `accumulate` the norm adds to it.
         assert_eq!(r.writes, vec![false, false, true]);
-        assert_eq!(r.push_constant_size, 8);
+        assert_eq!(r.push_constant_size, 12);
     }
 
     #[test]
