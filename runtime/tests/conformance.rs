@@ -203,3 +203,10 @@ fn phi3_matches_transformers() {
 fn yarn_matches_transformers() {
     check_family("yarn");
 }
+
+/// LongRoPE on a Phi-3 block: the long divisors past an original context of 32 (80
+/// positions) and cos and sin scaled by sqrt(1 + ln 8 / ln 32).
+#[test]
+fn longrope_matches_transformers() {
+    check_family("longrope");
+}

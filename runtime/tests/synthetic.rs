@@ -454,40 +454,47 @@ fn rope_frequency_factors_must_be_positive() {
     );
 }
 
-/// A Phi-3 file with LongRoPE factors (the 128k-context models) is refused, naming the
-/// tensor, rather than run without them.
+/// LongRoPE factors where the spec does not name them (a Llama file) are refused, naming the
+/// tensor, rather than run without them; a Phi-3 file with only the long set names the short
+/// one it lacks.
 #[test]
-fn longrope_factors_are_refused_by_name() {
-    let phi3 = Shape {
-        family: Family::Phi3,
-        ..TINY
+fn stray_or_half_longrope_factors_are_refused_by_name() {
+    let with_long_factors = |shape: Shape| {
+        let file = shape.build("tiny", Format::F32).unwrap();
+        let mut w = hearth_models::gguf::GgufWriter::new();
+        for (k, v) in file.metadata().iter() {
+            w.set_metadata(k, v.clone());
+        }
+        for t in file.tensors() {
+            let data = file.tensor_data(t).unwrap().to_vec();
+            w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
+        }
+        let half = (shape.head_dim() / 2) as u64;
+        let ones: Vec<u8> = (0..half).flat_map(|_| 1f32.to_le_bytes()).collect();
+        w.add_tensor(
+            "rope_factors_long.weight",
+            hearth_models::GgmlType::F32,
+            &[half],
+            ones,
+        )
+        .unwrap();
+        hearth_models::GgufFile::from_bytes("long.gguf", w.to_bytes().unwrap()).unwrap()
     };
-    let file = phi3.build("tiny", Format::F32).unwrap();
-    let mut w = hearth_models::gguf::GgufWriter::new();
-    for (k, v) in file.metadata().iter() {
-        w.set_metadata(k, v.clone());
-    }
-    for t in file.tensors() {
-        let data = file.tensor_data(t).unwrap();
-        w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
-    }
-    let half = (phi3.head_dim() / 2) as u64;
-    let ones: Vec<u8> = (0..half).flat_map(|_| 1f32.to_le_bytes()).collect();
-    w.add_tensor(
-        "rope_factors_long.weight",
-        hearth_models::GgmlType::F32,
-        &[half],
-        ones,
-    )
-    .unwrap();
-    let bytes = w.to_bytes().unwrap();
-    let file = hearth_models::GgufFile::from_bytes("phi3-128k.gguf", bytes).unwrap();
+    let file = with_long_factors(TINY);
     let model = resolve_gguf(&file).unwrap();
     let err = ModelConfig::from_resolved(&file, &model)
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("phi3-128k.gguf") && err.contains("rope_factors_long.weight"),
+        err.contains("long.gguf") && err.contains("rope_factors_long.weight"),
         "{err}"
     );
+    let phi3 = Shape {
+        family: Family::Phi3,
+        ..TINY
+    };
+    let err = resolve_gguf(&with_long_factors(phi3))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("rope_factors_short.weight"), "{err}");
 }

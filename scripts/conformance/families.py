@@ -187,4 +187,28 @@ FAMILIES = {
             pad_token_id=None,
         ),
     ),
+    # LongRoPE (Phi-3 128k, Phi-3.5 mini): per-pair divisors, the long set for a context past
+    # the original 32 (transformers switches when the sequence does; 80 positions here, and
+    # Hearth picks by its context of 128), and cos and sin scaled by sqrt(1 + ln(8) / ln(32)).
+    "longrope": dict(
+        model_type="phi3",
+        vocab="phi-3",
+        sentencepiece=dict(),
+        pieces=32000,
+        tokenizer_class="LlamaTokenizer",
+        config=dict(
+            BASE,
+            original_max_position_embeddings=32,
+            rope_parameters=dict(
+                rope_type="longrope",
+                rope_theta=10000.0,
+                original_max_position_embeddings=32,
+                short_factor=[1.0 + 0.05 * i for i in range(16)],
+                long_factor=[1.0 + 0.5 * i for i in range(16)],
+            ),
+            bos_token_id=1,
+            eos_token_id=32000,
+            pad_token_id=None,
+        ),
+    ),
 }

@@ -324,6 +324,15 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
             } + &match r.local_base {
                 Some(base) => format!(", local layers base {base}"),
                 None => String::new(),
+            } + &match &m.tensors.rope_factors {
+                Some((long, short)) => format!(
+                    ", LongRoPE ({long} past {} positions, else {short})",
+                    r.original_context
+                ),
+                None => String::new(),
+            } + &match r.attn_factor {
+                Some(f) => format!(", cos and sin times {f}"),
+                None => String::new(),
             }
         )?,
         None => writeln!(out, "  position        {}", s.position.kind_str())?,

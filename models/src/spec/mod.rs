@@ -225,6 +225,10 @@ pub struct TensorNames {
     /// RoPE frequency divisors, one per rotated pair, where the file has them (Llama 3.1's
     /// `rope_freqs.weight`).
     pub rope_freqs: Option<String>,
+    /// LongRoPE's divisors (Phi-3 128k): the long set when the context exceeds the original
+    /// one (`{arch}.rope.scaling.original_context_length`), the short set otherwise.
+    pub rope_factors_long: Option<String>,
+    pub rope_factors_short: Option<String>,
     pub layer: LayerTensorNames,
 }
 
@@ -349,6 +353,11 @@ impl ModelSpec {
                 "mlp.gate_up = \"fused\" is for a gated MLP whose gate rows lead \
                  tensors.layer.ffn_up (no ffn_gate)"
                     .into(),
+            );
+        }
+        if t.rope_factors_long.is_some() != t.rope_factors_short.is_some() {
+            return bad(
+                "LongRoPE needs both tensors.rope_factors_long and rope_factors_short".into(),
             );
         }
         if matches!(self.position, PositionSpec::Learned) && t.position_embd.is_none() {

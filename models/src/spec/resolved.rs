@@ -24,6 +24,11 @@ pub struct RopeParams {
     pub scaling: RopeScaling,
     /// The base local (windowed) layers rotate with, unscaled, where they have their own.
     pub local_base: Option<f32>,
+    /// A factor on cos and sin (`{arch}.rope.scaling.attn_factor`: LongRoPE's).
+    pub attn_factor: Option<f32>,
+    /// The context before any extension (`{arch}.rope.scaling.original_context_length`, else
+    /// the training context): where LongRoPE switches to its long factors.
+    pub original_context: usize,
 }
 
 /// How a model stretches RoPE past the context it was trained with.
@@ -169,6 +174,8 @@ pub struct ModelTensors {
     /// [rope dims / 2] f32 divisors of RoPE's per-pair frequencies (Llama 3's scaling), when
     /// the spec names them and the file has them.
     pub rope_freqs: Option<String>,
+    /// LongRoPE's (long, short) divisors, [rope dims / 2] each, where the file has both.
+    pub rope_factors: Option<(String, String)>,
     pub layers: Vec<LayerTensors>,
 }
 
@@ -328,12 +335,30 @@ impl ModelSpec {
                     ));
                 }
                 let scaling = rope_scaling(file, &key, n_ctx_train)?;
+                let original_key = key("rope.scaling.original_context_length");
+                let original_context = match positive(&original_key)? {
+                    Some(n) => n,
+                    None => n_ctx_train,
+                };
+                let attn_key = key("rope.scaling.attn_factor");
+                let attn_factor = match file.get::<f32>(&attn_key)? {
+                    Some(f) if !(f.is_finite() && f > 0.0) => {
+                        return Err(Error::metadata(
+                            path,
+                            &attn_key,
+                            format!("{f} is not a positive number"),
+                        ))
+                    }
+                    f => f,
+                };
                 Some(RopeParams {
                     base,
                     dims,
                     layout,
                     scaling,
                     local_base,
+                    attn_factor,
+                    original_context,
                 })
             }
             _ => None,
@@ -482,6 +507,17 @@ impl ModelSpec {
             }
             _ => None,
         };
+        let in_file = |n: &Option<String>| n.clone().filter(|n| c.file.tensor(n).is_some());
+        let rope_factors = match (hp.rope, in_file(&names.rope_factors_long)) {
+            (Some(r), Some(long)) => {
+                let short = names.rope_factors_short.clone().unwrap_or_default();
+                let pairs = [r.dims as u64 / 2];
+                let long = c.require(&long, &pairs, "rope dimensions / 2")?;
+                let short = c.require(&short, &pairs, "rope dimensions / 2")?;
+                Some((long, short))
+            }
+            _ => None,
+        };
         let output_in_file = names.output.as_ref().filter(|n| c.file.tensor(n).is_some());
         let tied = match self.tied_embeddings {
             TiedEmbeddings::Always => true,
@@ -568,6 +604,7 @@ impl ModelSpec {
             output,
             tied_embeddings: tied,
             rope_freqs,
+            rope_factors,
             layers,
         })
     }

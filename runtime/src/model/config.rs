@@ -23,6 +23,18 @@ pub struct Rope {
     pub local_base: Option<f32>,
     /// YaRN's blend of the frequencies and its factor on cos and sin.
     pub yarn: Option<Yarn>,
+    /// A factor on cos and sin (LongRoPE's), besides YaRN's.
+    pub attn_factor: Option<f32>,
+    /// The context before any extension, where LongRoPE switches to its long factors.
+    pub original_context: usize,
+}
+
+/// LongRoPE's divisors of RoPE's per-pair frequencies (Phi-3 128k): `long` where the context
+/// exceeds the original one, else `short`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    pub long: Vec<f32>,
+    pub short: Vec<f32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +52,8 @@ pub struct ModelConfig {
     pub rope: Option<Rope>,
     /// Divisors of RoPE's per-pair frequencies (Llama 3's `rope_freqs`), one per rotated pair.
     pub rope_factors: Option<Vec<f32>>,
+    /// LongRoPE's divisors, chosen by the context.
+    pub long_rope: Option<LongRope>,
     /// Biases on the q, k and v projections (Qwen2).
     pub qkv_bias: bool,
     /// An RMSNorm over each query and key head before RoPE (Qwen3).
@@ -76,11 +90,23 @@ impl ModelConfig {
         self.sliding_window.as_ref()?.of_layer(l)
     }
 
-    /// Each rotated pair's angle per position, `None` without RoPE.
-    /// Linear scaling's position factor is folded in: pos * scale * f = pos * (scale * f).
+    /// Each rotated pair's angle per position over the training context, `None` without
+    /// RoPE.
     pub fn rope_freqs(&self) -> Option<Vec<f64>> {
+        self.rope_freqs_at(self.n_ctx_train)
+    }
+
+    /// Each rotated pair's angle per position for a context of `n_ctx` (which picks LongRoPE's
+    /// divisors). Linear scaling's position factor is folded in: pos * scale * f = pos *
+    /// (scale * f).
+    pub fn rope_freqs_at(&self, n_ctx: usize) -> Option<Vec<f64>> {
         let r = self.rope?;
-        let freqs = ops::rope_freqs(r.dims, r.base as f64, self.rope_factors.as_deref());
+        let divisors = match &self.long_rope {
+            Some(l) if n_ctx > r.original_context => Some(&l.long[..]),
+            Some(l) => Some(&l.short[..]),
+            None => self.rope_factors.as_deref(),
+        };
+        let freqs = ops::rope_freqs(r.dims, r.base as f64, divisors);
         let freqs = match &r.yarn {
             Some(y) => ops::yarn_freqs(&freqs, r.base as f64, y),
             None => freqs,
@@ -90,12 +116,14 @@ impl ModelConfig {
     }
 
     /// RoPE's (cos, sin) table for positions below `n_ctx` (`cpu::ops::rope_table_of`), times
-    /// YaRN's attention factor where it applies.
+    /// YaRN's and LongRoPE's attention factors where they apply.
     pub fn rope_table(&self, n_ctx: usize) -> Option<Vec<[f32; 2]>> {
-        let mut table = ops::rope_table_of(n_ctx, &self.rope_freqs()?);
-        if let Some(y) = self.rope.and_then(|r| r.yarn) {
+        let r = self.rope?;
+        let mut table = ops::rope_table_of(n_ctx, &self.rope_freqs_at(n_ctx)?);
+        let factor = r.yarn.map_or(1.0, |y| y.attn_factor) * r.attn_factor.unwrap_or(1.0);
+        if factor != 1.0 {
             for cs in &mut table {
-                *cs = cs.map(|v| v * y.attn_factor);
+                *cs = cs.map(|v| v * factor);
             }
         }
         Some(table)
@@ -202,6 +230,8 @@ impl ModelConfig {
                     RopeScaling::Yarn(y) => Some(y),
                     _ => None,
                 },
+                attn_factor: r.attn_factor,
+                original_context: r.original_context,
             }),
             (PositionSpec::None, _) => None,
             (other, _) => return Err(unsupported(format!("position embedding {other:?}"))),
@@ -218,7 +248,14 @@ impl ModelConfig {
             return Err(unsupported(format!("odd head dimension {}", h.head_dim)));
         }
         let rope_factors = match &model.tensors.rope_freqs {
-            Some(name) => Some(rope_factors(file, name)?),
+            Some(name) => Some(read_factors(file, name)?),
+            None => None,
+        };
+        let long_rope = match &model.tensors.rope_factors {
+            Some((long, short)) => Some(LongRope {
+                long: read_factors(file, long)?,
+                short: read_factors(file, short)?,
+            }),
             None => None,
         };
         Ok(Self {
@@ -233,6 +270,7 @@ impl ModelConfig {
             norm_eps: h.norm_eps,
             rope,
             rope_factors,
+            long_rope,
             qkv_bias: a.bias,
             qk_norm: a.qk_norm.is_some(),
             sliding_window: h.sliding_window.clone(),
@@ -249,7 +287,7 @@ impl ModelConfig {
 }
 
 /// The f32 frequency divisors in tensor `name` (its length was checked on resolving).
-fn rope_factors(file: &GgufFile, name: &str) -> Result<Vec<f32>> {
+fn read_factors(file: &GgufFile, name: &str) -> Result<Vec<f32>> {
     let view = file.tensor_view(name)?;
     let bad = |reason: &str| Error::Tensor {
         path: file.path().to_path_buf(),
@@ -295,8 +333,11 @@ mod tests {
                 position_scale: 0.25,
                 local_base: None,
                 yarn: None,
+                attn_factor: None,
+                original_context: 16,
             }),
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
+            long_rope: None,
             qkv_bias: false,
             qk_norm: false,
             sliding_window: None,

@@ -353,6 +353,7 @@ mod tests {
             norm_eps: 1e-5,
             rope: None,
             rope_factors: None,
+            long_rope: None,
             qkv_bias: false,
             qk_norm: false,
             sliding_window: None,
