@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hearth_models::ModelSpec;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_runtime::kv::infinigen::evict::PoolCapacity;
 use hearth_runtime::kv::{KvPlacement, KvType};
@@ -86,6 +87,10 @@ pub struct RunArgs {
     /// The same --kv-budget holds twice as many tokens in f16 as in f32, 3.6 times in q8.
     #[arg(long, default_value = "f16", value_name = "TYPE", value_parser = parse_kv_type)]
     pub kv_type: KvType,
+    /// A model spec (TOML, as in models/specs/) to run the file with instead of the shipped
+    /// one for its architecture: a family of known atoms without rebuilding Hearth.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
     #[command(flatten)]
     pub infinigen: InfinigenArgs,
 }
@@ -259,6 +264,10 @@ impl RunArgs {
             h2o: (offload == KvOffload::H2o).then_some(H2oOptions {
                 budget: self.infinigen.ig_budget,
             }),
+            spec: match &self.spec {
+                Some(path) => Some(ModelSpec::from_file(path)?),
+                None => None,
+            },
         };
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template(

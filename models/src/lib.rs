@@ -48,7 +48,7 @@ pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
 pub use resolve::{default_models_dir, list_models, resolve_model, ModelEntry, ModelFormat};
-pub use spec::{resolve_gguf, HyperParams, ModelSpec, ResolvedModel};
+pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};
 pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};
 
 #[cfg(test)]

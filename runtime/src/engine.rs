@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hearth_models::{
-    resolve_gguf, ChatMessage, ChatOptions, ChatTemplate, EncodeOptions, GgufFile, Tokenizer,
+    resolve_with, ChatMessage, ChatOptions, ChatTemplate, EncodeOptions, GgufFile, ModelSpec,
+    Tokenizer,
 };
 
 use crate::cpu::CpuModel;
@@ -56,6 +57,9 @@ pub struct EngineOptions {
     pub infinigen: Option<InfinigenOptions>,
     /// H2O heavy-hitter eviction (`--kv-offload h2o`); not together with `infinigen`.
     pub h2o: Option<H2oOptions>,
+    /// A spec of the user's (`--spec FILE`) in place of the shipped one for the file's
+    /// architecture.
+    pub spec: Option<ModelSpec>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -129,6 +133,7 @@ impl Default for EngineOptions {
             profile: false,
             infinigen: None,
             h2o: None,
+            spec: None,
         }
     }
 }
@@ -179,7 +184,7 @@ impl Engine {
         progress: &mut ProgressFn,
     ) -> Result<Self> {
         let path = &file.path().to_path_buf();
-        let model = resolve_gguf(&file)?;
+        let model = resolve_with(&file, options.spec.as_ref())?;
         let config = ModelConfig::from_resolved(&file, &model)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::from_gguf(&file)?;

@@ -11,7 +11,9 @@ use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
 use hearth_models::spec::RopeScaling;
 use hearth_models::tokenizer::TokenizerKind;
-use hearth_models::{resolve_gguf, ChatTemplate, GgmlType, GgufFile, ResolvedModel, Tokenizer};
+use hearth_models::{
+    resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, Tokenizer,
+};
 use serde_json::{json, Value};
 
 use crate::model_args::ModelsDirArg;
@@ -25,6 +27,10 @@ pub struct InspectArgs {
     models: ModelsDirArg,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+    /// Resolve the file with this spec (TOML, as in models/specs/) instead of the shipped
+    /// one for its architecture.
+    #[arg(long, value_name = "FILE")]
+    spec: Option<std::path::PathBuf>,
 }
 
 /// Everything inspect reports about a GGUF file; each part may have failed on its own.
@@ -42,10 +48,14 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         return inspect_directory(&path, args.format);
     }
     let file = GgufFile::open(&path)?;
+    let spec = match &args.spec {
+        Some(spec) => Some(ModelSpec::from_file(spec)?),
+        None => None,
+    };
     let report = Report {
         path: &path,
         file: &file,
-        model: resolve_gguf(&file),
+        model: resolve_with(&file, spec.as_ref()),
         tokenizer: Tokenizer::from_gguf(&file),
         template: ChatTemplate::from_gguf(&file),
     };

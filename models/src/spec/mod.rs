@@ -435,6 +435,37 @@ impl PositionSpec {
     }
 }
 
+impl ModelSpec {
+    /// A spec from a TOML file of the user's (`--spec FILE`), which serves the files whose
+    /// `general.architecture` it lists, in place of any shipped spec.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::spec(&source, format!("cannot be read: {e}")))?;
+        Self::from_toml(&source, &text)
+    }
+}
+
+/// Resolves `file` with `spec` where one is given (a user's), else with the shipped spec for
+/// its architecture. A given spec must list the file's architecture.
+pub fn resolve_with(file: &crate::GgufFile, spec: Option<&ModelSpec>) -> Result<ResolvedModel> {
+    let Some(spec) = spec else {
+        return resolve_gguf(file);
+    };
+    let arch = file.architecture()?;
+    if !spec.architectures.iter().any(|a| a == arch) {
+        return Err(Error::spec(
+            &spec.name,
+            format!(
+                "serves architectures {:?}, not `{arch}` of {}",
+                spec.architectures,
+                file.path().display()
+            ),
+        ));
+    }
+    spec.resolve_gguf(file)
+}
+
 /// Every shipped spec, parsed.
 pub fn shipped_specs() -> Result<Vec<ModelSpec>> {
     SHIPPED
