@@ -33,6 +33,14 @@ BASE = dict(
     tie_word_embeddings=False,
 )
 
+# Phi-3's vocabulary: Llama's SentencePiece model (with a dummy prefix) and the chat tokens
+# from 32000 (<|endoftext|>, the eos, to <|user|>), padded to 32064 rows; and its ids, with no
+# padding token, so that no embedding row starts at zero.
+PHI3_VOCAB = dict(
+    vocab="phi-3", sentencepiece=dict(), pieces=32000, tokenizer_class="LlamaTokenizer"
+)
+PHI3_IDS = dict(bos_token_id=1, eos_token_id=32000, pad_token_id=None)
+
 FAMILIES = {
     # Llama 3.x: the llama3 RoPE frequency table (rope_freqs.weight in GGUF), exercised past
     # the original context: 80 positions against an original 32.
@@ -168,36 +176,27 @@ FAMILIES = {
     # (ffn_up in GGUF, 2 * intermediate_size rows, the gate's first), grouped-query attention
     # (Phi-3 mini has none, the larger ones do), and a sliding window on every layer shorter
     # than the prompt: transformers applies it, llama.cpp ignores the window the converter
-    # writes. Phi-3's vocabulary: Llama's SentencePiece model (with a dummy prefix) and the
-    # chat tokens from 32000 (<|endoftext|>, the eos, to <|user|>), padded to 32064 rows.
+    # writes.
     "phi3": dict(
+        PHI3_VOCAB,
         model_type="phi3",
-        vocab="phi-3",
-        sentencepiece=dict(),
-        pieces=32000,
-        tokenizer_class="LlamaTokenizer",
         config=dict(
             BASE,
+            **PHI3_IDS,
             original_max_position_embeddings=256,
             sliding_window=24,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
-            bos_token_id=1,
-            eos_token_id=32000,
-            # No padding token, so that no embedding row starts at zero.
-            pad_token_id=None,
         ),
     ),
     # LongRoPE (Phi-3 128k, Phi-3.5 mini): per-pair divisors, the long set for a context past
     # the original 32 (transformers switches when the sequence does; 80 positions here, and
     # Hearth picks by its context of 128), and cos and sin scaled by sqrt(1 + ln(8) / ln(32)).
     "longrope": dict(
+        PHI3_VOCAB,
         model_type="phi3",
-        vocab="phi-3",
-        sentencepiece=dict(),
-        pieces=32000,
-        tokenizer_class="LlamaTokenizer",
         config=dict(
             BASE,
+            **PHI3_IDS,
             original_max_position_embeddings=32,
             rope_parameters=dict(
                 rope_type="longrope",
@@ -206,9 +205,6 @@ FAMILIES = {
                 short_factor=[1.0 + 0.05 * i for i in range(16)],
                 long_factor=[1.0 + 0.5 * i for i in range(16)],
             ),
-            bos_token_id=1,
-            eos_token_id=32000,
-            pad_token_id=None,
         ),
     ),
 }

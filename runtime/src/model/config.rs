@@ -286,6 +286,43 @@ impl ModelConfig {
     }
 }
 
+#[cfg(test)]
+impl ModelConfig {
+    /// A Llama block of this shape without RoPE and without any other atom, for tests that
+    /// set the fields they need.
+    pub(crate) fn plain_for_tests(
+        n_layer: usize,
+        n_embd: usize,
+        n_head: (usize, usize),
+        head_dim: usize,
+        n_vocab: usize,
+    ) -> Self {
+        Self {
+            n_layer,
+            n_embd,
+            n_ff: 2 * n_embd,
+            n_head: n_head.0,
+            n_head_kv: n_head.1,
+            head_dim,
+            n_vocab,
+            n_ctx_train: 64,
+            norm_eps: 1e-5,
+            rope: None,
+            rope_factors: None,
+            long_rope: None,
+            qkv_bias: false,
+            qk_norm: false,
+            sliding_window: None,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_softcap: None,
+            logit_softcap: None,
+            embd_scale: None,
+            post_norms: false,
+            mlp_act: ops::GatedAct::Silu,
+        }
+    }
+}
+
 /// The f32 frequency divisors in tensor `name` (its length was checked on resolving).
 fn read_factors(file: &GgufFile, name: &str) -> Result<Vec<f32>> {
     let view = file.tensor_view(name)?;
@@ -317,15 +354,7 @@ mod tests {
     #[test]
     fn linear_scaling_and_factors_shape_the_rope_table() {
         let mut c = ModelConfig {
-            n_layer: 1,
-            n_embd: 8,
-            n_ff: 8,
-            n_head: 1,
-            n_head_kv: 1,
-            head_dim: 8,
-            n_vocab: 4,
             n_ctx_train: 16,
-            norm_eps: 1e-5,
             rope: Some(Rope {
                 base: 10_000.0,
                 dims: 8,
@@ -337,16 +366,7 @@ mod tests {
                 original_context: 16,
             }),
             rope_factors: Some(vec![1.0, 2.0, 4.0, 8.0]),
-            long_rope: None,
-            qkv_bias: false,
-            qk_norm: false,
-            sliding_window: None,
-            attn_scale: 1.0 / 8f32.sqrt(),
-            attn_softcap: None,
-            logit_softcap: None,
-            embd_scale: None,
-            post_norms: false,
-            mlp_act: ops::GatedAct::Silu,
+            ..ModelConfig::plain_for_tests(1, 8, (1, 1), 8, 4)
         };
         let table = c.rope_table(64).unwrap();
         let plain = ops::rope_table(64, 8, 10_000.0);

@@ -341,29 +341,7 @@ mod tests {
     use super::*;
 
     fn config() -> ModelConfig {
-        ModelConfig {
-            n_layer: 2,
-            n_embd: 32,
-            n_ff: 64,
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 8,
-            n_vocab: 16,
-            n_ctx_train: 64,
-            norm_eps: 1e-5,
-            rope: None,
-            rope_factors: None,
-            long_rope: None,
-            qkv_bias: false,
-            qk_norm: false,
-            sliding_window: None,
-            attn_scale: 1.0 / 8f32.sqrt(),
-            attn_softcap: None,
-            logit_softcap: None,
-            embd_scale: None,
-            post_norms: false,
-            mlp_act: crate::cpu::ops::GatedAct::Silu,
-        }
+        ModelConfig::plain_for_tests(2, 32, (4, 2), 8, 16)
     }
 
     /// Orthogonal matrices from the QR factorization of random ones.
