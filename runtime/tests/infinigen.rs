@@ -1066,3 +1066,53 @@ fn sparse_policies_refuse_soft_capped_attention() {
         .to_string();
     assert!(err.contains("soft-capped"), "{err}");
 }
+
+/// Gemma 3's pattern (five local layers to a global one): InfiniGen attends sparsely in the
+/// global layer only, and the device's decode agrees with the CPU reference's, fetches
+/// included.
+#[test]
+fn infinigen_attends_sparsely_in_the_global_layers_only() {
+    let Some(dev) = device() else { return };
+    let gemma3 = Shape {
+        family: Family::Gemma3,
+        n_layer: 6,
+        tied_embeddings: true,
+        sliding_window: Some(16),
+        ..SMALL
+    };
+    let file = gemma3.build_random("small", Format::Q8, 11).unwrap();
+    let skew = skew(&file);
+    let params = small_budget();
+    let infinigen = KvPolicyChoice::Infinigen {
+        skew: &skew,
+        params,
+    };
+    let mut reference = cpu(&file, 256);
+    reference.set_kv_policy(infinigen).unwrap();
+    let mut device_model = vulkan(&dev, &file, 256);
+    device_model.set_kv_policy(infinigen).unwrap();
+    let prompt = tokens(150, 5);
+    let a = reference.forward(&prompt, Logits::Last).unwrap();
+    let b = device_model.forward(&prompt, Logits::Last).unwrap();
+    assert!(max_diff(&a, &b) < 2e-3, "prefill: {}", max_diff(&a, &b));
+    let steps = tokens(8, 6);
+    for &t in &steps {
+        let a = reference.forward(&[t], Logits::Last).unwrap();
+        let b = device_model.forward(&[t], Logits::Last).unwrap();
+        assert!(max_diff(&a, &b) < 2e-3, "decode: {}", max_diff(&a, &b));
+    }
+    let stats = |m: &dyn Backend| m.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap();
+    let (want, got) = (stats(&reference), stats(&device_model));
+    assert_eq!(
+        got.fetched, want.fetched,
+        "device {got:?}, reference {want:?}"
+    );
+    // One sparse layer (the global one, past the two dense ones) of 2 KV heads, every step.
+    assert_eq!(got.selections, (steps.len() * 2) as u64, "{got:?}");
+    // A quarter of the (at most 157) earlier tokens and the 8 newest.
+    assert!(
+        got.max_fetched as usize <= 157usize.div_ceil(4) + 8,
+        "{got:?}"
+    );
+    no_validation_messages(&dev);
+}
