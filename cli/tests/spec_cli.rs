@@ -80,6 +80,10 @@ fn a_users_spec_runs_an_architecture_hearth_does_not_ship() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("architecture  toy (spec `toy`"), "{stdout}");
+    let out = hearth(&["inspect", model, "--spec", spec, "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["model"]["spec"], "toy", "{report}");
+    assert_eq!(report["model"]["rope"]["scaling"], "none", "{report}");
 
     // The CPU reference: no device needed.
     let run = [
