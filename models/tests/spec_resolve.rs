@@ -446,3 +446,24 @@ fn local_rope_base_and_width_scale_come_from_spec_and_file() {
     let hp = resolve(&tiny_llama(&Tiny::default())).unwrap().hparams;
     assert_eq!((hp.rope.unwrap().local_base, hp.attn_scale), (None, None));
 }
+
+/// A mixture-of-experts file (Mixtral is converted as `llama`) says so, naming the key,
+/// rather than that its dense MLP tensors are missing.
+#[test]
+fn mixture_of_experts_files_say_what_they_are() {
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.expert_count", MetaValue::U32(8));
+    w.set_metadata("llama.expert_used_count", MetaValue::U32(2));
+    expect_error(
+        &w,
+        &[
+            "`llama.expert_count`",
+            "8 experts, 2 used per token",
+            "mixture-of-experts",
+        ],
+    );
+    // A dense model may carry the key as 0.
+    let mut w = tiny_llama(&Tiny::default());
+    w.set_metadata("llama.expert_count", MetaValue::U32(0));
+    assert!(resolve(&w).is_ok());
+}

@@ -259,6 +259,21 @@ impl ModelSpec {
         let n_head_kv = positive(&head_count_kv)?.unwrap_or(n_head);
         let n_ctx_train = required(&key("context_length"))?;
 
+        // Mixtral is converted as `llama`, Qwen-MoE and OLMoE under names of their own: say
+        // what the file is rather than that its dense MLP tensors are missing.
+        let experts_key = key("expert_count");
+        if let Some(experts) = file.get::<u32>(&experts_key)?.filter(|&n| n > 0) {
+            let used = file.get::<u32>(&key("expert_used_count"))?.unwrap_or(0);
+            return Err(Error::metadata(
+                path,
+                &experts_key,
+                format!(
+                    "a mixture of experts ({experts} experts, {used} used per token): Hearth \
+                     does not run mixture-of-experts models yet"
+                ),
+            ));
+        }
+
         if n_head % n_head_kv != 0 {
             return Err(Error::metadata(
                 path,
