@@ -5,7 +5,7 @@ mod common;
 
 use common::{tiny_llama, Tiny};
 use hearth_models::gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
-use hearth_models::spec::{QkvTensors, RopeLayout, RopeScaling};
+use hearth_models::spec::{MlpTensors, QkvTensors, RopeLayout, RopeScaling};
 use hearth_models::{resolve_gguf, GgmlType, ResolvedModel};
 
 fn resolve(w: &GgufWriter<'_>) -> hearth_models::Result<ResolvedModel> {
@@ -47,16 +47,16 @@ fn smollm2_resolves_with_the_expected_hyperparameters() {
     assert_eq!(m.tensors.layers.len(), 30);
     assert!(m.unused_tensors.is_empty(), "{:?}", m.unused_tensors);
     let l29 = &m.tensors.layers[29];
-    assert_eq!(l29.ffn_down.weight, "blk.29.ffn_down.weight");
+    let MlpTensors::Dense { up, down, .. } = &l29.mlp else {
+        panic!("SmolLM2 is dense");
+    };
+    assert_eq!(down.weight, "blk.29.ffn_down.weight");
     let QkvTensors::Separate { k, .. } = &l29.qkv else {
         panic!("llama has separate q/k/v");
     };
     assert_eq!(k.weight, "blk.29.attn_k.weight");
     assert_eq!(k.bias, None);
-    assert_eq!(
-        file.tensor(&l29.ffn_up.weight).unwrap().ggml_type,
-        GgmlType::Q4_1
-    );
+    assert_eq!(file.tensor(&up.weight).unwrap().ggml_type, GgmlType::Q4_1);
 }
 
 #[test]
@@ -246,7 +246,7 @@ fn other_atoms_resolve_from_a_spec_file_alone() {
     assert!(!m.tensors.tied_embeddings);
     let l1 = &m.tensors.layers[1];
     assert_eq!(l1.attn_norm.bias.as_deref(), Some("blk.1.attn_norm.bias"));
-    assert!(l1.ffn_gate.is_none());
+    assert!(matches!(l1.mlp, MlpTensors::Dense { gate: None, .. }));
     match &l1.qkv {
         QkvTensors::Fused(qkv) => assert_eq!(qkv.bias.as_deref(), Some("blk.1.attn_qkv.bias")),
         other => panic!("expected fused, got {other:?}"),
@@ -447,23 +447,68 @@ fn local_rope_base_and_width_scale_come_from_spec_and_file() {
     assert_eq!((hp.rope.unwrap().local_base, hp.attn_scale), (None, None));
 }
 
-/// A mixture-of-experts file (Mixtral is converted as `llama`) says so, naming the key,
-/// rather than that its dense MLP tensors are missing.
+/// A mixture-of-experts file (Mixtral is converted as `llama`): the experts' count and
+/// routing come from the file and the spec's `[moe]`; a missing expert tensor, or a count of
+/// experts used that the file does not have, is named.
 #[test]
-fn mixture_of_experts_files_say_what_they_are() {
-    let mut w = tiny_llama(&Tiny::default());
-    w.set_metadata("llama.expert_count", MetaValue::U32(8));
-    w.set_metadata("llama.expert_used_count", MetaValue::U32(2));
+fn mixture_of_experts_files_resolve_and_bad_ones_name_the_fault() {
+    let t = Tiny::default();
+    let (e, ff) = (t.n_embd, 4u64);
+    let moe = |used: u32, with_down: bool| {
+        let full = tiny_llama(&t).to_bytes().unwrap();
+        let dense = GgufFile::from_bytes("tiny.gguf", full).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in dense.metadata().iter() {
+            w.set_metadata(k, v.clone());
+        }
+        w.set_metadata("llama.expert_count", MetaValue::U32(3));
+        w.set_metadata("llama.expert_used_count", MetaValue::U32(used));
+        w.set_metadata(
+            "llama.expert_feed_forward_length",
+            MetaValue::U32(ff as u32),
+        );
+        for info in dense.tensors().iter().filter(|t| !t.name.contains("ffn_")) {
+            let data = dense.tensor_data(info).unwrap().to_vec();
+            w.add_tensor(&info.name, info.ggml_type, &info.shape, data)
+                .unwrap();
+        }
+        let mut add = |name: String, shape: &[u64]| {
+            let n: u64 = shape.iter().product();
+            w.add_tensor(&name, GgmlType::F32, shape, vec![0u8; 4 * n as usize])
+                .unwrap();
+        };
+        for i in 0..t.n_layer {
+            add(format!("blk.{i}.ffn_norm.weight"), &[e]);
+            add(format!("blk.{i}.ffn_gate_inp.weight"), &[e, 3]);
+            add(format!("blk.{i}.ffn_gate_exps.weight"), &[e, ff, 3]);
+            add(format!("blk.{i}.ffn_up_exps.weight"), &[e, ff, 3]);
+            if with_down || i == 0 {
+                add(format!("blk.{i}.ffn_down_exps.weight"), &[ff, e, 3]);
+            }
+        }
+        w
+    };
+    let m = resolve(&moe(2, true)).unwrap();
+    let x = m.hparams.experts.unwrap();
+    assert_eq!((x.count, x.used, x.n_ff, x.normalize), (3, 2, 4, true));
+    assert!(m.unused_tensors.is_empty(), "{:?}", m.unused_tensors);
+    assert!(
+        matches!(&m.tensors.layers[1].mlp, MlpTensors::Experts { down, .. }
+        if down == "blk.1.ffn_down_exps.weight")
+    );
     expect_error(
-        &w,
+        &moe(2, false),
+        &["blk.1.ffn_down_exps.weight", "not in the file"],
+    );
+    expect_error(
+        &moe(4, true),
         &[
-            "`llama.expert_count`",
-            "8 experts, 2 used per token",
-            "mixture-of-experts",
+            "`llama.expert_used_count`",
+            "4 is not between 1 and the 3 experts",
         ],
     );
     // A dense model may carry the key as 0.
-    let mut w = tiny_llama(&Tiny::default());
+    let mut w = tiny_llama(&t);
     w.set_metadata("llama.expert_count", MetaValue::U32(0));
-    assert!(resolve(&w).is_ok());
+    assert!(resolve(&w).unwrap().hparams.experts.is_none());
 }

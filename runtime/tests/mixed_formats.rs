@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter};
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
-use hearth_runtime::model::{LoadProgress, Logits, ModelConfig, WeightReader};
+use hearth_runtime::model::{LoadProgress, Logits, Mlp, ModelConfig, WeightReader};
 use hearth_runtime::synthetic::{Family, Shape};
 use hearth_runtime::vk::{Device, DeviceDesc};
 
@@ -108,9 +108,10 @@ fn fused_projections_keep_each_parts_format_and_bytes() {
     ];
     let layers = [reader.layer(0).unwrap(), reader.layer(1).unwrap()];
     for (l, parts, formats) in cases {
-        let w = match parts[0] {
-            "attn_q" => &layers[l].wqkv,
-            _ => &layers[l].w_gate_up,
+        let w = match (parts[0], &layers[l].mlp) {
+            ("attn_q", _) => &layers[l].wqkv,
+            (_, Mlp::Dense { gate_up, .. }) => gate_up,
+            (_, Mlp::Experts { .. }) => panic!("a dense model"),
         };
         let got: Vec<Format> = w.runs.iter().map(|r| r.format).collect();
         assert_eq!(got, formats, "layer {l} {parts:?}");

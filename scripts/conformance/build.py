@@ -26,6 +26,9 @@ from families import DECODE, FAMILIES, PROMPT
 
 SEED = 1234
 
+# A mixture-of-experts router's weights, [n_expert, hidden], by the names transformers gives them.
+ROUTERS = ("mlp.gate.weight", "block_sparse_moe.gate.weight")
+
 TEXTS = [
     "Hello world",
     "It's 2026: the 12345th test, isn't it?\n\n  Indented\tline",
@@ -177,7 +180,9 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
     norm_low, norm_high = spec.get("norm_init", (0.5, 1.5))
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if p.dim() == 1 and "norm" in pname:
+            if "router_init" in spec and pname.endswith(ROUTERS):
+                p.copy_(torch.empty_like(p).uniform_(*spec["router_init"]))
+            elif p.dim() == 1 and "norm" in pname:
                 p.copy_(torch.empty_like(p).uniform_(norm_low, norm_high))
             elif p.dim() == 1 and pname.endswith("bias"):
                 p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))

@@ -15,6 +15,8 @@ A family may also give:
     tokenizer_class with sentencepiece: the transformers tokenizer class (default the one
                     transformers uses for the model type)
     norm_init       the range the 1-D norm parameters are drawn from (default 0.5 to 1.5)
+    router_init     the range a mixture-of-experts router's weights (mlp.gate.weight) are
+                    drawn from, in place of transformers' normal(0, initializer_range)
 """
 
 # Tokens fed to both sides: a prompt of PROMPT tokens, then DECODE tokens one step each.
@@ -40,6 +42,14 @@ PHI3_VOCAB = dict(
     vocab="phi-3", sentencepiece=dict(), pieces=32000, tokenizer_class="LlamaTokenizer"
 )
 PHI3_IDS = dict(bos_token_id=1, eos_token_id=32000, pad_token_id=None)
+
+# Routers drawn wider than transformers' normal(0, 0.02), from which the router's logits are a
+# few tenths: the second and third largest then differ by under 0.1 at about half the
+# positions, and which experts a token gets would hang on rounding. From this range the logits
+# spread by about 2 (standard deviation), the second and third largest differ by over 0.1 at
+# all but a few of the 80 positions x 2 layers (by about 0.01 at the least), and the second expert
+# keeps a weight that shows (a quarter at the median).
+ROUTER_INIT = (-0.3, 0.3)
 
 FAMILIES = {
     # Llama 3.x: the llama3 RoPE frequency table (rope_freqs.weight in GGUF), exercised past
@@ -205,6 +215,48 @@ FAMILIES = {
                 short_factor=[1.0 + 0.05 * i for i in range(16)],
                 long_factor=[1.0 + 0.5 * i for i in range(16)],
             ),
+        ),
+    ),
+    # Mixtral: a router of four experts choosing two per token (softmax over all four, the top
+    # two renormalised), each expert a SwiGLU MLP of 128; Llama 2's SentencePiece vocabulary
+    # with a dummy prefix. llama.cpp converts it as "llama" with the experts stacked in 3-D
+    # tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps) and the router as ffn_gate_inp.
+    "mixtral": dict(
+        model_type="mixtral",
+        vocab="llama-spm",
+        sentencepiece=dict(),
+        tokenizer_class="LlamaTokenizer",
+        router_init=ROUTER_INIT,
+        config=dict(
+            BASE,
+            intermediate_size=128,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=None,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
+        ),
+    ),
+    # Qwen3-MoE: every layer a router of four experts choosing two per token, the two
+    # weights renormalised to sum to one (norm_topk_prob), each expert a SwiGLU MLP of 64
+    # (expert_feed_forward_length in GGUF; intermediate_size is the dense MLP's, which no
+    # layer has); the rest as qwen3: per-head RMSNorm of queries and keys, heads of 64.
+    "qwen3moe": dict(
+        model_type="qwen3_moe",
+        vocab="qwen2",
+        router_init=ROUTER_INIT,
+        config=dict(
+            BASE,
+            head_dim=64,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
         ),
     ),
 }

@@ -11,8 +11,8 @@ mod resolved;
 use serde::Deserialize;
 
 pub use resolved::{
-    resolve_gguf, HyperParams, LayerTensors, Linear, ModelTensors, NormTensors, QkvTensors,
-    ResolvedModel, RopeParams, RopeScaling, SlidingWindow, Yarn,
+    resolve_gguf, Experts, HyperParams, LayerTensors, Linear, MlpTensors, ModelTensors,
+    NormTensors, QkvTensors, ResolvedModel, RopeParams, RopeScaling, SlidingWindow, Yarn,
 };
 
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
+    ("qwen3moe.toml", include_str!("../../specs/qwen3moe.toml")),
     ("gemma2.toml", include_str!("../../specs/gemma2.toml")),
     ("gemma3.toml", include_str!("../../specs/gemma3.toml")),
     ("phi3.toml", include_str!("../../specs/phi3.toml")),
@@ -166,6 +167,28 @@ fn default_window_period() -> u32 {
     1
 }
 
+/// How a mixture-of-experts MLP routes each token, where the file has experts
+/// (`{arch}.expert_count`): its router's logits pick `{arch}.expert_used_count` experts, whose
+/// gated MLPs' outputs are summed with the router's weights.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeSpec {
+    /// The weights from the router's logits (`{arch}.expert_gating_func` overrides).
+    pub gating: Gating,
+    /// The chosen experts' weights divided by their sum (Mixtral, Qwen3-MoE;
+    /// `{arch}.expert_weights_norm` overrides).
+    pub normalize: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Gating {
+    /// Softmax over every expert's logit.
+    Softmax,
+    /// Each logit's sigmoid.
+    Sigmoid,
+}
+
 /// A factor on the token embeddings before the first block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -253,6 +276,13 @@ pub struct LayerTensorNames {
     pub ffn_gate: Option<String>,
     pub ffn_up: String,
     pub ffn_down: String,
+    /// A mixture of experts' router ([n_embd, n_expert]) and the experts' stacked gate, up
+    /// ([n_embd, n_ff_exp, n_expert]) and down ([n_ff_exp, n_embd, n_expert]) projections,
+    /// for `[moe]`; in place of the dense MLP's where the file has experts.
+    pub ffn_gate_inp: Option<String>,
+    pub ffn_gate_exps: Option<String>,
+    pub ffn_up_exps: Option<String>,
+    pub ffn_down_exps: Option<String>,
 }
 
 /// A model specification as written in a spec file.
@@ -272,6 +302,10 @@ pub struct ModelSpec {
     pub position: PositionSpec,
     pub attention: AttentionSpec,
     pub mlp: MlpSpec,
+    /// Routing, for files with experts (Mixtral, Qwen3-MoE); a file with experts and a spec
+    /// without it is refused.
+    #[serde(default)]
+    pub moe: Option<MoeSpec>,
     pub tensors: TensorNames,
 }
 
@@ -307,6 +341,10 @@ impl ModelSpec {
             ("ffn_gate", l.ffn_gate.as_ref()),
             ("ffn_up", Some(&l.ffn_up)),
             ("ffn_down", Some(&l.ffn_down)),
+            ("ffn_gate_inp", l.ffn_gate_inp.as_ref()),
+            ("ffn_gate_exps", l.ffn_gate_exps.as_ref()),
+            ("ffn_up_exps", l.ffn_up_exps.as_ref()),
+            ("ffn_down_exps", l.ffn_down_exps.as_ref()),
         ];
         for (role, name) in per_layer {
             if let Some(name) = name {
@@ -338,6 +376,19 @@ impl ModelSpec {
             return bad(
                 "norm.placement = \"sandwich\" needs tensors.layer.attn_post_norm and \
                  ffn_post_norm"
+                    .into(),
+            );
+        }
+        let experts = [
+            &l.ffn_gate_inp,
+            &l.ffn_gate_exps,
+            &l.ffn_up_exps,
+            &l.ffn_down_exps,
+        ];
+        if self.moe.is_some() && experts.iter().any(|n| n.is_none()) {
+            return bad(
+                "[moe] needs tensors.layer.ffn_gate_inp, ffn_gate_exps, ffn_up_exps and \
+                 ffn_down_exps"
                     .into(),
             );
         }
@@ -413,6 +464,7 @@ atom_names! {
     NormKind { Rms => "rms", Layer => "layer" }
     NormPlacement { Pre => "pre", Post => "post", Sandwich => "sandwich" }
     EmbeddingScale { SqrtNEmbd => "sqrt-n-embd" }
+    Gating { Softmax => "softmax", Sigmoid => "sigmoid" }
     RopeLayout { Gptj => "gptj", Neox => "neox" }
     QkvLayout { Separate => "separate", Fused => "fused" }
     MlpKind { Gated => "gated", Plain => "plain" }

@@ -112,6 +112,8 @@ pub struct HyperParams {
     pub attn_softcap: Option<f32>,
     /// Output logits likewise (`{arch}.final_logit_softcapping`).
     pub final_softcap: Option<f32>,
+    /// A mixture of experts in every block's MLP, where the file has experts.
+    pub experts: Option<Experts>,
 }
 
 /// A linear layer: weight and optional bias.
@@ -152,12 +154,41 @@ pub struct LayerTensors {
     pub attn_post_norm: Option<NormTensors>,
     pub ffn_norm: NormTensors,
     pub ffn_post_norm: Option<NormTensors>,
-    /// Present for gated MLPs with separate projections.
-    pub ffn_gate: Option<Linear>,
-    /// [n_embd, n_ff], or [n_embd, 2 n_ff] of gate outputs then up outputs for a gated MLP
-    /// without `ffn_gate` (`mlp.gate_up = "fused"`).
-    pub ffn_up: Linear,
-    pub ffn_down: Linear,
+    pub mlp: MlpTensors,
+}
+
+/// A block's MLP: one, or a mixture of experts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MlpTensors {
+    Dense {
+        /// Present for gated MLPs with separate projections.
+        gate: Option<Linear>,
+        /// [n_embd, n_ff], or [n_embd, 2 n_ff] of gate outputs then up outputs for a gated
+        /// MLP without `gate` (`mlp.gate_up = "fused"`).
+        up: Linear,
+        down: Linear,
+    },
+    Experts {
+        /// [n_embd, n_expert]
+        router: String,
+        /// [n_embd, n_ff_exp, n_expert] each: expert e's rows at e * n_ff_exp.
+        gate: String,
+        up: String,
+        /// [n_ff_exp, n_embd, n_expert]
+        down: String,
+    },
+}
+
+/// A mixture of experts' sizes and routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    /// Experts each token runs.
+    pub used: usize,
+    /// Each expert's MLP width.
+    pub n_ff: usize,
+    pub gating: super::Gating,
+    pub normalize: bool,
 }
 
 /// Every weight tensor the network reads, by name.
@@ -259,20 +290,7 @@ impl ModelSpec {
         let n_head_kv = positive(&head_count_kv)?.unwrap_or(n_head);
         let n_ctx_train = required(&key("context_length"))?;
 
-        // Mixtral is converted as `llama`, Qwen-MoE and OLMoE under names of their own: say
-        // what the file is rather than that its dense MLP tensors are missing.
-        let experts_key = key("expert_count");
-        if let Some(experts) = file.get::<u32>(&experts_key)?.filter(|&n| n > 0) {
-            let used = file.get::<u32>(&key("expert_used_count"))?.unwrap_or(0);
-            return Err(Error::metadata(
-                path,
-                &experts_key,
-                format!(
-                    "a mixture of experts ({experts} experts, {used} used per token): Hearth \
-                     does not run mixture-of-experts models yet"
-                ),
-            ));
-        }
+        let experts = self.experts(file, &key, n_ff)?;
 
         if n_head % n_head_kv != 0 {
             return Err(Error::metadata(
@@ -431,7 +449,73 @@ impl ModelSpec {
             }),
             attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
             final_softcap: positive_f32(&key("final_logit_softcapping"))?,
+            experts,
         })
+    }
+
+    /// The experts where the file has them (`{arch}.expert_count` above 0; Mixtral is
+    /// converted as `llama`), routed as the spec's `[moe]` says unless the file says otherwise.
+    fn experts(
+        &self,
+        file: &GgufFile,
+        key: &dyn Fn(&str) -> String,
+        n_ff: usize,
+    ) -> Result<Option<Experts>> {
+        let path = file.path();
+        let count_key = key("expert_count");
+        let Some(count) = file.get::<u32>(&count_key)?.filter(|&n| n > 0) else {
+            return Ok(None);
+        };
+        let Some(moe) = &self.moe else {
+            return Err(Error::metadata(
+                path,
+                &count_key,
+                format!(
+                    "{count} experts, a mixture the `{}` spec does not describe (no [moe])",
+                    self.name
+                ),
+            ));
+        };
+        let used_key = key("expert_used_count");
+        let used = match file.get::<u32>(&used_key)? {
+            Some(u) if (1..=count).contains(&u) => u as usize,
+            Some(u) => {
+                return Err(Error::metadata(
+                    path,
+                    &used_key,
+                    format!("{u} is not between 1 and the {count} experts"),
+                ))
+            }
+            None => return Err(Error::metadata(path, &used_key, "missing")),
+        };
+        let ff_key = key("expert_feed_forward_length");
+        let n_ff = match file.get::<u32>(&ff_key)? {
+            Some(0) => return Err(Error::metadata(path, &ff_key, "must be positive, found 0")),
+            Some(n) => n as usize,
+            None => n_ff,
+        };
+        let gating_key = key("expert_gating_func");
+        let gating = match file.get::<u32>(&gating_key)? {
+            None => moe.gating,
+            Some(1) => super::Gating::Softmax,
+            Some(2) => super::Gating::Sigmoid,
+            Some(other) => {
+                return Err(Error::metadata(
+                    path,
+                    &gating_key,
+                    format!("{other} is not a known gating (1 softmax, 2 sigmoid)"),
+                ))
+            }
+        };
+        Ok(Some(Experts {
+            count: count as usize,
+            used,
+            n_ff,
+            gating,
+            normalize: file
+                .get::<bool>(&key("expert_weights_norm"))?
+                .unwrap_or(moe.normalize),
+        }))
     }
 
     /// The window from `{arch}.attention.sliding_window` (absent or 0: none) and the layers
@@ -586,13 +670,41 @@ impl ModelSpec {
             let q_norm = head_norm(c, &l.attn_q_norm)?;
             let k_norm = head_norm(c, &l.attn_k_norm)?;
             let fused = self.mlp.gate_up == GateUpLayout::Fused;
-            let ffn_gate = match self.mlp.kind {
-                MlpKind::Gated if !fused => {
-                    Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
+            let mlp = match hp.experts {
+                Some(x) => {
+                    let (n, ffx) = (x.count as u64, x.n_ff as u64);
+                    let stacked = "n_embd x n_ff_exp x n_expert";
+                    MlpTensors::Experts {
+                        router: c.require(
+                            &named(&l.ffn_gate_inp)?,
+                            &[e, n],
+                            "n_embd x n_expert",
+                        )?,
+                        gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
+                        up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,
+                        down: c.require(
+                            &named(&l.ffn_down_exps)?,
+                            &[ffx, e, n],
+                            "n_ff_exp x n_embd x n_expert",
+                        )?,
+                    }
                 }
-                _ => None,
+                None => MlpTensors::Dense {
+                    gate: match self.mlp.kind {
+                        MlpKind::Gated if !fused => {
+                            Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
+                        }
+                        _ => None,
+                    },
+                    up: c.linear(
+                        &name(&l.ffn_up),
+                        e,
+                        if fused { 2 * ff } else { ff },
+                        mlp_bias,
+                    )?,
+                    down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
+                },
             };
-            let up_rows = if fused { 2 * ff } else { ff };
             let sandwich = self.norm.placement == NormPlacement::Sandwich;
             let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
                 true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
@@ -607,9 +719,7 @@ impl ModelSpec {
                 attn_post_norm: post_norm(c, &l.attn_post_norm)?,
                 ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
                 ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
-                ffn_gate,
-                ffn_up: c.linear(&name(&l.ffn_up), e, up_rows, mlp_bias)?,
-                ffn_down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
+                mlp,
             });
         }
         Ok(ModelTensors {

@@ -7,6 +7,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 
 use super::activations::Activations;
 use super::matmul::{add_in_place, matmul};
+use super::moe::ExpertWeights;
 use super::ops;
 use super::policy::{self, CpuH2o, CpuPolicy, Dense, LayerAt};
 use crate::error::{Error, Result};
@@ -15,7 +16,7 @@ use crate::kv::infinigen::Calibration;
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 use crate::kv::stored::round_row;
 use crate::kv::KvType;
-use crate::model::{Backend, Layer, Logits, ModelConfig, ProgressFn, WeightReader};
+use crate::model::{Backend, Layer, Logits, Mlp, ModelConfig, ProgressFn, WeightReader};
 
 /// One block's weights as f32: the exact values of the packed matrices the device holds.
 pub(super) type CpuLayer = Layer<Vec<f32>, Vec<f32>>;
@@ -254,18 +255,36 @@ impl Backend for CpuModel {
             if let Some(a) = &mut self.activations {
                 a.layers[l].gate_up.add(&xn, e);
             }
-            let gate_up = matmul(&xn, &w.w_gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
-            let hidden: Vec<f32> = gate_up
-                .chunks(2 * c.n_ff)
-                .flat_map(|row| {
-                    let (g, u) = row.split_at(c.n_ff);
-                    c.mlp_act.apply(g, u)
-                })
-                .collect(); // (n, n_ff)
-            if let Some(a) = &mut self.activations {
-                a.layers[l].down.add(&hidden, c.n_ff);
-            }
-            let out = matmul(&hidden, &w.w_down, e, c.n_ff);
+            let out = match &w.mlp {
+                Mlp::Dense { gate_up, down } => {
+                    let gate_up = matmul(&xn, gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
+                    let hidden: Vec<f32> = gate_up
+                        .chunks(2 * c.n_ff)
+                        .flat_map(|row| {
+                            let (g, u) = row.split_at(c.n_ff);
+                            c.mlp_act.apply(g, u)
+                        })
+                        .collect(); // (n, n_ff)
+                    if let Some(a) = &mut self.activations {
+                        a.layers[l].down.add(&hidden, c.n_ff);
+                    }
+                    matmul(&hidden, down, e, c.n_ff)
+                }
+                Mlp::Experts {
+                    router,
+                    gate,
+                    up,
+                    down,
+                } => {
+                    let experts = ExpertWeights {
+                        router,
+                        gate,
+                        up,
+                        down,
+                    };
+                    experts.forward(&xn, &c)
+                }
+            };
             add_in_place(&mut x, &post_norm(out, &w.ffn_post_norm, &c));
         }
 

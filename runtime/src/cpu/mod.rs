@@ -5,6 +5,7 @@
 pub mod activations;
 pub mod forward;
 mod matmul;
+mod moe;
 pub mod ops;
 mod policy;
 

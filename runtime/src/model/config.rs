@@ -3,8 +3,8 @@
 
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
-    Activation, EmbeddingScale, MlpKind, NetworkType, NormKind, NormPlacement, PositionSpec,
-    RopeLayout, RopeScaling, SlidingWindow, Yarn,
+    Activation, EmbeddingScale, Experts, MlpKind, NetworkType, NormKind, NormPlacement,
+    PositionSpec, RopeLayout, RopeScaling, SlidingWindow, Yarn,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -72,6 +72,8 @@ pub struct ModelConfig {
     pub post_norms: bool,
     /// The gated MLP's activation.
     pub mlp_act: ops::GatedAct,
+    /// Every block's MLP a mixture of experts (Mixtral, Qwen3-MoE).
+    pub experts: Option<Experts>,
 }
 
 impl ModelConfig {
@@ -144,9 +146,13 @@ impl ModelConfig {
 
     /// Weights in the network (embedding and output head counted once when tied).
     pub fn n_params(&self, tied: bool) -> u64 {
+        let mlp = match self.experts {
+            Some(x) => x.count * (self.n_embd + 3 * x.n_ff * self.n_embd),
+            None => 3 * self.n_ff * self.n_embd,
+        };
         let layer = self.qkv_dim() * self.n_embd
             + self.n_embd * self.attn_dim()
-            + 3 * self.n_ff * self.n_embd
+            + mlp
             + 2 * self.n_embd
             + if self.qkv_bias { self.qkv_dim() } else { 0 }
             + if self.qk_norm { 2 * self.head_dim } else { 0 }
@@ -282,6 +288,7 @@ impl ModelConfig {
             }),
             post_norms: spec.norm.placement == NormPlacement::Sandwich,
             mlp_act,
+            experts: h.experts,
         })
     }
 }
@@ -319,6 +326,7 @@ impl ModelConfig {
             embd_scale: None,
             post_norms: false,
             mlp_act: ops::GatedAct::Silu,
+            experts: None,
         }
     }
 }

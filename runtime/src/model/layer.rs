@@ -24,10 +24,26 @@ pub struct Layer<M, V> {
     pub ffn_post_norm: Option<V>,
     /// [n_embd]
     pub ffn_norm: V,
-    /// [2 n_ff, n_embd]: gate rows, then up rows.
-    pub w_gate_up: M,
-    /// [n_embd, n_ff]
-    pub w_down: M,
+    pub mlp: Mlp<M>,
+}
+
+/// A block's MLP: one gated MLP, or a mixture of experts.
+pub enum Mlp<M> {
+    Dense {
+        /// [2 n_ff, n_embd]: gate rows, then up rows.
+        gate_up: M,
+        /// [n_embd, n_ff]
+        down: M,
+    },
+    Experts {
+        /// [n_expert, n_embd]: each expert's logit.
+        router: M,
+        /// [n_expert * n_ff_exp, n_embd] each: expert e's rows from e * n_ff_exp.
+        gate: M,
+        up: M,
+        /// [n_expert * n_embd, n_ff_exp]: expert e's rows from e * n_embd.
+        down: M,
+    },
 }
 
 impl<M, V> Layer<M, V> {
@@ -79,8 +95,23 @@ impl<M, V> Layer<M, V> {
                 .map(|v| vector("ffn_post_norm", v))
                 .transpose()?,
             ffn_norm: vector("ffn_norm", self.ffn_norm)?,
-            w_gate_up: matrix("ffn_gate_up", self.w_gate_up)?,
-            w_down: matrix("ffn_down", self.w_down)?,
+            mlp: match self.mlp {
+                Mlp::Dense { gate_up, down } => Mlp::Dense {
+                    gate_up: matrix("ffn_gate_up", gate_up)?,
+                    down: matrix("ffn_down", down)?,
+                },
+                Mlp::Experts {
+                    router,
+                    gate,
+                    up,
+                    down,
+                } => Mlp::Experts {
+                    router: matrix("ffn_gate_inp", router)?,
+                    gate: matrix("ffn_gate_exps", gate)?,
+                    up: matrix("ffn_up_exps", up)?,
+                    down: matrix("ffn_down_exps", down)?,
+                },
+            },
         })
     }
 

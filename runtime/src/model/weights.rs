@@ -5,12 +5,12 @@
 //! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
 //! computes with exactly the values the Vulkan kernels see.
 
-use hearth_models::spec::{GateUpLayout, LayerTensors, NormTensors, QkvTensors};
+use hearth_models::spec::{GateUpLayout, LayerTensors, MlpTensors, NormTensors, QkvTensors};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
 use super::config::ModelConfig;
-use super::layer::LayerWeights;
+use super::layer::{LayerWeights, Mlp};
 use super::matrix::{fitting_format, import_format, Matrix, Projection};
 use crate::error::{Error, Result};
 
@@ -200,18 +200,39 @@ impl<'a> WeightReader<'a> {
         };
         let attn_post_norm = post_norm(&t.attn_post_norm)?;
         let ffn_post_norm = post_norm(&t.ffn_post_norm)?;
-        // Gate rows then up rows: two matrices, or one that holds both (Phi-3).
-        let w_gate_up = match (&t.ffn_gate, self.model.spec.mlp.gate_up) {
-            (Some(gate), _) => Projection::fuse(vec![
-                self.matrix(&gate.weight, c.n_ff, e)?,
-                self.matrix(&t.ffn_up.weight, c.n_ff, e)?,
-            ]),
-            (None, GateUpLayout::Fused) => self.matrix(&t.ffn_up.weight, 2 * c.n_ff, e)?.into(),
-            (None, GateUpLayout::Separate) => {
-                return Err(Error::Unsupported {
-                    path: self.file.path().to_path_buf(),
-                    what: format!("layer {layer} without a gate projection"),
-                })
+        let mlp = match &t.mlp {
+            // Gate rows then up rows: two matrices, or one that holds both (Phi-3).
+            MlpTensors::Dense { gate, up, down } => Mlp::Dense {
+                gate_up: match (gate, self.model.spec.mlp.gate_up) {
+                    (Some(gate), _) => Projection::fuse(vec![
+                        self.matrix(&gate.weight, c.n_ff, e)?,
+                        self.matrix(&up.weight, c.n_ff, e)?,
+                    ]),
+                    (None, GateUpLayout::Fused) => self.matrix(&up.weight, 2 * c.n_ff, e)?.into(),
+                    (None, GateUpLayout::Separate) => {
+                        return Err(Error::Unsupported {
+                            path: self.file.path().to_path_buf(),
+                            what: format!("layer {layer} without a gate projection"),
+                        })
+                    }
+                },
+                down: self.matrix(&down.weight, e, c.n_ff)?.into(),
+            },
+            MlpTensors::Experts {
+                router,
+                gate,
+                up,
+                down,
+            } => {
+                let x = c
+                    .experts
+                    .ok_or_else(|| self.fail(router, "experts without a count".into()))?;
+                Mlp::Experts {
+                    router: self.matrix(router, x.count, e)?.into(),
+                    gate: self.matrix(gate, x.count * x.n_ff, e)?.into(),
+                    up: self.matrix(up, x.count * x.n_ff, e)?.into(),
+                    down: self.matrix(down, x.count * e, x.n_ff)?.into(),
+                }
             }
         };
         Ok(LayerWeights {
@@ -224,8 +245,7 @@ impl<'a> WeightReader<'a> {
             attn_post_norm,
             ffn_post_norm,
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
-            w_gate_up,
-            w_down: self.matrix(&t.ffn_down.weight, e, c.n_ff)?.into(),
+            mlp,
         })
     }
 
@@ -249,9 +269,19 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
         l.attn_norm.weight.as_str(),
         &l.attn_output.weight,
         &l.ffn_norm.weight,
-        &l.ffn_up.weight,
-        &l.ffn_down.weight,
     ];
+    match &l.mlp {
+        MlpTensors::Dense { gate, up, down } => {
+            names.extend(gate.as_ref().map(|g| g.weight.as_str()));
+            names.extend([up.weight.as_str(), &down.weight]);
+        }
+        MlpTensors::Experts {
+            router,
+            gate,
+            up,
+            down,
+        } => names.extend([router.as_str(), gate, up, down]),
+    }
     match &l.qkv {
         QkvTensors::Separate { q, k, v } => {
             for p in [q, k, v] {
@@ -264,11 +294,9 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             names.extend(qkv.bias.as_deref());
         }
     }
-    for n in [&l.q_norm, &l.k_norm].into_iter().flatten() {
+    let norms = [&l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm];
+    for n in norms.into_iter().flatten() {
         names.push(&n.weight);
-    }
-    if let Some(g) = &l.ffn_gate {
-        names.push(&g.weight);
     }
     names
 }

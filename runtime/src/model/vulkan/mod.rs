@@ -171,6 +171,16 @@ impl VkModel {
     ) -> Result<Self> {
         let config = ModelConfig::from_resolved(file, model)?;
         let c = &config;
+        if let Some(x) = c.experts {
+            return Err(crate::Error::Unsupported {
+                path: file.path().to_path_buf(),
+                what: format!(
+                    "a mixture of {} experts on the Vulkan executor, which does not run one \
+                     yet (the CPU reference does: --cpu)",
+                    x.count
+                ),
+            });
+        }
         if options.n_ctx == 0 {
             return Err(crate::Error::options("n_ctx", "must be at least 1"));
         }

@@ -15,7 +15,7 @@ use crate::kernels::{
     StepToken,
 };
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
-use crate::model::Logits;
+use crate::model::{Logits, Mlp};
 use crate::vk::{Buffer, Completed, Recorder};
 
 /// One sequence's tokens in a step: `tokens` of them from the step's token `t0`, appended
@@ -381,15 +381,26 @@ impl VkModel {
             Some(_) => (&s.xn, false),
             None => (&s.x, true),
         };
+        // VkModel::load refuses experts, which this executor does not run yet.
+        let Mlp::Dense {
+            gate_up: w_gate_up,
+            down: w_down,
+        } = &w.mlp
+        else {
+            return Err(Error::Unsupported {
+                path: Default::default(),
+                what: "a mixture of experts on the Vulkan executor".into(),
+            });
+        };
         // The gated product reads gate and up rows together, in one format: gate and up in
         // different formats take the separate products and SwiGLU.
-        if at.plan.streaming && w.w_gate_up.len() == 1 {
-            let args = MatvecArgs::plain(&w.w_gate_up[0].buffer, &s.x, &s.hidden, n_ff, e, t);
+        if at.plan.streaming && w_gate_up.len() == 1 {
+            let args = MatvecArgs::plain(&w_gate_up[0].buffer, &s.x, &s.hidden, n_ff, e, t);
             let norm = Some((&w.ffn_norm, eps));
             let gated = Some(c.mlp_act);
             k.matvec(
                 rec,
-                &w.w_gate_up,
+                w_gate_up,
                 MatvecArgs {
                     norm,
                     gated,
@@ -397,8 +408,8 @@ impl VkModel {
                 },
             )?;
             beside.step(rec)?;
-            let args = MatvecArgs::plain(&w.w_down[0].buffer, &s.hidden, out, e, n_ff, t);
-            k.matvec(rec, &w.w_down, MatvecArgs { accumulate, ..args })?;
+            let args = MatvecArgs::plain(&w_down[0].buffer, &s.hidden, out, e, n_ff, t);
+            k.matvec(rec, w_down, MatvecArgs { accumulate, ..args })?;
         } else {
             let shape = NormShape { rows: t, n: e, eps };
             k.rmsnorm.record(rec, &s.x, &w.ffn_norm, &s.xn, shape)?;
@@ -411,7 +422,7 @@ impl VkModel {
                 accumulate: false,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, &w.w_gate_up, gate_up)?;
+            k.matmul(rec, w_gate_up, gate_up)?;
             beside.step(rec)?;
             k.swiglu
                 .record_fused(rec, &s.gate_up, &s.hidden, t, n_ff, c.mlp_act)?;
@@ -424,7 +435,7 @@ impl VkModel {
                 accumulate,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, &w.w_down, down)?;
+            k.matmul(rec, w_down, down)?;
         }
         self.record_post_norm(rec, at, post)
     }

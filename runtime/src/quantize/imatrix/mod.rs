@@ -10,7 +10,7 @@ mod file;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hearth_models::spec::QkvTensors;
+use hearth_models::spec::{MlpTensors, QkvTensors};
 use hearth_models::{resolve_gguf, GgufFile, ResolvedModel};
 
 use crate::cpu::activations::{Activations, SquareSums};
@@ -49,11 +49,17 @@ impl ImportanceMatrix {
                 QkvTensors::Fused(qkv) => put(&qkv.weight, &a.qkv),
             }
             put(&names.attn_output.weight, &a.attn_output);
-            if let Some(gate) = &names.ffn_gate {
-                put(&gate.weight, &a.gate_up);
+            match &names.mlp {
+                MlpTensors::Dense { gate, up, down } => {
+                    if let Some(gate) = gate {
+                        put(&gate.weight, &a.gate_up);
+                    }
+                    put(&up.weight, &a.gate_up);
+                    put(&down.weight, &a.down);
+                }
+                // The router reads the MLP's input; the experts' sums are not collected yet.
+                MlpTensors::Experts { router, .. } => put(router, &a.gate_up),
             }
-            put(&names.ffn_up.weight, &a.gate_up);
-            put(&names.ffn_down.weight, &a.down);
         }
         Self {
             entries,
