@@ -175,8 +175,8 @@ impl VkModel {
             return Err(crate::Error::Unsupported {
                 path: file.path().to_path_buf(),
                 what: format!(
-                    "a mixture of {} experts on the Vulkan executor, which does not run one \
-                     yet (the CPU reference does: --cpu)",
+                    "a mixture of {} experts on the Vulkan executor (the CPU reference runs \
+                     it: --cpu)",
                     x.count
                 ),
             });
