@@ -425,6 +425,25 @@ fn vulkan_rows(
     VkModel::load(dev, file, &resolved, options, &mut |_| true).unwrap()
 }
 
+/// `file` on the CPU reference and on the device (256 positions), both running InfiniGen with
+/// `params` over the skew matrices calibrated on the reference, which come back too.
+fn with_infinigen(
+    dev: &Arc<Device>,
+    file: &GgufFile,
+    params: IgParams,
+) -> (CpuModel, VkModel, Skew) {
+    let skew = skew(file);
+    let infinigen = KvPolicyChoice::Infinigen {
+        skew: &skew,
+        params,
+    };
+    let mut reference = cpu(file, 256);
+    reference.set_kv_policy(infinigen).unwrap();
+    let mut device_model = vulkan(dev, file, 256);
+    device_model.set_kv_policy(infinigen).unwrap();
+    (reference, device_model, skew)
+}
+
 fn skew(file: &GgufFile) -> Skew {
     let mut m = cpu(file, 128);
     let config = m.config().clone();
@@ -994,16 +1013,8 @@ fn local_layers_attend_over_their_window_under_infinigen() {
         ..SMALL
     };
     let file = windowed.build_random("small", Format::Q8, 11).unwrap();
-    let skew = skew(&file);
     let params = small_budget();
-    let infinigen = KvPolicyChoice::Infinigen {
-        skew: &skew,
-        params,
-    };
-    let mut reference = cpu(&file, 256);
-    reference.set_kv_policy(infinigen).unwrap();
-    let mut device_model = vulkan(&dev, &file, 256);
-    device_model.set_kv_policy(infinigen).unwrap();
+    let (mut reference, mut device_model, skew) = with_infinigen(&dev, &file, params);
     let mut dense = vulkan(&dev, &file, 256);
     let prompt = tokens(100, 5);
     let logits = |m: &mut dyn Backend, t: &[u32]| m.forward(t, Logits::Last).unwrap();
@@ -1081,16 +1092,7 @@ fn infinigen_attends_sparsely_in_the_global_layers_only() {
         ..SMALL
     };
     let file = gemma3.build_random("small", Format::Q8, 11).unwrap();
-    let skew = skew(&file);
-    let params = small_budget();
-    let infinigen = KvPolicyChoice::Infinigen {
-        skew: &skew,
-        params,
-    };
-    let mut reference = cpu(&file, 256);
-    reference.set_kv_policy(infinigen).unwrap();
-    let mut device_model = vulkan(&dev, &file, 256);
-    device_model.set_kv_policy(infinigen).unwrap();
+    let (mut reference, mut device_model, _) = with_infinigen(&dev, &file, small_budget());
     let prompt = tokens(150, 5);
     let a = reference.forward(&prompt, Logits::Last).unwrap();
     let b = device_model.forward(&prompt, Logits::Last).unwrap();

@@ -343,16 +343,7 @@ fn check_vulkan_matches_reference(shape: &Shape, format: Format) {
     };
     let (got, want) = (logits(&mut engine), logits(&mut reference));
     assert_eq!(got.len(), prompt.len() * shape.n_vocab);
-    assert_eq!(want.len(), got.len());
-    let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
-    let diff = got
-        .iter()
-        .zip(&want)
-        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    assert!(
-        diff <= 1e-3 * scale.max(1.0),
-        "{format}: logits differ by {diff} (largest {scale})"
-    );
+    hearth_testkit::assert_logits_close(&got, &want, 1e-3, &format.to_string());
 
     // Greedy generation picks the reference's tokens.
     let params = GenerateParams {
@@ -431,11 +422,7 @@ fn rope_frequency_factors_are_applied() {
         return;
     }
     let got = logits(Some(&factors), BackendKind::Vulkan);
-    let diff = max_diff(&got, &want);
-    assert!(
-        diff <= 1e-3 * scale.max(1.0),
-        "logits differ by {diff} (largest {scale})"
-    );
+    hearth_testkit::assert_logits_close(&got, &want, 1e-3, "Vulkan with the factors");
 }
 
 #[test]

@@ -104,6 +104,23 @@ pub fn llama_cpp_vocab(name: &str) -> Option<PathBuf> {
     found
 }
 
+/// Checks one executor's logits against another's: the same length, and every value within
+/// `tolerance` times the largest magnitude of `want` (at least 1). `what` names the
+/// comparison in a failure.
+#[track_caller]
+pub fn assert_logits_close(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: logits");
+    let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    assert!(
+        diff <= tolerance * scale.max(1.0),
+        "{what}: logits differ by {diff} (largest {scale})"
+    );
+}
+
 /// The value of `result`, or `None` after recording a skip naming `what` and the error (for a
 /// device that cannot be opened); in CI an error fails the test.
 #[track_caller]

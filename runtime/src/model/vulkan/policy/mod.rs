@@ -179,23 +179,19 @@ impl<'a> LayerAt<'a> {
 
     /// Layer l's attention over `tokens` of the step's tokens from its token `t0`.
     pub fn attn_shape(&self, t0: usize, tokens: usize) -> AttnShape {
-        attn_shape(self.config, self.l, t0, tokens)
-    }
-}
-
-/// Layer `l`'s attention over `tokens` of the step's tokens from its token `t0`.
-pub(super) fn attn_shape(c: &ModelConfig, l: usize, t0: usize, tokens: usize) -> AttnShape {
-    AttnShape {
-        tokens: tokens as u32,
-        t0: t0 as u32,
-        n_head: c.n_head as u32,
-        n_head_kv: c.n_head_kv as u32,
-        head_dim: c.head_dim as u32,
-        scores: Scores {
-            scale: c.attn_scale,
-            softcap: c.attn_softcap,
-            window: c.window(l).map(|w| w as u32),
-        },
+        let (c, l) = (self.config, self.l);
+        AttnShape {
+            tokens: tokens as u32,
+            t0: t0 as u32,
+            n_head: c.n_head as u32,
+            n_head_kv: c.n_head_kv as u32,
+            head_dim: c.head_dim as u32,
+            scores: Scores {
+                scale: c.attn_scale,
+                softcap: c.attn_softcap,
+                window: c.window(l).map(|w| w as u32),
+            },
+        }
     }
 }
 
