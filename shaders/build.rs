@@ -16,9 +16,7 @@ use std::path::{Path, PathBuf};
 use hearth_quant::Format;
 
 /// (variant name, source file in glsl/, weight format or "" when the kernel reads no weights).
-/// A `_wide` variant is compiled with WIDE_LOADS defined: for CPU devices, it reads the
-/// buffers whose loads differ per lane in 8- or 16-byte words, through their device addresses
-/// where the host allows (include/address.glsl).
+/// A variant whose name ends in one of `SUFFIXES` is compiled with that suffix's macro.
 const VARIANTS: &[(&str, &str, &str)] = &[
     ("rmsnorm", "rmsnorm.comp", ""),
     ("qkv_adjust", "qkv_adjust.comp", ""),
@@ -34,50 +32,60 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("ig_select", "ig_select.comp", ""),
     ("ig_select_wide", "ig_select.comp", ""),
     ("h2o_update", "h2o_update.comp", ""),
+    ("moe_route", "moe_route.comp", ""),
+    ("moe_combine", "moe_combine.comp", ""),
 ];
 
+/// Name suffixes of variants compiled with a macro defined, and the macro:
+/// - `_wide`: for CPU devices, the buffers whose loads differ per lane are read in 8- or
+///   16-byte words, through their device addresses where the host allows
+///   (include/address.glsl);
+/// - `_experts`: the product over a mixture of experts' selected rows (matvec.comp).
+const SUFFIXES: &[(&str, &str)] = &[("_wide", "WIDE_LOADS"), ("_experts", "EXPERTS")];
+
 /// Kernels compiled once per weight format, each a field of `FormatKernels`: (field, source
-/// in glsl/, compiled with WIDE_LOADS, what it does). The variant of format `f` is named
-/// `<source stem>_<f's module>`, with `_wide` after it for WIDE_LOADS.
-const FORMAT_KERNELS: &[(&str, &str, bool, &str)] = &[
-    ("matvec", "matvec.comp", false, "Weight-streaming product"),
+/// in glsl/, suffix from `SUFFIXES` or "", what it does). The variant of format `f` is named
+/// `<source stem>_<f's module><suffix>`.
+const FORMAT_KERNELS: &[(&str, &str, &str, &str)] = &[
+    ("matvec", "matvec.comp", "", "Weight-streaming product"),
     (
         "matvec_wide",
         "matvec.comp",
-        true,
+        "_wide",
         "The product for the lane-per-row shape (CPU devices) loading blocks, x and the \
          norm gain 8 or 16 bytes at a time",
     ),
     (
-        "matmul",
-        "matmul.comp",
-        false,
-        "Tiled matrix-matrix product",
+        "matvec_experts",
+        "matvec.comp",
+        "_experts",
+        "The product with the rows of the experts each token's router picked",
     ),
-    ("embed", "embed.comp", false, "Embedding row gather"),
+    ("matmul", "matmul.comp", "", "Tiled matrix-matrix product"),
+    ("embed", "embed.comp", "", "Embedding row gather"),
     (
         "dequant",
         "dequant.comp",
-        false,
+        "",
         "Whole-tensor dequantization to f32",
     ),
 ];
 
 /// Kernels compiled once per KV cache type, each a field of `KvKernels`: (field, source in
-/// glsl/, compiled with WIDE_LOADS). The variant for type `t` is `<source stem>_<t>`, with
-/// `_wide` after it for WIDE_LOADS; it is compiled with `KV_<T>` defined (KV_F16), which
+/// glsl/, suffix from `SUFFIXES` or ""). The variant for type `t` is
+/// `<source stem>_<t><suffix>`; it is compiled with `KV_<T>` defined (KV_F16), which
 /// include/kv_cache.glsl reads.
-const KV_KERNELS: &[(&str, &str, bool)] = &[
-    ("rope_kv", "rope_kv.comp", false),
-    ("attn_decode", "attn_decode.comp", false),
-    ("attn_decode_wide", "attn_decode.comp", true),
-    ("attn_prefill", "attn_prefill.comp", false),
-    ("attn_prefill_wide", "attn_prefill.comp", true),
-    ("ig_partial_keys", "ig_partial_keys.comp", false),
-    ("kv_gather", "kv_gather.comp", false),
-    ("attn_sparse", "attn_sparse.comp", false),
-    ("h2o_lse", "h2o_lse.comp", false),
-    ("h2o_mass", "h2o_mass.comp", false),
+const KV_KERNELS: &[(&str, &str, &str)] = &[
+    ("rope_kv", "rope_kv.comp", ""),
+    ("attn_decode", "attn_decode.comp", ""),
+    ("attn_decode_wide", "attn_decode.comp", "_wide"),
+    ("attn_prefill", "attn_prefill.comp", ""),
+    ("attn_prefill_wide", "attn_prefill.comp", "_wide"),
+    ("ig_partial_keys", "ig_partial_keys.comp", ""),
+    ("kv_gather", "kv_gather.comp", ""),
+    ("attn_sparse", "attn_sparse.comp", ""),
+    ("h2o_lse", "h2o_lse.comp", ""),
+    ("h2o_mass", "h2o_mass.comp", ""),
 ];
 
 /// The KV cache types (`hearth_shaders::KvType`): (variant name in Rust, suffix).
@@ -99,9 +107,9 @@ fn main() {
         .iter()
         .map(|&(n, s, f)| (n.to_string(), s.to_string(), f.to_string(), String::new()))
         .collect();
-    for &(_, source, wide, _) in FORMAT_KERNELS {
+    for &(_, source, suffix, _) in FORMAT_KERNELS {
         for format in Format::ALL {
-            let name = variant_name(source, wide, format.module());
+            let name = variant_name(source, suffix, format.module());
             variants.push((
                 name,
                 source.to_string(),
@@ -110,9 +118,9 @@ fn main() {
             ));
         }
     }
-    for &(_, source, wide) in KV_KERNELS {
+    for &(_, source, suffix) in KV_KERNELS {
         for &(_, kv) in KV_TYPES {
-            let name = variant_name(source, wide, kv);
+            let name = variant_name(source, suffix, kv);
             variants.push((name, source.to_string(), String::new(), kv.to_string()));
         }
     }
@@ -132,8 +140,10 @@ fn main() {
             shaderc::EnvVersion::Vulkan1_2 as u32,
         );
         options.set_optimization_level(shaderc::OptimizationLevel::Performance);
-        if name.ends_with("_wide") {
-            options.add_macro_definition("WIDE_LOADS", None);
+        for &(suffix, macro_name) in SUFFIXES {
+            if name.ends_with(suffix) {
+                options.add_macro_definition(macro_name, None);
+            }
         }
         if !kv.is_empty() {
             options.add_macro_definition(&format!("KV_{}", kv.to_uppercase()), None);
@@ -191,10 +201,9 @@ fn main() {
 }
 
 /// The variant of `source` for a format or KV type: `matvec_q4b64`, or `matvec_q4b64_wide`
-/// with WIDE_LOADS.
-fn variant_name(source: &str, wide: bool, of: &str) -> String {
+/// with the suffix `_wide`.
+fn variant_name(source: &str, suffix: &str, of: &str) -> String {
     let stem = source.trim_end_matches(".comp");
-    let suffix = if wide { "_wide" } else { "" };
     format!("{stem}_{of}{suffix}")
 }
 
@@ -213,8 +222,8 @@ fn write_kv_kernels(out: &mut String) {
     out.push_str("    match kv {\n");
     for &(variant, kv) in KV_TYPES {
         writeln!(out, "        KvType::{variant} => &KvKernels {{").unwrap();
-        for &(field, source, wide) in KV_KERNELS {
-            let ident = variant_name(source, wide, kv).to_uppercase();
+        for &(field, source, suffix) in KV_KERNELS {
+            let ident = variant_name(source, suffix, kv).to_uppercase();
             writeln!(out, "            {field}: {ident},").unwrap();
         }
         out.push_str("        },\n");
@@ -248,8 +257,8 @@ fn write_format_kernels(out: &mut String) {
             "        hearth_quant::Format::{variant} => &FormatKernels {{"
         )
         .unwrap();
-        for &(field, source, wide, _) in FORMAT_KERNELS {
-            let ident = variant_name(source, wide, format.module()).to_uppercase();
+        for &(field, source, suffix, _) in FORMAT_KERNELS {
+            let ident = variant_name(source, suffix, format.module()).to_uppercase();
             writeln!(out, "            {field}: {ident},").unwrap();
         }
         out.push_str("        },\n");

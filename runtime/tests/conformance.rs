@@ -17,7 +17,6 @@ use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::kv::KvType;
 use hearth_runtime::model::Logits;
 use hearth_runtime::synthetic::Llama3Rope;
-use hearth_runtime::vk::{Device, DeviceDesc};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -64,11 +63,6 @@ fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
 }
 
 fn check_family(name: &str) {
-    check_family_on(name, &[BackendKind::Vulkan, BackendKind::Cpu]);
-}
-
-/// [`check_family`] on the given executors only.
-fn check_family_on(name: &str, backends: &[BackendKind]) {
     let Some(dir) = hearth_testkit::conformance_model(name) else {
         return;
     };
@@ -79,7 +73,7 @@ fn check_family_on(name: &str, backends: &[BackendKind]) {
     assert_eq!(n, reference.prompt + reference.decode);
     assert_eq!(want.len(), n * v, "{name}: reference.f32 size");
 
-    for &backend in backends {
+    for backend in [BackendKind::Vulkan, BackendKind::Cpu] {
         // The KV cache in f32, as transformers keeps it.
         let options = EngineOptions {
             backend,
@@ -94,7 +88,7 @@ fn check_family_on(name: &str, backends: &[BackendKind]) {
             return;
         };
         assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
-        if backend == backends[0] {
+        if backend == BackendKind::Vulkan {
             for t in &reference.tokenized {
                 let opts = hearth_models::EncodeOptions {
                     add_special: false,
@@ -217,35 +211,14 @@ fn longrope_matches_transformers() {
     check_family("longrope");
 }
 
-/// Mixtral (converted as `llama`): 2 of 4 experts per token, softmax weights renormalized. On
-/// the CPU reference: the Vulkan executor does not run experts yet.
+/// Mixtral (converted as `llama`): 2 of 4 experts per token, softmax weights renormalized.
 #[test]
 fn mixtral_matches_transformers() {
-    check_family_on("mixtral", &[BackendKind::Cpu]);
-    let Some(dir) = hearth_testkit::conformance_model("mixtral") else {
-        return;
-    };
-    let device = Device::new(DeviceDesc::default());
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
-        return;
-    }
-    let options = EngineOptions {
-        backend: BackendKind::Vulkan,
-        ..EngineOptions::default()
-    };
-    let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
-        .err()
-        .expect("the Vulkan executor refuses experts")
-        .to_string();
-    assert!(
-        err.contains("mixture of 4 experts") && err.contains("--cpu"),
-        "{err}"
-    );
+    check_family("mixtral");
 }
 
-/// Qwen3-MoE: 2 of 4 experts of width 64 per token, with Qwen3's query/key norm. On the CPU
-/// reference.
+/// Qwen3-MoE: 2 of 4 experts of width 64 per token, with Qwen3's query/key norm.
 #[test]
 fn qwen3moe_matches_transformers() {
-    check_family_on("qwen3moe", &[BackendKind::Cpu]);
+    check_family("qwen3moe");
 }

@@ -24,6 +24,11 @@
 //   ACCUMULATE  y += W x': the residual add of the layer that produces y.
 //   GATED       W holds [gate; up] (2m rows) and y[r] = silu(gate_r . x') * (up_r . x');
 //   GELU        with GATED, GELU's tanh form in place of SiLU (Gemma).
+//
+// Compiled with EXPERTS, the product of a mixture of experts: W stacks the experts'
+// matrices, expert_rows rows each, and a workgroup row computes one tile of slots (a slot is
+// one token's use of one expert; tiles from moe_route.comp): slot s reads x row s / x_per and
+// writes y row s, with the rows of the tile's expert.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
@@ -39,6 +44,8 @@ layout(push_constant) uniform Push {
     uint rows;      // rows per lane (lane per row) or per subgroup
     uint y_first;   // row r of W lands at y[t, y_first + r] of rows y_width long
     uint y_width;
+    uint expert_rows;   // EXPERTS: rows of W per expert
+    uint x_per;         // EXPERTS: slots per row of x
     // Addresses of W, x and g: read through them by the wide variants (see address.glsl).
     uvec2 w_addr;
     uvec2 x_addr;
@@ -57,6 +64,11 @@ layout(constant_id = 5) const uint LANE_CHUNKS = 1;
 layout(binding = 1) readonly buffer X { vec4 x[]; };          // [n, k]
 layout(binding = 2) buffer Y { float y[]; };                  // [n, y_width]
 layout(binding = 3) readonly buffer G { vec4 g[]; };          // [k] norm gain (NORM only)
+#ifdef EXPERTS
+// (expert, first index into order, slots, 0) per tile; tiles past the last have no slots.
+layout(binding = 4) readonly buffer Tiles { uvec4 tiles[]; };
+layout(binding = 5) readonly buffer Order { uint order[]; };  // the slots, expert by expert
+#endif
 #ifdef WIDE_LOADS
 // x and g as 16-byte words (see VEC4_AT).
 layout(binding = 1) readonly buffer X128 { u64vec2 x128[]; };
@@ -71,7 +83,8 @@ const uint CHUNKS = QK / 8;    // 8-value chunks per block
 const uint GROUP_CHUNKS = GROUP / 8;   // and per (d, m) group
 
 float scale[TOKENS];           // 1/rms of each token's x (NORM), else 1
-uint tok[TOKENS];              // token index, clamped to n - 1 (results past n are not written)
+uint tok[TOKENS];              // row of x, the last repeated past the workgroup's tokens
+uint out_row[TOKENS];          // and of y
 uint row0;                     // the first row being computed
 uint row_stride;               // and the step to the next
 
@@ -278,10 +291,27 @@ float inv_rms(uint t) {
 }
 
 void main() {
-    uint t0 = gl_WorkGroupID.y * TOKENS;
+    uint live;                 // tokens this workgroup computes (results past them are not written)
+    uint w_first = 0u;         // the first row of W it reads
+#ifdef EXPERTS
+    uvec4 tile = tiles[gl_WorkGroupID.y];
+    live = min(tile.z, TOKENS);
+    if (live == 0u) {
+        return;                // the same for the whole workgroup
+    }
+    w_first = tile.x * p.expert_rows;
     [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
+        out_row[t] = order[tile.y + min(t, live - 1u)];
+        tok[t] = out_row[t] / p.x_per;
+    }
+#else
+    uint t0 = gl_WorkGroupID.y * TOKENS;
+    live = min(TOKENS, p.n - t0);
+    [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
+        out_row[t] = t0 + t;
         tok[t] = min(t0 + t, p.n - 1);
     }
+#endif
     [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
         scale[t] = (p.flags & NORM) != 0u ? inv_rms(t) : 1.0;
     }
@@ -301,13 +331,13 @@ void main() {
         // the subgroup operations) and not written.
         row0 = first + r0 * stride;
         row_stride = stride;
-        rows_dots(0);
+        rows_dots(w_first);
         float gate[RB * TOKENS];
         if (gated) {
             for (uint i = 0; i < RB * TOKENS; ++i) {
                 gate[i] = dots[i];
             }
-            rows_dots(p.m);
+            rows_dots(w_first + p.m);
         }
         if (!LANE_ROWS && !subgroupElect()) {
             continue;
@@ -317,7 +347,7 @@ void main() {
                 continue;
             }
             [[unroll]] for (uint t = 0; t < TOKENS; ++t) {
-                if (t0 + t >= p.n) {
+                if (t >= live) {
                     break;
                 }
                 float v = dots[r * TOKENS + t];
@@ -325,7 +355,7 @@ void main() {
                     float a = gate[r * TOKENS + t];
                     v = ((p.flags & GELU) != 0u ? gelu_tanh(a) : a / (1.0 + exp(-a))) * v;
                 }
-                uint o = (t0 + t) * p.y_width + p.y_first + row_at(r);
+                uint o = out_row[t] * p.y_width + p.y_first + row_at(r);
                 y[o] = (p.flags & ACCUMULATE) != 0u ? y[o] + v : v;
             }
         }

@@ -272,14 +272,12 @@ impl Backend for CpuModel {
                 }
                 Mlp::Experts {
                     router,
-                    gate,
-                    up,
+                    gate_up,
                     down,
                 } => {
                     let experts = ExpertWeights {
                         router,
-                        gate,
-                        up,
+                        gate_up,
                         down,
                     };
                     experts.forward(&xn, &c)

@@ -5,7 +5,7 @@
 pub mod activations;
 pub mod forward;
 mod matmul;
-mod moe;
+pub(crate) mod moe;
 pub mod ops;
 mod policy;
 

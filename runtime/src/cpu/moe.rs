@@ -8,11 +8,11 @@ use super::matmul::matmul;
 use crate::model::ModelConfig;
 
 /// One block's experts as f32: the router [n_expert, n_embd], the stacked gate and up
-/// [n_expert * n_ff_exp, n_embd] and down [n_expert * n_embd, n_ff_exp] projections.
+/// [n_expert * 2 n_ff_exp, n_embd] (each expert's gate rows, then its up rows) and down
+/// [n_expert * n_embd, n_ff_exp] projections.
 pub(super) struct ExpertWeights<'a> {
     pub router: &'a [f32],
-    pub gate: &'a [f32],
-    pub up: &'a [f32],
+    pub gate_up: &'a [f32],
     pub down: &'a [f32],
 }
 
@@ -31,10 +31,10 @@ impl ExpertWeights<'_> {
             .zip(out.chunks_mut(e))
         {
             for (expert, weight) in route(logits, &x) {
-                let rows = expert * x.n_ff * e..(expert + 1) * x.n_ff * e;
-                let g = matmul(row, &self.gate[rows.clone()], x.n_ff, e);
-                let u = matmul(row, &self.up[rows], x.n_ff, e);
-                let hidden = c.mlp_act.apply(&g, &u);
+                let gate_up = &self.gate_up[expert * 2 * x.n_ff * e..][..2 * x.n_ff * e];
+                let gate_up = matmul(row, gate_up, 2 * x.n_ff, e);
+                let (g, u) = gate_up.split_at(x.n_ff);
+                let hidden = c.mlp_act.apply(g, u);
                 let down = &self.down[expert * e * x.n_ff..][..e * x.n_ff];
                 for (y, v) in y.iter_mut().zip(matmul(&hidden, down, e, x.n_ff)) {
                     *y += weight * v;
@@ -49,7 +49,7 @@ impl ExpertWeights<'_> {
 /// the gating (softmax over every expert, or each one's sigmoid), the `used` heaviest (equal
 /// weights: the lower index first, as `torch.topk` orders them), renormalized to sum to one
 /// where the model does so.
-pub(super) fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
+pub(crate) fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
     let weights: Vec<f32> = match x.gating {
         Gating::Softmax => {
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -24,6 +24,9 @@ struct MatvecPush {
     /// Where the rows land in y (`OutputCols`).
     y_first: u32,
     y_width: u32,
+    /// With experts: rows of W per expert, and slots per row of x.
+    expert_rows: u32,
+    x_per: u32,
     /// Device addresses of W, x and the norm gain, for the wide variants (0 elsewhere).
     w_addr: u64,
     x_addr: u64,
@@ -74,6 +77,21 @@ impl<'a> MatvecArgs<'a> {
             cols: OutputCols::default(),
         }
     }
+}
+
+/// The slots of a mixture of experts' product (the `_experts` variant): slot s is one
+/// token's use of one expert, reads x row s / `x_per` and the rows of its expert, and writes
+/// y row s. `moe_route` groups the slots into tiles of one expert each.
+#[derive(Clone, Copy)]
+pub struct ExpertSlots<'a> {
+    /// [max_tiles] (expert, first index into order, slots, 0).
+    pub tiles: &'a Buffer,
+    /// [slots] the slots, expert by expert.
+    pub order: &'a Buffer,
+    pub max_tiles: u32,
+    /// Experts stacked in W, each `m` rows (2 `m` when gated).
+    pub experts: u32,
+    pub x_per: u32,
 }
 
 /// How the kernel spreads work over a device.
@@ -156,12 +174,23 @@ pub struct Matvec {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
     shape: Shape,
+    /// The `_experts` variant: products over `ExpertSlots`.
+    experts: bool,
 }
 
 impl Matvec {
     /// A product for up to `tokens` tokens per pass over the weights (more are done in further
     /// passes): 1 for decode, up to 8 for a decode batch; on CPU devices a prompt chunk uses 16.
     pub fn new(device: &Device, format: WeightFormat, tokens: u32) -> Result<Self> {
+        Self::with_shape(device, format, Self::shape(device, format, tokens), false)
+    }
+
+    /// A mixture of experts' product (`record_experts`), `tokens` slots of an expert per pass.
+    pub fn experts(device: &Device, format: WeightFormat, tokens: u32) -> Result<Self> {
+        Self::with_shape(device, format, Self::shape(device, format, tokens), true)
+    }
+
+    fn shape(device: &Device, format: WeightFormat, tokens: u32) -> Shape {
         let info = device.info();
         let subgroup = info.subgroup.size.max(1);
         // CPU devices run a workgroup as a loop over SIMD-wide subgroups: one subgroup per
@@ -206,10 +235,15 @@ impl Matvec {
                 }
             }
         };
-        Self::with_shape(device, format, shape)
+        shape
     }
 
-    fn with_shape(device: &Device, format: WeightFormat, shape: Shape) -> Result<Self> {
+    fn with_shape(
+        device: &Device,
+        format: WeightFormat,
+        shape: Shape,
+        experts: bool,
+    ) -> Result<Self> {
         let spec = [
             shape.workgroup,
             shape.tokens,
@@ -219,14 +253,16 @@ impl Matvec {
             shape.lane_chunks,
         ];
         let kernels = format_kernels(format);
-        let kernel = match shape.wide && shape.lane_rows {
-            true => kernels.matvec_wide,
-            false => kernels.matvec,
+        let kernel = match (experts, shape.wide && shape.lane_rows) {
+            (true, _) => kernels.matvec_experts,
+            (false, true) => kernels.matvec_wide,
+            (false, false) => kernels.matvec,
         };
         Ok(Self {
             pipeline: device.pipeline(kernel, &spec)?,
             format,
             shape,
+            experts,
         })
     }
 
@@ -234,16 +270,61 @@ impl Matvec {
         self.format
     }
 
+    /// Tokens (or expert slots) per pass over the weights.
+    pub fn tokens(&self) -> u32 {
+        self.shape.tokens
+    }
+
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, a: MatvecArgs<'a>) -> Result<()> {
+        self.record_with(rec, a, None)
+    }
+
+    /// A mixture of experts' product: `a.batch` slots, each with its expert's rows of W
+    /// (stacked, `a.m` rows each or 2 `a.m` gated), grouped by `slots`.
+    pub fn record_experts<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        a: MatvecArgs<'a>,
+        slots: ExpertSlots<'a>,
+    ) -> Result<()> {
+        self.record_with(rec, a, Some(slots))
+    }
+
+    fn record_with<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        a: MatvecArgs<'a>,
+        slots: Option<ExpertSlots<'a>>,
+    ) -> Result<()> {
         let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
-        let w_rows = if a.gated.is_some() { 2 * m } else { m };
+        let expert_rows = if a.gated.is_some() { 2 * m } else { m };
         let name = self.pipeline.name;
+        if slots.is_some() != self.experts {
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: "expert slots go with the experts variant, and only with it".into(),
+            });
+        }
+        let (w_rows, x_rows) = match slots {
+            Some(s) if s.x_per > 0 => (s.experts as u64 * expert_rows, batch / s.x_per as u64),
+            Some(_) => {
+                return Err(VkError::Kernel {
+                    kernel: name,
+                    message: "no slots per row of x".into(),
+                })
+            }
+            None => (expert_rows, batch),
+        };
         let width = a.cols.width_for(name, a.m)?;
         let mut needs = vec![
             ("w", a.w, matrix_bytes(name, self.format, w_rows, k)?),
-            ("x", a.x, batch * k * 4),
+            ("x", a.x, x_rows * k * 4),
             ("y", a.y, batch * width as u64 * 4),
         ];
+        if let Some(s) = slots {
+            needs.push(("tiles", s.tiles, s.max_tiles as u64 * 16));
+            needs.push(("order", s.order, batch * 4));
+        }
         if let Some((g, _)) = a.norm {
             needs.push(("norm gain", g, k * 4));
         }
@@ -280,16 +361,29 @@ impl Matvec {
             rows,
             y_first: a.cols.first,
             y_width: width,
+            expert_rows: expert_rows as u32,
+            x_per: slots.map_or(1, |s| s.x_per),
             w_addr: a.w.device_address().unwrap_or(0),
             x_addr: a.x.device_address().unwrap_or(0),
             g_addr: gain.device_address().unwrap_or(0),
         };
         let groups = [
             a.m.div_ceil(self.shape.units * rows),
-            a.batch.div_ceil(self.shape.tokens),
+            match slots {
+                Some(s) => s.max_tiles,
+                None => a.batch.div_ceil(self.shape.tokens),
+            },
             1,
         ];
-        rec.dispatch(&self.pipeline, &[a.w, a.x, a.y, gain], &push, groups)
+        match slots {
+            Some(s) => rec.dispatch(
+                &self.pipeline,
+                &[a.w, a.x, a.y, gain, s.tiles, s.order],
+                &push,
+                groups,
+            ),
+            None => rec.dispatch(&self.pipeline, &[a.w, a.x, a.y, gain], &push, groups),
+        }
     }
 }
 
@@ -348,7 +442,7 @@ pub(crate) mod tests {
         };
         [lane, bound, narrow, sub]
             .iter()
-            .map(|&shape| Matvec::with_shape(dev, format, shape).unwrap())
+            .map(|&shape| Matvec::with_shape(dev, format, shape, false).unwrap())
             .collect()
     }
 

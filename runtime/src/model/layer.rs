@@ -38,9 +38,9 @@ pub enum Mlp<M> {
     Experts {
         /// [n_expert, n_embd]: each expert's logit.
         router: M,
-        /// [n_expert * n_ff_exp, n_embd] each: expert e's rows from e * n_ff_exp.
-        gate: M,
-        up: M,
+        /// [n_expert * 2 n_ff_exp, n_embd]: expert e's gate rows from e * 2 n_ff_exp, then
+        /// its up rows, so that one gated product reads an expert's rows together.
+        gate_up: M,
         /// [n_expert * n_embd, n_ff_exp]: expert e's rows from e * n_embd.
         down: M,
     },
@@ -102,13 +102,11 @@ impl<M, V> Layer<M, V> {
                 },
                 Mlp::Experts {
                     router,
-                    gate,
-                    up,
+                    gate_up,
                     down,
                 } => Mlp::Experts {
                     router: matrix("ffn_gate_inp", router)?,
-                    gate: matrix("ffn_gate_exps", gate)?,
-                    up: matrix("ffn_up_exps", up)?,
+                    gate_up: matrix("ffn_gate_up_exps", gate_up)?,
                     down: matrix("ffn_down_exps", down)?,
                 },
             },

@@ -44,6 +44,17 @@ impl Matrix {
         })
     }
 
+    /// Rows `first..first + count`, in the same format.
+    pub fn row_range(&self, first: usize, count: usize) -> Self {
+        let row_bytes = self.data.len() / self.rows.max(1);
+        Self {
+            format: self.format,
+            rows: count,
+            cols: self.cols,
+            data: self.data[first * row_bytes..(first + count) * row_bytes].to_vec(),
+        }
+    }
+
     /// The values the device computes with: the exact dequantization of the packed blocks.
     pub fn to_f32(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
@@ -84,6 +95,15 @@ impl Projection {
 
     pub fn rows(&self) -> usize {
         self.runs.iter().map(|r| r.rows).sum()
+    }
+
+    /// Stacked experts' gate and up matrices ([experts * rows, cols] each) as one, each
+    /// expert's gate rows followed by its up rows: one run when both share a format.
+    pub fn interleave_experts(gate: &Matrix, up: &Matrix, experts: usize) -> Self {
+        let rows = gate.rows / experts.max(1);
+        let parts = (0..experts)
+            .flat_map(|e| [gate.row_range(e * rows, rows), up.row_range(e * rows, rows)]);
+        Self::fuse(parts.collect())
     }
 
     /// The values the device computes with, [rows, cols]: each run's exact dequantization.

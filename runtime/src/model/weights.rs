@@ -227,10 +227,11 @@ impl<'a> WeightReader<'a> {
                 let x = c
                     .experts
                     .ok_or_else(|| self.fail(router, "experts without a count".into()))?;
+                let gate = self.matrix(gate, x.count * x.n_ff, e)?;
+                let up = self.matrix(up, x.count * x.n_ff, e)?;
                 Mlp::Experts {
                     router: self.matrix(router, x.count, e)?.into(),
-                    gate: self.matrix(gate, x.count * x.n_ff, e)?.into(),
-                    up: self.matrix(up, x.count * x.n_ff, e)?.into(),
+                    gate_up: Projection::interleave_experts(&gate, &up, x.count),
                     down: self.matrix(down, x.count * e, x.n_ff)?.into(),
                 }
             }

@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 use super::DeviceMatrix;
 use crate::error::Result;
 use crate::kernels::{
-    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, QkvAdjust,
-    RmsNorm, RopeKv, SwiGlu, WeightFormat,
+    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, MoeCombine, MoeRoute,
+    OutputCols, QkvAdjust, RmsNorm, RopeKv, SwiGlu, WeightFormat,
 };
 use crate::kv::KvType;
 use crate::model::ModelConfig;
@@ -43,8 +43,14 @@ pub(super) struct FormatKernels {
     pub(super) matvec_small: [OnceLock<Matvec>; 2],
     /// Prompt chunks on CPU devices, where `prompt_pass_tokens` exceeds a decode batch.
     pub(super) matvec_prompt: Option<Matvec>,
+    /// A mixture of experts' products, one slot and `EXPERT_TILE` slots of an expert per
+    /// pass, built when first needed.
+    pub(super) matvec_experts: [OnceLock<Matvec>; 2],
     pub(super) matmul: Matmul,
 }
+
+/// Most slots of one expert an experts' product takes per pass over its rows.
+pub(super) const EXPERT_TILE: u32 = DECODE_MAX_TOKENS as u32;
 
 impl FormatKernels {
     /// The decode-batch product with the fewest tokens per pass that holds `batch`.
@@ -61,6 +67,25 @@ impl FormatKernels {
         Ok(slot.get_or_init(|| kernel))
     }
 
+    /// The experts' product for a step of `slots` slots over `experts` experts: one slot a
+    /// pass where an expert gets about one (decode), else `EXPERT_TILE`.
+    pub(super) fn experts_kernel(
+        &self,
+        device: &Device,
+        slots: u32,
+        experts: u32,
+    ) -> Result<&Matvec> {
+        let (slot, tokens) = match slots >= 2 * experts {
+            true => (&self.matvec_experts[1], EXPERT_TILE),
+            false => (&self.matvec_experts[0], 1),
+        };
+        if let Some(kernel) = slot.get() {
+            return Ok(kernel);
+        }
+        let kernel = Matvec::experts(device, self.matvec.format(), tokens)?;
+        Ok(slot.get_or_init(|| kernel))
+    }
+
     pub(super) fn new(device: &Device, format: WeightFormat) -> Result<Self> {
         let cpu = device.info().kind == DeviceKind::Cpu;
         let prompt_tokens = prompt_pass_tokens(format);
@@ -69,6 +94,7 @@ impl FormatKernels {
             matvec: Matvec::new(device, format, 1)?,
             matvec_batch: Matvec::new(device, format, DECODE_MAX_TOKENS as u32)?,
             matvec_small: Default::default(),
+            matvec_experts: Default::default(),
             matvec_prompt: match cpu && prompt_tokens > DECODE_MAX_TOKENS as u32 {
                 true => Some(Matvec::new(device, format, prompt_tokens)?),
                 false => None,
@@ -89,6 +115,8 @@ pub(super) struct Kernels {
     pub(super) rope_kv: RopeKv,
     pub(super) attn_decode: AttnDecode,
     pub(super) attn_prefill: AttnPrefill,
+    /// For a mixture of experts: the router's choice and the weighted sum of the experts.
+    pub(super) moe: Option<(MoeRoute, MoeCombine)>,
 }
 
 impl Kernels {
@@ -109,6 +137,10 @@ impl Kernels {
             rope_kv: RopeKv::new(device, kv_type)?,
             attn_decode: AttnDecode::new(device, hd, group, kv_type)?,
             attn_prefill: AttnPrefill::new(device, hd, group, kv_type)?,
+            moe: match c.experts {
+                Some(_) => Some((MoeRoute::new(device)?, MoeCombine::new(device)?)),
+                None => None,
+            },
         })
     }
 

@@ -122,6 +122,25 @@ struct Scratch {
     sel: Buffer,
     /// [chunk, n_vocab], read by the host
     logits: Buffer,
+    /// A mixture of experts' activations.
+    moe: Option<MoeScratch>,
+}
+
+/// Activations of a mixture of experts for one chunk; a slot is one token's use of one
+/// expert, `used` per token.
+struct MoeScratch {
+    /// [chunk, n_expert]
+    router: Buffer,
+    /// [chunk * used] each: the router's weight, the expert, and the slots expert by expert.
+    weights: Buffer,
+    experts: Buffer,
+    order: Buffer,
+    /// (expert, first index into order, slots, 0) for `max_tiles` tiles.
+    tiles: Buffer,
+    /// [chunk * used, n_ff_exp]
+    hidden: Buffer,
+    /// [chunk * used, n_embd]
+    out: Buffer,
 }
 
 pub struct VkModel {
@@ -171,15 +190,11 @@ impl VkModel {
     ) -> Result<Self> {
         let config = ModelConfig::from_resolved(file, model)?;
         let c = &config;
-        if let Some(x) = c.experts {
-            return Err(crate::Error::Unsupported {
+        if let Some(x) = &c.experts {
+            crate::kernels::check_experts(x).map_err(|what| crate::Error::Unsupported {
                 path: file.path().to_path_buf(),
-                what: format!(
-                    "a mixture of {} experts on the Vulkan executor (the CPU reference runs \
-                     it: --cpu)",
-                    x.count
-                ),
-            });
+                what: format!("a mixture of {what} on the Vulkan executor"),
+            })?;
         }
         if options.n_ctx == 0 {
             return Err(crate::Error::options("n_ctx", "must be at least 1"));
@@ -294,6 +309,23 @@ impl VkModel {
                 device,
                 BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
             )?,
+            moe: match c.experts {
+                Some(x) => {
+                    let slots = chunk * x.used;
+                    // The most tiles: one slot a pass.
+                    let tiles = crate::kernels::max_tiles(slots as u32, x.count as u32, 1);
+                    Some(MoeScratch {
+                        router: f32s("router logits", chunk * x.count)?,
+                        weights: f32s("expert weights", slots)?,
+                        experts: f32s("token experts", slots)?,
+                        order: f32s("expert slots", slots)?,
+                        tiles: f32s("expert tiles", 4 * tiles as usize)?,
+                        hidden: f32s("expert hidden", slots * x.n_ff)?,
+                        out: f32s("expert outputs", slots * c.n_embd)?,
+                    })
+                }
+                None => None,
+            },
         };
         Ok(Self {
             device: device.clone(),

@@ -6,13 +6,13 @@ use std::slice;
 
 use super::kernels::DECODE_MAX_TOKENS;
 use super::policy::{rope_spec, Beside, LayerAt, StepView, FETCH_KERNELS};
-use super::{SeqStep, VkModel};
+use super::{DeviceMatrix, SeqStep, VkModel};
 use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads, RopeTable,
-    StepToken,
+    EmbedArgs, ExpertSlots, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads,
+    RopeTable, RouteOut, StepToken,
 };
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
 use crate::model::{Logits, Mlp};
@@ -55,6 +55,14 @@ pub(super) struct StepPlan<'s> {
 
 /// Where each sequence's requested logits land among the logits rows: (first row, rows).
 type Spans = Vec<(usize, usize)>;
+
+/// A block's experts on the device (`Mlp::Experts`).
+#[derive(Clone, Copy)]
+struct ExpertsAt<'a> {
+    router: &'a [DeviceMatrix],
+    gate_up: &'a [DeviceMatrix],
+    down: &'a [DeviceMatrix],
+}
 
 impl VkModel {
     /// Runs one step over several sequences (at most `max_step_tokens` tokens in all) in one
@@ -381,16 +389,21 @@ impl VkModel {
             Some(_) => (&s.xn, false),
             None => (&s.x, true),
         };
-        // VkModel::load refuses experts, which this executor does not run yet.
-        let Mlp::Dense {
-            gate_up: w_gate_up,
-            down: w_down,
-        } = &w.mlp
-        else {
-            return Err(Error::Unsupported {
-                path: Default::default(),
-                what: "a mixture of experts on the Vulkan executor".into(),
-            });
+        let (w_gate_up, w_down) = match &w.mlp {
+            Mlp::Dense { gate_up, down } => (gate_up, down),
+            Mlp::Experts {
+                router,
+                gate_up,
+                down,
+            } => {
+                let experts = ExpertsAt {
+                    router,
+                    gate_up,
+                    down,
+                };
+                self.record_experts(rec, at, beside, experts, (out, accumulate))?;
+                return self.record_post_norm(rec, at, post);
+            }
         };
         // The gated product reads gate and up rows together, in one format: gate and up in
         // different formats take the separate products and SwiGLU.
@@ -438,6 +451,98 @@ impl VkModel {
             k.matmul(rec, w_down, down)?;
         }
         self.record_post_norm(rec, at, post)
+    }
+
+    /// A mixture of experts' MLP block: the router's logits from the normed x, each token's
+    /// experts chosen and grouped by expert, the chosen experts' gated products and down
+    /// products, and their outputs summed with the router's weights into `out`.
+    fn record_experts<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+        beside: &mut Beside<'a>,
+        w: ExpertsAt<'a>,
+        (out, accumulate): (&'a Buffer, bool),
+    ) -> Result<()> {
+        let (c, k, s) = (at.config, at.kernels, at.scratch);
+        let (Some(x), Some(m), Some((route, combine))) = (&c.experts, &s.moe, &k.moe) else {
+            return Err(Error::options(
+                "experts",
+                "a mixture of experts without its kernels",
+            ));
+        };
+        let t = at.plan.steps.len() as u32;
+        let (e, n_ff, used, count) = (
+            c.n_embd as u32,
+            x.n_ff as u32,
+            x.used as u32,
+            x.count as u32,
+        );
+        let slots = t * used;
+        let shape = NormShape {
+            rows: t,
+            n: e,
+            eps: c.norm_eps,
+        };
+        k.rmsnorm
+            .record(rec, &s.x, &self.layers[at.l].ffn_norm, &s.xn, shape)?;
+        if at.plan.streaming {
+            let args = MatvecArgs::plain(&w.router[0].buffer, &s.xn, &m.router, count, e, t);
+            k.matvec(rec, w.router, args)?;
+        } else {
+            let args = MatmulArgs {
+                x: &s.xn,
+                c: &m.router,
+                n: t,
+                m: count,
+                k: e,
+                accumulate: false,
+                cols: OutputCols::default(),
+            };
+            k.matmul(rec, w.router, args)?;
+        }
+        let (gate_up, down) = match (w.gate_up, w.down) {
+            ([gate_up], [down]) => (gate_up, down),
+            _ => {
+                return Err(Error::options(
+                    "experts",
+                    "experts' matrices of several formats in one tensor",
+                ))
+            }
+        };
+        let device = rec.device();
+        let up_kernel = k.of(gate_up.format).experts_kernel(device, slots, count)?;
+        let down_kernel = k.of(down.format).experts_kernel(device, slots, count)?;
+        let routes = RouteOut {
+            weights: &m.weights,
+            experts: &m.experts,
+            order: &m.order,
+            tiles: &m.tiles,
+        };
+        // Both products cut the slots the same way.
+        let tile = up_kernel.tokens().min(down_kernel.tokens());
+        let max_tiles = route.record(rec, &m.router, routes, (t, x, tile))?;
+        beside.step(rec)?;
+        let slots_at = ExpertSlots {
+            tiles: &m.tiles,
+            order: &m.order,
+            max_tiles,
+            experts: count,
+            x_per: used,
+        };
+        let args = MatvecArgs {
+            gated: Some(c.mlp_act),
+            ..MatvecArgs::plain(&gate_up.buffer, &s.xn, &m.hidden, n_ff, e, slots)
+        };
+        up_kernel.record_experts(rec, args, slots_at)?;
+        let args = MatvecArgs::plain(&down.buffer, &m.hidden, &m.out, e, n_ff, slots);
+        let slots_at = ExpertSlots {
+            x_per: 1,
+            ..slots_at
+        };
+        down_kernel.record_experts(rec, args, slots_at)?;
+        combine.record(rec, (&m.out, &m.weights), out, (t, e, used), accumulate)?;
+        Ok(())
     }
 
     /// The final norm and the output head over the rows of x whose logits the sequences want,

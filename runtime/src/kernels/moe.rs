@@ -1,0 +1,402 @@
+//! A mixture of experts on the device: the router's choice per token (`moe_route`), which
+//! also groups the chosen slots by expert for the experts' products (`Matvec::experts`), and
+//! the weighted sum of each token's experts' outputs (`moe_combine`).
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+use hearth_models::spec::{Experts, Gating};
+use hearth_shaders::{MOE_COMBINE, MOE_ROUTE};
+
+use super::{check_sizes, linear_groups, workgroup_size};
+use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
+
+/// Most experts a token uses and most experts a block has: moe_route.comp's arrays.
+const MAX_USED: usize = 32;
+const MAX_EXPERTS: usize = 512;
+
+/// Tiles the experts' products are sized for: `slots` slots cut into tiles of at most
+/// `tile` per expert take at most this many (each expert used adds one part-filled tile).
+pub fn max_tiles(slots: u32, experts: u32, tile: u32) -> u32 {
+    slots.div_ceil(tile.max(1)) + experts.min(slots)
+}
+
+/// Whether moe_route.comp can route `x`.
+pub fn check_experts(x: &Experts) -> std::result::Result<(), String> {
+    if x.used == 0 || x.used > MAX_USED.min(x.count) {
+        return Err(format!(
+            "{} of {} experts per token (the kernels take 1 to {MAX_USED})",
+            x.used, x.count
+        ));
+    }
+    if x.count > MAX_EXPERTS {
+        return Err(format!(
+            "{} experts (the kernels take up to {MAX_EXPERTS})",
+            x.count
+        ));
+    }
+    Ok(())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RoutePush {
+    tokens: u32,
+    n_expert: u32,
+    used: u32,
+    sigmoid: u32,
+    normalize: u32,
+    tile: u32,
+    max_tiles: u32,
+}
+
+/// Where the router's choices go, each [tokens * used] but `tiles`.
+#[derive(Clone, Copy)]
+pub struct RouteOut<'a> {
+    /// The weight of each slot (token t's j-th expert is slot t * used + j).
+    pub weights: &'a Buffer,
+    /// The expert of each slot.
+    pub experts: &'a Buffer,
+    /// The slots, expert by expert.
+    pub order: &'a Buffer,
+    /// [max_tiles] (expert, first index into `order`, slots, 0).
+    pub tiles: &'a Buffer,
+}
+
+pub struct MoeRoute {
+    pipeline: Arc<Pipeline>,
+}
+
+impl MoeRoute {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(MOE_ROUTE, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// Routes `tokens` tokens from their router logits ([tokens, x.count]), cutting each
+    /// expert's slots into tiles of at most `tile`; returns the tiles' bound, `max_tiles`.
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        logits: &'a Buffer,
+        out: RouteOut<'a>,
+        (tokens, x, tile): (u32, &Experts, u32),
+    ) -> Result<u32> {
+        let name = self.pipeline.name;
+        check_experts(x).map_err(|message| VkError::Kernel {
+            kernel: name,
+            message,
+        })?;
+        let (n_expert, used) = (x.count as u32, x.used as u32);
+        let slots = tokens * used;
+        let max_tiles = max_tiles(slots, n_expert, tile);
+        let slot_bytes = slots as u64 * 4;
+        check_sizes(
+            name,
+            &[
+                ("logits", logits, tokens as u64 * n_expert as u64 * 4),
+                ("weights", out.weights, slot_bytes),
+                ("experts", out.experts, slot_bytes),
+                ("order", out.order, slot_bytes),
+                ("tiles", out.tiles, max_tiles as u64 * 16),
+            ],
+        )?;
+        if tokens == 0 {
+            return Ok(0);
+        }
+        let push = RoutePush {
+            tokens,
+            n_expert,
+            used,
+            sigmoid: (x.gating == Gating::Sigmoid) as u32,
+            normalize: x.normalize as u32,
+            tile: tile.max(1),
+            max_tiles,
+        };
+        let buffers = [logits, out.weights, out.experts, out.order, out.tiles];
+        rec.dispatch(&self.pipeline, &buffers, &push, [1, 1, 1])?;
+        Ok(max_tiles)
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CombinePush {
+    tokens: u32,
+    n: u32,
+    used: u32,
+    accumulate: u32,
+}
+
+pub struct MoeCombine {
+    pipeline: Arc<Pipeline>,
+}
+
+impl MoeCombine {
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(MOE_COMBINE, &[workgroup_size(device.info())])?,
+        })
+    }
+
+    /// out [tokens, n] (+)= each token's `used` rows of `y` ([tokens * used, n]) summed with
+    /// their `weights`.
+    pub fn record<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        (y, weights): (&'a Buffer, &'a Buffer),
+        out: &'a Buffer,
+        (tokens, n, used): (u32, u32, u32),
+        accumulate: bool,
+    ) -> Result<()> {
+        let rows = tokens as u64 * n as u64;
+        check_sizes(
+            self.pipeline.name,
+            &[
+                ("y", y, rows * used as u64 * 4),
+                ("weights", weights, tokens as u64 * used as u64 * 4),
+                ("out", out, rows * 4),
+            ],
+        )?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let push = CombinePush {
+            tokens,
+            n,
+            used,
+            accumulate: accumulate as u32,
+        };
+        let groups = linear_groups(rec.device().info(), rows, self.pipeline.workgroup_size());
+        rec.dispatch(&self.pipeline, &[y, weights, out], &push, groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::moe::route;
+    use crate::cpu::ops::{self, GatedAct};
+    use crate::kernels::{ExpertSlots, Matvec, MatvecArgs, WeightFormat};
+    use crate::testing::{
+        assert_close, device, finish, random, run, upload, upload_weights, zeros,
+    };
+
+    fn experts(count: usize, used: usize, gating: Gating, normalize: bool) -> Experts {
+        Experts {
+            count,
+            used,
+            n_ff: 0,
+            gating,
+            normalize,
+        }
+    }
+
+    fn u32_buffer(dev: &Arc<Device>, n: usize) -> Buffer {
+        Buffer::from_slice(dev, "test slots", &vec![0u32; n.max(1)]).unwrap()
+    }
+
+    struct Routed {
+        weights: Vec<f32>,
+        experts: Vec<u32>,
+        order: Vec<u32>,
+        tiles: Vec<[u32; 4]>,
+    }
+
+    fn route_on_device(dev: &Arc<Device>, logits: &[f32], x: &Experts, tile: u32) -> Routed {
+        let tokens = (logits.len() / x.count) as u32;
+        let slots = tokens as usize * x.used;
+        let bound = max_tiles(slots as u32, x.count as u32, tile) as usize;
+        let (weights, ids, order) = (
+            zeros(dev, slots),
+            u32_buffer(dev, slots),
+            u32_buffer(dev, slots),
+        );
+        let tiles = u32_buffer(dev, 4 * bound);
+        let lb = upload(dev, logits);
+        let kernel = MoeRoute::new(dev).unwrap();
+        run(dev, |rec| {
+            let out = RouteOut {
+                weights: &weights,
+                experts: &ids,
+                order: &order,
+                tiles: &tiles,
+            };
+            kernel.record(rec, &lb, out, (tokens, x, tile)).unwrap();
+        });
+        let flat: Vec<u32> = tiles.download(4 * bound).unwrap();
+        Routed {
+            weights: weights.download(slots).unwrap(),
+            experts: ids.download(slots).unwrap(),
+            order: order.download(slots).unwrap(),
+            tiles: flat.chunks(4).map(|t| [t[0], t[1], t[2], t[3]]).collect(),
+        }
+    }
+
+    /// The device's choices are the reference's, and its tiles cover every slot once, each
+    /// with its own expert's slots only.
+    #[test]
+    fn routing_matches_reference_and_tiles_cover_every_slot() {
+        let Some(dev) = device() else { return };
+        let cases = [
+            (8, 2, Gating::Softmax, true, 7, 1),
+            (8, 2, Gating::Softmax, false, 33, 8),
+            (4, 4, Gating::Sigmoid, true, 5, 3),
+            (128, 8, Gating::Softmax, true, 9, 8),
+            (64, 6, Gating::Sigmoid, false, 40, 16),
+        ];
+        for (seed, &(count, used, gating, normalize, tokens, tile)) in cases.iter().enumerate() {
+            let x = experts(count, used, gating, normalize);
+            let mut logits = random(tokens * count, 30 + seed as u64, 3.0);
+            // Ties: a token whose logits are all equal, and one with two equal leaders.
+            logits[..count].fill(0.5);
+            if tokens > 1 {
+                logits[count + 1] = 4.0;
+                logits[count + count - 1] = 4.0;
+            }
+            let got = route_on_device(&dev, &logits, &x, tile);
+            let what = format!("{count} experts, {used} used, {gating:?}, tile {tile}");
+            let mut want_w = Vec::new();
+            for (t, row) in logits.chunks(count).enumerate() {
+                let picked = route(row, &x);
+                let ids: Vec<u32> = picked.iter().map(|&(e, _)| e as u32).collect();
+                assert_eq!(
+                    got.experts[t * used..][..used],
+                    ids[..],
+                    "{what}: token {t}"
+                );
+                want_w.extend(picked.iter().map(|&(_, w)| w));
+            }
+            assert_close(&what, &got.weights, &want_w, |_| 1e-6);
+            let mut seen = vec![false; tokens * used];
+            for tile_at in got.tiles.iter().filter(|t| t[2] > 0) {
+                let [e, first, n, _] = *tile_at;
+                assert!(n <= tile, "{what}: a tile of {n}");
+                for &s in &got.order[first as usize..][..n as usize] {
+                    assert_eq!(
+                        got.experts[s as usize], e,
+                        "{what}: slot {s} in a tile of {e}"
+                    );
+                    assert!(!seen[s as usize], "{what}: slot {s} twice");
+                    seen[s as usize] = true;
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "{what}: a slot in no tile");
+        }
+        finish(&dev);
+    }
+
+    /// The gated experts' product, the down product and the combination against the
+    /// reference: each token's chosen experts' MLPs summed with their weights.
+    #[test]
+    fn experts_products_and_combination_match_reference() {
+        let Some(dev) = device() else { return };
+        let (count, used) = (6usize, 2usize);
+        let x = experts(count, used, Gating::Softmax, true);
+        // One slot a pass (decode) and eight (prompts); each pipeline costs lavapipe seconds to
+        // build, and the formats' unpacking is the plain product's.
+        let cases = [
+            (WeightFormat::Q4, 1, 1),
+            (WeightFormat::Q4, 11, 8),
+            (WeightFormat::Q8, 3, 8),
+            (WeightFormat::Q4_K, 3, 1),
+        ];
+        for (format, tokens, per_pass) in cases {
+            // Both products' rows are whole blocks: k, and m for the down product.
+            let m = format.block_size().max(32);
+            let k = 2 * m;
+            {
+                let what = format!("{format} {tokens} tokens, {per_pass} a pass");
+                let (gate_up, gu) =
+                    upload_weights(&dev, &random(count * 2 * m * k, 41, 1.0), format);
+                let (down, dw) = upload_weights(&dev, &random(count * k * m, 42, 1.0), format);
+                let xs = random(tokens * k, 43, 1.0);
+                let logits = random(tokens * count, 44, 2.0);
+                let routed = route_on_device(&dev, &logits, &x, per_pass);
+                let slots = tokens * used;
+                let (xb, lb) = (upload(&dev, &xs), upload(&dev, &logits));
+                let (hidden, y) = (zeros(&dev, slots * m), zeros(&dev, slots * k));
+                let (weights, ids, order) = (
+                    zeros(&dev, slots),
+                    u32_buffer(&dev, slots),
+                    u32_buffer(&dev, slots),
+                );
+                let bound = max_tiles(slots as u32, count as u32, per_pass);
+                let tiles = u32_buffer(&dev, 4 * bound as usize);
+                let residual = random(tokens * k, 45, 1.0);
+                let out = upload(&dev, &residual);
+                let up_kernel = Matvec::experts(&dev, format, per_pass).unwrap();
+                let route_kernel = MoeRoute::new(&dev).unwrap();
+                let combine = MoeCombine::new(&dev).unwrap();
+                run(&dev, |rec| {
+                    let routes = RouteOut {
+                        weights: &weights,
+                        experts: &ids,
+                        order: &order,
+                        tiles: &tiles,
+                    };
+                    let max_tiles = route_kernel
+                        .record(rec, &lb, routes, (tokens as u32, &x, up_kernel.tokens()))
+                        .unwrap();
+                    let s = ExpertSlots {
+                        tiles: &tiles,
+                        order: &order,
+                        max_tiles,
+                        experts: count as u32,
+                        x_per: used as u32,
+                    };
+                    let args = MatvecArgs {
+                        gated: Some(GatedAct::Silu),
+                        ..MatvecArgs::plain(
+                            &gate_up,
+                            &xb,
+                            &hidden,
+                            m as u32,
+                            k as u32,
+                            slots as u32,
+                        )
+                    };
+                    up_kernel.record_experts(rec, args, s).unwrap();
+                    let args =
+                        MatvecArgs::plain(&down, &hidden, &y, k as u32, m as u32, slots as u32);
+                    let s = ExpertSlots { x_per: 1, ..s };
+                    up_kernel.record_experts(rec, args, s).unwrap();
+                    combine
+                        .record(
+                            rec,
+                            (&y, &weights),
+                            &out,
+                            (tokens as u32, k as u32, used as u32),
+                            true,
+                        )
+                        .unwrap();
+                });
+                let mut want = residual.clone();
+                let mut hidden_want = Vec::new();
+                for t in 0..tokens {
+                    let xt = &xs[t * k..][..k];
+                    for (e, w) in route(&logits[t * count..][..count], &x) {
+                        let both = ops::matvec(&gu[e * 2 * m * k..][..2 * m * k], xt, 2 * m, k);
+                        let h = GatedAct::Silu.apply(&both[..m], &both[m..]);
+                        let d = ops::matvec(&dw[e * k * m..][..k * m], &h, k, m);
+                        for (o, v) in want[t * k..][..k].iter_mut().zip(d) {
+                            *o += w * v;
+                        }
+                        hidden_want.extend(h);
+                    }
+                }
+                assert_eq!(routed.weights.len(), slots);
+                let hidden_got = hidden.download(slots * m).unwrap();
+                let scale = hidden_want.iter().fold(1f32, |a, v| a.max(v.abs()));
+                assert_close(&format!("hidden {what}"), &hidden_got, &hidden_want, |_| {
+                    2e-5 * scale
+                });
+                let got = out.download(tokens * k).unwrap();
+                let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+                assert_close(&format!("out {what}"), &got, &want, |_| 1e-4 * scale);
+            }
+        }
+        finish(&dev);
+    }
+}

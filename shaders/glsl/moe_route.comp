@@ -1,0 +1,121 @@
+#version 450
+// A mixture of experts' routing for a step's tokens. Each token's router logits go through
+// the gating (softmax over the experts, or each one's sigmoid); its `used` heaviest experts
+// run it (equal weights: the lower index first, as torch.topk orders them), with their
+// weights renormalized to sum to one where the model does so. Slot s = t * used + j is token
+// t's j-th expert: experts[s] and weights[s].
+//
+// Then the slots are grouped by expert for the experts' products (matvec.comp, EXPERTS):
+// `order` lists them expert by expert (in slot order within each), and each expert's run is
+// cut into tiles of at most `tile` slots, (expert, first index into order, slots, 0). The
+// tiles past the last have no slots; the host sizes the products for `max_tiles`.
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+layout(binding = 0) readonly buffer L { float logits[]; };     // [tokens, n_expert]
+layout(binding = 1) writeonly buffer W { float weights[]; };   // [tokens * used]
+layout(binding = 2) coherent buffer E { uint experts[]; };     // [tokens * used]
+layout(binding = 3) writeonly buffer O { uint order[]; };      // [tokens * used]
+layout(binding = 4) writeonly buffer T { uvec4 tiles[]; };     // [max_tiles]
+layout(push_constant) uniform Push {
+    uint tokens;
+    uint n_expert;
+    uint used;
+    uint sigmoid;     // 1: each expert's sigmoid, 0: softmax over the experts
+    uint normalize;   // 1: the picked weights are divided by their sum
+    uint tile;        // most slots in a tile
+    uint max_tiles;
+} p;
+
+// The host keeps within these (kernels/moe.rs).
+const uint MAX_USED = 32;
+const uint MAX_EXPERTS = 512;
+shared uint counts[MAX_EXPERTS];
+shared uint starts[MAX_EXPERTS];
+
+// Expert e's gate weight for the token whose logits start at `base`; softmax takes the
+// logits' largest value and the sum of their exponentials.
+float gate_weight(uint base, uint e, float top, float sum) {
+    float l = logits[base + e];
+    return p.sigmoid != 0u ? 1.0 / (1.0 + exp(-l)) : exp(l - top) / sum;
+}
+
+void route(uint t) {
+    uint base = t * p.n_expert;
+    float top = -1.0 / 0.0;
+    float sum = 0.0;
+    if (p.sigmoid == 0u) {
+        for (uint e = 0; e < p.n_expert; ++e) {
+            top = max(top, logits[base + e]);
+        }
+        for (uint e = 0; e < p.n_expert; ++e) {
+            sum += exp(logits[base + e] - top);
+        }
+    }
+    float picked[MAX_USED];
+    uint ids[MAX_USED];
+    float total = 0.0;
+    // Each pick is the heaviest expert after the previous pick in the order (weight
+    // descending, index ascending).
+    float prev = 0.0;
+    uint prev_e = 0u;
+    for (uint j = 0; j < p.used; ++j) {
+        float best = -1.0;
+        uint best_e = 0u;
+        for (uint e = 0; e < p.n_expert; ++e) {
+            float w = gate_weight(base, e, top, sum);
+            bool after = j == 0u || w < prev || (w == prev && e > prev_e);
+            if (after && w > best) {
+                best = w;
+                best_e = e;
+            }
+        }
+        picked[j] = best;
+        ids[j] = best_e;
+        total += best;
+        prev = best;
+        prev_e = best_e;
+    }
+    for (uint j = 0; j < p.used; ++j) {
+        weights[t * p.used + j] = p.normalize != 0u && total > 0.0 ? picked[j] / total : picked[j];
+        experts[t * p.used + j] = ids[j];
+    }
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    for (uint e = lid; e < p.n_expert; e += WG) {
+        counts[e] = 0u;
+    }
+    barrier();
+    for (uint t = lid; t < p.tokens; t += WG) {
+        route(t);
+    }
+    memoryBarrierBuffer();
+    barrier();
+    uint slots = p.tokens * p.used;
+    for (uint s = lid; s < slots; s += WG) {
+        atomicAdd(counts[experts[s]], 1u);
+    }
+    barrier();
+    if (lid != 0u) {
+        return;
+    }
+    uint first = 0u;
+    uint n_tiles = 0u;
+    for (uint e = 0; e < p.n_expert; ++e) {
+        starts[e] = first;
+        for (uint i = 0; i < counts[e]; i += p.tile) {
+            tiles[n_tiles++] = uvec4(e, first + i, min(p.tile, counts[e] - i), 0u);
+        }
+        first += counts[e];
+    }
+    for (; n_tiles < p.max_tiles; ++n_tiles) {
+        tiles[n_tiles] = uvec4(0u);
+    }
+    for (uint s = 0; s < slots; ++s) {
+        uint e = experts[s];
+        order[starts[e]] = s;
+        starts[e] += 1u;
+    }
+}
