@@ -32,6 +32,7 @@ fn toy_model(dir: &Path) -> (PathBuf, PathBuf) {
         tied_embeddings: true,
         key_length: None,
         sliding_window: None,
+        experts: None,
     };
     let llama = shape.build_random("toy", Format::F32, 3).unwrap();
     let mut w = GgufWriter::new();

@@ -94,6 +94,17 @@ pub struct Shape {
     /// The window of local layers (`{arch}.attention.sliding_window`), which layers the
     /// family's spec names.
     pub sliding_window: Option<usize>,
+    /// A mixture of experts in place of every block's MLP (Llama: Mixtral; Qwen3: Qwen3-MoE).
+    pub experts: Option<ShapeExperts>,
+}
+
+/// A mixture of experts' shape: `used` of `count` experts run each token, each a gated MLP
+/// `n_ff` wide.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShapeExperts {
+    pub count: usize,
+    pub used: usize,
+    pub n_ff: usize,
 }
 
 /// A named shape of a published model.
@@ -175,6 +186,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -196,6 +208,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -217,6 +230,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -238,6 +252,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -259,6 +274,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -280,6 +296,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -301,6 +318,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: Some(Llama3Rope::LLAMA_3_1),
     },
@@ -322,6 +340,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: Some(128),
             sliding_window: None,
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -343,6 +362,7 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: true,
             key_length: Some(256),
             sliding_window: Some(4096),
+            experts: None,
         },
         llama3_rope: None,
     },
@@ -364,6 +384,59 @@ pub const PRESETS: &[Preset] = &[
             tied_embeddings: false,
             key_length: None,
             sliding_window: None,
+            experts: None,
+        },
+        llama3_rope: None,
+    },
+    Preset {
+        name: "qwen3-30b-a3b",
+        size: "30B-A3B",
+        model: "Qwen3-30B-A3B",
+        shape: Shape {
+            family: Family::Qwen3,
+            n_layer: 48,
+            n_embd: 2048,
+            n_ff: 6144,
+            n_head: 32,
+            n_head_kv: 4,
+            n_vocab: 151_936,
+            n_ctx_train: 40_960,
+            rope_base: 1_000_000.0,
+            norm_eps: 1e-6,
+            tied_embeddings: false,
+            key_length: Some(128),
+            sliding_window: None,
+            experts: Some(ShapeExperts {
+                count: 128,
+                used: 8,
+                n_ff: 768,
+            }),
+        },
+        llama3_rope: None,
+    },
+    Preset {
+        name: "mixtral-8x7b",
+        size: "8x7B",
+        model: "Mixtral 8x7B",
+        shape: Shape {
+            family: Family::Llama,
+            n_layer: 32,
+            n_embd: 4096,
+            n_ff: 14336,
+            n_head: 32,
+            n_head_kv: 8,
+            n_vocab: 32000,
+            n_ctx_train: 32768,
+            rope_base: 1_000_000.0,
+            norm_eps: 1e-5,
+            tied_embeddings: false,
+            key_length: None,
+            sliding_window: None,
+            experts: Some(ShapeExperts {
+                count: 8,
+                used: 2,
+                n_ff: 14336,
+            }),
         },
         llama3_rope: None,
     },
@@ -399,6 +472,15 @@ impl Preset {
 impl Shape {
     pub fn head_dim(&self) -> usize {
         self.key_length.unwrap_or(self.n_embd / self.n_head)
+    }
+
+    /// `general.architecture`: the family's, or its mixture-of-experts sibling's where the
+    /// converter names one (Qwen3-MoE; Mixtral is `llama`).
+    pub fn architecture(&self) -> &'static str {
+        match (self.family, self.experts) {
+            (Family::Qwen3, Some(_)) => "qwen3moe",
+            (family, _) => family.architecture(),
+        }
     }
 
     /// Weights in the network, counted as `ModelConfig::n_params` counts them.
@@ -454,6 +536,34 @@ impl Shape {
                 ))
             }
             _ => {}
+        }
+        if let Some(x) = self.experts {
+            if x.count == 0 || x.used == 0 || x.used > x.count || x.n_ff == 0 {
+                return bad(format!(
+                    "{} of {} experts {} wide is not a mixture of experts",
+                    x.used, x.count, x.n_ff
+                ));
+            }
+            if !matches!(self.family, Family::Llama | Family::Qwen3) {
+                return bad(format!(
+                    "{:?} has no mixture-of-experts sibling here (Llama and Qwen3 do)",
+                    self.family
+                ));
+            }
+            if self.family == Family::Llama && x.n_ff != self.n_ff {
+                return bad(format!(
+                    "Mixtral's experts are feed_forward_length wide: {} against n_ff {}",
+                    x.n_ff, self.n_ff
+                ));
+            }
+            if x.n_ff % format.block_size() != 0 {
+                return bad(format!(
+                    "{format} packs rows in blocks of {}: the experts' width {} must be a \
+                     multiple",
+                    format.block_size(),
+                    x.n_ff
+                ));
+            }
         }
         if self.n_head % self.n_head_kv != 0 {
             return bad(format!(
@@ -551,11 +661,12 @@ impl Shape {
         let mut writer = GgufWriter::new();
         self.write_metadata(&mut writer, name, format);
         for (i, t) in tensors.iter().enumerate() {
-            let shape = [t.n_in as u64, t.n_out as u64];
-            let shape = if t.n_out == 1 {
-                &shape[..1]
-            } else {
-                &shape[..]
+            let (n_in, rows, stack) = (t.n_in as u64, (t.n_out / t.stack) as u64, t.stack as u64);
+            let shape = [n_in, rows, stack];
+            let shape = match (t.n_out, t.stack) {
+                (1, _) => &shape[..1],
+                (_, 1) => &shape[..2],
+                _ => &shape[..],
             };
             writer.add_tensor(
                 &t.name,
@@ -593,7 +704,7 @@ impl Shape {
 
     fn write_metadata(&self, w: &mut GgufWriter<'_>, name: &str, format: Format) {
         let u32_of = |n: usize| MetaValue::U32(n as u32); // check() bounded every count
-        let arch = self.family.architecture();
+        let arch = self.architecture();
         let mut set = |key: &str, value: MetaValue| w.set_metadata(key, value);
         set("general.architecture", MetaValue::String(arch.into()));
         set("general.name", MetaValue::String(name.into()));
@@ -614,6 +725,13 @@ impl Shape {
         );
         if let Some(w) = self.sliding_window {
             set_arch("attention.sliding_window", u32_of(w));
+        }
+        if let Some(x) = self.experts {
+            set_arch("expert_count", u32_of(x.count));
+            set_arch("expert_used_count", u32_of(x.used));
+            if arch != "llama" {
+                set_arch("expert_feed_forward_length", u32_of(x.n_ff));
+            }
         }
         if self.family == Family::Gemma2 {
             set_arch("attn_logit_softcapping", MetaValue::F32(50.0));
@@ -653,6 +771,7 @@ impl Shape {
             name,
             n_in,
             n_out,
+            stack: 1,
             kind: if n_out == 1 {
                 Values::Gain
             } else {
@@ -663,9 +782,18 @@ impl Shape {
             name,
             n_in,
             n_out: 1,
+            stack: 1,
             kind,
         };
-        let mut t = vec![plan("token_embd.weight".into(), e, v)];
+        // With experts the tokens' embeddings differ too, so that tokens pick different
+        // experts as in a trained model (identical rows would send all to the same ones).
+        let mut t = vec![TensorPlan {
+            kind: match self.experts {
+                Some(_) => Values::VariedMatrix,
+                None => Values::Matrix,
+            },
+            ..plan("token_embd.weight".into(), e, v)
+        }];
         for l in 0..self.n_layer {
             let blk = |what: &str| format!("blk.{l}.{what}.weight");
             let bias = |what: &str| format!("blk.{l}.{what}.bias");
@@ -698,12 +826,29 @@ impl Shape {
                 t.push(varied(blk("post_attention_norm"), e, Values::VariedGain));
             }
             t.push(plan(blk("ffn_norm"), e, 1));
-            if fused {
+            if let Some(x) = self.experts {
+                // The router's rows differ (identical rows would tie every expert), and the
+                // experts are stacked [count, rows, n_in].
+                let stacked = |name: String, n_in, rows| TensorPlan {
+                    stack: x.count,
+                    ..plan(name, n_in, rows * x.count)
+                };
+                t.extend([
+                    TensorPlan {
+                        kind: Values::VariedMatrix,
+                        ..plan(blk("ffn_gate_inp"), e, x.count)
+                    },
+                    stacked(blk("ffn_gate_exps"), e, x.n_ff),
+                    stacked(blk("ffn_up_exps"), e, x.n_ff),
+                    stacked(blk("ffn_down_exps"), x.n_ff, e),
+                ]);
+            } else if fused {
                 t.push(plan(blk("ffn_up"), e, 2 * ff));
+                t.push(plan(blk("ffn_down"), ff, e));
             } else {
                 t.extend([plan(blk("ffn_gate"), e, ff), plan(blk("ffn_up"), e, ff)]);
+                t.push(plan(blk("ffn_down"), ff, e));
             }
-            t.push(plan(blk("ffn_down"), ff, e));
             if self.family.sandwich() {
                 t.push(varied(blk("post_ffw_norm"), e, Values::VariedGain));
             }
@@ -721,6 +866,8 @@ struct TensorPlan {
     name: String,
     n_in: usize,
     n_out: usize,
+    /// Matrices stacked in a 3-dimensional tensor [stack, n_out / stack, n_in] (experts).
+    stack: usize,
     kind: Values,
 }
 
@@ -728,6 +875,8 @@ struct TensorPlan {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Values {
     Matrix,
+    /// A matrix whose every row is drawn, from a seed of its own without one.
+    VariedMatrix,
     /// A norm gain over the model's width: ones.
     Gain,
     /// A projection's bias: uniform in ±0.5 with a seed, else zeros.
@@ -766,6 +915,10 @@ impl TensorPlan {
         if let Some(values) = vector {
             return Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect());
         }
+        let seed = match self.kind {
+            Values::VariedMatrix => Some(seed.unwrap_or(self.n_in as u64 ^ self.n_out as u64)),
+            _ => seed,
+        };
         if let (Some(seed), true) = (seed, self.n_out > 1) {
             let scale = 1.0 / (self.n_in as f32).sqrt();
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -40,6 +40,7 @@ const TINY: Shape = Shape {
     tied_embeddings: false,
     key_length: None,
     sliding_window: None,
+    experts: None,
 };
 
 fn have_device() -> bool {

@@ -38,6 +38,7 @@ const SMALL: Shape = Shape {
     tied_embeddings: false,
     key_length: None,
     sliding_window: None,
+    experts: None,
 };
 
 fn model(n_ctx: usize) -> CpuModel {

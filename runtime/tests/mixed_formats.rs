@@ -29,6 +29,7 @@ const TINY: Shape = Shape {
     tied_embeddings: false,
     key_length: None,
     sliding_window: None,
+    experts: None,
 };
 
 /// The format of each matrix. Layer 0: q and k Q5_0, v Q8_0 (two runs), gate and up both

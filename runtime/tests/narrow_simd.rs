@@ -26,6 +26,7 @@ const SMALL: Shape = Shape {
     tied_embeddings: true,
     key_length: None,
     sliding_window: None,
+    experts: None,
 };
 
 fn logits(backend: BackendKind, prompt: &[u32]) -> Vec<f32> {

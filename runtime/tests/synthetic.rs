@@ -10,7 +10,7 @@ use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::{Logits, ModelConfig};
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::session::{FinishReason, GenerateParams};
-use hearth_runtime::synthetic::{self, Family, Shape, PRESETS};
+use hearth_runtime::synthetic::{self, Family, Shape, ShapeExperts, PRESETS};
 use hearth_runtime::vk::{Device, DeviceDesc};
 
 /// A model small enough to run anywhere: 2 layers, width 64, 4 query heads sharing 2
@@ -29,6 +29,7 @@ const TINY: Shape = Shape {
     tied_embeddings: false,
     key_length: None,
     sliding_window: None,
+    experts: None,
 };
 
 /// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into
@@ -42,6 +43,7 @@ fn scaled_down(shape: &Shape) -> Shape {
         n_layer: 1,
         n_embd,
         n_ff: 64,
+        experts: shape.experts.map(|x| ShapeExperts { n_ff: 64, ..x }),
         ..*shape
     }
 }
@@ -50,7 +52,7 @@ fn scaled_down(shape: &Shape) -> Shape {
 fn check_resolves(shape: &Shape, format: Format) {
     let file = shape.build("test", format).unwrap();
     let model = resolve_gguf(&file).unwrap();
-    assert_eq!(model.architecture, shape.family.architecture());
+    assert_eq!(model.architecture, shape.architecture());
     assert!(
         model.unused_tensors.is_empty(),
         "{:?}",
@@ -82,6 +84,8 @@ fn check_resolves(shape: &Shape, format: Format) {
     let rope = config.rope.unwrap();
     assert_eq!((rope.base, rope.dims), (shape.rope_base, shape.head_dim()));
     assert_eq!(config.norm_eps, shape.norm_eps);
+    let experts = config.experts.map(|x| (x.count, x.used, x.n_ff));
+    assert_eq!(experts, shape.experts.map(|x| (x.count, x.used, x.n_ff)));
     assert_eq!(config.n_params(shape.tied_embeddings), shape.n_params());
     let data: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
     assert_eq!(Some(data), shape.file_bytes(format), "{format}");
@@ -128,6 +132,8 @@ fn presets_have_the_published_sizes() {
         ("qwen3-8b", 8_190_735_360),
         ("gemma-2-9b", 9_241_705_984),
         ("llama-13b", 13_015_864_320),
+        ("qwen3-30b-a3b", 30_532_122_624),
+        ("mixtral-8x7b", 46_702_792_704),
     ];
     for (name, n_params) in expected {
         let p = synthetic::preset(name).unwrap();
@@ -219,7 +225,7 @@ fn qwen_families_match_the_reference_on_vulkan() {
     for shape in [qwen2, qwen3] {
         let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
         let model = resolve_gguf(&file).unwrap();
-        assert_eq!(model.architecture, shape.family.architecture());
+        assert_eq!(model.architecture, shape.architecture());
         assert!(
             model.unused_tensors.is_empty(),
             "{:?}",
@@ -309,6 +315,35 @@ fn gemma3_and_phi3_match_the_reference_on_vulkan() {
         .rope
         .unwrap();
     assert_eq!((rope.base, rope.local_base), (1_000_000.0, Some(10_000.0)));
+}
+
+/// Mixtures of experts, Mixtral's (Llama with 2 of 4 experts) and Qwen3-MoE's (with the
+/// query/key norm), on the device against the CPU reference: decode takes one slot a pass
+/// and the prompt eight.
+#[test]
+fn mixtures_of_experts_match_the_reference_on_vulkan() {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let experts = Some(ShapeExperts {
+        count: 4,
+        used: 2,
+        n_ff: TINY.n_ff,
+    });
+    let mixtral = Shape { experts, ..TINY };
+    let qwen3moe = Shape {
+        family: Family::Qwen3,
+        key_length: Some(32),
+        experts,
+        ..TINY
+    };
+    for shape in [mixtral, qwen3moe] {
+        check_vulkan_matches_reference(&shape, Format::Q8);
+    }
 }
 
 /// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU
