@@ -217,6 +217,13 @@ fn mixtral_matches_transformers() {
     check_family("mixtral");
 }
 
+/// Qwen2-MoE: 2 of 4 experts of width 64 per token, softmax weights as they are, and a
+/// shared expert of width 96 scaled by the sigmoid of its gate.
+#[test]
+fn qwen2moe_matches_transformers() {
+    check_family("qwen2moe");
+}
+
 /// Qwen3-MoE: 2 of 4 experts of width 64 per token, with Qwen3's query/key norm.
 #[test]
 fn qwen3moe_matches_transformers() {

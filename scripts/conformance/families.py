@@ -239,6 +239,25 @@ FAMILIES = {
             pad_token_id=None,
         ),
     ),
+    # Qwen2-MoE: Qwen2's block (q/k/v biases) with a router of four experts choosing two
+    # per token, their softmax weights as they are (norm_topk_prob off), and a shared expert of
+    # 96 that every token runs, scaled by the sigmoid of its own gate.
+    "qwen2moe": dict(
+        model_type="qwen2_moe",
+        vocab="qwen2",
+        router_init=ROUTER_INIT,
+        config=dict(
+            BASE,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=96,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=False,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+        ),
+    ),
     # Qwen3-MoE: every layer a router of four experts choosing two per token, the two
     # weights renormalised to sum to one (norm_topk_prob), each expert a SwiGLU MLP of 64
     # (expert_feed_forward_length in GGUF; intermediate_size is the dense MLP's, which no

@@ -2,8 +2,10 @@
 // A mixture of experts' routing for a step's tokens. Each token's router logits go through
 // the gating (softmax over the experts, or each one's sigmoid); its `used` heaviest experts
 // run it (equal weights: the lower index first, as torch.topk orders them), with their
-// weights renormalized to sum to one where the model does so. Slot s = t * used + j is token
-// t's j-th expert: experts[s] and weights[s].
+// weights renormalized to sum to one where the model does so. Slot s = t * stride + j is
+// token t's j-th expert: experts[s] and weights[s]. With a shared expert (stride = used + 1)
+// slot t * stride + used is its output's weight: the sigmoid of the logit after the experts'
+// (shared = 1), or 1 (shared = 2).
 //
 // Then the slots are grouped by expert for the experts' products (matvec.comp, EXPERTS):
 // `order` lists them expert by expert (in slot order within each), and each expert's run is
@@ -12,9 +14,9 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-layout(binding = 0) readonly buffer L { float logits[]; };     // [tokens, n_expert]
-layout(binding = 1) writeonly buffer W { float weights[]; };   // [tokens * used]
-layout(binding = 2) coherent buffer E { uint experts[]; };     // [tokens * used]
+layout(binding = 0) readonly buffer L { float logits[]; };     // [tokens, n_expert (+ 1)]
+layout(binding = 1) writeonly buffer W { float weights[]; };   // [tokens * stride]
+layout(binding = 2) coherent buffer E { uint experts[]; };     // [tokens * stride]
 layout(binding = 3) writeonly buffer O { uint order[]; };      // [tokens * used]
 layout(binding = 4) writeonly buffer T { uvec4 tiles[]; };     // [max_tiles]
 layout(push_constant) uniform Push {
@@ -25,6 +27,8 @@ layout(push_constant) uniform Push {
     uint normalize;   // 1: the picked weights are divided by their sum
     uint tile;        // most slots in a tile
     uint max_tiles;
+    uint stride;      // slots per token
+    uint shared_expert;   // 0: no shared expert; 1: gated by the logit after the experts'; 2: ungated
 } p;
 
 // The host keeps within these (kernels/moe.rs).
@@ -41,7 +45,7 @@ float gate_weight(uint base, uint e, float top, float sum) {
 }
 
 void route(uint t) {
-    uint base = t * p.n_expert;
+    uint base = t * (p.n_expert + (p.shared_expert == 1u ? 1u : 0u));
     float top = -1.0 / 0.0;
     float sum = 0.0;
     if (p.sigmoid == 0u) {
@@ -77,9 +81,18 @@ void route(uint t) {
         prev_e = best_e;
     }
     for (uint j = 0; j < p.used; ++j) {
-        weights[t * p.used + j] = p.normalize != 0u && total > 0.0 ? picked[j] / total : picked[j];
-        experts[t * p.used + j] = ids[j];
+        weights[t * p.stride + j] = p.normalize != 0u && total > 0.0 ? picked[j] / total : picked[j];
+        experts[t * p.stride + j] = ids[j];
     }
+    if (p.shared_expert != 0u) {
+        float g = p.shared_expert == 1u ? 1.0 / (1.0 + exp(-logits[base + p.n_expert])) : 1.0;
+        weights[t * p.stride + p.used] = g;
+    }
+}
+
+// Whether slot s is a routed expert's (not the shared expert's).
+bool routed(uint s) {
+    return s % p.stride < p.used;
 }
 
 void main() {
@@ -93,9 +106,11 @@ void main() {
     }
     memoryBarrierBuffer();
     barrier();
-    uint slots = p.tokens * p.used;
+    uint slots = p.tokens * p.stride;
     for (uint s = lid; s < slots; s += WG) {
-        atomicAdd(counts[experts[s]], 1u);
+        if (routed(s)) {
+            atomicAdd(counts[experts[s]], 1u);
+        }
     }
     barrier();
     if (lid != 0u) {
@@ -114,8 +129,10 @@ void main() {
         tiles[n_tiles] = uvec4(0u);
     }
     for (uint s = 0; s < slots; ++s) {
-        uint e = experts[s];
-        order[starts[e]] = s;
-        starts[e] += 1u;
+        if (routed(s)) {
+            uint e = experts[s];
+            order[starts[e]] = s;
+            starts[e] += 1u;
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
-use hearth_models::spec::RopeScaling;
+use hearth_models::spec::{Gating, RopeScaling};
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{
     resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, Tokenizer,
@@ -382,6 +382,22 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
         }
     }
     writeln!(out, "  mlp             {}", s.mlp.kind)?;
+    if let Some(x) = &hp.experts {
+        let renormalized = if x.normalize { ", renormalized" } else { "" };
+        write!(
+            out,
+            "  experts         {} of {} per token, {} wide, {} weights{renormalized}",
+            x.used,
+            x.count,
+            x.n_ff,
+            gating_name(x.gating)
+        )?;
+        if let Some(sh) = x.shared {
+            let gated = if sh.gated { ", gated" } else { "" };
+            write!(out, "; a shared expert {} wide{gated}", sh.n_ff)?;
+        }
+        writeln!(out)?;
+    }
     if let Some(scale) = s.embedding_scale {
         writeln!(out, "  embedding scale {scale}")?;
     }
@@ -502,10 +518,26 @@ fn model_json(m: &ResolvedModel) -> Value {
         "norm_placement": s.norm.placement.as_str(),
         "embedding_scale": s.embedding_scale.map(|e| e.as_str()),
         "mlp": s.mlp.kind.as_str(),
+        "experts": hp.experts.map(|x| json!({
+            "count": x.count,
+            "used": x.used,
+            "n_ff": x.n_ff,
+            "gating": gating_name(x.gating),
+            "normalize": x.normalize,
+            "shared": x.shared.map(|sh| json!({"n_ff": sh.n_ff, "gated": sh.gated})),
+        })),
         "gate_up": s.mlp.gate_up.as_str(),
         "tied_embeddings": m.tensors.tied_embeddings,
         "unused_tensors": m.unused_tensors,
     })
+}
+
+/// A router's gating as spec files name it.
+fn gating_name(g: Gating) -> &'static str {
+    match g {
+        Gating::Softmax => "softmax",
+        Gating::Sigmoid => "sigmoid",
+    }
 }
 
 fn tokenizer_json(t: &Tokenizer) -> Value {

@@ -12,7 +12,8 @@ use serde::Deserialize;
 
 pub use resolved::{
     resolve_gguf, Experts, HyperParams, LayerTensors, Linear, MlpTensors, ModelTensors,
-    NormTensors, QkvTensors, ResolvedModel, RopeParams, RopeScaling, SlidingWindow, Yarn,
+    NormTensors, QkvTensors, ResolvedModel, RopeParams, RopeScaling, SharedExpert,
+    SharedExpertTensors, SlidingWindow, Yarn,
 };
 
 use crate::error::{Error, Result};
@@ -22,6 +23,7 @@ const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
+    ("qwen2moe.toml", include_str!("../../specs/qwen2moe.toml")),
     ("qwen3moe.toml", include_str!("../../specs/qwen3moe.toml")),
     ("gemma2.toml", include_str!("../../specs/gemma2.toml")),
     ("gemma3.toml", include_str!("../../specs/gemma3.toml")),
@@ -283,6 +285,13 @@ pub struct LayerTensorNames {
     pub ffn_gate_exps: Option<String>,
     pub ffn_up_exps: Option<String>,
     pub ffn_down_exps: Option<String>,
+    /// A shared expert that every token runs besides its routed ones (Qwen2-MoE): a gated MLP
+    /// `{arch}.expert_shared_feed_forward_length` wide, and optionally its gate
+    /// ([n_embd]: the output is scaled by the sigmoid of its product with x).
+    pub ffn_gate_shexp: Option<String>,
+    pub ffn_up_shexp: Option<String>,
+    pub ffn_down_shexp: Option<String>,
+    pub ffn_gate_inp_shexp: Option<String>,
 }
 
 /// A model specification as written in a spec file.
@@ -345,6 +354,10 @@ impl ModelSpec {
             ("ffn_gate_exps", l.ffn_gate_exps.as_ref()),
             ("ffn_up_exps", l.ffn_up_exps.as_ref()),
             ("ffn_down_exps", l.ffn_down_exps.as_ref()),
+            ("ffn_gate_shexp", l.ffn_gate_shexp.as_ref()),
+            ("ffn_up_shexp", l.ffn_up_shexp.as_ref()),
+            ("ffn_down_shexp", l.ffn_down_shexp.as_ref()),
+            ("ffn_gate_inp_shexp", l.ffn_gate_inp_shexp.as_ref()),
         ];
         for (role, name) in per_layer {
             if let Some(name) = name {
@@ -389,6 +402,15 @@ impl ModelSpec {
             return bad(
                 "[moe] needs tensors.layer.ffn_gate_inp, ffn_gate_exps, ffn_up_exps and \
                  ffn_down_exps"
+                    .into(),
+            );
+        }
+        let shared = [&l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp];
+        let named = shared.iter().filter(|n| n.is_some()).count();
+        if (named > 0 || l.ffn_gate_inp_shexp.is_some()) && (named < 3 || self.moe.is_none()) {
+            return bad(
+                "a shared expert needs [moe] and all of tensors.layer.ffn_gate_shexp, \
+                 ffn_up_shexp and ffn_down_shexp"
                     .into(),
             );
         }
@@ -624,6 +646,20 @@ mod tests {
             (
                 llama.replace("causal = true", "causal = true\nqk_norm = \"l2\""),
                 "l2",
+            ),
+            // A shared expert without [moe], and one with only some of its tensors named.
+            (
+                format!("{llama}ffn_up_shexp = \"blk.{{layer}}.ffn_up_shexp.weight\"\n"),
+                "a shared expert needs [moe]",
+            ),
+            (
+                SHIPPED
+                    .iter()
+                    .find(|(n, _)| *n == "qwen2moe.toml")
+                    .unwrap()
+                    .1
+                    .replace("ffn_down_shexp = ", "# "),
+                "ffn_down_shexp",
             ),
         ];
         for (text, fragment) in cases {

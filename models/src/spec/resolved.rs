@@ -176,7 +176,19 @@ pub enum MlpTensors {
         up: String,
         /// [n_ff_exp, n_embd, n_expert]
         down: String,
+        /// The expert every token runs besides its routed ones.
+        shared: Option<SharedExpertTensors>,
     },
+}
+
+/// A shared expert's gated MLP, [n_embd, n_ff_shexp] gate and up and [n_ff_shexp, n_embd]
+/// down, and its gate ([n_embd]), where it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedExpertTensors {
+    pub gate: String,
+    pub up: String,
+    pub down: String,
+    pub gate_inp: Option<String>,
 }
 
 /// A mixture of experts' sizes and routing.
@@ -189,6 +201,18 @@ pub struct Experts {
     pub n_ff: usize,
     pub gating: super::Gating,
     pub normalize: bool,
+    /// An expert every token runs besides its routed ones (Qwen2-MoE).
+    pub shared: Option<SharedExpert>,
+}
+
+/// A shared expert's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedExpert {
+    /// Its MLP's width (`{arch}.expert_shared_feed_forward_length`, else the dense
+    /// `feed_forward_length`, as llama.cpp reads it).
+    pub n_ff: usize,
+    /// Its output is scaled by sigmoid(x . ffn_gate_inp_shexp).
+    pub gated: bool,
 }
 
 /// Every weight tensor the network reads, by name.
@@ -459,7 +483,7 @@ impl ModelSpec {
         &self,
         file: &GgufFile,
         key: &dyn Fn(&str) -> String,
-        n_ff: usize,
+        n_ff_dense: usize,
     ) -> Result<Option<Experts>> {
         let path = file.path();
         let count_key = key("expert_count");
@@ -492,7 +516,7 @@ impl ModelSpec {
         let n_ff = match file.get::<u32>(&ff_key)? {
             Some(0) => return Err(Error::metadata(path, &ff_key, "must be positive, found 0")),
             Some(n) => n as usize,
-            None => n_ff,
+            None => n_ff_dense,
         };
         let gating_key = key("expert_gating_func");
         let gating = match file.get::<u32>(&gating_key)? {
@@ -507,6 +531,23 @@ impl ModelSpec {
                 ))
             }
         };
+        let layer = &self.tensors.layer;
+        let shared = match layer.ffn_up_shexp.is_some() {
+            true => {
+                let key = key("expert_shared_feed_forward_length");
+                Some(SharedExpert {
+                    n_ff: match file.get::<u32>(&key)? {
+                        Some(0) => {
+                            return Err(Error::metadata(path, &key, "must be positive, found 0"))
+                        }
+                        Some(n) => n as usize,
+                        None => n_ff_dense,
+                    },
+                    gated: layer.ffn_gate_inp_shexp.is_some(),
+                })
+            }
+            false => None,
+        };
         Ok(Some(Experts {
             count: count as usize,
             used,
@@ -515,6 +556,7 @@ impl ModelSpec {
             normalize: file
                 .get::<bool>(&key("expert_weights_norm"))?
                 .unwrap_or(moe.normalize),
+            shared,
         }))
     }
 
@@ -687,6 +729,37 @@ impl ModelSpec {
                             &[ffx, e, n],
                             "n_ff_exp x n_embd x n_expert",
                         )?,
+                        shared: match x.shared {
+                            Some(sh) => {
+                                let ffs = sh.n_ff as u64;
+                                Some(SharedExpertTensors {
+                                    gate: c.require(
+                                        &named(&l.ffn_gate_shexp)?,
+                                        &[e, ffs],
+                                        "n_embd x n_ff_shexp",
+                                    )?,
+                                    up: c.require(
+                                        &named(&l.ffn_up_shexp)?,
+                                        &[e, ffs],
+                                        "n_embd x n_ff_shexp",
+                                    )?,
+                                    down: c.require(
+                                        &named(&l.ffn_down_shexp)?,
+                                        &[ffs, e],
+                                        "n_ff_shexp x n_embd",
+                                    )?,
+                                    gate_inp: match sh.gated {
+                                        true => Some(c.require(
+                                            &named(&l.ffn_gate_inp_shexp)?,
+                                            &[e],
+                                            "n_embd",
+                                        )?),
+                                        false => None,
+                                    },
+                                })
+                            }
+                            None => None,
+                        },
                     }
                 }
                 None => MlpTensors::Dense {

@@ -274,11 +274,13 @@ impl Backend for CpuModel {
                     router,
                     gate_up,
                     down,
+                    shared,
                 } => {
                     let experts = ExpertWeights {
                         router,
                         gate_up,
                         down,
+                        shared: shared.as_ref().map(|sh| (&sh.gate_up[..], &sh.down[..])),
                     };
                     experts.forward(&xn, &c)
                 }

@@ -1,19 +1,21 @@
 //! A mixture of experts on the reference: each token's router logits pick the experts that
 //! run it, and their gated MLPs' outputs are summed with the router's weights (Mixtral,
-//! Qwen3-MoE).
+//! Qwen3-MoE), with a shared expert's output besides where the model has one (Qwen2-MoE).
 
 use hearth_models::spec::{Experts, Gating};
 
 use super::matmul::matmul;
 use crate::model::ModelConfig;
 
-/// One block's experts as f32: the router [n_expert, n_embd], the stacked gate and up
-/// [n_expert * 2 n_ff_exp, n_embd] (each expert's gate rows, then its up rows) and down
-/// [n_expert * n_embd, n_ff_exp] projections.
+/// One block's experts as f32: the router [n_expert, n_embd] (and the shared expert's gate
+/// row after it, where it has one), the stacked gate and up [n_expert * 2 n_ff_exp, n_embd]
+/// (each expert's gate rows, then its up rows) and down [n_expert * n_embd, n_ff_exp]
+/// projections, and the shared expert's gate/up [2 n_ff_shexp, n_embd] and down.
 pub(super) struct ExpertWeights<'a> {
     pub router: &'a [f32],
     pub gate_up: &'a [f32],
     pub down: &'a [f32],
+    pub shared: Option<(&'a [f32], &'a [f32])>,
 }
 
 impl ExpertWeights<'_> {
@@ -23,25 +25,49 @@ impl ExpertWeights<'_> {
             return Vec::new();
         };
         let e = c.n_embd;
-        let logits = matmul(xn, self.router, x.count, e); // (tokens, n_expert)
+        let gated = x.shared.is_some_and(|sh| sh.gated);
+        let width = x.count + gated as usize;
+        let logits = matmul(xn, self.router, width, e); // (tokens, n_expert [+ 1])
         let mut out = vec![0f32; xn.len()];
         for ((row, logits), y) in xn
             .chunks(e)
-            .zip(logits.chunks(x.count))
+            .zip(logits.chunks(width))
             .zip(out.chunks_mut(e))
         {
-            for (expert, weight) in route(logits, &x) {
+            for (expert, weight) in route(&logits[..x.count], &x) {
                 let gate_up = &self.gate_up[expert * 2 * x.n_ff * e..][..2 * x.n_ff * e];
-                let gate_up = matmul(row, gate_up, 2 * x.n_ff, e);
-                let (g, u) = gate_up.split_at(x.n_ff);
-                let hidden = c.mlp_act.apply(g, u);
                 let down = &self.down[expert * e * x.n_ff..][..e * x.n_ff];
-                for (y, v) in y.iter_mut().zip(matmul(&hidden, down, e, x.n_ff)) {
-                    *y += weight * v;
-                }
+                add_gated_mlp(y, weight, row, (gate_up, down), x.n_ff, c);
+            }
+            if let (Some(sh), Some(weights)) = (x.shared, self.shared) {
+                // The shared expert, scaled by the sigmoid of its gate's logit where it has one.
+                let weight = match gated {
+                    true => 1.0 / (1.0 + (-logits[x.count]).exp()),
+                    false => 1.0,
+                };
+                add_gated_mlp(y, weight, row, weights, sh.n_ff, c);
             }
         }
         out
+    }
+}
+
+/// y += weight * down(act(gate x) * (up x)) for one token's x, with `gate_up` [2 n_ff, n_embd]
+/// (gate rows, then up rows) and `down` [n_embd, n_ff].
+fn add_gated_mlp(
+    y: &mut [f32],
+    weight: f32,
+    x: &[f32],
+    (gate_up, down): (&[f32], &[f32]),
+    n_ff: usize,
+    c: &ModelConfig,
+) {
+    let e = c.n_embd;
+    let both = matmul(x, gate_up, 2 * n_ff, e);
+    let (g, u) = both.split_at(n_ff);
+    let hidden = c.mlp_act.apply(g, u);
+    for (y, v) in y.iter_mut().zip(matmul(&hidden, down, e, n_ff)) {
+        *y += weight * v;
     }
 }
 
@@ -79,6 +105,7 @@ mod tests {
             n_ff: 8,
             gating,
             normalize,
+            shared: None,
         }
     }
 

@@ -200,7 +200,7 @@ impl Matvec {
         // subgroups per group, each streaming its own rows with coalesced loads. The lane
         // shape hands x round among eight lanes, so a CPU device with narrower SIMD (4 lanes
         // without AVX) takes the GPU shape.
-        let shape = match info.kind {
+        match info.kind {
             DeviceKind::Cpu if subgroup >= LANE_ROWS_MIN_SUBGROUP => Shape {
                 workgroup: subgroup,
                 tokens,
@@ -234,8 +234,7 @@ impl Matvec {
                     max_rows: 1,
                 }
             }
-        };
-        shape
+        }
     }
 
     fn with_shape(

@@ -26,7 +26,7 @@ pub use elementwise::{Binary, BinaryArgs, BinaryOp, Gelu, SwiGlu};
 pub use embed::{Embed, EmbedArgs};
 pub use matmul::{Matmul, MatmulArgs};
 pub use matvec::{ExpertSlots, Matvec, MatvecArgs};
-pub use moe::{check_experts, max_tiles, MoeCombine, MoeRoute, RouteOut};
+pub use moe::{check_experts, max_tiles, slots_per_token, MoeCombine, MoeRoute, RouteOut};
 pub use norm::{LayerNorm, NormShape, RmsNorm};
 pub use qkv_adjust::{QkvAdjust, QkvAdjustArgs, QkvHeads};
 pub use rope::{Rope, RopeShape};

@@ -48,12 +48,21 @@ struct RoutePush {
     normalize: u32,
     tile: u32,
     max_tiles: u32,
+    stride: u32,
+    shared_expert: u32,
 }
 
-/// Where the router's choices go, each [tokens * used] but `tiles`.
+/// Slots per token: the routed experts', and the shared expert's where the model has one.
+pub fn slots_per_token(x: &Experts) -> u32 {
+    (x.used + x.shared.is_some() as usize) as u32
+}
+
+/// Where the router's choices go, each [tokens * slots_per_token] but `order` ([tokens *
+/// used]) and `tiles`.
 #[derive(Clone, Copy)]
 pub struct RouteOut<'a> {
-    /// The weight of each slot (token t's j-th expert is slot t * used + j).
+    /// The weight of each slot (token t's j-th expert is slot t * stride + j, and the shared
+    /// expert's slot t * stride + used).
     pub weights: &'a Buffer,
     /// The expert of each slot.
     pub experts: &'a Buffer,
@@ -74,7 +83,8 @@ impl MoeRoute {
         })
     }
 
-    /// Routes `tokens` tokens from their router logits ([tokens, x.count]), cutting each
+    /// Routes `tokens` tokens from their router logits ([tokens, x.count], one more column for
+    /// a gated shared expert), cutting each
     /// expert's slots into tiles of at most `tile`; returns the tiles' bound, `max_tiles`.
     pub fn record<'a>(
         &self,
@@ -88,17 +98,23 @@ impl MoeRoute {
             kernel: name,
             message,
         })?;
-        let (n_expert, used) = (x.count as u32, x.used as u32);
-        let slots = tokens * used;
-        let max_tiles = max_tiles(slots, n_expert, tile);
-        let slot_bytes = slots as u64 * 4;
+        let (n_expert, used, stride) = (x.count as u32, x.used as u32, slots_per_token(x));
+        let shared = match x.shared {
+            None => 0,
+            Some(sh) if sh.gated => 1,
+            Some(_) => 2,
+        };
+        let routed = tokens * used;
+        let max_tiles = max_tiles(routed, n_expert, tile);
+        let slot_bytes = (tokens * stride) as u64 * 4;
+        let width = (n_expert + (shared == 1) as u32) as u64;
         check_sizes(
             name,
             &[
-                ("logits", logits, tokens as u64 * n_expert as u64 * 4),
+                ("logits", logits, tokens as u64 * width * 4),
                 ("weights", out.weights, slot_bytes),
                 ("experts", out.experts, slot_bytes),
-                ("order", out.order, slot_bytes),
+                ("order", out.order, routed as u64 * 4),
                 ("tiles", out.tiles, max_tiles as u64 * 16),
             ],
         )?;
@@ -113,6 +129,8 @@ impl MoeRoute {
             normalize: x.normalize as u32,
             tile: tile.max(1),
             max_tiles,
+            stride,
+            shared_expert: shared,
         };
         let buffers = [logits, out.weights, out.experts, out.order, out.tiles];
         rec.dispatch(&self.pipeline, &buffers, &push, [1, 1, 1])?;
@@ -190,6 +208,7 @@ mod tests {
             n_ff: 0,
             gating,
             normalize,
+            shared: None,
         }
     }
 

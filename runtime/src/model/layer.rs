@@ -36,14 +36,25 @@ pub enum Mlp<M> {
         down: M,
     },
     Experts {
-        /// [n_expert, n_embd]: each expert's logit.
+        /// [n_expert, n_embd]: each expert's logit; one more row, the shared expert's gate,
+        /// where it has one.
         router: M,
         /// [n_expert * 2 n_ff_exp, n_embd]: expert e's gate rows from e * 2 n_ff_exp, then
         /// its up rows, so that one gated product reads an expert's rows together.
         gate_up: M,
         /// [n_expert * n_embd, n_ff_exp]: expert e's rows from e * n_embd.
         down: M,
+        /// The expert every token runs besides its routed ones (Qwen2-MoE).
+        shared: Option<SharedMlp<M>>,
     },
+}
+
+/// A shared expert's gated MLP.
+pub struct SharedMlp<M> {
+    /// [2 n_ff_shexp, n_embd]: gate rows, then up rows.
+    pub gate_up: M,
+    /// [n_embd, n_ff_shexp]
+    pub down: M,
 }
 
 impl<M, V> Layer<M, V> {
@@ -104,10 +115,18 @@ impl<M, V> Layer<M, V> {
                     router,
                     gate_up,
                     down,
+                    shared,
                 } => Mlp::Experts {
                     router: matrix("ffn_gate_inp", router)?,
                     gate_up: matrix("ffn_gate_up_exps", gate_up)?,
                     down: matrix("ffn_down_exps", down)?,
+                    shared: match shared {
+                        Some(sh) => Some(SharedMlp {
+                            gate_up: matrix("ffn_gate_up_shexp", sh.gate_up)?,
+                            down: matrix("ffn_down_shexp", sh.down)?,
+                        }),
+                        None => None,
+                    },
                 },
             },
         })

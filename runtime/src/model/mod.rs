@@ -9,7 +9,7 @@ mod vulkan;
 mod weights;
 
 pub use config::{ModelConfig, Rope};
-pub use layer::{Layer, LayerWeights, Mlp};
+pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};
 pub use matrix::{Matrix, Projection};
 pub use vulkan::FETCH_KERNELS;
 pub use vulkan::{KvBudget, SeqStep, VkModel, VkModelOptions};

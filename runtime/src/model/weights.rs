@@ -10,7 +10,7 @@ use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
 use super::config::ModelConfig;
-use super::layer::{LayerWeights, Mlp};
+use super::layer::{LayerWeights, Mlp, SharedMlp};
 use super::matrix::{fitting_format, import_format, Matrix, Projection};
 use crate::error::{Error, Result};
 
@@ -223,16 +223,35 @@ impl<'a> WeightReader<'a> {
                 gate,
                 up,
                 down,
+                shared,
             } => {
                 let x = c
                     .experts
                     .ok_or_else(|| self.fail(router, "experts without a count".into()))?;
                 let gate = self.matrix(gate, x.count * x.n_ff, e)?;
                 let up = self.matrix(up, x.count * x.n_ff, e)?;
+                let mut router = vec![self.matrix(router, x.count, e)?];
+                let shared = match (shared, x.shared) {
+                    (Some(t), Some(sh)) => {
+                        // The shared expert's gate is one more row of the router.
+                        if let Some(gate_inp) = &t.gate_inp {
+                            router.push(self.matrix(gate_inp, 1, e)?);
+                        }
+                        Some(SharedMlp {
+                            gate_up: Projection::fuse(vec![
+                                self.matrix(&t.gate, sh.n_ff, e)?,
+                                self.matrix(&t.up, sh.n_ff, e)?,
+                            ]),
+                            down: self.matrix(&t.down, e, sh.n_ff)?.into(),
+                        })
+                    }
+                    _ => None,
+                };
                 Mlp::Experts {
-                    router: self.matrix(router, x.count, e)?.into(),
+                    router: Projection::fuse(router),
                     gate_up: Projection::interleave_experts(&gate, &up, x.count),
                     down: self.matrix(down, x.count * e, x.n_ff)?.into(),
+                    shared,
                 }
             }
         };
@@ -281,7 +300,14 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             gate,
             up,
             down,
-        } => names.extend([router.as_str(), gate, up, down]),
+            shared,
+        } => {
+            names.extend([router.as_str(), gate, up, down]);
+            if let Some(sh) = shared {
+                names.extend([sh.gate.as_str(), &sh.up, &sh.down]);
+                names.extend(sh.gate_inp.as_deref());
+            }
+        }
     }
     match &l.qkv {
         QkvTensors::Separate { q, k, v } => {

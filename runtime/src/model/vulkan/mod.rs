@@ -127,20 +127,24 @@ struct Scratch {
 }
 
 /// Activations of a mixture of experts for one chunk; a slot is one token's use of one
-/// expert, `used` per token.
+/// expert, `slots_per_token` per token (the routed experts', and the shared expert's).
 struct MoeScratch {
-    /// [chunk, n_expert]
+    /// [chunk, n_expert (+ 1 for the shared expert's gate)]
     router: Buffer,
-    /// [chunk * used] each: the router's weight, the expert, and the slots expert by expert.
+    /// [chunk * slots_per_token] each: the router's weight and the expert of each slot.
     weights: Buffer,
     experts: Buffer,
+    /// The routed slots, expert by expert.
     order: Buffer,
     /// (expert, first index into order, slots, 0) for `max_tiles` tiles.
     tiles: Buffer,
-    /// [chunk * used, n_ff_exp]
+    /// [chunk * slots_per_token, n_ff_exp]
     hidden: Buffer,
-    /// [chunk * used, n_embd]
+    /// [chunk * slots_per_token, n_embd]
     out: Buffer,
+    /// The shared expert's [chunk, 2 n_ff_shexp] gate/up outputs (prefill) and [chunk,
+    /// n_ff_shexp] hidden activations.
+    shared: Option<(Buffer, Buffer)>,
 }
 
 pub struct VkModel {
@@ -311,17 +315,25 @@ impl VkModel {
             )?,
             moe: match c.experts {
                 Some(x) => {
-                    let slots = chunk * x.used;
+                    let slots = chunk * crate::kernels::slots_per_token(&x) as usize;
+                    let routed = chunk * x.used;
                     // The most tiles: one slot a pass.
-                    let tiles = crate::kernels::max_tiles(slots as u32, x.count as u32, 1);
+                    let tiles = crate::kernels::max_tiles(routed as u32, x.count as u32, 1);
                     Some(MoeScratch {
-                        router: f32s("router logits", chunk * x.count)?,
+                        router: f32s("router logits", chunk * (x.count + 1))?,
                         weights: f32s("expert weights", slots)?,
                         experts: f32s("token experts", slots)?,
-                        order: f32s("expert slots", slots)?,
+                        order: f32s("expert slots", routed)?,
                         tiles: f32s("expert tiles", 4 * tiles as usize)?,
                         hidden: f32s("expert hidden", slots * x.n_ff)?,
                         out: f32s("expert outputs", slots * c.n_embd)?,
+                        shared: match x.shared {
+                            Some(sh) => Some((
+                                f32s("shared expert gate/up", chunk * 2 * sh.n_ff)?,
+                                f32s("shared expert hidden", chunk * sh.n_ff)?,
+                            )),
+                            None => None,
+                        },
                     })
                 }
                 None => None,

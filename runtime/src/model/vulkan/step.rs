@@ -11,11 +11,11 @@ use crate::cpu::forward::check_step;
 use crate::cpu::ops;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    EmbedArgs, ExpertSlots, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads,
-    RopeTable, RouteOut, StepToken,
+    slots_per_token, EmbedArgs, ExpertSlots, MatmulArgs, MatvecArgs, NormShape, OutputCols,
+    QkvAdjustArgs, QkvHeads, RopeTable, RouteOut, StepToken,
 };
 use crate::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
-use crate::model::{Logits, Mlp};
+use crate::model::{Logits, Mlp, SharedMlp};
 use crate::vk::{Buffer, Completed, Recorder};
 
 /// One sequence's tokens in a step: `tokens` of them from the step's token `t0`, appended
@@ -62,6 +62,19 @@ struct ExpertsAt<'a> {
     router: &'a [DeviceMatrix],
     gate_up: &'a [DeviceMatrix],
     down: &'a [DeviceMatrix],
+    shared: Option<&'a SharedMlp<Vec<DeviceMatrix>>>,
+}
+
+/// A gated MLP to record: its input, and its norm gain where the input is to be normed;
+/// gate/up and down weights; its width; the [tokens, 2 n_ff] gate/up output (prefill) and
+/// [tokens, n_ff] hidden scratch; and where its output goes (+= where accumulating).
+struct GatedMlp<'a> {
+    x: &'a Buffer,
+    norm: Option<&'a Buffer>,
+    weights: (&'a [DeviceMatrix], &'a [DeviceMatrix]),
+    n_ff: u32,
+    scratch: (&'a Buffer, &'a Buffer),
+    out: (&'a Buffer, bool, OutputCols),
 }
 
 impl VkModel {
@@ -380,36 +393,67 @@ impl VkModel {
         at: &LayerAt<'a>,
         beside: &mut Beside<'a>,
     ) -> Result<()> {
-        let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
-        let t = at.plan.steps.len() as u32;
-        let (e, n_ff, eps) = (c.n_embd as u32, c.n_ff as u32, c.norm_eps);
+        let (c, s, w) = (at.config, at.scratch, &self.layers[at.l]);
         // The down projection adds to x, or lands in xn for a post-norm.
         let post = w.ffn_post_norm.as_ref();
         let (out, accumulate) = match post {
             Some(_) => (&s.xn, false),
             None => (&s.x, true),
         };
-        let (w_gate_up, w_down) = match &w.mlp {
-            Mlp::Dense { gate_up, down } => (gate_up, down),
+        match &w.mlp {
+            Mlp::Dense { gate_up, down } => {
+                let mlp = GatedMlp {
+                    x: &s.x,
+                    norm: Some(&w.ffn_norm),
+                    weights: (gate_up, down),
+                    n_ff: c.n_ff as u32,
+                    scratch: (&s.gate_up, &s.hidden),
+                    out: (out, accumulate, OutputCols::default()),
+                };
+                self.record_gated_mlp(rec, at, Some(beside), mlp)?;
+            }
             Mlp::Experts {
                 router,
                 gate_up,
                 down,
+                shared,
             } => {
                 let experts = ExpertsAt {
                     router,
                     gate_up,
                     down,
+                    shared: shared.as_ref(),
                 };
                 self.record_experts(rec, at, beside, experts, (out, accumulate))?;
-                return self.record_post_norm(rec, at, post);
             }
+        }
+        self.record_post_norm(rec, at, post)
+    }
+
+    /// A gated MLP, down(act(gate(x')) * up(x')) into `mlp.out`, x' the norm of x where
+    /// `mlp.norm` is given, with a piece of `beside` between the two products.
+    fn record_gated_mlp<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+        mut beside: Option<&mut Beside<'a>>,
+        mlp: GatedMlp<'a>,
+    ) -> Result<()> {
+        let (c, k, s) = (at.config, at.kernels, at.scratch);
+        let t = at.plan.steps.len() as u32;
+        let (e, n_ff, eps) = (c.n_embd as u32, mlp.n_ff, c.norm_eps);
+        let (w_gate_up, w_down) = mlp.weights;
+        let (gate_up, hidden) = mlp.scratch;
+        let (out, accumulate, cols) = mlp.out;
+        let mut between = |rec: &mut Recorder<'a>| match &mut beside {
+            Some(b) => b.step(rec),
+            None => Ok(()),
         };
         // The gated product reads gate and up rows together, in one format: gate and up in
         // different formats take the separate products and SwiGLU.
         if at.plan.streaming && w_gate_up.len() == 1 {
-            let args = MatvecArgs::plain(&w_gate_up[0].buffer, &s.x, &s.hidden, n_ff, e, t);
-            let norm = Some((&w.ffn_norm, eps));
+            let args = MatvecArgs::plain(&w_gate_up[0].buffer, mlp.x, hidden, n_ff, e, t);
+            let norm = mlp.norm.map(|g| (g, eps));
             let gated = Some(c.mlp_act);
             k.matvec(
                 rec,
@@ -420,42 +464,57 @@ impl VkModel {
                     ..args
                 },
             )?;
-            beside.step(rec)?;
-            let args = MatvecArgs::plain(&w_down[0].buffer, &s.hidden, out, e, n_ff, t);
-            k.matvec(rec, w_down, MatvecArgs { accumulate, ..args })?;
+            between(rec)?;
+            let args = MatvecArgs::plain(&w_down[0].buffer, hidden, out, e, n_ff, t);
+            k.matvec(
+                rec,
+                w_down,
+                MatvecArgs {
+                    accumulate,
+                    cols,
+                    ..args
+                },
+            )?;
         } else {
-            let shape = NormShape { rows: t, n: e, eps };
-            k.rmsnorm.record(rec, &s.x, &w.ffn_norm, &s.xn, shape)?;
-            let gate_up = MatmulArgs {
-                x: &s.xn,
-                c: &s.gate_up,
+            let x = match mlp.norm {
+                Some(gain) => {
+                    let shape = NormShape { rows: t, n: e, eps };
+                    k.rmsnorm.record(rec, mlp.x, gain, &s.xn, shape)?;
+                    &s.xn
+                }
+                None => mlp.x,
+            };
+            let args = MatmulArgs {
+                x,
+                c: gate_up,
                 n: t,
                 m: 2 * n_ff,
                 k: e,
                 accumulate: false,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, w_gate_up, gate_up)?;
-            beside.step(rec)?;
+            k.matmul(rec, w_gate_up, args)?;
+            between(rec)?;
             k.swiglu
-                .record_fused(rec, &s.gate_up, &s.hidden, t, n_ff, c.mlp_act)?;
+                .record_fused(rec, gate_up, hidden, t, n_ff, c.mlp_act)?;
             let down = MatmulArgs {
-                x: &s.hidden,
+                x: hidden,
                 c: out,
                 n: t,
                 m: e,
                 k: n_ff,
                 accumulate,
-                cols: OutputCols::default(),
+                cols,
             };
             k.matmul(rec, w_down, down)?;
         }
-        self.record_post_norm(rec, at, post)
+        Ok(())
     }
 
     /// A mixture of experts' MLP block: the router's logits from the normed x, each token's
     /// experts chosen and grouped by expert, the chosen experts' gated products and down
-    /// products, and their outputs summed with the router's weights into `out`.
+    /// products, the shared expert's MLP where the model has one, and their outputs summed
+    /// with the router's weights into `out`.
     fn record_experts<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
@@ -478,7 +537,9 @@ impl VkModel {
             x.used as u32,
             x.count as u32,
         );
-        let slots = t * used;
+        let stride = slots_per_token(x);
+        let slots = t * stride;
+        let router_rows = count + x.shared.is_some_and(|sh| sh.gated) as u32;
         let shape = NormShape {
             rows: t,
             n: e,
@@ -487,14 +548,14 @@ impl VkModel {
         k.rmsnorm
             .record(rec, &s.x, &self.layers[at.l].ffn_norm, &s.xn, shape)?;
         if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.router[0].buffer, &s.xn, &m.router, count, e, t);
+            let args = MatvecArgs::plain(&w.router[0].buffer, &s.xn, &m.router, router_rows, e, t);
             k.matvec(rec, w.router, args)?;
         } else {
             let args = MatmulArgs {
                 x: &s.xn,
                 c: &m.router,
                 n: t,
-                m: count,
+                m: router_rows,
                 k: e,
                 accumulate: false,
                 cols: OutputCols::default(),
@@ -511,8 +572,10 @@ impl VkModel {
             }
         };
         let device = rec.device();
-        let up_kernel = k.of(gate_up.format).experts_kernel(device, slots, count)?;
-        let down_kernel = k.of(down.format).experts_kernel(device, slots, count)?;
+        let up_kernel = k
+            .of(gate_up.format)
+            .experts_kernel(device, t * used, count)?;
+        let down_kernel = k.of(down.format).experts_kernel(device, t * used, count)?;
         let routes = RouteOut {
             weights: &m.weights,
             experts: &m.experts,
@@ -528,7 +591,7 @@ impl VkModel {
             order: &m.order,
             max_tiles,
             experts: count,
-            x_per: used,
+            x_per: stride,
         };
         let args = MatvecArgs {
             gated: Some(c.mlp_act),
@@ -541,7 +604,26 @@ impl VkModel {
             ..slots_at
         };
         down_kernel.record_experts(rec, args, slots_at)?;
-        combine.record(rec, (&m.out, &m.weights), out, (t, e, used), accumulate)?;
+        // The shared expert's output is each token's last slot.
+        if let (Some(sh), Some(weights), Some(scratch)) = (x.shared, w.shared, &m.shared) {
+            let mlp = GatedMlp {
+                x: &s.xn,
+                norm: None,
+                weights: (&weights.gate_up, &weights.down),
+                n_ff: sh.n_ff as u32,
+                scratch: (&scratch.0, &scratch.1),
+                out: (
+                    &m.out,
+                    false,
+                    OutputCols {
+                        first: used * e,
+                        width: stride * e,
+                    },
+                ),
+            };
+            self.record_gated_mlp(rec, at, None, mlp)?;
+        }
+        combine.record(rec, (&m.out, &m.weights), out, (t, e, stride), accumulate)?;
         Ok(())
     }
 
