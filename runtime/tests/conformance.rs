@@ -224,6 +224,13 @@ fn qwen2moe_matches_transformers() {
     check_family("qwen2moe");
 }
 
+/// OLMoE: the query/key norm over the whole projections, and 2 of 4 experts per token with
+/// softmax weights as they are.
+#[test]
+fn olmoe_matches_transformers() {
+    check_family("olmoe");
+}
+
 /// Qwen3-MoE: 2 of 4 experts of width 64 per token, with Qwen3's query/key norm.
 #[test]
 fn qwen3moe_matches_transformers() {

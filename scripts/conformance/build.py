@@ -39,12 +39,12 @@ TEXTS = [
 
 
 def stamp(name: str, spec: dict) -> str:
-    """Changes whenever the family's definition, this script or a pinned version changes."""
+    """Changes whenever the family's definition (its entry of families.py, with every value
+    it takes from the file's constants), this script or a pinned version changes."""
     here = Path(__file__).parent
     h = hashlib.sha256()
     h.update(json.dumps(spec, sort_keys=True).encode())
-    for f in ("build.py", "families.py"):
-        h.update((here / f).read_bytes())
+    h.update((here / "build.py").read_bytes())
     h.update(f"{transformers.__version__} {torch.__version__} {PROMPT} {DECODE}".encode())
     return h.hexdigest()
 

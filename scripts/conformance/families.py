@@ -258,6 +258,22 @@ FAMILIES = {
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
         ),
     ),
+    # OLMoE: an RMSNorm over the whole query and the whole key projection (gains of 128 and
+    # 64) before RoPE, and a router of four experts choosing two per token, their softmax
+    # weights as they are. llama.cpp's converter writes an epsilon of 1e-5 whatever the config.
+    "olmoe": dict(
+        model_type="olmoe",
+        vocab="llama-bpe",
+        router_init=ROUTER_INIT,
+        config=dict(
+            BASE,
+            intermediate_size=64,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
     # Qwen3-MoE: every layer a router of four experts choosing two per token, the two
     # weights renormalised to sum to one (norm_topk_prob), each expert a SwiGLU MLP of 64
     # (expert_feed_forward_length in GGUF; intermediate_size is the dense MLP's, which no

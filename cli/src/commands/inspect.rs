@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
-use hearth_models::spec::{Gating, RopeScaling};
+use hearth_models::spec::{Gating, QkNormOver, RopeScaling};
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{
     resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, Tokenizer,
@@ -363,7 +363,11 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
         }
     )?;
     if let Some(qk) = s.attention.qk_norm {
-        writeln!(out, "  query/key norm  {qk}, per head")?;
+        let over = match s.attention.qk_norm_over {
+            QkNormOver::Head => "per head",
+            QkNormOver::Projection => "over the whole projections",
+        };
+        writeln!(out, "  query/key norm  {qk}, {over}")?;
     }
     if let Some(w) = &hp.sliding_window {
         let local = w.layers.iter().filter(|&&l| l).count();
@@ -508,6 +512,7 @@ fn model_json(m: &ResolvedModel) -> Value {
         })),
         "qkv": s.attention.qkv.as_str(),
         "qk_norm": s.attention.qk_norm.map(|k| k.as_str()),
+        "qk_norm_over": s.attention.qk_norm_over.as_str(),
         "sliding_window": hp.sliding_window.as_ref().map(|w| json!({
             "size": w.size,
             "layers": w.layers,

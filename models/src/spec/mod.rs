@@ -28,6 +28,7 @@ const SHIPPED: &[(&str, &str)] = &[
     ("gemma2.toml", include_str!("../../specs/gemma2.toml")),
     ("gemma3.toml", include_str!("../../specs/gemma3.toml")),
     ("phi3.toml", include_str!("../../specs/phi3.toml")),
+    ("olmoe.toml", include_str!("../../specs/olmoe.toml")),
 ];
 
 /// Placeholder for the layer index in per-layer tensor names.
@@ -63,6 +64,26 @@ pub enum NormKind {
     Rms,
     /// (x - mean) / std * w + b
     Layer,
+}
+
+/// What a query/key norm normalizes at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QkNormOver {
+    /// Each head of `head_dim` values.
+    #[default]
+    Head,
+    /// The whole query projection (n_head x head_dim) and the whole key projection.
+    Projection,
+}
+
+impl QkNormOver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QkNormOver::Head => "head",
+            QkNormOver::Projection => "projection",
+        }
+    }
 }
 
 /// Where the norm sits relative to each residual branch.
@@ -146,6 +167,10 @@ pub struct AttentionSpec {
     /// `attn_k_norm` of one head's width (Qwen3, Gemma 3).
     #[serde(default)]
     pub qk_norm: Option<NormKind>,
+    /// What the query/key norm spans: each head (the default), or the whole query and key
+    /// projections with gains of their widths (OLMoE).
+    #[serde(default)]
+    pub qk_norm_over: QkNormOver,
     /// Causal mask (decoders) or full attention (encoders).
     pub causal: bool,
     /// Where the file gives a window (`{arch}.attention.sliding_window`), which layers use it:

@@ -699,18 +699,24 @@ impl ModelSpec {
                 }
             };
             let hd = hp.head_dim as u64;
-            let head_norm =
-                |c: &mut Checker<'_>, pattern: &Option<String>| match self.attention.qk_norm {
+            let whole = self.attention.qk_norm_over == super::QkNormOver::Projection;
+            let head_norm = |c: &mut Checker<'_>, pattern: &Option<String>, heads: u64| {
+                let (n, meaning) = match whole {
+                    true => (heads * hd, "heads x head_dim"),
+                    false => (hd, "head_dim"),
+                };
+                match self.attention.qk_norm {
                     Some(kind) => Ok(Some(c.norm(
                         &named(pattern)?,
-                        hd,
+                        n,
                         kind == NormKind::Layer,
-                        "head_dim",
+                        meaning,
                     )?)),
                     None => Ok(None),
-                };
-            let q_norm = head_norm(c, &l.attn_q_norm)?;
-            let k_norm = head_norm(c, &l.attn_k_norm)?;
+                }
+            };
+            let q_norm = head_norm(c, &l.attn_q_norm, hp.n_head as u64)?;
+            let k_norm = head_norm(c, &l.attn_k_norm, hp.n_head_kv as u64)?;
             let fused = self.mlp.gate_up == GateUpLayout::Fused;
             let mlp = match hp.experts {
                 Some(x) => {

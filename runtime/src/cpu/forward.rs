@@ -225,7 +225,7 @@ impl Backend for CpuModel {
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
             ops::qkv_adjust(
                 &mut qkv,
-                w.qkv_adjust(c.norm_eps),
+                w.qkv_adjust(c.norm_eps, c.qk_norm_whole),
                 c.n_head,
                 c.n_head_kv,
                 c.head_dim,

@@ -16,13 +16,15 @@ pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
 
 /// What happens to the q/k/v projection's output before RoPE, where a model has it: its
 /// biases added (Qwen2), then an RMSNorm over each query head and each key head with gains of
-/// one head's width (Qwen3).
+/// one head's width (Qwen3), or with `whole` over all the queries and all the keys with gains
+/// of those widths (OLMoE).
 #[derive(Clone, Copy, Debug)]
 pub struct QkvAdjust<'a> {
     /// [qkv_dim]
     pub bias: Option<&'a [f32]>,
-    /// ([head_dim] query gains, [head_dim] key gains, epsilon)
+    /// (query gains, key gains, epsilon)
     pub qk_norm: Option<(&'a [f32], &'a [f32], f32)>,
+    pub whole: bool,
 }
 
 /// Applies `adjust` in place to `qkv`, rows of [n_head query heads | n_head_kv key heads |
@@ -39,7 +41,14 @@ pub fn qkv_adjust(
         if let Some(bias) = adjust.bias {
             row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
         }
-        if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
+        if let (Some((q_gain, k_gain, eps)), true) = (adjust.qk_norm, adjust.whole) {
+            let (q, rest) = row.split_at_mut(n_head * head_dim);
+            let k = &mut rest[..n_head_kv * head_dim];
+            let normed = rmsnorm(q, q_gain, q.len(), eps);
+            q.copy_from_slice(&normed);
+            let normed = rmsnorm(k, k_gain, k.len(), eps);
+            k.copy_from_slice(&normed);
+        } else if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
             for (h, head) in row
                 .chunks_mut(head_dim)
                 .take(n_head + n_head_kv)

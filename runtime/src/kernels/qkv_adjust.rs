@@ -1,5 +1,6 @@
-//! The q/k/v projection's output adjusted in place before RoPE: q/k/v biases (Qwen2) and a
-//! per-head RMSNorm of queries and keys (Qwen3). One workgroup per (token, head).
+//! The q/k/v projection's output adjusted in place before RoPE: q/k/v biases (Qwen2) and an
+//! RMSNorm of queries and keys, per head (Qwen3) or over each whole projection (OLMoE). One
+//! workgroup per (token, head), or per (token, part) for the whole projections.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ struct QkvAdjustPush {
     head_dim: u32,
     has_bias: u32,
     eps: f32,
+    whole: u32,
 }
 
 /// The heads of a q/k/v output: `n_head` query heads, then `n_head_kv` key and `n_head_kv`
@@ -30,12 +32,14 @@ pub struct QkvHeads {
     pub head_dim: u32,
 }
 
-/// What to apply: a [qkv_dim] bias, and ([head_dim] query gains, [head_dim] key gains,
-/// epsilon) for the norm. At least one is present.
+/// What to apply: a [qkv_dim] bias, and (query gains, key gains, epsilon) for the norm,
+/// whose gains are [head_dim] each, or with `whole` [n_head x head_dim] and [n_head_kv x
+/// head_dim]. At least one is present.
 #[derive(Clone, Copy)]
 pub struct QkvAdjustArgs<'a> {
     pub bias: Option<&'a Buffer>,
     pub qk_norm: Option<(&'a Buffer, &'a Buffer, f32)>,
+    pub whole: bool,
 }
 
 pub struct QkvAdjust {
@@ -64,13 +68,16 @@ impl QkvAdjust {
         } = shape;
         let heads = n_head + 2 * n_head_kv;
         let row = heads as u64 * head_dim as u64 * 4;
-        let gain = head_dim as u64 * 4;
+        let gain = |heads: u32| match args.whole {
+            true => heads as u64 * head_dim as u64 * 4,
+            false => head_dim as u64 * 4,
+        };
         let mut sizes = vec![("qkv", qkv, tokens as u64 * row)];
         if let Some(b) = args.bias {
             sizes.push(("bias", b, row));
         }
         if let Some((q, k, _)) = args.qk_norm {
-            sizes.extend([("q_gain", q, gain), ("k_gain", k, gain)]);
+            sizes.extend([("q_gain", q, gain(n_head)), ("k_gain", k, gain(n_head_kv))]);
         }
         check_sizes(QKV_ADJUST.name, &sizes)?;
         // An absent operand binds a buffer the kernel does not read.
@@ -96,8 +103,9 @@ impl QkvAdjust {
             head_dim,
             has_bias: args.bias.is_some() as u32,
             eps,
+            whole: args.whole as u32,
         };
-        let groups = tokens * heads;
+        let groups = tokens * if args.whole { 3 } else { heads };
         rec.dispatch(
             &self.pipeline,
             &[qkv, bias, q_gain, k_gain],
@@ -122,31 +130,41 @@ mod tests {
             let qkv_dim = (n_head + 2 * n_head_kv) * hd;
             let x = random(tokens * qkv_dim, 1, 2.0);
             let bias = random(qkv_dim, 2, 1.0);
-            let (qg, kg) = (random(hd, 3, 1.0), random(hd, 4, 1.0));
+            // Gains wide enough for the whole projections; per head the first head_dim serve.
+            let (qg, kg) = (random(n_head * hd, 3, 1.0), random(n_head_kv * hd, 4, 1.0));
             let shape = QkvHeads {
                 tokens: tokens as u32,
                 n_head: n_head as u32,
                 n_head_kv: n_head_kv as u32,
                 head_dim: hd as u32,
             };
-            let cases = [(true, false), (false, true), (true, true)];
-            for (with_bias, with_norm) in cases {
+            let cases = [
+                (true, false, false),
+                (false, true, false),
+                (true, true, false),
+                (false, true, true),
+                (true, true, true),
+            ];
+            for (with_bias, with_norm, whole) in cases {
                 let xb = upload(&dev, &x);
                 let (bb, qb, kb) = (upload(&dev, &bias), upload(&dev, &qg), upload(&dev, &kg));
                 let args = QkvAdjustArgs {
                     bias: with_bias.then_some(&bb),
                     qk_norm: with_norm.then_some((&qb, &kb, 1e-6)),
+                    whole,
                 };
                 run(&dev, |rec| kernel.record(rec, &xb, shape, args).unwrap());
                 let mut want = x.clone();
                 let adjust = ops::QkvAdjust {
                     bias: with_bias.then_some(&bias[..]),
                     qk_norm: with_norm.then_some((&qg[..], &kg[..], 1e-6)),
+                    whole,
                 };
                 ops::qkv_adjust(&mut want, adjust, n_head, n_head_kv, hd);
                 let got = xb.download(tokens * qkv_dim).unwrap();
                 let what = format!(
-                    "{tokens}x({n_head}+2x{n_head_kv})x{hd} bias {with_bias} norm {with_norm}"
+                    "{tokens}x({n_head}+2x{n_head_kv})x{hd} bias {with_bias} norm {with_norm} \
+                     whole {whole}"
                 );
                 assert_close(&what, &got, &want, |i| 4e-6 * want[i].abs() + 1e-6);
             }

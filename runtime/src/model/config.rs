@@ -4,7 +4,7 @@
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
     Activation, EmbeddingScale, Experts, MlpKind, NetworkType, NormKind, NormPlacement,
-    PositionSpec, RopeLayout, RopeScaling, SlidingWindow, Yarn,
+    PositionSpec, QkNormOver, RopeLayout, RopeScaling, SlidingWindow, Yarn,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -58,6 +58,8 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// An RMSNorm over each query and key head before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// With `qk_norm`: over all the queries and all the keys at once (OLMoE).
+    pub qk_norm_whole: bool,
     /// Local attention on the layers it names (Mistral, Gemma 2).
     pub sliding_window: Option<SlidingWindow>,
     /// The factor on query-key scores: 1 / sqrt(head_dim) unless the file says otherwise.
@@ -147,7 +149,12 @@ impl ModelConfig {
     /// Weights in the network (embedding and output head counted once when tied).
     pub fn n_params(&self, tied: bool) -> u64 {
         let mlp = match self.experts {
-            Some(x) => x.count * (self.n_embd + 3 * x.n_ff * self.n_embd),
+            Some(x) => {
+                let shared = x.shared.map_or(0, |sh| {
+                    3 * sh.n_ff * self.n_embd + if sh.gated { self.n_embd } else { 0 }
+                });
+                x.count * (self.n_embd + 3 * x.n_ff * self.n_embd) + shared
+            }
             None => 3 * self.n_ff * self.n_embd,
         };
         let layer = self.qkv_dim() * self.n_embd
@@ -155,7 +162,11 @@ impl ModelConfig {
             + mlp
             + 2 * self.n_embd
             + if self.qkv_bias { self.qkv_dim() } else { 0 }
-            + if self.qk_norm { 2 * self.head_dim } else { 0 }
+            + match (self.qk_norm, self.qk_norm_whole) {
+                (false, _) => 0,
+                (true, false) => 2 * self.head_dim,
+                (true, true) => (self.n_head + self.n_head_kv) * self.head_dim,
+            }
             + if self.post_norms { 2 * self.n_embd } else { 0 };
         let head = if tied { 0 } else { self.n_vocab * self.n_embd };
         (self.n_layer * layer + self.n_vocab * self.n_embd + head + self.n_embd) as u64
@@ -279,6 +290,7 @@ impl ModelConfig {
             long_rope,
             qkv_bias: a.bias,
             qk_norm: a.qk_norm.is_some(),
+            qk_norm_whole: a.qk_norm_over == QkNormOver::Projection,
             sliding_window: h.sliding_window.clone(),
             attn_scale: h.attn_scale.unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
             attn_softcap: h.attn_softcap,
@@ -319,6 +331,7 @@ impl ModelConfig {
             long_rope: None,
             qkv_bias: false,
             qk_norm: false,
+            qk_norm_whole: false,
             sliding_window: None,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             attn_softcap: None,

@@ -67,10 +67,11 @@ impl<M, V> Layer<M, V> {
 impl<M> Layer<M, Vec<f32>> {
     /// The block's bias and query/key norm on the q/k/v projection's output, as the CPU
     /// reference applies them (`eps` is the model's norm epsilon).
-    pub fn qkv_adjust(&self, eps: f32) -> crate::cpu::ops::QkvAdjust<'_> {
+    pub fn qkv_adjust(&self, eps: f32, whole: bool) -> crate::cpu::ops::QkvAdjust<'_> {
         crate::cpu::ops::QkvAdjust {
             bias: self.qkv_bias.as_deref(),
             qk_norm: self.qk_norm().map(|(q, k)| (&q[..], &k[..], eps)),
+            whole,
         }
     }
 }

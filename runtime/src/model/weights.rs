@@ -188,12 +188,16 @@ impl<'a> WeightReader<'a> {
                 None => None,
             },
         };
-        let mut head_norm = |n: &Option<NormTensors>| match n {
-            Some(n) => self.vector(&n.weight, 1, c.head_dim).map(Some),
-            None => Ok(None),
+        // One head wide, or as wide as the projection for a norm over all of it.
+        let mut head_norm = |n: &Option<NormTensors>, heads: usize| {
+            let width = if c.qk_norm_whole { heads } else { 1 } * c.head_dim;
+            match n {
+                Some(n) => self.vector(&n.weight, 1, width).map(Some),
+                None => Ok(None),
+            }
         };
-        let q_norm = head_norm(&t.q_norm)?;
-        let k_norm = head_norm(&t.k_norm)?;
+        let q_norm = head_norm(&t.q_norm, c.n_head)?;
+        let k_norm = head_norm(&t.k_norm, c.n_head_kv)?;
         let mut post_norm = |n: &Option<NormTensors>| match n {
             Some(n) => self.vector(&n.weight, 1, e).map(Some),
             None => Ok(None),

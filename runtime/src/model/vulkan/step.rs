@@ -301,6 +301,7 @@ impl VkModel {
             let args = QkvAdjustArgs {
                 bias: w.qkv_bias.as_ref(),
                 qk_norm: w.qk_norm().map(|(q, k)| (q, k, eps)),
+                whole: c.qk_norm_whole,
             };
             adjust.record(rec, &s.qkv, heads, args)?;
         }
