@@ -190,11 +190,7 @@ fn bad_shapes_are_refused() {
 
 #[test]
 fn tiny_model_generates_on_vulkan() {
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     for format in [Format::Q4, Format::Q3H] {
@@ -206,11 +202,7 @@ fn tiny_model_generates_on_vulkan() {
 /// on the device, against the CPU reference.
 #[test]
 fn qwen_families_match_the_reference_on_vulkan() {
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     let qwen2 = Shape {
@@ -241,11 +233,7 @@ fn qwen_families_match_the_reference_on_vulkan() {
 /// and the generation after it.
 #[test]
 fn gemma2_matches_the_reference_on_vulkan() {
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     let gemma2 = Shape {
@@ -276,11 +264,7 @@ fn gemma2_matches_the_reference_on_vulkan() {
 /// device against the CPU reference.
 #[test]
 fn gemma3_and_phi3_match_the_reference_on_vulkan() {
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     let gemma3 = Shape {
@@ -322,11 +306,7 @@ fn gemma3_and_phi3_match_the_reference_on_vulkan() {
 /// and the prompt eight.
 #[test]
 fn mixtures_of_experts_match_the_reference_on_vulkan() {
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     let experts = Some(ShapeExperts {
@@ -344,6 +324,16 @@ fn mixtures_of_experts_match_the_reference_on_vulkan() {
     for shape in [mixtral, qwen3moe] {
         check_vulkan_matches_reference(&shape, Format::Q8);
     }
+}
+
+/// Whether a Vulkan device with the validation layer opens (a skip, counted, where none does;
+/// a failure in CI).
+fn validated_device() -> bool {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    hearth_testkit::or_skip(device, "Vulkan device").is_some()
 }
 
 /// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU
@@ -449,11 +439,7 @@ fn rope_frequency_factors_are_applied() {
         "the factors changed nothing"
     );
 
-    let device = Device::new(DeviceDesc {
-        index: None,
-        validation: true,
-    });
-    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+    if !validated_device() {
         return;
     }
     let got = logits(Some(&factors), BackendKind::Vulkan);
