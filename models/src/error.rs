@@ -34,6 +34,9 @@ pub enum Error {
         key: String,
         reason: String,
     },
+    /// A safetensors weight file or its index is missing or malformed.
+    #[error("{}: {reason}", path.display())]
+    Safetensors { path: PathBuf, reason: String },
     /// A tensor the model spec requires is missing or disagrees with the spec.
     #[error("{}: tensor `{tensor}`: {reason}", path.display())]
     Tensor {

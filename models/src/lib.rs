@@ -40,6 +40,7 @@ pub mod error;
 pub mod ggml_type;
 pub mod gguf;
 pub mod resolve;
+pub mod safetensors;
 pub mod spec;
 pub mod tokenizer;
 
@@ -48,6 +49,7 @@ pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
 pub use resolve::{default_models_dir, list_models, resolve_model, ModelEntry, ModelFormat};
+pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};
 pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};
 

@@ -4,6 +4,7 @@
 //! Problems with one part (an architecture without a spec, say) are reported in place so the
 //! rest can still be inspected.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -12,7 +13,8 @@ use hearth_models::gguf::MetaValue;
 use hearth_models::spec::{Gating, QkNormOver, RopeScaling};
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{
-    resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, Tokenizer,
+    resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, SafetensorsWeights,
+    Tokenizer,
 };
 use serde_json::{json, Value};
 
@@ -595,10 +597,40 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
     let config: Value = serde_json::from_slice(&bytes)
         .with_context(|| format!("parsing {}", config_path.display()))?;
     let tokenizer = hearth_models::HfTokenizer::from_file(path);
+    let weights = SafetensorsWeights::open(path)?;
+    // Elements and tensors per dtype.
+    let mut by_dtype: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for (_, t) in weights.tensors() {
+        let entry = by_dtype.entry(t.element.name().to_string()).or_default();
+        entry.0 += t.shape.iter().product::<usize>() as u64;
+        entry.1 += 1;
+    }
+    let files: Vec<String> = weights
+        .files()
+        .map(|f| {
+            f.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
     if format == Format::Json {
+        let tensors: Vec<Value> = weights
+            .tensors()
+            .map(|(name, t)| {
+                json!({
+                    "name": name,
+                    "dtype": t.element.name(),
+                    "shape": t.shape,
+                    "file": weights.file_of(t).file_name().map(|f| f.to_string_lossy()),
+                })
+            })
+            .collect();
         let report = json!({
             "path": path,
             "format": "safetensors-dir",
+            "files": files,
+            "tensors": tensors,
             "config": config,
             "tokenizer": match &tokenizer {
                 Ok(t) => json!({ "vocab_size": t.vocab_size(), "source": t.source() }),
@@ -611,8 +643,13 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
     writeln!(out, "model         {}", path.display())?;
     writeln!(
         out,
-        "format        safetensors directory (config.json shown; no tensor index yet)"
+        "format        safetensors directory, {} tensors in {}",
+        weights.tensors().count(),
+        files.join(", ")
     )?;
+    for (dtype, (elements, tensors)) in &by_dtype {
+        writeln!(out, "  {dtype:5} {tensors} tensors, {elements} values")?;
+    }
     writeln!(out, "\nconfig.json")?;
     if let Some(obj) = config.as_object() {
         let width = obj.keys().map(String::len).max().unwrap_or(0);
