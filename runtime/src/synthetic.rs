@@ -640,9 +640,12 @@ impl Shape {
         let tensors = self.tensors();
         // The bytes of each distinct matrix shape (or, with a seed, of each tensor); the
         // tensors of every layer borrow them.
-        let key = |i: usize, t: &TensorPlan| match seed {
-            None => (t.n_in, t.n_out, 0),
-            Some(_) => (t.n_in, t.n_out, i + 1),
+        let key = |i: usize, t: &TensorPlan| match (seed, t.kind) {
+            (Some(_), _) => (t.n_in, t.n_out, i + 1),
+            // Varied rows are not a repeated row of the same shape (the output head of a
+            // model with experts is not its embedding table).
+            (None, Values::VariedMatrix) => (t.n_in, t.n_out, usize::MAX),
+            (None, _) => (t.n_in, t.n_out, 0),
         };
         let mut patterns: BTreeMap<(usize, usize, usize), Vec<u8>> = BTreeMap::new();
         for (i, t) in tensors.iter().enumerate() {

@@ -5,7 +5,7 @@
 // weights renormalized to sum to one where the model does so. Slot s = t * stride + j is
 // token t's j-th expert: experts[s] and weights[s]. With a shared expert (stride = used + 1)
 // slot t * stride + used is its output's weight: the sigmoid of the logit after the experts'
-// (shared = 1), or 1 (shared = 2).
+// (shared_expert = 1), or 1 (shared_expert = 2).
 //
 // Then the slots are grouped by expert for the experts' products (matvec.comp, EXPERTS):
 // `order` lists them expert by expert (in slot order within each), and each expert's run is

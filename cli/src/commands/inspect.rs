@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::gguf::MetaValue;
-use hearth_models::spec::{Gating, QkNormOver, RopeScaling};
+use hearth_models::spec::{QkNormOver, RopeScaling};
 use hearth_models::tokenizer::TokenizerKind;
 use hearth_models::{
     resolve_with, ChatTemplate, GgmlType, GgufFile, ModelSpec, ResolvedModel, SafetensorsWeights,
@@ -396,7 +396,7 @@ fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Result {
             x.used,
             x.count,
             x.n_ff,
-            gating_name(x.gating)
+            x.gating.as_str()
         )?;
         if let Some(sh) = x.shared {
             let gated = if sh.gated { ", gated" } else { "" };
@@ -529,7 +529,7 @@ fn model_json(m: &ResolvedModel) -> Value {
             "count": x.count,
             "used": x.used,
             "n_ff": x.n_ff,
-            "gating": gating_name(x.gating),
+            "gating": x.gating.as_str(),
             "normalize": x.normalize,
             "shared": x.shared.map(|sh| json!({"n_ff": sh.n_ff, "gated": sh.gated})),
         })),
@@ -537,14 +537,6 @@ fn model_json(m: &ResolvedModel) -> Value {
         "tied_embeddings": m.tensors.tied_embeddings,
         "unused_tensors": m.unused_tensors,
     })
-}
-
-/// A router's gating as spec files name it.
-fn gating_name(g: Gating) -> &'static str {
-    match g {
-        Gating::Softmax => "softmax",
-        Gating::Sigmoid => "sigmoid",
-    }
 }
 
 fn tokenizer_json(t: &Tokenizer) -> Value {

@@ -77,15 +77,6 @@ pub enum QkNormOver {
     Projection,
 }
 
-impl QkNormOver {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QkNormOver::Head => "head",
-            QkNormOver::Projection => "projection",
-        }
-    }
-}
-
 /// Where the norm sits relative to each residual branch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -509,6 +500,7 @@ atom_names! {
     }
     Activation { Silu => "silu", Gelu => "gelu", GeluTanh => "gelu-tanh", Relu => "relu" }
     NormKind { Rms => "rms", Layer => "layer" }
+    QkNormOver { Head => "head", Projection => "projection" }
     NormPlacement { Pre => "pre", Post => "post", Sandwich => "sandwich" }
     EmbeddingScale { SqrtNEmbd => "sqrt-n-embd" }
     Gating { Softmax => "softmax", Sigmoid => "sigmoid" }

@@ -205,6 +205,14 @@ pub struct Experts {
     pub shared: Option<SharedExpert>,
 }
 
+impl Experts {
+    /// Rows of the router: one logit per expert, and the shared expert's gate where it has
+    /// one.
+    pub fn router_rows(&self) -> usize {
+        self.count + self.shared.is_some_and(|sh| sh.gated) as usize
+    }
+}
+
 /// A shared expert's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SharedExpert {

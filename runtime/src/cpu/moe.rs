@@ -25,8 +25,7 @@ impl ExpertWeights<'_> {
             return Vec::new();
         };
         let e = c.n_embd;
-        let gated = x.shared.is_some_and(|sh| sh.gated);
-        let width = x.count + gated as usize;
+        let width = x.router_rows();
         let logits = matmul(xn, self.router, width, e); // (tokens, n_expert [+ 1])
         let mut out = vec![0f32; xn.len()];
         for ((row, logits), y) in xn
@@ -41,7 +40,7 @@ impl ExpertWeights<'_> {
             }
             if let (Some(sh), Some(weights)) = (x.shared, self.shared) {
                 // The shared expert, scaled by the sigmoid of its gate's logit where it has one.
-                let weight = match gated {
+                let weight = match sh.gated {
                     true => 1.0 / (1.0 + (-logits[x.count]).exp()),
                     false => 1.0,
                 };

@@ -41,22 +41,16 @@ pub fn qkv_adjust(
         if let Some(bias) = adjust.bias {
             row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
         }
-        if let (Some((q_gain, k_gain, eps)), true) = (adjust.qk_norm, adjust.whole) {
+        if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
+            // Each head is normed, or all the queries at once and all the keys at once.
             let (q, rest) = row.split_at_mut(n_head * head_dim);
             let k = &mut rest[..n_head_kv * head_dim];
-            let normed = rmsnorm(q, q_gain, q.len(), eps);
-            q.copy_from_slice(&normed);
-            let normed = rmsnorm(k, k_gain, k.len(), eps);
-            k.copy_from_slice(&normed);
-        } else if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
-            for (h, head) in row
-                .chunks_mut(head_dim)
-                .take(n_head + n_head_kv)
-                .enumerate()
-            {
-                let gain = if h < n_head { q_gain } else { k_gain };
-                let normed = rmsnorm(head, gain, head_dim, eps);
-                head.copy_from_slice(&normed);
+            for (part, gain) in [(q, q_gain), (k, k_gain)] {
+                let width = if adjust.whole { part.len() } else { head_dim };
+                for group in part.chunks_mut(width) {
+                    let normed = rmsnorm(group, gain, width, eps);
+                    group.copy_from_slice(&normed);
+                }
             }
         }
     }

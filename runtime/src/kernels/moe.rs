@@ -107,7 +107,7 @@ impl MoeRoute {
         let routed = tokens * used;
         let max_tiles = max_tiles(routed, n_expert, tile);
         let slot_bytes = (tokens * stride) as u64 * 4;
-        let width = (n_expert + (shared == 1) as u32) as u64;
+        let width = x.router_rows() as u64;
         check_sizes(
             name,
             &[

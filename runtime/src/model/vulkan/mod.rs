@@ -320,7 +320,7 @@ impl VkModel {
                     // The most tiles: one slot a pass.
                     let tiles = crate::kernels::max_tiles(routed as u32, x.count as u32, 1);
                     Some(MoeScratch {
-                        router: f32s("router logits", chunk * (x.count + 1))?,
+                        router: f32s("router logits", chunk * x.router_rows())?,
                         weights: f32s("expert weights", slots)?,
                         experts: f32s("token experts", slots)?,
                         order: f32s("expert slots", routed)?,

@@ -339,31 +339,45 @@ impl VkModel {
 
     /// The output projection, added to x (normed first where the model has a post-norm).
     fn record_output<'a>(&'a self, rec: &mut Recorder<'a>, at: &LayerAt<'a>) -> Result<()> {
-        let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
-        let t = at.plan.steps.len() as u32;
-        let (attn_dim, e) = (c.attn_dim() as u32, c.n_embd as u32);
+        let (c, s, w) = (at.config, at.scratch, &self.layers[at.l]);
         let post = w.attn_post_norm.as_ref();
         // Without a post-norm the product adds to x itself; with one it lands in xn first.
         let (out, accumulate) = match post {
             Some(_) => (&s.xn, false),
             None => (&s.x, true),
         };
+        let shape = (c.n_embd as u32, c.attn_dim() as u32);
+        self.record_projection(rec, at, &w.wo, (&s.att, out), shape, accumulate)?;
+        self.record_post_norm(rec, at, post)
+    }
+
+    /// y [tokens, m] (+)= x [tokens, k] W^T for the step's tokens: weight-streaming products,
+    /// or the tiled matmul in a prefill on a GPU.
+    fn record_projection<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &LayerAt<'a>,
+        w: &'a [DeviceMatrix],
+        (x, y): (&'a Buffer, &'a Buffer),
+        (m, k): (u32, u32),
+        accumulate: bool,
+    ) -> Result<()> {
+        let t = at.plan.steps.len() as u32;
         if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.wo[0].buffer, &s.att, out, e, attn_dim, t);
-            k.matvec(rec, &w.wo, MatvecArgs { accumulate, ..args })?;
+            let args = MatvecArgs::plain(&w[0].buffer, x, y, m, k, t);
+            at.kernels.matvec(rec, w, MatvecArgs { accumulate, ..args })
         } else {
             let args = MatmulArgs {
-                x: &s.att,
-                c: out,
+                x,
+                c: y,
                 n: t,
-                m: e,
-                k: attn_dim,
+                m,
+                k,
                 accumulate,
                 cols: OutputCols::default(),
             };
-            k.matmul(rec, &w.wo, args)?;
+            at.kernels.matmul(rec, w, args)
         }
-        self.record_post_norm(rec, at, post)
     }
 
     /// x += rmsnorm(xn) * gain, where a block's output in xn has a post-norm.
@@ -540,7 +554,7 @@ impl VkModel {
         );
         let stride = slots_per_token(x);
         let slots = t * stride;
-        let router_rows = count + x.shared.is_some_and(|sh| sh.gated) as u32;
+        let router_rows = x.router_rows() as u32;
         let shape = NormShape {
             rows: t,
             n: e,
@@ -548,21 +562,8 @@ impl VkModel {
         };
         k.rmsnorm
             .record(rec, &s.x, &self.layers[at.l].ffn_norm, &s.xn, shape)?;
-        if at.plan.streaming {
-            let args = MatvecArgs::plain(&w.router[0].buffer, &s.xn, &m.router, router_rows, e, t);
-            k.matvec(rec, w.router, args)?;
-        } else {
-            let args = MatmulArgs {
-                x: &s.xn,
-                c: &m.router,
-                n: t,
-                m: router_rows,
-                k: e,
-                accumulate: false,
-                cols: OutputCols::default(),
-            };
-            k.matmul(rec, w.router, args)?;
-        }
+        let io = (&s.xn, &m.router);
+        self.record_projection(rec, at, w.router, io, (router_rows, e), false)?;
         let (gate_up, down) = match (w.gate_up, w.down) {
             ([gate_up], [down]) => (gate_up, down),
             _ => {
