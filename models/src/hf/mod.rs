@@ -1,0 +1,113 @@
+//! Hugging Face model folders (`config.json`, safetensors weights, tokenizer files) as GGUF.
+//!
+//! A folder becomes the GGUF file llama.cpp's `convert_hf_to_gguf.py` would write for it: the
+//! same metadata keys, tensor names, layouts and vocabulary. Everything past this module (the
+//! spec that `general.architecture` picks, the tokenizer, the chat template) then reads it as
+//! it reads any GGUF file, so a folder runs exactly as its converted file does.
+//!
+//! [`HfFolder::to_gguf`] builds the file in a [`GgufWriter`] whose tensors borrow the mapped
+//! safetensors where they pass through unchanged (most of them): `hearth convert` writes it,
+//! and running a folder parses it from memory.
+//!
+//! - [`config`]: the family (`architectures`) and the hyperparameters;
+//! - [`tensors`]: names, layouts, stacked experts, computed RoPE tensors;
+//! - [`vocab`] and [`sentencepiece`]: the vocabulary, special tokens and chat template.
+
+mod config;
+mod rope;
+mod sentencepiece;
+mod tensors;
+mod vocab;
+
+use std::path::{Path, PathBuf};
+
+pub use rope::Llama3Rope;
+
+use crate::error::Result;
+use crate::gguf::{GgufFile, GgufWriter, MetaValue};
+use crate::safetensors::SafetensorsWeights;
+
+/// Whether `path` is a Hugging Face model folder: `config.json` beside safetensors weights.
+pub fn is_model_folder(path: &Path) -> bool {
+    path.is_dir()
+        && path.join("config.json").is_file()
+        && (path.join(crate::safetensors::SINGLE).is_file()
+            || path.join(crate::safetensors::INDEX).is_file())
+}
+
+/// An open model folder.
+pub struct HfFolder {
+    dir: PathBuf,
+    config: config::Config,
+    weights: SafetensorsWeights,
+}
+
+impl HfFolder {
+    /// Reads `config.json` (an unknown family is an error listing those Hearth converts) and
+    /// maps the weights.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let config = config::Config::read(dir)?;
+        let weights = SafetensorsWeights::open(dir)?;
+        Ok(HfFolder {
+            dir: dir.to_path_buf(),
+            config,
+            weights,
+        })
+    }
+
+    /// `general.architecture` of the converted file.
+    pub fn architecture(&self) -> &'static str {
+        self.config.family.arch
+    }
+
+    pub fn weights(&self) -> &SafetensorsWeights {
+        &self.weights
+    }
+
+    /// The folder as a GGUF file, ready to write or parse; tensors that pass through unchanged
+    /// borrow the mapped weights.
+    pub fn to_gguf(&self) -> Result<GgufWriter<'_>> {
+        let tensors = tensors::tensors(&self.weights, &self.config)?;
+        let meta = config::metadata(&self.config)?;
+        let mut w = GgufWriter::new();
+        w.set_metadata("general.architecture", MetaValue::String(meta.arch.into()));
+        w.set_metadata("general.type", MetaValue::String("model".into()));
+        let name = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        w.set_metadata("general.name", MetaValue::String(name.unwrap_or_default()));
+        for (key, value) in meta.entries {
+            w.set_metadata(key, value);
+        }
+        // llama.cpp's file type: what the embeddings (and so most matrices) are stored in.
+        let file_type = match tensors.iter().find(|t| t.name == "token_embd.weight") {
+            Some(t) if t.ty == crate::GgmlType::F16 => 1,
+            Some(t) if t.ty == crate::GgmlType::BF16 => 32,
+            _ => 0,
+        };
+        w.set_metadata("general.file_type", MetaValue::U32(file_type));
+        w.set_metadata("general.quantization_version", MetaValue::U32(2));
+        let n_vocab = tensors
+            .iter()
+            .find(|t| t.name == "token_embd.weight")
+            .and_then(|t| t.shape.get(1))
+            .map_or(0, |&n| n as usize);
+        for (key, value) in vocab::vocabulary(&self.dir, &self.config, n_vocab)? {
+            w.set_metadata(key, value);
+        }
+        for t in tensors {
+            w.add_tensor(&t.name, t.ty, &t.shape, t.data)?;
+        }
+        Ok(w)
+    }
+
+    /// The converted file, parsed from memory (named after the folder in errors).
+    pub fn to_gguf_file(&self) -> Result<GgufFile> {
+        let bytes = self
+            .to_gguf()?
+            .to_bytes()
+            .map_err(|e| crate::Error::io(&self.dir, e))?;
+        GgufFile::from_bytes(&self.dir, bytes)
+    }
+}

@@ -1,0 +1,234 @@
+//! `tokenizer.model`: a SentencePiece `ModelProto` (protocol buffers), read for what a GGUF
+//! vocabulary holds: each piece with its score and type, and whether the normalizer prepends
+//! a space to every text.
+//!
+//! Only the fields used are decoded; every other field is skipped by its wire type, so models
+//! from any SentencePiece version read.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// A piece's kind, numbered as SentencePiece and GGUF's `tokenizer.ggml.token_type` both
+/// number them.
+pub(crate) const NORMAL: i32 = 1;
+#[cfg(test)]
+pub(crate) const UNKNOWN: i32 = 2;
+pub(crate) const CONTROL: i32 = 3;
+pub(crate) const USER_DEFINED: i32 = 4;
+pub(crate) const UNUSED: i32 = 5;
+
+pub(crate) struct Piece {
+    pub text: String,
+    pub score: f32,
+    pub kind: i32,
+}
+
+pub(crate) struct SentencePieceModel {
+    pub pieces: Vec<Piece>,
+    /// `NormalizerSpec.add_dummy_prefix` (true when absent, as in SentencePiece).
+    pub add_dummy_prefix: bool,
+}
+
+impl SentencePieceModel {
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bad = |reason: &str| Error::tokenizer(path.display().to_string(), reason.to_string());
+        let mut model = SentencePieceModel {
+            pieces: Vec::new(),
+            add_dummy_prefix: true,
+        };
+        for field in Fields::new(&bytes) {
+            match field.map_err(|e| bad(e))? {
+                (1, Wire::Bytes(piece)) => model.pieces.push(read_piece(piece).map_err(bad)?),
+                (3, Wire::Bytes(normalizer)) => {
+                    for f in Fields::new(normalizer) {
+                        if let (3, Wire::Varint(v)) = f.map_err(bad)? {
+                            model.add_dummy_prefix = v != 0;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if model.pieces.is_empty() {
+            return Err(bad("no pieces: not a SentencePiece model"));
+        }
+        Ok(model)
+    }
+}
+
+fn read_piece(bytes: &[u8]) -> std::result::Result<Piece, &'static str> {
+    let mut piece = Piece {
+        text: String::new(),
+        score: 0.0,
+        kind: NORMAL,
+    };
+    for field in Fields::new(bytes) {
+        match field? {
+            (1, Wire::Bytes(text)) => {
+                piece.text = String::from_utf8(text.to_vec()).map_err(|_| "a piece is not UTF-8")?
+            }
+            (2, Wire::Fixed32(bits)) => piece.score = f32::from_bits(bits),
+            (3, Wire::Varint(kind)) => piece.kind = kind as i32,
+            _ => {}
+        }
+    }
+    Ok(piece)
+}
+
+/// One field's value by wire type.
+enum Wire<'a> {
+    Varint(u64),
+    Fixed64,
+    Bytes(&'a [u8]),
+    Fixed32(u32),
+}
+
+/// The fields of one message, in order: (field number, value).
+struct Fields<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Fields { bytes, at: 0 }
+    }
+
+    fn varint(&mut self) -> std::result::Result<u64, &'static str> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self.bytes.get(self.at).ok_or("truncated")?;
+            self.at += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("a varint longer than 10 bytes")
+    }
+
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], &'static str> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or("truncated")?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = std::result::Result<(u64, Wire<'a>), &'static str>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.bytes.len() {
+            return None;
+        }
+        let field = (|| {
+            let key = self.varint()?;
+            let value = match key & 7 {
+                0 => Wire::Varint(self.varint()?),
+                1 => {
+                    self.take(8)?;
+                    Wire::Fixed64
+                }
+                2 => {
+                    let n = usize::try_from(self.varint()?).map_err(|_| "too long")?;
+                    Wire::Bytes(self.take(n)?)
+                }
+                5 => {
+                    let b = self.take(4)?;
+                    Wire::Fixed32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                }
+                _ => return Err("an unknown wire type: not a SentencePiece model"),
+            };
+            Ok((key >> 3, value))
+        })();
+        if field.is_err() {
+            self.at = self.bytes.len();
+        }
+        Some(field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    fn bytes_field(n: u64, body: &[u8], out: &mut Vec<u8>) {
+        varint(n << 3 | 2, out);
+        varint(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+
+    fn piece(text: &str, score: f32, kind: Option<u64>) -> Vec<u8> {
+        let mut p = Vec::new();
+        bytes_field(1, text.as_bytes(), &mut p);
+        varint(2 << 3 | 5, &mut p);
+        p.extend_from_slice(&score.to_le_bytes());
+        if let Some(k) = kind {
+            varint(3 << 3, &mut p);
+            varint(k, &mut p);
+        }
+        p
+    }
+
+    #[test]
+    fn pieces_scores_kinds_and_the_dummy_prefix_read() {
+        let mut m = Vec::new();
+        bytes_field(1, &piece("<unk>", 0.0, Some(2)), &mut m);
+        bytes_field(1, &piece("▁the", -3.5, None), &mut m);
+        // A trainer spec (field 2) to skip, with a varint and a fixed64 inside.
+        let mut trainer = Vec::new();
+        varint(7 << 3, &mut trainer);
+        varint(300, &mut trainer);
+        varint(9 << 3 | 1, &mut trainer);
+        trainer.extend_from_slice(&[0; 8]);
+        bytes_field(2, &trainer, &mut m);
+        let mut normalizer = Vec::new();
+        varint(3 << 3, &mut normalizer);
+        varint(0, &mut normalizer);
+        bytes_field(3, &normalizer, &mut m);
+
+        let dir = std::env::temp_dir().join(format!("hearth-spm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokenizer.model");
+        std::fs::write(&path, &m).unwrap();
+        let model = SentencePieceModel::read(&path).unwrap();
+        assert_eq!(model.pieces.len(), 2);
+        assert_eq!(
+            (model.pieces[0].text.as_str(), model.pieces[0].kind),
+            ("<unk>", UNKNOWN)
+        );
+        let the = &model.pieces[1];
+        assert_eq!(
+            (the.text.as_str(), the.score, the.kind),
+            ("▁the", -3.5, NORMAL)
+        );
+        assert!(!model.add_dummy_prefix);
+
+        // Truncated and foreign files are errors naming the file.
+        std::fs::write(&path, &m[..m.len() - 3]).unwrap();
+        let err = SentencePieceModel::read(&path).err().unwrap().to_string();
+        assert!(
+            err.contains("tokenizer.model") && err.contains("truncated"),
+            "{err}"
+        );
+        std::fs::write(&path, b"{\"json\": true}").unwrap();
+        assert!(SentencePieceModel::read(&path).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,532 @@
+//! The weights: Hugging Face names to GGUF's, shapes reversed (GGUF lists the fastest-varying
+//! dimension first), and the layouts llama.cpp's files differ in: Q and K rows interleaved for
+//! "llama" files, Gemma's norm gains stored plus one, experts stacked into one tensor per
+//! layer, 1-D tensors in f32, and RoPE tensors computed from `config.json`. Everything else is
+//! borrowed from the mapped files, not copied.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use hearth_quant::BlockType;
+
+use super::config::Config;
+use crate::error::{Error, Result};
+use crate::ggml_type::GgmlType;
+use crate::safetensors::{Element, SafeTensorInfo, SafetensorsWeights};
+
+/// One GGUF tensor, ready for the writer.
+pub(crate) struct Converted<'a> {
+    pub name: String,
+    pub ty: GgmlType,
+    pub shape: Vec<u64>,
+    pub data: Cow<'a, [u8]>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    Gate,
+    Up,
+    Down,
+}
+
+impl Part {
+    fn gguf(self) -> &'static str {
+        match self {
+            Part::Gate => "ffn_gate_exps",
+            Part::Up => "ffn_up_exps",
+            Part::Down => "ffn_down_exps",
+        }
+    }
+}
+
+enum Target {
+    Global(&'static str),
+    Layer(usize, &'static str),
+    Expert {
+        layer: usize,
+        part: Part,
+        expert: usize,
+    },
+    Skip,
+}
+
+/// Where a Hugging Face tensor goes; `None` for a name this converter does not know.
+fn target(name: &str, post_attention_is_post_norm: bool) -> Option<Target> {
+    if name.ends_with("rotary_emb.inv_freq")
+        || [
+            "vision_tower",
+            "multi_modal_projector",
+            "vision_model",
+            "audio_tower",
+        ]
+        .iter()
+        .any(|p| name.contains(p))
+    {
+        return Some(Target::Skip);
+    }
+    // Multimodal checkpoints nest the text model one level down.
+    let name = [
+        "model.language_model.",
+        "language_model.model.",
+        "language_model.",
+    ]
+    .iter()
+    .find_map(|p| name.strip_prefix(p).map(|rest| format!("model.{rest}")))
+    .unwrap_or_else(|| name.to_string());
+    let name = name.as_str();
+    let global = match name {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" | "model.lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(g) = global {
+        return Some(Target::Global(g));
+    }
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let expert = |prefix: &str, parts: [(&str, Part); 3]| -> Option<Target> {
+        let (e, tail) = rest.strip_prefix(prefix)?.split_once('.')?;
+        let expert = e.parse().ok()?;
+        let part = parts.iter().find(|(suffix, _)| tail == *suffix)?.1;
+        Some(Target::Expert {
+            layer,
+            part,
+            expert,
+        })
+    };
+    if let Some(t) = expert(
+        "mlp.experts.",
+        [
+            ("gate_proj.weight", Part::Gate),
+            ("up_proj.weight", Part::Up),
+            ("down_proj.weight", Part::Down),
+        ],
+    )
+    .or_else(|| {
+        expert(
+            "block_sparse_moe.experts.",
+            [
+                ("w1.weight", Part::Gate),
+                ("w3.weight", Part::Up),
+                ("w2.weight", Part::Down),
+            ],
+        )
+    }) {
+        return Some(t);
+    }
+    let gguf = match rest {
+        "input_layernorm.weight" => "attn_norm.weight",
+        // Gemma 2/3 normalize after attention and before the MLP separately.
+        "post_attention_layernorm.weight" if post_attention_is_post_norm => {
+            "post_attention_norm.weight"
+        }
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "self_attn.qkv_proj.weight" => "attn_qkv.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        // Phi-3: gate rows, then up rows.
+        "mlp.gate_up_proj.weight" => "ffn_up.weight",
+        "mlp.gate.weight" | "block_sparse_moe.gate.weight" => "ffn_gate_inp.weight",
+        "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
+        "mlp.shared_expert_gate.weight" => "ffn_gate_inp_shexp.weight",
+        _ => return None,
+    };
+    Some(Target::Layer(layer, gguf))
+}
+
+fn ggml_type(element: &Element) -> Option<GgmlType> {
+    match element {
+        Element::F32 => Some(GgmlType::F32),
+        Element::F16 => Some(GgmlType::F16),
+        Element::BF16 => Some(GgmlType::BF16),
+        Element::Other(_) => None,
+    }
+}
+
+fn to_f32(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    let block = match ty {
+        GgmlType::F16 => BlockType::F16,
+        GgmlType::BF16 => BlockType::BF16,
+        _ => BlockType::F32,
+    };
+    let mut out = vec![0f32; bytes.len() / ty.bytes_for(1).unwrap_or(4) as usize];
+    // Sizes agree by construction: one value per element.
+    let _ = hearth_quant::dequantize(block, bytes, &mut out);
+    out
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Interleaves each head's two halves of rows (`[h][2][d/2]` to `[h][d/2][2]`), as
+/// llama.cpp's converter does for files whose RoPE rotates adjacent pairs.
+fn permute_rows(bytes: &[u8], rows: usize, heads: usize) -> Option<Vec<u8>> {
+    if heads == 0 || rows % (2 * heads) != 0 || bytes.len() % rows != 0 {
+        return None;
+    }
+    let row = bytes.len() / rows;
+    let (head, half) = (rows / heads, rows / heads / 2);
+    let mut out = Vec::with_capacity(bytes.len());
+    for h in 0..heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = h * head + j * half + i;
+                out.extend_from_slice(&bytes[src * row..(src + 1) * row]);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Every tensor of the folder, converted, in layer order.
+pub(crate) fn tensors<'a>(
+    weights: &'a SafetensorsWeights,
+    config: &Config,
+) -> Result<Vec<Converted<'a>>> {
+    let family = config.family;
+    let post_norm = weights
+        .tensors()
+        .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
+    let tied = config.tied_embeddings();
+    let n_layer = config.n_layer()? as usize;
+    let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
+    let n_experts = config.n_experts()?.unwrap_or(0) as usize;
+    let mut out: Vec<(usize, Converted<'a>)> = Vec::new();
+    let mut experts: BTreeMap<(usize, Part), Vec<Option<(&str, &SafeTensorInfo)>>> =
+        BTreeMap::new();
+
+    for (name, info) in weights.tensors() {
+        let file = weights.file_of(info);
+        let bad = |reason: String| Error::tensor(file, name, reason);
+        let target = target(name, post_norm)
+            .ok_or_else(|| bad(format!("no GGUF name for it in a {} model", family.arch)))?;
+        let ty = ggml_type(&info.element).ok_or_else(|| {
+            bad(format!(
+                "{} values (f32, f16 and bf16 convert)",
+                info.element.name()
+            ))
+        })?;
+        let shape: Vec<u64> = info.shape.iter().rev().map(|&d| d as u64).collect();
+        let bytes = weights.bytes(info);
+        let (order, gguf) = match target {
+            Target::Skip => continue,
+            Target::Global("output.weight") if tied => continue,
+            Target::Global(g) => (
+                if g == "token_embd.weight" {
+                    0
+                } else {
+                    usize::MAX
+                },
+                g.to_string(),
+            ),
+            Target::Layer(l, g) => {
+                if l >= n_layer {
+                    return Err(contradiction(
+                        config,
+                        "num_hidden_layers",
+                        format!("{n_layer}, but tensor `{name}` is in layer {l}"),
+                    ));
+                }
+                (l + 1, format!("blk.{l}.{g}"))
+            }
+            Target::Expert {
+                layer,
+                part,
+                expert,
+            } => {
+                if expert >= n_experts || layer >= n_layer {
+                    return Err(contradiction(
+                        config,
+                        "num_experts",
+                        format!("{n_experts} experts in {n_layer} layers, but `{name}` is expert {expert} of layer {layer}"),
+                    ));
+                }
+                let slots = experts
+                    .entry((layer, part))
+                    .or_insert_with(|| vec![None; n_experts]);
+                slots[expert] = Some((name, info));
+                continue;
+            }
+        };
+        let is_vector = shape.len() == 1;
+        let data: Cow<'a, [u8]> = if is_vector {
+            let mut v = to_f32(ty, bytes);
+            if family.norm_plus_one && gguf.ends_with("norm.weight") {
+                v.iter_mut().for_each(|x| *x += 1.0);
+            }
+            Cow::Owned(f32_bytes(&v))
+        } else {
+            Cow::Borrowed(bytes)
+        };
+        let ty = if is_vector { GgmlType::F32 } else { ty };
+        let heads = match gguf.rsplit('.').nth(1) {
+            _ if !family.permute_qk => None,
+            Some("attn_q") => Some(n_head),
+            Some("attn_k") => Some(n_head_kv),
+            _ => None,
+        };
+        let data = match heads {
+            Some(h) => {
+                let rows = info.shape[0];
+                Cow::Owned(permute_rows(&data, rows, h).ok_or_else(|| {
+                    bad(format!("{rows} rows do not split into {h} heads of pairs"))
+                })?)
+            }
+            None => data,
+        };
+        out.push((
+            order,
+            Converted {
+                name: gguf,
+                ty,
+                shape,
+                data,
+            },
+        ));
+    }
+
+    for ((layer, part), slots) in experts {
+        let missing = slots.iter().position(Option::is_none);
+        if let Some(e) = missing {
+            return Err(Error::tensor(
+                &config.path,
+                &format!("model.layers.{layer}.mlp.experts.{e}"),
+                format!("expert {e} of layer {layer} has no {part:?} projection, though config.json gives {n_experts} experts"),
+            ));
+        }
+        let slots: Vec<(&str, &SafeTensorInfo)> = slots.into_iter().flatten().collect();
+        let (first_name, first) = slots[0];
+        let ty = ggml_type(&first.element).unwrap_or(GgmlType::F32);
+        let mut data = Vec::with_capacity(weights.bytes(first).len() * slots.len());
+        for (name, info) in &slots {
+            if info.shape != first.shape || info.element != first.element {
+                return Err(Error::tensor(
+                    weights.file_of(info),
+                    name,
+                    format!(
+                        "{:?} {} where `{first_name}` is {:?} {}: experts must agree",
+                        info.shape,
+                        info.element.name(),
+                        first.shape,
+                        first.element.name()
+                    ),
+                ));
+            }
+            data.extend_from_slice(weights.bytes(info));
+        }
+        let mut shape: Vec<u64> = first.shape.iter().rev().map(|&d| d as u64).collect();
+        shape.push(slots.len() as u64);
+        out.push((
+            layer + 1,
+            Converted {
+                name: format!("blk.{layer}.{}.weight", part.gguf()),
+                ty,
+                shape,
+                data: Cow::Owned(data),
+            },
+        ));
+    }
+
+    for (name, values) in computed(config)? {
+        out.push((
+            0,
+            Converted {
+                name: name.to_string(),
+                ty: GgmlType::F32,
+                shape: vec![values.len() as u64],
+                data: Cow::Owned(f32_bytes(&values)),
+            },
+        ));
+    }
+    check_shapes(config, &out)?;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The tensors llama.cpp computes from `config.json`: Llama 3.1's frequency divisors and
+/// LongRoPE's long and short factors.
+fn computed(config: &Config) -> Result<Vec<(&'static str, Vec<f32>)>> {
+    let mut out = Vec::new();
+    if let Some(rule) = config.llama3_rope()? {
+        let base = config.rope_base()?.unwrap_or(10000.0) as f32;
+        out.push((
+            "rope_freqs.weight",
+            rule.factors(config.head_dim()? as usize, base),
+        ));
+    }
+    if let (Some(long), Some(short)) = (
+        config.rope_factors("long_factor")?,
+        config.rope_factors("short_factor")?,
+    ) {
+        let partial = config.rope_f64("partial_rotary_factor")?.unwrap_or(1.0);
+        let dims = (partial * config.head_dim()? as f64) as usize;
+        for (key, v) in [("long_factor", &long), ("short_factor", &short)] {
+            if v.len() * 2 != dims {
+                return Err(contradiction(
+                    config,
+                    &format!("rope_parameters.{key}"),
+                    format!(
+                        "{} factors, but {dims} rotated dimensions take {}",
+                        v.len(),
+                        dims / 2
+                    ),
+                ));
+            }
+        }
+        out.push(("rope_factors_long.weight", long));
+        out.push(("rope_factors_short.weight", short));
+    }
+    Ok(out)
+}
+
+fn contradiction(config: &Config, key: &str, reason: String) -> Error {
+    Error::metadata(
+        &config.path,
+        key,
+        format!("contradicts the weights: {reason}"),
+    )
+}
+
+/// `config.json`'s sizes against the tensors that embody them, so that a wrong config names
+/// the key rather than surfacing later as a shape error.
+fn check_shapes(config: &Config, tensors: &[(usize, Converted<'_>)]) -> Result<()> {
+    let shape = |name: &str| {
+        tensors
+            .iter()
+            .find(|(_, t)| t.name == name)
+            .map(|(_, t)| t.shape.clone())
+    };
+    let embd = shape("token_embd.weight").ok_or_else(|| {
+        Error::tensor(
+            &config.path,
+            "model.embed_tokens.weight",
+            "missing from the weights",
+        )
+    })?;
+    let hidden = config.require_u64("hidden_size")?;
+    if embd[0] != hidden {
+        return Err(contradiction(
+            config,
+            "hidden_size",
+            format!("{hidden}, but the embeddings are {} wide", embd[0]),
+        ));
+    }
+    if let Some(v) = config.u64("vocab_size")? {
+        if embd.get(1) != Some(&v) {
+            return Err(contradiction(
+                config,
+                "vocab_size",
+                format!(
+                    "{v}, but the embeddings have {} rows",
+                    embd.get(1).unwrap_or(&0)
+                ),
+            ));
+        }
+    }
+    let n_layer = config.n_layer()?;
+    if n_layer > 0 && shape(&format!("blk.{}.attn_norm.weight", n_layer - 1)).is_none() {
+        return Err(contradiction(
+            config,
+            "num_hidden_layers",
+            format!("{n_layer}, but layer {} has no weights", n_layer - 1),
+        ));
+    }
+    let head_dim = config.head_dim()?;
+    for (tensor, key, heads) in [
+        (
+            "blk.0.attn_q.weight",
+            "num_attention_heads",
+            config.n_head()?,
+        ),
+        (
+            "blk.0.attn_k.weight",
+            "num_key_value_heads",
+            config.n_head_kv()?,
+        ),
+    ] {
+        if let Some(s) = shape(tensor) {
+            if s.get(1) != Some(&(heads * head_dim)) {
+                return Err(contradiction(
+                    config,
+                    key,
+                    format!(
+                        "{heads} heads of {head_dim}, but `{tensor}` has {} rows",
+                        s.get(1).unwrap_or(&0)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permuting_interleaves_each_heads_halves() {
+        // 2 heads of 4 rows, one byte per row: [a0 a1 b0 b1] per head becomes [a0 b0 a1 b1].
+        let rows: Vec<u8> = (0..8).collect();
+        assert_eq!(
+            permute_rows(&rows, 8, 2).unwrap(),
+            vec![0, 2, 1, 3, 4, 6, 5, 7]
+        );
+        assert!(permute_rows(&rows, 8, 3).is_none());
+    }
+
+    #[test]
+    fn names_map_as_llama_cpp_maps_them() {
+        let layer = |name: &str, post: bool| match target(name, post) {
+            Some(Target::Layer(l, g)) => Some(format!("blk.{l}.{g}")),
+            _ => None,
+        };
+        assert_eq!(
+            layer("model.layers.3.post_attention_layernorm.weight", false).as_deref(),
+            Some("blk.3.ffn_norm.weight")
+        );
+        assert_eq!(
+            layer("model.layers.3.post_attention_layernorm.weight", true).as_deref(),
+            Some("blk.3.post_attention_norm.weight")
+        );
+        assert_eq!(
+            layer(
+                "model.language_model.layers.0.self_attn.q_norm.weight",
+                false
+            )
+            .as_deref(),
+            Some("blk.0.attn_q_norm.weight")
+        );
+        assert!(matches!(
+            target("model.layers.1.block_sparse_moe.experts.7.w2.weight", false),
+            Some(Target::Expert {
+                layer: 1,
+                part: Part::Down,
+                expert: 7
+            })
+        ));
+        assert!(matches!(
+            target("model.vision_tower.blocks.0.attn.weight", false),
+            Some(Target::Skip)
+        ));
+        assert!(target("model.layers.0.mystery.weight", false).is_none());
+    }
+}

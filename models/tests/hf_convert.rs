@@ -1,0 +1,102 @@
+//! Hearth's conversion of a Hugging Face folder against llama.cpp's: for every conformance
+//! family (`scripts/conformance/build` saves each random-weight model with transformers and
+//! converts it with llama.cpp's `convert_hf_to_gguf.py`), the file `HfFolder::to_gguf`
+//! builds from the same folder must hold the same tensors (names, types, shapes and bytes)
+//! and every metadata value llama.cpp wrote, the vocabulary included.
+
+use hearth_models::gguf::MetaValue;
+use hearth_models::{GgufFile, HfFolder};
+
+/// Keys that name the file rather than describe the model.
+const NAMING: &[&str] = &["general.name", "general.size_label", "general.type"];
+
+/// Keys where llama.cpp's converter and Hearth's may differ without changing the model:
+/// whether a pair of sequences gets a separator (encoder input only).
+const UNUSED_BY_DECODERS: &[&str] = &["tokenizer.ggml.add_sep_token"];
+
+fn check(family: &str) {
+    let Some(dir) = hearth_testkit::conformance_model(family) else {
+        return;
+    };
+    let theirs = GgufFile::open(dir.join("model.gguf")).unwrap();
+    let folder = HfFolder::open(&dir.join("hf")).unwrap();
+    let ours = folder
+        .to_gguf_file()
+        .unwrap_or_else(|e| panic!("{family}: {e}"));
+
+    for (key, want) in theirs.metadata().iter() {
+        if NAMING.contains(&key) || UNUSED_BY_DECODERS.contains(&key) {
+            continue;
+        }
+        let got = ours.metadata().get(key);
+        assert!(
+            got == Some(want),
+            "{family}: `{key}` is {}, llama.cpp wrote {}",
+            got.map_or("absent".into(), short),
+            short(want)
+        );
+    }
+    let extra: Vec<&str> = ours
+        .metadata()
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| theirs.metadata().get(k).is_none() && !NAMING.contains(k))
+        .collect();
+    println!("{family}: metadata matches; keys llama.cpp leaves out: {extra:?}");
+
+    let mut names: Vec<&str> = theirs.tensors().iter().map(|t| t.name.as_str()).collect();
+    let mut our_names: Vec<&str> = ours.tensors().iter().map(|t| t.name.as_str()).collect();
+    names.sort();
+    our_names.sort();
+    assert_eq!(our_names, names, "{family}: tensor names");
+    for t in theirs.tensors() {
+        let o = ours.tensor(&t.name).unwrap();
+        assert_eq!(
+            (o.ggml_type, &o.shape),
+            (t.ggml_type, &t.shape),
+            "{family}: {}",
+            t.name
+        );
+        let (a, b) = (ours.tensor_data(o).unwrap(), theirs.tensor_data(t).unwrap());
+        if t.name.starts_with("rope_") {
+            // Computed in f64 here, in f32 by torch there.
+            for (x, y) in f32s(a).iter().zip(f32s(b)) {
+                assert!(
+                    (x - y).abs() <= 1e-6 * y.abs(),
+                    "{family}: {} {x} vs {y}",
+                    t.name
+                );
+            }
+        } else {
+            assert!(a == b, "{family}: {} bytes differ", t.name);
+        }
+    }
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn short(v: &MetaValue) -> String {
+    let s = format!("{v:?}");
+    if s.len() > 160 {
+        format!("{}...", &s[..160])
+    } else {
+        s
+    }
+}
+
+macro_rules! families {
+    ($($name:ident),*) => {$(
+        #[test]
+        fn $name() {
+            check(stringify!($name));
+        }
+    )*};
+}
+
+families!(
+    llama3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, longrope, mixtral, qwen2moe, qwen3moe, olmoe
+);
