@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use commands::{bench, chat, devices, generate, imatrix, inspect, perplexity, quantize, tokenize};
+use commands::{
+    bench, chat, convert, devices, generate, imatrix, inspect, perplexity, quantize, tokenize,
+};
 
 #[derive(Parser)]
 #[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
@@ -45,6 +47,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
     Quantize(quantize::QuantizeArgs),
+    /// Write a Hugging Face folder (config.json, safetensors, tokenizer) as a GGUF file.
+    Convert(convert::ConvertArgs),
     /// Write an importance matrix of a model over a text, for `quantize --imatrix`.
     Imatrix(imatrix::ImatrixArgs),
 }
@@ -99,6 +103,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Inspect(args) => inspect::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Imatrix(args) => imatrix::run(args),
     }
 }

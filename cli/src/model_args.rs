@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// one for its architecture: a family of known atoms without rebuilding Hearth.
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
+    /// Quantize the weights to this format while loading (`Q4`, `Q4_K`, `Q8`, ...; see
+    /// `hearth quantize --help`): a Hugging Face folder's f16/bf16 weights, or a GGUF file's.
+    #[arg(long, value_name = "FMT", value_parser = crate::commands::quantize::parse_format)]
+    pub load_format: Option<hearth_quant::Format>,
     #[command(flatten)]
     pub infinigen: InfinigenArgs,
 }
@@ -268,6 +272,7 @@ impl RunArgs {
                 Some(path) => Some(ModelSpec::from_file(path)?),
                 None => None,
             },
+            load_format: self.load_format,
         };
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template(

@@ -49,7 +49,7 @@ pub use chat::{ChatMessage, ChatOptions, ChatTemplate};
 pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
-pub use hf::HfFolder;
+pub use hf::{open_model, HfFolder};
 pub use resolve::{default_models_dir, list_models, resolve_model, ModelEntry, ModelFormat};
 pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};

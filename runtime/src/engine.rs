@@ -60,6 +60,9 @@ pub struct EngineOptions {
     /// A spec of the user's (`--spec FILE`) in place of the shipped one for the file's
     /// architecture.
     pub spec: Option<ModelSpec>,
+    /// Quantize the weights to this format while loading (`--load-format`): a Hugging Face
+    /// folder's f16 or bf16 weights, or a GGUF file's, re-encoded as `hearth quantize` would.
+    pub load_format: Option<hearth_quant::Format>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -134,6 +137,7 @@ impl Default for EngineOptions {
             infinigen: None,
             h2o: None,
             spec: None,
+            load_format: None,
         }
     }
 }
@@ -170,10 +174,18 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens `path`, loads its weights to the backend and builds the tokenizer and chat
+    /// Opens `path` (a GGUF file or a Hugging Face folder), loads its weights to the backend and builds the tokenizer and chat
     /// template. `progress` sees the loading advance and may cancel it.
     pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
-        Self::load_file(GgufFile::open(path)?, options, progress)
+        let file = hearth_models::open_model(path)?;
+        let file = match options.load_format {
+            Some(format) => crate::quantize::quantize_in_memory(
+                &file,
+                &crate::quantize::QuantizeOptions::new(format),
+            )?,
+            None => file,
+        };
+        Self::load_file(file, options, progress)
     }
 
     /// [`load`](Self::load) for a file already open, or built in memory (`synthetic`). The

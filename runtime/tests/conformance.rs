@@ -79,7 +79,14 @@ fn check_family(name: &str) {
     if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
         return;
     }
-    for backend in [BackendKind::Vulkan, BackendKind::Cpu] {
+    // llama.cpp's GGUF file on both executors, and the Hugging Face folder it was converted
+    // from, which Hearth converts itself as it loads.
+    let sources = [
+        (BackendKind::Vulkan, "model.gguf"),
+        (BackendKind::Cpu, "model.gguf"),
+        (BackendKind::Vulkan, "hf"),
+    ];
+    for (backend, source) in sources {
         // The KV cache in f32, as transformers keeps it.
         let options = EngineOptions {
             backend,
@@ -87,10 +94,11 @@ fn check_family(name: &str) {
             kv_type: KvType::F32,
             ..EngineOptions::default()
         };
-        let mut engine = Engine::load(Path::new(&dir.join("model.gguf")), &options, &mut |_| true)
-            .unwrap_or_else(|e| panic!("{name} on {backend:?}: {e}"));
+        let mut engine = Engine::load(Path::new(&dir.join(source)), &options, &mut |_| true)
+            .unwrap_or_else(|e| panic!("{name} on {backend:?} from {source}: {e}"));
         assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
         if backend == BackendKind::Vulkan {
+            // The tokenizer from the GGUF vocabulary, llama.cpp's or Hearth's conversion.
             for t in &reference.tokenized {
                 let opts = hearth_models::EncodeOptions {
                     add_special: false,
@@ -121,12 +129,12 @@ fn check_family(name: &str) {
             worst_kl = worst_kl.max(kl);
             assert!(
                 abs <= MAX_ABS && kl <= MAX_KL,
-                "{name} on {backend:?}, position {pos}: max |diff| {abs:.2e}, KL {kl:.2e}"
+                "{name} on {backend:?} from {source}, position {pos}: max |diff| {abs:.2e}, KL {kl:.2e}"
             );
         }
         let scale = want.iter().fold(0f32, |a, &b| a.max(b.abs()));
         eprintln!(
-            "conformance {name:8} {backend:?}: {n} positions, max |diff| {worst_abs:.2e} \
+            "conformance {name:8} {backend:?} {source:10}: {n} positions, max |diff| {worst_abs:.2e} \
              (logits up to {scale:.2}), max KL {worst_kl:.2e}"
         );
     }

@@ -2,7 +2,7 @@
 //! to a new GGUF file, with a progress bar, Ctrl-C to cancel (leaving no file) and a summary.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,8 @@ use crate::output::{emit, size};
 #[derive(clap::Args, Debug)]
 #[command(after_help = formats_help())]
 pub struct QuantizeArgs {
-    /// Model to quantize: a path, or a name in the models directory (`smollm2-135m-instruct`).
+    /// Model to quantize: a GGUF file or Hugging Face folder, or a name in the models
+    /// directory (`smollm2-135m-instruct`).
     #[arg(short = 'm', long)]
     model: String,
     #[command(flatten)]
@@ -49,14 +50,14 @@ pub struct QuantizeArgs {
 
 /// What `--format` names: one format for every matrix, or a llama.cpp mix.
 #[derive(Clone, Copy, Debug)]
-enum Target {
+pub(crate) enum Target {
     Format(Format),
     Mix(Mix),
 }
 
 /// A mix name first: names llama.cpp uses for file types (`Q4_0`, `Q6_K`) make the file
 /// llama.cpp would.
-fn parse_target(s: &str) -> Result<Target, String> {
+pub(crate) fn parse_target(s: &str) -> Result<Target, String> {
     if let Some(mix) = Mix::from_name(s) {
         return Ok(Target::Mix(mix));
     }
@@ -98,7 +99,7 @@ fn valid_formats() -> String {
     Format::ALL.map(Format::name).join(", ")
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
+pub(crate) fn parse_format(s: &str) -> Result<Format, String> {
     Format::from_name(s)
         .ok_or_else(|| format!("unknown format `{s}`; valid formats: {}", valid_formats()))
 }
@@ -115,16 +116,7 @@ fn parse_tensor_format(s: &str) -> Result<(String, Format), String> {
 
 pub fn run(args: &QuantizeArgs) -> Result<()> {
     let input = args.models.resolve(&args.model)?;
-    if input.is_dir() {
-        bail!(
-            "{} is a model directory; quantize reads GGUF files",
-            input.display()
-        );
-    }
-    let base = match args.format {
-        Target::Format(format) => QuantizeOptions::new(format),
-        Target::Mix(mix) => QuantizeOptions::mix(mix),
-    };
+    let base = args.format.options();
     let imatrix = match &args.imatrix {
         Some(path) => Some(Arc::new(ImportanceMatrix::read(path)?)),
         None => None,
@@ -135,7 +127,21 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
         imatrix,
         ..base
     };
+    quantize_to(&input, &args.output, &opts)
+}
 
+impl Target {
+    pub(crate) fn options(self) -> QuantizeOptions {
+        match self {
+            Target::Format(format) => QuantizeOptions::new(format),
+            Target::Mix(mix) => QuantizeOptions::mix(mix),
+        }
+    }
+}
+
+/// Quantizes `input` to `output` with a progress bar, Ctrl-C cancelling, and prints the
+/// summary.
+pub(crate) fn quantize_to(input: &Path, output: &Path, opts: &QuantizeOptions) -> Result<()> {
     // Ctrl-C asks the quantizer to stop; it then removes what it wrote and returns.
     let interrupted = Arc::new(AtomicBool::new(false));
     {
@@ -152,14 +158,14 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
     );
     bar.set_prefix("quantizing");
     bar.enable_steady_tick(Duration::from_millis(200));
-    let result = quantize_model(&input, &args.output, &opts, &mut |p| {
+    let result = quantize_model(input, output, opts, &mut |p| {
         bar.set_length(p.total_bytes);
         bar.set_position(p.done_bytes);
         match p.stage {
             QuantizeStage::Quantizing => bar.set_message(p.tensor.to_string()),
             QuantizeStage::Writing => {
                 bar.set_prefix("writing");
-                bar.set_message(args.output.display().to_string());
+                bar.set_message(output.display().to_string());
             }
         }
         !interrupted.load(Ordering::SeqCst)
@@ -168,7 +174,7 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
     let report = match result {
         Ok(r) => r,
         Err(hearth_runtime::Error::Cancelled) => {
-            bail!("cancelled; {} was not written", args.output.display())
+            bail!("cancelled; {} was not written", output.display())
         }
         Err(e) => return Err(e.into()),
     };

@@ -27,6 +27,16 @@ use crate::error::Result;
 use crate::gguf::{GgufFile, GgufWriter, MetaValue};
 use crate::safetensors::SafetensorsWeights;
 
+/// Opens a model for loading: a GGUF file, memory-mapped, or a Hugging Face folder,
+/// converted in memory.
+pub fn open_model(path: &Path) -> Result<GgufFile> {
+    if is_model_folder(path) {
+        HfFolder::open(path)?.to_gguf_file()
+    } else {
+        GgufFile::open(path)
+    }
+}
+
 /// Whether `path` is a Hugging Face model folder: `config.json` beside safetensors weights.
 pub fn is_model_folder(path: &Path) -> bool {
     path.is_dir()

@@ -1,4 +1,4 @@
-//! Quantizing a model file: a GGUF file's weight matrices re-encoded in one of Hearth's block
+//! Quantizing a model: a GGUF file's (or a Hugging Face folder's) weight matrices re-encoded in one of Hearth's block
 //! formats and written, with all of its metadata, to a new GGUF file.
 //!
 //! What becomes what:
@@ -36,8 +36,9 @@ pub use report::{FormatTotal, QuantizeProgress, QuantizeReport, QuantizeStage, T
 
 use crate::error::{Error, Result};
 
-/// Converts `input` to `output` as `opts` say, reporting progress; `progress` returning
-/// `false` cancels, and then (as on any error) no output file is left behind.
+/// Converts `input` (a GGUF file, or a Hugging Face folder converted on the way) to `output`
+/// as `opts` say, reporting progress; `progress` returning `false` cancels, and then (as on
+/// any error) no output file is left behind.
 pub fn quantize_model(
     input: &Path,
     output: &Path,
@@ -45,10 +46,43 @@ pub fn quantize_model(
     progress: &mut dyn FnMut(QuantizeProgress) -> bool,
 ) -> Result<QuantizeReport> {
     let start = Instant::now();
-    let file = GgufFile::open(input)?;
-    let (plans, unmatched_patterns) = plan::plan(&file, opts)?;
+    let file = hearth_models::open_model(input)?;
+    let (writer, tensors, unmatched_patterns) = quantized(&file, opts, progress)?;
+    writer.write_atomic(output)?;
+    let file_bytes_after = std::fs::metadata(output).map_or(0, |m| m.len());
 
-    let buffers = convert::convert_all(&plans, input, progress)?;
+    Ok(QuantizeReport {
+        input: input.to_path_buf(),
+        output: output.to_path_buf(),
+        tensors,
+        file_bytes_before: file.file_size(),
+        file_bytes_after,
+        unmatched_patterns,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// `file` quantized as `opts` say, held in memory: a model quantized at load
+/// (`--load-format`).
+pub fn quantize_in_memory(file: &GgufFile, opts: &QuantizeOptions) -> Result<GgufFile> {
+    let (writer, ..) = quantized(file, opts, &mut |_| true)?;
+    let bytes = writer.to_bytes().map_err(|e| Error::Io {
+        path: file.path().to_path_buf(),
+        source: e,
+    })?;
+    Ok(GgufFile::from_bytes(file.path(), bytes)?)
+}
+
+/// The quantized file, ready to write (copied tensors borrow `file`), with each tensor's
+/// report and the `tensor_formats` patterns that matched nothing.
+fn quantized<'f>(
+    file: &'f GgufFile,
+    opts: &QuantizeOptions,
+    progress: &mut dyn FnMut(QuantizeProgress) -> bool,
+) -> Result<(GgufWriter<'f>, Vec<TensorReport>, Vec<String>)> {
+    let (plans, unmatched_patterns) = plan::plan(file, opts)?;
+
+    let buffers = convert::convert_all(&plans, file.path(), progress)?;
     let total_bytes: u64 = plans.iter().map(|p| p.info.n_bytes).sum();
     if !progress(QuantizeProgress {
         stage: QuantizeStage::Writing,
@@ -104,18 +138,7 @@ pub fn quantize_model(
         });
         writer.add_tensor(&p.info.name, GgmlType::from(p.to), &p.info.shape, data)?;
     }
-    writer.write_atomic(output)?;
-    let file_bytes_after = std::fs::metadata(output).map_or(0, |m| m.len());
-
-    Ok(QuantizeReport {
-        input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        tensors,
-        file_bytes_before: file.file_size(),
-        file_bytes_after,
-        unmatched_patterns,
-        elapsed: start.elapsed(),
-    })
+    Ok((writer, tensors, unmatched_patterns))
 }
 
 /// llama.cpp's `general.file_type` (`llama_ftype`) for files whose matrices are mostly
