@@ -590,6 +590,8 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
         .with_context(|| format!("parsing {}", config_path.display()))?;
     let tokenizer = hearth_models::HfTokenizer::from_file(path);
     let weights = SafetensorsWeights::open(path)?;
+    // The family it runs as (converted at load), or why it does not.
+    let runs_as = hearth_models::HfFolder::open(path).map(|f| f.architecture());
     // Elements and tensors per dtype.
     let mut by_dtype: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     for (_, t) in weights.tensors() {
@@ -624,6 +626,10 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
             "files": files,
             "tensors": tensors,
             "config": config,
+            "runs_as": match &runs_as {
+                Ok(arch) => json!({ "architecture": arch }),
+                Err(e) => json!({ "error": e.to_string() }),
+            },
             "tokenizer": match &tokenizer {
                 Ok(t) => json!({ "vocab_size": t.vocab_size(), "source": t.source() }),
                 Err(e) => json!({ "error": e.to_string() }),
@@ -641,6 +647,13 @@ fn inspect_directory(path: &Path, format: Format) -> Result<()> {
     )?;
     for (dtype, (elements, tensors)) in &by_dtype {
         writeln!(out, "  {dtype:5} {tensors} tensors, {elements} values")?;
+    }
+    match &runs_as {
+        Ok(arch) => writeln!(
+            out,
+            "runs as       {arch} (converted as it loads; `hearth convert` writes the GGUF file)"
+        )?,
+        Err(e) => writeln!(out, "runs as       none: {e}")?,
     }
     writeln!(out, "\nconfig.json")?;
     if let Some(obj) = config.as_object() {

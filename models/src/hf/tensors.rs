@@ -450,6 +450,10 @@ fn check_shapes(config: &Config, tensors: &[(usize, Converted<'_>)]) -> Result<(
         ));
     }
     let head_dim = config.head_dim()?;
+    let derived = match config.u64("head_dim")? {
+        Some(_) => "",
+        None => " (hidden_size / num_attention_heads)",
+    };
     for (tensor, key, heads) in [
         (
             "blk.0.attn_q.weight",
@@ -468,7 +472,7 @@ fn check_shapes(config: &Config, tensors: &[(usize, Converted<'_>)]) -> Result<(
                     config,
                     key,
                     format!(
-                        "{heads} heads of {head_dim}, but `{tensor}` has {} rows",
+                        "{heads} heads of {head_dim}{derived}, but `{tensor}` has {} rows",
                         s.get(1).unwrap_or(&0)
                     ),
                 ));

@@ -3,6 +3,7 @@
 //! model's own: greedy text that the CPU reference reproduces token for token, and the
 //! perplexity digits the project keeps fixed.
 
+mod convert;
 mod files;
 mod generate;
 mod perplexity;

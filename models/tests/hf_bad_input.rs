@@ -1,0 +1,265 @@
+//! Hugging Face folders that are wrong: each conversion error names the file and the key or
+//! tensor at fault. The folders are tiny Llama and Mixtral shapes written here with the
+//! safetensors crate.
+
+use std::path::{Path, PathBuf};
+
+use hearth_models::HfFolder;
+use safetensors::Dtype;
+use serde_json::{json, Value};
+
+const HIDDEN: usize = 8;
+const VOCAB: usize = 4;
+
+struct Folder {
+    dir: PathBuf,
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn config(experts: bool) -> Value {
+    let mut c = json!({
+        "architectures": [if experts { "MixtralForCausalLM" } else { "LlamaForCausalLM" }],
+        "hidden_size": HIDDEN,
+        "intermediate_size": 16,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 1,
+        "vocab_size": VOCAB,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 64,
+        "rope_theta": 10000.0,
+    });
+    if experts {
+        c["num_local_experts"] = json!(2);
+        c["num_experts_per_tok"] = json!(1);
+    }
+    c
+}
+
+/// The tensors of a one-layer model (name, shape); experts replace the dense MLP.
+fn tensors(experts: bool) -> Vec<(String, Vec<usize>)> {
+    let mut t = vec![
+        ("model.embed_tokens.weight".to_string(), vec![VOCAB, HIDDEN]),
+        ("model.norm.weight".into(), vec![HIDDEN]),
+        ("lm_head.weight".into(), vec![VOCAB, HIDDEN]),
+        ("model.layers.0.input_layernorm.weight".into(), vec![HIDDEN]),
+        (
+            "model.layers.0.post_attention_layernorm.weight".into(),
+            vec![HIDDEN],
+        ),
+        (
+            "model.layers.0.self_attn.q_proj.weight".into(),
+            vec![8, HIDDEN],
+        ),
+        (
+            "model.layers.0.self_attn.k_proj.weight".into(),
+            vec![4, HIDDEN],
+        ),
+        (
+            "model.layers.0.self_attn.v_proj.weight".into(),
+            vec![4, HIDDEN],
+        ),
+        (
+            "model.layers.0.self_attn.o_proj.weight".into(),
+            vec![HIDDEN, 8],
+        ),
+    ];
+    if experts {
+        t.push((
+            "model.layers.0.block_sparse_moe.gate.weight".into(),
+            vec![2, HIDDEN],
+        ));
+        for e in 0..2 {
+            for (w, shape) in [
+                ("w1", [16, HIDDEN]),
+                ("w3", [16, HIDDEN]),
+                ("w2", [HIDDEN, 16]),
+            ] {
+                let name = format!("model.layers.0.block_sparse_moe.experts.{e}.{w}.weight");
+                t.push((name, shape.to_vec()));
+            }
+        }
+    } else {
+        for (w, shape) in [
+            ("gate", [16, HIDDEN]),
+            ("up", [16, HIDDEN]),
+            ("down", [HIDDEN, 16]),
+        ] {
+            t.push((
+                format!("model.layers.0.mlp.{w}_proj.weight"),
+                shape.to_vec(),
+            ));
+        }
+    }
+    t
+}
+
+fn write_weights(dir: &Path, tensors: &[(String, Vec<usize>)], dtype: Dtype) {
+    let data: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, s)| {
+            let n: usize = s.iter().product();
+            (0..n)
+                .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .zip(&data)
+        .map(|((name, shape), bytes)| {
+            let (dtype, bytes) = if dtype == Dtype::F32 {
+                (Dtype::F32, &bytes[..])
+            } else {
+                (dtype, &bytes[..bytes.len() / 4 * dtype.size()])
+            };
+            let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes).unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, &None, &dir.join("model.safetensors")).unwrap();
+}
+
+fn folder(name: &str, config: &Value, tensors: &[(String, Vec<usize>)]) -> Folder {
+    let dir = std::env::temp_dir().join(format!("hearth-hf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    write_weights(&dir, tensors, Dtype::F32);
+    let tokenizer = json!({
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "c": 3}, "merges": ["a b"]},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+        "added_tokens": [],
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    Folder { dir }
+}
+
+fn error(f: &Folder) -> String {
+    match HfFolder::open(&f.dir).and_then(|h| h.to_gguf_file()) {
+        Ok(_) => panic!("{} converted", f.dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_tiny_llama_and_mixtral_convert_and_resolve() {
+    for experts in [false, true] {
+        let f = folder(
+            &format!("ok-{experts}"),
+            &config(experts),
+            &tensors(experts),
+        );
+        let file = HfFolder::open(&f.dir).unwrap().to_gguf_file().unwrap();
+        let model = hearth_models::resolve_gguf(&file).unwrap();
+        assert_eq!(model.hparams.n_layer, 1);
+        let tok = hearth_models::Tokenizer::from_gguf(&file).unwrap();
+        assert_eq!(tok.encode_with("ab", Default::default()), vec![2]);
+        if experts {
+            let t = file.tensor("blk.0.ffn_down_exps.weight").unwrap();
+            assert_eq!(t.shape, vec![16, HIDDEN as u64, 2]);
+        }
+    }
+}
+
+#[test]
+fn config_json_contradicting_the_weights_names_the_key() {
+    for (key, value) in [
+        ("hidden_size", json!(16)),
+        ("vocab_size", json!(5)),
+        ("num_hidden_layers", json!(2)),
+        ("num_key_value_heads", json!(2)),
+        ("num_attention_heads", json!(4)),
+    ] {
+        let mut c = config(false);
+        c[key] = value;
+        let f = folder(&format!("contradiction-{key}"), &c, &tensors(false));
+        let err = error(&f);
+        assert!(
+            err.contains("config.json") && err.contains(key),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_expert_is_named() {
+    let mut t = tensors(true);
+    t.retain(|(n, _)| n != "model.layers.0.block_sparse_moe.experts.1.w2.weight");
+    let f = folder("missing-expert", &config(true), &t);
+    let err = error(&f);
+    assert!(
+        err.contains("expert 1 of layer 0") && err.contains("Down"),
+        "{err}"
+    );
+
+    // An expert past the count config.json gives.
+    let mut c = config(true);
+    c["num_local_experts"] = json!(1);
+    let f = folder("extra-expert", &c, &tensors(true));
+    let err = error(&f);
+    assert!(
+        err.contains("`num_experts`") && err.contains("expert 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_families_tensors_and_types_are_named() {
+    let mut c = config(false);
+    c["architectures"] = json!(["BertModel"]);
+    let f = folder("bert", &c, &tensors(false));
+    let err = error(&f);
+    assert!(
+        err.contains("BertModel")
+            && err.contains("LlamaForCausalLM")
+            && err.contains("config.json"),
+        "{err}"
+    );
+
+    let mut t = tensors(false);
+    t.push(("model.layers.0.mystery.weight".into(), vec![HIDDEN]));
+    let f = folder("mystery", &config(false), &t);
+    let err = error(&f);
+    assert!(
+        err.contains("model.layers.0.mystery.weight") && err.contains("model.safetensors"),
+        "{err}"
+    );
+
+    let f = folder("int", &config(false), &tensors(false));
+    write_weights(&f.dir, &tensors(false), Dtype::I32);
+    let err = error(&f);
+    assert!(err.contains("I32") && err.contains("tensor `"), "{err}");
+}
+
+#[test]
+fn a_folder_without_a_tokenizer_or_with_a_foreign_one_is_named() {
+    let f = folder("no-tokenizer", &config(false), &tensors(false));
+    std::fs::remove_file(f.dir.join("tokenizer.json")).unwrap();
+    let err = error(&f);
+    assert!(err.contains("tokenizer.model nor tokenizer.json"), "{err}");
+
+    let wordpiece = json!({"model": {"type": "WordPiece", "vocab": {"a": 0}}});
+    std::fs::write(f.dir.join("tokenizer.json"), wordpiece.to_string()).unwrap();
+    let err = error(&f);
+    assert!(
+        err.contains("tokenizer.json") && err.contains("WordPiece"),
+        "{err}"
+    );
+
+    std::fs::write(f.dir.join("tokenizer.json"), b"{\"model\": ").unwrap();
+    let err = error(&f);
+    assert!(
+        err.contains("tokenizer.json") && err.contains("not JSON"),
+        "{err}"
+    );
+
+    std::fs::write(f.dir.join("config.json"), b"[1, 2]").unwrap();
+    let err = error(&f);
+    assert!(err.contains("config.json"), "{err}");
+}
