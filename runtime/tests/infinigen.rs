@@ -1061,9 +1061,12 @@ fn local_layers_attend_over_their_window_under_infinigen() {
     no_validation_messages(&dev);
 }
 
-/// Soft-capped scores (Gemma 2) are refused by the sparse policies, whose kernels do not cap.
+/// Gemma 2's scores, scaled by its own factor and soft-capped: InfiniGen speculates and
+/// attends with them as dense attention does (in the global layers, every other one), and the
+/// device's decode agrees with the CPU reference's, fetches included. H2O's kernels score
+/// plainly, so H2O refuses the model.
 #[test]
-fn sparse_policies_refuse_soft_capped_attention() {
+fn infinigen_caps_scores_as_dense_attention_does() {
     let gemma2 = Shape {
         family: Family::Gemma2,
         tied_embeddings: true,
@@ -1072,11 +1075,34 @@ fn sparse_policies_refuse_soft_capped_attention() {
     };
     let file = gemma2.build_random("small", Format::Q8, 11).unwrap();
     let mut m = cpu(&file, 64);
+    assert!(m.config().attn_softcap.is_some());
     let err = m
         .set_kv_policy(KvPolicyChoice::H2o(small_budget()))
         .unwrap_err()
         .to_string();
     assert!(err.contains("soft-capped"), "{err}");
+
+    let Some(dev) = device() else { return };
+    let (mut reference, mut device_model, _) = with_infinigen(&dev, &file, small_budget());
+    let prompt = tokens(150, 5);
+    let a = reference.forward(&prompt, Logits::Last).unwrap();
+    let b = device_model.forward(&prompt, Logits::Last).unwrap();
+    assert!(max_diff(&a, &b) < 2e-3, "prefill: {}", max_diff(&a, &b));
+    let steps = tokens(8, 6);
+    for &t in &steps {
+        let a = reference.forward(&[t], Logits::Last).unwrap();
+        let b = device_model.forward(&[t], Logits::Last).unwrap();
+        assert!(max_diff(&a, &b) < 2e-3, "decode: {}", max_diff(&a, &b));
+    }
+    let stats = |m: &dyn Backend| m.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap();
+    let (want, got) = (stats(&reference), stats(&device_model));
+    assert_eq!(
+        got.fetched, want.fetched,
+        "device {got:?}, reference {want:?}"
+    );
+    // One sparse layer (layer 3: global, past the two dense ones) of 2 KV heads, every step.
+    assert_eq!(got.selections, (steps.len() * 2) as u64, "{got:?}");
+    no_validation_messages(&dev);
 }
 
 /// Gemma 3's pattern (five local layers to a global one): InfiniGen attends sparsely in the

@@ -31,7 +31,7 @@ layout(binding = 7) readonly buffer Count { uint sel_count[]; }; // [tokens, n_k
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };    // splits > 1: the partials
 
 #define ROLLED_KEYS_ID 4
-#define CAP_SCORE(s) (s)
+#define CAP_SCORE(s) cap_score(s)
 #include "attn_online.glsl"
 
 void main() {

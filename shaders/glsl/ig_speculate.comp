@@ -2,7 +2,8 @@
 // InfiniGen's speculated attention scores for the current token of each row of a step: its
 // query (before RoPE) is rotated at its position as rope_kv.comp does, projected on the first
 // r columns of its KV head's skew, and dotted with the row's partial key cache:
-//   scores[tk][h][t] = scale * sum_c qp[h][c] * pkeys[row][t][h / group][c],  t < index.
+//   scores[tk][h][t] = cap(scale * sum_c qp[h][c] * pkeys[row][t][h / group][c]),  t < index,
+// capped as dense attention caps the model's scores (cap_score.glsl).
 // Workgroup (x, y, tk) covers positions [x * SPAN * WG, (x + 1) * SPAN * WG) of the QH query
 // heads y * QH .. (y + 1) * QH of token tk, all of one KV head (the grid spans the longest
 // history; shorter ones leave their last groups idle). Each workgroup rebuilds qp for its
@@ -90,7 +91,7 @@ void main() {
                 }
             }
             [[unroll]] for (uint j = 0; j < QH; ++j) {
-                scores[out_base + j * p.n_ctx + t] = p.scale * sums[j];
+                scores[out_base + j * p.n_ctx + t] = cap_score(p.scale * sums[j]);
             }
         }
     }

@@ -48,8 +48,9 @@ impl KvPolicyChoice<'_> {
                 format!("{} {why}", self.kind()),
             ))
         };
+        // InfiniGen scores as dense attention does; H2O's kernels know the plain scale only.
         let plain_scale = (c.attn_scale - 1.0 / (c.head_dim as f32).sqrt()).abs() <= 1e-7;
-        if c.attn_softcap.is_some() || !plain_scale {
+        if matches!(self, Self::H2o(_)) && (c.attn_softcap.is_some() || !plain_scale) {
             return refuse(
                 "does not run models whose attention scores are soft-capped or \
                  scaled other than by 1 / sqrt(head_dim) yet; use dense attention"

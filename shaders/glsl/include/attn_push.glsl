@@ -29,8 +29,4 @@ uint window_start(uint pos) {
     return p.window > 0 && pos + 1 > p.window ? pos + 1 - p.window : 0;
 }
 
-// A score soft-capped as p.softcap asks. The clamp keeps tanh's exponentials finite on
-// drivers that build it from them (tanh(15) is 1 in f32).
-float cap_score(float s) {
-    return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) : s;
-}
+#include "cap_score.glsl"

@@ -14,13 +14,18 @@ layout(push_constant) uniform Push {
     uint n_ctx;         // positions per row of pkeys and per head of scores
     uint max_blocks;    // entries per row of the block tables
     uint cap;           // slots per KV head of sel_idx and the K/V scratch
-    float scale;        // 1 / sqrt(head_dim)
+    float scale;        // the factor on query-key scores, 1 / sqrt(head_dim) for most models
     float alpha;        // ig_select: keep tokens within alpha of a head's best score
     uint rot_dim;       // ig_speculate: dimensions rotated (0: none)
     uint mode;          // ig_speculate: 0 NeoX, 1 GPT-J
     uint recent;        // ig_select: the newest positions, always kept on top of the rest
                         // (at most cap - budget of them)
     uint splits;        // attn_sparse: workgroups per head (include/attn_split.glsl)
+    float softcap;      // ig_speculate, attn_sparse: scores become softcap * tanh(score /
+                        // softcap), as dense attention caps them (0: as they are)
+    uint _pad;
     uvec2 scores_addr;  // ig_select_wide: the scores and seq_pos through their addresses
     uvec2 seq_pos_addr;
 } p;
+
+#include "cap_score.glsl"

@@ -132,7 +132,15 @@ impl CpuInfinigen {
             .flat_map(|t| &self.pkeys[l][position(t) * stride..][..stride])
             .copied()
             .collect();
-        let scores = select::speculate(&qp, &pk, c.n_head, c.n_head_kv, r, hd);
+        let scores = select::speculate(
+            &qp,
+            &pk,
+            c.n_head,
+            c.n_head_kv,
+            r,
+            c.attn_scale,
+            c.attn_softcap,
+        );
         let budget = self.params.budget_tokens(n);
         let (alpha, recent) = (self.params.alpha, self.params.recent);
         let k = select::fetch_count(&scores, n, c.n_head, alpha, budget, recent);

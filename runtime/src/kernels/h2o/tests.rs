@@ -24,6 +24,8 @@ fn shape(n_ctx: u32, cap: u32) -> IgShape {
         partial: 4,
         n_ctx,
         cap,
+        scale: 1.0 / (HD as f32).sqrt(),
+        softcap: None,
     }
 }
 

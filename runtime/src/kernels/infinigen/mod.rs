@@ -60,6 +60,10 @@ pub struct IgShape {
     pub n_ctx: u32,
     /// Slots per KV head of the selection and the scratch: the most positions it can keep.
     pub cap: u32,
+    /// How query-key products become scores, as the model's dense attention makes them (its
+    /// window aside: InfiniGen runs in global layers only).
+    pub scale: f32,
+    pub softcap: Option<f32>,
 }
 
 impl IgShape {
@@ -163,12 +167,14 @@ impl IgShape {
             n_ctx: self.n_ctx,
             max_blocks: 0,
             cap: self.cap,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            scale: self.scale,
             alpha: 0.0,
             rot_dim: 0,
             mode: 0,
             recent: 0,
             splits: 1,
+            softcap: self.softcap.unwrap_or(0.0),
+            _pad: 0,
             scores_addr: 0,
             seq_pos_addr: 0,
         }
@@ -313,6 +319,8 @@ pub(super) struct IgPush {
     pub(super) mode: u32,
     pub(super) recent: u32,
     pub(super) splits: u32,
+    pub(super) softcap: f32,
+    pub(super) _pad: u32,
     /// ig_select's scores and seq_pos addresses, where it reads through them (0 elsewhere).
     pub(super) scores_addr: u64,
     pub(super) seq_pos_addr: u64,

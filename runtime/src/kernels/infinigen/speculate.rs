@@ -244,18 +244,25 @@ mod tests {
         let qkv = random(3 * stride, 7, 1.5);
         let qkv_b = upload(&dev, &qkv);
         let shapes = [DeviceKind::Cpu, DeviceKind::Discrete];
-        let scale = 1.0 / (hd as f64).sqrt();
-        // The last case is a row whose pool evicted 500 tokens: RoPE turns the query by its
-        // position, past its index.
+        let plain = (1.0 / (hd as f32).sqrt(), None);
+        // The third case is a row whose pool evicted 500 tokens: RoPE turns the query by its
+        // position, past its index. The last scales and soft-caps scores as Gemma 2 does.
         let cases = [
-            (64u32, RopeLayout::Neox, pos),
-            (48, RopeLayout::Gptj, pos),
-            (64, RopeLayout::Neox, pos + 500),
+            (64u32, RopeLayout::Neox, pos, plain),
+            (48, RopeLayout::Gptj, pos, plain),
+            (64, RopeLayout::Neox, pos + 500, plain),
+            (64, RopeLayout::Neox, pos, (0.3, Some(2.0f32))),
         ];
         let per_token = nh * s.n_ctx as usize;
-        for ((rot_dim, layout, seq_pos), kind) in
+        for ((rot_dim, layout, seq_pos, (scale, softcap)), kind) in
             cases.into_iter().flat_map(|c| shapes.map(|k| (c, k)))
         {
+            let s = IgShape {
+                scale,
+                softcap,
+                ..s
+            };
+            let scale = scale as f64;
             let speculate = IgSpeculate::shaped_for(&dev, s, kind).unwrap();
             let table = ops::rope_table(seq_pos as usize + 1, rot_dim as usize, 10000.0);
             let table_b = Buffer::from_slice(&dev, "rope table", &table).unwrap();
@@ -316,17 +323,23 @@ mod tests {
                         let dot: f64 = (0..r).map(|c| qp[c] * pk[c] as f64).sum();
                         let abs: f64 = (0..r).map(|c| qp_abs[c] * pk[c].abs() as f64).sum();
                         let at = tk * per_token + h * s.n_ctx as usize + t;
-                        want[at] = (scale * dot) as f32;
+                        want[at] = match softcap {
+                            Some(c) => c as f64 * (scale * dot / c as f64).tanh(),
+                            None => scale * dot,
+                        } as f32;
                         // The rotation's two products, qp's head_dim terms, the score's r
-                        // terms.
-                        tol[at] = (scale * (hd + r + 4) as f64 * EPS * abs) as f32;
+                        // terms (the cap's slope is at most 1), and the cap's own rounding.
+                        tol[at] = (scale * (hd + r + 4) as f64 * EPS * abs
+                            + softcap.map_or(0.0, |c| 8.0 * EPS * c as f64))
+                            as f32;
                     }
                 }
             }
             let got: Vec<f32> = scores_b.download(want.len()).unwrap();
             assert_close(
                 &format!(
-                    "scores ({layout:?}, rot_dim {rot_dim}, position {seq_pos}, {kind:?} shape)"
+                    "scores ({layout:?}, rot_dim {rot_dim}, position {seq_pos}, cap {softcap:?}, \
+                     {kind:?} shape)"
                 ),
                 &got,
                 &want,

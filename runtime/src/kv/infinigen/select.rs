@@ -2,18 +2,19 @@
 //! scores from the partial query and partial keys, and the tokens worth fetching.
 
 /// Scores of every history position for every query head: `scores[h * n + t]` =
-/// qp[h] . pk[t][h / group] / sqrt(head_dim), for `n` = pk.len() / (n_kv * r) positions.
+/// scale * qp[h] . pk[t][h / group], soft-capped where `softcap` says (as the model's dense
+/// attention scores), for `n` = pk.len() / (n_kv * r) positions.
 pub fn speculate(
     qp: &[f32],
     pk: &[f32],
     n_head: usize,
     n_kv: usize,
     r: usize,
-    head_dim: usize,
+    scale: f32,
+    softcap: Option<f32>,
 ) -> Vec<f32> {
     let group = n_head / n_kv;
     let n = pk.len() / (n_kv * r);
-    let scale = 1.0 / (head_dim as f32).sqrt();
     let mut scores = vec![0f32; n_head * n];
     for h in 0..n_head {
         let q = &qp[h * r..][..r];
@@ -22,6 +23,9 @@ pub fn speculate(
             let k = &pk[(t * n_kv + g) * r..][..r];
             scores[h * n + t] = scale * q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>();
         }
+    }
+    if let Some(cap) = softcap {
+        crate::cpu::ops::softcap(&mut scores, cap);
     }
     scores
 }
@@ -142,11 +146,16 @@ mod tests {
     }
 
     #[test]
-    fn speculation_is_a_scaled_dot_product() {
-        // 2 heads, 1 KV head, r = 2 of head_dim 4 (scale 1/2), 2 positions.
+    fn speculation_is_a_scaled_capped_dot_product() {
+        // 2 heads, 1 KV head, r = 2 (scale 1/2), 2 positions.
         let qp = [1.0, 2.0, 3.0, 4.0];
         let pk = [1.0, 0.0, 0.0, 1.0];
-        let s = speculate(&qp, &pk, 2, 1, 2, 4);
+        let s = speculate(&qp, &pk, 2, 1, 2, 0.5, None);
         assert_eq!(s, vec![0.5, 1.0, 1.5, 2.0]);
+        // Capped at 1: tanh of each score.
+        let capped = speculate(&qp, &pk, 2, 1, 2, 0.5, Some(1.0));
+        for (c, v) in capped.iter().zip(&s) {
+            assert!((c - v.tanh()).abs() < 1e-6, "{c} vs tanh({v})");
+        }
     }
 }

@@ -117,6 +117,9 @@ impl VkH2o {
             n_ctx: n_ctx as u32,
             // A decode step's entry takes a slot before the lightest leaves.
             cap: (params.budget_tokens(n_ctx) + 1) as u32,
+            // H2O runs plain scores only (`KvPolicyChoice::check_model`).
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
         };
         let local =
             |name: &str, bytes: u64| Buffer::new(device, BufferDesc::device_local(name, bytes));

@@ -98,7 +98,7 @@ impl VkInfinigen {
         params: IgParams,
     ) -> Result<Self> {
         let shape = kv.shape();
-        let mut ig = Self::new(device, skew, params, config.n_head, shape)?;
+        let mut ig = Self::new(device, skew, params, config, shape)?;
         ig.local = (0..config.n_layer)
             .map(|l| config.window(l).is_some())
             .collect();
@@ -122,9 +122,10 @@ impl VkInfinigen {
         device: &Arc<Device>,
         skew: &Skew,
         params: IgParams,
-        n_head: usize,
+        config: &ModelConfig,
         kv: KvShape,
     ) -> Result<Self> {
+        let n_head = config.n_head;
         let (n_ctx, rows, kv_type) = (kv.n_ctx, kv.rows, kv.kv_type);
         let r = skew.partial_dims(params.partial_ratio);
         // Zero columns up to a multiple of 4 (`IgShape::partial`).
@@ -136,6 +137,8 @@ impl VkInfinigen {
             partial: width as u32,
             n_ctx: n_ctx as u32,
             cap: (params.budget_tokens(n_ctx) + params.recent).clamp(1, n_ctx) as u32,
+            scale: config.attn_scale,
+            softcap: config.attn_softcap,
         };
         let local =
             |name: &str, bytes: u64| Buffer::new(device, BufferDesc::device_local(name, bytes));
