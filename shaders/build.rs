@@ -40,7 +40,8 @@ const VARIANTS: &[(&str, &str, &str)] = &[
 /// - `_wide`: for CPU devices, the buffers whose loads differ per lane are read in 8- or
 ///   16-byte words, through their device addresses where the host allows
 ///   (include/address.glsl);
-/// - `_experts`: the product over a mixture of experts' selected rows (matvec.comp).
+/// - `_experts`: the product over a mixture of experts' selected rows (matvec.comp,
+///   matmul.comp).
 const SUFFIXES: &[(&str, &str)] = &[("_wide", "WIDE_LOADS"), ("_experts", "EXPERTS")];
 
 /// Kernels compiled once per weight format, each a field of `FormatKernels`: (field, source
@@ -62,6 +63,12 @@ const FORMAT_KERNELS: &[(&str, &str, &str, &str)] = &[
         "The product with the rows of the experts each token's router picked",
     ),
     ("matmul", "matmul.comp", "", "Tiled matrix-matrix product"),
+    (
+        "matmul_experts",
+        "matmul.comp",
+        "_experts",
+        "The tiled product over each expert's slots (prefill of a mixture of experts)",
+    ),
     ("embed", "embed.comp", "", "Embedding row gather"),
     (
         "dequant",

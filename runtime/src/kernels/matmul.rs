@@ -1,14 +1,16 @@
-//! Tiled matrix-matrix product for prefill: C [n, m] = X [n, k] times W [m, k] transposed.
+//! Tiled matrix-matrix product for prefill: C [n, m] = X [n, k] times W [m, k] transposed;
+//! and its experts variant, the same over each expert's slots of a mixture of experts.
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_sizes, format_kernels, matrix_bytes, OutputCols, WeightFormat};
-use crate::vk::{Buffer, Device, Pipeline, Recorder, Result};
+use super::{check_sizes, format_kernels, matrix_bytes, ExpertSlots, OutputCols, WeightFormat};
+use crate::vk::{Buffer, Device, Pipeline, Recorder, Result, VkError};
 
-/// Output tile edge, fixed in the shader.
-const TILE: u32 = 64;
+/// Output tile edge, fixed in the shader: also the most slots of one expert a workgroup of
+/// the experts variant takes (`moe_route`'s tile).
+pub const TILE: u32 = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -20,6 +22,9 @@ struct MatmulPush {
     /// Where the rows land in c (`OutputCols`).
     c_first: u32,
     c_width: u32,
+    /// Experts variant: rows of W per expert, and slots per row of x.
+    expert_rows: u32,
+    x_per: u32,
 }
 
 /// One product's activations and shape; the weights come beside it.
@@ -43,6 +48,7 @@ pub struct MatmulArgs<'a> {
 pub struct Matmul {
     pipeline: Arc<Pipeline>,
     format: WeightFormat,
+    experts: bool,
 }
 
 impl Matmul {
@@ -50,7 +56,75 @@ impl Matmul {
         Ok(Self {
             pipeline: device.pipeline(format_kernels(format).matmul, &[])?,
             format,
+            experts: false,
         })
+    }
+
+    /// The experts variant ([`record_experts`](Self::record_experts)).
+    pub fn experts(device: &Device, format: WeightFormat) -> Result<Self> {
+        Ok(Self {
+            pipeline: device.pipeline(format_kernels(format).matmul_experts, &[])?,
+            format,
+            experts: true,
+        })
+    }
+
+    /// C [slots, m] = the product of each slot's x row (slot / `x_per`) with its expert's m
+    /// rows of W [experts * m, k], over `moe_route`'s tiles of at most [`TILE`] slots;
+    /// `args.n` is the slots.
+    pub fn record_experts<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &'a Buffer,
+        args: MatmulArgs<'a>,
+        slots: ExpertSlots<'a>,
+    ) -> Result<()> {
+        let name = self.pipeline.name;
+        if !self.experts || slots.x_per == 0 || args.accumulate {
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: "expert slots (at least one per row of x, no accumulation) go with \
+                          the experts variant, and only with it"
+                    .into(),
+            });
+        }
+        let MatmulArgs {
+            x,
+            c,
+            n,
+            m,
+            k,
+            cols,
+            ..
+        } = args;
+        let width = cols.width_for(name, m)?;
+        let w_rows = slots.experts as u64 * m as u64;
+        check_sizes(
+            name,
+            &[
+                ("w", w, matrix_bytes(name, self.format, w_rows, k as u64)?),
+                ("x", x, (n / slots.x_per) as u64 * k as u64 * 4),
+                ("c", c, n as u64 * width as u64 * 4),
+                ("tiles", slots.tiles, slots.max_tiles as u64 * 16),
+                ("order", slots.order, 4),
+            ],
+        )?;
+        let groups = [m.div_ceil(TILE), slots.max_tiles, 1];
+        rec.dispatch(
+            &self.pipeline,
+            &[w, x, c, slots.tiles, slots.order],
+            &MatmulPush {
+                n,
+                m,
+                k,
+                accumulate: 0,
+                c_first: cols.first,
+                c_width: width,
+                expert_rows: m,
+                x_per: slots.x_per,
+            },
+            groups,
+        )
     }
 
     /// C [n, m] = X [n, k] W [m, k]^T, or C += X W^T when `accumulate`.
@@ -82,6 +156,12 @@ impl Matmul {
                 ("c", c, n as u64 * width as u64 * 4),
             ],
         )?;
+        if self.experts {
+            return Err(VkError::Kernel {
+                kernel: self.pipeline.name,
+                message: "the experts variant takes expert slots (record_experts)".into(),
+            });
+        }
         let groups = [m.div_ceil(TILE), n.div_ceil(TILE), 1];
         rec.dispatch(
             &self.pipeline,
@@ -93,6 +173,8 @@ impl Matmul {
                 accumulate: accumulate.into(),
                 c_first: cols.first,
                 c_width: width,
+                expert_rows: 0,
+                x_per: 0,
             },
             groups,
         )

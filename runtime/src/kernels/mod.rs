@@ -24,7 +24,7 @@ pub use bandwidth::ReadBandwidth;
 pub use dequant::Dequant;
 pub use elementwise::{Binary, BinaryArgs, BinaryOp, Gelu, SwiGlu};
 pub use embed::{Embed, EmbedArgs};
-pub use matmul::{Matmul, MatmulArgs};
+pub use matmul::{Matmul, MatmulArgs, TILE as MATMUL_TILE};
 pub use matvec::{ExpertSlots, Matvec, MatvecArgs};
 pub use moe::{check_experts, max_tiles, slots_per_token, MoeCombine, MoeRoute, RouteOut};
 pub use norm::{LayerNorm, NormShape, RmsNorm};

@@ -418,4 +418,89 @@ mod tests {
         }
         finish(&dev);
     }
+
+    /// The grouped product of prefill (`matmul`'s experts variant, tiles of up to 64 slots)
+    /// against the reference: each slot's row of its expert's gate/up product, then of its
+    /// down product, with some experts taking more than one tile.
+    #[test]
+    fn grouped_expert_products_match_reference() {
+        let Some(dev) = device() else { return };
+        let tile = crate::kernels::matmul::TILE;
+        // (format, experts, used, tokens): 3 experts of 2 over 100 tokens take about 67 slots
+        // each, past one tile.
+        let cases = [
+            (WeightFormat::Q4, 6, 2, 70),
+            (WeightFormat::Q4, 3, 2, 100),
+            (WeightFormat::Q4_K, 4, 2, 40),
+        ];
+        for (format, count, used, tokens) in cases {
+            let x = experts(count, used, Gating::Softmax, true);
+            let m = format.block_size().max(32);
+            let k = 2 * m;
+            let what = format!("{format} {count} experts, {used} used, {tokens} tokens");
+            let (gate_up, gu) = upload_weights(&dev, &random(count * 2 * m * k, 51, 1.0), format);
+            let (down, dw) = upload_weights(&dev, &random(count * k * m, 52, 1.0), format);
+            let xs = random(tokens * k, 53, 1.0);
+            let hs = random(tokens * used * m, 54, 1.0);
+            let logits = random(tokens * count, 55, 2.0);
+            let routed = route_on_device(&dev, &logits, &x, tile);
+            let slots = tokens * used;
+            if slots / count > tile as usize {
+                assert!(
+                    routed.tiles.iter().any(|t| t[2] == tile),
+                    "{what}: a full tile"
+                );
+            }
+            let order = Buffer::from_slice(&dev, "order", &routed.order).unwrap();
+            let flat: Vec<u32> = routed.tiles.iter().flatten().copied().collect();
+            let tiles = Buffer::from_slice(&dev, "tiles", &flat).unwrap();
+            let (xb, hb) = (upload(&dev, &xs), upload(&dev, &hs));
+            let (c_up, c_down) = (zeros(&dev, slots * 2 * m), zeros(&dev, slots * k));
+            let kernel = crate::kernels::Matmul::experts(&dev, format).unwrap();
+            let at = ExpertSlots {
+                tiles: &tiles,
+                order: &order,
+                max_tiles: routed.tiles.len() as u32,
+                experts: count as u32,
+                x_per: used as u32,
+            };
+            let args = |x, c, n: usize, m: usize, k: usize| crate::kernels::MatmulArgs {
+                x,
+                c,
+                n: n as u32,
+                m: m as u32,
+                k: k as u32,
+                accumulate: false,
+                cols: crate::kernels::OutputCols::default(),
+            };
+            run(&dev, |rec| {
+                kernel
+                    .record_experts(rec, &gate_up, args(&xb, &c_up, slots, 2 * m, k), at)
+                    .unwrap();
+                let at = ExpertSlots { x_per: 1, ..at };
+                kernel
+                    .record_experts(rec, &down, args(&hb, &c_down, slots, k, m), at)
+                    .unwrap();
+            });
+            let (mut up_want, mut down_want) = (Vec::new(), Vec::new());
+            for slot in 0..slots {
+                let e = routed.experts[slot] as usize;
+                let xt = &xs[slot / used * k..][..k];
+                up_want.extend(ops::matvec(&gu[e * 2 * m * k..][..2 * m * k], xt, 2 * m, k));
+                let h = &hs[slot * m..][..m];
+                down_want.extend(ops::matvec(&dw[e * k * m..][..k * m], h, k, m));
+            }
+            for (name, got, want, n) in [
+                ("gate/up", &c_up, &up_want, k),
+                ("down", &c_down, &down_want, m),
+            ] {
+                let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+                let got = got.download(want.len()).unwrap();
+                assert_close(&format!("{name} {what}"), &got, want, |_| {
+                    4e-7 * scale * (n as f32).log2()
+                });
+            }
+        }
+        finish(&dev);
+    }
 }

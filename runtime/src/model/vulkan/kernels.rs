@@ -47,6 +47,8 @@ pub(super) struct FormatKernels {
     /// pass, built when first needed.
     pub(super) matvec_experts: [OnceLock<Matvec>; 2],
     pub(super) matmul: Matmul,
+    /// A mixture of experts' prefill on GPUs, built when first needed.
+    pub(super) matmul_experts: OnceLock<Matmul>,
 }
 
 /// Most slots of one expert an experts' product takes per pass over its rows.
@@ -86,6 +88,15 @@ impl FormatKernels {
         Ok(slot.get_or_init(|| kernel))
     }
 
+    /// The grouped product over each expert's slots (prefill on GPUs).
+    pub(super) fn grouped_experts_kernel(&self, device: &Device) -> Result<&Matmul> {
+        if let Some(kernel) = self.matmul_experts.get() {
+            return Ok(kernel);
+        }
+        let kernel = Matmul::experts(device, self.matvec.format())?;
+        Ok(self.matmul_experts.get_or_init(|| kernel))
+    }
+
     pub(super) fn new(device: &Device, format: WeightFormat) -> Result<Self> {
         let cpu = device.info().kind == DeviceKind::Cpu;
         let prompt_tokens = prompt_pass_tokens(format);
@@ -100,6 +111,7 @@ impl FormatKernels {
                 false => None,
             },
             matmul: Matmul::new(device, format)?,
+            matmul_experts: OnceLock::new(),
         })
     }
 }

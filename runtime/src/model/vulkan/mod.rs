@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{weight_buffer, WeightFormat};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
 use crate::kv::{blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvType, KvUsage};
-use crate::vk::{Buffer, BufferDesc, Device};
+use crate::vk::{Buffer, BufferDesc, Device, DeviceKind};
 
 /// How much memory the KV cache may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +138,9 @@ struct MoeScratch {
     order: Buffer,
     /// (expert, first index into order, slots, 0) for `max_tiles` tiles.
     tiles: Buffer,
+    /// [chunk * slots_per_token, 2 n_ff_exp]: the grouped gate/up product's output (prefill on
+    /// GPUs; CPU devices take the gated matvec).
+    gate_up: Option<Buffer>,
     /// [chunk * slots_per_token, n_ff_exp]
     hidden: Buffer,
     /// [chunk * slots_per_token, n_embd]
@@ -325,6 +328,10 @@ impl VkModel {
                         experts: f32s("token experts", slots)?,
                         order: f32s("expert slots", routed)?,
                         tiles: f32s("expert tiles", 4 * tiles as usize)?,
+                        gate_up: match device.info().kind {
+                            DeviceKind::Cpu => None,
+                            _ => Some(f32s("expert gate/up", slots * 2 * x.n_ff)?),
+                        },
                         hidden: f32s("expert hidden", slots * x.n_ff)?,
                         out: f32s("expert outputs", slots * c.n_embd)?,
                         shared: match x.shared {

@@ -574,18 +574,36 @@ impl VkModel {
             }
         };
         let device = rec.device();
-        let up_kernel = k
-            .of(gate_up.format)
-            .experts_kernel(device, t * used, count)?;
-        let down_kernel = k.of(down.format).experts_kernel(device, t * used, count)?;
         let routes = RouteOut {
             weights: &m.weights,
             experts: &m.experts,
             order: &m.order,
             tiles: &m.tiles,
         };
+        // A prompt on a GPU: tiled products over each expert's slots (up to 64 a tile), the
+        // gated activation between them. Otherwise weight-streaming products taking one or
+        // eight slots a pass, the activation folded into the first.
+        let grouped = match (&m.gate_up, at.plan.streaming) {
+            (Some(buffer), false) => Some((
+                buffer,
+                k.of(gate_up.format).grouped_experts_kernel(device)?,
+                k.of(down.format).grouped_experts_kernel(device)?,
+            )),
+            _ => None,
+        };
+        let streamed = match grouped {
+            Some(_) => None,
+            None => Some((
+                k.of(gate_up.format)
+                    .experts_kernel(device, t * used, count)?,
+                k.of(down.format).experts_kernel(device, t * used, count)?,
+            )),
+        };
         // Both products cut the slots the same way.
-        let tile = up_kernel.tokens().min(down_kernel.tokens());
+        let tile = match streamed {
+            Some((up, down)) => up.tokens().min(down.tokens()),
+            None => crate::kernels::MATMUL_TILE,
+        };
         let max_tiles = route.record(rec, &m.router, routes, (t, x, tile))?;
         beside.step(rec)?;
         let slots_at = ExpertSlots {
@@ -595,17 +613,36 @@ impl VkModel {
             experts: count,
             x_per: stride,
         };
-        let args = MatvecArgs {
-            gated: Some(c.mlp_act),
-            ..MatvecArgs::plain(&gate_up.buffer, &s.xn, &m.hidden, n_ff, e, slots)
-        };
-        up_kernel.record_experts(rec, args, slots_at)?;
-        let args = MatvecArgs::plain(&down.buffer, &m.hidden, &m.out, e, n_ff, slots);
-        let slots_at = ExpertSlots {
+        let down_at = ExpertSlots {
             x_per: 1,
             ..slots_at
         };
-        down_kernel.record_experts(rec, args, slots_at)?;
+        if let Some((up_kernel, down_kernel)) = streamed {
+            let args = MatvecArgs {
+                gated: Some(c.mlp_act),
+                ..MatvecArgs::plain(&gate_up.buffer, &s.xn, &m.hidden, n_ff, e, slots)
+            };
+            up_kernel.record_experts(rec, args, slots_at)?;
+            let args = MatvecArgs::plain(&down.buffer, &m.hidden, &m.out, e, n_ff, slots);
+            down_kernel.record_experts(rec, args, down_at)?;
+        }
+        if let Some((both, up_kernel, down_kernel)) = grouped {
+            let product = |x, c, m, k| MatmulArgs {
+                x,
+                c,
+                n: slots,
+                m,
+                k,
+                accumulate: false,
+                cols: OutputCols::default(),
+            };
+            let args = product(&s.xn, both, 2 * n_ff, e);
+            up_kernel.record_experts(rec, &gate_up.buffer, args, slots_at)?;
+            k.swiglu
+                .record_fused(rec, both, &m.hidden, slots, n_ff, c.mlp_act)?;
+            let args = product(&m.hidden, &m.out, e, n_ff);
+            down_kernel.record_experts(rec, &down.buffer, args, down_at)?;
+        }
         // The shared expert's output is each token's last slot.
         if let (Some(sh), Some(weights), Some(scratch)) = (x.shared, w.shared, &m.shared) {
             let mlp = GatedMlp {
