@@ -98,5 +98,6 @@ macro_rules! families {
 }
 
 families!(
-    llama3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, longrope, mixtral, qwen2moe, qwen3moe, olmoe
+    llama3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, longrope, mistral, mixtral, qwen2moe,
+    qwen3moe, olmoe
 );

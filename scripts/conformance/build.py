@@ -5,7 +5,7 @@ sequence. Writes, per family, into OUT/<family>/:
 
     hf/               config.json, model.safetensors, tokenizer files
     model.gguf        llama.cpp's conversion of hf/ (f32 weights)
-    reference.json    {"tokens": [...], "prompt": P, "decode": D, "n_vocab": V, ...}
+    reference.json    {"tokens": [...], "prompt": P, "decode": D, "n_vocab": V, "gguf_runs": B, ...}
     reference.f32     logits for every position, [P + D, V] little-endian f32
 
     python build.py LLAMA_CPP_SRC OUT [FAMILY ...]
@@ -215,6 +215,7 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
         prompt=PROMPT,
         decode=DECODE,
         n_vocab=int(logits.shape[1]),
+        gguf_runs=spec.get("gguf_runs", True),
         transformers=transformers.__version__,
         torch=torch.__version__,
     )

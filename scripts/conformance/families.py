@@ -17,6 +17,9 @@ A family may also give:
     norm_init       the range the 1-D norm parameters are drawn from (default 0.5 to 1.5)
     router_init     the range a mixture-of-experts router's weights (mlp.gate.weight) are
                     drawn from, in place of transformers' normal(0, initializer_range)
+    gguf_runs       False where llama.cpp's file leaves out something transformers runs (it
+                    is then checked as a conversion only, the folder against the logits);
+                    recorded in reference.json
 """
 
 # Tokens fed to both sides: a prompt of PROMPT tokens, then DECODE tokens one step each.
@@ -215,6 +218,26 @@ FAMILIES = {
                 short_factor=[1.0 + 0.05 * i for i in range(16)],
                 long_factor=[1.0 + 0.5 * i for i in range(16)],
             ),
+        ),
+    ),
+    # Mistral 7B: Llama's block with every layer local (a window of 24, shorter than the 80
+    # positions); Llama 2's SentencePiece vocabulary. llama.cpp's converter drops the window,
+    # so its file runs with full attention: the suite checks the folder, which Hearth
+    # converts with the window kept, and compares llama.cpp's file only to that conversion.
+    "mistral": dict(
+        model_type="mistral",
+        vocab="llama-spm",
+        sentencepiece=dict(),
+        tokenizer_class="LlamaTokenizer",
+        gguf_runs=False,
+        config=dict(
+            BASE,
+            head_dim=32,
+            sliding_window=24,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
         ),
     ),
     # Mixtral: a router of four experts choosing two per token (softmax over all four, the top

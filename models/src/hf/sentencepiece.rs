@@ -39,7 +39,7 @@ impl SentencePieceModel {
             add_dummy_prefix: true,
         };
         for field in Fields::new(&bytes) {
-            match field.map_err(|e| bad(e))? {
+            match field.map_err(bad)? {
                 (1, Wire::Bytes(piece)) => model.pieces.push(read_piece(piece).map_err(bad)?),
                 (3, Wire::Bytes(normalizer)) => {
                     for f in Fields::new(normalizer) {

@@ -196,6 +196,9 @@ fn permute_rows(bytes: &[u8], rows: usize, heads: usize) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A safetensors tensor with its name.
+type Named<'a> = (&'a str, &'a SafeTensorInfo);
+
 /// Every tensor of the folder, converted, in layer order.
 pub(crate) fn tensors<'a>(
     weights: &'a SafetensorsWeights,
@@ -210,8 +213,7 @@ pub(crate) fn tensors<'a>(
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;
     let mut out: Vec<(usize, Converted<'a>)> = Vec::new();
-    let mut experts: BTreeMap<(usize, Part), Vec<Option<(&str, &SafeTensorInfo)>>> =
-        BTreeMap::new();
+    let mut experts: BTreeMap<(usize, Part), Vec<Option<Named<'a>>>> = BTreeMap::new();
 
     for (name, info) in weights.tensors() {
         let file = weights.file_of(info);
@@ -312,7 +314,7 @@ pub(crate) fn tensors<'a>(
                 format!("expert {e} of layer {layer} has no {part:?} projection, though config.json gives {n_experts} experts"),
             ));
         }
-        let slots: Vec<(&str, &SafeTensorInfo)> = slots.into_iter().flatten().collect();
+        let slots: Vec<Named<'a>> = slots.into_iter().flatten().collect();
         let (first_name, first) = slots[0];
         let ty = ggml_type(&first.element).unwrap_or(GgmlType::F32);
         let mut data = Vec::with_capacity(weights.bytes(first).len() * slots.len());
@@ -357,7 +359,7 @@ pub(crate) fn tensors<'a>(
         ));
     }
     check_shapes(config, &out)?;
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by_key(|t| t.0);
     Ok(out.into_iter().map(|(_, t)| t).collect())
 }
 

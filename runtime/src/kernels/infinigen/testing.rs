@@ -16,7 +16,7 @@ pub(super) fn shape(n_head: u32, n_head_kv: u32, n_ctx: u32, cap: u32) -> IgShap
         partial: 16,
         n_ctx,
         cap,
-        scale: 1.0 / (64 as f32).sqrt(),
+        scale: 0.125, // 1 / sqrt(head_dim)
         softcap: None,
     }
 }
