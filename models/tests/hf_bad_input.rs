@@ -104,25 +104,31 @@ fn write_weights(dir: &Path, tensors: &[(String, Vec<usize>)], dtype: Dtype) {
         .iter()
         .map(|(_, s)| {
             let n: usize = s.iter().product();
-            (0..n)
-                .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
-                .collect()
+            let values = (0..n).map(value);
+            match dtype {
+                // bfloat16: the top half of each f32 (these values are exact in it).
+                Dtype::BF16 => values
+                    .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+                    .collect(),
+                // Any other type of four bytes: the f32 bytes, whatever they mean there.
+                _ => values.flat_map(f32::to_le_bytes).collect(),
+            }
         })
         .collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
         .zip(&data)
         .map(|((name, shape), bytes)| {
-            let (dtype, bytes) = if dtype == Dtype::F32 {
-                (Dtype::F32, &bytes[..])
-            } else {
-                (dtype, &bytes[..bytes.len() / 4 * dtype.size()])
-            };
             let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), bytes).unwrap();
             (name.clone(), view)
         })
         .collect();
     safetensors::serialize_to_file(views, &None, &dir.join("model.safetensors")).unwrap();
+}
+
+/// Value i of every tensor: multiples of 1/64 up to 4, exact in bfloat16.
+fn value(i: usize) -> f32 {
+    (i % 256) as f32 / 64.0
 }
 
 fn folder(name: &str, config: &Value, tensors: &[(String, Vec<usize>)]) -> Folder {
@@ -165,6 +171,27 @@ fn a_tiny_llama_and_mixtral_convert_and_resolve() {
             assert_eq!(t.shape, vec![16, HIDDEN as u64, 2]);
         }
     }
+}
+
+/// bfloat16 weights (as most checkpoints ship) stay bfloat16 matrices, borrowed from the
+/// mapping; norms become f32 with the same values.
+#[test]
+fn bf16_weights_keep_their_type_and_norms_become_f32() {
+    let f = folder("bf16", &config(false), &tensors(false));
+    write_weights(&f.dir, &tensors(false), Dtype::BF16);
+    let file = HfFolder::open(&f.dir).unwrap().to_gguf_file().unwrap();
+    let q = file.tensor("blk.0.attn_q.weight").unwrap();
+    assert_eq!(q.ggml_type, hearth_models::GgmlType::BF16);
+    let norm = file.tensor("blk.0.attn_norm.weight").unwrap();
+    assert_eq!(norm.ggml_type, hearth_models::GgmlType::F32);
+    let values: Vec<f32> = file
+        .tensor_data(norm)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(values, (0..HIDDEN).map(value).collect::<Vec<_>>());
+    assert_eq!(file.get::<u32>("general.file_type").unwrap(), Some(32));
 }
 
 #[test]
