@@ -1,7 +1,10 @@
-//! The model library: GGUF files in the models directory, described from their headers.
+//! The model library: GGUF files and Hugging Face folders in the models directory, described
+//! from their headers.
 
 use std::path::{Path, PathBuf};
 
+use hearth_models::hf::{converted_architecture, HfFolder};
+use hearth_models::safetensors::Element;
 use hearth_models::{list_models, GgufFile, ModelFormat};
 
 /// What the library shows about a model file. Reading it maps the file and parses the
@@ -33,6 +36,9 @@ pub struct RecommendedSampling {
 
 impl ModelCard {
     pub fn read(path: &Path) -> Result<Self, hearth_models::Error> {
+        if path.is_dir() {
+            return Self::read_folder(path);
+        }
         let file = GgufFile::open(path)?;
         let architecture = file.architecture().unwrap_or("unknown").to_string();
         let name = file
@@ -74,6 +80,65 @@ impl ModelCard {
         })
     }
 
+    /// A Hugging Face folder, from `config.json`, the safetensors headers and
+    /// `generation_config.json` (its authors' sampling); nothing is converted until it loads.
+    fn read_folder(path: &Path) -> Result<Self, hearth_models::Error> {
+        let folder = HfFolder::open(path)?;
+        let mut by_type: Vec<(String, u64)> = Vec::new();
+        let mut n_params = 0;
+        for (_, t) in folder.weights().tensors() {
+            let n = t.shape.iter().product::<usize>() as u64;
+            n_params += n;
+            let bytes = n * if t.element == Element::F32 { 4 } else { 2 };
+            let name = t.element.name().to_string();
+            match by_type.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, b)) => *b += bytes,
+                None => by_type.push((name, bytes)),
+            }
+        }
+        let format = by_type
+            .iter()
+            .max_by_key(|(_, bytes)| *bytes)
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default();
+        let file_bytes = folder
+            .weights()
+            .files()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        let generation: serde_json::Value = std::fs::read(path.join("generation_config.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let number = |key: &str| generation.get(key).and_then(serde_json::Value::as_f64);
+        // Hugging Face's defaults are sampling only when `do_sample` says so.
+        let sampled = generation
+            .get("do_sample")
+            .and_then(serde_json::Value::as_bool)
+            == Some(true);
+        let sampling = match sampled {
+            true => RecommendedSampling {
+                temperature: number("temperature").map(|v| v as f32),
+                top_k: number("top_k").map(|v| v as usize),
+                top_p: number("top_p").map(|v| v as f32),
+                min_p: number("min_p").map(|v| v as f32),
+                repeat_penalty: number("repetition_penalty").map(|v| v as f32),
+            },
+            false => RecommendedSampling::default(),
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            name: file_stem(path),
+            architecture: folder.architecture().to_string(),
+            n_params,
+            format,
+            file_bytes,
+            n_ctx_train: folder.context_length().map(|n| n as usize),
+            sampling,
+        })
+    }
+
     /// "135M", "6.7B".
     pub fn params_label(&self) -> String {
         let n = self.n_params as f64;
@@ -92,13 +157,17 @@ pub struct LibraryEntry {
     pub card: Result<ModelCard, String>,
 }
 
-/// The GGUF models in `dir`, sorted by name (an unreadable directory is an error; an
-/// unreadable file is a row with its error).
+/// The GGUF models in `dir`, and the Hugging Face folders of families Hearth runs (not an
+/// embedding model's), sorted by name (an unreadable directory is an error; an unreadable
+/// file is a row with its error).
 pub fn scan(dir: &Path) -> Result<Vec<LibraryEntry>, String> {
     let models = list_models(dir).map_err(|e| e.to_string())?;
     Ok(models
         .into_iter()
-        .filter(|m| m.format == ModelFormat::Gguf)
+        .filter(|m| match m.format {
+            ModelFormat::Gguf => true,
+            ModelFormat::SafetensorsDir => converted_architecture(&m.path).is_some(),
+        })
         .map(|m| LibraryEntry {
             card: ModelCard::read(&m.path).map_err(|e| e.to_string()),
             path: m.path,
@@ -138,6 +207,43 @@ mod tests {
         let err = rows[0].card.as_ref().unwrap_err();
         assert!(err.contains("broken.gguf"), "{err}");
         assert!(scan(&dir.path().join("missing")).is_err());
+    }
+
+    /// A Hugging Face folder (the qwen2 conformance model) is a row with its card; a folder of
+    /// a family Hearth does not run (BERT) is no row.
+    #[test]
+    fn folders_of_families_hearth_runs_are_rows() {
+        let Some(model) = hearth_testkit::conformance_model("qwen2") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("Qwen2-tiny");
+        std::fs::create_dir(&folder).unwrap();
+        for entry in std::fs::read_dir(model.join("hf")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), folder.join(entry.file_name())).unwrap();
+        }
+        let bert = dir.path().join("bert");
+        std::fs::create_dir(&bert).unwrap();
+        std::fs::write(
+            bert.join("config.json"),
+            br#"{"architectures": ["BertModel"]}"#,
+        )
+        .unwrap();
+        std::fs::write(bert.join("model.safetensors"), b"").unwrap();
+        let rows = scan(dir.path()).unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let card = rows[0].card.as_ref().unwrap();
+        assert_eq!(
+            (
+                card.name.as_str(),
+                card.architecture.as_str(),
+                card.format.as_str()
+            ),
+            ("Qwen2-tiny", "qwen2", "F32")
+        );
+        assert_eq!(card.n_ctx_train, Some(256));
+        assert!(card.n_params > 19_000_000, "{}", card.n_params);
     }
 
     #[test]

@@ -45,6 +45,15 @@ pub fn is_model_folder(path: &Path) -> bool {
             || path.join(crate::safetensors::INDEX).is_file())
 }
 
+/// `general.architecture` for the folder at `dir` when it is a model folder of a family Hearth
+/// converts (read from `config.json` alone), else `None`: what a model list shows.
+pub fn converted_architecture(dir: &Path) -> Option<&'static str> {
+    if !is_model_folder(dir) {
+        return None;
+    }
+    config::Config::read(dir).ok().map(|c| c.family.arch)
+}
+
 /// An open model folder.
 pub struct HfFolder {
     dir: PathBuf,
@@ -72,6 +81,11 @@ impl HfFolder {
 
     pub fn weights(&self) -> &SafetensorsWeights {
         &self.weights
+    }
+
+    /// `max_position_embeddings`, where `config.json` gives it.
+    pub fn context_length(&self) -> Option<u64> {
+        self.config.u64("max_position_embeddings").ok().flatten()
     }
 
     /// The folder as a GGUF file, ready to write or parse; tensors that pass through unchanged
