@@ -174,15 +174,22 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens `path` (a GGUF file or a Hugging Face folder), loads its weights to the backend and builds the tokenizer and chat
-    /// template. `progress` sees the loading advance and may cancel it.
+    /// Opens `path` (a GGUF file or a Hugging Face folder), loads its weights to the backend
+    /// and builds the tokenizer and chat template. `progress` sees the loading (and any
+    /// quantizing at load) advance and may cancel it.
     pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
         let file = hearth_models::open_model(path)?;
         let file = match options.load_format {
-            Some(format) => crate::quantize::quantize_in_memory(
-                &file,
-                &crate::quantize::QuantizeOptions::new(format),
-            )?,
+            Some(format) => {
+                let opts = crate::quantize::QuantizeOptions::new(format);
+                crate::quantize::quantize_in_memory(&file, &opts, &mut |p| {
+                    progress(crate::model::LoadProgress {
+                        tensor: p.tensor,
+                        done_bytes: p.done_bytes,
+                        total_bytes: p.total_bytes,
+                    })
+                })?
+            }
             None => file,
         };
         Self::load_file(file, options, progress)

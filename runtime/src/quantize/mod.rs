@@ -63,9 +63,13 @@ pub fn quantize_model(
 }
 
 /// `file` quantized as `opts` say, held in memory: a model quantized at load
-/// (`--load-format`).
-pub fn quantize_in_memory(file: &GgufFile, opts: &QuantizeOptions) -> Result<GgufFile> {
-    let (writer, ..) = quantized(file, opts, &mut |_| true)?;
+/// (`--load-format`). `progress` returning `false` cancels.
+pub fn quantize_in_memory(
+    file: &GgufFile,
+    opts: &QuantizeOptions,
+    progress: &mut dyn FnMut(QuantizeProgress) -> bool,
+) -> Result<GgufFile> {
+    let (writer, ..) = quantized(file, opts, progress)?;
     let bytes = writer.to_bytes().map_err(|e| Error::Io {
         path: file.path().to_path_buf(),
         source: e,
