@@ -14,7 +14,7 @@ use std::sync::Arc;
 use hearth_models::{resolve_gguf, GgufFile};
 use hearth_quant::Format;
 use hearth_runtime::cpu::CpuModel;
-use hearth_runtime::kv::infinigen::{self, IgParams, Skew};
+use hearth_runtime::kv::infinigen::{self, IgParams, IgStats, Skew};
 use hearth_runtime::kv::policy::KvPolicyChoice;
 use hearth_runtime::kv::policy::KvPolicyKind::{H2o, Infinigen};
 use hearth_runtime::kv::KvPlacement;
@@ -1083,13 +1083,22 @@ fn infinigen_caps_scores_as_dense_attention_does() {
     assert!(err.contains("soft-capped"), "{err}");
 
     let Some(dev) = device() else { return };
-    let (mut reference, mut device_model, _) = with_infinigen(&dev, &file, small_budget());
+    let got = sparse_decode_follows_the_reference(&dev, &file);
+    // One sparse layer (layer 3: global, past the two dense ones) of 2 KV heads, every step.
+    assert_eq!(got.selections, 8 * 2, "{got:?}");
+    no_validation_messages(&dev);
+}
+
+/// `file` under InfiniGen at the small budget on the device and the CPU reference: a
+/// 150-token prompt and 8 decode steps give logits within 2e-3 and the same fetches; returns
+/// the device's counts.
+fn sparse_decode_follows_the_reference(dev: &Arc<Device>, file: &GgufFile) -> IgStats {
+    let (mut reference, mut device_model, _) = with_infinigen(dev, file, small_budget());
     let prompt = tokens(150, 5);
     let a = reference.forward(&prompt, Logits::Last).unwrap();
     let b = device_model.forward(&prompt, Logits::Last).unwrap();
     assert!(max_diff(&a, &b) < 2e-3, "prefill: {}", max_diff(&a, &b));
-    let steps = tokens(8, 6);
-    for &t in &steps {
+    for t in tokens(8, 6) {
         let a = reference.forward(&[t], Logits::Last).unwrap();
         let b = device_model.forward(&[t], Logits::Last).unwrap();
         assert!(max_diff(&a, &b) < 2e-3, "decode: {}", max_diff(&a, &b));
@@ -1100,9 +1109,7 @@ fn infinigen_caps_scores_as_dense_attention_does() {
         got.fetched, want.fetched,
         "device {got:?}, reference {want:?}"
     );
-    // One sparse layer (layer 3: global, past the two dense ones) of 2 KV heads, every step.
-    assert_eq!(got.selections, (steps.len() * 2) as u64, "{got:?}");
-    no_validation_messages(&dev);
+    got
 }
 
 /// Gemma 3's pattern (five local layers to a global one): InfiniGen attends sparsely in the
@@ -1119,25 +1126,9 @@ fn infinigen_attends_sparsely_in_the_global_layers_only() {
         ..SMALL
     };
     let file = gemma3.build_random("small", Format::Q8, 11).unwrap();
-    let (mut reference, mut device_model, _) = with_infinigen(&dev, &file, small_budget());
-    let prompt = tokens(150, 5);
-    let a = reference.forward(&prompt, Logits::Last).unwrap();
-    let b = device_model.forward(&prompt, Logits::Last).unwrap();
-    assert!(max_diff(&a, &b) < 2e-3, "prefill: {}", max_diff(&a, &b));
-    let steps = tokens(8, 6);
-    for &t in &steps {
-        let a = reference.forward(&[t], Logits::Last).unwrap();
-        let b = device_model.forward(&[t], Logits::Last).unwrap();
-        assert!(max_diff(&a, &b) < 2e-3, "decode: {}", max_diff(&a, &b));
-    }
-    let stats = |m: &dyn Backend| m.kv_policy_stats().and_then(|s| s.of(Infinigen)).unwrap();
-    let (want, got) = (stats(&reference), stats(&device_model));
-    assert_eq!(
-        got.fetched, want.fetched,
-        "device {got:?}, reference {want:?}"
-    );
+    let got = sparse_decode_follows_the_reference(&dev, &file);
     // One sparse layer (the global one, past the two dense ones) of 2 KV heads, every step.
-    assert_eq!(got.selections, (steps.len() * 2) as u64, "{got:?}");
+    assert_eq!(got.selections, 8 * 2, "{got:?}");
     // A quarter of the (at most 157) earlier tokens and the 8 newest.
     assert!(
         got.max_fetched as usize <= 157usize.div_ceil(4) + 8,

@@ -46,6 +46,11 @@ PHI3_VOCAB = dict(
 )
 PHI3_IDS = dict(bos_token_id=1, eos_token_id=32000, pad_token_id=None)
 
+# Llama 2's SentencePiece vocabulary (with a dummy prefix), as Mistral and Mixtral ship it,
+# and its ids.
+LLAMA2_VOCAB = dict(vocab="llama-spm", sentencepiece=dict(), tokenizer_class="LlamaTokenizer")
+LLAMA2_IDS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=None)
+
 # Routers drawn wider than transformers' normal(0, 0.02), from which the router's logits are a
 # few tenths: the second and third largest then differ by under 0.1 at about half the
 # positions, and which experts a token gets would hang on rounding. From this range the logits
@@ -225,19 +230,15 @@ FAMILIES = {
     # so its file runs with full attention: the suite checks the folder, which Hearth
     # converts with the window kept, and compares llama.cpp's file only to that conversion.
     "mistral": dict(
+        LLAMA2_VOCAB,
         model_type="mistral",
-        vocab="llama-spm",
-        sentencepiece=dict(),
-        tokenizer_class="LlamaTokenizer",
         gguf_runs=False,
         config=dict(
             BASE,
+            **LLAMA2_IDS,
             head_dim=32,
             sliding_window=24,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=None,
         ),
     ),
     # Mixtral: a router of four experts choosing two per token (softmax over all four, the top
@@ -245,21 +246,17 @@ FAMILIES = {
     # with a dummy prefix. llama.cpp converts it as "llama" with the experts stacked in 3-D
     # tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps) and the router as ffn_gate_inp.
     "mixtral": dict(
+        LLAMA2_VOCAB,
         model_type="mixtral",
-        vocab="llama-spm",
-        sentencepiece=dict(),
-        tokenizer_class="LlamaTokenizer",
         router_init=ROUTER_INIT,
         config=dict(
             BASE,
+            **LLAMA2_IDS,
             intermediate_size=128,
             num_local_experts=4,
             num_experts_per_tok=2,
             sliding_window=None,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=None,
         ),
     ),
     # Qwen2-MoE: Qwen2's block (q/k/v biases) with a router of four experts choosing two
