@@ -12,7 +12,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use commands::{
-    bench, chat, convert, devices, generate, imatrix, inspect, perplexity, quantize, tokenize,
+    bench, chat, convert, devices, generate, imatrix, inspect, perplexity, quantize, serve,
+    tokenize,
 };
 
 #[derive(Parser)]
@@ -47,6 +48,9 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
     Quantize(quantize::QuantizeArgs),
+    /// Serve the model over OpenAI's HTTP API (chat, completions, models), with
+    /// continuous batching, /health and /metrics.
+    Serve(serve::ServeArgs),
     /// Write a Hugging Face folder (config.json, safetensors, tokenizer) as a GGUF file.
     Convert(convert::ConvertArgs),
     /// Write an importance matrix of a model over a text, for `quantize --imatrix`.
@@ -104,6 +108,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Serve(args) => serve::run(args, choice),
         Command::Imatrix(args) => imatrix::run(args),
     }
 }

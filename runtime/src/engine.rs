@@ -166,11 +166,29 @@ pub struct ModelInfo {
 
 pub struct Engine {
     info: ModelInfo,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
+    /// Shared with whoever tokenizes for the engine on other threads (`hearth serve`).
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
     session: Session,
     /// Tokens the session's KV pool holds, when it evicts (`--kv-pool-capacity`).
     pool_capacity: Option<usize>,
+}
+
+/// Token ids of a conversation rendered with `template`, ending with the opening of an
+/// assistant turn.
+pub fn chat_prompt(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+) -> Result<Vec<u32>> {
+    let options = ChatOptions::for_tokenizer(tokenizer, true);
+    let text = template.render(messages, &options)?;
+    // The template writes BOS itself where the model wants one.
+    let encode = EncodeOptions {
+        add_special: false,
+        parse_special: true,
+    };
+    Ok(tokenizer.encode_with(&text, encode))
 }
 
 impl Engine {
@@ -288,8 +306,8 @@ impl Engine {
         };
         Ok(Self {
             info,
-            tokenizer,
-            template,
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
             session: Session::new(backend),
             pool_capacity,
         })
@@ -305,6 +323,12 @@ impl Engine {
 
     pub fn chat_template(&self) -> &ChatTemplate {
         &self.template
+    }
+
+    /// The tokenizer and chat template, for threads that prepare requests while the engine
+    /// runs (a server's handlers).
+    pub fn text_tools(&self) -> (Arc<Tokenizer>, Arc<ChatTemplate>) {
+        (self.tokenizer.clone(), self.template.clone())
     }
 
     pub fn session(&self) -> &Session {
@@ -323,14 +347,7 @@ impl Engine {
     /// Token ids of a conversation rendered with the model's chat template, ending with the
     /// opening of an assistant turn.
     pub fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let options = ChatOptions::for_tokenizer(&self.tokenizer, true);
-        let text = self.template.render(messages, &options)?;
-        // The template writes BOS itself where the model wants one.
-        let encode = EncodeOptions {
-            add_special: false,
-            parse_special: true,
-        };
-        Ok(self.tokenizer.encode_with(&text, encode))
+        chat_prompt(&self.tokenizer, &self.template, messages)
     }
 
     /// What the KV policy (InfiniGen, H2O) read so far, when a sparse one runs.

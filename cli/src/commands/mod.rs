@@ -9,4 +9,5 @@ pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
+pub mod serve;
 pub mod tokenize;

@@ -7,6 +7,7 @@ mod convert;
 mod files;
 mod generate;
 mod perplexity;
+mod serve;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,0 +1,113 @@
+//! `/metrics`: what the server did, in Prometheus' text format (`prometheus-client`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: u16,
+}
+
+/// Every series `/metrics` shows; cheap to update from any thread.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<StatusLabel, Counter>,
+    pub prompt_tokens: Counter,
+    pub generated_tokens: Counter,
+    pub time_to_first_token: Histogram,
+    pub time_per_output_token: Histogram,
+    pub queued: Gauge,
+    pub running: Gauge,
+    pub kv_blocks_used: Gauge,
+    pub kv_blocks_total: Gauge,
+    pub preemptions: Counter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hearth");
+        let requests = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "requests",
+            "HTTP requests answered, by status",
+            requests.clone(),
+        );
+        let prompt_tokens = Counter::default();
+        registry.register(
+            "prompt_tokens",
+            "Prompt tokens of accepted requests",
+            prompt_tokens.clone(),
+        );
+        let generated_tokens = Counter::default();
+        registry.register(
+            "generation_tokens",
+            "Tokens generated",
+            generated_tokens.clone(),
+        );
+        // 5 ms to about 20 s.
+        let time_to_first_token = Histogram::new(exponential_buckets(0.005, 2.0, 13));
+        registry.register(
+            "time_to_first_token_seconds",
+            "From a request's arrival to its first token",
+            time_to_first_token.clone(),
+        );
+        // 1 ms to about 4 s.
+        let time_per_output_token = Histogram::new(exponential_buckets(0.001, 2.0, 13));
+        registry.register(
+            "time_per_output_token_seconds",
+            "Between a completion's first token and its last, per later token",
+            time_per_output_token.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let queued = gauge(
+            &mut registry,
+            "queue_depth",
+            "Completions waiting for a row",
+        );
+        let running = gauge(
+            &mut registry,
+            "running_sequences",
+            "Completions in a cache row",
+        );
+        let kv_blocks_used = gauge(&mut registry, "kv_blocks_used", "KV cache blocks in use");
+        let kv_blocks_total = gauge(&mut registry, "kv_blocks_total", "KV cache blocks");
+        let preemptions = Counter::default();
+        registry.register(
+            "preemptions",
+            "Sequences preempted for want of KV blocks (recomputed later)",
+            preemptions.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            prompt_tokens,
+            generated_tokens,
+            time_to_first_token,
+            time_per_output_token,
+            queued,
+            running,
+            kv_blocks_used,
+            kv_blocks_total,
+            preemptions,
+        }
+    }
+
+    pub fn answered(&self, status: u16) {
+        self.requests.get_or_create(&StatusLabel { status }).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

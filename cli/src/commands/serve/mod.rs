@@ -1,0 +1,191 @@
+//! `hearth serve`: an OpenAI-compatible HTTP server on the continuous-batching scheduler.
+//!
+//! The listener opens at once and `/health` answers 503 until the model has loaded. The
+//! engine runs on its own thread (`engine.rs`), fed through channels; the handlers
+//! (`routes.rs`, on tokio and axum) render chat templates and tokenize, so the engine thread
+//! only steps the model. SIGTERM or Ctrl-C stops accepting connections, lets the requests in
+//! flight finish for `--shutdown-timeout`, then cancels what is left.
+
+mod engine;
+mod metrics;
+mod openai;
+mod routes;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+
+use crate::model_args::ModelArgs;
+use crate::DeviceChoice;
+use routes::{AppState, Loaded};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences generated at once (continuous batching); the KV cache holds this many.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    parallel: usize,
+    /// Context length per sequence [default: the model's, at most 4096].
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx_size: Option<usize>,
+    /// Accept API requests only with `Authorization: Bearer KEY`; repeatable. /health and
+    /// /metrics stay open.
+    #[arg(long = "api-key", value_name = "KEY", env = "HEARTH_API_KEY")]
+    api_keys: Vec<String>,
+    /// Largest request body, in bytes (413 past it).
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+    max_body: usize,
+    /// Seconds a request body may take to arrive (408 after).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    body_timeout: u64,
+    /// Completions that may wait for a row before new requests get 503.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    max_queue: usize,
+    /// Seconds in-flight requests may run on after SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    shutdown_timeout: u64,
+    /// The model's id in /v1/models [default: the -m argument].
+    #[arg(long, value_name = "NAME")]
+    alias: Option<String>,
+}
+
+pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    let state = Arc::new(AppState::new(
+        metrics.clone(),
+        args.api_keys.clone(),
+        args.max_body,
+        Duration::from_secs(args.body_timeout),
+        args.max_queue,
+    ));
+    let address = format!("{}:{}", args.host, args.port);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&address))
+        .with_context(|| format!("listening on {address}"))?;
+    let local: SocketAddr = listener.local_addr()?;
+    eprintln!("hearth serve: listening on http://{local} (loading the model)");
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    std::thread::scope(|scope| {
+        // The model loads beside the listener; a failure ends the server.
+        let loading = state.clone();
+        scope.spawn(move || match load(args, device, loading, metrics) {
+            Ok(()) => eprintln!("hearth serve: ready on http://{local}"),
+            Err(e) => {
+                let _ = failed_tx.send(e);
+            }
+        });
+        runtime.block_on(serve(listener, state, failed_rx, args))?;
+        // Done serving: the process ends here, a model still loading or not.
+        std::process::exit(0)
+    })
+}
+
+/// Loads the model for `--parallel` sequences and starts the engine thread over it.
+fn load(
+    args: &ServeArgs,
+    device: &DeviceChoice,
+    state: Arc<AppState>,
+    metrics: Arc<metrics::Metrics>,
+) -> Result<()> {
+    let path = args.model.run.dir.resolve(&args.model.model)?;
+    let parallel = args.parallel.max(1);
+    let cache = args.model.run.cache(args.ctx_size, parallel)?;
+    let engine = args.model.run.load(&args.model.model, device, cache)?;
+    let (tokenizer, template) = engine.text_tools();
+    let n_ctx = engine.session().backend().n_ctx();
+    let mut aliases = vec![stem(&path), engine.info().name.clone()];
+    aliases.retain(|a| !a.is_empty());
+    let (handle, _thread) = engine::spawn(engine, parallel, metrics)?;
+    let loaded = Loaded {
+        engine: handle,
+        tokenizer,
+        template,
+        id: args
+            .alias
+            .clone()
+            .unwrap_or_else(|| args.model.model.clone()),
+        aliases,
+        n_ctx,
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let _ = state.engine.set(loaded);
+    Ok(())
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    failed: tokio::sync::oneshot::Receiver<anyhow::Error>,
+    args: &ServeArgs,
+) -> Result<()> {
+    let app = routes::router(state.clone());
+    let timeout = Duration::from_secs(args.shutdown_timeout);
+    let shutdown = async move {
+        tokio::select! {
+            _ = stop_signal() => {}
+            Ok(e) = failed => {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+        }
+        eprintln!(
+            "hearth serve: stopping; requests in flight have {} s to finish",
+            timeout.as_secs()
+        );
+        // Past the timeout whatever still runs is cancelled: its streams end.
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            if let Some(m) = state.engine.get() {
+                m.engine.cancel_all();
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            std::process::exit(0);
+        });
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving")
+}
+
+/// Ctrl-C, or SIGTERM where there is one.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}

@@ -1,0 +1,350 @@
+//! `hearth serve` on the real model, driven over raw HTTP/1.1 (so that framing, slow bodies
+//! and vanishing clients are what the test writes): greedy answers equal `hearth generate`'s,
+//! streamed and not, alone and among concurrent requests; the errors of OpenAI's API; the
+//! API key; metrics; and SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::smollm2;
+
+const KEY: &str = "test-key";
+/// `hearth generate -p "The capital of France is" -n 12 --temp 0` (generate.rs).
+const PROMPT: &str = "The capital of France is";
+const GREEDY_TEXT: &str = " Paris.\n\nThe answer is: 201";
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the server on a free port and waits until it says it is ready.
+fn start(model: &str, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-e2e"))
+        .args(["serve", "-m", model, "--port", "0", "--api-key", KEY])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hearth serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("hearth serve: listening on http://") {
+            addr = rest.split_whitespace().next().map(str::to_string);
+        }
+        if line.starts_with("hearth serve: ready") {
+            break;
+        }
+        assert!(!line.starts_with("error"), "{line}");
+    }
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    Server {
+        child,
+        addr: addr.expect("the listening address"),
+    }
+}
+
+/// One request on its own connection: (status, body), the body de-chunked.
+fn request(addr: &str, method: &str, path: &str, key: Option<&str>, body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = s.split_once("\r\n").expect("a chunk size line");
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+fn post(addr: &str, path: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = request(addr, "POST", path, Some(KEY), body.to_string().as_bytes());
+    (status, parse(&text))
+}
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn greedy_completion(stream: bool) -> Value {
+    json!({ "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stream": stream,
+            "stream_options": { "include_usage": true } })
+}
+
+/// The text of a stream's `data:` events, checking the framing: events separated by blank
+/// lines, each a JSON chunk, the last `[DONE]`.
+fn streamed_text(body: &str) -> (String, Value) {
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"), "{body}");
+    let mut text = String::new();
+    let mut usage = Value::Null;
+    for e in &events[..events.len() - 1] {
+        let chunk = parse(e.strip_prefix("data: ").expect("a data line"));
+        if let Some(c) = chunk["choices"].get(0) {
+            text.push_str(
+                c["text"]
+                    .as_str()
+                    .or(c["delta"]["content"].as_str())
+                    .unwrap_or(""),
+            );
+        }
+        if !chunk["usage"].is_null() {
+            usage = chunk["usage"].clone();
+        }
+    }
+    (text, usage)
+}
+
+#[test]
+fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
+    let Some(model) = smollm2() else { return };
+    let server = start(&model, &["--parallel", "4", "--max-body", "100000"]);
+    let addr = server.addr.as_str();
+
+    let (status, health) = request(addr, "GET", "/health", None, b"");
+    assert_eq!((status, parse(&health)), (200, json!({ "status": "ok" })));
+    let (status, models) = request(addr, "GET", "/v1/models", Some(KEY), b"");
+    assert_eq!(status, 200);
+    assert_eq!(parse(&models)["data"][0]["id"], model.as_str());
+
+    // Greedy, not streamed and streamed: `hearth generate`'s text, with the usage.
+    let (status, done) = post(addr, "/v1/completions", &greedy_completion(false));
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["choices"][0]["text"], GREEDY_TEXT);
+    assert_eq!(done["choices"][0]["finish_reason"], "length");
+    assert_eq!(done["usage"]["completion_tokens"], 12);
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        Some(KEY),
+        greedy_completion(true).to_string().as_bytes(),
+    );
+    assert_eq!(status, 200);
+    let (text, usage) = streamed_text(&body);
+    assert_eq!(text, GREEDY_TEXT);
+    assert_eq!(usage["prompt_tokens"], 5);
+
+    // Among eight concurrent requests, each the same answer.
+    let answers: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                s.spawn(move || {
+                    let (status, body) = request(
+                        addr,
+                        "POST",
+                        "/v1/completions",
+                        Some(KEY),
+                        greedy_completion(i % 2 == 0).to_string().as_bytes(),
+                    );
+                    assert_eq!(status, 200, "{body}");
+                    match i % 2 == 0 {
+                        true => streamed_text(&body).0,
+                        false => parse(&body)["choices"][0]["text"].as_str().unwrap().into(),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(answers.iter().all(|a| a == GREEDY_TEXT), "{answers:?}");
+
+    // A chat: the template's prompt, an assistant message.
+    let chat = json!({ "messages": [{ "role": "user", "content": "What is the capital of France?" }],
+                       "max_tokens": 12, "temperature": 0 });
+    let (status, answer) = post(addr, "/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(answer["choices"][0]["message"]["role"], "assistant");
+    assert!(
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Paris"),
+        "{answer}"
+    );
+
+    // Errors in OpenAI's shape, each with its status.
+    let error = |status: u16, body: &str| {
+        let v = parse(body);
+        assert!(v["error"]["message"].is_string(), "{body}");
+        status
+    };
+    let (s, b) = request(addr, "POST", "/v1/completions", Some(KEY), b"{not json");
+    assert_eq!(error(s, &b), 400);
+    let (s, b) = post(addr, "/v1/chat/completions", &json!({ "messages": "hi" }));
+    assert_eq!(
+        (s, b["error"]["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+    let (s, b) = request(addr, "GET", "/v1/nothing", Some(KEY), b"");
+    assert_eq!(error(s, &b), 404);
+    let (s, b) = post(
+        addr,
+        "/v1/completions",
+        &json!({ "prompt": "hi", "model": "gpt-4" }),
+    );
+    assert_eq!((s, b["error"]["param"].as_str()), (404, Some("model")));
+    let (s, b) = post(
+        addr,
+        "/v1/completions",
+        &json!({ "prompt": "hi", "max_tokens": 100000 }),
+    );
+    assert_eq!(s, 400);
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("100000") && message.contains("4096"),
+        "{message}"
+    );
+    let big = json!({ "prompt": "a".repeat(200_000) });
+    let (s, b) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        Some(KEY),
+        big.to_string().as_bytes(),
+    );
+    assert_eq!(error(s, &b), 413);
+    for key in [None, Some("wrong")] {
+        let (s, b) = request(addr, "GET", "/v1/models", key, b"");
+        assert_eq!(error(s, &b), 401);
+    }
+    let (s, b) = post(addr, "/v1/embeddings", &json!({ "input": "hi" }));
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("encoder"),
+        "{b}"
+    );
+    assert_eq!(s, 400);
+
+    // A client that goes away mid-stream: the server carries on serving the others.
+    {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let body =
+            json!({ "prompt": PROMPT, "max_tokens": 3000, "temperature": 0, "stream": true })
+                .to_string();
+        let head = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let mut first = [0u8; 256];
+        let _ = s.read(&mut first).unwrap();
+    }
+    // Its sequence is cancelled at the next token, long before its 3000 would be done.
+    let t0 = Instant::now();
+    loop {
+        let (_, metrics) = request(addr, "GET", "/metrics", None, b"");
+        if metrics.contains("hearth_running_sequences 0") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, done) = post(addr, "/v1/completions", &greedy_completion(false));
+    assert_eq!(
+        (status, done["choices"][0]["text"].as_str()),
+        (200, Some(GREEDY_TEXT))
+    );
+
+    // A client sending its body a byte at a time is one slow connection, not a slow server.
+    let slow = std::thread::spawn({
+        let addr = addr.to_string();
+        move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            let head = format!(
+                "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\n\
+                 Content-Length: 100\r\n\r\n"
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            for _ in 0..3 {
+                s.write_all(b" ").unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    });
+    let t0 = Instant::now();
+    let (status, _) = post(addr, "/v1/completions", &greedy_completion(false));
+    assert_eq!(status, 200);
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    slow.join().unwrap();
+
+    // Metrics in Prometheus' text format, counting what happened.
+    let (status, metrics) = request(addr, "GET", "/metrics", None, b"");
+    assert_eq!(status, 200);
+    for series in [
+        "hearth_requests_total{status=\"200\"}",
+        "hearth_requests_total{status=\"401\"} 2",
+        "hearth_requests_total{status=\"413\"} 1",
+        "hearth_time_to_first_token_seconds_count",
+        "hearth_kv_blocks_total",
+    ] {
+        assert!(metrics.contains(series), "{series} in\n{metrics}");
+    }
+
+    // SIGTERM with nothing in flight: the server exits cleanly.
+    let mut server = server;
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
