@@ -76,6 +76,23 @@ pub fn conformance_model(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// The Python that has the official `openai` package (`scripts/openai-client/setup`, which
+/// `make test` runs), or `None` after recording a skip when it is missing; in CI a missing one
+/// fails the test.
+#[track_caller]
+pub fn openai_python() -> Option<PathBuf> {
+    let python = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+        .join(".cache/hearth/openai-client/venv/bin/python");
+    if python.is_file() {
+        return Some(python);
+    }
+    skip(format_args!(
+        "{} is missing (run scripts/openai-client/setup)",
+        python.display()
+    ));
+    None
+}
+
 /// llama.cpp's vocabulary file `ggml-vocab-{name}.gguf` with its `.inp` and `.out` test cases,
 /// from the source `scripts/llama-cpp src` fetches (`$LLAMA_CPP_DIR`, else
 /// `~/.cache/hearth/llama.cpp`; the conformance build fetches it), or `None` after recording a

@@ -348,3 +348,33 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The official `openai` Python package as the client (`scripts/openai-client/check.py`):
+/// models, completions, chat, streamed chat with usage, and the errors it raises.
+#[test]
+fn the_openai_python_client_drives_it() {
+    let Some(model) = smollm2() else { return };
+    let Some(python) = hearth_testkit::openai_python() else {
+        return;
+    };
+    let server = start(&model, &["--parallel", "2"]);
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai-client/check.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args([
+            &format!("http://{}/v1", server.addr),
+            KEY,
+            &model,
+            GREEDY_TEXT,
+        ])
+        .output()
+        .expect("python runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("ok: wrong type"), "{report}");
+}
