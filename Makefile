@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
 
-.PHONY: setup run test lint build conformance openai-client
+.PHONY: setup run test lint build conformance pytools
 
 setup:
 	bash scripts/setup
@@ -30,14 +30,14 @@ lint:
 conformance: setup
 	bash scripts/conformance/build
 
-# The official openai Python package, the client tests/tests/e2e/serve.rs drives the server
-# with.
-openai-client: setup
-	bash scripts/openai-client/setup >/dev/null
+# Python tools the tests use: the official openai package (the client the server tests drive
+# it with) and kubernetes-validate (for deploy/kubernetes/).
+pytools: setup
+	bash scripts/pytools/setup >/dev/null
 
 # Ends with how many tests ran and how many skipped for a missing device or model; in CI
 # (CI set, as .ci/run does) a skip fails the run.
-test: setup conformance openai-client
+test: setup conformance pytools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	bash scripts/test-summary $(CARGO) test --workspace

@@ -76,18 +76,18 @@ pub fn conformance_model(name: &str) -> Option<PathBuf> {
     None
 }
 
-/// The Python that has the official `openai` package (`scripts/openai-client/setup`, which
-/// `make test` runs), or `None` after recording a skip when it is missing; in CI a missing one
-/// fails the test.
+/// The Python that has the test tools (`scripts/pytools/setup`, which `make test` runs: the
+/// official `openai` package, `kubernetes-validate`), or `None` after recording a skip when it
+/// is missing; in CI a missing one fails the test.
 #[track_caller]
-pub fn openai_python() -> Option<PathBuf> {
+pub fn tools_python() -> Option<PathBuf> {
     let python = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-        .join(".cache/hearth/openai-client/venv/bin/python");
+        .join(".cache/hearth/pytools/venv/bin/python");
     if python.is_file() {
         return Some(python);
     }
     skip(format_args!(
-        "{} is missing (run scripts/openai-client/setup)",
+        "{} is missing (run scripts/pytools/setup)",
         python.display()
     ));
     None

@@ -349,17 +349,17 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     }
 }
 
-/// The official `openai` Python package as the client (`scripts/openai-client/check.py`):
+/// The official `openai` Python package as the client (`scripts/pytools/openai_check.py`):
 /// models, completions, chat, streamed chat with usage, and the errors it raises.
 #[test]
 fn the_openai_python_client_drives_it() {
     let Some(model) = smollm2() else { return };
-    let Some(python) = hearth_testkit::openai_python() else {
+    let Some(python) = hearth_testkit::tools_python() else {
         return;
     };
     let server = start(&model, &["--parallel", "2"]);
     let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai-client/check.py");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pytools/openai_check.py");
     let out = Command::new(python)
         .arg(script)
         .args([
@@ -377,4 +377,44 @@ fn the_openai_python_client_drives_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(report.contains("ok: wrong type"), "{report}");
+}
+
+/// deploy/kubernetes/ against the Kubernetes API's schema (`kubernetes-validate`, strict) and
+/// the fields serving needs (`scripts/pytools/manifests_check.py`); a misspelt field fails.
+#[test]
+fn the_kubernetes_manifests_validate() {
+    let Some(python) = hearth_testkit::tools_python() else {
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let check = |dir: &std::path::Path| {
+        Command::new(&python)
+            .arg(root.join("scripts/pytools/manifests_check.py"))
+            .arg(dir)
+            .output()
+            .expect("python runs")
+    };
+    let out = check(&root.join("deploy/kubernetes"));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("ok: probes"), "{report}");
+
+    let bad = super::scratch("manifests");
+    for name in ["deployment.yaml", "service.yaml"] {
+        let text = std::fs::read_to_string(root.join("deploy/kubernetes").join(name)).unwrap();
+        let text = text.replace("readinessProbe:", "readinesProbe:");
+        std::fs::write(bad.join(name), text).unwrap();
+    }
+    let out = check(&bad);
+    assert!(!out.status.success(), "a misspelt field passed");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("readinesProbe"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(bad).ok();
 }
