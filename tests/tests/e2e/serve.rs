@@ -318,9 +318,10 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     let (status, metrics) = request(addr, "GET", "/metrics", None, b"");
     assert_eq!(status, 200);
     for series in [
-        "hearth_requests_total{status=\"200\"}",
-        "hearth_requests_total{status=\"401\"} 2",
-        "hearth_requests_total{status=\"413\"} 1",
+        "hearth_requests_total{route=\"/v1/completions\",status=\"200\"}",
+        "hearth_requests_total{route=\"/v1/models\",status=\"401\"} 2",
+        "hearth_requests_total{route=\"/v1/completions\",status=\"413\"} 1",
+        "hearth_requests_total{route=\"other\",status=\"404\"} 1",
         "hearth_time_to_first_token_seconds_count",
         "hearth_kv_blocks_total",
     ] {

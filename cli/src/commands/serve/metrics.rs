@@ -8,14 +8,16 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabel {
+pub struct RequestLabels {
+    /// The route (`/v1/chat/completions`), or `other` for paths that match none.
+    pub route: String,
     pub status: u16,
 }
 
 /// Every series `/metrics` shows; cheap to update from any thread.
 pub struct Metrics {
     registry: Registry,
-    pub requests: Family<StatusLabel, Counter>,
+    pub requests: Family<RequestLabels, Counter>,
     pub prompt_tokens: Counter,
     pub generated_tokens: Counter,
     pub time_to_first_token: Histogram,
@@ -30,10 +32,10 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hearth");
-        let requests = Family::<StatusLabel, Counter>::default();
+        let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
-            "HTTP requests answered, by status",
+            "HTTP requests answered, by route and status",
             requests.clone(),
         );
         let prompt_tokens = Counter::default();
@@ -100,8 +102,12 @@ impl Metrics {
         }
     }
 
-    pub fn answered(&self, status: u16) {
-        self.requests.get_or_create(&StatusLabel { status }).inc();
+    pub fn answered(&self, route: &str, status: u16) {
+        let labels = RequestLabels {
+            route: route.to_string(),
+            status,
+        };
+        self.requests.get_or_create(&labels).inc();
     }
 
     pub fn encode(&self) -> String {

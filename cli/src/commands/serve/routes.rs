@@ -142,10 +142,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Counts every answer by status for `/metrics`.
+/// Counts every answer by route and status for `/metrics`.
 async fn count(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let route = match request.extensions().get::<axum::extract::MatchedPath>() {
+        Some(path) => path.as_str().to_string(),
+        None => "other".to_string(),
+    };
     let response = next.run(request).await;
-    state.metrics.answered(response.status().as_u16());
+    state.metrics.answered(&route, response.status().as_u16());
     response
 }
 
