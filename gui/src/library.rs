@@ -47,19 +47,11 @@ impl ModelCard {
             .flatten()
             .map(str::to_string)
             .unwrap_or_else(|| file_stem(path));
-        let mut by_type: Vec<(String, u64)> = Vec::new();
-        for t in file.tensors() {
-            let name = t.ggml_type.name().to_string();
-            match by_type.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, bytes)) => *bytes += t.n_bytes,
-                None => by_type.push((name, t.n_bytes)),
-            }
-        }
-        let format = by_type
-            .iter()
-            .max_by_key(|(_, bytes)| *bytes)
-            .map(|(n, _)| n.clone())
-            .unwrap_or_default();
+        let format = heaviest_type(
+            file.tensors()
+                .iter()
+                .map(|t| (t.ggml_type.name().to_string(), t.n_bytes)),
+        );
         let number = |key: &str| file.metadata().get(key).and_then(|v| v.as_f64());
         let sampling = RecommendedSampling {
             temperature: number("general.sampling.temp").map(|v| v as f32),
@@ -84,23 +76,16 @@ impl ModelCard {
     /// `generation_config.json` (its authors' sampling); nothing is converted until it loads.
     fn read_folder(path: &Path) -> Result<Self, hearth_models::Error> {
         let folder = HfFolder::open(path)?;
-        let mut by_type: Vec<(String, u64)> = Vec::new();
-        let mut n_params = 0;
-        for (_, t) in folder.weights().tensors() {
-            let n = t.shape.iter().product::<usize>() as u64;
-            n_params += n;
-            let bytes = n * if t.element == Element::F32 { 4 } else { 2 };
-            let name = t.element.name().to_string();
-            match by_type.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, b)) => *b += bytes,
-                None => by_type.push((name, bytes)),
-            }
-        }
-        let format = by_type
-            .iter()
-            .max_by_key(|(_, bytes)| *bytes)
-            .map(|(n, _)| n.clone())
-            .unwrap_or_default();
+        let count = |shape: &[usize]| shape.iter().product::<usize>() as u64;
+        let n_params = folder
+            .weights()
+            .tensors()
+            .map(|(_, t)| count(&t.shape))
+            .sum();
+        let format = heaviest_type(folder.weights().tensors().map(|(_, t)| {
+            let width = if t.element == Element::F32 { 4 } else { 2 };
+            (t.element.name().to_string(), count(&t.shape) * width)
+        }));
         let file_bytes = folder
             .weights()
             .files()
@@ -173,6 +158,23 @@ pub fn scan(dir: &Path) -> Result<Vec<LibraryEntry>, String> {
             path: m.path,
         })
         .collect())
+}
+
+/// The type holding the most bytes, of (type, bytes) pairs (of equal totals, the one seen
+/// first last, as `max_by_key` picks).
+fn heaviest_type(tensors: impl Iterator<Item = (String, u64)>) -> String {
+    let mut by_type: Vec<(String, u64)> = Vec::new();
+    for (name, bytes) in tensors {
+        match by_type.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, b)) => *b += bytes,
+            None => by_type.push((name, bytes)),
+        }
+    }
+    by_type
+        .into_iter()
+        .max_by_key(|(_, bytes)| *bytes)
+        .map(|(n, _)| n)
+        .unwrap_or_default()
 }
 
 pub fn file_stem(path: &Path) -> String {

@@ -104,19 +104,17 @@ impl HfFolder {
         for (key, value) in meta.entries {
             w.set_metadata(key, value);
         }
-        // llama.cpp's file type: what the embeddings (and so most matrices) are stored in.
-        let file_type = match tensors.iter().find(|t| t.name == "token_embd.weight") {
-            Some(t) if t.ty == crate::GgmlType::F16 => 1,
-            Some(t) if t.ty == crate::GgmlType::BF16 => 32,
+        // The embeddings give llama.cpp's file type (what they, and so most matrices, are
+        // stored in) and the vocabulary's length.
+        let embd = tensors.iter().find(|t| t.name == "token_embd.weight");
+        let file_type = match embd.map(|t| t.ty) {
+            Some(crate::GgmlType::F16) => 1,
+            Some(crate::GgmlType::BF16) => 32,
             _ => 0,
         };
         w.set_metadata("general.file_type", MetaValue::U32(file_type));
         w.set_metadata("general.quantization_version", MetaValue::U32(2));
-        let n_vocab = tensors
-            .iter()
-            .find(|t| t.name == "token_embd.weight")
-            .and_then(|t| t.shape.get(1))
-            .map_or(0, |&n| n as usize);
+        let n_vocab = embd.and_then(|t| t.shape.get(1)).map_or(0, |&n| n as usize);
         for (key, value) in vocab::vocabulary(&self.dir, &self.config, n_vocab)? {
             w.set_metadata(key, value);
         }
