@@ -311,6 +311,23 @@ pub struct SamplingArgs {
     /// Penalise tokens seen in the last --repeat-last-n tokens (1.0: off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
+    /// Subtract P from tokens seen in the last --repeat-last-n tokens (0.0: off).
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "P",
+        allow_negative_numbers = true
+    )]
+    pub presence_penalty: f32,
+    /// Subtract P per occurrence in the last --repeat-last-n tokens (0.0: off).
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "P",
+        allow_negative_numbers = true
+    )]
+    pub frequency_penalty: f32,
+    /// How many recent tokens the penalties look at.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub repeat_last_n: usize,
     /// Random seed; the same seed and settings give the same text [default: random].
@@ -326,6 +343,8 @@ impl SamplingArgs {
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
             repeat_last_n: self.repeat_last_n,
             seed: self.seed.unwrap_or_else(random_seed),
         }

@@ -177,6 +177,8 @@ pub struct Preferences {
     pub theme: ThemeChoice,
     /// Keyed by model name.
     pub models: BTreeMap<String, ModelSettings>,
+    /// Port of the OpenAI-compatible server the app can start; `None`: 8080.
+    pub serve_port: Option<u16>,
 }
 
 impl Preferences {

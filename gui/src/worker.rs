@@ -1,24 +1,32 @@
-//! The inference thread. It owns the [`Engine`]; the UI sends it commands and reads events
-//! over channels, so loading and generation never block a frame.
+//! The model's thread. It loads models and hands each to the engine's service, the request
+//! path `hearth serve` and `hearth chat` use too; the UI sends it commands and reads events
+//! over channels, so loading and generation never block a frame. It can also serve the
+//! loaded model over OpenAI's API (`hearth-server`), beside the app's own chats.
 //!
-//! Stopping and cancelling go through atomics rather than the command channel, because the
-//! worker is busy inside the engine when they matter: each generation and load has a number,
-//! and the UI raises a shared watermark to that number to stop it.
+//! Cancelling a load goes through an atomic rather than the command channel, because the
+//! thread is busy loading when it matters: each load has a number, and the UI raises a shared
+//! watermark to that number to cancel it. Answers run on the service's thread, so a stop is
+//! an ordinary command.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use hearth_models::ChatMessage;
-use hearth_runtime::engine::{Engine, EngineOptions, ModelInfo};
+use hearth_models::{ChatMessage, ChatTemplate, Tokenizer};
+use hearth_runtime::engine::{chat_prompt, Engine, EngineOptions, ModelInfo};
 use hearth_runtime::kv::infinigen::IgStats;
 use hearth_runtime::kv::policy::KvPolicyKind;
 use hearth_runtime::kv::KvPlacement;
 use hearth_runtime::kv::{KvType, KvUsage};
 use hearth_runtime::model::KvBudget;
-use hearth_runtime::session::{GenerateParams, Generation};
+use hearth_runtime::sched::{RequestId, RequestParams};
+use hearth_runtime::service::{Event as ServiceEvent, Handle, Service, ServiceOptions, Submit};
+use hearth_runtime::session::{FinishReason, GenerateParams, Generation};
+use hearth_server::{Background, Model, ServerOptions};
 
 use crate::settings::{InfinigenSettings, KvOffload, ModelSettings};
 
@@ -52,7 +60,9 @@ impl LoadRequest {
 enum Command {
     Load(u64, LoadRequest),
     Generate(u64, Vec<ChatMessage>, GenerateParams),
-    Forget,
+    Stop(u64),
+    /// Serve the model on this address (`None`: stop serving).
+    Serve(Option<String>),
 }
 
 /// A model ready to chat.
@@ -91,13 +101,16 @@ pub enum Event {
     Finished(Box<Finished>),
     /// The request was refused or the engine failed; the conversation is unchanged.
     Failed(String),
+    /// The API server listens here now (`None`: it stopped).
+    Serving(Option<SocketAddr>),
+    /// The API server could not start; the message says why.
+    ServeFailed(String),
 }
 
 pub struct Worker {
     commands: Option<Sender<Command>>,
     events: Receiver<Event>,
-    /// Generations and loads numbered at or below these stop.
-    stop_below: Arc<AtomicU64>,
+    /// Loads numbered at or below this stop.
     cancel_below: Arc<AtomicU64>,
     next_id: u64,
     thread: Option<JoinHandle<()>>,
@@ -105,16 +118,17 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the thread; `notify` runs after every event (to wake the UI).
-    pub fn spawn(notify: impl Fn() + Send + 'static) -> Self {
+    pub fn spawn(notify: impl Fn() + Send + Sync + 'static) -> Self {
         let (commands, rx) = channel();
         let (tx, events) = channel();
-        let stop_below = Arc::new(AtomicU64::new(0));
         let cancel_below = Arc::new(AtomicU64::new(0));
         let mut state = State {
-            engine: None,
-            events: tx,
-            notify: Box::new(notify),
-            stop_below: stop_below.clone(),
+            model: None,
+            server: None,
+            events: Emitter {
+                tx,
+                notify: Arc::new(notify),
+            },
             cancel_below: cancel_below.clone(),
         };
         let thread = std::thread::Builder::new()
@@ -123,12 +137,12 @@ impl Worker {
                 for command in rx {
                     state.run(command);
                 }
+                state.unload();
             })
             .expect("spawning the inference thread");
         Self {
             commands: Some(commands),
             events,
-            stop_below,
             cancel_below,
             next_id: 1,
             thread: Some(thread),
@@ -159,13 +173,17 @@ impl Worker {
         self.send(|id| Command::Generate(id, messages, params))
     }
 
-    pub fn stop(&self, id: u64) {
-        self.stop_below.fetch_max(id, Ordering::SeqCst);
+    pub fn stop(&mut self, id: u64) {
+        self.send(|_| Command::Stop(id));
     }
 
-    /// Drops the model's cached conversation (a new chat shares no prefix with the old one).
-    pub fn forget(&mut self) {
-        self.send(|_| Command::Forget);
+    /// Serves the loaded model over OpenAI's API on `address` (`127.0.0.1:8080`).
+    pub fn serve(&mut self, address: String) {
+        self.send(|_| Command::Serve(Some(address)));
+    }
+
+    pub fn stop_serving(&mut self) {
+        self.send(|_| Command::Serve(None));
     }
 
     pub fn try_recv(&self) -> Option<Event> {
@@ -181,7 +199,6 @@ impl Worker {
 impl Drop for Worker {
     /// Stops whatever runs and waits for the thread, so the device is released before exit.
     fn drop(&mut self) {
-        self.stop_below.store(u64::MAX, Ordering::SeqCst);
         self.cancel_below.store(u64::MAX, Ordering::SeqCst);
         self.commands = None;
         if let Some(thread) = self.thread.take() {
@@ -190,35 +207,77 @@ impl Drop for Worker {
     }
 }
 
+/// The loaded model: the service running it and what requests are made with.
+struct ModelSlot {
+    service: Service,
+    handle: Handle,
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    info: ModelInfo,
+    n_ctx: usize,
+    /// The service's request of each generation still running.
+    running: Arc<std::sync::Mutex<HashMap<u64, RequestId>>>,
+}
+
+/// Sends events to the UI and wakes it; cheap to clone into the service's sinks.
+#[derive(Clone)]
+struct Emitter {
+    tx: Sender<Event>,
+    notify: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Emitter {
+    /// Whether the UI still listens.
+    fn emit(&self, event: Event) -> bool {
+        let ok = self.tx.send(event).is_ok();
+        (self.notify)();
+        ok
+    }
+}
+
 struct State {
-    engine: Option<Engine>,
-    events: Sender<Event>,
-    notify: Box<dyn Fn() + Send>,
-    stop_below: Arc<AtomicU64>,
+    model: Option<ModelSlot>,
+    server: Option<Background>,
+    events: Emitter,
     cancel_below: Arc<AtomicU64>,
 }
 
 impl State {
     fn emit(&self, event: Event) {
-        let _ = self.events.send(event);
-        (self.notify)();
+        self.events.emit(event);
     }
 
     fn run(&mut self, command: Command) {
         match command {
             Command::Load(id, request) => self.load(id, request),
             Command::Generate(id, messages, params) => self.generate(id, &messages, params),
-            Command::Forget => {
-                if let Some(engine) = &mut self.engine {
-                    engine.session_mut().clear();
+            Command::Stop(id) => {
+                if let Some(m) = &self.model {
+                    if let Some(&request) = m.running.lock().unwrap().get(&id) {
+                        m.handle.cancel(request);
+                    }
                 }
             }
+            Command::Serve(address) => self.serve(address),
+        }
+    }
+
+    /// Stops the server and the service, freeing the device's memory.
+    fn unload(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop();
+            self.emit(Event::Serving(None));
+        }
+        if let Some(m) = self.model.take() {
+            m.handle.cancel_all();
+            drop(m.handle);
+            m.service.join();
         }
     }
 
     fn load(&mut self, id: u64, request: LoadRequest) {
         // Two models never share the device's memory.
-        self.engine = None;
+        self.unload();
         let options = EngineOptions {
             device: request.device,
             n_ctx: Some(request.n_ctx),
@@ -234,49 +293,66 @@ impl State {
             ..EngineOptions::default()
         };
         let cancel = self.cancel_below.clone();
-        let (events, notify) = (&self.events, &self.notify);
+        let events = &self.events;
         let mut last_percent = u64::MAX;
         let mut progress = |p: hearth_runtime::model::LoadProgress| {
             let percent = p.done_bytes * 100 / p.total_bytes.max(1);
             if percent != last_percent {
                 last_percent = percent;
-                let _ = events.send(Event::Loading {
+                events.emit(Event::Loading {
                     done: p.done_bytes,
                     total: p.total_bytes,
                 });
-                notify();
             }
             cancel.load(Ordering::SeqCst) < id
         };
-        match Engine::load(&request.path, &options, &mut progress) {
-            Ok(engine) => {
-                let loaded = Loaded {
-                    info: engine.info().clone(),
-                    n_ctx: engine.session().backend().n_ctx(),
-                    kv: engine.kv_usage(),
-                };
-                self.engine = Some(engine);
+        let engine = match Engine::load(&request.path, &options, &mut progress) {
+            Ok(engine) => engine,
+            Err(hearth_runtime::Error::Cancelled) => {
+                return self.emit(Event::LoadFailed("Loading cancelled.".into()))
+            }
+            Err(e) => {
+                return self.emit(Event::LoadFailed(format!(
+                    "Could not load {}: {e}",
+                    request.path.display()
+                )))
+            }
+        };
+        let loaded = Loaded {
+            info: engine.info().clone(),
+            n_ctx: engine.session().backend().n_ctx(),
+            kv: engine.kv_usage(),
+        };
+        let (tokenizer, template) = engine.text_tools();
+        match Service::spawn(engine, ServiceOptions { parallel: 1 }) {
+            Ok((service, handle)) => {
+                self.model = Some(ModelSlot {
+                    service,
+                    handle,
+                    tokenizer,
+                    template,
+                    info: loaded.info.clone(),
+                    n_ctx: loaded.n_ctx,
+                    running: Default::default(),
+                });
                 self.emit(Event::Loaded(Box::new(loaded)));
             }
-            Err(hearth_runtime::Error::Cancelled) => {
-                self.emit(Event::LoadFailed("Loading cancelled.".into()))
-            }
             Err(e) => self.emit(Event::LoadFailed(format!(
-                "Could not load {}: {e}",
+                "Could not start {}: {e}",
                 request.path.display()
             ))),
         }
     }
 
     fn generate(&mut self, id: u64, messages: &[ChatMessage], mut params: GenerateParams) {
-        let Some(engine) = self.engine.as_mut() else {
+        let Some(m) = self.model.as_ref() else {
             return self.emit(Event::Failed("No model is loaded.".into()));
         };
-        let prompt = match engine.tokenize_chat(messages) {
+        let prompt = match chat_prompt(&m.tokenizer, &m.template, messages) {
             Ok(p) => p,
             Err(e) => return self.emit(Event::Failed(format!("Chat template: {e}"))),
         };
-        let n_ctx = engine.session().backend().n_ctx();
+        let n_ctx = m.n_ctx;
         if prompt.len() >= n_ctx {
             return self.emit(Event::Failed(format!(
                 "The conversation is {} tokens and no longer fits the {n_ctx}-token context. \
@@ -287,29 +363,120 @@ impl State {
         // With no limit, or a limit past the context, answer until the context is full.
         let room = n_ctx - prompt.len();
         params.max_tokens = Some(params.max_tokens.map_or(room, |n| n.min(room)));
-        let _ = self.events.send(Event::Started {
+        self.emit(Event::Started {
             prompt_tokens: prompt.len(),
         });
-        (self.notify)();
-        let (events, notify, stop) = (&self.events, &self.notify, &self.stop_below);
-        let result = engine.generate(&prompt, &params, &mut |text| {
-            let _ = events.send(Event::Text(text.to_string()));
-            notify();
-            stop.load(Ordering::SeqCst) < id
-        });
-        match result {
-            Ok(generation) => {
-                let finished = Finished {
-                    generation,
-                    context_used: engine.session().cached().len(),
-                    kv: engine.kv_usage(),
-                    infinigen: engine
-                        .kv_policy_stats()
-                        .and_then(|s| s.of(KvPolicyKind::Infinigen)),
-                };
-                self.emit(Event::Finished(Box::new(finished)));
+        let request = RequestParams {
+            generate: params,
+            n: 1,
+        };
+        let answer = Answer {
+            events: self.events.clone(),
+            running: m.running.clone(),
+            id,
+            text: String::new(),
+            tokens: Vec::new(),
+            finish: FinishReason::Cancelled,
+        };
+        let failed = self.events.clone();
+        let running = m.running.clone();
+        let submit = Submit {
+            prompt,
+            params: request,
+            sink: {
+                let mut answer = answer;
+                Box::new(move |event| answer.take(event))
+            },
+            accepted: Box::new(move |r| match r {
+                Ok(request) => {
+                    running.lock().unwrap().insert(id, request);
+                }
+                Err(e) => {
+                    failed.emit(Event::Failed(e));
+                }
+            }),
+        };
+        // Not taken: the service stopped, and the model with it.
+        if !m.handle.submit(submit) {
+            self.emit(Event::Failed("The model stopped.".into()));
+        }
+    }
+
+    fn serve(&mut self, address: Option<String>) {
+        if let Some(server) = self.server.take() {
+            server.stop();
+        }
+        let (Some(address), Some(m)) = (address, &self.model) else {
+            return self.emit(Event::Serving(None));
+        };
+        let stem = m
+            .info
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let model = Model::new(
+            m.handle.clone(),
+            (m.tokenizer.clone(), m.template.clone()),
+            stem.clone(),
+            vec![m.info.name.clone()],
+            m.n_ctx,
+        );
+        match Background::start(&address, model, ServerOptions::default()) {
+            Ok(server) => {
+                let at = server.address();
+                self.server = Some(server);
+                self.emit(Event::Serving(Some(at)));
             }
-            Err(e) => self.emit(Event::Failed(e.to_string())),
+            Err(e) => self.emit(Event::ServeFailed(format!("{e:#}"))),
+        }
+    }
+}
+
+/// One answer as the service streams it: its text goes to the UI as it comes, and its end
+/// as a [`Finished`] event.
+struct Answer {
+    events: Emitter,
+    running: Arc<std::sync::Mutex<HashMap<u64, RequestId>>>,
+    id: u64,
+    text: String,
+    tokens: Vec<u32>,
+    finish: FinishReason,
+}
+
+impl Answer {
+    fn take(&mut self, event: ServiceEvent) -> bool {
+        match event {
+            ServiceEvent::Token(e) => {
+                self.tokens.extend(e.token);
+                if let Some(f) = e.finish {
+                    self.finish = f;
+                }
+                if e.text.is_empty() {
+                    return true;
+                }
+                self.text.push_str(&e.text);
+                self.events.emit(Event::Text(e.text))
+            }
+            ServiceEvent::Report(report) => {
+                self.running.lock().unwrap().remove(&self.id);
+                let finished = Finished {
+                    generation: Generation {
+                        text: std::mem::take(&mut self.text),
+                        tokens: std::mem::take(&mut self.tokens),
+                        finish: self.finish,
+                        timings: report.timings,
+                    },
+                    context_used: report.context_used,
+                    kv: report.kv,
+                    infinigen: report.kv_policy.and_then(|s| s.of(KvPolicyKind::Infinigen)),
+                };
+                self.events.emit(Event::Finished(Box::new(finished)))
+            }
+            ServiceEvent::Failed(e) => {
+                self.running.lock().unwrap().remove(&self.id);
+                self.events.emit(Event::Failed(e))
+            }
         }
     }
 }

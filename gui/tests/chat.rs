@@ -385,3 +385,79 @@ fn rename_and_delete_saved_conversations() {
     assert!(harness.query_by_label("Greetings").is_none());
     assert!(harness.state().chat.messages.is_empty());
 }
+
+/// One HTTP/1.1 exchange on loopback; returns the status and the body.
+fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("the server listens");
+    s.set_read_timeout(Some(LONG)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+#[test]
+fn the_status_bar_serves_the_loaded_model() {
+    use hearth_gui::app::Serving;
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = with_smollm2_loaded(data.path());
+    // Any free port, so parallel tests never collide.
+    harness.state_mut().prefs.serve_port = Some(0);
+    harness.get_by_label("Serve API").click();
+    harness.step();
+    wait_for(&mut harness, "the server to start", LONG, |h| {
+        matches!(h.state().serving, Serving::On(_))
+    });
+    let Serving::On(addr) = harness.state().serving else {
+        unreachable!()
+    };
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let url = format!("Serving http://{addr}/v1");
+    harness.get_by_label(&url);
+
+    // A client gets greedy answers while the app stays usable.
+    let (status, body) = http(addr, "GET", "/v1/models", "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("SmolLM2"), "{body}");
+    let request = r#"{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}"#;
+    let client = std::thread::spawn(move || http(addr, "POST", "/v1/completions", request));
+    ask(&mut harness, "What is 2+2?");
+    wait_for(&mut harness, "the app's answer", LONG, idle);
+    let (status, body) = client.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#""text":" Paris.\n\nThe answer is: 201""#),
+        "{body}"
+    );
+    assert_eq!(harness.state().chat.messages.len(), 2);
+
+    harness.get_by_label("Stop server").click();
+    harness.step();
+    wait_for(&mut harness, "the server to stop", LONG, |h| {
+        h.state().serving == Serving::Off
+    });
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still listening"
+    );
+    assert!(
+        harness.state().notices.is_empty(),
+        "{:?}",
+        harness.state().notices
+    );
+}

@@ -1,7 +1,8 @@
 //! Hearth's runtime: the Vulkan device (`vk`), compute kernels (`kernels`), model execution on
 //! Vulkan and on the CPU reference (`model`, `cpu`), the KV cache (`kv`), sampling (`sample`)
-//! and text generation (`generate`); synthetic models of a given shape (`synthetic`); the
-//! benchmarks (`bench`).
+//! and text generation (`session`, `sched`); the engine on a thread of its own, taking requests
+//! from the server, the chat and the app (`service`); synthetic models of a given shape
+//! (`synthetic`); the benchmarks (`bench`).
 
 pub mod beam;
 pub mod bench;
@@ -14,6 +15,7 @@ pub mod model;
 pub mod quantize;
 pub mod sample;
 pub mod sched;
+pub mod service;
 pub mod session;
 pub mod synthetic;
 pub mod vk;

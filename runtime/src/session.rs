@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::model::{Backend, Logits};
-use crate::sample::TokenStream;
 pub use crate::sample::{FinishReason, GenerateParams};
+use crate::sample::{Sampled, TokenStream};
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Timings {
@@ -127,6 +127,22 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
+        self.generate_tokens(tokenizer, prompt, params, &mut |step| match step {
+            Step::Token(next) => next.text.is_empty() || on_text(&next.text),
+            Step::Tail(tail) => on_text(tail),
+        })
+    }
+
+    /// [`generate`](Self::generate), reporting every sampled token (its id, text and log
+    /// probabilities) and then the held-back text; returning `false` from a token stops
+    /// generation.
+    pub fn generate_tokens(
+        &mut self,
+        tokenizer: &Tokenizer,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_step: &mut dyn FnMut(Step<'_>) -> bool,
+    ) -> Result<Generation> {
         let n_ctx = self.backend.n_ctx();
         params.check(prompt, n_ctx)?;
 
@@ -154,7 +170,7 @@ impl Session {
             }
             let next = stream.sample(tokenizer, &logits);
             text.push_str(&next.text);
-            if !next.text.is_empty() && !on_text(&next.text) {
+            if !on_step(Step::Token(&next)) {
                 break FinishReason::Cancelled;
             }
             if let Some(reason) = next.finish {
@@ -168,7 +184,7 @@ impl Session {
         };
         let tail = stream.finish(finish);
         if !tail.is_empty() {
-            on_text(&tail);
+            on_step(Step::Tail(&tail));
             text.push_str(&tail);
         }
         let tokens = stream.into_generated();
@@ -181,6 +197,14 @@ impl Session {
             timings,
         })
     }
+}
+
+/// What [`Session::generate_tokens`] reports as it goes.
+pub enum Step<'a> {
+    /// A sampled token.
+    Token(&'a Sampled),
+    /// Text held back until the end (an incomplete character, a possible stop string's start).
+    Tail(&'a str),
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {

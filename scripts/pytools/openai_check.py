@@ -1,5 +1,6 @@
 """Drives `hearth serve` with the official openai package: models, chat, streamed chat,
-completions, and the errors the package raises for 400, 401 and 404. Prints one line per
+completions, log probabilities (chat, streamed chat, completions), the presence and frequency
+penalties, and the errors the package raises for 400, 401 and 404. Prints one line per
 check; exits non-zero at the first that fails.
 
     python check.py BASE_URL API_KEY MODEL EXPECTED_COMPLETION
@@ -49,6 +50,54 @@ check("streamed usage", usage is not None and usage.completion_tokens == chat.us
 check("streamed finish", finish == chat.choices[0].finish_reason, repr(finish))
 
 
+# Log probabilities: one entry per generated token, spelling the answer; greedy picks the
+# most likely token, so each token is its own first alternative.
+lp = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                    temperature=0, logprobs=True, top_logprobs=3)
+content = lp.choices[0].logprobs.content
+check("chat logprobs text", "".join(e.token for e in content) == answer,
+      repr([e.token for e in content]))
+# The end-of-turn token counts as generated but is not part of the text.
+eos = 1 if lp.choices[0].finish_reason == "stop" else 0
+check("chat logprobs count", len(content) == lp.usage.completion_tokens - eos,
+      repr(len(content)))
+check("chat logprobs alternatives",
+      all(len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
+          and e.top_logprobs[0].logprob == e.logprob and e.logprob <= 0
+          and e.top_logprobs[1].logprob <= e.logprob for e in content),
+      repr(content[0]))
+check("chat logprobs bytes", all(bytes(e.bytes).decode() == e.token for e in content),
+      repr([e.bytes for e in content]))
+
+streamed = []
+for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                            temperature=0, logprobs=True, top_logprobs=1,
+                                            stream=True):
+    for c in chunk.choices:
+        if c.logprobs is not None and c.logprobs.content:
+            streamed.extend(c.logprobs.content)
+check("streamed logprobs", [(e.token, e.logprob) for e in streamed]
+      == [(e.token, e.logprob) for e in content], repr(streamed[:2]))
+
+done = client.completions.create(model=model, prompt="The capital of France is",
+                                 max_tokens=12, temperature=0, logprobs=2)
+lps = done.choices[0].logprobs
+check("completion logprobs", "".join(lps.tokens) == expected and len(lps.token_logprobs) == 12
+      and all(len(t) <= 2 for t in lps.top_logprobs), repr(lps.tokens))
+offsets = [sum(len(t) for t in lps.tokens[:i]) for i in range(len(lps.tokens))]
+check("completion text offsets", lps.text_offset == offsets, repr(lps.text_offset))
+
+# Penalties: accepted in OpenAI's range, and they change what greedy picks once a token
+# repeats; outside the range, a 400.
+plain = client.completions.create(model=model, prompt="one one one one one", max_tokens=16,
+                                  temperature=0)
+penalised = client.completions.create(model=model, prompt="one one one one one",
+                                      max_tokens=16, temperature=0, frequency_penalty=2.0,
+                                      presence_penalty=2.0)
+check("penalties change the answer", plain.choices[0].text != penalised.choices[0].text,
+      repr((plain.choices[0].text, penalised.choices[0].text)))
+
+
 def raises(name, error, call):
     try:
         call()
@@ -66,5 +115,11 @@ raises("unknown model", openai.NotFoundError,
        lambda: client.completions.create(model="gpt-4", prompt="hi", max_tokens=1))
 raises("past the context", openai.BadRequestError,
        lambda: client.completions.create(model=model, prompt="hi", max_tokens=100000))
+raises("penalty out of range", openai.BadRequestError,
+       lambda: client.completions.create(model=model, prompt="hi", max_tokens=1,
+                                         presence_penalty=3))
+raises("too many alternatives", openai.BadRequestError,
+       lambda: client.chat.completions.create(model=model, messages=messages, max_tokens=1,
+                                              logprobs=True, top_logprobs=21))
 raises("wrong type", openai.BadRequestError,
        lambda: client.chat.completions.create(model=model, messages="hi"))

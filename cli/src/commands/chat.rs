@@ -1,13 +1,20 @@
 //! `hearth chat`: an interactive conversation in the terminal, rendered with the model's chat
 //! template. Answers stream as they are generated; Ctrl-C stops the current answer and keeps
 //! the conversation; Ctrl-C at the prompt, Ctrl-D or `/exit` leaves.
+//!
+//! Each answer is a request to the engine's service, as `hearth serve`'s are; the scheduler's
+//! prefix cache keeps the conversation so far, so a turn computes only its new tokens.
 
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use anyhow::Result;
 use hearth_models::ChatMessage;
+use hearth_runtime::engine::chat_prompt;
+use hearth_runtime::sched::RequestParams;
+use hearth_runtime::service::{Event, Handle, Service, ServiceOptions};
 use hearth_runtime::session::{FinishReason, GenerateParams};
 
 use crate::model_args::{ModelArgs, SamplingArgs};
@@ -34,13 +41,14 @@ const HELP: &str = "commands: /reset starts a new conversation, /exit leaves; \
                     Ctrl-C stops an answer";
 
 pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
-    let mut engine = args.model.load(device, args.ctx_size)?;
-    let info = engine.info();
+    let engine = args.model.load(device, args.ctx_size)?;
+    let info = engine.info().clone();
+    let n_ctx = engine.session().backend().n_ctx();
+    let (tokenizer, template) = engine.text_tools();
+    let (service, handle) = Service::spawn(engine, ServiceOptions { parallel: 1 })?;
     eprintln!(
-        "{} on {} ({} tokens of context). {HELP}",
-        info.name,
-        info.device,
-        engine.session().backend().n_ctx()
+        "{} on {} ({n_ctx} tokens of context). {HELP}",
+        info.name, info.device
     );
 
     let generating = Arc::new(AtomicBool::new(false));
@@ -69,21 +77,19 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
         ..GenerateParams::default()
     };
     let stdin = std::io::stdin();
-    let mut stdout = std::io::stdout();
     loop {
         eprint!("> ");
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 {
             eprintln!();
-            return Ok(());
+            break;
         }
         let line = line.trim_end_matches(['\n', '\r']);
         match line.trim() {
             "" => continue,
-            "/exit" | "/quit" => return Ok(()),
+            "/exit" | "/quit" => break,
             "/reset" => {
                 messages = system.clone();
-                engine.session_mut().clear();
                 eprintln!("(new conversation)");
                 continue;
             }
@@ -94,9 +100,8 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
             _ => {}
         }
         messages.push(ChatMessage::new("user", line));
-        let prompt = engine.tokenize_chat(&messages)?;
+        let prompt = chat_prompt(&tokenizer, &template, &messages)?;
         // A whole answer must fit after the prompt; without a limit, what remains of it.
-        let n_ctx = engine.session().backend().n_ctx();
         if prompt.len() >= n_ctx {
             messages.pop();
             eprintln!("error: the conversation no longer fits the context; /reset to start over");
@@ -107,20 +112,15 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
         }
         interrupted.store(false, Ordering::SeqCst);
         generating.store(true, Ordering::SeqCst);
-        let result = engine.generate(&prompt, &params, &mut |text| {
-            let _ = stdout
-                .write_all(text.as_bytes())
-                .and_then(|_| stdout.flush());
-            !interrupted.load(Ordering::SeqCst)
-        });
+        let result = answer(&handle, prompt, &params, &interrupted);
         generating.store(false, Ordering::SeqCst);
         println!();
         match result {
-            Ok(g) => {
-                if g.finish == FinishReason::Cancelled {
+            Ok((text, finish)) => {
+                if finish == FinishReason::Cancelled {
                     eprintln!("(stopped)");
                 }
-                messages.push(ChatMessage::new("assistant", g.text.trim()));
+                messages.push(ChatMessage::new("assistant", text.trim()));
                 // Sampling continues from where it stopped rather than repeating itself.
                 params.sampler.seed = params.sampler.seed.wrapping_add(1);
             }
@@ -128,6 +128,52 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
                 messages.pop();
                 eprintln!("error: {e}");
             }
+        }
+    }
+    drop(handle);
+    service.join();
+    Ok(())
+}
+
+/// Streams one answer to stdout; `interrupted` stops it. Returns its text and how it ended.
+fn answer(
+    handle: &Handle,
+    prompt: Vec<u32>,
+    params: &GenerateParams,
+    interrupted: &AtomicBool,
+) -> Result<(String, FinishReason), String> {
+    let (tx, rx) = mpsc::channel();
+    let request = RequestParams {
+        generate: params.clone(),
+        n: 1,
+    };
+    let sink = Box::new(move |event| tx.send(event).is_ok());
+    let id = handle.submit_wait(prompt, request, sink)?;
+    let mut stdout = std::io::stdout();
+    let mut text = String::new();
+    let mut cancelled = false;
+    loop {
+        if interrupted.load(Ordering::SeqCst) && !cancelled {
+            handle.cancel(id);
+            cancelled = true;
+        }
+        let event = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(event) => event,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the engine stopped".into()),
+        };
+        match event {
+            Event::Token(e) => {
+                let _ = stdout
+                    .write_all(e.text.as_bytes())
+                    .and_then(|_| stdout.flush());
+                text.push_str(&e.text);
+                if let Some(finish) = e.finish {
+                    return Ok((text, finish));
+                }
+            }
+            Event::Report(_) => {}
+            Event::Failed(e) => return Err(e),
         }
     }
 }

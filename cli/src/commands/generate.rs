@@ -65,6 +65,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         sampler: args.sampling.params(),
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
+        logprobs: None,
     };
     let stream = args.format == Format::Table;
     let mut stdout = std::io::stdout();

@@ -105,7 +105,6 @@ impl App {
         self.chat = Conversation::new(self.chat.system.clone());
         self.editing = None;
         self.view = View::Chat;
-        self.worker().forget();
     }
 
     pub fn open_chat(&mut self, id: &str) {
@@ -145,7 +144,6 @@ impl App {
         self.saved.retain(|c| c.id != id);
         if self.chat.id == id {
             self.chat = Conversation::new(self.chat.system.clone());
-            self.worker().forget();
         }
     }
 

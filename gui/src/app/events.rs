@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use hearth_runtime::session::FinishReason;
 
-use super::{App, LastRun, ModelState, View};
+use super::{App, LastRun, ModelState, Serving, View};
 use crate::conversations::{AnswerStats, Message, Role};
 use crate::worker::Event;
 
@@ -75,6 +75,17 @@ impl App {
                 message.stats = Some(stats);
                 self.chat.messages.push(message);
                 self.save_chat();
+            }
+            Event::Serving(address) => {
+                self.serving = match address {
+                    Some(a) => Serving::On(a),
+                    None => Serving::Off,
+                };
+            }
+            Event::ServeFailed(message) => {
+                self.serving = Serving::Off;
+                self.notices
+                    .push(format!("Could not start the API server: {message}"));
             }
             Event::Failed(message) => {
                 if self.generating.take().is_some() {

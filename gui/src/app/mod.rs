@@ -8,9 +8,11 @@ mod chat;
 mod events;
 mod look;
 mod models;
+mod serve;
 
 pub use events::finish_name;
 pub use look::style;
+pub use serve::Serving;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -106,6 +108,8 @@ pub struct App {
     pub settings: ModelSettings,
     pub generating: Option<Generating>,
     pub last_run: LastRun,
+    /// The OpenAI-compatible server for the loaded model.
+    pub serving: Serving,
     pub input: String,
     /// A user message being edited: its index and the new text.
     pub editing: Option<(usize, String)>,
@@ -152,6 +156,7 @@ impl App {
             settings: ModelSettings::default(),
             generating: None,
             last_run: LastRun::default(),
+            serving: Serving::Off,
             input: String::new(),
             editing: None,
             renaming: None,

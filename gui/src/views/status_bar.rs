@@ -1,6 +1,7 @@
-//! The status bar: speed, time to first token, context and KV pool in use, and the device.
+//! The status bar: speed, time to first token, context and KV pool in use, the API server's
+//! switch and address, and the device.
 
-use crate::app::{App, ModelState};
+use crate::app::{App, ModelState, Serving};
 use crate::library::size_label;
 
 pub fn show(app: &mut App, ui: &mut egui::Ui) {
@@ -51,11 +52,45 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
                         if let Some(f) = app.last_run.fetched {
                             weak(ui, format!("InfiniGen fetched {:.0}%", 100.0 * f));
                         }
+                        let device = loaded.info.device.clone();
                         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                            weak(ui, loaded.info.device.clone());
+                            weak(ui, device);
+                            serve_switch(app, ui);
                         });
                     }
                 }
             });
         });
+}
+
+/// "Serve API" starts the OpenAI-compatible server; while it runs, its address (click to
+/// copy) and a switch to stop it.
+fn serve_switch(app: &mut App, ui: &mut egui::Ui) {
+    match app.serving {
+        Serving::Off => {
+            let r = ui
+                .small_button("Serve API")
+                .on_hover_text("Serve this model over OpenAI's API on this machine");
+            if r.clicked() {
+                app.toggle_serving();
+            }
+        }
+        Serving::Starting => {
+            ui.label(egui::RichText::new("Server…").small().weak());
+        }
+        Serving::On(_) => {
+            let stop = ui.small_button("Stop server");
+            super::name(&stop, "Stop server");
+            if stop.clicked() {
+                app.toggle_serving();
+            }
+            let url = app.serving.base_url().unwrap_or_default();
+            let r = ui
+                .link(egui::RichText::new(format!("Serving {url}")).small())
+                .on_hover_text("Copy the address");
+            if r.clicked() {
+                ui.ctx().copy_text(url);
+            }
+        }
+    }
 }

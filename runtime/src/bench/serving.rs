@@ -147,8 +147,8 @@ fn serve(
         generate: GenerateParams {
             max_tokens: Some(n_gen),
             sampler: SamplerParams::greedy(),
-            stop: Vec::new(),
             ignore_eos: true,
+            ..GenerateParams::default()
         },
         n: 1,
     };

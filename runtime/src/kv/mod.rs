@@ -265,6 +265,18 @@ impl KvCache {
         &self.pool
     }
 
+    /// Distinct blocks the rows `rows` hold between them (a block shared by several counts
+    /// once).
+    pub fn blocks_of(&self, rows: impl IntoIterator<Item = usize>) -> usize {
+        let mut blocks: Vec<BlockId> = rows
+            .into_iter()
+            .flat_map(|r| self.rows[r].blocks().iter().copied())
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks.len()
+    }
+
     /// Positions `row` holds.
     pub fn len(&self, row: usize) -> usize {
         self.rows[row].len()

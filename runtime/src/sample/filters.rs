@@ -1,6 +1,7 @@
 //! The steps of the sampling chain, each a function on a list of candidates `(token id, logit)`:
-//! repetition penalty, top-k, top-p, min-p, and the final draw from the softmax. Their semantics
-//! follow llama.cpp's samplers so that the same settings mean the same thing in both.
+//! penalties (repetition, presence, frequency), top-k, top-p, min-p, and the final draw from
+//! the softmax. Their semantics follow llama.cpp's samplers so that the same settings mean the
+//! same thing in both.
 //!
 //! Candidates never hold NaN logits (the caller maps NaN to -inf), and `rank_key` orders them
 //! totally, ties going to the lower id: every step is deterministic, whatever the vocabulary.
@@ -33,31 +34,57 @@ pub(super) fn argmax(cands: &[Candidate]) -> Option<Candidate> {
     cands.iter().copied().min_by_key(rank_key)
 }
 
-/// CTRL-style repetition penalty, as llama.cpp applies it: every distinct token in `recent` has
-/// a positive logit divided by `penalty` and a non-positive one multiplied by it, so that a
-/// penalty above 1 always makes the token less likely (dividing a negative logit would make it
-/// more likely). Each token is penalised once however often it occurs.
+/// The penalties on tokens seen recently, as llama.cpp's penalties sampler applies them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Penalties {
+    /// CTRL-style: divides a positive logit, multiplies a non-positive one. 1 is off.
+    pub repeat: f32,
+    /// OpenAI's: subtracted once from every token that occurs. 0 is off.
+    pub presence: f32,
+    /// OpenAI's: subtracted once per occurrence. 0 is off.
+    pub frequency: f32,
+}
+
+/// Penalises every distinct token in `recent`: the repetition penalty first (a penalty above 1
+/// always makes the token less likely, since dividing a negative logit would make it more
+/// likely), then `count * frequency + presence` subtracted, `count` being how often the token
+/// occurs in `recent`.
 ///
 /// `cands` must be the whole vocabulary in id order (`cands[id].id == id`), which is how the
 /// chain starts; ids past its end are skipped, since the history is the caller's and may hold
-/// tokens the model does not know. A penalty that is not a positive finite number is ignored.
-pub(super) fn repetition_penalty(cands: &mut [Candidate], recent: &[u32], penalty: f32) {
-    if penalty == 1.0 || penalty <= 0.0 || !penalty.is_finite() || recent.is_empty() {
+/// tokens the model does not know. A repetition penalty that is not a positive finite number,
+/// and presence or frequency penalties that are not finite, are ignored.
+pub(super) fn penalties(cands: &mut [Candidate], recent: &[u32], p: Penalties) {
+    let repeat = p.repeat > 0.0 && p.repeat.is_finite() && p.repeat != 1.0;
+    let presence = if p.presence.is_finite() {
+        p.presence
+    } else {
+        0.0
+    };
+    let frequency = if p.frequency.is_finite() {
+        p.frequency
+    } else {
+        0.0
+    };
+    if recent.is_empty() || (!repeat && presence == 0.0 && frequency == 0.0) {
         return;
     }
-    let mut distinct = recent.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
-    for id in distinct {
+    let mut sorted = recent.to_vec();
+    sorted.sort_unstable();
+    for run in sorted.chunk_by(|a, b| a == b) {
+        let id = run[0];
         let Some(c) = cands.get_mut(id as usize) else {
             continue;
         };
-        debug_assert_eq!(c.id, id, "the penalty runs on the unfiltered vocabulary");
-        c.logit = if c.logit > 0.0 {
-            c.logit / penalty
-        } else {
-            c.logit * penalty
-        };
+        debug_assert_eq!(c.id, id, "the penalties run on the unfiltered vocabulary");
+        if repeat {
+            c.logit = if c.logit > 0.0 {
+                c.logit / p.repeat
+            } else {
+                c.logit * p.repeat
+            };
+        }
+        c.logit -= run.len() as f32 * frequency + presence;
     }
 }
 
@@ -313,6 +340,15 @@ mod tests {
         }
     }
 
+    fn repetition_penalty(c: &mut [Candidate], recent: &[u32], repeat: f32) {
+        let p = Penalties {
+            repeat,
+            presence: 0.0,
+            frequency: 0.0,
+        };
+        penalties(c, recent, p);
+    }
+
     #[test]
     fn repetition_penalty_pushes_logits_towards_less_likely() {
         let mut c = cands(&[2.0, -2.0, 0.0, 1.0]);
@@ -332,6 +368,41 @@ mod tests {
             repetition_penalty(&mut c, &[0, 1], ignored);
             assert_eq!(c, cands(&[2.0, -2.0]), "penalty {ignored}");
         }
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_subtract_per_token_and_per_occurrence() {
+        let mut c = cands(&[2.0, -2.0, 0.5, 1.0]);
+        let p = Penalties {
+            repeat: 1.0,
+            presence: 0.5,
+            frequency: 0.25,
+        };
+        // Token 0 three times, token 1 once, token 2 never; id 99 is outside the vocabulary.
+        penalties(&mut c, &[0, 1, 0, 99, 0], p);
+        let logits: Vec<f32> = c.iter().map(|c| c.logit).collect();
+        assert_eq!(logits, vec![2.0 - 0.75 - 0.5, -2.0 - 0.25 - 0.5, 0.5, 1.0]);
+
+        // With the repetition penalty, it divides first and the others subtract after.
+        let mut c = cands(&[2.0, -2.0]);
+        let p = Penalties {
+            repeat: 2.0,
+            presence: 1.0,
+            frequency: 1.0,
+        };
+        penalties(&mut c, &[0, 1, 1], p);
+        let logits: Vec<f32> = c.iter().map(|c| c.logit).collect();
+        assert_eq!(logits, vec![1.0 - 1.0 - 1.0, -4.0 - 2.0 - 1.0]);
+
+        // Negative values reward what occurred; non-finite ones are off.
+        let mut c = cands(&[0.0, 0.0]);
+        let p = Penalties {
+            repeat: 1.0,
+            presence: -1.0,
+            frequency: f32::NAN,
+        };
+        penalties(&mut c, &[1], p);
+        assert_eq!(c, cands(&[0.0, 1.0]));
     }
 
     #[test]

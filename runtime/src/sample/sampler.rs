@@ -31,8 +31,15 @@ pub struct SamplerParams {
     /// Divides positive logits (multiplies negative ones) of recently seen tokens; above 1
     /// discourages repetition. 1 turns it off. Default 1.0.
     pub repeat_penalty: f32,
-    /// How many of the most recent tokens of the history the penalty looks at. 0 turns the
-    /// penalty off; `usize::MAX` means the whole history. Default 64.
+    /// Subtracted from the logit of every token seen recently (OpenAI's `presence_penalty`);
+    /// above 0 discourages repeating a topic. 0 turns it off. Default 0.
+    pub presence_penalty: f32,
+    /// Subtracted from the logit of a recently seen token once per occurrence (OpenAI's
+    /// `frequency_penalty`); above 0 discourages repeating words verbatim. 0 turns it off.
+    /// Default 0.
+    pub frequency_penalty: f32,
+    /// How many of the most recent tokens of the history the penalties look at. 0 turns the
+    /// penalties off; `usize::MAX` means the whole history. Default 64.
     pub repeat_last_n: usize,
     /// Seed of the random draws. Default [`DEFAULT_SEED`].
     pub seed: u64,
@@ -46,6 +53,8 @@ impl Default for SamplerParams {
             top_p: 0.95,
             min_p: 0.05,
             repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             repeat_last_n: 64,
             seed: DEFAULT_SEED,
         }
@@ -64,7 +73,7 @@ pub struct SamplerParamError {
 }
 
 impl SamplerParams {
-    /// Always the most likely token (after the repetition penalty): deterministic, and the
+    /// Always the most likely token (after the penalties): deterministic, and the
     /// setting reference outputs are compared under.
     pub fn greedy() -> Self {
         Self {
@@ -111,7 +120,19 @@ impl SamplerParams {
             r,
             r > 0.0 && r.is_finite(),
             "a finite number above 0 (1 is off)",
-        )
+        )?;
+        for (field, value) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            check(
+                field,
+                value,
+                value.is_finite(),
+                "a finite number (0 is off)",
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -150,8 +171,8 @@ impl Sampler {
     }
 
     /// Picks the next token. `logits` (vocab) are the model's scores for it; `history` holds
-    /// the tokens so far (prompt and generated, oldest first), of which the repetition penalty
-    /// looks at the last `repeat_last_n`.
+    /// the tokens so far (prompt and generated, oldest first), of which the penalties look at
+    /// the last `repeat_last_n`.
     ///
     /// NaN logits count as -inf: never chosen while any token has a number. If none has one
     /// (every logit NaN or -inf, or `logits` empty), returns token 0, as argmax's tie-break
@@ -170,7 +191,12 @@ impl Sampler {
         }));
 
         let recent = history.len().saturating_sub(params.repeat_last_n);
-        filters::repetition_penalty(cands, &history[recent..], params.repeat_penalty);
+        let penalties = filters::Penalties {
+            repeat: params.repeat_penalty,
+            presence: params.presence_penalty,
+            frequency: params.frequency_penalty,
+        };
+        filters::penalties(cands, &history[recent..], penalties);
 
         if params.is_greedy() {
             return filters::argmax(cands).map_or(0, |c| c.id);
@@ -195,6 +221,8 @@ mod tests {
             top_p: 1.0,
             min_p: 0.0,
             repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             repeat_last_n: 64,
             seed,
         }

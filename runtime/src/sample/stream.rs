@@ -9,7 +9,7 @@
 use hearth_models::{StreamDecoder, Tokenizer};
 use serde::Serialize;
 
-use super::{Sampler, SamplerParams, StopStrings};
+use super::{Logprobs, Sampler, SamplerParams, StopStrings};
 use crate::error::{Error, Result};
 
 /// What a generation request asks for.
@@ -22,6 +22,9 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Report each generated token's log probability with this many most likely alternatives
+    /// (at most [`MAX_TOP_LOGPROBS`](super::MAX_TOP_LOGPROBS)); `None` reports none.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateParams {
@@ -31,6 +34,7 @@ impl Default for GenerateParams {
             sampler: SamplerParams::default(),
             stop: Vec::new(),
             ignore_eos: false,
+            logprobs: None,
         }
     }
 }
@@ -44,6 +48,12 @@ impl GenerateParams {
             .map_err(|e| Error::options(e.field, e.to_string()))?;
         if prompt.is_empty() {
             return Err(Error::options("prompt", "is empty"));
+        }
+        if let Some(n) = self.logprobs.filter(|&n| n > super::MAX_TOP_LOGPROBS) {
+            return Err(Error::options(
+                "top_logprobs",
+                format!("is {n}; at most {} alternatives", super::MAX_TOP_LOGPROBS),
+            ));
         }
         let needed = prompt.len() + self.max_tokens.unwrap_or(0);
         if needed > n_ctx {
@@ -72,7 +82,7 @@ pub enum FinishReason {
 }
 
 /// What one [`TokenStream::sample`] produced.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sampled {
     /// The token drawn; it is in [`TokenStream::tokens`] even when it ends the stream.
     pub token: u32,
@@ -83,6 +93,8 @@ pub struct Sampled {
     /// [`Stop`](FinishReason::Stop) or [`Length`](FinishReason::Length) (`max_tokens`).
     /// The owner may end it for its own reasons too (a full context, a cancel).
     pub finish: Option<FinishReason>,
+    /// The token's log probability and the best alternatives, when asked for.
+    pub logprobs: Option<Logprobs>,
 }
 
 /// One sequence being generated: the tokens so far (prompt and generated), the sampler that
@@ -97,12 +109,13 @@ pub struct TokenStream {
     sampler: Sampler,
     stops: StopStrings,
     decoder: StreamDecoder,
-    /// Prompt then generated tokens: the repetition penalty's history, and what the owner's
+    /// Prompt then generated tokens: the penalties' history, and what the owner's
     /// cache is to hold.
     tokens: Vec<u32>,
     prompt_len: usize,
     max_tokens: usize,
     ignore_eos: bool,
+    logprobs: Option<usize>,
 }
 
 impl TokenStream {
@@ -117,6 +130,7 @@ impl TokenStream {
             prompt_len: prompt.len(),
             max_tokens: params.max_tokens.unwrap_or(usize::MAX),
             ignore_eos: params.ignore_eos,
+            logprobs: params.logprobs,
         }
     }
 
@@ -126,11 +140,13 @@ impl TokenStream {
     pub fn sample(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Sampled {
         let token = self.sampler.sample(logits, &self.tokens);
         self.tokens.push(token);
+        let logprobs = self.logprobs.map(|top| super::logprobs(logits, token, top));
         if !self.ignore_eos && tokenizer.is_end_of_generation(token) {
             return Sampled {
                 token,
                 text: String::new(),
                 finish: Some(FinishReason::Eos),
+                logprobs,
             };
         }
         let delta = self.stops.push(&self.decoder.push(tokenizer, token));
@@ -145,6 +161,7 @@ impl TokenStream {
             token,
             text: delta.text,
             finish,
+            logprobs,
         }
     }
 
@@ -249,6 +266,7 @@ mod tests {
             sampler: SamplerParams::greedy(),
             stop: stop.iter().map(|s| s.to_string()).collect(),
             ignore_eos: false,
+            logprobs: None,
         }
     }
 

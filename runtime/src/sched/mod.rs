@@ -152,6 +152,8 @@ impl<'a> Scheduler<'a> {
                     first_token: None,
                     finished: None,
                     generated: 0,
+                    prompt: prompt.len(),
+                    reused: 0,
                 },
                 cancelled: false,
             });
@@ -181,6 +183,20 @@ impl<'a> Scheduler<'a> {
             .count()
     }
 
+    /// KV blocks the running sequences hold. Blocks only cached prefixes hold are free to
+    /// take, so they are not counted: with nothing running this is 0.
+    pub fn blocks_running(&self) -> usize {
+        let rows = self
+            .rows
+            .iter()
+            .enumerate()
+            .filter_map(|(r, row)| match row {
+                Row::Busy(_) => Some(r),
+                _ => None,
+            });
+        self.model.kv().blocks_of(rows)
+    }
+
     /// Prompt tokens taken from cached prefixes instead of being computed.
     pub fn reused_tokens(&self) -> usize {
         self.reused_tokens
@@ -188,6 +204,22 @@ impl<'a> Scheduler<'a> {
 
     pub fn preemptions(&self) -> usize {
         self.preemptions
+    }
+
+    /// Timings of completion `sample` of request `id`.
+    pub fn times_of(&self, id: RequestId, sample: usize) -> Option<SeqTimes> {
+        self.seqs
+            .iter()
+            .find(|s| s.request == id && s.sample == sample)
+            .map(|s| s.times)
+    }
+
+    /// Tokens (prompt and generated) of completion `sample` of request `id`.
+    pub fn tokens_of(&self, id: RequestId, sample: usize) -> Option<usize> {
+        self.seqs
+            .iter()
+            .find(|s| s.request == id && s.sample == sample)
+            .map(|s| s.tokens().len())
     }
 
     /// Timings of every completion of `id`.

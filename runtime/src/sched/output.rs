@@ -37,6 +37,7 @@ impl Scheduler<'_> {
             token: Some(next.token),
             text: next.text,
             finish: None,
+            logprobs: next.logprobs,
         });
         let full = s.tokens().len() >= n_ctx;
         if let Some(reason) = next.finish.or(full.then_some(FinishReason::Length)) {
@@ -64,6 +65,7 @@ impl Scheduler<'_> {
             token: None,
             text,
             finish: Some(reason),
+            logprobs: None,
         });
         if was_running {
             let row = s.row;

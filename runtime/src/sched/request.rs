@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::sample::{FinishReason, GenerateParams};
+use crate::sample::{FinishReason, GenerateParams, Logprobs};
 
 /// Names a request for its whole life, as `add_request` returned it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -40,6 +40,8 @@ pub struct TokenEvent {
     pub text: String,
     /// Set on the completion's last event.
     pub finish: Option<FinishReason>,
+    /// The token's log probability and alternatives, when the request asked for them.
+    pub logprobs: Option<Logprobs>,
 }
 
 /// When things happened to one completion, for latency reports.
@@ -49,4 +51,8 @@ pub struct SeqTimes {
     pub first_token: Option<Instant>,
     pub finished: Option<Instant>,
     pub generated: usize,
+    /// Tokens of the prompt.
+    pub prompt: usize,
+    /// Prompt tokens taken from a cached prefix at the last admission.
+    pub reused: usize,
 }

@@ -105,6 +105,7 @@ impl Scheduler<'_> {
         };
         self.reused_tokens += keep;
         self.seqs[i].computed = keep;
+        self.seqs[i].times.reused = keep;
         Some(row)
     }
 

@@ -3,7 +3,7 @@
 //! llama.cpp's server defaults for sampling; unknown fields are ignored, as OpenAI's API
 //! does; a known field of the wrong type is a 400 naming it.
 
-use hearth_runtime::sample::{FinishReason, GenerateParams, SamplerParams};
+use hearth_runtime::sample::{FinishReason, GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_runtime::sched::RequestParams;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -119,29 +119,24 @@ fn invalid(param: &'static str, message: impl Into<String>) -> Invalid {
 
 impl Sampling {
     /// The scheduler's request; `default_max` when the request gives no length (OpenAI's
-    /// completions default to 16 tokens, chat to the context's end).
-    pub fn params(&self, default_max: Option<usize>) -> Result<RequestParams, Invalid> {
-        for (param, v) in [
+    /// completions default to 16 tokens, chat to the context's end). `chat` tells which
+    /// shape `logprobs` has: chat's flag with `top_logprobs` beside it, or the completions'
+    /// count of alternatives.
+    pub fn params(&self, default_max: Option<usize>, chat: bool) -> Result<RequestParams, Invalid> {
+        let mut penalties = [0.0; 2];
+        for (p, (param, v)) in penalties.iter_mut().zip([
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
-        ] {
-            if v.is_some_and(|v| v != 0.0) {
+        ]) {
+            *p = v.unwrap_or(0.0);
+            if !(-2.0..=2.0).contains(p) {
                 return Err(invalid(
                     param,
-                    format!("{param} is not supported; use repeat_penalty (llama.cpp's)"),
+                    format!("{param} is {p}; it must be in [-2, 2]"),
                 ));
             }
         }
-        let logprobs = match &self.logprobs {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-            Some(_) => true,
-        };
-        if logprobs || self.top_logprobs.is_some_and(|n| n > 0) {
-            return Err(invalid(
-                "logprobs",
-                "log probabilities are not supported yet",
-            ));
-        }
+        let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
         if n == 0 || n > 16 {
             return Err(invalid("n", format!("n is {n}; it must be 1 to 16")));
@@ -153,6 +148,8 @@ impl Sampling {
             top_k: self.top_k.unwrap_or(base.top_k),
             min_p: self.min_p.unwrap_or(base.min_p),
             repeat_penalty: self.repeat_penalty.unwrap_or(base.repeat_penalty),
+            presence_penalty: penalties[0],
+            frequency_penalty: penalties[1],
             seed: self.seed.unwrap_or_else(rand::random),
             ..base
         };
@@ -173,9 +170,56 @@ impl Sampling {
                 sampler,
                 stop,
                 ignore_eos: false,
+                logprobs,
             },
             n,
         })
+    }
+
+    /// How many alternatives each token's log probability comes with, or `None` when none
+    /// are asked for. Chat: `logprobs: true` and `top_logprobs` (0 to 20). Completions:
+    /// `logprobs: N` (0 to 20; OpenAI allows 5, vLLM 20).
+    fn logprobs(&self, chat: bool) -> Result<Option<usize>, Invalid> {
+        let max = MAX_TOP_LOGPROBS;
+        let top = self.top_logprobs.map(|n| n as usize);
+        if top.is_some_and(|n| n > max) {
+            return Err(invalid(
+                "top_logprobs",
+                format!("top_logprobs is {}; at most {max}", top.unwrap_or(0)),
+            ));
+        }
+        match (&self.logprobs, chat) {
+            (None | Some(Value::Null) | Some(Value::Bool(false)), _) => {
+                if top.is_some_and(|n| n > 0) {
+                    return Err(invalid("top_logprobs", "top_logprobs needs logprobs: true"));
+                }
+                Ok(None)
+            }
+            (Some(Value::Bool(true)), true) => Ok(Some(top.unwrap_or(0))),
+            (Some(Value::Number(n)), false) => match n.as_u64() {
+                Some(n) if n as usize <= max => Ok(Some(n as usize)),
+                _ => Err(invalid(
+                    "logprobs",
+                    format!("logprobs is {n}; it must be 0 to {max}"),
+                )),
+            },
+            (Some(v), true) => Err(invalid(
+                "logprobs",
+                format!("logprobs is {v}; it must be a boolean"),
+            )),
+            (Some(v), false) => Err(invalid(
+                "logprobs",
+                format!("logprobs is {v}; it must be a number of alternatives, 0 to {max}"),
+            )),
+        }
+    }
+
+    /// Whether the response reports log probabilities.
+    pub fn wants_logprobs(&self) -> bool {
+        !matches!(
+            self.logprobs,
+            None | Some(Value::Null) | Some(Value::Bool(false))
+        )
     }
 
     pub fn include_usage(&self) -> bool {

@@ -5,9 +5,9 @@
 //! `--body-timeout`, 400 for JSON that does not parse or has a field of the wrong type.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -18,59 +18,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
-use hearth_models::{ChatMessage, ChatTemplate, Tokenizer};
+use hearth_models::ChatMessage;
+use hearth_runtime::sample::Logprobs;
 use hearth_runtime::sched::TokenEvent;
+use hearth_runtime::service::{Event, Submit};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::engine::{EngineHandle, Event, Submit};
-use super::metrics::Metrics;
-use super::openai::{self, ChatRequest, CompletionRequest, Invalid, Prompt, Sampling, Usage};
-
-/// What the handlers share.
-pub struct AppState {
-    /// Set once the model has loaded; until then the model routes answer 503.
-    pub engine: OnceLock<Loaded>,
-    pub metrics: Arc<Metrics>,
-    pub api_keys: Vec<String>,
-    pub max_body: usize,
-    pub body_timeout: Duration,
-    pub max_queue: usize,
-    next_id: AtomicU64,
-}
-
-/// The loaded model as the handlers use it.
-pub struct Loaded {
-    pub engine: EngineHandle,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: Arc<ChatTemplate>,
-    /// The model's id in `/v1/models`, and the names a request may use for it.
-    pub id: String,
-    pub aliases: Vec<String>,
-    pub n_ctx: usize,
-    pub created: u64,
-}
-
-impl AppState {
-    pub fn new(
-        metrics: Arc<Metrics>,
-        api_keys: Vec<String>,
-        max_body: usize,
-        body_timeout: Duration,
-        max_queue: usize,
-    ) -> Self {
-        Self {
-            engine: OnceLock::new(),
-            metrics,
-            api_keys,
-            max_body,
-            body_timeout,
-            max_queue,
-            next_id: AtomicU64::new(1),
-        }
-    }
-}
+use crate::logprobs;
+use crate::openai::{self, ChatRequest, CompletionRequest, Invalid, Prompt, Sampling, Usage};
+use crate::{AppState, Model};
 
 type Shared = Arc<AppState>;
 
@@ -160,7 +118,7 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if state.api_keys.is_empty() {
+    if state.options.api_keys.is_empty() {
         return Ok(next.run(request).await);
     }
     let given = request
@@ -171,6 +129,7 @@ async fn authorize(
         .unwrap_or("");
     // Every key is compared, whatever matched.
     let ok = state
+        .options
         .api_keys
         .iter()
         .fold(false, |ok, key| ok | same(key.as_bytes(), given.as_bytes()));
@@ -200,7 +159,7 @@ async fn not_found(request: Request) -> ApiError {
 }
 
 async fn health(State(state): State<Shared>) -> Response {
-    match state.engine.get() {
+    match state.model() {
         Some(_) => Json(json!({ "status": "ok" })).into_response(),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -221,8 +180,8 @@ async fn metrics(State(state): State<Shared>) -> Response {
         .into_response()
 }
 
-fn loaded(state: &AppState) -> Result<&Loaded, ApiError> {
-    state.engine.get().ok_or_else(|| {
+fn loaded(state: &AppState) -> Result<&Model, ApiError> {
+    state.model().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the model is still loading",
@@ -239,7 +198,7 @@ async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn embeddings(State(state): State<Shared>) -> ApiError {
-    let what = match state.engine.get() {
+    let what = match state.model() {
         Some(m) => format!("`{}` is a decoder-only language model", m.id),
         None => "the model is still loading".into(),
     };
@@ -252,7 +211,7 @@ async fn embeddings(State(state): State<Shared>) -> ApiError {
 /// The body as `T`: 413 past the limit, 408 when it comes too slowly, 400 when it does not
 /// parse (serde's message names the field and its position).
 async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, ApiError> {
-    let limit = state.max_body;
+    let limit = state.options.max_body;
     let read = async move {
         let mut bytes = Vec::new();
         let mut stream = body.into_data_stream();
@@ -270,14 +229,12 @@ async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<
         }
         Ok(bytes)
     };
-    let bytes = match tokio::time::timeout(state.body_timeout, read).await {
+    let timeout = state.options.body_timeout;
+    let bytes = match tokio::time::timeout(timeout, read).await {
         Err(_) => {
             return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the body took longer than {:?} to arrive",
-                    state.body_timeout
-                ),
+                format!("the body took longer than {timeout:?} to arrive"),
             ))
         }
         Ok(result) => result?,
@@ -287,7 +244,7 @@ async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<
 }
 
 /// The model a request names must be this one (any name when it names none).
-fn check_model(m: &Loaded, sampling: &Sampling) -> Result<(), ApiError> {
+fn check_model(m: &Model, sampling: &Sampling) -> Result<(), ApiError> {
     match &sampling.model {
         Some(name) if name != &m.id && !m.aliases.contains(name) => Err(ApiError {
             status: StatusCode::NOT_FOUND,
@@ -307,19 +264,23 @@ struct Accepted {
 
 async fn submit(
     state: &AppState,
-    m: &Loaded,
+    m: &Model,
     prompt: Vec<u32>,
     sampling: &Sampling,
-    default_max: Option<usize>,
+    kind: Kind,
 ) -> Result<Accepted, ApiError> {
-    let params = sampling.params(default_max)?;
-    if m.engine.waiting() >= state.max_queue {
+    let default_max = match kind {
+        Kind::Chat => None,
+        Kind::Completion => Some(16),
+    };
+    let params = sampling.params(default_max, kind == Kind::Chat)?;
+    let max_queue = state.options.max_queue;
+    if m.handle.waiting() >= max_queue {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "{} completions are queued (--max-queue {}); try again shortly",
-                m.engine.waiting(),
-                state.max_queue
+                "{} completions are queued (--max-queue {max_queue}); try again shortly",
+                m.handle.waiting(),
             ),
         ));
     }
@@ -340,15 +301,17 @@ async fn submit(
     let (accepted_tx, accepted) = oneshot::channel();
     let n = params.n;
     let prompt_tokens = prompt.len();
-    let sent = m.engine.submit(Submit {
+    let sent = m.handle.submit(Submit {
         prompt,
         params,
-        events: events_tx,
-        accepted: accepted_tx,
+        sink: Box::new(move |event| events_tx.send(event).is_ok()),
+        accepted: Box::new(move |r| {
+            let _ = accepted_tx.send(r);
+        }),
     });
     let refused = |message: String| ApiError::new(StatusCode::BAD_REQUEST, message);
     match (sent, accepted.await) {
-        (true, Ok(Ok(()))) => Ok(Accepted {
+        (true, Ok(Ok(_))) => Ok(Accepted {
             events,
             prompt_tokens,
             n,
@@ -399,7 +362,7 @@ async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiEr
             message: format!("the chat template failed on these messages: {e}"),
             param: Some("messages"),
         })?;
-    respond(&state, m, prompt, &request.sampling, None, Kind::Chat).await
+    respond(&state, m, prompt, &request.sampling, Kind::Chat).await
 }
 
 async fn completions(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
@@ -418,26 +381,17 @@ async fn completions(State(state): State<Shared>, body: Body) -> Result<Response
         }
     };
     let prompt = m.tokenizer.encode(&text);
-    respond(
-        &state,
-        m,
-        prompt,
-        &request.sampling,
-        Some(16),
-        Kind::Completion,
-    )
-    .await
+    respond(&state, m, prompt, &request.sampling, Kind::Completion).await
 }
 
 async fn respond(
     state: &AppState,
-    m: &Loaded,
+    m: &Model,
     prompt: Vec<u32>,
     sampling: &Sampling,
-    default_max: Option<usize>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let accepted = submit(state, m, prompt, sampling, default_max).await?;
+    let accepted = submit(state, m, prompt, sampling, kind).await?;
     let serial = state.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-{serial}"),
@@ -448,6 +402,7 @@ async fn respond(
         model: m.id.clone(),
         created: now_secs(),
         kind,
+        logprobs: sampling.wants_logprobs().then(|| m.tokenizer.clone()),
     };
     if sampling.stream {
         let include_usage = sampling.include_usage();
@@ -465,6 +420,8 @@ struct Head {
     model: String,
     created: u64,
     kind: Kind,
+    /// Where log probabilities were asked for: the tokenizer that spells their tokens.
+    logprobs: Option<Arc<hearth_models::Tokenizer>>,
 }
 
 impl Head {
@@ -495,6 +452,7 @@ impl Head {
 async fn collect(head: Head, mut accepted: Accepted) -> Result<Value, ApiError> {
     let n = accepted.n;
     let mut texts = vec![String::new(); n];
+    let mut logprobs: Vec<Vec<Logprobs>> = vec![Vec::new(); n];
     let mut finish: Vec<Option<&'static str>> = vec![None; n];
     let mut generated = 0;
     while finish.iter().any(Option::is_none) {
@@ -502,10 +460,16 @@ async fn collect(head: Head, mut accepted: Accepted) -> Result<Value, ApiError> 
             Some(Event::Token(e)) => {
                 generated += usize::from(e.token.is_some());
                 texts[e.sample].push_str(&e.text);
+                if let (Some(lp), Some(tokenizer)) = (e.logprobs, &head.logprobs) {
+                    if logprobs::reported(tokenizer, &lp) {
+                        logprobs[e.sample].push(lp);
+                    }
+                }
                 if let Some(f) = e.finish {
                     finish[e.sample] = Some(openai::finish_reason(f));
                 }
             }
+            Some(Event::Report(_)) => {}
             Some(Event::Failed(e)) => {
                 return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))
             }
@@ -517,11 +481,11 @@ async fn collect(head: Head, mut accepted: Accepted) -> Result<Value, ApiError> 
             }
         }
     }
-    let choices = texts
-        .into_iter()
-        .zip(finish)
-        .enumerate()
-        .map(|(i, (text, f))| choice(head.kind, i, &text, f, false))
+    let choices = (0..n)
+        .map(|i| {
+            let lp = head.render_logprobs(&logprobs[i], &mut 0);
+            choice(head.kind, i, &texts[i], finish[i], false, lp)
+        })
         .collect();
     let usage = Usage {
         prompt_tokens: accepted.prompt_tokens,
@@ -531,28 +495,60 @@ async fn collect(head: Head, mut accepted: Accepted) -> Result<Value, ApiError> 
     Ok(head.wrap(false, choices, Some(usage)))
 }
 
+impl Head {
+    /// `logprobs` of a choice, or of a chunk of it: `null` where none were asked for.
+    fn render_logprobs(&self, items: &[Logprobs], offset: &mut usize) -> Value {
+        match (&self.logprobs, self.kind) {
+            (None, _) => Value::Null,
+            (Some(t), Kind::Chat) => logprobs::chat(t, items),
+            (Some(t), Kind::Completion) => logprobs::completion(t, items, offset),
+        }
+    }
+}
+
 /// One choice: a message (chat), a delta (chat chunk) or text (completion).
-fn choice(kind: Kind, index: usize, text: &str, finish: Option<&str>, chunk: bool) -> Value {
+fn choice(
+    kind: Kind,
+    index: usize,
+    text: &str,
+    finish: Option<&str>,
+    chunk: bool,
+    logprobs: Value,
+) -> Value {
     match (kind, chunk) {
         (Kind::Chat, false) => json!({
             "index": index,
             "message": { "role": "assistant", "content": text },
-            "logprobs": null,
+            "logprobs": logprobs,
             "finish_reason": finish,
         }),
         (Kind::Chat, true) => json!({
             "index": index,
             "delta": { "content": text },
-            "logprobs": null,
+            "logprobs": logprobs,
             "finish_reason": finish,
         }),
         (Kind::Completion, _) => json!({
             "index": index,
             "text": text,
-            "logprobs": null,
+            "logprobs": logprobs,
             "finish_reason": finish,
         }),
     }
+}
+
+/// Where a streamed answer stands.
+struct Progress {
+    head: Head,
+    accepted: Accepted,
+    open: usize,
+    /// Per choice: whether its first chunk went out (chat's gives the role), and where its
+    /// next token's text starts (completions' `text_offset`).
+    started: Vec<bool>,
+    offsets: Vec<usize>,
+    generated: usize,
+    include_usage: bool,
+    done: bool,
 }
 
 /// Server-sent events: each token's text as a chunk (a chat's first chunk per choice gives
@@ -563,21 +559,13 @@ fn stream_chunks(
     accepted: Accepted,
     include_usage: bool,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    struct Progress {
-        head: Head,
-        accepted: Accepted,
-        open: usize,
-        started: Vec<bool>,
-        generated: usize,
-        include_usage: bool,
-        done: bool,
-    }
     let n = accepted.n;
     let state = Progress {
         head,
         accepted,
         open: n,
         started: vec![false; n],
+        offsets: vec![0; n],
         generated: 0,
         include_usage,
         done: false,
@@ -603,16 +591,13 @@ fn stream_chunks(
         }
         match s.accepted.events.recv().await {
             Some(Event::Token(e)) => {
-                out.extend(
-                    chunks_for(&mut s.started, &s.head, &e)
-                        .into_iter()
-                        .map(json_event),
-                );
+                out.extend(s.chunks_for(&e).into_iter().map(json_event));
                 s.generated += usize::from(e.token.is_some());
                 if e.finish.is_some() {
                     s.open -= 1;
                 }
             }
+            Some(Event::Report(_)) => {}
             // The engine failed or stopped: an error event, and the stream ends.
             failed => {
                 let message = match failed {
@@ -633,22 +618,33 @@ fn stream_chunks(
     .flat_map(|events| stream::iter(events.into_iter().map(Ok)))
 }
 
-/// The chunks one token event makes: the role first (chat), then its text, then the finish.
-fn chunks_for(started: &mut [bool], head: &Head, e: &TokenEvent) -> Vec<Value> {
-    let mut out = Vec::new();
-    let i = e.sample;
-    if head.kind == Kind::Chat && !started[i] {
-        started[i] = true;
-        let role = json!({ "index": i, "delta": { "role": "assistant", "content": "" },
-            "logprobs": null, "finish_reason": null });
-        out.push(head.wrap(true, vec![role], None));
+impl Progress {
+    /// The chunks one token event makes: the role first (chat), then its text and log
+    /// probabilities, then the finish.
+    fn chunks_for(&mut self, e: &TokenEvent) -> Vec<Value> {
+        let head = &self.head;
+        let mut out = Vec::new();
+        let i = e.sample;
+        if head.kind == Kind::Chat && !self.started[i] {
+            self.started[i] = true;
+            let role = json!({ "index": i, "delta": { "role": "assistant", "content": "" },
+                "logprobs": null, "finish_reason": null });
+            out.push(head.wrap(true, vec![role], None));
+        }
+        let lp: Vec<Logprobs> = match (&e.logprobs, &head.logprobs) {
+            (Some(lp), Some(t)) if logprobs::reported(t, lp) => vec![lp.clone()],
+            _ => Vec::new(),
+        };
+        if !e.text.is_empty() || !lp.is_empty() {
+            let lp = head.render_logprobs(&lp, &mut self.offsets[i]);
+            let piece = choice(head.kind, i, &e.text, None, true, lp);
+            out.push(head.wrap(true, vec![piece], None));
+        }
+        if let Some(f) = e.finish {
+            let finish = Some(openai::finish_reason(f));
+            let last = choice(head.kind, i, "", finish, true, Value::Null);
+            out.push(head.wrap(true, vec![last], None));
+        }
+        out
     }
-    if !e.text.is_empty() {
-        out.push(head.wrap(true, vec![choice(head.kind, i, &e.text, None, true)], None));
-    }
-    if let Some(f) = e.finish {
-        let last = choice(head.kind, i, "", Some(openai::finish_reason(f)), true);
-        out.push(head.wrap(true, vec![last], None));
-    }
-    out
 }

@@ -1,4 +1,10 @@
-//! `/metrics`: what the server did, in Prometheus' text format (`prometheus-client`).
+//! `/metrics`: what the server did, in Prometheus' text format (`prometheus-client`). The
+//! engine's service reports its work here as an [`Observer`]; the routes count answers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hearth_runtime::service::{Load, Observer};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,8 +31,11 @@ pub struct Metrics {
     pub queued: Gauge,
     pub running: Gauge,
     pub kv_blocks_used: Gauge,
+    pub kv_blocks_cached: Gauge,
     pub kv_blocks_total: Gauge,
     pub preemptions: Counter,
+    /// Preemptions the service had reported at its last step.
+    preemptions_seen: AtomicUsize,
 }
 
 impl Metrics {
@@ -79,7 +88,16 @@ impl Metrics {
             "running_sequences",
             "Completions in a cache row",
         );
-        let kv_blocks_used = gauge(&mut registry, "kv_blocks_used", "KV cache blocks in use");
+        let kv_blocks_used = gauge(
+            &mut registry,
+            "kv_blocks_used",
+            "KV cache blocks the running completions hold",
+        );
+        let kv_blocks_cached = gauge(
+            &mut registry,
+            "kv_blocks_cached",
+            "KV cache blocks only cached prefixes hold (free to take)",
+        );
         let kv_blocks_total = gauge(&mut registry, "kv_blocks_total", "KV cache blocks");
         let preemptions = Counter::default();
         registry.register(
@@ -97,8 +115,10 @@ impl Metrics {
             queued,
             running,
             kv_blocks_used,
+            kv_blocks_cached,
             kv_blocks_total,
             preemptions,
+            preemptions_seen: AtomicUsize::new(0),
         }
     }
 
@@ -115,5 +135,43 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Observer for Metrics {
+    fn accepted(&self, prompt_tokens: usize) {
+        self.prompt_tokens.inc_by(prompt_tokens as u64);
+    }
+
+    fn first_token(&self, wait: Duration) {
+        self.time_to_first_token.observe(wait.as_secs_f64());
+    }
+
+    fn token(&self) {
+        self.generated_tokens.inc();
+    }
+
+    fn per_token(&self, interval: Duration) {
+        self.time_per_output_token.observe(interval.as_secs_f64());
+    }
+
+    fn load(&self, load: &Load) {
+        self.running.set(load.running as i64);
+        self.queued.set(load.queued as i64);
+        self.kv_blocks_used.set(load.kv_blocks_running as i64);
+        let cached = load.kv_blocks_used.saturating_sub(load.kv_blocks_running);
+        self.kv_blocks_cached.set(cached as i64);
+        self.kv_blocks_total.set(load.kv_blocks_total as i64);
+        let before = self
+            .preemptions_seen
+            .swap(load.preemptions, Ordering::Relaxed);
+        self.preemptions
+            .inc_by(load.preemptions.saturating_sub(before) as u64);
     }
 }

@@ -1,26 +1,21 @@
-//! `hearth serve`: an OpenAI-compatible HTTP server on the continuous-batching scheduler.
+//! `hearth serve`: an OpenAI-compatible HTTP server (the `hearth-server` crate) on the
+//! engine's service, which runs the continuous-batching scheduler on a thread of its own.
 //!
-//! The listener opens at once and `/health` answers 503 until the model has loaded. The
-//! engine runs on its own thread (`engine.rs`), fed through channels; the handlers
-//! (`routes.rs`, on tokio and axum) render chat templates and tokenize, so the engine thread
-//! only steps the model. SIGTERM or Ctrl-C stops accepting connections, lets the requests in
-//! flight finish for `--shutdown-timeout`, then cancels what is left.
-
-mod engine;
-mod metrics;
-mod openai;
-mod routes;
+//! The listener opens at once and `/health` answers 503 until the model has loaded. SIGTERM
+//! or Ctrl-C stops accepting connections, lets the requests in flight finish for
+//! `--shutdown-timeout`, then cancels what is left.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hearth_runtime::service::{Service, ServiceOptions};
+use hearth_server::{AppState, Model, ServerOptions};
 
 use crate::model_args::ModelArgs;
 use crate::DeviceChoice;
-use routes::{AppState, Loaded};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -64,14 +59,12 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let metrics = Arc::new(metrics::Metrics::new());
-    let state = Arc::new(AppState::new(
-        metrics.clone(),
-        args.api_keys.clone(),
-        args.max_body,
-        Duration::from_secs(args.body_timeout),
-        args.max_queue,
-    ));
+    let state = AppState::new(ServerOptions {
+        api_keys: args.api_keys.clone(),
+        max_body: args.max_body,
+        body_timeout: Duration::from_secs(args.body_timeout),
+        max_queue: args.max_queue,
+    });
     let address = format!("{}:{}", args.host, args.port);
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(&address))
@@ -82,7 +75,7 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
     std::thread::scope(|scope| {
         // The model loads beside the listener; a failure ends the server.
         let loading = state.clone();
-        scope.spawn(move || match load(args, device, loading, metrics) {
+        scope.spawn(move || match load(args, device, &loading) {
             Ok(()) => eprintln!("hearth serve: ready on http://{local}"),
             Err(e) => {
                 let _ = failed_tx.send(e);
@@ -94,37 +87,23 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
     })
 }
 
-/// Loads the model for `--parallel` sequences and starts the engine thread over it.
-fn load(
-    args: &ServeArgs,
-    device: &DeviceChoice,
-    state: Arc<AppState>,
-    metrics: Arc<metrics::Metrics>,
-) -> Result<()> {
+/// Loads the model for `--parallel` sequences and starts the engine's service over it.
+fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()> {
     let path = args.model.run.dir.resolve(&args.model.model)?;
     let parallel = args.parallel.max(1);
     let cache = args.model.run.cache(args.ctx_size, parallel)?;
     let engine = args.model.run.load(&args.model.model, device, cache)?;
-    let (tokenizer, template) = engine.text_tools();
+    let tools = engine.text_tools();
     let n_ctx = engine.session().backend().n_ctx();
     let mut aliases = vec![stem(&path), engine.info().name.clone()];
     aliases.retain(|a| !a.is_empty());
-    let (handle, _thread) = engine::spawn(engine, parallel, metrics)?;
-    let loaded = Loaded {
-        engine: handle,
-        tokenizer,
-        template,
-        id: args
-            .alias
-            .clone()
-            .unwrap_or_else(|| args.model.model.clone()),
-        aliases,
-        n_ctx,
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    };
-    let _ = state.engine.set(loaded);
+    // The service's thread runs until the process ends.
+    let (_service, handle) = Service::spawn(engine, ServiceOptions { parallel })?;
+    let id = args
+        .alias
+        .clone()
+        .unwrap_or_else(|| args.model.model.clone());
+    state.set_model(Model::new(handle, tools, id, aliases, n_ctx));
     Ok(())
 }
 
@@ -134,7 +113,7 @@ async fn serve(
     failed: tokio::sync::oneshot::Receiver<anyhow::Error>,
     args: &ServeArgs,
 ) -> Result<()> {
-    let app = routes::router(state.clone());
+    let app = state.clone();
     let timeout = Duration::from_secs(args.shutdown_timeout);
     let shutdown = async move {
         tokio::select! {
@@ -151,15 +130,14 @@ async fn serve(
         // Past the timeout whatever still runs is cancelled: its streams end.
         tokio::spawn(async move {
             tokio::time::sleep(timeout).await;
-            if let Some(m) = state.engine.get() {
-                m.engine.cancel_all();
+            if let Some(m) = state.model() {
+                m.handle.cancel_all();
             }
             tokio::time::sleep(Duration::from_secs(5)).await;
             std::process::exit(0);
         });
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    hearth_server::serve(listener, app, shutdown)
         .await
         .context("serving")
 }

@@ -1,0 +1,219 @@
+//! OpenAI's HTTP API over a running engine [`service`](hearth_runtime::service): the server
+//! behind `hearth serve` and the desktop app's "Serve" switch.
+//!
+//! - `routes.rs`: the endpoints (tokio and axum), OpenAI-shaped errors, authentication;
+//! - `openai.rs`: the API's request and response shapes;
+//! - `logprobs.rs`: log probabilities in the chat and completion shapes;
+//! - `metrics.rs`: `/metrics`, fed by the service as its [`Observer`].
+//!
+//! The handlers render chat templates and tokenize on their own threads, so the engine's
+//! thread only steps the model.
+
+mod logprobs;
+pub mod metrics;
+pub mod openai;
+mod routes;
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use hearth_models::{ChatTemplate, Tokenizer};
+use hearth_runtime::service::{Handle, Observer};
+
+pub use metrics::Metrics;
+pub use routes::router;
+
+/// How the server treats requests.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// With any, the API routes need `Authorization: Bearer KEY` with one of them.
+    pub api_keys: Vec<String>,
+    /// Largest request body in bytes (413 past it).
+    pub max_body: usize,
+    /// How long a request body may take to arrive (408 after).
+    pub body_timeout: Duration,
+    /// Completions that may wait for a cache row before new requests get 503.
+    pub max_queue: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            api_keys: Vec::new(),
+            max_body: 4 << 20,
+            body_timeout: Duration::from_secs(30),
+            max_queue: 256,
+        }
+    }
+}
+
+/// The served model as the handlers use it.
+pub struct Model {
+    pub handle: Handle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Arc<ChatTemplate>,
+    /// The model's id in `/v1/models`.
+    pub id: String,
+    /// Other names a request may use for it.
+    pub aliases: Vec<String>,
+    pub n_ctx: usize,
+    pub created: u64,
+}
+
+impl Model {
+    pub fn new(
+        handle: Handle,
+        (tokenizer, template): (Arc<Tokenizer>, Arc<ChatTemplate>),
+        id: String,
+        aliases: Vec<String>,
+        n_ctx: usize,
+    ) -> Self {
+        Self {
+            handle,
+            tokenizer,
+            template,
+            id,
+            aliases,
+            n_ctx,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// What the handlers share.
+pub struct AppState {
+    /// Set once the model has loaded; until then the model routes answer 503.
+    model: OnceLock<Model>,
+    pub metrics: Arc<Metrics>,
+    pub options: ServerOptions,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(options: ServerOptions) -> Arc<Self> {
+        Arc::new(Self {
+            model: OnceLock::new(),
+            metrics: Arc::new(Metrics::new()),
+            options,
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Serves `model` from now on (once; later calls are ignored). Its service reports to
+    /// this server's metrics.
+    pub fn set_model(&self, model: Model) {
+        let observer: Arc<dyn Observer> = self.metrics.clone();
+        model.handle.observe(Some(observer));
+        let _ = self.model.set(model);
+    }
+
+    pub fn model(&self) -> Option<&Model> {
+        self.model.get()
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then until the connections
+/// still open close.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// A server on a thread of its own, with its own async runtime: the desktop app's.
+pub struct Background {
+    address: SocketAddr,
+    stop: Option<tokio::sync::watch::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    handle: Handle,
+}
+
+impl Background {
+    /// Listens on `address` (`127.0.0.1:8080`; port 0 picks a free one) and serves `model`.
+    pub fn start(address: &str, model: Model, options: ServerOptions) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(address))
+            .with_context(|| format!("listening on {address}"))?;
+        let local = listener.local_addr()?;
+        let handle = model.handle.clone();
+        let state = AppState::new(options);
+        state.set_model(model);
+        let (stop, stopped) = tokio::sync::watch::channel(());
+        let thread = std::thread::Builder::new()
+            .name("hearth-server".into())
+            .spawn(move || {
+                let app = router(state);
+                let (mut graceful, mut hard) = (stopped.clone(), stopped);
+                runtime.block_on(async move {
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = graceful.changed().await;
+                        })
+                        .into_future();
+                    // Requests in flight get a moment to finish once stopped.
+                    let grace = async move {
+                        let _ = hard.changed().await;
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    };
+                    tokio::select! {
+                        result = served => {
+                            if let Err(e) = result {
+                                tracing::error!("the server failed: {e}");
+                            }
+                        }
+                        () = grace => {}
+                    }
+                });
+                // Connections still open (a stream) end with the runtime: their requests are
+                // cancelled at their next token.
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        Ok(Self {
+            address: local,
+            stop: Some(stop),
+            thread: Some(thread),
+            handle,
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stops listening and ends the requests in flight; returns once the server is gone.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.handle.observe(None);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
