@@ -427,6 +427,25 @@ impl Preset {
 }
 
 impl Shape {
+    /// A Llama-family model small enough for tests on lavapipe: 2 layers of width 64, 4 query
+    /// heads sharing 2 key/value heads of 16 dimensions, 256 tokens of vocabulary and context.
+    pub const TINY: Shape = Shape {
+        family: Family::Llama,
+        n_layer: 2,
+        n_embd: 64,
+        n_ff: 128,
+        n_head: 4,
+        n_head_kv: 2,
+        n_vocab: 256,
+        n_ctx_train: 256,
+        rope_base: 10_000.0,
+        norm_eps: 1e-5,
+        tied_embeddings: false,
+        key_length: None,
+        sliding_window: None,
+        experts: None,
+    };
+
     pub fn head_dim(&self) -> usize {
         self.key_length.unwrap_or(self.n_embd / self.n_head)
     }

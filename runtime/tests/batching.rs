@@ -21,27 +21,11 @@ use hearth_runtime::sample::beam::BeamParams;
 use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
 use hearth_runtime::session::{FinishReason, GenerateParams};
-use hearth_runtime::synthetic::{Family, Shape};
+use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 use hearth_runtime::Error;
 
-/// 2 layers, width 64, 4 query heads sharing 2 KV heads of 16 dimensions.
-const TINY: Shape = Shape {
-    family: Family::Llama,
-    n_layer: 2,
-    n_embd: 64,
-    n_ff: 128,
-    n_head: 4,
-    n_head_kv: 2,
-    n_vocab: 256,
-    n_ctx_train: 256,
-    rope_base: 10_000.0,
-    norm_eps: 1e-5,
-    tied_embeddings: false,
-    key_length: None,
-    sliding_window: None,
-    experts: None,
-};
+const TINY: Shape = Shape::TINY;
 
 fn have_device() -> bool {
     hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()

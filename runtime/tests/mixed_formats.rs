@@ -11,25 +11,13 @@ use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter};
 use hearth_quant::Format;
 use hearth_runtime::engine::{BackendKind, Engine, EngineOptions};
 use hearth_runtime::model::{LoadProgress, Logits, Mlp, ModelConfig, WeightReader};
-use hearth_runtime::synthetic::{Family, Shape};
+use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 
-/// 2 layers of width 64, 4 query heads sharing 2 key/value heads, 256 tokens.
+/// [`Shape::TINY`] with 128 tokens of context.
 const TINY: Shape = Shape {
-    family: Family::Llama,
-    n_layer: 2,
-    n_embd: 64,
-    n_ff: 128,
-    n_head: 4,
-    n_head_kv: 2,
-    n_vocab: 256,
     n_ctx_train: 128,
-    rope_base: 10_000.0,
-    norm_eps: 1e-5,
-    tied_embeddings: false,
-    key_length: None,
-    sliding_window: None,
-    experts: None,
+    ..Shape::TINY
 };
 
 /// The format of each matrix. Layer 0: q and k Q5_0, v Q8_0 (two runs), gate and up both

@@ -17,25 +17,10 @@ use hearth_runtime::sample::SamplerParams;
 use hearth_runtime::sched::RequestParams;
 use hearth_runtime::service::{Event, Handle, Load, Observer, Service, ServiceOptions};
 use hearth_runtime::session::{FinishReason, GenerateParams};
-use hearth_runtime::synthetic::{Family, Shape};
+use hearth_runtime::synthetic::Shape;
 use hearth_runtime::vk::{Device, DeviceDesc};
 
-const TINY: Shape = Shape {
-    family: Family::Llama,
-    n_layer: 2,
-    n_embd: 64,
-    n_ff: 128,
-    n_head: 4,
-    n_head_kv: 2,
-    n_vocab: 256,
-    n_ctx_train: 256,
-    rope_base: 10_000.0,
-    norm_eps: 1e-5,
-    tied_embeddings: false,
-    key_length: None,
-    sliding_window: None,
-    experts: None,
-};
+const TINY: Shape = Shape::TINY;
 
 fn have_device() -> bool {
     hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()

@@ -13,23 +13,10 @@ use hearth_runtime::session::{FinishReason, GenerateParams};
 use hearth_runtime::synthetic::{self, Family, Shape, ShapeExperts, PRESETS};
 use hearth_runtime::vk::{Device, DeviceDesc};
 
-/// A model small enough to run anywhere: 2 layers, width 64, 4 query heads sharing 2
-/// key/value heads of 16 dimensions, 256 tokens.
+/// [`Shape::TINY`] with 128 tokens of context.
 const TINY: Shape = Shape {
-    family: Family::Llama,
-    n_layer: 2,
-    n_embd: 64,
-    n_ff: 128,
-    n_head: 4,
-    n_head_kv: 2,
-    n_vocab: 256,
     n_ctx_train: 128,
-    rope_base: 10_000.0,
-    norm_eps: 1e-5,
-    tied_embeddings: false,
-    key_length: None,
-    sliding_window: None,
-    experts: None,
+    ..Shape::TINY
 };
 
 /// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into

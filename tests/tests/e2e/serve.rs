@@ -1,6 +1,6 @@
 //! `hearth serve` on the real model, driven over raw HTTP/1.1 (so that framing, slow bodies
-//! and vanishing clients are what the test writes): greedy answers equal `hearth generate`'s,
-//! streamed and not, alone and among concurrent requests; the errors of OpenAI's API; the
+//! and vanishing clients are what the test writes) and by curl: greedy answers equal
+//! `hearth generate`'s, streamed and not, alone and among 64 concurrent requests; the errors of OpenAI's API; the
 //! API key; metrics; and SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -143,7 +143,7 @@ fn streamed_text(body: &str) -> (String, Value) {
 #[test]
 fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     let Some(model) = smollm2() else { return };
-    let server = start(&model, &["--parallel", "4", "--max-body", "100000"]);
+    let server = start(&model, &["--parallel", "8", "--max-body", "100000"]);
     let addr = server.addr.as_str();
 
     let (status, health) = request(addr, "GET", "/health", None, b"");
@@ -170,9 +170,36 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     assert_eq!(text, GREEDY_TEXT);
     assert_eq!(usage["prompt_tokens"], 5);
 
-    // Among eight concurrent requests, each the same answer.
+    // curl sees the same stream, framed as server-sent events.
+    let out = Command::new("curl")
+        .args(["-sS", "-N", "-i", "--fail-with-body", "-H"])
+        .arg(format!("Authorization: Bearer {KEY}"))
+        .args(["-H", "Content-Type: application/json", "-d"])
+        .arg(greedy_completion(true).to_string())
+        .arg(format!("http://{addr}/v1/completions"))
+        .output()
+        .expect("curl runs (scripts/setup installs it)");
+    let raw = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{raw}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .expect("headers, then the stream");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    assert!(body.starts_with("data: {"), "{body}");
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    assert_eq!(streamed_text(body).0, GREEDY_TEXT);
+
+    // Among 64 concurrent requests, each the same answer.
     let answers: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8)
+        let handles: Vec<_> = (0..64)
             .map(|i| {
                 s.spawn(move || {
                     let (status, body) = request(
@@ -192,6 +219,7 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    assert_eq!(answers.len(), 64);
     assert!(answers.iter().all(|a| a == GREEDY_TEXT), "{answers:?}");
 
     // A chat: the template's prompt, an assistant message.
