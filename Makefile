@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
 
-.PHONY: setup run test lint build conformance pytools
+.PHONY: setup run test lint build conformance pytools package package-check
 
 setup:
 	bash scripts/setup
@@ -35,9 +35,21 @@ conformance: setup
 pytools: setup
 	bash scripts/pytools/setup >/dev/null
 
+# Signed .deb, .rpm and tarball in target/package/dist (KEYS: the signing keys' folder).
+package: setup
+	bash scripts/package-tools
+	bash scripts/package --keys $(KEYS)
+
+# Packages with throwaway keys, verifies every signature (and that one changed byte fails
+# it), installs the .deb into a clean Debian root, the .rpm into an empty one, the tarball
+# into a prefix, runs them and uninstalls (docs/packaging.md).
+package-check: setup
+	bash scripts/package-check
+
 # Ends with how many tests ran and how many skipped for a missing device or model; in CI
 # (CI set, as .ci/run does) a skip fails the run.
 test: setup conformance pytools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	bash scripts/test-summary $(CARGO) test --workspace
+	$(MAKE) package-check

@@ -9,14 +9,14 @@ mod output;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 use commands::{
-    bench, chat, convert, devices, generate, imatrix, inspect, perplexity, quantize, serve,
-    tokenize,
+    bench, chat, completions, convert, devices, generate, imatrix, inspect, perplexity, quantize,
+    serve, tokenize,
 };
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
 struct Cli {
     /// Vulkan device index (see `hearth devices`); default: the best device found.
@@ -55,6 +55,30 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Write an importance matrix of a model over a text, for `quantize --imatrix`.
     Imatrix(imatrix::ImatrixArgs),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Write man pages into a folder.
+    #[command(hide = true)]
+    Man(completions::ManArgs),
+}
+
+/// `--version`'s long form: the version, the commit, the Vulkan version and what compiled
+/// the kernels.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{}\ncommit {}\n{}",
+            env!("CARGO_PKG_VERSION"),
+            env!("HEARTH_COMMIT"),
+            hearth_runtime::build_info()
+        )
+    })
+}
+
+/// The command tree, as parsing, completions and man pages see it.
+pub fn command() -> clap::Command {
+    Cli::command().long_version(long_version())
 }
 
 /// Options every command that opens a device shares.
@@ -83,7 +107,10 @@ pub fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let choice = DeviceChoice {
         index: cli.device,
         validate: cli.validate,
@@ -110,15 +137,24 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Convert(args) => convert::run(args),
         Command::Serve(args) => serve::run(args, choice),
         Command::Imatrix(args) => imatrix::run(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     #[test]
     fn the_command_tree_is_consistent() {
-        super::Cli::command().debug_assert();
+        super::command().debug_assert();
+    }
+
+    #[test]
+    fn the_long_version_names_the_commit_vulkan_and_the_kernels() {
+        let v = super::long_version();
+        assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
+        assert!(v.contains("\ncommit "), "{v}");
+        assert!(v.contains("Vulkan API 1.2"), "{v}");
+        assert!(v.contains("shaderc (SPIR-V 1."), "{v}");
     }
 }

@@ -22,5 +22,17 @@ pub mod vk;
 
 pub use error::{Error, Result};
 
+/// The Vulkan version Hearth asks for and what compiled its kernels, one per line, for
+/// version reports.
+pub fn build_info() -> String {
+    let api = vk::API_VERSION;
+    format!(
+        "Vulkan API {}.{}\nkernels: {}",
+        ash::vk::api_version_major(api),
+        ash::vk::api_version_minor(api),
+        hearth_shaders::COMPILER
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod testing;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod completions;
 pub mod convert;
 pub mod devices;
 pub mod generate;

@@ -120,8 +120,20 @@ impl Device {
             .storage_buffer8_bit_access(a.storage_buffer_8bit)
             .buffer_device_address(a.buffer_device_address);
         let base = vk::PhysicalDeviceFeatures::default().shader_int64(a.shader_int64);
+        // A portability implementation (MoltenVK) must have its subset enabled by name.
+        // SAFETY: `physical` was enumerated from this instance.
+        let extensions = unsafe { instance.raw.enumerate_device_extension_properties(physical) }
+            .call("vkEnumerateDeviceExtensionProperties")?;
+        let subset = c"VK_KHR_portability_subset";
+        let ext_names: Vec<*const std::ffi::c_char> = extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == subset))
+            .then_some(subset.as_ptr())
+            .into_iter()
+            .collect();
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
+            .enabled_extension_names(&ext_names)
             .enabled_features(&base)
             .push_next(&mut f11)
             .push_next(&mut f12);

@@ -38,6 +38,9 @@ impl ValidationLog {
     }
 }
 
+/// The Vulkan version Hearth asks for: what its kernels and the device features it uses need.
+pub const API_VERSION: u32 = vk::API_VERSION_1_2;
+
 pub struct Instance {
     /// The loaded Vulkan library; must outlive every handle made from it.
     _entry: ash::Entry,
@@ -64,22 +67,42 @@ impl Instance {
             tracing::warn!("Khronos validation layer not installed; running without it");
         }
 
+        // MoltenVK (macOS) is a portability implementation: the loader lists its devices only
+        // to an instance that enables portability enumeration.
+        // SAFETY: a plain query on a loaded entry.
+        let extensions = unsafe { entry.enumerate_instance_extension_properties(None) }
+            .call("vkEnumerateInstanceExtensionProperties")?;
+        let portability = extensions.iter().any(|e| {
+            e.extension_name_as_c_str()
+                .is_ok_and(|n| n == ash::khr::portability_enumeration::NAME)
+        });
+
         let app = vk::ApplicationInfo::default()
             .application_name(c"hearth")
             .engine_name(c"hearth")
-            .api_version(vk::API_VERSION_1_2);
+            .api_version(API_VERSION);
         let layer_names = [VALIDATION_LAYER.as_ptr()];
-        let ext_names = [ash::ext::debug_utils::NAME.as_ptr()];
+        let mut ext_names = Vec::new();
+        if validation {
+            ext_names.push(ash::ext::debug_utils::NAME.as_ptr());
+        }
+        if portability {
+            ext_names.push(ash::khr::portability_enumeration::NAME.as_ptr());
+        }
         // Synchronization validation too: the recorder leaves out barriers between
         // independent commands, and a missing one is a race that a CPU device never shows.
         let features = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
         let mut checks =
             vk::ValidationFeaturesEXT::default().enabled_validation_features(&features);
-        let mut info = vk::InstanceCreateInfo::default().application_info(&app);
+        let mut info = vk::InstanceCreateInfo::default()
+            .application_info(&app)
+            .enabled_extension_names(&ext_names);
+        if portability {
+            info = info.flags(vk::InstanceCreateFlags::ENUMERATE_PORTABILITY_KHR);
+        }
         if validation {
             info = info
                 .enabled_layer_names(&layer_names)
-                .enabled_extension_names(&ext_names)
                 .push_next(&mut checks);
         }
         // SAFETY: every pointer in `info` refers to locals that outlive the call.

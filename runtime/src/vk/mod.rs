@@ -23,7 +23,7 @@ pub use caps::{
 pub use command::{Completed, KernelTime, Recorder};
 pub use device::{list_devices, Device, DeviceDesc};
 pub use error::{Result, VkError};
-pub use instance::{Instance, InstanceDesc, ValidationLog};
+pub use instance::{Instance, InstanceDesc, ValidationLog, API_VERSION};
 pub use pipeline::Pipeline;
 
 #[cfg(test)]

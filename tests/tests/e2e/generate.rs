@@ -91,3 +91,30 @@ fn inspect_describes_the_file() {
     let table = stdout_of(&["inspect", &model]);
     assert!(table.contains("llama"), "{table}");
 }
+
+#[test]
+fn version_completions_and_man_pages_come_from_the_command_tree() {
+    let version = super::stdout_of(&["--version"]);
+    let lines: Vec<&str> = version.lines().collect();
+    assert!(lines[0].starts_with("hearth "), "{version}");
+    assert!(lines[1].starts_with("commit "), "{version}");
+    assert!(version.contains("Vulkan API 1.2"), "{version}");
+    for (shell, mark) in [
+        ("bash", "_hearth()"),
+        ("zsh", "#compdef hearth"),
+        ("fish", "complete -c hearth"),
+    ] {
+        let script = super::stdout_of(&["completions", shell]);
+        assert!(
+            script.contains(mark),
+            "{shell}: {}",
+            &script[..script.len().min(200)]
+        );
+        assert!(script.contains("serve"), "{shell} completes the commands");
+    }
+    let dir = super::scratch("man-pages");
+    super::stdout_of(&["man", dir.to_str().unwrap()]);
+    let serve = std::fs::read_to_string(dir.join("hearth-serve.1")).unwrap();
+    assert!(serve.contains("\\-\\-api\\-key"), "{serve}");
+    assert!(dir.join("hearth.1").exists());
+}
