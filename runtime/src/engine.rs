@@ -372,12 +372,6 @@ impl Engine {
         }
     }
 
-    /// Whether [`scheduler`](Self::scheduler) can run: a Vulkan backend whose KV pool does not
-    /// evict.
-    pub fn can_batch(&self) -> bool {
-        self.pool_capacity.is_none() && self.session.backend().as_vulkan().is_some()
-    }
-
     /// A continuous-batching scheduler over the model's KV cache (the session's cache is
     /// emptied). Needs the Vulkan backend.
     pub fn scheduler(&mut self) -> Result<Scheduler<'_>> {

@@ -214,14 +214,6 @@ impl Sampling {
         }
     }
 
-    /// Whether the response reports log probabilities.
-    pub fn wants_logprobs(&self) -> bool {
-        !matches!(
-            self.logprobs,
-            None | Some(Value::Null) | Some(Value::Bool(false))
-        )
-    }
-
     pub fn include_usage(&self) -> bool {
         self.stream_options
             .as_ref()

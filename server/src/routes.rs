@@ -260,6 +260,8 @@ struct Accepted {
     events: mpsc::UnboundedReceiver<Event>,
     prompt_tokens: usize,
     n: usize,
+    /// Whether its tokens come with log probabilities.
+    logprobs: bool,
 }
 
 async fn submit(
@@ -300,6 +302,7 @@ async fn submit(
     let (events_tx, events) = mpsc::unbounded_channel();
     let (accepted_tx, accepted) = oneshot::channel();
     let n = params.n;
+    let logprobs = params.generate.logprobs.is_some();
     let prompt_tokens = prompt.len();
     let sent = m.handle.submit(Submit {
         prompt,
@@ -315,6 +318,7 @@ async fn submit(
             events,
             prompt_tokens,
             n,
+            logprobs,
         }),
         (true, Ok(Err(e))) => Err(refused(e)),
         _ => Err(ApiError::new(
@@ -402,7 +406,7 @@ async fn respond(
         model: m.id.clone(),
         created: now_secs(),
         kind,
-        logprobs: sampling.wants_logprobs().then(|| m.tokenizer.clone()),
+        logprobs: accepted.logprobs.then(|| m.tokenizer.clone()),
     };
     if sampling.stream {
         let include_usage = sampling.include_usage();

@@ -111,11 +111,7 @@ impl<'a> Scheduler<'a> {
     /// never fit the context or the KV pool is refused here.
     pub fn add_request(&mut self, prompt: &[u32], params: &RequestParams) -> Result<RequestId> {
         let g = &params.generate;
-        let n_ctx = self.model.kv().shape().n_ctx;
-        g.check(prompt, n_ctx)?;
-        if params.n == 0 {
-            return Err(Error::options("n", "must be at least 1"));
-        }
+        params.check(prompt, self.model.kv().shape().n_ctx)?;
         let c = self.model.config();
         if let Some(&id) = prompt.iter().find(|&&t| t as usize >= c.n_vocab) {
             return Err(Error::BadToken {
@@ -212,14 +208,6 @@ impl<'a> Scheduler<'a> {
             .iter()
             .find(|s| s.request == id && s.sample == sample)
             .map(|s| s.times)
-    }
-
-    /// Tokens (prompt and generated) of completion `sample` of request `id`.
-    pub fn tokens_of(&self, id: RequestId, sample: usize) -> Option<usize> {
-        self.seqs
-            .iter()
-            .find(|s| s.request == id && s.sample == sample)
-            .map(|s| s.tokens().len())
     }
 
     /// Timings of every completion of `id`.

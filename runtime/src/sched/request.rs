@@ -19,6 +19,18 @@ pub struct RequestParams {
     pub n: usize,
 }
 
+impl RequestParams {
+    /// Checks a request before any work: its generation settings against `prompt` and a
+    /// context of `n_ctx` ([`GenerateParams::check`]), and at least one completion.
+    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize) -> crate::error::Result<()> {
+        self.generate.check(prompt, n_ctx)?;
+        if self.n == 0 {
+            return Err(crate::error::Error::options("n", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for RequestParams {
     fn default() -> Self {
         Self {

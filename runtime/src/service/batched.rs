@@ -116,7 +116,10 @@ impl State<'_, '_> {
         };
         let i = event.sample;
         let finished = event.finish.is_some();
-        let times = self.sched.times_of(id, i);
+        // A lookup among the scheduler's sequences: only where something reads it.
+        let times = (self.observer.is_some() || finished)
+            .then(|| self.sched.times_of(id, i))
+            .flatten();
         if let (Some(o), Some(t)) = (&self.observer, times) {
             if event.token.is_some() {
                 o.token();
@@ -139,7 +142,7 @@ impl State<'_, '_> {
             let report = Report {
                 sample: i,
                 timings: times.map(|t| timings(&t)).unwrap_or_default(),
-                context_used: self.sched.tokens_of(id, i).unwrap_or(0),
+                context_used: times.map_or(0, |t| t.prompt + t.generated),
                 kv: Some(self.sched.model().kv_usage()),
                 kv_policy: self.sched.model().kv_policy_stats(),
             };

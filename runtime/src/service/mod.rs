@@ -184,7 +184,7 @@ impl Service {
     /// the reason it could not start.
     pub fn spawn(engine: Engine, options: ServiceOptions) -> crate::Result<(Service, Handle)> {
         let (tx, rx) = mpsc::channel::<Command>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<bool, String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<bool>();
         let waiting = Arc::new(AtomicUsize::new(0));
         let shared = waiting.clone();
         let thread = std::thread::Builder::new()
@@ -195,7 +195,7 @@ impl Service {
             thread: Some(thread),
         };
         match ready_rx.recv() {
-            Ok(Ok(batched)) => Ok((
+            Ok(batched) => Ok((
                 service,
                 Handle {
                     tx,
@@ -203,7 +203,6 @@ impl Service {
                     batched,
                 },
             )),
-            Ok(Err(e)) => Err(crate::Error::options("service", e)),
             Err(_) => Err(crate::Error::options(
                 "service",
                 "the engine thread ended before it was ready",
@@ -224,21 +223,19 @@ fn run(
     mut engine: Engine,
     options: ServiceOptions,
     rx: mpsc::Receiver<Command>,
-    ready: mpsc::Sender<Result<bool, String>>,
+    ready: mpsc::Sender<bool>,
     waiting: Arc<AtomicUsize>,
 ) {
-    if !engine.can_batch() {
-        let _ = ready.send(Ok(false));
-        return solo::run(&mut engine, rx);
-    }
+    // The scheduler refuses the engines it cannot batch on; those take one request at a time.
     match engine.scheduler() {
         Ok(mut sched) => {
             sched.set_max_running(options.parallel);
-            let _ = ready.send(Ok(true));
+            let _ = ready.send(true);
             batched::run(sched, rx, waiting);
         }
-        Err(e) => {
-            let _ = ready.send(Err(e.to_string()));
+        Err(_) => {
+            let _ = ready.send(false);
+            solo::run(&mut engine, rx);
         }
     }
 }
