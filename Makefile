@@ -24,9 +24,10 @@ run: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 scripts/import-cycles
 
 # Models of each family built by Hugging Face transformers and converted by llama.cpp, with
-# transformers' logits: what runtime/tests/conformance.rs checks Hearth against.
+# transformers' logits: what engine/tests/conformance.rs checks Hearth against.
 conformance: setup
 	bash scripts/conformance/build
 
@@ -51,5 +52,6 @@ package-check: setup
 test: setup conformance pytools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 scripts/import-cycles
 	bash scripts/test-summary $(CARGO) test --workspace
 	$(MAKE) package-check

@@ -71,7 +71,7 @@ fn long_version() -> &'static str {
             "{}\ncommit {}\n{}",
             env!("CARGO_PKG_VERSION"),
             env!("HEARTH_COMMIT"),
-            hearth_runtime::build_info()
+            hearth_kernels::build_info()
         )
     })
 }
@@ -88,9 +88,9 @@ pub struct DeviceChoice {
 }
 
 impl DeviceChoice {
-    pub fn open(&self) -> Result<std::sync::Arc<hearth_runtime::vk::Device>> {
-        Ok(hearth_runtime::vk::Device::new(
-            hearth_runtime::vk::DeviceDesc {
+    pub fn open(&self) -> Result<std::sync::Arc<hearth_kernels::vk::Device>> {
+        Ok(hearth_kernels::vk::Device::new(
+            hearth_kernels::vk::DeviceDesc {
                 index: self.index,
                 validation: self.validate,
             },

@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hearth_engine::sample::SamplerParams;
+use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
+use hearth_model::kv::infinigen::evict::PoolCapacity;
+use hearth_model::kv::KvBudget;
+use hearth_model::kv::{KvPlacement, KvType};
+use hearth_model::ProgressFn;
 use hearth_models::ModelSpec;
-use hearth_runtime::engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
-use hearth_runtime::kv::infinigen::evict::PoolCapacity;
-use hearth_runtime::kv::{KvPlacement, KvType};
-use hearth_runtime::model::{KvBudget, ProgressFn};
-use hearth_runtime::sample::SamplerParams;
+use hearth_quant::Format;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::DeviceChoice;
@@ -93,7 +95,7 @@ pub struct RunArgs {
     pub spec: Option<PathBuf>,
     /// Quantize the weights to this format while loading (`Q4`, `Q4_K`, `Q8`, ...; see
     /// `hearth quantize --help`): a Hugging Face folder's f16/bf16 weights, or a GGUF file's.
-    #[arg(long, value_name = "FMT", value_parser = crate::commands::quantize::parse_format)]
+    #[arg(long, value_name = "FMT", value_parser = parse_format)]
     pub load_format: Option<hearth_quant::Format>,
     #[command(flatten)]
     pub infinigen: InfinigenArgs,
@@ -153,7 +155,7 @@ impl KvOffload {
 /// A `--kv-type` name; an unknown one's error lists the accepted names.
 pub fn parse_kv_type(s: &str) -> std::result::Result<KvType, String> {
     s.parse()
-        .map_err(|e: hearth_runtime::kv::UnknownKvType| e.to_string())
+        .map_err(|e: hearth_model::kv::UnknownKvType| e.to_string())
 }
 
 /// `4096t` / `4096 tokens` is tokens; a number with an optional K/M/G suffix (powers of two,
@@ -190,7 +192,7 @@ pub struct CacheSpec {
 
 impl RunArgs {
     /// A cache for `n_seq` sequences of `n_ctx` positions, placed as `--kv-offload` asks.
-    pub fn cache(&self, n_ctx: Option<usize>, n_seq: usize) -> hearth_runtime::Result<CacheSpec> {
+    pub fn cache(&self, n_ctx: Option<usize>, n_seq: usize) -> hearth_engine::Result<CacheSpec> {
         Ok(CacheSpec {
             offload: self.offload()?,
             n_ctx,
@@ -209,10 +211,10 @@ impl RunArgs {
     }
 
     /// The one KV placement asked for: only `hearth bench`'s pp and tg tests compare several.
-    pub fn offload(&self) -> hearth_runtime::Result<KvOffload> {
+    pub fn offload(&self) -> hearth_engine::Result<KvOffload> {
         match self.kv_offload.as_slice() {
             [one] => Ok(*one),
-            _ => Err(hearth_runtime::Error::Options {
+            _ => Err(hearth_engine::Error::Options {
                 field: "kv-offload".into(),
                 reason: "one placement at a time here; only `hearth bench`'s pp and tg tests \
                          compare several"
@@ -227,15 +229,15 @@ impl RunArgs {
         &self,
         device: &DeviceChoice,
         cache: CacheSpec,
-        load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_runtime::Result<Engine>,
-    ) -> hearth_runtime::Result<Engine> {
+        load: impl FnOnce(&EngineOptions, &mut ProgressFn) -> hearth_engine::Result<Engine>,
+    ) -> hearth_engine::Result<Engine> {
         let CacheSpec {
             offload,
             n_ctx,
             n_seq,
         } = cache;
         if self.infinigen.kv_pool_capacity.is_some() && offload != KvOffload::Infinigen {
-            return Err(hearth_runtime::Error::Options {
+            return Err(hearth_engine::Error::Options {
                 field: "kv-pool-capacity".into(),
                 reason: "evicts by InfiniGen's fetch counts: it needs --kv-offload infinigen"
                     .into(),
@@ -360,6 +362,16 @@ fn random_seed() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish()
+}
+
+/// A weight format by name (`--load-format`, `hearth quantize`), or an error listing them.
+fn valid_formats() -> String {
+    Format::ALL.map(Format::name).join(", ")
+}
+
+pub(crate) fn parse_format(s: &str) -> std::result::Result<Format, String> {
+    Format::from_name(s)
+        .ok_or_else(|| format!("unknown format `{s}`; valid formats: {}", valid_formats()))
 }
 
 #[cfg(test)]

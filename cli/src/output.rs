@@ -4,8 +4,8 @@
 use std::io::Write as _;
 
 use anyhow::Result;
-use hearth_runtime::engine::Engine;
-use hearth_runtime::kv::infinigen::IgStats;
+use hearth_engine::Engine;
+use hearth_model::kv::infinigen::IgStats;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -71,7 +71,7 @@ pub fn print_profile(engine: &Engine) {
     }
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = rows.iter().map(|r| r.1).sum();
-    let fetch = profile.fetch_ns();
+    let fetch = profile.fetch_ns;
     eprintln!(
         "{:<16} {:>10} {:>7} {:>10} {:>9}",
         "kernel", "ms", "%", "dispatches", "us each"

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use hearth_runtime::vk::{Device, DeviceDesc};
+use hearth_kernels::vk::{Device, DeviceDesc};
 
 fn hearth(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hearth"))

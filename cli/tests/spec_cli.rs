@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use hearth_models::synthetic::{Family, Shape};
 use hearth_models::{GgufFile, GgufWriter, MetaValue};
 use hearth_quant::Format;
-use hearth_runtime::synthetic::{Family, Shape};
 
 fn hearth(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hearth"))

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hearth_runtime::engine::InfinigenOptions;
-use hearth_runtime::kv::infinigen::IgParams;
-use hearth_runtime::kv::KvType;
-use hearth_runtime::sample::SamplerParams;
+use hearth_engine::sample::SamplerParams;
+use hearth_engine::InfinigenOptions;
+use hearth_model::kv::infinigen::IgParams;
+use hearth_model::kv::KvType;
 use serde::{Deserialize, Serialize};
 
 use crate::library::ModelCard;
@@ -112,7 +112,7 @@ impl KvOffload {
 
 /// A [`KvType`] in the preferences file as its `--kv-type` name.
 mod kv_type_name {
-    use hearth_runtime::kv::KvType;
+    use hearth_model::kv::KvType;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(t: &KvType, s: S) -> Result<S::Ok, S::Error> {

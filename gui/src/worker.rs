@@ -16,16 +16,16 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use hearth_engine::sched::{RequestId, RequestParams};
+use hearth_engine::service::{Event as ServiceEvent, Handle, Service, ServiceOptions, Submit};
+use hearth_engine::session::{FinishReason, GenerateParams, Generation};
+use hearth_engine::{chat_prompt, Engine, EngineOptions, ModelInfo};
+use hearth_model::kv::infinigen::IgStats;
+use hearth_model::kv::policy::KvPolicyKind;
+use hearth_model::kv::KvBudget;
+use hearth_model::kv::KvPlacement;
+use hearth_model::kv::{KvType, KvUsage};
 use hearth_models::{ChatMessage, ChatTemplate, Tokenizer};
-use hearth_runtime::engine::{chat_prompt, Engine, EngineOptions, ModelInfo};
-use hearth_runtime::kv::infinigen::IgStats;
-use hearth_runtime::kv::policy::KvPolicyKind;
-use hearth_runtime::kv::KvPlacement;
-use hearth_runtime::kv::{KvType, KvUsage};
-use hearth_runtime::model::KvBudget;
-use hearth_runtime::sched::{RequestId, RequestParams};
-use hearth_runtime::service::{Event as ServiceEvent, Handle, Service, ServiceOptions, Submit};
-use hearth_runtime::session::{FinishReason, GenerateParams, Generation};
 use hearth_server::{Background, Model, ServerOptions};
 
 use crate::settings::{InfinigenSettings, KvOffload, ModelSettings};
@@ -295,7 +295,7 @@ impl State {
         let cancel = self.cancel_below.clone();
         let events = &self.events;
         let mut last_percent = u64::MAX;
-        let mut progress = |p: hearth_runtime::model::LoadProgress| {
+        let mut progress = |p: hearth_model::LoadProgress| {
             let percent = p.done_bytes * 100 / p.total_bytes.max(1);
             if percent != last_percent {
                 last_percent = percent;
@@ -308,7 +308,7 @@ impl State {
         };
         let engine = match Engine::load(&request.path, &options, &mut progress) {
             Ok(engine) => engine,
-            Err(hearth_runtime::Error::Cancelled) => {
+            Err(hearth_engine::Error::Cancelled) => {
                 return self.emit(Event::LoadFailed("Loading cancelled.".into()))
             }
             Err(e) => {
@@ -392,12 +392,12 @@ impl State {
                     running.lock().unwrap().insert(id, request);
                 }
                 Err(e) => {
-                    failed.emit(Event::Failed(e));
+                    failed.emit(Event::Failed(e.to_string()));
                 }
             }),
         };
         // Not taken: the service stopped, and the model with it.
-        if !m.handle.submit(submit) {
+        if m.handle.submit(submit).is_err() {
             self.emit(Event::Failed("The model stopped.".into()));
         }
     }
@@ -475,7 +475,7 @@ impl Answer {
             }
             ServiceEvent::Failed(e) => {
                 self.running.lock().unwrap().remove(&self.id);
-                self.events.emit(Event::Failed(e))
+                self.events.emit(Event::Failed(e.to_string()))
             }
         }
     }

@@ -68,6 +68,10 @@ pub enum Error {
         line: Option<usize>,
         message: String,
     },
+    /// A value the caller chose cannot be used (a synthetic model's shape or preset name),
+    /// naming what it was for.
+    #[error("{field}: {reason}")]
+    Options { field: String, reason: String },
     /// No model in the models directory matches the name.
     #[error("no model named `{name}` in {}{}", dir.display(), list_available(available))]
     ModelNotFound {
@@ -111,6 +115,13 @@ impl Error {
     pub(crate) fn spec(spec: &str, reason: impl Into<String>) -> Self {
         Error::Spec {
             spec: spec.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn options(field: &str, reason: impl Into<String>) -> Self {
+        Error::Options {
+            field: field.to_string(),
             reason: reason.into(),
         }
     }

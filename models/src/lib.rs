@@ -8,6 +8,8 @@
 //!   `tokenizer.json` files, and streaming detokenization.
 //! - [`chat`]: chat templates rendered with minijinja.
 //! - [`resolve`]: finding a model by name in the models directory.
+//! - [`hf`]: Hugging Face folders (safetensors and tokenizer files) converted to GGUF.
+//! - [`synthetic`]: GGUF files of a given shape, built in memory, for benchmarks and tests.
 //!
 //! Loading a GGUF model for execution:
 //!
@@ -43,6 +45,7 @@ pub mod hf;
 pub mod resolve;
 pub mod safetensors;
 pub mod spec;
+pub mod synthetic;
 pub mod tokenizer;
 
 pub use chat::{ChatMessage, ChatOptions, ChatTemplate};

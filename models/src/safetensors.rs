@@ -98,6 +98,7 @@ impl SafetensorsWeights {
                 return Err(safetensors_error(dir, reason));
             }
             let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            #[allow(unsafe_code)]
             // SAFETY: the map is read-only and lives as long as `self`; a file changed under
             // it by another process shows up as wrong values, not as memory unsafety here.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;

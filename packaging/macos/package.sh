@@ -9,7 +9,7 @@
 #   packaging/macos/package.sh
 #
 # Hearth finds MoltenVK through the Vulkan loader as a portability driver: the instance
-# enables VK_KHR_portability_enumeration when the loader offers it (runtime/src/vk/instance.rs)
+# enables VK_KHR_portability_enumeration when the loader offers it (kernels/src/vk/instance.rs)
 # and devices enable VK_KHR_portability_subset. The bundle carries the loader and MoltenVK in
 # Contents/Frameworks and points the loader at MoltenVK's manifest in Contents/Resources.
 set -euo pipefail

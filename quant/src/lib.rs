@@ -51,6 +51,7 @@ mod block_type;
 mod error;
 pub mod formats;
 pub mod ggml;
+mod kv_type;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -58,6 +59,7 @@ pub use block_type::BlockType;
 pub use error::{Error, Result};
 pub use formats::f16::Half;
 pub use formats::{Format, Rounding, FORMAT_VERSION, PRIVATE_ID_BASE, VERSION_KEY};
+pub use kv_type::{KvType, UnknownKvType, Q8_BLOCK};
 
 /// Dequantizes `out.len()` values of type `ty` from `bytes`.
 ///

@@ -1,8 +1,8 @@
-//! OpenAI's HTTP API over a running engine [`service`](hearth_runtime::service): the server
+//! OpenAI's HTTP API over a running engine [`service`](hearth_engine::service): the server
 //! behind `hearth serve` and the desktop app's "Serve" switch.
 //!
-//! - `routes.rs`: the endpoints (tokio and axum), OpenAI-shaped errors, authentication;
-//! - `openai.rs`: the API's request and response shapes;
+//! - `routes/`: the endpoints (tokio and axum), OpenAI-shaped errors, authentication;
+//! - `openai/`: the API's request and response shapes;
 //! - `logprobs.rs`: log probabilities in the chat and completion shapes;
 //! - `metrics.rs`: `/metrics`, fed by the service as its [`Observer`].
 //!
@@ -22,8 +22,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use hearth_engine::service::{Handle, Observer};
 use hearth_models::{ChatTemplate, Tokenizer};
-use hearth_runtime::service::{Handle, Observer};
 
 pub use metrics::Metrics;
 pub use routes::router;

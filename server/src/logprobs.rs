@@ -1,9 +1,10 @@
 //! Log probabilities in the two shapes OpenAI's API gives them: chat's list of entries, each
 //! with the token's text, bytes and alternatives, and the legacy completions' parallel lists.
 
+use hearth_engine::sample::{Logprobs, TokenLogprob};
 use hearth_models::Tokenizer;
-use hearth_runtime::sample::{Logprobs, TokenLogprob};
-use serde_json::{json, Map, Value};
+
+use crate::openai::{ChatAlternative, ChatLogprob, ChatLogprobs, CompletionLogprobs};
 
 /// Whether a generated token is reported: end-of-generation tokens are not part of the text.
 pub fn reported(tokenizer: &Tokenizer, lp: &Logprobs) -> bool {
@@ -23,59 +24,53 @@ fn number(logprob: f32) -> f64 {
     }
 }
 
-fn chat_entry(tokenizer: &Tokenizer, t: &TokenLogprob) -> Map<String, Value> {
-    let mut entry = Map::new();
-    entry.insert("token".into(), json!(text(tokenizer, t.token)));
-    entry.insert("logprob".into(), json!(number(t.logprob)));
-    let bytes = tokenizer.token_bytes(t.token).unwrap_or_default();
-    entry.insert("bytes".into(), json!(bytes));
-    entry
+fn alternative(tokenizer: &Tokenizer, t: &TokenLogprob) -> ChatAlternative {
+    ChatAlternative {
+        token: text(tokenizer, t.token),
+        logprob: number(t.logprob),
+        bytes: tokenizer.token_bytes(t.token).unwrap_or_default().to_vec(),
+    }
 }
 
 /// Chat's `logprobs`: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
-pub fn chat(tokenizer: &Tokenizer, items: &[Logprobs]) -> Value {
-    let content: Vec<Value> = items
+pub fn chat(tokenizer: &Tokenizer, items: &[Logprobs]) -> ChatLogprobs {
+    let content = items
         .iter()
         .map(|lp| {
-            let mut entry = chat_entry(tokenizer, &lp.chosen);
-            let top: Vec<Value> = lp
-                .top
-                .iter()
-                .map(|t| Value::Object(chat_entry(tokenizer, t)))
-                .collect();
-            entry.insert("top_logprobs".into(), Value::Array(top));
-            Value::Object(entry)
+            let chosen = alternative(tokenizer, &lp.chosen);
+            ChatLogprob {
+                token: chosen.token,
+                logprob: chosen.logprob,
+                bytes: chosen.bytes,
+                top_logprobs: lp.top.iter().map(|t| alternative(tokenizer, t)).collect(),
+            }
         })
         .collect();
-    json!({ "content": content })
+    ChatLogprobs { content }
 }
 
 /// The completions endpoint's `logprobs`: `tokens`, `token_logprobs`, `top_logprobs` (a map
 /// from token text to log probability per token) and `text_offset`, each token's offset in
 /// characters into the generated text; `offset` is where these tokens start, and moves past
 /// them.
-pub fn completion(tokenizer: &Tokenizer, items: &[Logprobs], offset: &mut usize) -> Value {
-    let mut tokens = Vec::new();
-    let mut token_logprobs = Vec::new();
-    let mut top_logprobs = Vec::new();
-    let mut text_offset = Vec::new();
+pub fn completion(
+    tokenizer: &Tokenizer,
+    items: &[Logprobs],
+    offset: &mut usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
     for lp in items {
         let t = text(tokenizer, lp.chosen.token);
-        text_offset.push(*offset);
+        out.text_offset.push(*offset);
         *offset += t.chars().count();
-        tokens.push(t);
-        token_logprobs.push(number(lp.chosen.logprob));
-        let top: Map<String, Value> = lp
+        out.tokens.push(t);
+        out.token_logprobs.push(number(lp.chosen.logprob));
+        let top = lp
             .top
             .iter()
-            .map(|a| (text(tokenizer, a.token), json!(number(a.logprob))))
+            .map(|a| (text(tokenizer, a.token), number(a.logprob)))
             .collect();
-        top_logprobs.push(Value::Object(top));
+        out.top_logprobs.push(top);
     }
-    json!({
-        "tokens": tokens,
-        "token_logprobs": token_logprobs,
-        "top_logprobs": top_logprobs,
-        "text_offset": text_offset,
-    })
+    out
 }

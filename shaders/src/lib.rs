@@ -8,10 +8,9 @@
 //! [`reflect`] reads back what a kernel binds, so the runtime builds descriptor layouts from the
 //! SPIR-V itself and checks push-constant structs against the shader.
 
-mod kv_type;
 mod reflect;
 
-pub use kv_type::{KvType, UnknownKvType, Q8_BLOCK};
+pub use hearth_quant::{KvType, UnknownKvType, Q8_BLOCK};
 pub use reflect::{reflect, ReflectError, Reflection};
 
 /// One compiled kernel variant.

@@ -11,11 +11,11 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::Result;
+use hearth_engine::chat_prompt;
+use hearth_engine::sched::RequestParams;
+use hearth_engine::service::{Event, Handle, Service, ServiceOptions};
+use hearth_engine::session::{FinishReason, GenerateParams};
 use hearth_models::ChatMessage;
-use hearth_runtime::engine::chat_prompt;
-use hearth_runtime::sched::RequestParams;
-use hearth_runtime::service::{Event, Handle, Service, ServiceOptions};
-use hearth_runtime::session::{FinishReason, GenerateParams};
 
 use crate::model_args::{ModelArgs, SamplingArgs};
 use crate::DeviceChoice;
@@ -148,7 +148,9 @@ fn answer(
         n: 1,
     };
     let sink = Box::new(move |event| tx.send(event).is_ok());
-    let id = handle.submit_wait(prompt, request, sink)?;
+    let id = handle
+        .submit_wait(prompt, request, sink)
+        .map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout();
     let mut text = String::new();
     let mut cancelled = false;
@@ -173,7 +175,7 @@ fn answer(
                 }
             }
             Event::Report(_) => {}
-            Event::Failed(e) => return Err(e),
+            Event::Failed(e) => return Err(e.to_string()),
         }
     }
 }

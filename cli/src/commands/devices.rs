@@ -1,7 +1,7 @@
 //! `hearth devices`: every Vulkan device and what it can do.
 
 use anyhow::Result;
-use hearth_runtime::vk::{list_devices, DeviceInfo};
+use hearth_kernels::vk::{list_devices, DeviceInfo};
 
 use crate::output::Format;
 

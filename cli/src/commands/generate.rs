@@ -3,10 +3,10 @@
 use std::io::Write as _;
 
 use anyhow::Result;
-use hearth_runtime::kv::infinigen::IgStats;
-use hearth_runtime::kv::policy::KvPolicyKind;
-use hearth_runtime::sample::beam::BeamParams;
-use hearth_runtime::session::GenerateParams;
+use hearth_engine::sample::beam_scores::BeamParams;
+use hearth_engine::session::GenerateParams;
+use hearth_model::kv::infinigen::IgStats;
+use hearth_model::kv::policy::KvPolicyKind;
 use serde_json::json;
 
 use crate::model_args::{ModelArgs, SamplingArgs};
@@ -174,6 +174,6 @@ fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result
 }
 
 /// What InfiniGen fetched so far, when it runs.
-fn infinigen_stats(engine: &hearth_runtime::engine::Engine) -> Option<IgStats> {
+fn infinigen_stats(engine: &hearth_engine::Engine) -> Option<IgStats> {
     engine.kv_policy_stats()?.of(KvPolicyKind::Infinigen)
 }

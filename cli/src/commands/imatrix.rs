@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use hearth_runtime::quantize::imatrix::{collect, CollectOptions};
+use hearth_tools::imatrix::{collect, CollectOptions};
 
 use crate::model_args::ModelsDirArg;
 use crate::output::step_bar;

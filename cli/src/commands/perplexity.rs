@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use hearth_runtime::kv::policy::KvPolicyKind;
-use hearth_runtime::model::{Backend, Logits};
+use hearth_model::kv::policy::KvPolicyKind;
+use hearth_model::{Backend, Logits};
 use serde_json::json;
 
 use crate::model_args::{KvOffload, ModelArgs};
@@ -148,7 +148,7 @@ fn window_logits(
     window: &[u32],
     first: usize,
     decode: bool,
-) -> hearth_runtime::Result<Vec<f32>> {
+) -> hearth_engine::Result<Vec<f32>> {
     if !decode {
         let all = backend.forward(window, Logits::All)?;
         let n_vocab = all.len() / window.len();

@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use hearth_model::quantize::imatrix::ImportanceMatrix;
+use hearth_model::quantize::{quantize_model, Mix, QuantizeOptions, QuantizeReport, QuantizeStage};
 use hearth_quant::Format;
-use hearth_runtime::quantize::imatrix::ImportanceMatrix;
-use hearth_runtime::quantize::{
-    quantize_model, Mix, QuantizeOptions, QuantizeReport, QuantizeStage,
-};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::model_args::ModelsDirArg;
+use crate::model_args::{parse_format, ModelsDirArg};
 use crate::output::{emit, size};
 
 #[derive(clap::Args, Debug)]
@@ -95,15 +93,6 @@ fn formats_help() -> String {
     s
 }
 
-fn valid_formats() -> String {
-    Format::ALL.map(Format::name).join(", ")
-}
-
-pub(crate) fn parse_format(s: &str) -> Result<Format, String> {
-    Format::from_name(s)
-        .ok_or_else(|| format!("unknown format `{s}`; valid formats: {}", valid_formats()))
-}
-
 fn parse_tensor_format(s: &str) -> Result<(String, Format), String> {
     let Some((pattern, format)) = s.rsplit_once('=') else {
         return Err(format!("expected PATTERN=FMT, found `{s}`"));
@@ -173,7 +162,7 @@ pub(crate) fn quantize_to(input: &Path, output: &Path, opts: &QuantizeOptions) -
     bar.finish_and_clear();
     let report = match result {
         Ok(r) => r,
-        Err(hearth_runtime::Error::Cancelled) => {
+        Err(hearth_engine::Error::Cancelled) => {
             bail!("cancelled; {} was not written", output.display())
         }
         Err(e) => return Err(e.into()),

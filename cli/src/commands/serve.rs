@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use hearth_runtime::service::{Service, ServiceOptions};
+use hearth_engine::service::{Service, ServiceOptions};
 use hearth_server::{AppState, Model, ServerOptions};
 
 use crate::model_args::ModelArgs;

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
+use hearth_engine::session::GenerateParams;
 use hearth_models::ChatMessage;
-use hearth_runtime::session::GenerateParams;
 
 use super::{App, Generating, View};
 use crate::conversations::{Conversation, Message, Role};

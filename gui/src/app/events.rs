@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use hearth_runtime::session::FinishReason;
+use hearth_engine::session::FinishReason;
 
 use super::{App, LastRun, ModelState, Serving, View};
 use crate::conversations::{AnswerStats, Message, Role};

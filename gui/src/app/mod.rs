@@ -17,8 +17,8 @@ pub use serve::Serving;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hearth_runtime::kv::KvUsage;
-use hearth_runtime::vk::DeviceInfo;
+use hearth_kernels::vk::DeviceInfo;
+use hearth_model::kv::KvUsage;
 
 use crate::conversations::{Conversation, Message, Store};
 use crate::library::{self, LibraryEntry, ModelCard};
@@ -139,7 +139,7 @@ impl App {
         let loaded = store.load_all();
         notices.extend(loaded.errors.iter().map(|e| e.to_string()));
         let devices = if config.list_devices {
-            hearth_runtime::vk::list_devices().map_err(|e| e.to_string())
+            hearth_kernels::vk::list_devices().map_err(|e| e.to_string())
         } else {
             Ok(Vec::new())
         };

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use hearth_runtime::vk::{DeviceInfo, DeviceKind};
+use hearth_kernels::vk::{DeviceInfo, DeviceKind};
 
 use crate::app::{App, ModelState};
 use crate::library::size_label;

@@ -3,7 +3,7 @@
 
 use crate::app::App;
 use crate::settings::{InfinigenSettings, KvOffload};
-use hearth_runtime::kv::KvType;
+use hearth_model::kv::KvType;
 
 pub fn show(app: &mut App, ui: &mut egui::Ui) {
     egui::Panel::right("settings")

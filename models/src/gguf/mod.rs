@@ -152,6 +152,7 @@ impl GgufFile {
             // An empty mapping is an error on some platforms; an empty file is just truncated.
             Storage::Owned(Vec::new())
         } else {
+            #[allow(unsafe_code)]
             // SAFETY: the mapping is read-only and private to this process. Another process
             // truncating or rewriting the file while it is mapped would change the bytes under
             // us (or raise SIGBUS); that is the accepted contract of memory-mapping model files,

@@ -9,11 +9,17 @@
 //! safetensors where they pass through unchanged (most of them): `hearth convert` writes it,
 //! and running a folder parses it from memory.
 //!
-//! - [`config`]: the family (`architectures`) and the hyperparameters;
-//! - [`tensors`]: names, layouts, stacked experts, computed RoPE tensors;
-//! - [`vocab`] and [`sentencepiece`]: the vocabulary, special tokens and chat template.
+//! - `family`: the families, derived from the shipped specs' `[hf]` tables;
+//! - `config`: `config.json`, its family (`architectures`) and the hyperparameters;
+//! - `metadata` and `hooks`: the `{arch}.*` keys, common and each family's own;
+//! - `tensors`: names, layouts, stacked experts, computed RoPE tensors;
+//! - `vocab` and `sentencepiece`: the vocabulary, special tokens and chat template.
 
 mod config;
+mod family;
+mod hooks;
+mod meta;
+mod metadata;
 mod rope;
 mod sentencepiece;
 mod tensors;
@@ -51,7 +57,9 @@ pub fn converted_architecture(dir: &Path) -> Option<&'static str> {
     if !is_model_folder(dir) {
         return None;
     }
-    config::Config::read(dir).ok().map(|c| c.family.arch)
+    config::Config::read(dir)
+        .ok()
+        .map(|c| c.family.arch.as_str())
 }
 
 /// An open model folder.
@@ -76,7 +84,7 @@ impl HfFolder {
 
     /// `general.architecture` of the converted file.
     pub fn architecture(&self) -> &'static str {
-        self.config.family.arch
+        &self.config.family.arch
     }
 
     pub fn weights(&self) -> &SafetensorsWeights {
@@ -92,7 +100,7 @@ impl HfFolder {
     /// borrow the mapped weights.
     pub fn to_gguf(&self) -> Result<GgufWriter<'_>> {
         let tensors = tensors::tensors(&self.weights, &self.config)?;
-        let meta = config::metadata(&self.config)?;
+        let meta = metadata::metadata(&self.config)?;
         let mut w = GgufWriter::new();
         w.set_metadata("general.architecture", MetaValue::String(meta.arch.into()));
         w.set_metadata("general.type", MetaValue::String("model".into()));

@@ -271,7 +271,7 @@ pub(crate) fn tensors<'a>(
         let is_vector = shape.len() == 1;
         let data: Cow<'a, [u8]> = if is_vector {
             let mut v = to_f32(ty, bytes);
-            if family.norm_plus_one && gguf.ends_with("norm.weight") {
+            if family.hf.norm_plus_one && gguf.ends_with("norm.weight") {
                 v.iter_mut().for_each(|x| *x += 1.0);
             }
             Cow::Owned(f32_bytes(&v))
@@ -280,7 +280,7 @@ pub(crate) fn tensors<'a>(
         };
         let ty = if is_vector { GgmlType::F32 } else { ty };
         let heads = match gguf.rsplit('.').nth(1) {
-            _ if !family.permute_qk => None,
+            _ if !family.hf.permute_qk => None,
             Some("attn_q") => Some(n_head),
             Some("attn_k") => Some(n_head_kv),
             _ => None,

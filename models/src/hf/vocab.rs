@@ -181,7 +181,7 @@ fn sentencepiece_vocab(
             }
         }
     }
-    let phi3 = config.family.added_tokens_from_tokenizer_json;
+    let phi3 = config.family.hf.added_tokens_from_tokenizer_json;
     let decoder = tokenizer_config
         .and_then(|c| c.get("added_tokens_decoder"))
         .and_then(Value::as_object);

@@ -2,7 +2,7 @@
 // A step's tokens may belong to several sequences: token t sits at index steps[t].y of
 // row steps[t].x (after the steps[t].y it attends to), its sequence's beam table (or NO_BEAM)
 // starts at steps[t].z, and RoPE turns it by its position in the sequence, steps[t].w: the
-// index itself unless the row's pool evicted tokens (runtime/src/kv/infinigen/evict.rs).
+// index itself unless the row's pool evicted tokens (model/src/kv/infinigen/evict.rs).
 // A local layer's window counts entries back from a token's own.
 layout(binding = STEPS_BINDING) readonly buffer Steps { uvec4 steps[]; };
 layout(push_constant) uniform Push {

@@ -11,6 +11,6 @@ uint linear_index() {
 
 // F(L) for each lane L < 16, for subgroupBroadcast, which takes a constant lane: the
 // CPU-device paths that hand loads round a subgroup of at most 16 lanes (BROADCAST_LANES in
-// runtime/src/kernels/mod.rs).
+// kernels/src/mod.rs).
 #define EACH_LANE(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) \
     F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)

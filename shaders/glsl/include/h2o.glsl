@@ -1,11 +1,11 @@
 // What the H2O kernels (h2o_update.comp, h2o_lse.comp, h2o_mass.comp) share: their push
-// constants (`H2oPush` in runtime/src/kernels/h2o.rs) and the scores of one KV head's group
+// constants (`H2oPush` in kernels/src/h2o.rs) and the scores of one KV head's group
 // of query heads against a key.
 //
 // H2O's state for a layer, per cache row and KV head: `kept` [rows, n_kv, cap] holds the
 // positions it keeps, `kept_count` [rows, n_kv] of them in use and in no particular order,
 // and `mass` [rows, n_kv, n_ctx] the attention each position has received: the softmax
-// probabilities of the group's query heads, summed over the steps (runtime/src/kv/h2o.rs is
+// probabilities of the group's query heads, summed over the steps (model/src/kv/h2o.rs is
 // the reference). The including kernel defines HEAD_DIM, HD4 and GROUP.
 layout(push_constant) uniform Push {
     uint t0;            // the dispatch's first token: its row of q and of the step buffer

@@ -1,5 +1,5 @@
 // Push constants shared by the InfiniGen kernels (`IgPush` in
-// runtime/src/kernels/infinigen/mod.rs); each kernel reads the fields it needs. What differs per
+// kernels/src/infinigen/mod.rs); each kernel reads the fields it needs. What differs per
 // token (its row, index, position and budget) comes from the step buffer (ig_step.glsl), so one
 // dispatch serves every sequence of a decode step.
 layout(push_constant) uniform Push {

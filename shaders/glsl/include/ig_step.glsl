@@ -1,4 +1,4 @@
-// The tokens of a batched InfiniGen dispatch (`IgStep` in runtime/src/kernels/infinigen/mod.rs),
+// The tokens of a batched InfiniGen dispatch (`IgStep` in kernels/src/infinigen/mod.rs),
 // one per sequence of a decode step: token t is the current token of cache row `row`, at
 // entry `index` after the `index` entries it may attend to, and at position `pos` of its
 // sequence (RoPE's angle, and what the recent window counts back from; it runs ahead of

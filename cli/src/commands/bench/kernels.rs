@@ -2,7 +2,7 @@
 //! bandwidth they are bounded by (the runtime's `bench::kernels` measures).
 
 use anyhow::Result;
-use hearth_runtime::bench::{bench_kernels, KernelBenchParams};
+use hearth_tools::bench::{bench_kernels, KernelBenchParams};
 
 use crate::output::{emit, emit_json, Format};
 use crate::DeviceChoice;

@@ -6,12 +6,12 @@
 //! this module loads the engines and prints the results.
 
 use anyhow::{anyhow, Context, Result};
+use hearth_engine::Engine;
+use hearth_models::synthetic::{self, PRESETS};
 use hearth_quant::Format as QuantFormat;
-use hearth_runtime::bench::{
+use hearth_tools::bench::{
     bench_model, ModelBenchParams, ModelSource, PlacementReport, ServingParams,
 };
-use hearth_runtime::engine::Engine;
-use hearth_runtime::synthetic::{self, PRESETS};
 
 use crate::model_args::{CacheSpec, RunArgs};
 use crate::output::{emit, emit_json, print_profile, Format};

@@ -3,8 +3,8 @@
 //! runtime's `bench::serving` describes the stream), as a table or JSON.
 
 use anyhow::Result;
-use hearth_runtime::bench::{bench_serving, ServingParams};
-use hearth_runtime::engine::Engine;
+use hearth_engine::Engine;
+use hearth_tools::bench::{bench_serving, ServingParams};
 
 use crate::output::{emit, emit_json, Format};
 

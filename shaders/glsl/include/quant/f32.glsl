@@ -9,35 +9,17 @@
 //   block_levels8(blk, j, lo, hi)   stored levels q of values [8j, 8j + 8), as floats
 //   levels8(b, j, lo, hi), dequant8(b, j, lo, hi)   the same straight from memory; dequant8
 //                         rounds q * d + m exactly as quant/ does
-// The including kernel defines W_BINDING. Mirrors quant/src/formats/f32.rs.
-layout(binding = W_BINDING) readonly buffer Weights { vec4 w[]; };
-
+// A format defines QK, HAS_BASE, BLOCK_WORDS and its layout, then includes layout.glsl (the
+// weights, `Block`, and block_load and block_dm where several formats share them) and ends
+// with block.glsl (levels8, dequant8 and the default groups). The including kernel defines
+// W_BINDING. Mirrors quant/src/formats/f32.rs.
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define BLOCK_WORDS 32
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_UVEC4S(8 * b, 8, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    for (uint i = 0; i < 8; ++i) {
-        uvec4 v = floatBitsToUint(w[8 * b + i]);
-        blk[4 * i] = v.x;
-        blk[4 * i + 1] = v.y;
-        blk[4 * i + 2] = v.z;
-        blk[4 * i + 3] = v.w;
-    }
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return vec2(1.0, 0.0);
-}
+#define LAYOUT_UVEC4S
+#define FLOAT_WEIGHTS
+#define PLAIN_VALUES
+#include "quant/layout.glsl"
 
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     lo = uintBitsToFloat(uvec4(blk[8 * j], blk[8 * j + 1], blk[8 * j + 2], blk[8 * j + 3]));

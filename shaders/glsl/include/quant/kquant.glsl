@@ -7,13 +7,10 @@
 // (re-read by each of its 8 kernel blocks; it stays in cache) and the bytes of its 32 values,
 // and unpacks each value's level into a byte of words 0..7 of `Block` (value i in byte i), so
 // block_levels8 only reads bytes; words 8 and up hold what the scales need. The including
-// format declares `w` (uint[]) at W_BINDING.
+// format defines BLOCK_WORDS and block_load; layout.glsl declares `w` (uint[]) and `Block`.
 #ifndef QUANT_KQUANT
 #define QUANT_KQUANT
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-#endif
+#include "quant/layout.glsl"
 
 // Weight word i.
 uint kq_word(uint i) {

@@ -4,15 +4,11 @@
 // as f16 in word 20. value = (d * scale) * q - (dmin * min), a scale and min per 16 values,
 // so a kernel block (kquant.glsl) has two groups of 16 with (d * scale, -(dmin * min)) each.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q2_k.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = true;
 #define HAS_GROUPS
 const uint GROUP = 16;
 #define BLOCK_WORDS 10
-#define Block uint[BLOCK_WORDS]
 #include "quant/kquant.glsl"
 
 // Words 0-7 the levels, 8 d and dmin, 9 the two groups' scale-and-min bytes.

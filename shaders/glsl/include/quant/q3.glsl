@@ -2,33 +2,12 @@
 // the low two bits of value i at bits 2(i / 8) .. +2 of byte i % 8 (as Q2); then one word
 // whose bit i is bit 2 of value i.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q3.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 4
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_UVEC4S(1 * b, 1, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    uvec4 v = w[b];
-    blk[0] = v.x;
-    blk[1] = v.y;
-    blk[2] = v.z;
-    blk[3] = v.w;
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return unpackHalf2x16(blk[0]);
-}
+#define LAYOUT_UVEC4S
+#define DM_HALVES
+#include "quant/layout.glsl"
 
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     uint high = blk[3] >> (8 * j);

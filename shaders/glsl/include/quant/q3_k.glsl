@@ -5,15 +5,11 @@
 // 3-bit level, a scale per 16 values, so a kernel block (kquant.glsl) has two groups of 16
 // with (d * (scale - 32), 0) each. Super-blocks are only 2-byte aligned.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q3_k.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define HAS_GROUPS
 const uint GROUP = 16;
 #define BLOCK_WORDS 9
-#define Block uint[BLOCK_WORDS]
 #include "quant/kquant.glsl"
 
 // The 6-bit scale of group t (0..16), offset by 32 as stored, from the 12 scale bytes.

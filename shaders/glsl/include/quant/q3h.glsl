@@ -3,38 +3,12 @@
 // the low nibble of c_p (pair p < 16 in the low nibble of byte p, pair p >= 16 in the high
 // nibble of byte p - 16); words 5-7: bit planes h0, h1, h2 with bit p of h_k = bit 4 + k of c_p.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q3h.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uvec4 w[]; };
-
 const uint QK = 64;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 8
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_UVEC4S(2 * b, 2, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    uvec4 head = w[2 * b];
-    uvec4 tail = w[2 * b + 1];
-    blk[0] = head.x;
-    blk[1] = head.y;
-    blk[2] = head.z;
-    blk[3] = head.w;
-    blk[4] = tail.x;
-    blk[5] = tail.y;
-    blk[6] = tail.z;
-    blk[7] = tail.w;
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return unpackHalf2x16(blk[0]);
-}
+#define LAYOUT_UVEC4S
+#define DM_HALVES
+#include "quant/layout.glsl"
 
 // Chunk j holds pairs 4j .. 4j + 4.
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {

@@ -4,13 +4,9 @@
 // value = (d * scale) * q - (dmin * min). One kernel block is one sub-block (kquant.glsl),
 // with one (d, m) pair: (d * scale, -(dmin * min)), so q * d + m rounds as ggml's order does.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q4_k.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 10
-#define Block uint[BLOCK_WORDS]
 #include "quant/kquant.glsl"
 
 // Words 0-7 the levels, 8 d and dmin, 9 the sub-block's scale and min (bits 0-5, 8-13).

@@ -1,31 +1,12 @@
 // Q4B64: blocks of 64 values in 36 bytes (9 words): d and m as f16 in word 0, then 32 bytes of
 // nibbles; value i < 32 is the low nibble of byte i, value i + 32 the high nibble.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q4b64.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 64;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 9
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    for (uint i = 0; i < BLOCK_WORDS; ++i) {
-        blk[i] = w[BLOCK_WORDS * b + i];
-    }
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return unpackHalf2x16(blk[0]);
-}
+#define LAYOUT_WORDS
+#define DM_HALVES
+#include "quant/layout.glsl"
 
 // Chunk j: bytes 8(j % 4) .. +8, low nibbles for j < 4, high nibbles after.
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {

@@ -2,31 +2,12 @@
 // four bits as Q4B64 (value i < 32 in the low nibble of byte i, i + 32 in the high nibble);
 // words 9-10 a 64-bit plane whose bit i is bit 4 of value i.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q5.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 64;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 11
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    for (uint i = 0; i < BLOCK_WORDS; ++i) {
-        blk[i] = w[BLOCK_WORDS * b + i];
-    }
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return unpackHalf2x16(blk[0]);
-}
+#define LAYOUT_WORDS
+#define DM_HALVES
+#include "quant/layout.glsl"
 
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     uint at = 1 + 2 * (j & 3);

@@ -4,39 +4,11 @@
 // are only 2-byte aligned: a block is loaded as the 6 words that cover it, and word 6 of
 // `Block` records the byte its fields start at in the first (0 or 2).
 // Interface: see f32.glsl. Mirrors quant/src/formats/q5_0.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define BLOCK_WORDS 7
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    uint byte = 22 * b;
-    WIDE_WORDS(byte >> 2, 6, blk)
-    blk[6] = byte & 2u;
-}
-#else
-void block_load(uint b, out Block blk) {
-    uint byte = 22 * b;
-    uint at = byte >> 2;
-    for (uint i = 0; i < 6; ++i) {
-        blk[i] = w[at + i];
-    }
-    blk[6] = byte & 2u;
-}
-#endif
-
-// The four bytes of the block from its (even) byte `byte` on.
-uint block_bytes4(Block blk, uint byte) {
-    uint at = byte + blk[6];
-    uint i = at >> 2;
-    return (at & 2u) == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
-}
+#define LAYOUT_BYTES 22
+#include "quant/layout.glsl"
 
 vec2 block_dm(Block blk) {
     return vec2(unpackHalf2x16(block_bytes4(blk, 0)).x, 0.0);

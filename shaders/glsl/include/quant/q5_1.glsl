@@ -2,31 +2,12 @@
 // in word 1 whose bit i is bit 4 of value i, then 16 bytes of the low four bits (value i < 16
 // in the low nibble of byte i, i + 16 in the high nibble); value = q * d + m (GGUF Q5_1).
 // Interface: see f32.glsl. Mirrors quant/src/formats/q5_1.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 6
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    WIDE_WORDS(BLOCK_WORDS * b, BLOCK_WORDS, blk)
-}
-#else
-void block_load(uint b, out Block blk) {
-    for (uint i = 0; i < BLOCK_WORDS; ++i) {
-        blk[i] = w[BLOCK_WORDS * b + i];
-    }
-}
-#endif
-
-vec2 block_dm(Block blk) {
-    return unpackHalf2x16(blk[0]);
-}
+#define LAYOUT_WORDS
+#define DM_HALVES
+#include "quant/layout.glsl"
 
 // Chunk j: nibbles from words 2 + 2(j % 2) and the next (low for j < 2, high after), fifth
 // bits from byte j of the mask.

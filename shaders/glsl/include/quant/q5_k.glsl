@@ -3,13 +3,9 @@
 // i / 32 of byte i % 32), words 12-43 the low four bits as Q4_K's levels.
 // value = (d * scale) * q - (dmin * min); one kernel block is one sub-block, as in q4_k.glsl.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q5_k.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = true;
 #define BLOCK_WORDS 10
-#define Block uint[BLOCK_WORDS]
 #include "quant/kquant.glsl"
 
 // Words 0-7 the levels, 8 d and dmin, 9 the sub-block's scale and min (bits 0-5, 8-13).

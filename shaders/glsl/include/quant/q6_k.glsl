@@ -5,15 +5,11 @@
 // kernel block (kquant.glsl) has two groups of 16 with (d * scale, 0) each. Super-blocks are
 // only 2-byte aligned.
 // Interface: see f32.glsl. Mirrors quant/src/formats/q6_k.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define HAS_GROUPS
 const uint GROUP = 16;
 #define BLOCK_WORDS 9
-#define Block uint[BLOCK_WORDS]
 #include "quant/kquant.glsl"
 
 // Words 0-7 the levels q (0..63), 8 d (bits 0-15) and the two groups' scales (bytes 2, 3).

@@ -3,37 +3,11 @@
 // it, and word 9 of `Block` records whether it starts halfway into the first (then every
 // field is shifted down 16 bits).
 // Interface: see f32.glsl. Mirrors quant/src/formats/q8.rs.
-#include "quant/unpack.glsl"
-layout(binding = W_BINDING) readonly buffer Weights { uint w[]; };
-
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define BLOCK_WORDS 10
-#define Block uint[BLOCK_WORDS]
-
-#ifdef WIDE_LOADS
-#include "quant/wide.glsl"
-
-void block_load(uint b, out Block blk) {
-    uint byte = 34 * b;
-    WIDE_WORDS(byte >> 2, 9, blk)
-    blk[9] = byte & 2u;
-}
-#else
-void block_load(uint b, out Block blk) {
-    uint byte = 34 * b;
-    uint at = byte >> 2;
-    for (uint i = 0; i < 9; ++i) {
-        blk[i] = w[at + i];
-    }
-    blk[9] = byte & 2u;
-}
-#endif
-
-// Word i of the block's own bytes (byte 4i onwards).
-uint block_word(Block blk, uint i) {
-    return blk[9] == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
-}
+#define LAYOUT_BYTES 34
+#include "quant/layout.glsl"
 
 vec2 block_dm(Block blk) {
     return vec2(unpackHalf2x16(block_word(blk, 0)).x, 0.0);

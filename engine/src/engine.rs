@@ -1,0 +1,467 @@
+//! The public API every frontend uses: load a model file onto a device (or the CPU
+//! reference) with progress, then tokenize, render chats and generate with streaming.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hearth_models::{
+    resolve_with, ChatMessage, ChatOptions, ChatTemplate, EncodeOptions, GgufFile, ModelSpec,
+    Tokenizer,
+};
+
+use crate::sample::beam_scores::{BeamParams, Hypothesis};
+use crate::sched::Scheduler;
+use crate::session::{GenerateParams, Generation, Session};
+use hearth_kernels::vk::{Device, DeviceDesc};
+use hearth_kernels::WeightFormat;
+use hearth_model::kv::infinigen::evict::PoolCapacity;
+use hearth_model::kv::infinigen::{self, IgParams, Skew};
+use hearth_model::kv::policy::{KvPolicyChoice, KvPolicyStats};
+use hearth_model::kv::KvBudget;
+use hearth_model::kv::{KvPlacement, KvType, KvUsage};
+use hearth_model::Result;
+use hearth_model::{Backend, ModelConfig, ProgressFn};
+use hearth_reference::CpuModel;
+use hearth_vulkan::{VkModel, VkModelOptions};
+
+/// Where the model runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A Vulkan device.
+    #[default]
+    Vulkan,
+    /// The plain f32 CPU reference (slow; for checking results).
+    Cpu,
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub backend: BackendKind,
+    /// Vulkan device index; `None` picks the best device.
+    pub device: Option<usize>,
+    /// Khronos validation layer on.
+    pub validate: bool,
+    /// Context length; `None` uses the model's training context, capped at 4096.
+    pub n_ctx: Option<usize>,
+    /// Sequences the KV cache serves at once (the scheduler's batch).
+    pub n_seq: usize,
+    /// KV pool size; `None`: every sequence at full context, within what fits after the weights.
+    pub kv_budget: Option<KvBudget>,
+    /// Where the KV blocks live (`--kv-offload none|full`).
+    pub kv_placement: KvPlacement,
+    /// How K and V are stored (`--kv-type`), by either backend.
+    pub kv_type: KvType,
+    /// Most tokens per prefill submission.
+    pub max_chunk: usize,
+    /// Time every kernel (Vulkan), reported by `Backend::profile`.
+    pub profile: bool,
+    /// InfiniGen decode attention (`--kv-offload infinigen`).
+    pub infinigen: Option<InfinigenOptions>,
+    /// H2O heavy-hitter eviction (`--kv-offload h2o`); not together with `infinigen`.
+    pub h2o: Option<H2oOptions>,
+    /// A spec of the user's (`--spec FILE`) in place of the shipped one for the file's
+    /// architecture.
+    pub spec: Option<ModelSpec>,
+    /// Quantize the weights to this format while loading (`--load-format`): a Hugging Face
+    /// folder's f16 or bf16 weights, or a GGUF file's, re-encoded as `hearth quantize` would.
+    pub load_format: Option<hearth_quant::Format>,
+}
+
+/// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
+#[derive(Clone, Debug, Default)]
+pub struct InfinigenOptions {
+    /// Fraction of head_dim kept as partial columns; `None`: the model's default
+    /// ([`IgParams::defaults`]: 0.2, and at least 32 columns).
+    pub partial_ratio: Option<f32>,
+    /// `None`: the model's default (5 for RoPE models, 4 otherwise, raised on heads narrower
+    /// than 128).
+    pub alpha: Option<f32>,
+    /// Most tokens fetched, as a fraction of the context so far; `None`: 0.2.
+    pub budget: Option<f32>,
+    /// The newest tokens always fetched besides; `None`: 32.
+    pub recent: Option<usize>,
+    /// A text file to calibrate skewing on; `None`: the text Hearth ships.
+    pub calibration: Option<PathBuf>,
+    /// Most tokens a sequence's pool holds (evicting past that); `None`: the whole context.
+    pub pool_capacity: Option<PoolCapacity>,
+    /// Each layer's fetch apart from the previous layer's kernels (for measuring the overlap).
+    pub serial_fetch: bool,
+}
+
+impl InfinigenOptions {
+    /// The settings for a model with (or without) RoPE, heads of `head_dim` and a context of
+    /// `n_ctx`.
+    pub fn params(&self, rope: bool, head_dim: usize, n_ctx: usize) -> IgParams {
+        let d = IgParams::defaults(rope, head_dim);
+        IgParams {
+            partial_ratio: self.partial_ratio.unwrap_or(d.partial_ratio),
+            alpha: self.alpha.unwrap_or(d.alpha),
+            budget: self.budget.unwrap_or(d.budget),
+            recent: self.recent.unwrap_or(d.recent),
+            pool_capacity: self.pool_capacity.map(|c| c.tokens(n_ctx)),
+            serial_fetch: self.serial_fetch,
+            ..d
+        }
+    }
+}
+
+/// H2O's settings as the user gives them: InfiniGen's budget, so the two compare.
+#[derive(Clone, Debug, Default)]
+pub struct H2oOptions {
+    /// Most tokens kept per KV head, as a fraction of the context so far; `None`: 0.2.
+    pub budget: Option<f32>,
+}
+
+impl H2oOptions {
+    /// InfiniGen's budget, floor and dense layers (alpha and partial ratio go unused).
+    pub fn params(&self, rope: bool) -> IgParams {
+        let d = IgParams::paper(rope);
+        IgParams {
+            budget: self.budget.unwrap_or(d.budget),
+            ..d
+        }
+    }
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Vulkan,
+            device: None,
+            validate: false,
+            n_ctx: None,
+            n_seq: 1,
+            kv_budget: None,
+            kv_placement: KvPlacement::Device,
+            kv_type: KvType::default(),
+            max_chunk: 256,
+            profile: false,
+            infinigen: None,
+            h2o: None,
+            spec: None,
+            load_format: None,
+        }
+    }
+}
+
+/// Facts about the loaded model, for reports and benchmarks.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    /// `general.name`, or the file name.
+    pub name: String,
+    pub architecture: String,
+    pub config: ModelConfig,
+    pub n_params: u64,
+    /// Bytes of the file's tensor data (what llama-bench calls model_size).
+    pub file_bytes: u64,
+    /// Bytes of weights as the backend holds them.
+    pub loaded_bytes: u64,
+    /// Bytes of weight matrices per format as the backend holds them, most first.
+    pub weight_formats: Vec<(WeightFormat, u64)>,
+    /// Where it runs ("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU reference").
+    pub device: String,
+    /// How the KV cache stores K and V.
+    pub kv_type: KvType,
+    pub backend: BackendKind,
+}
+
+pub struct Engine {
+    info: ModelInfo,
+    /// Shared with whoever tokenizes for the engine on other threads (`hearth serve`).
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    session: Session,
+    /// Tokens the session's KV pool holds, when it evicts (`--kv-pool-capacity`).
+    pool_capacity: Option<usize>,
+}
+
+/// Token ids of a conversation rendered with `template`, ending with the opening of an
+/// assistant turn.
+pub fn chat_prompt(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+) -> Result<Vec<u32>> {
+    let options = ChatOptions::for_tokenizer(tokenizer, true);
+    let text = template.render(messages, &options)?;
+    // The template writes BOS itself where the model wants one.
+    let encode = EncodeOptions {
+        add_special: false,
+        parse_special: true,
+    };
+    Ok(tokenizer.encode_with(&text, encode))
+}
+
+impl Engine {
+    /// Opens `path` (a GGUF file or a Hugging Face folder), loads its weights to the backend
+    /// and builds the tokenizer and chat template. `progress` sees the loading (and any
+    /// quantizing at load) advance and may cancel it.
+    pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
+        let file = hearth_models::open_model(path)?;
+        let file = match options.load_format {
+            Some(format) => {
+                let opts = hearth_model::quantize::QuantizeOptions::new(format);
+                hearth_model::quantize::quantize_in_memory(&file, &opts, &mut |p| {
+                    progress(hearth_model::LoadProgress {
+                        tensor: p.tensor,
+                        done_bytes: p.done_bytes,
+                        total_bytes: p.total_bytes,
+                    })
+                })?
+            }
+            None => file,
+        };
+        Self::load_file(file, options, progress)
+    }
+
+    /// [`load`](Self::load) for a file already open, or built in memory (`synthetic`). The
+    /// file is dropped when loading ends: afterwards only the backend holds the weights.
+    pub fn load_file(
+        file: GgufFile,
+        options: &EngineOptions,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let path = &file.path().to_path_buf();
+        let model = resolve_with(&file, options.spec.as_ref())?;
+        let config = ModelConfig::from_resolved(&file, &model)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::from_gguf(&file)?;
+        let n_ctx = match options.n_ctx {
+            Some(0) => return Err(hearth_model::Error::options("n_ctx", "must be at least 1")),
+            Some(n) => n,
+            None => config.n_ctx_train.min(4096),
+        };
+        if options.infinigen.is_some() && options.h2o.is_some() {
+            return Err(hearth_model::Error::options(
+                "kv-offload",
+                "infinigen and h2o cannot run together",
+            ));
+        }
+        let ig_params = options
+            .infinigen
+            .as_ref()
+            .map(|ig| ig.params(config.rope.is_some(), config.head_dim, n_ctx));
+        let pool_capacity = ig_params.and_then(|p| p.pool_capacity);
+        let n_params = config.n_params(model.tensors.tied_embeddings);
+        type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
+        let (mut backend, device, weight_formats): Loaded = match options.backend {
+            BackendKind::Vulkan => {
+                let device = open_device(options)?;
+                let vk_options = VkModelOptions {
+                    n_ctx,
+                    n_seq: options.n_seq,
+                    // A pool capacity sizes the pool unless the budget says otherwise.
+                    kv_budget: options.kv_budget.or_else(|| {
+                        let tokens = pool_capacity? * options.n_seq;
+                        Some(KvBudget::Tokens(tokens))
+                    }),
+                    kv_placement: options.kv_placement,
+                    kv_type: options.kv_type,
+                    max_chunk: options.max_chunk,
+                    profile: options.profile,
+                };
+                let m = VkModel::load(&device, &file, &model, vk_options, progress)?;
+                let formats = m.weight_formats();
+                (Box::new(m), device.info().name.clone(), formats)
+            }
+            BackendKind::Cpu => {
+                hearth_model::kv::check_kv_type(options.kv_type, config.head_dim)?;
+                let mut m = CpuModel::load(&file, &model, n_ctx, progress)?;
+                m.set_kv_type(options.kv_type);
+                let formats = vec![(WeightFormat::F32, n_params * 4)];
+                (Box::new(m), "CPU reference".to_string(), formats)
+            }
+        };
+        if let Some(h2o) = &options.h2o {
+            backend.set_kv_policy(KvPolicyChoice::H2o(h2o.params(config.rope.is_some())))?;
+        }
+        if let (Some(ig), Some(params)) = (&options.infinigen, ig_params) {
+            let text = match &ig.calibration {
+                Some(p) => std::fs::read_to_string(p).map_err(|e| hearth_model::Error::io(p, e))?,
+                None => infinigen::CALIBRATION_TEXT.to_string(),
+            };
+            let skew = skew_for(&file, &model, &tokenizer, &text, backend.as_mut())?;
+            let skew = &skew;
+            backend.set_kv_policy(KvPolicyChoice::Infinigen { skew, params })?;
+        }
+        let name = file
+            .get::<&str>("general.name")?
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            name,
+            architecture: model.architecture.clone(),
+            n_params,
+            config,
+            file_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
+            loaded_bytes: weight_formats.iter().map(|(_, b)| b).sum(),
+            weight_formats,
+            device,
+            kv_type: options.kv_type,
+            backend: options.backend,
+        };
+        Ok(Self {
+            info,
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
+            session: Session::new(backend),
+            pool_capacity,
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The tokenizer and chat template, for threads that prepare requests while the engine
+    /// runs (a server's handlers).
+    pub fn text_tools(&self) -> (Arc<Tokenizer>, Arc<ChatTemplate>) {
+        (self.tokenizer.clone(), self.template.clone())
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Token ids of a plain-text prompt (with BOS where the model asks for it).
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
+        self.tokenizer.encode(text)
+    }
+
+    /// Token ids of a conversation rendered with the model's chat template, ending with the
+    /// opening of an assistant turn.
+    pub fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        chat_prompt(&self.tokenizer, &self.template, messages)
+    }
+
+    /// What the KV policy (InfiniGen, H2O) read so far, when a sparse one runs.
+    pub fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
+        self.session.backend().kv_policy_stats()
+    }
+
+    /// Blocks of the paged KV cache in use and free (executors with batched steps).
+    pub fn kv_usage(&self) -> Option<KvUsage> {
+        self.session.backend().as_batched().map(|m| m.kv().usage())
+    }
+
+    /// Pool eviction moves one sequence's K/V within its row, which rows sharing blocks (the
+    /// scheduler's prefix sharing, beams) cannot allow.
+    fn one_sequence_only(&self, what: &str) -> Result<()> {
+        match self.pool_capacity {
+            Some(tokens) => Err(hearth_model::Error::options(
+                "kv-pool-capacity",
+                format!("{what} is not available with an evicting pool ({tokens} tokens)"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A continuous-batching scheduler over the model's KV cache (the session's cache is
+    /// emptied). Needs the Vulkan backend.
+    pub fn scheduler(&mut self) -> Result<Scheduler<'_>> {
+        self.one_sequence_only("batching")?;
+        let model = self
+            .session
+            .fresh_backend()
+            .as_batched_mut()
+            .ok_or_else(|| {
+                hearth_model::Error::options("backend", "batching needs a Vulkan device")
+            })?;
+        Ok(Scheduler::new(model, &self.tokenizer))
+    }
+
+    /// Beam search from `prompt` over the indirect KV cache (needs `n_seq` >= the beam
+    /// width); on the CPU reference, the copying reference search.
+    pub fn beam_search(&mut self, prompt: &[u32], params: &BeamParams) -> Result<Vec<Hypothesis>> {
+        self.one_sequence_only("beam search")?;
+        let tokenizer = &self.tokenizer;
+        let eos = |t| tokenizer.is_end_of_generation(t);
+        let backend = self.session.fresh_backend();
+        match backend.as_batched_mut() {
+            Some(model) => crate::beam_search::search(model, prompt, params, eos),
+            None => Err(hearth_model::Error::options(
+                "beams",
+                "beam search needs a Vulkan device",
+            )),
+        }
+    }
+
+    /// Generates a continuation of `prompt` (the whole token sequence; a cached prefix is
+    /// reused), streaming text to `on_text` until it returns `false`.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        self.session
+            .generate(&self.tokenizer, prompt, params, on_text)
+    }
+}
+
+fn open_device(options: &EngineOptions) -> Result<Arc<Device>> {
+    Ok(Device::new(DeviceDesc {
+        index: options.device,
+        validation: options.validate,
+    })?)
+}
+
+/// The skew matrices for `file`: from the cache beside the model when they were computed for
+/// the same file and calibration text, otherwise computed (on `backend` when it is the CPU
+/// reference, else on a CPU reference loaded for it) and cached.
+fn skew_for(
+    file: &GgufFile,
+    model: &hearth_models::ResolvedModel,
+    tokenizer: &Tokenizer,
+    text: &str,
+    backend: &mut (dyn Backend + Send),
+) -> Result<Skew> {
+    let config = backend.config().clone();
+    let tokens = tokenizer.encode(text);
+    if tokens.len() < 16 {
+        return Err(hearth_model::Error::options(
+            "calibration",
+            format!("{} tokens; at least 16 are needed", tokens.len()),
+        ));
+    }
+    let tokens = &tokens[..tokens.len().min(config.n_ctx_train.min(2048))];
+    let key = infinigen::skew_key(file.bytes(), tokens);
+    let path = infinigen::skew_cache_path(file.path());
+    if let Some(p) = &path {
+        if let Some(skew) = Skew::load(p, key, &config) {
+            tracing::info!("skew matrices from {}", p.display());
+            return Ok(skew);
+        }
+    }
+    tracing::info!(
+        "computing skew matrices from {} calibration tokens",
+        tokens.len()
+    );
+    let calibration = match backend.as_any_mut().downcast_mut::<CpuModel>() {
+        Some(cpu) if cpu.n_ctx() >= tokens.len() => cpu.calibrate(tokens)?,
+        _ => CpuModel::load(file, model, tokens.len(), &mut |_| true)?.calibrate(tokens)?,
+    };
+    let skew = Skew::from_calibration(&config, &calibration)?;
+    if let Some(Err(e)) = path.map(|p| skew.save(&p, key)) {
+        tracing::warn!("could not cache the skew matrices: {e}");
+    }
+    Ok(skew)
+}

@@ -1,0 +1,15 @@
+//! Hearth's engine: a model file loaded onto an executor (the Vulkan one, or the CPU
+//! reference) with its tokenizer and chat template ([`Engine`]), one conversation's generation
+//! loop (`session`), sampling (`sample`), continuous batching (`sched`), beam search
+//! (`beam_search`), and the engine on a thread of its own taking requests from the server,
+//! the chat and the app (`service`).
+
+pub mod beam_search;
+mod engine;
+pub mod sample;
+pub mod sched;
+pub mod service;
+pub mod session;
+
+pub use engine::*;
+pub use hearth_model::{Error, Result};

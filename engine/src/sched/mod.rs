@@ -1,0 +1,262 @@
+//! Continuous batching (Orca's iteration-level scheduling, Inferflow's AddQuery / Infer):
+//! requests join and leave the running batch at every step.
+//!
+//! Each step runs one batched forward pass over the paged KV cache: every running sequence
+//! in decode contributes its next token, and sequences still reading their prompt fill the
+//! rest of the step's token budget with a chunk of it, so a long prompt never stalls the
+//! decodes. A finished sequence gives its row back at once; its blocks stay as a prefix cache
+//! (a later request sharing the prompt, or the next turn of a chat, reuses them) until
+//! anything else needs the room. A new sequence shares the longest cached prefix it finds
+//! (copy on write). When blocks run out, the newest running sequence is preempted: its
+//! blocks are freed and it is recomputed later from its tokens. A request that could never
+//! fit is refused when it is added.
+
+mod output;
+mod request;
+mod rows;
+
+pub use request::{RequestId, RequestParams, SeqTimes, TokenEvent};
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use hearth_models::Tokenizer;
+
+use crate::sample::TokenStream;
+use hearth_model::kv::{blocks_for, OutOfBlocks};
+use hearth_model::{BatchedBackend, Logits, SeqStep};
+use hearth_model::{Error, Result};
+use rows::Row;
+
+/// Where a sequence stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Not in a cache row yet (new, or preempted).
+    Waiting,
+    /// In a row, computing tokens[computed..].
+    Running,
+    Done,
+}
+
+/// One completion of one request.
+struct Sequence {
+    request: RequestId,
+    sample: usize,
+    phase: Phase,
+    row: usize,
+    /// Prompt and generated tokens so far, and what continues them.
+    stream: TokenStream,
+    /// Tokens whose K/V the row holds.
+    computed: usize,
+    /// A sequence of the same request to wait for, so this one shares its prompt's blocks.
+    after: Option<usize>,
+    /// Order of (re)admission; the newest is preempted first.
+    admitted: u64,
+    times: SeqTimes,
+    cancelled: bool,
+}
+
+impl Sequence {
+    fn tokens(&self) -> &[u32] {
+        self.stream.tokens()
+    }
+}
+
+pub struct Scheduler<'a> {
+    model: &'a mut dyn BatchedBackend,
+    tokenizer: &'a Tokenizer,
+    seqs: Vec<Sequence>,
+    rows: Vec<Row>,
+    waiting: VecDeque<usize>,
+    next_request: u64,
+    clock: u64,
+    /// Tokens reused from cached prefixes, for reports.
+    reused_tokens: usize,
+    preemptions: usize,
+    /// Most sequences running at once (at most the cache's rows).
+    max_running: usize,
+}
+
+impl<'a> Scheduler<'a> {
+    /// A scheduler over every row of `model`'s KV cache, which it takes over (emptied).
+    pub fn new(model: &'a mut dyn BatchedBackend, tokenizer: &'a Tokenizer) -> Self {
+        let rows = model.kv().shape().rows;
+        for row in 0..rows {
+            model.kv_mut().clear(row);
+        }
+        Self {
+            model,
+            tokenizer,
+            seqs: Vec::new(),
+            rows: vec![Row::Free; rows],
+            waiting: VecDeque::new(),
+            next_request: 0,
+            clock: 0,
+            reused_tokens: 0,
+            preemptions: 0,
+            max_running: rows,
+        }
+    }
+
+    /// Runs at most `n` sequences at once (at least 1, at most the cache's rows).
+    pub fn set_max_running(&mut self, n: usize) {
+        self.max_running = n.clamp(1, self.rows.len());
+    }
+
+    pub fn model(&self) -> &dyn BatchedBackend {
+        &*self.model
+    }
+
+    /// Queues a request; it joins the running batch at a coming step. A request that could
+    /// never fit the context or the KV pool is refused here.
+    pub fn add_request(&mut self, prompt: &[u32], params: &RequestParams) -> Result<RequestId> {
+        let g = &params.generate;
+        params.check(prompt, self.model.kv().shape().n_ctx)?;
+        let c = self.model.config();
+        if let Some(&id) = prompt.iter().find(|&&t| t as usize >= c.n_vocab) {
+            return Err(Error::BadToken {
+                id,
+                n_vocab: c.n_vocab,
+            });
+        }
+        // Even alone, with every other sequence's blocks freed, it would not fit.
+        let free = self.model.kv().pool().capacity();
+        let needed = blocks_for(prompt.len() + g.max_tokens.unwrap_or(0).max(1));
+        if needed > free {
+            return Err(OutOfBlocks { needed, free }.into());
+        }
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        let now = Instant::now();
+        let first = self.seqs.len();
+        for i in 0..params.n {
+            // Without `max_tokens`, `sample` ends the stream when the context is full.
+            let mut g = g.clone();
+            g.sampler.seed = g.sampler.seed.wrapping_add(i as u64);
+            self.waiting.push_back(self.seqs.len());
+            self.seqs.push(Sequence {
+                request: id,
+                sample: i,
+                phase: Phase::Waiting,
+                row: 0,
+                stream: TokenStream::new(prompt, &g),
+                computed: 0,
+                after: (i > 0).then_some(first),
+                admitted: 0,
+                times: SeqTimes {
+                    added: now,
+                    first_token: None,
+                    finished: None,
+                    generated: 0,
+                    prompt: prompt.len(),
+                    reused: 0,
+                },
+                cancelled: false,
+            });
+        }
+        Ok(id)
+    }
+
+    /// Ends a request's completions; each gets a last event with `Cancelled` at the next step.
+    pub fn cancel(&mut self, id: RequestId) {
+        for s in self.seqs.iter_mut().filter(|s| s.request == id) {
+            if s.phase != Phase::Done {
+                s.cancelled = true;
+            }
+        }
+    }
+
+    /// Sequences not finished yet (running or waiting).
+    pub fn pending(&self) -> usize {
+        self.seqs.iter().filter(|s| s.phase != Phase::Done).count()
+    }
+
+    /// Sequences in a cache row now.
+    pub fn running(&self) -> usize {
+        self.seqs
+            .iter()
+            .filter(|s| s.phase == Phase::Running)
+            .count()
+    }
+
+    /// KV blocks the running sequences hold. Blocks only cached prefixes hold are free to
+    /// take, so they are not counted: with nothing running this is 0.
+    pub fn blocks_running(&self) -> usize {
+        let rows = self
+            .rows
+            .iter()
+            .enumerate()
+            .filter_map(|(r, row)| match row {
+                Row::Busy(_) => Some(r),
+                _ => None,
+            });
+        self.model.kv().blocks_of(rows)
+    }
+
+    /// Prompt tokens taken from cached prefixes instead of being computed.
+    pub fn reused_tokens(&self) -> usize {
+        self.reused_tokens
+    }
+
+    pub fn preemptions(&self) -> usize {
+        self.preemptions
+    }
+
+    /// Timings of completion `sample` of request `id`.
+    pub fn times_of(&self, id: RequestId, sample: usize) -> Option<SeqTimes> {
+        self.seqs
+            .iter()
+            .find(|s| s.request == id && s.sample == sample)
+            .map(|s| s.times)
+    }
+
+    /// Timings of every completion of `id`.
+    pub fn times(&self, id: RequestId) -> Vec<SeqTimes> {
+        self.seqs
+            .iter()
+            .filter(|s| s.request == id)
+            .map(|s| s.times)
+            .collect()
+    }
+
+    /// Forgets finished requests' bookkeeping (their cached prefixes stay).
+    pub fn forget_finished(&mut self) {
+        if self.seqs.iter().all(|s| s.phase == Phase::Done) {
+            self.seqs.clear();
+            self.waiting.clear();
+        }
+    }
+
+    /// Runs one step: admits waiting sequences, runs one batched forward pass, samples, and
+    /// returns what each completion produced. Returns no events when nothing is pending.
+    pub fn step(&mut self) -> Result<Vec<TokenEvent>> {
+        let mut events = Vec::new();
+        self.finish_cancelled(&mut events);
+        self.admit();
+        let plan = self.plan()?;
+        if plan.is_empty() {
+            return Ok(events);
+        }
+        let steps: Vec<SeqStep> = plan
+            .iter()
+            .map(|&(i, n)| {
+                let s = &self.seqs[i];
+                SeqStep {
+                    row: s.row,
+                    tokens: &s.tokens()[s.computed..s.computed + n],
+                    logits: (s.computed + n == s.tokens().len()).then_some(Logits::Last),
+                    beam: None,
+                }
+            })
+            .collect();
+        let logits = self.model.step_batch(&steps)?;
+        let now = Instant::now();
+        for (&(i, n), logits) in plan.iter().zip(logits) {
+            self.seqs[i].computed += n;
+            if !logits.is_empty() {
+                self.sample(i, &logits, now, &mut events);
+            }
+        }
+        Ok(events)
+    }
+}

@@ -1,0 +1,212 @@
+//! Text generation over a [`Backend`]: feed a prompt, sample, stream text, stop.
+//!
+//! A session remembers which tokens its KV cache holds. Each request passes the whole token
+//! sequence (for a chat, the rendered conversation so far); the session keeps the longest
+//! common prefix cached and feeds only the rest, so a multi-turn chat never recomputes earlier
+//! turns, and editing an earlier message recomputes from the edit on.
+
+use std::time::{Duration, Instant};
+
+use hearth_models::Tokenizer;
+use serde::Serialize;
+
+pub use crate::sample::{FinishReason, GenerateParams};
+use crate::sample::{Sampled, TokenStream};
+use hearth_model::Result;
+use hearth_model::{Backend, Logits};
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Timings {
+    /// Prompt tokens computed (those not already cached).
+    pub prompt_tokens: usize,
+    /// Prompt tokens reused from the cache.
+    pub cached_tokens: usize,
+    #[serde(serialize_with = "as_ms")]
+    pub prompt: Duration,
+    pub generated_tokens: usize,
+    /// From the first generated token's step to the last.
+    #[serde(serialize_with = "as_ms")]
+    pub generation: Duration,
+}
+
+fn as_ms<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+impl Timings {
+    pub fn prompt_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt.as_secs_f64().max(1e-9)
+    }
+
+    /// Decode speed: every generated token after the first costs one step.
+    pub fn generation_tokens_per_second(&self) -> f64 {
+        self.generated_tokens.saturating_sub(1) as f64 / self.generation.as_secs_f64().max(1e-9)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The text shown to the user (stop strings removed).
+    pub text: String,
+    /// Generated token ids, including a final end-of-generation token.
+    pub tokens: Vec<u32>,
+    pub finish: FinishReason,
+    pub timings: Timings,
+}
+
+/// One model with its KV cache and the tokens the cache holds.
+pub struct Session {
+    backend: Box<dyn Backend + Send>,
+    /// Tokens at positions 0..cached.len(); the backend may hold more after
+    /// [`backend_at`](Session::backend_at), which the next use drops.
+    cached: Vec<u32>,
+}
+
+impl Session {
+    pub fn new(backend: Box<dyn Backend + Send>) -> Self {
+        Self {
+            backend,
+            cached: Vec::new(),
+        }
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+
+    /// Empties the cache and hands out the backend for direct use (benchmarks, perplexity);
+    /// the session treats the cache as empty afterwards.
+    pub fn fresh_backend(&mut self) -> &mut dyn Backend {
+        self.cached.clear();
+        self.backend.truncate(0);
+        &mut *self.backend
+    }
+
+    /// Hands out the backend with the cache holding `prefix` (the part already cached is
+    /// kept, the rest runs), for direct use past it: benchmarks at a depth run the depth once.
+    /// The session then counts only `prefix` as cached.
+    pub fn backend_at(&mut self, prefix: &[u32]) -> Result<&mut dyn Backend> {
+        let keep = self.keep_prefix(prefix, prefix.len());
+        if keep < prefix.len() {
+            self.backend.forward(&prefix[keep..], Logits::Last)?;
+        }
+        self.cached = prefix.to_vec();
+        Ok(&mut *self.backend)
+    }
+
+    /// Cuts the cache back to what it shares with `tokens`, at most `limit` tokens, and
+    /// returns how many it kept.
+    fn keep_prefix(&mut self, tokens: &[u32], limit: usize) -> usize {
+        let keep = common_prefix(&self.cached, tokens)
+            .min(limit)
+            .min(self.backend.len());
+        self.backend.truncate(keep);
+        // An evicting pool may not go back that far and start over instead.
+        let keep = self.backend.len();
+        self.cached.truncate(keep);
+        keep
+    }
+
+    /// Tokens in the KV cache.
+    pub fn cached(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Empties the cache.
+    pub fn clear(&mut self) {
+        self.cached.clear();
+        self.backend.truncate(0);
+    }
+
+    /// Generates a continuation of `prompt` (the whole sequence, not just a new turn),
+    /// streaming text to `on_text`; returning `false` from it stops generation.
+    pub fn generate(
+        &mut self,
+        tokenizer: &Tokenizer,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        self.generate_tokens(tokenizer, prompt, params, &mut |step| match step {
+            Step::Token(next) => next.text.is_empty() || on_text(&next.text),
+            Step::Tail(tail) => on_text(tail),
+        })
+    }
+
+    /// [`generate`](Self::generate), reporting every sampled token (its id, text and log
+    /// probabilities) and then the held-back text; returning `false` from a token stops
+    /// generation.
+    pub fn generate_tokens(
+        &mut self,
+        tokenizer: &Tokenizer,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_step: &mut dyn FnMut(Step<'_>) -> bool,
+    ) -> Result<Generation> {
+        let n_ctx = self.backend.n_ctx();
+        params.check(prompt, n_ctx)?;
+
+        // Reuse the cached prefix; at least one token must run to produce logits.
+        let keep = self.keep_prefix(prompt, prompt.len() - 1);
+
+        let start = Instant::now();
+        let new = &prompt[keep..];
+        let mut logits = self.backend.forward(new, Logits::Last)?;
+        self.cached.extend_from_slice(new);
+        let mut timings = Timings {
+            prompt_tokens: new.len(),
+            cached_tokens: keep,
+            prompt: start.elapsed(),
+            ..Timings::default()
+        };
+
+        let mut stream = TokenStream::new(prompt, params);
+        let mut text = String::new();
+        let gen_start = Instant::now();
+        let finish = loop {
+            // Only `max_tokens: Some(0)` ends here: later tokens end below, in the stream.
+            if stream.at_max_tokens() {
+                break FinishReason::Length;
+            }
+            let next = stream.sample(tokenizer, &logits);
+            text.push_str(&next.text);
+            if !on_step(Step::Token(&next)) {
+                break FinishReason::Cancelled;
+            }
+            if let Some(reason) = next.finish {
+                break reason;
+            }
+            if self.backend.len() >= n_ctx {
+                break FinishReason::Length;
+            }
+            logits = self.backend.forward(&[next.token], Logits::Last)?;
+            self.cached.push(next.token);
+        };
+        let tail = stream.finish(finish);
+        if !tail.is_empty() {
+            on_step(Step::Tail(&tail));
+            text.push_str(&tail);
+        }
+        let tokens = stream.into_generated();
+        timings.generated_tokens = tokens.len();
+        timings.generation = gen_start.elapsed();
+        Ok(Generation {
+            text,
+            tokens,
+            finish,
+            timings,
+        })
+    }
+}
+
+/// What [`Session::generate_tokens`] reports as it goes.
+pub enum Step<'a> {
+    /// A sampled token.
+    Token(&'a Sampled),
+    /// Text held back until the end (an incomplete character, a possible stop string's start).
+    Tail(&'a str),
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,266 @@
+//! Each model family against Hugging Face transformers. `scripts/conformance/build` makes, per
+//! family, a small random-weight model from that family's config with transformers, converts it
+//! to GGUF with llama.cpp's own converter (so tensor names and metadata are those of real GGUF
+//! files), and records transformers' f32 logits at every position of a fixed token sequence:
+//! a 64-token prompt and 16 more tokens. Hearth runs the prompt as one step and the rest as 16
+//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference, and must match
+//! at every position: the largest absolute difference of the logits and the largest KL
+//! divergence of the next-token distributions are printed and bounded.
+//!
+//! The same tokenizer that transformers uses (built from llama.cpp's vocabulary file for the
+//! family) gives the ids of a few texts; Hearth's tokenizer, built from the GGUF file, must give
+//! the same ids.
+
+use std::path::Path;
+
+use hearth_engine::{BackendKind, Engine, EngineOptions};
+use hearth_kernels::vk::{Device, DeviceDesc};
+use hearth_model::kv::KvType;
+use hearth_model::Logits;
+use hearth_models::synthetic::Llama3Rope;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    tokens: Vec<u32>,
+    prompt: usize,
+    decode: usize,
+    n_vocab: usize,
+    tokenized: Vec<Tokenized>,
+    /// False where llama.cpp's file leaves out something transformers runs (Mistral's
+    /// window): only the folder is checked against the logits.
+    #[serde(default = "yes")]
+    gguf_runs: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+struct Tokenized {
+    text: String,
+    ids: Vec<u32>,
+}
+
+/// Both bounds hold at every position. The models compute in f32 on both sides, from the same
+/// f32 weights: only the order of operations differs.
+const MAX_ABS: f32 = 1e-5;
+const MAX_KL: f64 = 1e-10;
+
+/// Little-endian f32 values.
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// KL(p || q) of the softmax distributions of two logit rows, in nats.
+fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |l: &[f32]| -> Vec<f64> {
+        let max = l.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+        let sum: f64 = l.iter().map(|&v| (v as f64 - max).exp()).sum();
+        l.iter().map(|&v| v as f64 - max - sum.ln()).collect()
+    };
+    let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
+    lp.iter()
+        .zip(&lq)
+        .map(|(a, b)| a.exp() * (a - b))
+        .sum::<f64>()
+        .max(0.0)
+}
+
+fn check_family(name: &str) {
+    let Some(dir) = hearth_testkit::conformance_model(name) else {
+        return;
+    };
+    let reference: Reference =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let want = f32s(&std::fs::read(dir.join("reference.f32")).unwrap());
+    let (n, v) = (reference.tokens.len(), reference.n_vocab);
+    assert_eq!(n, reference.prompt + reference.decode);
+    assert_eq!(want.len(), n * v, "{name}: reference.f32 size");
+
+    // Only a missing device skips (a failure in CI); the model failing to load fails.
+    let device = Device::new(DeviceDesc::default());
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    // llama.cpp's GGUF file on both executors, and the Hugging Face folder it was converted
+    // from, which Hearth converts itself as it loads.
+    let sources = match reference.gguf_runs {
+        true => vec![
+            (BackendKind::Vulkan, "model.gguf"),
+            (BackendKind::Cpu, "model.gguf"),
+            (BackendKind::Vulkan, "hf"),
+        ],
+        false => vec![(BackendKind::Vulkan, "hf"), (BackendKind::Cpu, "hf")],
+    };
+    for (backend, source) in sources {
+        // The KV cache in f32, as transformers keeps it.
+        let options = EngineOptions {
+            backend,
+            n_ctx: Some(128),
+            kv_type: KvType::F32,
+            ..EngineOptions::default()
+        };
+        let mut engine = Engine::load(Path::new(&dir.join(source)), &options, &mut |_| true)
+            .unwrap_or_else(|e| panic!("{name} on {backend:?} from {source}: {e}"));
+        assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
+        if backend == BackendKind::Vulkan {
+            // The tokenizer from the GGUF vocabulary, llama.cpp's or Hearth's conversion.
+            for t in &reference.tokenized {
+                let opts = hearth_models::EncodeOptions {
+                    add_special: false,
+                    parse_special: false,
+                };
+                let ids = engine.tokenizer().encode_with(&t.text, opts);
+                assert_eq!(ids, t.ids, "{name}: tokens of {:?}", t.text);
+            }
+        }
+        let model = engine.session_mut().fresh_backend();
+        let (prompt, rest) = reference.tokens.split_at(reference.prompt);
+        let mut got = model.forward(prompt, Logits::All).unwrap();
+        for &token in rest {
+            got.extend(model.forward(&[token], Logits::Last).unwrap());
+        }
+        assert_eq!(got.len(), n * v);
+
+        let mut worst_abs = 0f32;
+        let mut worst_kl = 0f64;
+        for (pos, (g, w)) in got.chunks(v).zip(want.chunks(v)).enumerate() {
+            let abs = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let kl = kl(w, g);
+            worst_abs = worst_abs.max(abs);
+            worst_kl = worst_kl.max(kl);
+            assert!(
+                abs <= MAX_ABS && kl <= MAX_KL,
+                "{name} on {backend:?} from {source}, position {pos}: max |diff| {abs:.2e}, KL {kl:.2e}"
+            );
+        }
+        let scale = want.iter().fold(0f32, |a, &b| a.max(b.abs()));
+        eprintln!(
+            "conformance {name:8} {backend:?} {source:10}: {n} positions, max |diff| {worst_abs:.2e} \
+             (logits up to {scale:.2}), max KL {worst_kl:.2e}"
+        );
+    }
+}
+
+#[test]
+fn llama3_matches_transformers() {
+    check_family("llama3");
+}
+
+/// The frequency divisors llama.cpp's converter wrote for the llama3 family's `rope_scaling`
+/// (families.py: factor 8, low 1, high 4, original context 32; head width 32, base 10000) are
+/// what `synthetic::Llama3Rope` computes for the llama-3.1-8b preset's file.
+#[test]
+fn llama3_rope_factors_are_the_converters() {
+    let Some(dir) = hearth_testkit::conformance_model("llama3") else {
+        return;
+    };
+    let file = hearth_models::GgufFile::open(dir.join("model.gguf")).unwrap();
+    let view = file.tensor_view("rope_freqs.weight").unwrap();
+    let written = f32s(view.data);
+    let rule = Llama3Rope {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_context: 32,
+    };
+    let ours = rule.factors(32, 10_000.0);
+    assert_eq!(ours.len(), written.len());
+    for (i, (a, b)) in ours.iter().zip(&written).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6 * b,
+            "pair {i}: {a} vs the converter's {b}"
+        );
+    }
+    // Some pairs kept, some divided by the full factor, some blended.
+    assert!(written.contains(&1.0) && written.contains(&8.0));
+    assert!(written.iter().any(|&f| f > 1.0 && f < 8.0));
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_family("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check_family("qwen3");
+}
+
+/// Gemma 2: local attention on every other layer with a window (24) shorter than the prompt,
+/// soft-capped scores and logits, scaled and tied embeddings, norms after each block and a
+/// GELU-gated MLP; a SentencePiece tokenizer without the dummy prefix.
+#[test]
+fn gemma2_matches_transformers() {
+    check_family("gemma2");
+}
+
+/// Gemma 3: five local layers (window 24) to a global one, local layers rotating with their
+/// own base (10000) and global ones with 1000000 scaled linearly by 8, the per-head
+/// query/key norm, a soft-capped output, sandwich norms and a GELU-gated MLP.
+#[test]
+fn gemma3_matches_transformers() {
+    check_family("gemma3");
+}
+
+/// Mistral 7B: every layer local, a window (24) shorter than the prompt, from the Hugging Face
+/// folder (llama.cpp's conversion drops the window).
+#[test]
+fn mistral_matches_transformers() {
+    check_family("mistral");
+}
+
+/// Phi-3: q/k/v in one projection and gate/up in another, every layer local (window 24);
+/// Phi-3's vocabulary with its chat tokens.
+#[test]
+fn phi3_matches_transformers() {
+    check_family("phi3");
+}
+
+/// YaRN on a Qwen2 block: factor 4 over an original context of 32, 80 positions.
+#[test]
+fn yarn_matches_transformers() {
+    check_family("yarn");
+}
+
+/// LongRoPE on a Phi-3 block: the long divisors past an original context of 32 (80
+/// positions) and cos and sin scaled by sqrt(1 + ln 8 / ln 32).
+#[test]
+fn longrope_matches_transformers() {
+    check_family("longrope");
+}
+
+/// Mixtral (converted as `llama`): 2 of 4 experts per token, softmax weights renormalized.
+#[test]
+fn mixtral_matches_transformers() {
+    check_family("mixtral");
+}
+
+/// Qwen2-MoE: 2 of 4 experts of width 64 per token, softmax weights as they are, and a
+/// shared expert of width 96 scaled by the sigmoid of its gate.
+#[test]
+fn qwen2moe_matches_transformers() {
+    check_family("qwen2moe");
+}
+
+/// OLMoE: the query/key norm over the whole projections, and 2 of 4 experts per token with
+/// softmax weights as they are.
+#[test]
+fn olmoe_matches_transformers() {
+    check_family("olmoe");
+}
+
+/// Qwen3-MoE: 2 of 4 experts of width 64 per token, with Qwen3's query/key norm.
+#[test]
+fn qwen3moe_matches_transformers() {
+    check_family("qwen3moe");
+}

@@ -1,0 +1,168 @@
+//! A model file whose fused projections mix GGUF's formats, as llama.cpp's mixes write them
+//! (q and k in Q5_0 beside v in Q8_0, gate and up apart): every matrix loads in the format
+//! the file stores it in, bytes unchanged, each fused projection as runs of one format, and
+//! the Vulkan executor computes what the CPU reference computes from the same bytes. Outside
+//! CI a machine without a Vulkan device skips the Vulkan part; in CI (`CI=true`) a missing
+//! device fails it.
+
+use std::collections::BTreeMap;
+
+use hearth_engine::{BackendKind, Engine, EngineOptions};
+use hearth_kernels::vk::{Device, DeviceDesc};
+use hearth_model::{LoadProgress, Logits, Mlp, ModelConfig, WeightReader};
+use hearth_models::synthetic::Shape;
+use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter};
+use hearth_quant::Format;
+
+/// [`Shape::TINY`] with 128 tokens of context.
+const TINY: Shape = Shape {
+    n_ctx_train: 128,
+    ..Shape::TINY
+};
+
+/// The format of each matrix. Layer 0: q and k Q5_0, v Q8_0 (two runs), gate and up both
+/// Q5_1 (one run, the gated product). Layer 1: q, k and v in three formats, gate and up
+/// apart (separate products and SwiGLU).
+fn format_of(name: &str) -> Format {
+    use Format::*;
+    let table = [
+        ("token_embd", Q8),
+        ("output", Q5_0),
+        ("blk.0.attn_q", Q5_0),
+        ("blk.0.attn_k", Q5_0),
+        ("blk.0.attn_v", Q8),
+        ("blk.0.attn_output", Q4_0),
+        ("blk.0.ffn_gate", Q5_1),
+        ("blk.0.ffn_up", Q5_1),
+        ("blk.0.ffn_down", Q4_0),
+        ("blk.1.attn_q", Q4_0),
+        ("blk.1.attn_k", Q5_1),
+        ("blk.1.attn_v", Q5_0),
+        ("blk.1.attn_output", Q5_1),
+        ("blk.1.ffn_gate", Q4_0),
+        ("blk.1.ffn_up", Q8),
+        ("blk.1.ffn_down", Q5_0),
+    ];
+    let stem = name.trim_end_matches(".weight");
+    table
+        .iter()
+        .find(|(n, _)| *n == stem)
+        .map_or(F32, |&(_, f)| f)
+}
+
+/// A random F32 model re-encoded tensor by tensor in `format_of`'s formats.
+fn mixed_file() -> GgufFile {
+    let source = TINY.build_random("mixed", Format::F32, 11).unwrap();
+    let mut writer = GgufWriter::new();
+    for (key, value) in source.metadata().iter() {
+        writer.set_metadata(key, value.clone());
+    }
+    for info in source.tensors() {
+        let data = source.tensor_data(info).unwrap();
+        let values: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let format = if info.shape.len() == 1 {
+            Format::F32
+        } else {
+            format_of(&info.name)
+        };
+        let mut packed = vec![0u8; format.bytes_for(values.len()).unwrap()];
+        format.quantize(&values, &mut packed).unwrap();
+        writer
+            .add_tensor(&info.name, GgmlType::from(format), &info.shape, packed)
+            .unwrap();
+    }
+    let mut bytes = Vec::new();
+    writer.write_to(&mut bytes).unwrap();
+    GgufFile::from_bytes("mixed.gguf", bytes).unwrap()
+}
+
+#[test]
+fn fused_projections_keep_each_parts_format_and_bytes() {
+    let file = mixed_file();
+    let model = resolve_gguf(&file).unwrap();
+    let config = ModelConfig::from_resolved(&file, &model).unwrap();
+    let mut progress = |_: LoadProgress| true;
+    let mut reader = WeightReader::new(&file, &model, &config, &mut progress);
+    let bytes = |name: &str| file.tensor_view(name).unwrap().data.to_vec();
+    use Format::*;
+    // (layer, fused parts, the runs they make)
+    let cases: [(usize, &[&str], &[Format]); 4] = [
+        (0, &["attn_q", "attn_k", "attn_v"], &[Q5_0, Q8]),
+        (0, &["ffn_gate", "ffn_up"], &[Q5_1]),
+        (1, &["attn_q", "attn_k", "attn_v"], &[Q4_0, Q5_1, Q5_0]),
+        (1, &["ffn_gate", "ffn_up"], &[Q4_0, Q8]),
+    ];
+    let layers = [reader.layer(0).unwrap(), reader.layer(1).unwrap()];
+    for (l, parts, formats) in cases {
+        let w = match (parts[0], &layers[l].mlp) {
+            ("attn_q", _) => &layers[l].wqkv,
+            (_, Mlp::Dense { gate_up, .. }) => gate_up,
+            (_, Mlp::Experts { .. }) => panic!("a dense model"),
+        };
+        let got: Vec<Format> = w.runs.iter().map(|r| r.format).collect();
+        assert_eq!(got, formats, "layer {l} {parts:?}");
+        let stored: Vec<u8> = w.runs.iter().flat_map(|r| r.data.clone()).collect();
+        let want: Vec<u8> = parts
+            .iter()
+            .flat_map(|p| bytes(&format!("blk.{l}.{p}.weight")))
+            .collect();
+        assert!(stored == want, "layer {l} {parts:?}: bytes changed at load");
+    }
+    let wo = &layers[1].wo.runs;
+    assert_eq!((wo.len(), wo[0].format), (1, Q5_1));
+    assert_eq!(wo[0].data, bytes("blk.1.attn_output.weight"));
+}
+
+#[test]
+fn mixed_formats_compute_as_the_cpu_reference_on_vulkan() {
+    let device = Device::new(DeviceDesc {
+        index: None,
+        validation: true,
+    });
+    if hearth_testkit::or_skip(device, "Vulkan device").is_none() {
+        return;
+    }
+    let load = |backend| {
+        let options = EngineOptions {
+            backend,
+            validate: true,
+            n_ctx: Some(64),
+            ..EngineOptions::default()
+        };
+        Engine::load_file(mixed_file(), &options, &mut |_| true).unwrap()
+    };
+    let mut engine = load(BackendKind::Vulkan);
+    let mut reference = load(BackendKind::Cpu);
+
+    // Loaded as stored: each format's bytes on the device are the file's bytes of that type.
+    let file = mixed_file();
+    let mut stored: BTreeMap<String, u64> = BTreeMap::new();
+    for t in file.tensors().iter().filter(|t| t.shape.len() > 1) {
+        *stored.entry(t.ggml_type.name().to_string()).or_default() += t.n_bytes;
+    }
+    let loaded: BTreeMap<String, u64> = engine
+        .info()
+        .weight_formats
+        .iter()
+        .map(|&(f, b)| (GgmlType::from(f).name().to_string(), b))
+        .collect();
+    assert_eq!(loaded, stored);
+
+    // A prompt (prefill), then one token at a time (decode): the device's logits are the
+    // reference's up to summation order, within 1e-3 of the largest logit.
+    let prompt: Vec<u32> = (1..20).collect();
+    let run = |e: &mut Engine| {
+        let b = e.session_mut().fresh_backend();
+        let mut all = b.forward(&prompt, Logits::All).unwrap();
+        for t in [40u32, 41, 250] {
+            all.extend(b.forward(&[t], Logits::Last).unwrap());
+        }
+        all
+    };
+    let (got, want) = (run(&mut engine), run(&mut reference));
+    assert_eq!(got.len(), (prompt.len() + 3) * TINY.n_vocab);
+    hearth_testkit::assert_logits_close(&got, &want, 1e-3, "mixed formats");
+}

@@ -1,0 +1,234 @@
+//! Physical-device choice and the logical device: one compute queue, the memory allocator, and
+//! the pipeline and descriptor-set caches it owns. Everything else borrows an `Arc<Device>`.
+
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use hearth_shaders::Kernel;
+
+use super::caps::{self, DeviceInfo};
+use super::descriptors::DescriptorCache;
+use super::error::{CallContext, Result, VkError};
+use super::instance::{Instance, InstanceDesc};
+use super::lock::lock;
+use super::pipeline::{Pipeline, PipelineCache};
+
+/// Which device to open and how.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceDesc {
+    /// Index into [`list_devices`]; `None` picks the best (discrete > integrated > virtual > cpu).
+    pub index: Option<usize>,
+    /// Enable the Khronos validation layer when installed.
+    pub validation: bool,
+}
+
+/// Every Vulkan device on this machine with its capabilities, in enumeration order.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    let instance = Instance::new(InstanceDesc::default())?;
+    Ok(enumerate(&instance)?
+        .into_iter()
+        .map(|(_, info)| info)
+        .collect())
+}
+
+fn enumerate(instance: &Instance) -> Result<Vec<(vk::PhysicalDevice, DeviceInfo)>> {
+    // SAFETY: plain query on a live instance.
+    let physicals =
+        unsafe { instance.raw.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
+    physicals
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| Ok((p, caps::query(instance, p, i)?)))
+        .collect()
+}
+
+/// Why a device cannot run Hearth, if it cannot.
+fn unusable(info: &DeviceInfo) -> Option<String> {
+    if info.api < vk::API_VERSION_1_2 {
+        return Some(format!("Vulkan {} (1.2 required)", info.api_version));
+    }
+    if info.compute_family.is_none() {
+        return Some("no compute queue".into());
+    }
+    let ops = &info.subgroup.operations;
+    if !ops.contains(&"basic") || !ops.contains(&"arithmetic") {
+        return Some("no subgroup arithmetic in compute shaders".into());
+    }
+    None
+}
+
+pub struct Device {
+    pub(crate) instance: Arc<Instance>,
+    pub(crate) raw: ash::Device,
+    info: DeviceInfo,
+    queue: Mutex<vk::Queue>,
+    pub(crate) queue_family: u32,
+    allocator: ManuallyDrop<Mutex<Allocator>>,
+    pipelines: PipelineCache,
+    descriptors: DescriptorCache,
+}
+
+impl Device {
+    pub fn new(desc: DeviceDesc) -> Result<Arc<Self>> {
+        let instance = Instance::new(InstanceDesc {
+            validation: desc.validation,
+        })?;
+        let mut devices = enumerate(&instance)?;
+        let chosen = match desc.index {
+            Some(index) => {
+                if index >= devices.len() {
+                    return Err(VkError::BadDeviceIndex {
+                        index,
+                        count: devices.len(),
+                    });
+                }
+                let (p, info) = devices.swap_remove(index);
+                if let Some(missing) = unusable(&info) {
+                    return Err(VkError::Unsupported {
+                        device: info.name,
+                        missing,
+                    });
+                }
+                (p, info)
+            }
+            None => {
+                devices.retain(|(_, info)| unusable(info).is_none());
+                devices.sort_by_key(|(_, info)| (info.kind, info.index));
+                devices.into_iter().next().ok_or(VkError::NoDevice)?
+            }
+        };
+        Self::open(instance, chosen.0, chosen.1)
+    }
+
+    fn open(
+        instance: Arc<Instance>,
+        physical: vk::PhysicalDevice,
+        info: DeviceInfo,
+    ) -> Result<Arc<Self>> {
+        let queue_family = info.compute_family.ok_or(VkError::NoDevice)?;
+        let priorities = [1.0];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(queue_family)
+            .queue_priorities(&priorities)];
+        let a = &info.arithmetic;
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(a.storage_buffer_16bit);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .shader_float16(a.shader_float16)
+            .shader_int8(a.shader_int8)
+            .storage_buffer8_bit_access(a.storage_buffer_8bit)
+            .buffer_device_address(a.buffer_device_address);
+        let base = vk::PhysicalDeviceFeatures::default().shader_int64(a.shader_int64);
+        // A portability implementation (MoltenVK) must have its subset enabled by name.
+        // SAFETY: `physical` was enumerated from this instance.
+        let extensions = unsafe { instance.raw.enumerate_device_extension_properties(physical) }
+            .call("vkEnumerateDeviceExtensionProperties")?;
+        let subset = c"VK_KHR_portability_subset";
+        let ext_names: Vec<*const std::ffi::c_char> = extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == subset))
+            .then_some(subset.as_ptr())
+            .into_iter()
+            .collect();
+        let create = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&ext_names)
+            .enabled_features(&base)
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        // SAFETY: only features and extensions the device reported are enabled, and every
+        // pointer in `create` refers to locals that outlive the call.
+        let raw = unsafe { instance.raw.create_device(physical, &create, None) }
+            .call("vkCreateDevice")?;
+        // SAFETY: the queue family and index were requested in `create`.
+        let queue = unsafe { raw.get_device_queue(queue_family, 0) };
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.raw.clone(),
+            device: raw.clone(),
+            physical_device: physical,
+            debug_settings: Default::default(),
+            buffer_device_address: a.buffer_device_address,
+            allocation_sizes: Default::default(),
+        })
+        .map_err(|e| VkError::Allocation {
+            what: "allocator".into(),
+            message: e.to_string(),
+        })?;
+        tracing::info!("using Vulkan device {} ({})", info.name, info.kind.as_str());
+        Ok(Arc::new(Self {
+            instance,
+            raw,
+            info,
+            queue: Mutex::new(queue),
+            queue_family,
+            allocator: ManuallyDrop::new(Mutex::new(allocator)),
+            pipelines: PipelineCache::default(),
+            descriptors: DescriptorCache::default(),
+        }))
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Validation messages logged since the last call (empty without the validation layer).
+    pub fn take_validation_messages(&self) -> Vec<String> {
+        self.instance.validation_log().drain()
+    }
+
+    pub fn validating(&self) -> bool {
+        self.instance.validating()
+    }
+
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, Allocator> {
+        lock(&self.allocator)
+    }
+
+    pub(crate) fn queue(&self) -> MutexGuard<'_, vk::Queue> {
+        lock(&self.queue)
+    }
+
+    /// The pipeline for `kernel` with specialization constants `spec` (ids 0, 1, ... in order),
+    /// built on first use.
+    pub fn pipeline(&self, kernel: Kernel, spec: &[u32]) -> Result<Arc<Pipeline>> {
+        self.pipelines
+            .get(&self.raw, &self.info.limits, kernel, spec)
+    }
+
+    /// The descriptor set binding `buffers` (whole, in binding order) for `pipeline`, written
+    /// on first use and kept until one of the buffers is dropped.
+    pub(crate) fn descriptor_set(
+        &self,
+        pipeline: &Pipeline,
+        buffers: Vec<vk::Buffer>,
+    ) -> Result<vk::DescriptorSet> {
+        self.descriptors.set(&self.raw, pipeline, buffers)
+    }
+
+    /// Frees the descriptor sets that bind `buffer`, which is about to be destroyed.
+    pub(crate) fn forget_buffer(&self, buffer: vk::Buffer) {
+        self.descriptors.forget_buffer(&self.raw, buffer);
+    }
+
+    /// Kept descriptor sets, for tests.
+    pub fn descriptor_sets_kept(&self) -> usize {
+        self.descriptors.len()
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: buffers hold an Arc<Device>, so none is alive; after wait-idle no work is in
+        // flight, so descriptor pools, pipelines (whose set layouts the pools' sets use) and the
+        // device can go, in that order.
+        unsafe {
+            let _ = self.raw.device_wait_idle();
+            self.descriptors.destroy(&self.raw);
+            self.pipelines.destroy(&self.raw);
+            ManuallyDrop::drop(&mut self.allocator);
+            self.raw.destroy_device(None);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The model every executor runs, described once and owned by none: its configuration
+//! ([`ModelConfig`]), its weights per block ([`Layer`], read packed by [`WeightReader`]), the
+//! operations executors share ([`ops`]), what an executor offers ([`Backend`],
+//! [`BatchedBackend`]), the paged KV cache's block tables and policies ([`kv`]), and
+//! quantizing a model's weights ([`quantize`]).
+
+pub mod activations;
+mod backend;
+mod config;
+mod error;
+pub mod kv;
+mod layer;
+mod matrix;
+pub mod ops;
+pub mod quantize;
+mod weights;
+
+pub use backend::{check_step, Backend, BatchedBackend, Logits, Profile, SeqStep};
+pub use config::{ModelConfig, Rope};
+pub use error::{Error, Result};
+pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};
+pub use matrix::{fitting_format, import_format, min_row_block, Matrix, Projection};
+pub use weights::{LoadProgress, ProgressFn, WeightReader};

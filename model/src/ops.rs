@@ -1,0 +1,170 @@
+//! The operations every executor computes the same way, written once: RoPE's layouts and
+//! tables of angles, the gated activations, soft-capping, and what adjusts q/k/v before RoPE.
+//! Executors implement them in their own kernels; these definitions (accumulating in f64
+//! where it matters) are what their tests hold them to.
+
+/// How RoPE pairs up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs (i, i + rot_dim/2): GPT-NeoX, and Hugging Face Llama checkpoints.
+    Neox,
+    /// Adjacent pairs (2i, 2i + 1): GPT-J, and Llama weights as GGUF stores them.
+    Gptj,
+}
+
+impl RopeLayout {
+    /// The two dimensions of pair `i` when `half` pairs rotate.
+    pub fn pair(self, i: usize, half: usize) -> (usize, usize) {
+        match self {
+            RopeLayout::Neox => (i, i + half),
+            RopeLayout::Gptj => (2 * i, 2 * i + 1),
+        }
+    }
+}
+
+/// Each rotated pair's angle per position: base^(-2i / rot_dim) for pair i, divided by the
+/// pair's factor where the model has them (Llama 3's `rope_freqs`, one per pair).
+pub fn rope_freqs(rot_dim: usize, base: f64, factors: Option<&[f32]>) -> Vec<f64> {
+    (0..rot_dim / 2)
+        .map(|i| {
+            let f = base.powf(-2.0 * i as f64 / rot_dim as f64);
+            factors.map_or(f, |d| f / d[i] as f64)
+        })
+        .collect()
+}
+
+/// YaRN's frequencies: each of `freqs` (base^(-2i / rot_dim), pair i) blended between itself
+/// and itself divided by the factor. Pairs that turn more than `beta_fast` times over the
+/// original context keep their frequency, fewer than `beta_slow` times are divided, and those
+/// between blend along a linear ramp (Hugging Face's `_compute_yarn_parameters`, llama.cpp's
+/// `rope_yarn`).
+pub fn yarn_freqs(freqs: &[f64], base: f64, y: &hearth_models::spec::Yarn) -> Vec<f64> {
+    let dims = 2.0 * freqs.len() as f64;
+    // The pair index at which a frequency turns `rotations` times over the original context.
+    let pair_at = |rotations: f64| {
+        let turns = y.original_context as f64 / (rotations * 2.0 * std::f64::consts::PI);
+        dims * turns.ln() / (2.0 * base.ln())
+    };
+    let low = pair_at(y.beta_fast as f64).floor().max(0.0);
+    let high = pair_at(y.beta_slow as f64).ceil().min(dims - 1.0);
+    let span = (high - low).max(0.001);
+    freqs
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| {
+            let ramp = ((i as f64 - low) / span).clamp(0.0, 1.0);
+            let keep = (1.0 - ramp) * y.ext_factor as f64;
+            f / y.factor as f64 * (1.0 - keep) + f * keep
+        })
+        .collect()
+}
+
+/// The (cos, sin) table RoPE reads: [max_pos, rot_dim / 2], angle pos * base^(-2i / rot_dim).
+pub fn rope_table(max_pos: usize, rot_dim: usize, base: f64) -> Vec<[f32; 2]> {
+    rope_table_of(max_pos, &rope_freqs(rot_dim, base, None))
+}
+
+/// The (cos, sin) table for pair frequencies `freqs`: [max_pos, freqs.len()].
+pub fn rope_table_of(max_pos: usize, freqs: &[f64]) -> Vec<[f32; 2]> {
+    let mut table = Vec::with_capacity(max_pos * freqs.len());
+    for pos in 0..max_pos {
+        for f in freqs {
+            let angle = pos as f64 * f;
+            table.push([angle.cos() as f32, angle.sin() as f32]);
+        }
+    }
+    table
+}
+
+/// Moves `x` ([tokens, heads, head_dim], already rotated by RoPE with pair frequencies
+/// `freqs`) by `shift[t]` positions: each pair turns by shift * its frequency, as if token t
+/// had sat that much further on.
+pub fn rope_shift(
+    x: &mut [f32],
+    shift: &[f64],
+    heads: usize,
+    head_dim: usize,
+    layout: RopeLayout,
+    freqs: &[f64],
+) {
+    let half = freqs.len();
+    for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
+        let turns: Vec<(f64, f64)> = freqs.iter().map(|f| (shift[t] * f).sin_cos()).collect();
+        for head in token.chunks_mut(head_dim) {
+            for (i, &(s, c)) in turns.iter().enumerate() {
+                let (a, b) = layout.pair(i, half);
+                let (x0, x1) = (head[a] as f64, head[b] as f64);
+                head[a] = (x0 * c - x1 * s) as f32;
+                head[b] = (x0 * s + x1 * c) as f32;
+            }
+        }
+    }
+}
+
+pub fn silu(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+/// SwiGLU: silu(gate) * up.
+pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect()
+}
+
+/// The activation of a gated MLP: down(act(gate) * up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatedAct {
+    /// SwiGLU (Llama, Qwen).
+    Silu,
+    /// GeGLU with GELU's tanh approximation (Gemma).
+    GeluTanh,
+}
+
+impl GatedAct {
+    /// act(gate) * up, element by element.
+    pub fn apply(self, gate: &[f32], up: &[f32]) -> Vec<f32> {
+        match self {
+            Self::Silu => swiglu(gate, up),
+            Self::GeluTanh => gelu(gate, false)
+                .iter()
+                .zip(up)
+                .map(|(g, u)| g * u)
+                .collect(),
+        }
+    }
+}
+
+/// cap * tanh(x / cap) in place: a smooth clamp to (-cap, cap) (Gemma 2's soft-capping).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+/// GELU: exact (erf) or the tanh approximation.
+pub fn gelu(x: &[f32], exact: bool) -> Vec<f32> {
+    x.iter()
+        .map(|&v| {
+            let v = v as f64;
+            let y = if exact {
+                0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2))
+            } else {
+                let u = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+                0.5 * v * (1.0 + u.tanh())
+            };
+            y as f32
+        })
+        .collect()
+}
+
+/// What happens to the q/k/v projection's output before RoPE, where a model has it: its
+/// biases added (Qwen2), then an RMSNorm over each query head and each key head with gains of
+/// one head's width (Qwen3), or with `whole` over all the queries and all the keys with gains
+/// of those widths (OLMoE).
+#[derive(Clone, Copy, Debug)]
+pub struct QkvAdjust<'a> {
+    /// [qkv_dim]
+    pub bias: Option<&'a [f32]>,
+    /// (query gains, key gains, epsilon)
+    pub qk_norm: Option<(&'a [f32], &'a [f32], f32)>,
+    pub whole: bool,
+}

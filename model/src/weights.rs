@@ -1,0 +1,341 @@
+//! Reading weights out of a model file in the layout the executors use: q/k/v fused into one
+//! [qkv_dim, n_embd] matrix and gate/up into one [2 n_ff, n_embd] matrix, so each becomes a
+//! single projection (a product per run of one format, see [`Projection`]). Matrices stay
+//! packed in their `hearth-quant` format ([`Matrix`]); norm
+//! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
+//! computes with exactly the values the Vulkan kernels see.
+
+use hearth_models::spec::{GateUpLayout, LayerTensors, MlpTensors, NormTensors, QkvTensors};
+use hearth_models::{GgufFile, ResolvedModel};
+use hearth_quant::{BlockType, Format};
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::layer::{LayerWeights, Mlp, SharedMlp};
+use crate::matrix::{fitting_format, import_format, Matrix, Projection};
+
+/// Where loading stands, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadProgress<'a> {
+    /// Tensor being read.
+    pub tensor: &'a str,
+    /// Bytes of the file's tensor data read so far, out of `total_bytes`.
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// Called as loading advances; returning `false` cancels the load.
+pub type ProgressFn<'a> = dyn FnMut(LoadProgress) -> bool + 'a;
+
+/// Reads tensors of one file, tracking progress.
+pub struct WeightReader<'a> {
+    file: &'a GgufFile,
+    model: &'a ResolvedModel,
+    config: &'a ModelConfig,
+    done: u64,
+    total: u64,
+    progress: &'a mut ProgressFn<'a>,
+}
+
+impl<'a> WeightReader<'a> {
+    pub fn new(
+        file: &'a GgufFile,
+        model: &'a ResolvedModel,
+        config: &'a ModelConfig,
+        progress: &'a mut ProgressFn<'a>,
+    ) -> Self {
+        let t = &model.tensors;
+        let mut names: Vec<&str> = vec![&t.token_embd, &t.output_norm.weight];
+        if !t.tied_embeddings {
+            names.push(&t.output);
+        }
+        for l in &t.layers {
+            names.extend(layer_tensor_names(l));
+        }
+        let total = names
+            .iter()
+            .filter_map(|n| file.tensor(n))
+            .map(|i| i.n_bytes)
+            .sum();
+        Self {
+            file,
+            model,
+            config,
+            done: 0,
+            total,
+            progress,
+        }
+    }
+
+    fn fail(&self, name: &str, reason: String) -> Error {
+        Error::Tensor {
+            path: self.file.path().to_path_buf(),
+            tensor: name.to_string(),
+            reason,
+        }
+    }
+
+    /// The tensor's bytes and type after checking its shape, with progress reported.
+    fn view(&mut self, name: &str, rows: usize, cols: usize) -> Result<(u32, &'a [u8])> {
+        let file = self.file;
+        let view = file.tensor_view(name)?;
+        let n = view.info.n_elements();
+        if n != (rows * cols) as u64 || view.info.shape.first() != Some(&(cols as u64)) {
+            return Err(self.fail(
+                name,
+                format!(
+                    "shape {:?} where the model needs [{cols}, {rows}]",
+                    view.info.shape
+                ),
+            ));
+        }
+        if !(self.progress)(LoadProgress {
+            tensor: name,
+            done_bytes: self.done,
+            total_bytes: self.total,
+        }) {
+            return Err(Error::Cancelled);
+        }
+        self.done += view.info.n_bytes;
+        Ok((view.info.ggml_type.id(), view.data))
+    }
+
+    /// A tensor of `rows` x `cols` values as f32 (norm gains and other small vectors).
+    pub fn vector(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        let (id, data) = self.view(name, rows, cols)?;
+        let mut out = vec![0f32; rows * cols];
+        dequantize_any(id, data, &mut out).map_err(|e| self.fail(name, e.to_string()))?;
+        Ok(out)
+    }
+
+    /// A [rows, cols] weight matrix, packed as the device will hold it: as stored when the
+    /// file's type is a Hearth format whose blocks fit the rows, else converted once.
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let (id, data) = self.view(name, rows, cols)?;
+        let stored = Format::from_gguf_id(id);
+        let preferred = match (stored, BlockType::from_ggml_id(id)) {
+            (Some(f), _) => f,
+            (None, Some(ty)) => import_format(ty),
+            (None, None) => {
+                return Err(self.fail(name, format!("tensor type id {id} cannot be loaded")))
+            }
+        };
+        let Some(format) = fitting_format(preferred, cols) else {
+            return Err(self.fail(
+                name,
+                format!("rows of {cols} values: the kernels need a multiple of 32"),
+            ));
+        };
+        if stored == Some(format) {
+            return Ok(Matrix {
+                format,
+                rows,
+                cols,
+                data: data.to_vec(),
+            });
+        }
+        let mut values = vec![0f32; rows * cols];
+        dequantize_any(id, data, &mut values).map_err(|e| self.fail(name, e.to_string()))?;
+        Matrix::quantize(format, rows, cols, &values).map_err(|e| self.fail(name, e.to_string()))
+    }
+
+    pub fn token_embd(&mut self) -> Result<Matrix> {
+        // Copying the `&'a` references out of `self` lets tensor names borrow from the model
+        // while `self` is borrowed mutably.
+        let (c, t) = (self.config, &self.model.tensors);
+        self.matrix(&t.token_embd, c.n_vocab, c.n_embd)
+    }
+
+    pub fn output_norm(&mut self) -> Result<Vec<f32>> {
+        let (c, t) = (self.config, &self.model.tensors);
+        self.vector(&t.output_norm.weight, 1, c.n_embd)
+    }
+
+    /// The output head, or `None` when it is the token embedding (tied).
+    pub fn output(&mut self) -> Result<Option<Matrix>> {
+        let (c, t) = (self.config, &self.model.tensors);
+        if t.tied_embeddings {
+            return Ok(None);
+        }
+        self.matrix(&t.output, c.n_vocab, c.n_embd).map(Some)
+    }
+
+    pub fn layer(&mut self, layer: usize) -> Result<LayerWeights> {
+        let c = self.config;
+        let t = &self.model.tensors.layers[layer];
+        let (e, kv) = (c.n_embd, c.n_head_kv * c.head_dim);
+        let wqkv = match &t.qkv {
+            QkvTensors::Separate { q, k, v } => Projection::fuse(vec![
+                self.matrix(&q.weight, c.attn_dim(), e)?,
+                self.matrix(&k.weight, kv, e)?,
+                self.matrix(&v.weight, kv, e)?,
+            ]),
+            QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?.into(),
+        };
+        // q, k and v biases as one [qkv_dim] vector, in the rows' order.
+        let qkv_bias = match &t.qkv {
+            QkvTensors::Separate { q, k, v } => match (&q.bias, &k.bias, &v.bias) {
+                (Some(qb), Some(kb), Some(vb)) => {
+                    let mut bias = self.vector(qb, 1, c.attn_dim())?;
+                    bias.extend(self.vector(kb, 1, kv)?);
+                    bias.extend(self.vector(vb, 1, kv)?);
+                    Some(bias)
+                }
+                _ => None,
+            },
+            QkvTensors::Fused(qkv) => match &qkv.bias {
+                Some(b) => Some(self.vector(b, 1, c.qkv_dim())?),
+                None => None,
+            },
+        };
+        // One head wide, or as wide as the projection for a norm over all of it.
+        let mut head_norm = |n: &Option<NormTensors>, heads: usize| {
+            let width = if c.qk_norm_whole { heads } else { 1 } * c.head_dim;
+            match n {
+                Some(n) => self.vector(&n.weight, 1, width).map(Some),
+                None => Ok(None),
+            }
+        };
+        let q_norm = head_norm(&t.q_norm, c.n_head)?;
+        let k_norm = head_norm(&t.k_norm, c.n_head_kv)?;
+        let mut post_norm = |n: &Option<NormTensors>| match n {
+            Some(n) => self.vector(&n.weight, 1, e).map(Some),
+            None => Ok(None),
+        };
+        let attn_post_norm = post_norm(&t.attn_post_norm)?;
+        let ffn_post_norm = post_norm(&t.ffn_post_norm)?;
+        let mlp = match &t.mlp {
+            // Gate rows then up rows: two matrices, or one that holds both (Phi-3).
+            MlpTensors::Dense { gate, up, down } => Mlp::Dense {
+                gate_up: match (gate, self.model.spec.mlp.gate_up) {
+                    (Some(gate), _) => Projection::fuse(vec![
+                        self.matrix(&gate.weight, c.n_ff, e)?,
+                        self.matrix(&up.weight, c.n_ff, e)?,
+                    ]),
+                    (None, GateUpLayout::Fused) => self.matrix(&up.weight, 2 * c.n_ff, e)?.into(),
+                    (None, GateUpLayout::Separate) => {
+                        return Err(Error::Unsupported {
+                            path: self.file.path().to_path_buf(),
+                            what: format!("layer {layer} without a gate projection"),
+                        })
+                    }
+                },
+                down: self.matrix(&down.weight, e, c.n_ff)?.into(),
+            },
+            MlpTensors::Experts {
+                router,
+                gate,
+                up,
+                down,
+                shared,
+            } => {
+                let x = c
+                    .experts
+                    .ok_or_else(|| self.fail(router, "experts without a count".into()))?;
+                let gate = self.matrix(gate, x.count * x.n_ff, e)?;
+                let up = self.matrix(up, x.count * x.n_ff, e)?;
+                let mut router = vec![self.matrix(router, x.count, e)?];
+                let shared = match (shared, x.shared) {
+                    (Some(t), Some(sh)) => {
+                        // The shared expert's gate is one more row of the router.
+                        if let Some(gate_inp) = &t.gate_inp {
+                            router.push(self.matrix(gate_inp, 1, e)?);
+                        }
+                        Some(SharedMlp {
+                            gate_up: Projection::fuse(vec![
+                                self.matrix(&t.gate, sh.n_ff, e)?,
+                                self.matrix(&t.up, sh.n_ff, e)?,
+                            ]),
+                            down: self.matrix(&t.down, e, sh.n_ff)?.into(),
+                        })
+                    }
+                    _ => None,
+                };
+                Mlp::Experts {
+                    router: Projection::fuse(router),
+                    gate_up: Projection::interleave_experts(&gate, &up, x.count),
+                    down: self.matrix(down, x.count * e, x.n_ff)?.into(),
+                    shared,
+                }
+            }
+        };
+        Ok(LayerWeights {
+            attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
+            wqkv,
+            qkv_bias,
+            q_norm,
+            k_norm,
+            wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?.into(),
+            attn_post_norm,
+            ffn_post_norm,
+            ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
+            mlp,
+        })
+    }
+
+    /// Reports the end of loading.
+    pub fn finish(&mut self) -> Result<()> {
+        let done = (self.progress)(LoadProgress {
+            tensor: "",
+            done_bytes: self.total,
+            total_bytes: self.total,
+        });
+        if done {
+            Ok(())
+        } else {
+            Err(Error::Cancelled)
+        }
+    }
+}
+
+fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
+    let mut names = vec![
+        l.attn_norm.weight.as_str(),
+        &l.attn_output.weight,
+        &l.ffn_norm.weight,
+    ];
+    match &l.mlp {
+        MlpTensors::Dense { gate, up, down } => {
+            names.extend(gate.as_ref().map(|g| g.weight.as_str()));
+            names.extend([up.weight.as_str(), &down.weight]);
+        }
+        MlpTensors::Experts {
+            router,
+            gate,
+            up,
+            down,
+            shared,
+        } => {
+            names.extend([router.as_str(), gate, up, down]);
+            if let Some(sh) = shared {
+                names.extend([sh.gate.as_str(), &sh.up, &sh.down]);
+                names.extend(sh.gate_inp.as_deref());
+            }
+        }
+    }
+    match &l.qkv {
+        QkvTensors::Separate { q, k, v } => {
+            for p in [q, k, v] {
+                names.push(&p.weight);
+                names.extend(p.bias.as_deref());
+            }
+        }
+        QkvTensors::Fused(qkv) => {
+            names.push(&qkv.weight);
+            names.extend(qkv.bias.as_deref());
+        }
+    }
+    let norms = [&l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm];
+    for n in norms.into_iter().flatten() {
+        names.push(&n.weight);
+    }
+    names
+}
+
+/// Dequantizes a tensor of any type the file may hold: a Hearth format or a GGUF type.
+fn dequantize_any(id: u32, data: &[u8], out: &mut [f32]) -> hearth_quant::Result<()> {
+    match Format::from_gguf_id(id) {
+        Some(format) => format.dequantize(data, out),
+        None => hearth_quant::dequantize_ggml(id, data, out),
+    }
+}

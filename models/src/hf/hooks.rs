@@ -1,0 +1,150 @@
+//! Conversion hooks: the metadata a family's folders need beyond the common keys, each a
+//! function named by its spec's `hf.hook` (`models/specs/*.toml`). A family whose folders
+//! need nothing more names none.
+
+use super::config::Config;
+use super::meta::Meta;
+use crate::error::{Error, Result};
+
+/// Writes a family's own `{arch}.*` keys from its `config.json`.
+type Hook = fn(&Config, &mut Meta) -> Result<()>;
+
+/// Every hook, by the name specs give it.
+const HOOKS: &[(&str, Hook)] = &[
+    ("llama", llama),
+    ("qwen2moe", qwen2moe),
+    ("qwen3moe", qwen3moe),
+    ("gemma2", gemma2),
+    ("gemma3", gemma3),
+    ("phi3", phi3),
+];
+
+/// Runs the hook called `name`; a name no hook has is an error of the spec that gives it.
+pub(crate) fn run(name: &str, config: &Config, meta: &mut Meta) -> Result<()> {
+    match HOOKS.iter().find(|(n, _)| *n == name) {
+        Some((_, hook)) => hook(config, meta),
+        None => Err(unknown(&config.family.spec, name)),
+    }
+}
+
+fn unknown(spec: &str, name: &str) -> Error {
+    let names: Vec<&str> = HOOKS.iter().map(|(n, _)| *n).collect();
+    Error::spec(
+        spec,
+        format!(
+            "hf.hook = {name:?} is no conversion hook (hooks: {})",
+            names.join(", ")
+        ),
+    )
+}
+
+/// The vocabulary's size, RoPE's dimensions, and Mistral's window.
+fn llama(c: &Config, m: &mut Meta) -> Result<()> {
+    if let Some(n) = c.u64("vocab_size")? {
+        m.u32("vocab_size", n)?;
+    }
+    m.u32("rope.dimension_count", c.head_dim()?)?;
+    // Mistral 7B's window; llama.cpp's converter drops it, transformers honours it.
+    if let Some(w) = c.u64("sliding_window")?.filter(|&w| w > 0) {
+        m.u32("attention.sliding_window", w)?;
+    }
+    Ok(())
+}
+
+/// Qwen3-MoE's keys and the shared expert's width.
+fn qwen2moe(c: &Config, m: &mut Meta) -> Result<()> {
+    qwen3moe(c, m)?;
+    if let Some(n) = c.u64("shared_expert_intermediate_size")? {
+        m.u32("expert_shared_feed_forward_length", n)?;
+    }
+    Ok(())
+}
+
+/// The experts' width.
+fn qwen3moe(c: &Config, m: &mut Meta) -> Result<()> {
+    if let Some(n) = c.u64("moe_intermediate_size")? {
+        m.u32("expert_feed_forward_length", n)?;
+    }
+    Ok(())
+}
+
+/// The soft-caps of scores and logits, and the window.
+fn gemma2(c: &Config, m: &mut Meta) -> Result<()> {
+    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if let Some(v) = c.f64(key)? {
+            m.f32(key, v);
+        }
+    }
+    if let Some(w) = c.u64("sliding_window")? {
+        m.u32("attention.sliding_window", w)?;
+    }
+    Ok(())
+}
+
+/// The logits' soft-cap and the window.
+fn gemma3(c: &Config, m: &mut Meta) -> Result<()> {
+    if let Some(cap) = c.f64("final_logit_softcapping")? {
+        m.f32("final_logit_softcapping", cap);
+    }
+    if let Some(w) = c.u64("sliding_window")? {
+        m.u32("attention.sliding_window", w)?;
+    }
+    Ok(())
+}
+
+/// LongRoPE's original context and factor on cos and sin, the rotated dimensions and
+/// the window (0 for none).
+fn phi3(c: &Config, m: &mut Meta) -> Result<()> {
+    let n_ctx = c.require_u64("max_position_embeddings")?;
+    let original = c
+        .rope_f64("original_max_position_embeddings")?
+        .map_or(n_ctx, |v| v as u64);
+    m.u32("rope.scaling.original_context_length", original)?;
+    let partial = c.rope_f64("partial_rotary_factor")?.unwrap_or(1.0);
+    let n_embd = c.require_u64("hidden_size")?;
+    m.u32(
+        "rope.dimension_count",
+        (partial * n_embd as f64) as u64 / c.n_head()?.max(1),
+    )?;
+    m.u32(
+        "attention.sliding_window",
+        c.u64("sliding_window")?.unwrap_or(0),
+    )?;
+    if c.rope_factors("long_factor")?.is_some() {
+        // LongRoPE's scale of cos and sin for contexts past the original.
+        let scale = n_ctx as f64 / original as f64;
+        let attn = if scale > 1.0 {
+            (1.0 + scale.ln() / (original as f64).ln()).sqrt()
+        } else {
+            1.0
+        };
+        m.f32("rope.scaling.attn_factor", attn);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hf::family::families;
+
+    /// Every hook a shipped spec names exists, and every hook is some family's.
+    #[test]
+    fn hooks_and_specs_name_each_other() {
+        let families = families().unwrap();
+        let named: Vec<&str> = families
+            .iter()
+            .filter_map(|f| f.hf.hook.as_deref())
+            .collect();
+        for name in &named {
+            assert!(
+                HOOKS.iter().any(|(n, _)| n == name),
+                "{}",
+                unknown("spec", name)
+            );
+        }
+        for (name, _) in HOOKS {
+            assert!(named.contains(name), "no spec names the hook {name:?}");
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The hyperparameters a spec reads from a file's `{arch}.*` metadata: the counts that size
+//! every buffer, the vocabulary, the norm's epsilon, attention's scale and soft-caps.
+
+use super::{Experts, ModelSpec, NormKind, RopeParams, SlidingWindow};
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+
+/// The numbers that size every buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperParams {
+    pub n_layer: usize,
+    /// Model width (embedding length).
+    pub n_embd: usize,
+    /// Hidden width of the MLP.
+    pub n_ff: usize,
+    pub n_head: usize,
+    /// Key/value heads; `n_head / n_head_kv` query heads share each (grouped-query attention).
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_vocab: usize,
+    /// Context length the model was trained with.
+    pub n_ctx_train: usize,
+    pub norm_eps: f32,
+    /// Present when the position embedding is RoPE.
+    pub rope: Option<RopeParams>,
+    /// Local attention, where the file gives a window (`{arch}.attention.sliding_window`).
+    pub sliding_window: Option<SlidingWindow>,
+    /// The factor on query-key scores, where the file gives one (`{arch}.attention.scale`);
+    /// 1 / sqrt(head_dim) otherwise.
+    pub attn_scale: Option<f32>,
+    /// Attention scores become cap * tanh(score / cap) (`{arch}.attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Output logits likewise (`{arch}.final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
+    /// A mixture of experts in every block's MLP, where the file has experts.
+    pub experts: Option<Experts>,
+}
+
+impl ModelSpec {
+    pub(super) fn gguf_hparams(&self, file: &GgufFile, arch: &str) -> Result<HyperParams> {
+        let key = |k: &str| format!("{arch}.{k}");
+        let path = file.path();
+        let positive = |k: &str| positive_count(file, k);
+        let required = |k: &str| -> Result<usize> {
+            positive(k)?.ok_or_else(|| Error::metadata(path, k, "missing"))
+        };
+
+        let n_layer = required(&key("block_count"))?;
+        let n_embd = required(&key("embedding_length"))?;
+        let n_ff = required(&key("feed_forward_length"))?;
+        let head_count = key("attention.head_count");
+        let n_head = required(&head_count)?;
+        let head_count_kv = key("attention.head_count_kv");
+        let n_head_kv = positive(&head_count_kv)?.unwrap_or(n_head);
+        let n_ctx_train = required(&key("context_length"))?;
+
+        let experts = self.experts(file, &key, n_ff)?;
+
+        if n_head % n_head_kv != 0 {
+            return Err(Error::metadata(
+                path,
+                &head_count_kv,
+                format!("{n_head_kv} does not divide `{head_count}` = {n_head}"),
+            ));
+        }
+        let head_dim = match positive(&key("attention.key_length"))? {
+            Some(d) => d,
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return Err(Error::metadata(
+                    path,
+                    &head_count,
+                    format!(
+                        "{n_head} heads do not divide `{}` = {n_embd}",
+                        key("embedding_length")
+                    ),
+                ))
+            }
+        };
+        let value_length = key("attention.value_length");
+        if let Some(v) = positive(&value_length)? {
+            if v != head_dim {
+                return Err(Error::metadata(
+                    path,
+                    &value_length,
+                    format!("{v} differs from the key head dimension {head_dim}"),
+                ));
+            }
+        }
+
+        let eps_key = match self.norm.kind {
+            NormKind::Rms => key("attention.layer_norm_rms_epsilon"),
+            NormKind::Layer => key("attention.layer_norm_epsilon"),
+        };
+        let norm_eps: f32 = file
+            .get(&eps_key)?
+            .ok_or_else(|| Error::metadata(path, &eps_key, "missing"))?;
+        if !(norm_eps.is_finite() && norm_eps > 0.0) {
+            return Err(Error::metadata(
+                path,
+                &eps_key,
+                format!("{norm_eps} is not a positive number"),
+            ));
+        }
+
+        let rope = self.rope_params(file, &key, head_dim, n_ctx_train)?;
+
+        // The vocabulary is the tokenizer's; `{arch}.vocab_size`, when present, must agree.
+        let vocab_key = key("vocab_size");
+        let declared = positive(&vocab_key)?;
+        let n_vocab = match file.get::<&[String]>("tokenizer.ggml.tokens")? {
+            Some(tokens) => {
+                if let Some(d) = declared.filter(|&d| d != tokens.len()) {
+                    return Err(Error::metadata(
+                        path,
+                        &vocab_key,
+                        format!(
+                            "{d} disagrees with the {} tokens of the tokenizer",
+                            tokens.len()
+                        ),
+                    ));
+                }
+                tokens.len()
+            }
+            None => declared.ok_or_else(|| {
+                Error::metadata(path, "tokenizer.ggml.tokens", "missing (and no vocab_size)")
+            })?,
+        };
+
+        let positive_f32 = |k: &str| -> Result<Option<f32>> {
+            match file.get::<f32>(k)? {
+                Some(v) if !(v.is_finite() && v > 0.0) => Err(Error::metadata(
+                    path,
+                    k,
+                    format!("{v} is not a positive number"),
+                )),
+                v => Ok(v),
+            }
+        };
+        let sliding_window = self.sliding_window(file, &key, n_layer, n_ctx_train)?;
+        Ok(HyperParams {
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_vocab,
+            n_ctx_train,
+            norm_eps,
+            rope,
+            sliding_window,
+            attn_scale: positive_f32(&key("attention.scale"))?.or_else(|| {
+                let widths = &self.attention.width_scaled_block_counts;
+                let by_width = widths.contains(&(n_layer as u32));
+                by_width.then(|| 1.0 / (n_embd as f32 / n_head as f32).sqrt())
+            }),
+            attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
+            final_softcap: positive_f32(&key("final_logit_softcapping"))?,
+            experts,
+        })
+    }
+}
+
+/// The count under `k`, where the file has one; 0 is an error. Counts are read as u32 (which
+/// every real model fits) so that products of two of them cannot overflow further down.
+pub(super) fn positive_count(file: &GgufFile, k: &str) -> Result<Option<usize>> {
+    match file.get::<u32>(k)? {
+        Some(0) => Err(Error::metadata(file.path(), k, "must be positive, found 0")),
+        v => Ok(v.map(|v| v as usize)),
+    }
+}

@@ -1,0 +1,62 @@
+//! The names of a spec's weight tensors, as a file of the family spells them.
+
+use serde::Deserialize;
+
+/// Placeholder for the layer index in per-layer tensor names.
+pub const LAYER_PLACEHOLDER: &str = "{layer}";
+
+/// Tensor names. Per-layer names contain `{layer}`; a bias, where the atoms call for one, is
+/// the weight's name with `.weight` replaced by `.bias`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorNames {
+    pub token_embd: String,
+    pub position_embd: Option<String>,
+    pub output_norm: String,
+    pub output: Option<String>,
+    /// RoPE frequency divisors, one per rotated pair, where the file has them (Llama 3.1's
+    /// `rope_freqs.weight`).
+    pub rope_freqs: Option<String>,
+    /// LongRoPE's divisors (Phi-3 128k): the long set when the context exceeds the original
+    /// one (`{arch}.rope.scaling.original_context_length`), the short set otherwise.
+    pub rope_factors_long: Option<String>,
+    pub rope_factors_short: Option<String>,
+    pub layer: LayerTensorNames,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerTensorNames {
+    pub attn_norm: String,
+    pub attn_q: Option<String>,
+    pub attn_k: Option<String>,
+    pub attn_v: Option<String>,
+    pub attn_qkv: Option<String>,
+    /// Per-head query and key norm gains, for `attention.qk_norm`.
+    pub attn_q_norm: Option<String>,
+    pub attn_k_norm: Option<String>,
+    pub attn_output: String,
+    /// The norm of the attention output before the residual add (`norm.placement =
+    /// "sandwich"`).
+    pub attn_post_norm: Option<String>,
+    pub ffn_norm: String,
+    /// The norm of the MLP output before the residual add (`norm.placement = "sandwich"`).
+    pub ffn_post_norm: Option<String>,
+    pub ffn_gate: Option<String>,
+    pub ffn_up: String,
+    pub ffn_down: String,
+    /// A mixture of experts' router ([n_embd, n_expert]) and the experts' stacked gate, up
+    /// ([n_embd, n_ff_exp, n_expert]) and down ([n_ff_exp, n_embd, n_expert]) projections,
+    /// for `[moe]`; in place of the dense MLP's where the file has experts.
+    pub ffn_gate_inp: Option<String>,
+    pub ffn_gate_exps: Option<String>,
+    pub ffn_up_exps: Option<String>,
+    pub ffn_down_exps: Option<String>,
+    /// A shared expert that every token runs besides its routed ones (Qwen2-MoE): a gated MLP
+    /// `{arch}.expert_shared_feed_forward_length` wide, and optionally its gate
+    /// ([n_embd]: the output is scaled by the sigmoid of its product with x).
+    pub ffn_gate_shexp: Option<String>,
+    pub ffn_up_shexp: Option<String>,
+    pub ffn_down_shexp: Option<String>,
+    pub ffn_gate_inp_shexp: Option<String>,
+}

@@ -1,0 +1,298 @@
+//! The weight tensors a spec names, resolved for one file: every name per layer, each checked
+//! against the file's index with the shape the hyperparameters give.
+
+use super::checker::Checker;
+use super::{
+    GateUpLayout, HyperParams, MlpKind, ModelSpec, NormKind, NormPlacement, PositionSpec,
+    QkNormOver, QkvLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
+};
+use crate::error::{Error, Result};
+
+/// A linear layer: weight and optional bias.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Linear {
+    pub weight: String,
+    pub bias: Option<String>,
+}
+
+/// A norm's scale and (for layer norm) shift.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NormTensors {
+    pub weight: String,
+    pub bias: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QkvTensors {
+    Separate {
+        q: Linear,
+        k: Linear,
+        v: Linear,
+    },
+    /// Output rows are [q (n_head*head_dim) | k (n_head_kv*head_dim) | v (same)].
+    Fused(Linear),
+}
+
+/// The tensors of one block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerTensors {
+    pub attn_norm: NormTensors,
+    pub qkv: QkvTensors,
+    /// Per-head query and key norms ([head_dim] each), for `attention.qk_norm`.
+    pub q_norm: Option<NormTensors>,
+    pub k_norm: Option<NormTensors>,
+    pub attn_output: Linear,
+    /// Norms of the attention and MLP outputs (`norm.placement = "sandwich"`).
+    pub attn_post_norm: Option<NormTensors>,
+    pub ffn_norm: NormTensors,
+    pub ffn_post_norm: Option<NormTensors>,
+    pub mlp: MlpTensors,
+}
+
+/// A block's MLP: one, or a mixture of experts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MlpTensors {
+    Dense {
+        /// Present for gated MLPs with separate projections.
+        gate: Option<Linear>,
+        /// [n_embd, n_ff], or [n_embd, 2 n_ff] of gate outputs then up outputs for a gated
+        /// MLP without `gate` (`mlp.gate_up = "fused"`).
+        up: Linear,
+        down: Linear,
+    },
+    Experts {
+        /// [n_embd, n_expert]
+        router: String,
+        /// [n_embd, n_ff_exp, n_expert] each: expert e's rows at e * n_ff_exp.
+        gate: String,
+        up: String,
+        /// [n_ff_exp, n_embd, n_expert]
+        down: String,
+        /// The expert every token runs besides its routed ones.
+        shared: Option<SharedExpertTensors>,
+    },
+}
+
+/// A shared expert's gated MLP, [n_embd, n_ff_shexp] gate and up and [n_ff_shexp, n_embd]
+/// down, and its gate ([n_embd]), where it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedExpertTensors {
+    pub gate: String,
+    pub up: String,
+    pub down: String,
+    pub gate_inp: Option<String>,
+}
+
+/// Every weight tensor the network reads, by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelTensors {
+    /// [n_embd, n_vocab]
+    pub token_embd: String,
+    /// [n_embd, n_ctx_train], for learned positions.
+    pub position_embd: Option<String>,
+    pub output_norm: NormTensors,
+    /// [n_embd, n_vocab]; equal to `token_embd` when the embeddings are tied.
+    pub output: String,
+    pub tied_embeddings: bool,
+    /// [rope dims / 2] f32 divisors of RoPE's per-pair frequencies (Llama 3's scaling), when
+    /// the spec names them and the file has them.
+    pub rope_freqs: Option<String>,
+    /// LongRoPE's (long, short) divisors, [rope dims / 2] each, where the file has both.
+    pub rope_factors: Option<(String, String)>,
+    pub layers: Vec<LayerTensors>,
+}
+
+impl ModelSpec {
+    pub(super) fn tensors_for(
+        &self,
+        hp: &HyperParams,
+        c: &mut Checker<'_>,
+    ) -> Result<ModelTensors> {
+        let names = &self.tensors;
+        let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
+        // Each factor fits u32, so the products fit u64; the sum saturates rather than wraps.
+        let q_dim = hp.n_head as u64 * hp.head_dim as u64;
+        let kv_dim = hp.n_head_kv as u64 * hp.head_dim as u64;
+        let qkv_dim = q_dim.saturating_add(kv_dim.saturating_mul(2));
+        let ff = hp.n_ff as u64;
+        let layer_norm = self.norm.kind == NormKind::Layer;
+
+        let token_embd = c.require(&names.token_embd, &[e, v], "n_embd x n_vocab")?;
+        let position_embd = match (&self.position, &names.position_embd) {
+            (PositionSpec::Learned, Some(n)) => {
+                Some(c.require(n, &[e, hp.n_ctx_train as u64], "n_embd x n_ctx_train")?)
+            }
+            _ => None,
+        };
+        let output_norm = c.norm(&names.output_norm, e, layer_norm, "n_embd")?;
+        let rope_freqs = match (hp.rope, &names.rope_freqs) {
+            (Some(r), Some(n)) if c.file.tensor(n).is_some() => {
+                Some(c.require(n, &[r.dims as u64 / 2], "rope dimensions / 2")?)
+            }
+            _ => None,
+        };
+        let in_file = |n: &Option<String>| n.clone().filter(|n| c.file.tensor(n).is_some());
+        let rope_factors = match (hp.rope, in_file(&names.rope_factors_long)) {
+            (Some(r), Some(long)) => {
+                let short = names.rope_factors_short.clone().unwrap_or_default();
+                let pairs = [r.dims as u64 / 2];
+                let long = c.require(&long, &pairs, "rope dimensions / 2")?;
+                let short = c.require(&short, &pairs, "rope dimensions / 2")?;
+                Some((long, short))
+            }
+            _ => None,
+        };
+        let output_in_file = names.output.as_ref().filter(|n| c.file.tensor(n).is_some());
+        let tied = match self.tied_embeddings {
+            TiedEmbeddings::Always => true,
+            TiedEmbeddings::Never => false,
+            TiedEmbeddings::WhenOutputAbsent => output_in_file.is_none(),
+        };
+        let output = match (tied, &names.output) {
+            (true, _) => token_embd.clone(),
+            (false, Some(n)) => c.require(n, &[e, v], "n_embd x n_vocab")?,
+            // validate() guarantees an output name unless embeddings are always tied.
+            (false, None) => return Err(Error::spec(&self.name, "no output tensor named")),
+        };
+
+        let l = &names.layer;
+        let (attn_bias, out_bias, mlp_bias) = (
+            self.attention.bias,
+            self.attention.output_bias,
+            self.mlp.bias,
+        );
+        // block_count comes from the file: never size an allocation by it alone.
+        let mut layers = Vec::with_capacity(hp.n_layer.min(c.file.tensors().len()));
+        for i in 0..hp.n_layer {
+            let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
+            let named = |pattern: &Option<String>| -> Result<String> {
+                pattern
+                    .as_deref()
+                    .map(name)
+                    .ok_or_else(|| Error::spec(&self.name, "tensor name missing"))
+            };
+            let qkv = match self.attention.qkv {
+                QkvLayout::Separate => QkvTensors::Separate {
+                    q: c.linear(&named(&l.attn_q)?, e, q_dim, attn_bias)?,
+                    k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
+                    v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
+                },
+                QkvLayout::Fused => {
+                    QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
+                }
+            };
+            let hd = hp.head_dim as u64;
+            let whole = self.attention.qk_norm_over == QkNormOver::Projection;
+            let head_norm = |c: &mut Checker<'_>, pattern: &Option<String>, heads: u64| {
+                let (n, meaning) = match whole {
+                    true => (heads * hd, "heads x head_dim"),
+                    false => (hd, "head_dim"),
+                };
+                match self.attention.qk_norm {
+                    Some(kind) => Ok(Some(c.norm(
+                        &named(pattern)?,
+                        n,
+                        kind == NormKind::Layer,
+                        meaning,
+                    )?)),
+                    None => Ok(None),
+                }
+            };
+            let q_norm = head_norm(c, &l.attn_q_norm, hp.n_head as u64)?;
+            let k_norm = head_norm(c, &l.attn_k_norm, hp.n_head_kv as u64)?;
+            let fused = self.mlp.gate_up == GateUpLayout::Fused;
+            let mlp = match hp.experts {
+                Some(x) => {
+                    let (n, ffx) = (x.count as u64, x.n_ff as u64);
+                    let stacked = "n_embd x n_ff_exp x n_expert";
+                    MlpTensors::Experts {
+                        router: c.require(
+                            &named(&l.ffn_gate_inp)?,
+                            &[e, n],
+                            "n_embd x n_expert",
+                        )?,
+                        gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
+                        up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,
+                        down: c.require(
+                            &named(&l.ffn_down_exps)?,
+                            &[ffx, e, n],
+                            "n_ff_exp x n_embd x n_expert",
+                        )?,
+                        shared: match x.shared {
+                            Some(sh) => {
+                                let ffs = sh.n_ff as u64;
+                                Some(SharedExpertTensors {
+                                    gate: c.require(
+                                        &named(&l.ffn_gate_shexp)?,
+                                        &[e, ffs],
+                                        "n_embd x n_ff_shexp",
+                                    )?,
+                                    up: c.require(
+                                        &named(&l.ffn_up_shexp)?,
+                                        &[e, ffs],
+                                        "n_embd x n_ff_shexp",
+                                    )?,
+                                    down: c.require(
+                                        &named(&l.ffn_down_shexp)?,
+                                        &[ffs, e],
+                                        "n_ff_shexp x n_embd",
+                                    )?,
+                                    gate_inp: match sh.gated {
+                                        true => Some(c.require(
+                                            &named(&l.ffn_gate_inp_shexp)?,
+                                            &[e],
+                                            "n_embd",
+                                        )?),
+                                        false => None,
+                                    },
+                                })
+                            }
+                            None => None,
+                        },
+                    }
+                }
+                None => MlpTensors::Dense {
+                    gate: match self.mlp.kind {
+                        MlpKind::Gated if !fused => {
+                            Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
+                        }
+                        _ => None,
+                    },
+                    up: c.linear(
+                        &name(&l.ffn_up),
+                        e,
+                        if fused { 2 * ff } else { ff },
+                        mlp_bias,
+                    )?,
+                    down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
+                },
+            };
+            let sandwich = self.norm.placement == NormPlacement::Sandwich;
+            let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
+                true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
+                false => Ok(None),
+            };
+            layers.push(LayerTensors {
+                attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm, "n_embd")?,
+                qkv,
+                q_norm,
+                k_norm,
+                attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+                attn_post_norm: post_norm(c, &l.attn_post_norm)?,
+                ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
+                ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
+                mlp,
+            });
+        }
+        Ok(ModelTensors {
+            token_embd,
+            position_embd,
+            output_norm,
+            output,
+            tied_embeddings: tied,
+            rope_freqs,
+            rope_factors,
+            layers,
+        })
+    }
+}

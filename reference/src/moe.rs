@@ -1,0 +1,132 @@
+//! A mixture of experts on the reference: each token's router logits pick the experts that
+//! run it, and their gated MLPs' outputs are summed with the router's weights (Mixtral,
+//! Qwen3-MoE), with a shared expert's output besides where the model has one (Qwen2-MoE).
+
+use hearth_models::spec::{Experts, Gating};
+
+use super::matmul::matmul;
+use hearth_model::ModelConfig;
+
+/// One block's experts as f32: the router [n_expert, n_embd] (and the shared expert's gate
+/// row after it, where it has one), the stacked gate and up [n_expert * 2 n_ff_exp, n_embd]
+/// (each expert's gate rows, then its up rows) and down [n_expert * n_embd, n_ff_exp]
+/// projections, and the shared expert's gate/up [2 n_ff_shexp, n_embd] and down.
+pub(super) struct ExpertWeights<'a> {
+    pub router: &'a [f32],
+    pub gate_up: &'a [f32],
+    pub down: &'a [f32],
+    pub shared: Option<(&'a [f32], &'a [f32])>,
+}
+
+impl ExpertWeights<'_> {
+    /// The block's MLP output for `xn` ([tokens, n_embd], normed): [tokens, n_embd].
+    pub fn forward(&self, xn: &[f32], c: &ModelConfig) -> Vec<f32> {
+        let Some(x) = c.experts else {
+            return Vec::new();
+        };
+        let e = c.n_embd;
+        let width = x.router_rows();
+        let logits = matmul(xn, self.router, width, e); // (tokens, n_expert [+ 1])
+        let mut out = vec![0f32; xn.len()];
+        for ((row, logits), y) in xn
+            .chunks(e)
+            .zip(logits.chunks(width))
+            .zip(out.chunks_mut(e))
+        {
+            for (expert, weight) in route(&logits[..x.count], &x) {
+                let gate_up = &self.gate_up[expert * 2 * x.n_ff * e..][..2 * x.n_ff * e];
+                let down = &self.down[expert * e * x.n_ff..][..e * x.n_ff];
+                add_gated_mlp(y, weight, row, (gate_up, down), x.n_ff, c);
+            }
+            if let (Some(sh), Some(weights)) = (x.shared, self.shared) {
+                // The shared expert, scaled by the sigmoid of its gate's logit where it has one.
+                let weight = match sh.gated {
+                    true => 1.0 / (1.0 + (-logits[x.count]).exp()),
+                    false => 1.0,
+                };
+                add_gated_mlp(y, weight, row, weights, sh.n_ff, c);
+            }
+        }
+        out
+    }
+}
+
+/// y += weight * down(act(gate x) * (up x)) for one token's x, with `gate_up` [2 n_ff, n_embd]
+/// (gate rows, then up rows) and `down` [n_embd, n_ff].
+fn add_gated_mlp(
+    y: &mut [f32],
+    weight: f32,
+    x: &[f32],
+    (gate_up, down): (&[f32], &[f32]),
+    n_ff: usize,
+    c: &ModelConfig,
+) {
+    let e = c.n_embd;
+    let both = matmul(x, gate_up, 2 * n_ff, e);
+    let (g, u) = both.split_at(n_ff);
+    let hidden = c.mlp_act.apply(g, u);
+    for (y, v) in y.iter_mut().zip(matmul(&hidden, down, e, n_ff)) {
+        *y += weight * v;
+    }
+}
+
+/// The experts one token runs and their weights, heaviest first: the router's logits through
+/// the gating (softmax over every expert, or each one's sigmoid), the `used` heaviest (equal
+/// weights: the lower index first, as `torch.topk` orders them), renormalized to sum to one
+/// where the model does so.
+pub fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
+    let weights: Vec<f32> = match x.gating {
+        Gating::Softmax => {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+            let sum: f32 = exp.iter().sum();
+            exp.iter().map(|v| v / sum).collect()
+        }
+        Gating::Sigmoid => logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect(),
+    };
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    // A stable sort keeps equal weights in index order.
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
+    order.truncate(x.used);
+    let sum: f32 = order.iter().map(|&i| weights[i]).sum();
+    let sum = if x.normalize && sum > 0.0 { sum } else { 1.0 };
+    order.into_iter().map(|i| (i, weights[i] / sum)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn experts(used: usize, gating: Gating, normalize: bool) -> Experts {
+        Experts {
+            count: 4,
+            used,
+            n_ff: 8,
+            gating,
+            normalize,
+            shared: None,
+        }
+    }
+
+    #[test]
+    fn the_heaviest_experts_run_with_their_softmax_weights() {
+        let logits = [0.0, 2.0, 1.0, 2.0f32.ln() + 1.0];
+        let softmax: Vec<f32> = {
+            let e: Vec<f32> = logits.iter().map(|l| l.exp()).collect();
+            let s: f32 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        let picked = route(&logits, &experts(2, Gating::Softmax, false));
+        assert_eq!(picked, [(1, softmax[1]), (3, softmax[3])]);
+        let picked = route(&logits, &experts(2, Gating::Softmax, true));
+        let sum = softmax[1] + softmax[3];
+        assert_eq!(picked, [(1, softmax[1] / sum), (3, softmax[3] / sum)]);
+    }
+
+    #[test]
+    fn equal_weights_go_to_the_lower_index() {
+        let picked = route(&[1.0, 3.0, 3.0, 3.0], &experts(2, Gating::Sigmoid, false));
+        let s = 1.0 / (1.0 + (-3.0f32).exp());
+        assert_eq!(picked, [(1, s), (2, s)]);
+    }
+}

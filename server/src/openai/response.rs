@@ -1,0 +1,213 @@
+//! What the server answers: completions and their stream chunks, log probabilities, the
+//! model list, health and errors. `None` is `null` where OpenAI's API gives `null`.
+
+use std::collections::BTreeMap;
+
+use hearth_engine::sample::FinishReason;
+use serde::Serialize;
+
+/// A whole answer (`chat.completion`, `text_completion`) or one chunk of a streamed one
+/// (`chat.completion.chunk`, `text_completion`).
+#[derive(Serialize, Debug)]
+pub struct Completion<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub choices: Vec<Choice<'a>>,
+    /// Whole answers, and a stream's last chunk when the request asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// One of a request's `n` completions, or a piece of one.
+#[derive(Serialize, Debug)]
+pub struct Choice<'a> {
+    pub index: usize,
+    #[serde(flatten)]
+    pub content: ChoiceContent<'a>,
+    pub logprobs: Option<ChoiceLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// Where a choice's text goes: the field named for the variant.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "snake_case")]
+pub enum ChoiceContent<'a> {
+    /// A chat's whole answer.
+    Message(AssistantMessage<'a>),
+    /// A chat's chunk: what its answer gained.
+    Delta(Delta<'a>),
+    /// A completion's text, whole or a chunk of it.
+    Text(&'a str),
+}
+
+#[derive(Serialize, Debug)]
+pub struct AssistantMessage<'a> {
+    pub role: &'static str,
+    pub content: &'a str,
+}
+
+/// A chat chunk's change; the role only in a choice's first chunk.
+#[derive(Serialize, Debug)]
+pub struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    pub content: &'a str,
+}
+
+/// The finish reason's name in OpenAI's API.
+pub fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Eos | FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Cancelled => "cancelled",
+    }
+}
+
+/// A choice's `logprobs`, in its endpoint's shape.
+#[derive(Serialize, Debug)]
+#[serde(untagged)]
+pub enum ChoiceLogprobs {
+    Chat(ChatLogprobs),
+    Completion(CompletionLogprobs),
+}
+
+/// Chat's `logprobs`: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
+#[derive(Serialize, Debug)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatLogprob>,
+}
+
+/// A generated token's entry, with its alternatives.
+#[derive(Serialize, Debug)]
+pub struct ChatLogprob {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<ChatAlternative>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ChatAlternative {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u8>,
+}
+
+/// The completions endpoint's `logprobs`: parallel lists, one entry per token.
+#[derive(Serialize, Debug, Default)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f64>,
+    /// Per token, its alternatives' text to log probability.
+    pub top_logprobs: Vec<BTreeMap<String, f64>>,
+    /// Per token, its offset in characters into the generated text.
+    pub text_offset: Vec<usize>,
+}
+
+/// `/v1/models`: the one model served.
+#[derive(Serialize, Debug)]
+pub struct ModelList<'a> {
+    pub object: &'static str,
+    pub data: Vec<ModelCard<'a>>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ModelCard<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+}
+
+impl<'a> ModelList<'a> {
+    pub fn one(id: &'a str, created: u64) -> Self {
+        Self {
+            object: "list",
+            data: vec![ModelCard {
+                id,
+                object: "model",
+                created,
+                owned_by: "hearth",
+            }],
+        }
+    }
+}
+
+/// `/health`: `ok`, or `loading` before the model is.
+#[derive(Serialize, Debug)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+/// OpenAI's error body: `{"error": {message, type, param, code}}`.
+#[derive(Serialize, Debug)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ErrorDetail<'a> {
+    pub message: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub param: Option<&'a str>,
+    pub code: Option<&'a str>,
+}
+
+impl<'a> ErrorBody<'a> {
+    pub fn new(
+        message: &'a str,
+        kind: &'a str,
+        param: Option<&'a str>,
+        code: Option<&'a str>,
+    ) -> Self {
+        Self {
+            error: ErrorDetail {
+                message,
+                kind,
+                param,
+                code,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, to_value};
+
+    use super::*;
+
+    #[test]
+    fn the_small_bodies_have_openais_shapes() {
+        assert_eq!(
+            to_value(ModelList::one("m", 7)).unwrap(),
+            json!({ "object": "list",
+                    "data": [{ "id": "m", "object": "model", "created": 7, "owned_by": "hearth" }] })
+        );
+        assert_eq!(
+            to_value(ErrorBody::new(
+                "no",
+                "invalid_request_error",
+                Some("n"),
+                None
+            ))
+            .unwrap(),
+            json!({ "error": { "message": "no", "type": "invalid_request_error", "param": "n",
+                               "code": null } })
+        );
+        assert_eq!(
+            to_value(Health { status: "ok" }).unwrap(),
+            json!({ "status": "ok" })
+        );
+    }
+}

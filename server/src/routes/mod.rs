@@ -1,0 +1,57 @@
+//! The HTTP routes: OpenAI's endpoints, health and metrics, with OpenAI-shaped errors.
+//!
+//! - `completions.rs`: `/v1/chat/completions` and `/v1/completions`: a prompt handed to the
+//!   service (`submit.rs`), answered whole (`collect.rs`) or streamed (`stream.rs`), in the
+//!   shapes both share (`answer.rs`);
+//! - `models.rs`: `/v1/models`, `/v1/embeddings`, and which model a request may name;
+//! - `health.rs`: `/health`, `/metrics` and the count of answers behind it;
+//! - `auth.rs`: the API key;
+//! - `body.rs`: reading a request's body, with every failure an OpenAI-shaped error;
+//! - `error.rs`: errors as OpenAI's API gives them, the service's among them.
+
+mod answer;
+mod auth;
+mod body;
+mod collect;
+mod completions;
+mod error;
+mod health;
+mod models;
+mod stream;
+mod submit;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::AppState;
+use error::ApiError;
+
+type Shared = Arc<AppState>;
+
+pub fn router(state: Shared) -> Router {
+    let api = Router::new()
+        .route("/v1/models", get(models::models))
+        .route("/v1/chat/completions", post(completions::chat))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(models::embeddings))
+        .layer(from_fn_with_state(state.clone(), auth::authorize));
+    Router::new()
+        .route("/health", get(health::health))
+        .route("/metrics", get(health::metrics))
+        .merge(api)
+        .fallback(not_found)
+        .layer(from_fn_with_state(state.clone(), health::count))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}

@@ -1,0 +1,50 @@
+//! The model served: `/v1/models`, `/v1/embeddings` (refused: this server runs decoders),
+//! and which model a request may name.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::error::ApiError;
+use super::Shared;
+use crate::openai::{ModelList, Sampling};
+use crate::{AppState, Model};
+
+/// The model, or 503 while it loads.
+pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
+    state.model().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the model is still loading",
+        )
+    })
+}
+
+pub async fn models(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let m = loaded(&state)?;
+    Ok(Json(ModelList::one(&m.id, m.created)).into_response())
+}
+
+pub async fn embeddings(State(state): State<Shared>) -> ApiError {
+    let what = match state.model() {
+        Some(m) => format!("`{}` is a decoder-only language model", m.id),
+        None => "the model is still loading".into(),
+    };
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        format!("{what}; embeddings need an encoder model, which this server does not run"),
+    )
+}
+
+/// The model a request names must be this one (any name when it names none).
+pub fn check_model(m: &Model, sampling: &Sampling) -> Result<(), ApiError> {
+    match &sampling.model {
+        Some(name) if name != &m.id && !m.aliases.contains(name) => Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("model `{name}` is not served here; `{}` is", m.id),
+            param: Some("model"),
+        }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,352 @@
+//! How fast the kernels run on a device, next to the memory bandwidth they are bounded by
+//! (the device's streaming read, and the host CPU's).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use hearth_kernels::vk::{Buffer, Completed, Device, Recorder};
+use hearth_kernels::{
+    weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, ReadBandwidth, WeightFormat,
+};
+use hearth_model::{Error, Result};
+
+/// Which kernels to run and how often.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelBenchParams {
+    /// Timed repetitions per kernel (the median is reported).
+    pub reps: usize,
+    /// Tokens (rows of X) for the matmul shapes.
+    pub tokens: u32,
+    /// Only kernels whose name contains this.
+    pub only: Option<String>,
+}
+
+impl Default for KernelBenchParams {
+    fn default() -> Self {
+        Self {
+            reps: 5,
+            tokens: 512,
+            only: None,
+        }
+    }
+}
+
+/// What [`bench_kernels`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelReport {
+    /// The device's name.
+    pub device: String,
+    pub rows: Vec<KernelRow>,
+    /// Shapes left out because one of their buffers exceeds what the device can bind, each
+    /// with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// One kernel at one shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelRow {
+    pub kernel: String,
+    pub shape: String,
+    pub device: String,
+    /// Bytes read from memory per run (weights and inputs).
+    pub bytes: u64,
+    pub flops: u64,
+    pub time_us: f64,
+    pub gb_per_s: f64,
+    pub gflop_per_s: f64,
+}
+
+/// The measured part of a row: its work and its time.
+struct Work {
+    bytes: u64,
+    flops: u64,
+    seconds: f64,
+}
+
+impl KernelRow {
+    fn new(kernel: &str, shape: String, device: &str, work: Work) -> Self {
+        let Work {
+            bytes,
+            flops,
+            seconds,
+        } = work;
+        Self {
+            kernel: kernel.into(),
+            shape,
+            device: device.into(),
+            bytes,
+            flops,
+            time_us: seconds * 1e6,
+            gb_per_s: bytes as f64 / seconds / 1e9,
+            gflop_per_s: flops as f64 / seconds / 1e9,
+        }
+    }
+}
+
+/// Matvec shapes (m, k): a 7B-class attention projection and MLP down projection, then
+/// SmolLM2-135M's fused gate/up, down and output projections (small matrices show the
+/// per-dispatch cost).
+const MATVEC_SHAPES: &[(u32, u32)] = &[
+    (4096, 4096),
+    (4096, 11008),
+    (3072, 576),
+    (576, 1536),
+    (49152, 576),
+];
+/// Matmul weight shapes (m, k).
+const MATMUL_SHAPES: &[(u32, u32)] = &[(4096, 4096)];
+
+/// Runs the kernels `params` asks for on `device`: the host's and the device's read
+/// bandwidth, the fixed cost of a dispatch, then every format's matvec and matmul.
+pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result<KernelReport> {
+    let name = device.info().name.clone();
+    let reps = params.reps.max(1);
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    let limit = device.info().limits.max_storage_buffer_range;
+    let too_large = |bytes: u64, what: String| {
+        (bytes > limit).then(|| {
+            format!("{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})")
+        })
+    };
+
+    let wanted = |kernel: &str| params.only.as_deref().is_none_or(|o| kernel.contains(o));
+    if wanted("host_read") {
+        rows.push(host_read_bandwidth());
+    }
+    if wanted("read_bandwidth") {
+        rows.push(device_read_bandwidth(device, &name, reps)?);
+    }
+    if wanted("dispatch") {
+        rows.push(dispatch_cost(device, &name, reps)?);
+    }
+    for format in WeightFormat::ALL {
+        if !wanted(&kernel_name("matvec", format)) {
+            continue;
+        }
+        let kernel = Matvec::new(device, format, 1)?;
+        for &(m, k) in MATVEC_SHAPES {
+            // SmolLM2's 576-wide rows are not whole 256-value k-quant blocks.
+            if format.bytes_for(k as usize).is_none() {
+                let block = format.block_size();
+                skipped.push(format!(
+                    "{} {m}x{k}: rows are not whole {block}-value blocks",
+                    kernel_name("matvec", format)
+                ));
+                continue;
+            }
+            if let Some(why) = too_large(matrix_bytes(format, m, k), format!("matvec {m}x{k}")) {
+                skipped.push(why);
+                continue;
+            }
+            let seconds = matvec_seconds(device, &kernel, (m, k), reps)?;
+            let work = Work {
+                bytes: matrix_bytes(format, m, k) + k as u64 * 4,
+                flops: 2 * m as u64 * k as u64,
+                seconds,
+            };
+            let kernel = kernel_name("matvec", format);
+            rows.push(KernelRow::new(&kernel, format!("{m}x{k}"), &name, work));
+        }
+    }
+    for format in WeightFormat::ALL {
+        if !wanted(&kernel_name("matmul", format)) {
+            continue;
+        }
+        let kernel = Matmul::new(device, format)?;
+        for &(m, k) in MATMUL_SHAPES {
+            let n = params.tokens;
+            let largest = matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4);
+            if let Some(why) = too_large(largest, format!("matmul {n}x{m}x{k}")) {
+                skipped.push(why);
+                continue;
+            }
+            let w = weights(device, format, m as usize, k as usize)?;
+            let x = Buffer::from_slice(device, "x", &vec![0.5f32; n as usize * k as usize])?;
+            let c = Buffer::from_slice(device, "c", &vec![0f32; n as usize * m as usize])?;
+            let args = MatmulArgs {
+                x: &x,
+                c: &c,
+                n,
+                m,
+                k,
+                accumulate: false,
+                cols: OutputCols::default(),
+            };
+            let seconds = median_seconds(device, reps, |rec| kernel.record(rec, &w, args))?;
+            let work = Work {
+                bytes: matrix_bytes(format, m, k) + n as u64 * k as u64 * 4,
+                flops: 2 * n as u64 * m as u64 * k as u64,
+                seconds,
+            };
+            let kernel = kernel_name("matmul", format);
+            rows.push(KernelRow::new(&kernel, format!("{n}x{m}x{k}"), &name, work));
+        }
+    }
+    Ok(KernelReport {
+        device: name,
+        rows,
+        skipped,
+    })
+}
+
+/// `matvec_q4`: a kernel family's variant for `format`.
+fn kernel_name(family: &str, format: WeightFormat) -> String {
+    format!("{family}_{}", format.name().to_ascii_lowercase())
+}
+
+/// Bytes of an [m, k] matrix in `format`.
+fn matrix_bytes(format: WeightFormat, m: u32, k: u32) -> u64 {
+    m as u64 * format.bytes_for(k as usize).unwrap_or(0) as u64
+}
+
+/// An [m, k] weight matrix in `format`: one quantized row of varied values, repeated (values
+/// are irrelevant to speed, as long as they are ordinary numbers).
+fn weights(device: &Arc<Device>, format: WeightFormat, m: usize, k: usize) -> Result<Buffer> {
+    let row: Vec<f32> = (0..k)
+        .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let mut packed = vec![0u8; format.bytes_for(k).unwrap_or(0)];
+    format
+        .quantize(&row, &mut packed)
+        .map_err(|e| Error::options("format", e.to_string()))?;
+    Ok(weight_buffer(device, "weights", &packed.repeat(m))?)
+}
+
+/// Runs `record` once to warm up, then `reps` times in one submission; the median GPU time of
+/// one run (or wall time / reps where the device has no timestamps).
+fn median_seconds<'a>(
+    device: &'a Device,
+    reps: usize,
+    mut record: impl FnMut(&mut Recorder<'a>) -> hearth_kernels::vk::Result<()>,
+) -> Result<f64> {
+    let mut warm = Recorder::new(device)?;
+    record(&mut warm)?;
+    warm.submit()?;
+    let mut rec = Recorder::timed(device)?;
+    for _ in 0..reps {
+        record(&mut rec)?;
+    }
+    let done: Completed = rec.submit()?;
+    if done.kernels.is_empty() {
+        return Ok(done.wall.as_secs_f64() / reps as f64);
+    }
+    let mut times: Vec<f64> = done.kernels.iter().map(|k| k.ns * 1e-9).collect();
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Result<KernelRow> {
+    let kernel = ReadBandwidth::new(device)?;
+    // As large as one binding allows, up to 256 MiB (well past any cache).
+    let bytes: u64 = (256u64 << 20).min(device.info().limits.max_storage_buffer_range) & !15;
+    let src = Buffer::from_slice(device, "bandwidth source", &vec![1u32; bytes as usize / 4])?;
+    let dst = Buffer::from_slice(
+        device,
+        "bandwidth sums",
+        &vec![0u32; kernel.scratch_bytes() as usize / 4],
+    )?;
+    let seconds = median_seconds(device, reps, |rec| kernel.record(rec, &src, &dst))?;
+    let work = Work {
+        bytes,
+        flops: 0,
+        seconds,
+    };
+    let shape = format!("{} MiB", bytes >> 20);
+    Ok(KernelRow::new("read_bandwidth", shape, name, work))
+}
+
+/// Median time of one decode product (one token) of an [m, k] matrix with `kernel`.
+fn matvec_seconds(
+    device: &Arc<Device>,
+    kernel: &Matvec,
+    (m, k): (u32, u32),
+    reps: usize,
+) -> Result<f64> {
+    let w = weights(device, kernel.format(), m as usize, k as usize)?;
+    let x = Buffer::from_slice(device, "x", &vec![0.5f32; k as usize])?;
+    let y = Buffer::from_slice(device, "y", &vec![0f32; m as usize])?;
+    median_seconds(device, reps, |rec| {
+        kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
+    })
+}
+
+/// The fixed cost of one dispatch: a Q4 product of one block per row and eight rows, whose
+/// work is negligible. A decode step pays it once per kernel (four products and attention per
+/// layer), which on a CPU device, where waking the worker threads dominates it, is a large
+/// part of a small model's step.
+fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<KernelRow> {
+    let (m, k) = (8u32, 32u32);
+    let format = WeightFormat::Q4;
+    let kernel = Matvec::new(device, format, 1)?;
+    let work = Work {
+        bytes: matrix_bytes(format, m, k) + k as u64 * 4,
+        flops: 2 * m as u64 * k as u64,
+        seconds: matvec_seconds(device, &kernel, (m, k), reps.max(20))?,
+    };
+    Ok(KernelRow::new(
+        "dispatch",
+        format!("matvec_q4 {m}x{k}"),
+        name,
+        work,
+    ))
+}
+
+/// The host CPU summing a 512 MiB buffer with every core: the machine's memory bandwidth as
+/// plain code sees it. Best of three.
+fn host_read_bandwidth() -> KernelRow {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let data = vec![1u64; (512 << 20) / 8];
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            data.chunks(data.len().div_ceil(threads))
+                .map(|chunk| s.spawn(move || chunk.iter().fold(0u64, |a, &b| a.wrapping_add(b))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .sum()
+        });
+        std::hint::black_box(total);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    let work = Work {
+        bytes: 512 << 20,
+        flops: 0,
+        seconds: best,
+    };
+    KernelRow::new(
+        "host_read (cpu)",
+        format!("512 MiB, {threads} thr"),
+        "host",
+        work,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_kernels::testing::device;
+
+    #[test]
+    fn formats_whose_blocks_do_not_divide_a_shape_skip_it() {
+        let Some(device) = device() else { return };
+        let params = KernelBenchParams {
+            reps: 1,
+            tokens: 16,
+            only: Some("matvec_q2_k".into()),
+        };
+        let report = bench_kernels(&device, &params).unwrap();
+        let shapes: Vec<&str> = report.rows.iter().map(|r| r.shape.as_str()).collect();
+        assert_eq!(shapes, ["4096x4096", "4096x11008", "576x1536"]);
+        assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
+        assert!(
+            report.skipped[0].contains("3072x576"),
+            "{:?}",
+            report.skipped
+        );
+    }
+}

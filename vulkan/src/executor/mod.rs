@@ -1,0 +1,598 @@
+//! The Vulkan executor: weights in device buffers, the paged KV cache, and a step recorded
+//! into a single command buffer and submission (embedding to logits, no CPU round trip
+//! between kernels). A step may carry several sequences, each appending to its own cache row
+//! (`step_batch`); the single-sequence `Backend` uses row 0.
+//!
+//! Weights stay packed in their formats (each matrix may have its own), and every product
+//! runs the kernel variant for its matrix's format. Decode (up to a few tokens per sequence)
+//! runs the weight-streaming matvec kernel with the block's RMSNorm, residual adds and SwiGLU
+//! folded into it, and attention with RoPE and the K/V append folded in: five dispatches per
+//! layer. Prefill (more tokens) uses flash-style attention and, on GPUs, tiled matrix-matrix
+//! kernels; CPU devices keep the matvec kernel for prefill too, with several tokens sharing
+//! each pass over the weights, in chunks of at most `chunk` tokens.
+
+mod kernels;
+mod mlp;
+mod plan;
+mod policy;
+mod step;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use hearth_models::{GgufFile, ResolvedModel};
+
+use hearth_model::kv::KvBudget;
+use hearth_model::{
+    check_step, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig, Profile,
+    ProgressFn, Projection, Result, SeqStep, WeightReader,
+};
+
+pub use self::policy::FETCH_KERNELS;
+
+use self::kernels::{FormatKernels, Kernels};
+use self::policy::{Dense, KvPolicy, VkH2o};
+use hearth_kernels::kv::policy::{KvPolicyChoice, KvPolicyStats};
+use hearth_kernels::kv::{
+    blocks_for, blocks_in_budget, KvCache, KvPlacement, KvShape, KvTables, KvType, KvUsage,
+};
+use hearth_kernels::vk::{Buffer, BufferDesc, Device, DeviceKind};
+use hearth_kernels::{weight_buffer, WeightFormat};
+
+#[derive(Clone, Copy, Debug)]
+pub struct VkModelOptions {
+    /// Most positions one sequence holds.
+    pub n_ctx: usize,
+    /// Sequences the cache can hold at once (rows of block tables).
+    pub n_seq: usize,
+    /// The KV pool's size; `None`: every sequence at full context, within what fits after
+    /// the weights.
+    pub kv_budget: Option<KvBudget>,
+    pub kv_placement: KvPlacement,
+    /// How K and V are stored.
+    pub kv_type: KvType,
+    /// Most tokens one prefill submission processes (scratch buffers are sized by it).
+    pub max_chunk: usize,
+    /// Time every kernel with timestamp queries (see [`VkModel::profile`]).
+    pub profile: bool,
+}
+
+impl Default for VkModelOptions {
+    fn default() -> Self {
+        Self {
+            n_ctx: 4096,
+            n_seq: 1,
+            kv_budget: None,
+            kv_placement: KvPlacement::Device,
+            kv_type: KvType::default(),
+            max_chunk: 256,
+            profile: false,
+        }
+    }
+}
+
+/// Headroom left free on the device when the KV budget is chosen automatically.
+const KV_HEADROOM: u64 = 512 << 20;
+
+/// A packed weight matrix on the device: [rows, k] in one format.
+struct DeviceMatrix {
+    buffer: Buffer,
+    format: WeightFormat,
+    rows: u32,
+}
+
+/// One block's weights on the device; norm gains in f32, and each matrix as its runs of rows
+/// of one format (`Projection`): one run unless a fused projection joins parts of several
+/// formats, each run a product of its own.
+type DeviceLayer = Layer<Vec<DeviceMatrix>, Buffer>;
+
+/// Activations for one chunk of `chunk` tokens.
+struct Scratch {
+    /// [chunk] token ids, written by the host each step.
+    ids: Buffer,
+    /// [chunk, n_embd] the residual stream.
+    x: Buffer,
+    /// [chunk, n_embd] normalised x (prefill).
+    xn: Buffer,
+    /// [chunk, qkv_dim]
+    qkv: Buffer,
+    /// [chunk, n_head * head_dim]
+    att: Buffer,
+    /// [chunk, 2 n_ff] (prefill)
+    gate_up: Buffer,
+    /// [chunk, n_ff]
+    hidden: Buffer,
+    /// [chunk] where each token belongs in the KV cache, written by the host each step.
+    steps: Buffer,
+    /// [chunk, n_embd] x of the tokens whose logits are wanted, gathered.
+    sel: Buffer,
+    /// [chunk, n_vocab], read by the host
+    logits: Buffer,
+    /// A mixture of experts' activations.
+    moe: Option<MoeScratch>,
+}
+
+/// Activations of a mixture of experts for one chunk; a slot is one token's use of one
+/// expert, `slots_per_token` per token (the routed experts', and the shared expert's).
+struct MoeScratch {
+    /// [chunk, n_expert (+ 1 for the shared expert's gate)]
+    router: Buffer,
+    /// [chunk * slots_per_token] each: the router's weight and the expert of each slot.
+    weights: Buffer,
+    experts: Buffer,
+    /// The routed slots, expert by expert.
+    order: Buffer,
+    /// (expert, first index into order, slots, 0) for `max_tiles` tiles.
+    tiles: Buffer,
+    /// [chunk * slots_per_token, 2 n_ff_exp]: the grouped gate/up product's output (prefill on
+    /// GPUs; CPU devices take the gated matvec).
+    gate_up: Option<Buffer>,
+    /// [chunk * slots_per_token, n_ff_exp]
+    hidden: Buffer,
+    /// [chunk * slots_per_token, n_embd]
+    out: Buffer,
+    /// The shared expert's [chunk, 2 n_ff_shexp] gate/up outputs (prefill) and [chunk,
+    /// n_ff_shexp] hidden activations.
+    shared: Option<(Buffer, Buffer)>,
+}
+
+pub struct VkModel {
+    device: Arc<Device>,
+    config: ModelConfig,
+    /// [n_vocab, n_embd]
+    token_embd: DeviceMatrix,
+    output_norm: Buffer,
+    /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
+    output: Option<DeviceMatrix>,
+    layers: Vec<DeviceLayer>,
+    kv: KvCache,
+    /// [n_ctx, rot_dim / 2] (cos, sin)
+    rope_table: Buffer,
+    /// The same for local layers that rotate with a base of their own.
+    local_rope_table: Option<Buffer>,
+    kernels: Kernels,
+    scratch: Scratch,
+    chunk: usize,
+    /// Bytes of packed weight matrices per format.
+    weight_bytes: Vec<(WeightFormat, u64)>,
+    /// Running totals, when profiling.
+    profile: Option<ProfileTotals>,
+    /// InfiniGen fetch commands recorded since load, and how many of them shared a group
+    /// (no barrier between) with the previous layer's kernels.
+    fetch_alongside: (usize, usize),
+    /// Which cached positions attention reads (`--kv-offload infinigen|h2o`).
+    policy: Box<dyn KvPolicy>,
+}
+
+/// What `--profile` has timed since load.
+#[derive(Default)]
+struct ProfileTotals {
+    /// Per kernel: (GPU nanoseconds, dispatches).
+    kernels: BTreeMap<&'static str, (f64, u64)>,
+    /// See `Profile::fetch_overlap_ns`.
+    fetch_overlap_ns: f64,
+}
+
+impl VkModel {
+    pub fn load(
+        device: &Arc<Device>,
+        file: &GgufFile,
+        model: &ResolvedModel,
+        options: VkModelOptions,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let config = ModelConfig::from_resolved(file, model)?;
+        let c = &config;
+        if let Some(x) = &c.experts {
+            hearth_kernels::check_experts(x).map_err(|what| hearth_model::Error::Unsupported {
+                path: file.path().to_path_buf(),
+                what: format!("a mixture of {what} on the Vulkan executor"),
+            })?;
+        }
+        if options.n_ctx == 0 {
+            return Err(hearth_model::Error::options("n_ctx", "must be at least 1"));
+        }
+        hearth_kernels::kv::check_kv_type(options.kv_type, c.head_dim)?;
+        // The logits of a whole chunk must fit one storage buffer.
+        let max_range = device.info().limits.max_storage_buffer_range;
+        let chunk = options
+            .max_chunk
+            .min((max_range / (c.n_vocab as u64 * 4)).max(1) as usize)
+            .max(1);
+
+        let mut reader = WeightReader::new(file, model, c, progress);
+        let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
+        // Each format's kernels are built on a thread of their own while the weights load. A
+        // CPU device translates and optimizes a pipeline's SPIR-V when it is created (lavapipe
+        // takes a third of a second for the unrolled prompt product), which, one pipeline after
+        // another, held up every start by over a second.
+        let (token_embd, output, layers, output_norm, formats, kernels) =
+            std::thread::scope(|s| {
+                let common = s.spawn(|| Kernels::new(device, c, options.kv_type));
+                let mut building = Vec::new();
+                let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
+                    match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
+                        Some((_, bytes)) => *bytes += w.data.len() as u64,
+                        None => weight_bytes.push((w.format, w.data.len() as u64)),
+                    }
+                    if building.iter().all(|(f, _)| *f != w.format) {
+                        let format = w.format;
+                        building
+                            .push((format, s.spawn(move || FormatKernels::new(device, format))));
+                    }
+                    Ok(DeviceMatrix {
+                        buffer: weight_buffer(device, name, &w.data)?,
+                        format: w.format,
+                        rows: w.rows as u32,
+                    })
+                };
+                let token_embd = upload("token_embd", reader.token_embd()?)?;
+                let output = match reader.output()? {
+                    Some(w) => Some(upload("output", w)?),
+                    None => None,
+                };
+                let mut layers = Vec::with_capacity(c.n_layer);
+                for l in 0..c.n_layer {
+                    let vector = |name: &str, gain: Vec<f32>| {
+                        Buffer::from_slice(device, &format!("blk.{l}.{name}"), &gain)
+                            .map_err(Error::from)
+                    };
+                    let matrix = |name: &str, w: Projection| {
+                        let runs = w.runs.len();
+                        let name = |i| match runs {
+                            1 => format!("blk.{l}.{name}"),
+                            _ => format!("blk.{l}.{name} run {i}"),
+                        };
+                        let uploads = w.runs.into_iter().enumerate();
+                        uploads.map(|(i, run)| upload(&name(i), run)).collect()
+                    };
+                    layers.push(reader.layer(l)?.try_map(matrix, vector)?);
+                }
+                let output_norm =
+                    Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
+                reader.finish()?;
+                let mut formats = HashMap::new();
+                for (format, handle) in building {
+                    let built = handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                    formats.insert(format, built);
+                }
+                let kernels = common
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, Error>((token_embd, output, layers, output_norm, formats, kernels))
+            })?;
+
+        let weights: u64 = weight_bytes.iter().map(|(_, b)| b).sum();
+        let kv = KvCache::new(
+            device,
+            kv_shape(device, c, &options, weights)?,
+            options.kv_placement,
+        )?;
+        let table = c.rope_table(options.n_ctx).unwrap_or(vec![[0.0; 2]]);
+        let rope_table = Buffer::from_slice(device, "rope table", &table)?;
+        let local_rope_table = match c.local_rope_table(options.n_ctx) {
+            Some(t) => Some(Buffer::from_slice(device, "local rope table", &t)?),
+            None => None,
+        };
+
+        let mut kernels = kernels?;
+        kernels.formats = formats;
+        let f32s = |name: &str, n: usize| {
+            Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
+        };
+        let scratch = Scratch {
+            ids: Buffer::new(
+                device,
+                BufferDesc::host_visible("token ids", chunk as u64 * 4),
+            )?,
+            x: f32s("x", chunk * c.n_embd)?,
+            xn: f32s("x normalised", chunk * c.n_embd)?,
+            qkv: f32s("qkv", chunk * c.qkv_dim())?,
+            att: f32s("attention output", chunk * c.attn_dim())?,
+            gate_up: f32s("gate/up", chunk * 2 * c.n_ff)?,
+            hidden: f32s("mlp hidden", chunk * c.n_ff)?,
+            steps: Buffer::new(
+                device,
+                BufferDesc::host_visible("step tokens", chunk as u64 * 16),
+            )?,
+            sel: f32s("selected x", chunk * c.n_embd)?,
+            logits: Buffer::new(
+                device,
+                BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
+            )?,
+            moe: match c.experts {
+                Some(x) => {
+                    let slots = chunk * hearth_kernels::slots_per_token(&x) as usize;
+                    let routed = chunk * x.used;
+                    // The most tiles: one slot a pass.
+                    let tiles = hearth_kernels::max_tiles(routed as u32, x.count as u32, 1);
+                    Some(MoeScratch {
+                        router: f32s("router logits", chunk * x.router_rows())?,
+                        weights: f32s("expert weights", slots)?,
+                        experts: f32s("token experts", slots)?,
+                        order: f32s("expert slots", routed)?,
+                        tiles: f32s("expert tiles", 4 * tiles as usize)?,
+                        gate_up: match device.info().kind {
+                            DeviceKind::Cpu => None,
+                            _ => Some(f32s("expert gate/up", slots * 2 * x.n_ff)?),
+                        },
+                        hidden: f32s("expert hidden", slots * x.n_ff)?,
+                        out: f32s("expert outputs", slots * c.n_embd)?,
+                        shared: match x.shared {
+                            Some(sh) => Some((
+                                f32s("shared expert gate/up", chunk * 2 * sh.n_ff)?,
+                                f32s("shared expert hidden", chunk * sh.n_ff)?,
+                            )),
+                            None => None,
+                        },
+                    })
+                }
+                None => None,
+            },
+        };
+        Ok(Self {
+            device: device.clone(),
+            config,
+            token_embd,
+            output_norm,
+            output,
+            layers,
+            kv,
+            rope_table,
+            local_rope_table,
+            kernels,
+            scratch,
+            chunk,
+            weight_bytes,
+            profile: options.profile.then(ProfileTotals::default),
+            fetch_alongside: (0, 0),
+            policy: Box::new(Dense),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Bytes of weight matrices per format on the device, most first.
+    pub fn weight_formats(&self) -> Vec<(WeightFormat, u64)> {
+        let mut formats = self.weight_bytes.clone();
+        formats.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+        formats
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv.shape().total_bytes()
+    }
+
+    /// InfiniGen fetch commands recorded since load, and how many of them were recorded to
+    /// run alongside the previous layer's kernels (see `Completed::alongside`).
+    pub fn fetch_alongside(&self) -> (usize, usize) {
+        self.fetch_alongside
+    }
+
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    pub fn kv_usage(&self) -> KvUsage {
+        self.kv.usage()
+    }
+
+    /// Makes row `dst` share the first `len` positions of row `src` (prefix sharing; blocks
+    /// are copied on write), with the KV policy's state for them.
+    pub fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        self.kv.fork(src, dst, len);
+        self.policy.fork(src, dst, len);
+    }
+
+    /// What H2O's KV head `g` of layer `l` keeps in row `row` (positions ascending, and the
+    /// mass of every position), when H2O is on and the layer runs it.
+    pub fn h2o_head(
+        &self,
+        row: usize,
+        l: usize,
+        g: usize,
+    ) -> Result<Option<hearth_kernels::kv::h2o::Head>> {
+        let h2o = self.policy.as_any().downcast_ref::<VkH2o>();
+        match h2o {
+            Some(h2o) if h2o.applies(l) && l < self.config.n_layer && g < self.config.n_head_kv => {
+                Ok(Some(h2o.head(row, l, g)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Most tokens one [`step_batch`](Self::step_batch) takes.
+    pub fn max_step_tokens(&self) -> usize {
+        self.chunk
+    }
+}
+
+/// The cache's shape: every sequence at full context, within the budget (or, without one,
+/// within the device memory left after the weights with some headroom).
+fn kv_shape(
+    device: &Device,
+    c: &ModelConfig,
+    options: &VkModelOptions,
+    weights: u64,
+) -> Result<KvShape> {
+    if options.n_seq == 0 {
+        return Err(Error::options("n_seq", "must be at least 1"));
+    }
+    let mut shape = KvShape {
+        n_layer: c.n_layer,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+        blocks: 0,
+        rows: options.n_seq,
+        n_ctx: options.n_ctx,
+        kv_type: options.kv_type,
+    };
+    let full = options.n_seq * blocks_for(options.n_ctx);
+    let info = device.info();
+    let max_range = info.limits.max_storage_buffer_range;
+    let blocks = match options.kv_budget {
+        Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, max_range),
+        Some(KvBudget::Tokens(t)) => {
+            blocks_for(t).min(blocks_in_budget(&shape, u64::MAX, max_range))
+        }
+        None => {
+            let heap = match options.kv_placement {
+                KvPlacement::Device => info.device_local_bytes(),
+                KvPlacement::Host => info.host_bytes(),
+            };
+            let room = heap.saturating_sub(weights).saturating_sub(KV_HEADROOM);
+            full.min(blocks_in_budget(&shape, room, max_range))
+        }
+    };
+    if blocks == 0 {
+        return Err(Error::options(
+            "kv_budget",
+            format!(
+                "leaves no room for one block of {} tokens ({} bytes)",
+                hearth_kernels::kv::BLOCK_TOKENS,
+                shape.block_bytes()
+            ),
+        ));
+    }
+    shape.blocks = blocks;
+    Ok(shape)
+}
+
+impl Backend for VkModel {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn as_batched_mut(&mut self) -> Option<&mut dyn BatchedBackend> {
+        Some(self)
+    }
+
+    fn as_batched(&self) -> Option<&dyn BatchedBackend> {
+        Some(self)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
+        choice.check_model(&self.config)?;
+        // The old policy's buffers go before the new one's are made.
+        self.policy = Box::new(Dense);
+        self.policy = policy::start(&self.device, &self.config, &self.kv, self.chunk, choice)?;
+        Ok(())
+    }
+
+    fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
+        self.policy.stats()
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.kv.shape().n_ctx
+    }
+
+    fn len(&self) -> usize {
+        self.position(0)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let kept = self.policy.truncate(self.kv.len(0), len);
+        self.kv.truncate(0, kept);
+    }
+
+    fn profile(&self) -> Profile {
+        let Some(totals) = &self.profile else {
+            return Profile::default();
+        };
+        let kernels: Vec<(&'static str, f64, u64)> = totals
+            .kernels
+            .iter()
+            .map(|(&k, &(ns, n))| (k, ns, n))
+            .collect();
+        let fetch_ns = kernels
+            .iter()
+            .filter(|k| FETCH_KERNELS.contains(&k.0))
+            .map(|k| k.1)
+            .sum();
+        Profile {
+            kernels,
+            fetch_ns,
+            fetch_overlap_ns: totals.fetch_overlap_ns,
+        }
+    }
+
+    fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
+        let chunks = tokens.len().div_ceil(self.chunk);
+        // Chunks of equal size, so a prompt's last is never a lone token, which InfiniGen
+        // and H2O would take for a decode step.
+        let size = tokens.len().div_ceil(chunks.max(1)).max(1);
+        let mut out = Vec::new();
+        for (i, chunk) in tokens.chunks(size).enumerate() {
+            let rows = match logits {
+                Logits::All => Some(Logits::All),
+                Logits::Last if i + 1 == chunks => Some(Logits::Last),
+                Logits::Last => None,
+            };
+            let step = SeqStep {
+                row: 0,
+                tokens: chunk,
+                logits: rows,
+                beam: None,
+            };
+            let before = self.position(0);
+            self.policy
+                .begin_chunk(&mut self.kv, chunk.len(), i + 1 < chunks)?;
+            let result = self.step_batch(&[step]);
+            self.policy.end_chunk(result.is_ok())?;
+            match result {
+                Ok(mut logits) => out.extend(logits.remove(0)),
+                Err(e) => {
+                    self.truncate(before);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BatchedBackend for VkModel {
+    fn kv(&self) -> &KvTables {
+        self.kv.tables()
+    }
+
+    fn kv_mut(&mut self) -> &mut KvTables {
+        self.kv.tables_mut()
+    }
+
+    fn fork(&mut self, src: usize, dst: usize, len: usize) {
+        VkModel::fork(self, src, dst, len)
+    }
+
+    fn max_step_tokens(&self) -> usize {
+        self.chunk
+    }
+
+    fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+        VkModel::step_batch(self, seqs)
+    }
+
+    fn set_beams(&self, row: usize, beams: &[u32]) -> Result<u32> {
+        Ok(self.kv.set_beams(row, beams)?)
+    }
+}

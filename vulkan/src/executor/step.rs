@@ -1,0 +1,436 @@
+//! One step of the Vulkan executor: the sequences' tokens appended to their cache rows, a plan
+//! of which kernels they take, the embedding, every layer and the logits recorded into one
+//! command buffer, and the bookkeeping once it ran.
+
+use std::slice;
+
+use super::kernels::DECODE_MAX_TOKENS;
+use super::plan::{Run, StepPlan};
+use super::policy::{rope_spec, Beside, RecordingLayer, StepView, FETCH_KERNELS};
+use super::{DeviceMatrix, SeqStep, VkModel};
+use hearth_kernels::kv::{BlockCopy, OutOfBlocks, NO_BEAM};
+use hearth_kernels::vk::{Buffer, Completed, Recorder};
+use hearth_kernels::{
+    EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads, RopeTable,
+    StepToken,
+};
+use hearth_model::check_step;
+use hearth_model::ops;
+use hearth_model::Logits;
+use hearth_model::{Error, Result};
+
+/// Where each sequence's requested logits land among the logits rows: (first row, rows).
+type Spans = Vec<(usize, usize)>;
+
+impl VkModel {
+    /// Runs one step over several sequences (at most `max_step_tokens` tokens in all) in one
+    /// submission, and returns each sequence's requested logits ([rows, n_vocab], empty when
+    /// none were asked for). Each sequence's tokens go to its row at the row's next positions.
+    pub fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        if n > self.chunk {
+            return Err(Error::options(
+                "tokens",
+                format!("a step takes at most {} tokens, got {n}", self.chunk),
+            ));
+        }
+        let n_ctx = self.kv.shape().n_ctx;
+        let mut needed = 0;
+        for s in seqs {
+            if s.row >= self.kv.shape().rows {
+                return Err(Error::options("row", format!("no cache row {}", s.row)));
+            }
+            check_step(&self.config, s.tokens, self.position(s.row), n_ctx)?;
+            needed += self.kv.blocks_needed(s.row, s.tokens.len());
+        }
+        let free = self.kv.pool().free_blocks();
+        if needed > free {
+            return Err(OutOfBlocks { needed, free }.into());
+        }
+        self.policy.admit(&self.kv, seqs)?;
+        // Short sequences (decode) first, so one decode-attention dispatch covers them; each
+        // longer run gets a prefill-attention dispatch of its own.
+        let mut order: Vec<usize> = (0..seqs.len()).collect();
+        order.sort_by_key(|&i| seqs[i].tokens.len() > DECODE_MAX_TOKENS);
+        let mut ids = Vec::with_capacity(n);
+        let mut steps = Vec::with_capacity(n);
+        let mut runs = Vec::with_capacity(seqs.len());
+        let mut copies = Vec::new();
+        for &i in &order {
+            let s = &seqs[i];
+            let len = self.kv.len(s.row);
+            let pos = self.position(s.row);
+            runs.push(Run {
+                seq: i,
+                t0: ids.len(),
+                tokens: s.tokens.len(),
+                len,
+            });
+            for (j, &id) in s.tokens.iter().enumerate() {
+                ids.push(id);
+                steps.push(StepToken {
+                    beam: s.beam.unwrap_or(NO_BEAM),
+                    rope_pos: (pos + j) as u32,
+                    ..StepToken::new(s.row as u32, (len + j) as u32)
+                });
+            }
+            // Counted above, so this cannot run out.
+            copies.extend(self.kv.append(s.row, s.tokens.len())?);
+        }
+        let result = self.record_step(&ids, &steps, &runs, seqs, &copies);
+        if result.is_err() {
+            // Nothing was written: the rows go back to their old lengths.
+            for r in &runs {
+                self.kv.truncate(seqs[r.seq].row, r.len);
+            }
+        }
+        result
+    }
+
+    /// The next token's position in `row`'s sequence: its entries, and more once its pool has
+    /// evicted tokens.
+    pub(super) fn position(&self, row: usize) -> usize {
+        self.kv.len(row) + self.policy.evicted(row)
+    }
+
+    fn record_step(
+        &mut self,
+        ids: &[u32],
+        steps: &[StepToken],
+        runs: &[Run],
+        seqs: &[SeqStep],
+        copies: &[BlockCopy],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.kv.sync_tables()?;
+        self.scratch.ids.upload(0, ids)?;
+        self.scratch.steps.upload(0, steps)?;
+        let plan = self.plan_step(steps, runs);
+        let view = StepView {
+            runs,
+            seqs,
+            steps,
+            n_layer: self.config.n_layer,
+        };
+        self.policy.plan(&view)?;
+        let mut rec = if self.profile.is_some() {
+            Recorder::timed(&self.device)?
+        } else {
+            Recorder::new(&self.device)?
+        };
+        self.kv.record_copies(&mut rec, copies)?;
+        self.policy.record_start(&mut rec)?;
+        let c = &self.config;
+        let s = &self.scratch;
+        let embed = &self.kernels.of(self.token_embd.format).embed;
+        let (t, vocab, e) = (ids.len() as u32, c.n_vocab as u32, c.n_embd as u32);
+        let args = EmbedArgs {
+            table: &self.token_embd.buffer,
+            ids: &s.ids,
+            out: &s.x,
+            tokens: t,
+            vocab,
+            dim: e,
+            scale: c.embd_scale.unwrap_or(1.0),
+        };
+        embed.record(&mut rec, args)?;
+        for l in 0..self.layers.len() {
+            self.record_layer(&mut rec, l, &plan)?;
+        }
+        let spans = self.record_logits(&mut rec, runs, seqs, plan.streaming)?;
+        let done = rec.submit()?;
+        self.policy.end_step(&view)?;
+        self.account_step(&done);
+        let n_vocab = self.config.n_vocab;
+        let out_rows: usize = spans.iter().map(|&(_, count)| count).sum();
+        let mut logits: Vec<f32> = self.scratch.logits.download(out_rows * n_vocab)?;
+        // Soft-capped on the host, where the logits arrive anyway.
+        if let Some(cap) = self.config.logit_softcap {
+            ops::softcap(&mut logits, cap);
+        }
+        Ok(spans
+            .iter()
+            .map(|&(first, count)| logits[first * n_vocab..(first + count) * n_vocab].to_vec())
+            .collect())
+    }
+
+    /// Which kernels the step's runs take, before the KV policy plans its part.
+    fn plan_step<'s>(&self, steps: &'s [StepToken], runs: &[Run]) -> StepPlan<'s> {
+        // Decode tokens come first: every run of at most DECODE_MAX_TOKENS.
+        let decode_tokens: usize = runs.iter().filter(|r| r.decodes()).map(|r| r.tokens).sum();
+        let longest = steps[..decode_tokens]
+            .iter()
+            .map(|st| st.pos + 1)
+            .max()
+            .unwrap_or(0);
+        let fused = decode_tokens > 0 && runs.iter().filter(|r| r.decodes()).all(|r| r.tokens == 1);
+        StepPlan {
+            steps,
+            decode_tokens,
+            longest,
+            fused,
+            streaming: steps.len() <= DECODE_MAX_TOKENS || self.kernels.matvec_prefill,
+            prefill: runs
+                .iter()
+                .filter(|r| !r.decodes())
+                .map(|r| (r.t0, r.tokens))
+                .collect(),
+        }
+    }
+
+    /// Layer `l` for the step's tokens: the attention block and the MLP, each added to the
+    /// residual stream x. The KV policy records the attention, and may record work for a
+    /// later layer between this layer's kernels (InfiniGen's fetch of the next layer).
+    fn record_layer<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        l: usize,
+        plan: &'a StepPlan,
+    ) -> Result<()> {
+        let at = RecordingLayer {
+            l,
+            config: &self.config,
+            kernels: &self.kernels,
+            scratch: &self.scratch,
+            layers: &self.layers,
+            kv: &self.kv,
+            rope_table: match &self.local_rope_table {
+                Some(local) if self.config.local_rope(l) => local,
+                _ => &self.rope_table,
+            },
+            global_rope_table: &self.rope_table,
+            plan,
+            fused: plan.fused && self.policy.fuses_append(l),
+        };
+        let mut beside = self.policy.beside(rec, &at)?;
+        self.record_qkv(rec, &at)?;
+        self.record_rope_append(rec, &at, &mut beside)?;
+        self.policy.attention(rec, &at)?;
+        beside.step(rec)?;
+        self.record_output(rec, &at)?;
+        beside.step(rec)?;
+        self.record_mlp(rec, &at, &mut beside)?;
+        beside.finish(rec)
+    }
+
+    /// The layer's norm and QKV projection, x into qkv, with the q/k/v biases and the
+    /// per-head query/key norm where the model has them.
+    fn record_qkv<'a>(&'a self, rec: &mut Recorder<'a>, at: &RecordingLayer<'a>) -> Result<()> {
+        let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
+        let t = at.plan.steps.len() as u32;
+        let (qkv_dim, e, eps) = (c.qkv_dim() as u32, c.n_embd as u32, c.norm_eps);
+        if at.plan.streaming {
+            let args = MatvecArgs::plain(&w.wqkv[0].buffer, &s.x, &s.qkv, qkv_dim, e, t);
+            let norm = Some((&w.attn_norm, eps));
+            k.matvec(rec, &w.wqkv, MatvecArgs { norm, ..args })?;
+        } else {
+            let shape = NormShape { rows: t, n: e, eps };
+            k.rmsnorm.record(rec, &s.x, &w.attn_norm, &s.xn, shape)?;
+            let args = MatmulArgs {
+                x: &s.xn,
+                c: &s.qkv,
+                n: t,
+                m: qkv_dim,
+                k: e,
+                accumulate: false,
+                cols: OutputCols::default(),
+            };
+            k.matmul(rec, &w.wqkv, args)?;
+        }
+        if let Some(adjust) = &k.qkv_adjust {
+            let heads = QkvHeads {
+                tokens: t,
+                n_head: c.n_head as u32,
+                n_head_kv: c.n_head_kv as u32,
+                head_dim: c.head_dim as u32,
+            };
+            let args = QkvAdjustArgs {
+                bias: w.qkv_bias.as_ref(),
+                qk_norm: w.qk_norm().map(|(q, k)| (q, k, eps)),
+                whole: c.qk_norm_whole,
+            };
+            adjust.record(rec, &s.qkv, heads, args)?;
+        }
+        Ok(())
+    }
+
+    /// RoPE on the step's queries and keys and their K/V into the cache, except for the
+    /// tokens whose decode attention stores them itself (`at.fused`: a pure decode step, one
+    /// token per sequence).
+    fn record_rope_append<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &RecordingLayer<'a>,
+        beside: &mut Beside<'a>,
+    ) -> Result<()> {
+        let (c, s, plan) = (at.config, at.scratch, at.plan);
+        let n = plan.steps.len();
+        let rest = match at.fused {
+            true => at.attn_shape(plan.decode_tokens, n - plan.decode_tokens),
+            false => at.attn_shape(0, n),
+        };
+        let before = rec.len();
+        let rope = RopeTable {
+            table: at.rope_table,
+            spec: rope_spec(c),
+        };
+        at.kernels
+            .rope_kv
+            .record(rec, &s.qkv, at.kv_layer(), &s.steps, rest, rope)?;
+        if rec.len() > before {
+            beside.step(rec)?;
+        }
+        Ok(())
+    }
+
+    /// The output projection, added to x (normed first where the model has a post-norm).
+    fn record_output<'a>(&'a self, rec: &mut Recorder<'a>, at: &RecordingLayer<'a>) -> Result<()> {
+        let (c, s, w) = (at.config, at.scratch, &self.layers[at.l]);
+        let post = w.attn_post_norm.as_ref();
+        // Without a post-norm the product adds to x itself; with one it lands in xn first.
+        let (out, accumulate) = match post {
+            Some(_) => (&s.xn, false),
+            None => (&s.x, true),
+        };
+        let shape = (c.n_embd as u32, c.attn_dim() as u32);
+        self.record_projection(rec, at, &w.wo, (&s.att, out), shape, accumulate)?;
+        self.record_post_norm(rec, at, post)
+    }
+
+    /// y [tokens, m] (+)= x [tokens, k] W^T for the step's tokens: weight-streaming products,
+    /// or the tiled matmul in a prefill on a GPU.
+    pub(super) fn record_projection<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &RecordingLayer<'a>,
+        w: &'a [DeviceMatrix],
+        (x, y): (&'a Buffer, &'a Buffer),
+        (m, k): (u32, u32),
+        accumulate: bool,
+    ) -> Result<()> {
+        let t = at.plan.steps.len() as u32;
+        if at.plan.streaming {
+            let args = MatvecArgs::plain(&w[0].buffer, x, y, m, k, t);
+            at.kernels.matvec(rec, w, MatvecArgs { accumulate, ..args })
+        } else {
+            let args = MatmulArgs {
+                x,
+                c: y,
+                n: t,
+                m,
+                k,
+                accumulate,
+                cols: OutputCols::default(),
+            };
+            at.kernels.matmul(rec, w, args)
+        }
+    }
+
+    /// x += rmsnorm(xn) * gain, where a block's output in xn has a post-norm.
+    pub(super) fn record_post_norm<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &RecordingLayer<'a>,
+        gain: Option<&'a Buffer>,
+    ) -> Result<()> {
+        let Some(gain) = gain else { return Ok(()) };
+        let (c, s) = (at.config, at.scratch);
+        let shape = NormShape {
+            rows: at.plan.steps.len() as u32,
+            n: c.n_embd as u32,
+            eps: c.norm_eps,
+        };
+        Ok(at
+            .kernels
+            .rmsnorm
+            .record_add(rec, &s.xn, gain, &s.x, shape)?)
+    }
+
+    /// The final norm and the output head over the rows of x whose logits the sequences want,
+    /// in the order of `seqs`; returns where each sequence's rows land.
+    fn record_logits<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        runs: &[Run],
+        seqs: &[SeqStep],
+        streaming: bool,
+    ) -> Result<Spans> {
+        let (c, k, s) = (&self.config, &self.kernels, &self.scratch);
+        let (e, vocab, eps) = (c.n_embd as u32, c.n_vocab as u32, c.norm_eps);
+        // (seq, first row of x, rows)
+        let mut wanted: Vec<(usize, usize, usize)> = runs
+            .iter()
+            .map(|r| match seqs[r.seq].logits {
+                None => (r.seq, r.t0, 0),
+                Some(Logits::Last) => (r.seq, r.t0 + r.tokens - 1, 1),
+                Some(Logits::All) => (r.seq, r.t0, r.tokens),
+            })
+            .collect();
+        wanted.sort_by_key(|w| w.0);
+        let mut spans = vec![(0usize, 0usize); seqs.len()];
+        let mut out_rows = 0;
+        for &(i, _, count) in &wanted {
+            spans[i] = (out_rows, count);
+            out_rows += count;
+        }
+        if out_rows == 0 {
+            return Ok(spans);
+        }
+        // x itself when every wanted row already sits where its logits go; otherwise the
+        // rows are gathered.
+        let in_place = wanted
+            .iter()
+            .all(|&(i, first, count)| count == 0 || first == spans[i].0);
+        let x_rows = if in_place {
+            &s.x
+        } else {
+            let row_bytes = e as u64 * 4;
+            for &(i, first, count) in wanted.iter().filter(|w| w.2 > 0) {
+                rec.copy(
+                    &s.x,
+                    first as u64 * row_bytes,
+                    &s.sel,
+                    spans[i].0 as u64 * row_bytes,
+                    count as u64 * row_bytes,
+                )?;
+            }
+            &s.sel
+        };
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let rows = out_rows as u32;
+        if streaming || out_rows <= DECODE_MAX_TOKENS {
+            let args = MatvecArgs::plain(&head.buffer, x_rows, &s.logits, vocab, e, rows);
+            let norm = Some((&self.output_norm, eps));
+            k.matvec(rec, slice::from_ref(head), MatvecArgs { norm, ..args })?;
+        } else {
+            let shape = NormShape { rows, n: e, eps };
+            k.rmsnorm
+                .record(rec, x_rows, &self.output_norm, &s.xn, shape)?;
+            let args = MatmulArgs {
+                x: &s.xn,
+                c: &s.logits,
+                n: rows,
+                m: vocab,
+                k: e,
+                accumulate: false,
+                cols: OutputCols::default(),
+            };
+            k.matmul(rec, slice::from_ref(head), args)?;
+        }
+        Ok(spans)
+    }
+
+    /// After the step ran: the fetch kernels' grouping, and the profile.
+    fn account_step(&mut self, done: &Completed) {
+        let (n, shared) = done.alongside(&FETCH_KERNELS);
+        self.fetch_alongside.0 += n;
+        self.fetch_alongside.1 += shared;
+        if let Some(profile) = &mut self.profile {
+            profile.fetch_overlap_ns += done.overlap_ns(&FETCH_KERNELS);
+            for k in &done.kernels {
+                let e = profile.kernels.entry(k.label).or_default();
+                e.0 += k.ns;
+                e.1 += 1;
+            }
+        }
+    }
+}
