@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
 
-.PHONY: setup run test lint build conformance pytools package package-check
+.PHONY: setup run test test-build lint build conformance pytools package package-tools package-check
 
 setup:
 	bash scripts/setup
@@ -21,7 +21,8 @@ run: build
 		./target/release/hearth chat -m $(MODEL); \
 	fi
 
-lint:
+# After setup: the shader crate links the shaderc libraries it installs.
+lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	python3 scripts/import-cycles
@@ -36,9 +37,12 @@ conformance: setup
 pytools: setup
 	bash scripts/pytools/setup >/dev/null
 
-# Signed .deb, .rpm and tarball in target/package/dist (KEYS: the signing keys' folder).
-package: setup
+# What scripts/package needs: Debian's packaging tools, cargo-deb and cargo-generate-rpm.
+package-tools: setup
 	bash scripts/package-tools
+
+# Signed .deb, .rpm and tarball in target/package/dist (KEYS: the signing keys' folder).
+package: package-tools
 	bash scripts/package --keys $(KEYS)
 
 # Packages with throwaway keys, verifies every signature (and that one changed byte fails
@@ -48,10 +52,17 @@ package-check: setup
 	bash scripts/package-check
 
 # Ends with how many tests ran and how many skipped for a missing device or model; in CI
-# (CI set, as .ci/run does) a skip fails the run.
-test: setup conformance pytools
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	python3 scripts/import-cycles
+# (CI set, as .ci/run does) a skip fails the run. The packages are checked with binaries of
+# the test profile, which the tests have just compiled: a release build of the workspace
+# would take longer than everything else (docs/testing.md#ci-time).
+#
+# Under `make -j2` (as .ci/run runs it) the models, the Python tools and the packaging tools
+# are made while the workspace compiles: they wait on the network or use one core. Make
+# starts the prerequisites in this order, so the compile starts first.
+test: setup lint test-build conformance pytools package-tools
 	bash scripts/test-summary $(CARGO) test --workspace
-	$(MAKE) package-check
+	HEARTH_PACKAGE_PROFILE=test $(MAKE) package-check
+
+# The tests' compile, after lint's: the two would only take turns at cargo's lock on target/.
+test-build: lint
+	$(CARGO) test --workspace --no-run

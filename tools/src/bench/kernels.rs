@@ -106,11 +106,6 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     let limit = device.info().limits.max_storage_buffer_range;
-    let too_large = |bytes: u64, what: String| {
-        (bytes > limit).then(|| {
-            format!("{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})")
-        })
-    };
 
     let wanted = |kernel: &str| params.only.as_deref().is_none_or(|o| kernel.contains(o));
     if wanted("host_read") {
@@ -127,20 +122,14 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
             continue;
         }
         let kernel = Matvec::new(device, format, 1)?;
-        for &(m, k) in MATVEC_SHAPES {
-            // SmolLM2's 576-wide rows are not whole 256-value k-quant blocks.
-            if format.bytes_for(k as usize).is_none() {
-                let block = format.block_size();
-                skipped.push(format!(
-                    "{} {m}x{k}: rows are not whole {block}-value blocks",
-                    kernel_name("matvec", format)
-                ));
-                continue;
-            }
-            if let Some(why) = too_large(matrix_bytes(format, m, k), format!("matvec {m}x{k}")) {
-                skipped.push(why);
-                continue;
-            }
+        for shape in matvec_shapes(format, limit) {
+            let (m, k) = match shape {
+                Ok(shape) => shape,
+                Err(why) => {
+                    skipped.push(why);
+                    continue;
+                }
+            };
             let seconds = matvec_seconds(device, &kernel, (m, k), reps)?;
             let work = Work {
                 bytes: matrix_bytes(format, m, k) + k as u64 * 4,
@@ -159,7 +148,7 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         for &(m, k) in MATMUL_SHAPES {
             let n = params.tokens;
             let largest = matrix_bytes(format, m, k).max(n as u64 * k as u64 * 4);
-            if let Some(why) = too_large(largest, format!("matmul {n}x{m}x{k}")) {
+            if let Some(why) = too_large(largest, limit, format!("matmul {n}x{m}x{k}")) {
                 skipped.push(why);
                 continue;
             }
@@ -189,6 +178,36 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         device: name,
         rows,
         skipped,
+    })
+}
+
+/// The matvec shapes `format` runs at, each with the reason where it cannot: rows that are
+/// not whole blocks of the format, or a matrix larger than `limit`, the device's largest
+/// binding.
+fn matvec_shapes(format: WeightFormat, limit: u64) -> Vec<std::result::Result<(u32, u32), String>> {
+    let name = kernel_name("matvec", format);
+    MATVEC_SHAPES
+        .iter()
+        .map(|&(m, k)| {
+            // SmolLM2's 576-wide rows are not whole 256-value k-quant blocks.
+            if format.bytes_for(k as usize).is_none() {
+                let block = format.block_size();
+                return Err(format!(
+                    "{name} {m}x{k}: rows are not whole {block}-value blocks"
+                ));
+            }
+            match too_large(matrix_bytes(format, m, k), limit, format!("matvec {m}x{k}")) {
+                Some(why) => Err(why),
+                None => Ok((m, k)),
+            }
+        })
+        .collect()
+}
+
+/// Why a buffer of `bytes` cannot be bound on a device whose largest binding is `limit`.
+fn too_large(bytes: u64, limit: u64, what: String) -> Option<String> {
+    (bytes > limit).then(|| {
+        format!("{what}: {bytes} bytes exceed the device's maxStorageBufferRange ({limit})")
     })
 }
 
@@ -333,20 +352,33 @@ mod tests {
 
     #[test]
     fn formats_whose_blocks_do_not_divide_a_shape_skip_it() {
+        let shapes = matvec_shapes(WeightFormat::Q2_K, u64::MAX);
+        let ran: Vec<_> = shapes.iter().filter_map(|s| s.clone().ok()).collect();
+        assert_eq!(ran, [(4096, 4096), (4096, 11008), (576, 1536)]);
+        let skipped: Vec<_> = shapes.iter().filter_map(|s| s.clone().err()).collect();
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(skipped[0].contains("3072x576"), "{skipped:?}");
+    }
+
+    #[test]
+    fn matrices_larger_than_a_binding_skip_it() {
+        let shapes = matvec_shapes(WeightFormat::Q4, 12_000_000);
+        let skipped: Vec<_> = shapes.iter().filter_map(|s| s.clone().err()).collect();
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(skipped[0].contains("4096x11008"), "{skipped:?}");
+        assert!(skipped[1].contains("49152x576"), "{skipped:?}");
+    }
+
+    #[test]
+    fn a_device_runs_the_shapes_it_can_bind() {
         let Some(device) = device() else { return };
         let params = KernelBenchParams {
             reps: 1,
             tokens: 16,
-            only: Some("matvec_q2_k".into()),
+            only: Some("dispatch".into()),
         };
         let report = bench_kernels(&device, &params).unwrap();
-        let shapes: Vec<&str> = report.rows.iter().map(|r| r.shape.as_str()).collect();
-        assert_eq!(shapes, ["4096x4096", "4096x11008", "576x1536"]);
-        assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
-        assert!(
-            report.skipped[0].contains("3072x576"),
-            "{:?}",
-            report.skipped
-        );
+        assert_eq!(report.rows.len(), 1);
+        assert!(report.rows[0].time_us > 0.0);
     }
 }
