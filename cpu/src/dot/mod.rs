@@ -1,0 +1,109 @@
+//! Dot products of one weight row with one activation row, per instruction set: integer
+//! levels against 8-bit activations ([`Kernels::levels`]), and float rows (F32, F16 weights
+//! widened to f32) against f32 activations ([`Kernels::floats`]).
+//!
+//! A row's levels dot is, per 32 values `c` of activation scale `xd[c]` and per half `h` of
+//! them (16 values sharing the weight's `d[g]`, `g = 2c + h`), `d[g] * xd[c] * sum(level * q)`,
+//! plus `sum(m[g] * sums[g])` for the weights' bases. The integer sums are exact; the SIMD
+//! kernels keep eight or sixteen float partial sums, so their result differs from the portable
+//! one's only by float summation order.
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::act::ActRow;
+use crate::isa::Isa;
+use hearth_model::{Error, Result};
+
+/// One weight row's levels with the `d` and `m` of each 16 of them (see `levels`).
+#[derive(Clone, Copy, Debug)]
+pub struct LevelsRow<'a> {
+    pub levels: &'a [i8],
+    pub d: &'a [f32],
+    pub m: &'a [f32],
+    /// Whether any `m` is non-zero (the symmetric formats have none).
+    pub has_base: bool,
+}
+
+/// The kernels of one instruction set the running CPU supports: only [`Kernels::new`] makes
+/// them, after checking, so calling them never executes an instruction the CPU lacks.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernels {
+    isa: Isa,
+}
+
+impl Kernels {
+    /// The kernels of `isa`; an error where the running CPU does not support it.
+    pub fn new(isa: Isa) -> Result<Self> {
+        if !isa.supported() {
+            return Err(Error::options(
+                crate::isa::ISA_ENV,
+                format!("this CPU does not report {isa}"),
+            ));
+        }
+        // Instruction sets without kernels of their own on this architecture run the
+        // portable ones.
+        let isa = match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => isa,
+            _ => Isa::Portable,
+        };
+        Ok(Self { isa })
+    }
+
+    /// The instruction set the kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `w . x` for a row of levels and a row of quantized activations of the same length (a
+    /// multiple of 32).
+    pub fn levels(&self, w: LevelsRow, x: ActRow) -> f32 {
+        debug_assert!(w.levels.len() == x.q.len() && w.levels.len() % 32 == 0);
+        debug_assert!(w.d.len() * 16 == w.levels.len() && w.m.len() == w.d.len());
+        debug_assert!(x.d.len() * 32 == x.q.len() && x.sums.len() * 16 == x.q.len());
+        let n = w.levels.len();
+        // Bounds the kernels rely on, checked once (they index without checks).
+        let ok = x.q.len() == n && w.d.len() == n / 16 && x.d.len() == n / 32 && n % 32 == 0;
+        if !ok || n == 0 {
+            return 0.0;
+        }
+        let base = if w.has_base {
+            portable::dot_f32(w.m, x.sums)
+        } else {
+            0.0
+        };
+        let products = match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports the instruction set, and the
+            // slices' lengths were checked above.
+            Isa::Avx512Vnni => unsafe { x86::levels_avx512vnni(w, x) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Isa::AvxVnni => unsafe { x86::levels_avxvnni(w, x) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Isa::Avx2 => unsafe { x86::levels_avx2(w, x) },
+            _ => portable::levels(w, x),
+        };
+        products + base
+    }
+
+    /// `w . x` for two f32 rows of the same length.
+    pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2 and FMA (every x86 set here
+            // includes them); the kernel reads `n` values of each.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
+                x86::floats_avx2(&w[..n], &x[..n])
+            },
+            _ => portable::dot_f32(&w[..n], &x[..n]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+//! The kernels in plain Rust: every CPU runs them, and they define what the SIMD ones compute.
+
+use super::LevelsRow;
+use crate::act::ActRow;
+
+pub(super) fn levels(w: LevelsRow, x: ActRow) -> f32 {
+    let mut acc = [0f32; 2];
+    let chunks = w.levels.chunks_exact(32).zip(x.q.chunks_exact(32));
+    for (c, (lw, lx)) in chunks.enumerate() {
+        for h in 0..2 {
+            let sum: i32 = lw[16 * h..][..16]
+                .iter()
+                .zip(&lx[16 * h..][..16])
+                .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                .sum();
+            acc[h] += sum as f32 * (w.d[2 * c + h] * x.d[c]);
+        }
+    }
+    acc[0] + acc[1]
+}
+
+/// Dot product over eight running sums, which the compiler keeps in vector registers.
+pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, at) = a.split_at(a.len() / 8 * 8);
+    let (bc, bt) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = at.iter().zip(bt).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}

@@ -1,0 +1,178 @@
+//! x86-64 kernels: AVX2, AVX-VNNI and AVX-512 VNNI.
+//!
+//! Integer products multiply an unsigned byte by a signed one (`vpmaddubsw`, `vpdpbusd`), so
+//! each weight level goes in as its absolute value and its sign moves onto the activation:
+//! `|w| * (q * sign(w)) = w * q`. Levels and activations are within -127..=127, so a pair of
+//! products (at most 2 * 127 * 127) never saturates `vpmaddubsw`'s 16 bits.
+//!
+//! In a 32-value chunk, 32-bit lane `i` sums bytes `4i..4i + 4`: lanes 0-3 are the chunk's
+//! first 16 values and 4-7 its second, so one float vector of `d * xd` per chunk, four lanes
+//! per half, scales both halves at once.
+//!
+//! Every function here requires that the caller checked the CPU's features (see
+//! [`Kernels::new`](super::Kernels::new)) and the slices' lengths (a multiple of 32 levels,
+//! `d` and `m` one per 16, activations' `d` one per 32).
+
+use std::arch::x86_64::*;
+
+use super::LevelsRow;
+use crate::act::ActRow;
+
+/// The 32 bytes at `p`.
+///
+/// # Safety
+/// `p..p + 32` must be readable.
+#[inline(always)]
+unsafe fn load32(p: *const i8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes; the load is unaligned.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// Sum of the eight lanes.
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Chunk `c`'s scales: `d[2c] * xd` in lanes 0-3, `d[2c + 1] * xd` in lanes 4-7.
+#[target_feature(enable = "avx2,fma")]
+fn chunk_scales(w: &LevelsRow, x: &ActRow, c: usize) -> __m256 {
+    let xd = x.d[c];
+    _mm256_set_m128(
+        _mm_set1_ps(w.d[2 * c + 1] * xd),
+        _mm_set1_ps(w.d[2 * c] * xd),
+    )
+}
+
+/// Chunk `c`'s products in eight 32-bit lanes, with `vpmaddubsw`.
+///
+/// # Safety
+/// Chunk `c` must be within both rows.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn chunk_avx2(w: &LevelsRow, x: &ActRow, c: usize) -> __m256i {
+    // SAFETY: the caller guarantees chunk c lies within both rows.
+    let (lw, lx) = unsafe {
+        (
+            load32(w.levels.as_ptr().add(32 * c)),
+            load32(x.q.as_ptr().add(32 * c)),
+        )
+    };
+    let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(lw, lw), _mm256_sign_epi8(lx, lw));
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
+/// # Safety
+/// See the module's header.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn levels_avx2(w: LevelsRow, x: ActRow) -> f32 {
+    let chunks = w.levels.len() / 32;
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for c in 0..chunks {
+        // SAFETY: c < chunks, and both rows hold 32 * chunks values.
+        let sums = unsafe { chunk_avx2(&w, &x, c) };
+        let a = &mut acc[c % 2];
+        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), chunk_scales(&w, &x, c), *a);
+    }
+    hsum(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// # Safety
+/// See the module's header.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(super) unsafe fn levels_avxvnni(w: LevelsRow, x: ActRow) -> f32 {
+    let chunks = w.levels.len() / 32;
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for c in 0..chunks {
+        // SAFETY: c < chunks, and both rows hold 32 * chunks values.
+        let (lw, lx) = unsafe {
+            (
+                load32(w.levels.as_ptr().add(32 * c)),
+                load32(x.q.as_ptr().add(32 * c)),
+            )
+        };
+        let sums = _mm256_dpbusd_avx_epi32(
+            _mm256_setzero_si256(),
+            _mm256_sign_epi8(lw, lw),
+            _mm256_sign_epi8(lx, lw),
+        );
+        let a = &mut acc[c % 2];
+        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), chunk_scales(&w, &x, c), *a);
+    }
+    hsum(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// Two chunks (64 values) a step: sixteen 32-bit lanes, four per 16 values.
+///
+/// # Safety
+/// See the module's header.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn levels_avx512vnni(w: LevelsRow, x: ActRow) -> f32 {
+    let chunks = w.levels.len() / 32;
+    let pairs = chunks / 2;
+    // Lane i takes scale i / 4.
+    let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    let mut acc = _mm512_setzero_ps();
+    for p in 0..pairs {
+        // SAFETY: p < pairs: 64 values from 64 * p lie within both rows, and `d` holds the
+        // four scales from 4 * p.
+        let (lw, lx, d) = unsafe {
+            (
+                _mm512_loadu_si512(w.levels.as_ptr().add(64 * p).cast()),
+                _mm512_loadu_si512(x.q.as_ptr().add(64 * p).cast()),
+                _mm_loadu_ps(w.d.as_ptr().add(4 * p)),
+            )
+        };
+        let negative = _mm512_movepi8_mask(lw);
+        let signed_x = _mm512_mask_sub_epi8(lx, negative, _mm512_setzero_si512(), lx);
+        let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(lw), signed_x);
+        let (xd0, xd1) = (x.d[2 * p], x.d[2 * p + 1]);
+        let scales = _mm_mul_ps(d, _mm_setr_ps(xd0, xd0, xd1, xd1));
+        let scales = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scales, acc);
+    }
+    let mut total = _mm512_reduce_add_ps(acc);
+    if chunks % 2 == 1 {
+        let c = chunks - 1;
+        // SAFETY: chunk c is the rows' last.
+        let sums = unsafe { chunk_avx2(&w, &x, c) };
+        total += hsum(_mm256_mul_ps(
+            _mm256_cvtepi32_ps(sums),
+            chunk_scales(&w, &x, c),
+        ));
+    }
+    total
+}
+
+/// Dot product of two f32 rows of equal length, four vectors of running sums.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` and `b` must have equal lengths.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn floats_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let steps = n / 32;
+    for i in 0..steps {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let at = 32 * i + 8 * j;
+            // SAFETY: at + 8 <= 32 * steps <= n.
+            let (va, vb) = unsafe {
+                (
+                    _mm256_loadu_ps(a.as_ptr().add(at)),
+                    _mm256_loadu_ps(b.as_ptr().add(at)),
+                )
+            };
+            *acc = _mm256_fmadd_ps(va, vb, *acc);
+        }
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let tail: f32 = a[32 * steps..n]
+        .iter()
+        .zip(&b[32 * steps..n])
+        .map(|(x, y)| x * y)
+        .sum();
+    hsum(sum) + tail
+}

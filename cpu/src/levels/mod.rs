@@ -1,0 +1,98 @@
+//! Weight blocks as integer levels: what the integer dot products read. Every quantized format
+//! Hearth computes with is affine per group of values, `value = level * d + m`, with the
+//! level an integer that fits an `i8`; a format's unpacker writes a block's levels and, for
+//! each 16 values, the `d` and `m` they share (formats whose groups are 32 or 64 values wide
+//! repeat them). The dot product of a row with quantized activations is then
+//! `sum(d * d_x * sum(level * q)) + sum(m * sum(x))`, integer inside each group.
+//!
+//! `d` and `m` are the f32 values the format's own dequantization multiplies and adds, so
+//! `level as f32 * d + m` is its dequantized value bit for bit (tested for every format).
+//! One module per format, named as in `hearth_quant::formats`.
+
+use hearth_quant::Format;
+
+mod q2;
+mod q2_k;
+mod q3;
+mod q3_k;
+mod q3h;
+mod q4;
+mod q4_0;
+mod q4_k;
+mod q4b64;
+mod q5;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6;
+mod q6_k;
+mod q8;
+#[cfg(test)]
+mod tests;
+
+/// Values that share one `d` and `m` entry.
+pub const GROUP: usize = 16;
+
+/// One block's levels and per-16 `d` and `m`: slices of the block's length and of a
+/// sixteenth of it.
+pub struct BlockOut<'a> {
+    pub levels: &'a mut [i8],
+    pub d: &'a mut [f32],
+    pub m: &'a mut [f32],
+}
+
+/// Unpacks one block of a format (its bytes, exactly one block) into `out`.
+pub type Unpack = fn(block: &[u8], out: BlockOut);
+
+/// The unpacker of `format`; `None` for the float formats (F32, F16), which are not levels.
+pub fn unpacker(format: Format) -> Option<Unpack> {
+    Some(match format {
+        Format::F32 | Format::F16 => return None,
+        Format::Q2 => q2::unpack,
+        Format::Q3 => q3::unpack,
+        Format::Q3H => q3h::unpack,
+        Format::Q4 => q4::unpack,
+        Format::Q4B64 => q4b64::unpack,
+        Format::Q5 => q5::unpack,
+        Format::Q6 => q6::unpack,
+        Format::Q8 => q8::unpack,
+        Format::Q4_0 => q4_0::unpack,
+        Format::Q5_0 => q5_0::unpack,
+        Format::Q5_1 => q5_1::unpack,
+        Format::Q2_K => q2_k::unpack,
+        Format::Q3_K => q3_k::unpack,
+        Format::Q4_K => q4_k::unpack,
+        Format::Q5_K => q5_k::unpack,
+        Format::Q6_K => q6_k::unpack,
+    })
+}
+
+/// A weight row unpacked: levels [cols], and `d`, `m` [cols / 16].
+#[derive(Clone, Debug, Default)]
+pub struct RowLevels {
+    pub levels: Vec<i8>,
+    pub d: Vec<f32>,
+    pub m: Vec<f32>,
+}
+
+impl RowLevels {
+    /// Unpacks `row` (whole blocks of `format`, `cols` values) with `unpack`, reusing this
+    /// row's memory.
+    pub fn unpack(&mut self, format: Format, unpack: Unpack, row: &[u8], cols: usize) {
+        self.levels.resize(cols, 0);
+        self.d.resize(cols / GROUP, 0.0);
+        self.m.resize(cols / GROUP, 0.0);
+        let (len, bytes) = (format.block_size(), format.block_bytes());
+        let groups = len / GROUP;
+        let blocks = row
+            .chunks_exact(bytes)
+            .zip(self.levels.chunks_exact_mut(len));
+        let scales = self
+            .d
+            .chunks_exact_mut(groups)
+            .zip(self.m.chunks_exact_mut(groups));
+        for ((block, levels), (d, m)) in blocks.zip(scales) {
+            unpack(block, BlockOut { levels, d, m });
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Matrix products of packed weights with a step's activations, split by weight rows over
+//! the thread pool: each task unpacks its rows once and takes each row's dot product with
+//! every token, so a row's bytes are read from memory once per product whatever the number
+//! of tokens.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::act::ActQ8;
+use crate::dot::{Kernels, LevelsRow};
+use crate::levels::{unpacker, RowLevels};
+use hearth_model::{Matrix, Projection};
+use hearth_quant::Format;
+
+/// A step's input to products: the f32 rows and, quantized from them when first needed,
+/// their 8-bit blocks (one quantization serves every product that reads the same input).
+pub struct Input<'a> {
+    pub x: &'a [f32],
+    pub cols: usize,
+    act: &'a mut ActQ8,
+    quantized: bool,
+}
+
+impl<'a> Input<'a> {
+    /// `x` ([tokens, cols]), quantizing into `act` (its memory reused) when a product needs
+    /// it.
+    pub fn new(x: &'a [f32], cols: usize, act: &'a mut ActQ8) -> Self {
+        Self {
+            x,
+            cols,
+            act,
+            quantized: false,
+        }
+    }
+
+    pub fn tokens(&self) -> usize {
+        self.x.len() / self.cols.max(1)
+    }
+
+    fn quantized(&mut self) -> &ActQ8 {
+        if !self.quantized {
+            self.act.quantize(self.x, self.cols);
+            self.quantized = true;
+        }
+        self.act
+    }
+}
+
+/// Where a product writes: token `t`'s value of weight row `r` goes to
+/// `out[t * stride + col0 + r]`.
+pub struct Output<'a> {
+    pub out: &'a mut [f32],
+    pub stride: usize,
+    pub col0: usize,
+}
+
+/// What each worker thread keeps between products: the row it unpacks into, the float row it
+/// widens into, and its part of the output (row-major by weight row).
+#[derive(Default)]
+struct Scratch {
+    levels: RowLevels,
+    floats: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Products of every run of `w` with `input`, written from column `out.col0`.
+pub fn project(
+    k: &Kernels,
+    w: &Projection,
+    input: &mut Input,
+    out: Output,
+    transposed: &mut Vec<f32>,
+) {
+    let mut col0 = out.col0;
+    for run in &w.runs {
+        let o = Output {
+            out: &mut *out.out,
+            stride: out.stride,
+            col0,
+        };
+        product(k, run, 0..run.rows, input, o, transposed);
+        col0 += run.rows;
+    }
+}
+
+/// Products of rows `rows` of `w` with `input`: `out.out[t * stride + col0 + (r - rows.start)]`.
+/// `transposed` is scratch, reused across products.
+pub fn product(
+    k: &Kernels,
+    w: &Matrix,
+    rows: Range<usize>,
+    input: &mut Input,
+    out: Output,
+    transposed: &mut Vec<f32>,
+) {
+    let n = input.tokens();
+    let m = rows.len();
+    if n == 0 || m == 0 {
+        return;
+    }
+    let row_bytes = w.data.len() / w.rows.max(1);
+    let cols = w.cols;
+    let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
+    let unpack = unpacker(w.format);
+    let x = input.x;
+    let act = match unpack {
+        Some(_) => Some(&*input.quantized()),
+        None => None,
+    };
+    let has_base = !matches!(
+        w.format,
+        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
+    );
+
+    // One output slot per (row, token), row-major by weight row, so that each task owns a
+    // contiguous part; a single token needs no reordering.
+    let target: &mut [f32] = if n == 1 {
+        &mut out.out[out.col0..out.col0 + m]
+    } else {
+        transposed.resize(m * n, 0.0);
+        &mut transposed[..]
+    };
+    let per_task = rows_per_task(m, n, cols);
+    target
+        .par_chunks_mut(per_task * n)
+        .enumerate()
+        .for_each(|(task, part)| {
+            SCRATCH.with_borrow_mut(|s| {
+                let first = task * per_task;
+                for (i, ys) in part.chunks_mut(n).enumerate() {
+                    let row = &data[(first + i) * row_bytes..][..row_bytes];
+                    match (unpack, act) {
+                        (Some(unpack), Some(act)) => {
+                            s.levels.unpack(w.format, unpack, row, cols);
+                            let levels = LevelsRow {
+                                levels: &s.levels.levels,
+                                d: &s.levels.d,
+                                m: &s.levels.m,
+                                has_base,
+                            };
+                            for (t, y) in ys.iter_mut().enumerate() {
+                                *y = k.levels(levels, act.row(t));
+                            }
+                        }
+                        _ => {
+                            s.floats.resize(cols, 0.0);
+                            // Sizes come from the matrix, so this cannot fail.
+                            let _ = w.format.dequantize(row, &mut s.floats);
+                            for (t, y) in ys.iter_mut().enumerate() {
+                                *y = k.floats(&s.floats, &x[t * cols..][..cols]);
+                            }
+                        }
+                    }
+                }
+            })
+        });
+    if n > 1 {
+        for (r, ys) in transposed[..m * n].chunks(n).enumerate() {
+            for (t, &y) in ys.iter().enumerate() {
+                out.out[t * out.stride + out.col0 + r] = y;
+            }
+        }
+    }
+}
+
+/// Rows per task: enough work per task to outweigh handing it to a thread (about 16k
+/// multiply-adds), and at least four tasks a thread where the matrix allows, so that threads
+/// finishing early take more.
+fn rows_per_task(rows: usize, tokens: usize, cols: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let by_balance = rows.div_ceil(4 * threads);
+    let by_cost = (16 * 1024usize).div_ceil(tokens * cols).max(1);
+    by_balance.max(by_cost).clamp(1, rows)
+}
