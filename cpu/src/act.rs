@@ -23,7 +23,7 @@ pub struct ActQ8 {
 impl ActQ8 {
     /// Quantizes `x` ([rows, cols]) in place of what this held, reusing its memory.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
-        debug_assert!(cols % BLOCK == 0 && x.len() % cols == 0);
+        debug_assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols));
         let rows = x.len() / cols;
         self.rows = rows;
         self.cols = cols;

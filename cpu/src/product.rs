@@ -108,10 +108,7 @@ pub fn product(
     let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
     let unpack = unpacker(w.format);
     let x = input.x;
-    let act = match unpack {
-        Some(_) => Some(&*input.quantized()),
-        None => None,
-    };
+    let act = unpack.map(|_| input.quantized());
     let has_base = !matches!(
         w.format,
         Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
