@@ -4,6 +4,40 @@
 //! kept beside them for the weights' bases (`value = level * d_w + m_w`: the `m_w` part of a
 //! dot product is `m_w * sum(x)`).
 
+/// How products take their activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Activations {
+    /// Rounded to 8 bits per 32 values, integer dot products (as llama.cpp's CPU backend):
+    /// the fast way, logits within about 1 of exact f32 on a small model.
+    #[default]
+    Q8,
+    /// As they are, f32 multiply-adds of the dequantized weights: the Vulkan path's and the
+    /// reference's precision, at a few times the cost.
+    F32,
+}
+
+impl Activations {
+    pub const ALL: [Activations; 2] = [Activations::Q8, Activations::F32];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activations::Q8 => "q8",
+            Activations::F32 => "f32",
+        }
+    }
+}
+
+impl std::str::FromStr for Activations {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Activations::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("{s:?} is not q8 or f32"))
+    }
+}
+
 /// Values that share a scale.
 pub const BLOCK: usize = 32;
 

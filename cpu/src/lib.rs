@@ -7,8 +7,12 @@ pub mod act;
 // The SIMD kernels and their dispatch call intrinsics; each unsafe block says why it is sound.
 #[allow(unsafe_code)]
 pub mod dot;
+mod executor;
 pub mod isa;
 pub mod levels;
 pub mod product;
+
+pub use act::Activations;
+pub use executor::{default_threads, CpuOptions, NativeModel};
 
 pub use isa::Isa;

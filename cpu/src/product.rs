@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::act::ActQ8;
+use crate::act::{ActQ8, Activations};
 use crate::dot::{Kernels, LevelsRow};
 use crate::levels::{unpacker, RowLevels};
 use hearth_model::{Matrix, Projection};
@@ -21,17 +21,19 @@ pub struct Input<'a> {
     pub cols: usize,
     act: &'a mut ActQ8,
     quantized: bool,
+    mode: Activations,
 }
 
 impl<'a> Input<'a> {
-    /// `x` ([tokens, cols]), quantizing into `act` (its memory reused) when a product needs
-    /// it.
-    pub fn new(x: &'a [f32], cols: usize, act: &'a mut ActQ8) -> Self {
+    /// `x` ([tokens, cols]), taken as `mode` says, quantizing into `act` (its memory
+    /// reused) when a product needs it.
+    pub fn new(x: &'a [f32], cols: usize, act: &'a mut ActQ8, mode: Activations) -> Self {
         Self {
             x,
             cols,
             act,
             quantized: false,
+            mode,
         }
     }
 
@@ -108,7 +110,10 @@ pub fn product(
     let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
     let unpack = unpacker(w.format);
     let x = input.x;
-    let act = unpack.map(|_| input.quantized());
+    let act = match (unpack, input.mode) {
+        (Some(_), Activations::Q8) => Some(input.quantized()),
+        _ => None,
+    };
     let has_base = !matches!(
         w.format,
         Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
@@ -131,26 +136,26 @@ pub fn product(
                 let first = task * per_task;
                 for (i, ys) in part.chunks_mut(n).enumerate() {
                     let row = &data[(first + i) * row_bytes..][..row_bytes];
-                    match (unpack, act) {
-                        (Some(unpack), Some(act)) => {
-                            s.levels.unpack(w.format, unpack, row, cols);
-                            let levels = LevelsRow {
-                                levels: &s.levels.levels,
-                                d: &s.levels.d,
-                                m: &s.levels.m,
-                                has_base,
+                    if let Some(unpack) = unpack {
+                        s.levels.unpack(w.format, unpack, row, cols);
+                        let levels = LevelsRow {
+                            levels: &s.levels.levels,
+                            d: &s.levels.d,
+                            m: &s.levels.m,
+                            has_base,
+                        };
+                        for (t, y) in ys.iter_mut().enumerate() {
+                            *y = match act {
+                                Some(act) => k.levels(levels, act.row(t)),
+                                None => k.levels_f32(levels, &x[t * cols..][..cols]),
                             };
-                            for (t, y) in ys.iter_mut().enumerate() {
-                                *y = k.levels(levels, act.row(t));
-                            }
                         }
-                        _ => {
-                            s.floats.resize(cols, 0.0);
-                            // Sizes come from the matrix, so this cannot fail.
-                            let _ = w.format.dequantize(row, &mut s.floats);
-                            for (t, y) in ys.iter_mut().enumerate() {
-                                *y = k.floats(&s.floats, &x[t * cols..][..cols]);
-                            }
+                    } else {
+                        s.floats.resize(cols, 0.0);
+                        // Sizes come from the matrix, so this cannot fail.
+                        let _ = w.format.dequantize(row, &mut s.floats);
+                        for (t, y) in ys.iter_mut().enumerate() {
+                            *y = k.floats(&s.floats, &x[t * cols..][..cols]);
                         }
                     }
                 }
@@ -173,4 +178,34 @@ fn rows_per_task(rows: usize, tokens: usize, cols: usize) -> usize {
     let by_balance = rows.div_ceil(4 * threads);
     let by_cost = (16 * 1024usize).div_ceil(tokens * cols).max(1);
     by_balance.max(by_cost).clamp(1, rows)
+}
+
+/// Products of rows `rows` of a projection (counted across its runs) with `input`, written
+/// from column `out.col0`: a mixture's expert is a range of rows of the stacked matrices.
+pub fn project_rows(
+    k: &Kernels,
+    w: &Projection,
+    rows: Range<usize>,
+    input: &mut Input,
+    out: Output,
+    transposed: &mut Vec<f32>,
+) {
+    let mut first = 0;
+    let mut col0 = out.col0;
+    for run in &w.runs {
+        let run_rows = first..first + run.rows;
+        first += run.rows;
+        let (lo, hi) = (rows.start.max(run_rows.start), rows.end.min(run_rows.end));
+        if lo >= hi {
+            continue;
+        }
+        let o = Output {
+            out: &mut *out.out,
+            stride: out.stride,
+            col0,
+        };
+        let local = lo - run_rows.start..hi - run_rows.start;
+        product(k, run, local, input, o, transposed);
+        col0 += hi - lo;
+    }
 }

@@ -12,6 +12,7 @@ use hearth_models::{
 use crate::sample::beam_scores::{BeamParams, Hypothesis};
 use crate::sched::Scheduler;
 use crate::session::{GenerateParams, Generation, Session};
+use hearth_cpu::{Activations, CpuOptions, NativeModel};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_kernels::WeightFormat;
 use hearth_model::kv::infinigen::evict::PoolCapacity;
@@ -30,8 +31,10 @@ pub enum BackendKind {
     /// A Vulkan device.
     #[default]
     Vulkan,
-    /// The plain f32 CPU reference (slow; for checking results).
+    /// The native CPU executor (`--device cpu`).
     Cpu,
+    /// The plain f32 CPU reference (slow; for checking results).
+    Reference,
 }
 
 #[derive(Clone, Debug)]
@@ -39,6 +42,10 @@ pub struct EngineOptions {
     pub backend: BackendKind,
     /// Vulkan device index; `None` picks the best device.
     pub device: Option<usize>,
+    /// The CPU executor's worker threads (`--threads`); `None`: one per core.
+    pub threads: Option<usize>,
+    /// How the CPU executor's products take activations (`--activations`).
+    pub activations: Activations,
     /// Khronos validation layer on.
     pub validate: bool,
     /// Context length; `None` uses the model's training context, capped at 4096.
@@ -128,6 +135,8 @@ impl Default for EngineOptions {
         Self {
             backend: BackendKind::Vulkan,
             device: None,
+            threads: None,
+            activations: Activations::default(),
             validate: false,
             n_ctx: None,
             n_seq: 1,
@@ -266,6 +275,25 @@ impl Engine {
                 (Box::new(m), device.info().name.clone(), formats)
             }
             BackendKind::Cpu => {
+                let cpu_options = CpuOptions {
+                    n_ctx,
+                    n_seq: options.n_seq,
+                    kv_budget: options.kv_budget.or_else(|| {
+                        let tokens = pool_capacity? * options.n_seq;
+                        Some(KvBudget::Tokens(tokens))
+                    }),
+                    kv_type: options.kv_type,
+                    threads: options.threads,
+                    isa: None,
+                    max_chunk: options.max_chunk,
+                    activations: options.activations,
+                };
+                let m = NativeModel::load(&file, &model, cpu_options, progress)?;
+                let formats = m.weight_formats();
+                let device = format!("CPU ({}, {} threads)", m.isa(), m.threads());
+                (Box::new(m), device, formats)
+            }
+            BackendKind::Reference => {
                 hearth_model::kv::check_kv_type(options.kv_type, config.head_dim)?;
                 let mut m = CpuModel::load(&file, &model, n_ctx, progress)?;
                 m.set_kv_type(options.kv_type);

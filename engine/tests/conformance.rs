@@ -92,10 +92,10 @@ fn check_family(name: &str) {
     let sources = match reference.gguf_runs {
         true => vec![
             (BackendKind::Vulkan, "model.gguf"),
-            (BackendKind::Cpu, "model.gguf"),
+            (BackendKind::Reference, "model.gguf"),
             (BackendKind::Vulkan, "hf"),
         ],
-        false => vec![(BackendKind::Vulkan, "hf"), (BackendKind::Cpu, "hf")],
+        false => vec![(BackendKind::Vulkan, "hf"), (BackendKind::Reference, "hf")],
     };
     for (backend, source) in sources {
         // The KV cache in f32, as transformers keeps it.

@@ -135,7 +135,7 @@ fn mixed_formats_compute_as_the_cpu_reference_on_vulkan() {
         Engine::load_file(mixed_file(), &options, &mut |_| true).unwrap()
     };
     let mut engine = load(BackendKind::Vulkan);
-    let mut reference = load(BackendKind::Cpu);
+    let mut reference = load(BackendKind::Reference);
 
     // Loaded as stored: each format's bytes on the device are the file's bytes of that type.
     let file = mixed_file();

@@ -154,7 +154,7 @@ fn concurrent_requests_answer_as_alone_batched_on_vulkan() {
 
 #[test]
 fn concurrent_requests_answer_as_alone_one_at_a_time_on_the_cpu() {
-    concurrent_requests_answer_as_alone(BackendKind::Cpu, false);
+    concurrent_requests_answer_as_alone(BackendKind::Reference, false);
 }
 
 /// Counts what the service reports.
@@ -261,13 +261,16 @@ fn cancels_end_requests_batched_on_vulkan() {
 
 #[test]
 fn cancels_end_requests_one_at_a_time_on_the_cpu() {
-    cancels_end_requests(BackendKind::Cpu);
+    cancels_end_requests(BackendKind::Reference);
 }
 
 #[test]
 fn a_request_that_cannot_run_is_refused_with_its_reason() {
-    let (service, handle) =
-        Service::spawn(engine(BackendKind::Cpu, 1), ServiceOptions { parallel: 1 }).unwrap();
+    let (service, handle) = Service::spawn(
+        engine(BackendKind::Reference, 1),
+        ServiceOptions { parallel: 1 },
+    )
+    .unwrap();
     let request = |max| RequestParams {
         generate: greedy(max, None),
         n: 1,

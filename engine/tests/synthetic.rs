@@ -338,7 +338,7 @@ fn check_vulkan_matches_reference(shape: &Shape, format: Format) {
         Engine::load_file(file, &options, &mut |_| true).unwrap()
     };
     let mut engine = load(BackendKind::Vulkan);
-    let mut reference = load(BackendKind::Cpu);
+    let mut reference = load(BackendKind::Reference);
     let info = engine.info();
     assert_eq!(info.name, "tiny");
     assert_eq!(info.n_params, shape.n_params());
@@ -418,8 +418,8 @@ fn rope_frequency_factors_are_applied() {
     };
     let max_diff =
         |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    let want = logits(Some(&factors), BackendKind::Cpu);
-    let plain = logits(None, BackendKind::Cpu);
+    let want = logits(Some(&factors), BackendKind::Reference);
+    let plain = logits(None, BackendKind::Reference);
     let scale = want.iter().fold(0f32, |m, l| m.max(l.abs()));
     assert!(
         max_diff(&want, &plain) > 1e-2 * scale,

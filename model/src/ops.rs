@@ -1,7 +1,10 @@
-//! The operations every executor computes the same way, written once: RoPE's layouts and
-//! tables of angles, the gated activations, soft-capping, and what adjusts q/k/v before RoPE.
+//! The operations every executor computes the same way, written once: RoPE's layouts, tables
+//! of angles and rotation, the gated activations, soft-capping, RMSNorm, what adjusts q/k/v
+//! before RoPE, and a mixture of experts' routing.
 //! Executors implement them in their own kernels; these definitions (accumulating in f64
 //! where it matters) are what their tests hold them to.
+
+use hearth_models::spec::{Experts, Gating};
 
 /// How RoPE pairs up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,4 +170,93 @@ pub struct QkvAdjust<'a> {
     /// (query gains, key gains, epsilon)
     pub qk_norm: Option<(&'a [f32], &'a [f32], f32)>,
     pub whole: bool,
+}
+
+/// RMSNorm of each row of `x` ([rows, n]) scaled by `w` ([n]).
+pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    x.chunks(n)
+        .flat_map(|row| {
+            let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / n as f64;
+            let scale = 1.0 / (ms + eps as f64).sqrt();
+            row.iter()
+                .zip(w)
+                .map(move |(&v, &g)| (v as f64 * scale * g as f64) as f32)
+        })
+        .collect()
+}
+
+/// Applies `adjust` in place to `qkv`, rows of [n_head query heads | n_head_kv key heads |
+/// n_head_kv value heads] of `head_dim` values.
+pub fn qkv_adjust(
+    qkv: &mut [f32],
+    adjust: QkvAdjust,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+) {
+    let qkv_dim = (n_head + 2 * n_head_kv) * head_dim;
+    for row in qkv.chunks_mut(qkv_dim) {
+        if let Some(bias) = adjust.bias {
+            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+        }
+        if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
+            // Each head is normed, or all the queries at once and all the keys at once.
+            let (q, rest) = row.split_at_mut(n_head * head_dim);
+            let k = &mut rest[..n_head_kv * head_dim];
+            for (part, gain) in [(q, q_gain), (k, k_gain)] {
+                let width = if adjust.whole { part.len() } else { head_dim };
+                for group in part.chunks_mut(width) {
+                    let normed = rmsnorm(group, gain, width, eps);
+                    group.copy_from_slice(&normed);
+                }
+            }
+        }
+    }
+}
+
+/// Rotates `x` ([tokens, heads, head_dim]) in place; token t sits at position `pos[t]`.
+pub fn rope(
+    x: &mut [f32],
+    pos: &[u32],
+    heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    layout: RopeLayout,
+    table: &[[f32; 2]],
+) {
+    let half = rot_dim / 2;
+    for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
+        for head in token.chunks_mut(head_dim) {
+            for i in 0..half {
+                let (a, b) = layout.pair(i, half);
+                let [c, s] = table[pos[t] as usize * half + i];
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// The experts one token runs and their weights, heaviest first: the router's logits through
+/// the gating (softmax over every expert, or each one's sigmoid), the `used` heaviest (equal
+/// weights: the lower index first, as `torch.topk` orders them), renormalized to sum to one
+/// where the model does so.
+pub fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
+    let weights: Vec<f32> = match x.gating {
+        Gating::Softmax => {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+            let sum: f32 = exp.iter().sum();
+            exp.iter().map(|v| v / sum).collect()
+        }
+        Gating::Sigmoid => logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect(),
+    };
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    // A stable sort keeps equal weights in index order.
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
+    order.truncate(x.used);
+    let sum: f32 = order.iter().map(|&i| weights[i]).sum();
+    let sum = if x.normalize && sum > 0.0 { sum } else { 1.0 };
+    order.into_iter().map(|i| (i, weights[i] / sum)).collect()
 }

@@ -2,7 +2,7 @@
 //! run it, and their gated MLPs' outputs are summed with the router's weights (Mixtral,
 //! Qwen3-MoE), with a shared expert's output besides where the model has one (Qwen2-MoE).
 
-use hearth_models::spec::{Experts, Gating};
+use hearth_model::ops::route;
 
 use super::matmul::matmul;
 use hearth_model::ModelConfig;
@@ -70,32 +70,10 @@ fn add_gated_mlp(
     }
 }
 
-/// The experts one token runs and their weights, heaviest first: the router's logits through
-/// the gating (softmax over every expert, or each one's sigmoid), the `used` heaviest (equal
-/// weights: the lower index first, as `torch.topk` orders them), renormalized to sum to one
-/// where the model does so.
-pub fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
-    let weights: Vec<f32> = match x.gating {
-        Gating::Softmax => {
-            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
-            let sum: f32 = exp.iter().sum();
-            exp.iter().map(|v| v / sum).collect()
-        }
-        Gating::Sigmoid => logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect(),
-    };
-    let mut order: Vec<usize> = (0..weights.len()).collect();
-    // A stable sort keeps equal weights in index order.
-    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
-    order.truncate(x.used);
-    let sum: f32 = order.iter().map(|&i| weights[i]).sum();
-    let sum = if x.normalize && sum > 0.0 { sum } else { 1.0 };
-    order.into_iter().map(|i| (i, weights[i] / sum)).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hearth_models::spec::{Experts, Gating};
 
     fn experts(used: usize, gating: Gating, normalize: bool) -> Experts {
         Experts {

@@ -5,48 +5,6 @@
 
 pub use hearth_model::ops::*;
 
-/// RMSNorm of each row of `x` ([rows, n]) scaled by `w` ([n]).
-pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
-    x.chunks(n)
-        .flat_map(|row| {
-            let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / n as f64;
-            let scale = 1.0 / (ms + eps as f64).sqrt();
-            row.iter()
-                .zip(w)
-                .map(move |(&v, &g)| (v as f64 * scale * g as f64) as f32)
-        })
-        .collect()
-}
-
-/// Applies `adjust` in place to `qkv`, rows of [n_head query heads | n_head_kv key heads |
-/// n_head_kv value heads] of `head_dim` values.
-pub fn qkv_adjust(
-    qkv: &mut [f32],
-    adjust: QkvAdjust,
-    n_head: usize,
-    n_head_kv: usize,
-    head_dim: usize,
-) {
-    let qkv_dim = (n_head + 2 * n_head_kv) * head_dim;
-    for row in qkv.chunks_mut(qkv_dim) {
-        if let Some(bias) = adjust.bias {
-            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-        }
-        if let Some((q_gain, k_gain, eps)) = adjust.qk_norm {
-            // Each head is normed, or all the queries at once and all the keys at once.
-            let (q, rest) = row.split_at_mut(n_head * head_dim);
-            let k = &mut rest[..n_head_kv * head_dim];
-            for (part, gain) in [(q, q_gain), (k, k_gain)] {
-                let width = if adjust.whole { part.len() } else { head_dim };
-                for group in part.chunks_mut(width) {
-                    let normed = rmsnorm(group, gain, width, eps);
-                    group.copy_from_slice(&normed);
-                }
-            }
-        }
-    }
-}
-
 /// LayerNorm of each row of `x` ([rows, n]) with gain `w` and bias `b` ([n]).
 pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], n: usize, eps: f32) -> Vec<f32> {
     x.chunks(n)
@@ -79,30 +37,6 @@ pub fn softmax(x: &[f32], n: usize, scale: f32) -> Vec<f32> {
             exps.into_iter().map(move |e| (e / sum) as f32)
         })
         .collect()
-}
-
-/// Rotates `x` ([tokens, heads, head_dim]) in place; token t sits at position `pos[t]`.
-pub fn rope(
-    x: &mut [f32],
-    pos: &[u32],
-    heads: usize,
-    head_dim: usize,
-    rot_dim: usize,
-    layout: RopeLayout,
-    table: &[[f32; 2]],
-) {
-    let half = rot_dim / 2;
-    for (t, token) in x.chunks_mut(heads * head_dim).enumerate() {
-        for head in token.chunks_mut(head_dim) {
-            for i in 0..half {
-                let (a, b) = layout.pair(i, half);
-                let [c, s] = table[pos[t] as usize * half + i];
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
-            }
-        }
-    }
 }
 
 /// y[b, r] = sum_k w[r, k] * x[b, k], with w [m, k] and x [batch, k].

@@ -91,6 +91,22 @@ impl Kernels {
         products + base
     }
 
+    /// `w . x` for a row of levels and a row of f32 activations of the same length (a
+    /// multiple of 16): the activations as they are, at f32's precision.
+    pub fn levels_f32(&self, w: LevelsRow, x: &[f32]) -> f32 {
+        let n = w.levels.len();
+        if x.len() != n || w.d.len() != n / 16 || w.m.len() != n / 16 || !n.is_multiple_of(16) {
+            return 0.0;
+        }
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2 and FMA (every x86 set here
+            // includes them); the lengths were checked above.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::levels_f32_avx2(w, x) },
+            _ => portable::levels_f32(w, x),
+        }
+    }
+
     /// `w . x` for two f32 rows of the same length.
     pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());

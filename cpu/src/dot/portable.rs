@@ -19,6 +19,20 @@ pub(super) fn levels(w: LevelsRow, x: ActRow) -> f32 {
     acc[0] + acc[1]
 }
 
+/// A row of levels with f32 activations: each value dequantized, `level * d + m`, then
+/// multiplied, over eight running sums.
+pub(super) fn levels_f32(w: LevelsRow, x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let groups = w.levels.chunks_exact(16).zip(x.chunks_exact(16));
+    for (g, (lw, lx)) in groups.enumerate() {
+        let (d, m) = (w.d[g], w.m[g]);
+        for (i, (&l, &x)) in lw.iter().zip(lx).enumerate() {
+            acc[i % 8] += (f32::from(l) * d + m) * x;
+        }
+    }
+    acc.iter().sum()
+}
+
 /// Dot product over eight running sums, which the compiler keeps in vector registers.
 pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];

@@ -146,6 +146,34 @@ pub(super) unsafe fn levels_avx512vnni(w: LevelsRow, x: ActRow) -> f32 {
     total
 }
 
+/// A row of levels with f32 activations: each 8 levels widened to f32 and dequantized with one
+/// fused multiply-add (`level * d + m`), then multiplied into the running sums.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `x` holds as many values as `w` has levels, a multiple
+/// of 16, and `w.d`, `w.m` one per 16.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn levels_f32_avx2(w: LevelsRow, x: &[f32]) -> f32 {
+    let groups = w.levels.len() / 16;
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for g in 0..groups {
+        let (d, m) = (_mm256_set1_ps(w.d[g]), _mm256_set1_ps(w.m[g]));
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let at = 16 * g + 8 * h;
+            // SAFETY: at + 8 <= 16 * groups, within both rows.
+            let (levels, xs) = unsafe {
+                (
+                    _mm_loadl_epi64(w.levels.as_ptr().add(at).cast()),
+                    _mm256_loadu_ps(x.as_ptr().add(at)),
+                )
+            };
+            let values = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), d, m);
+            *acc = _mm256_fmadd_ps(values, xs, *acc);
+        }
+    }
+    hsum(_mm256_add_ps(acc[0], acc[1]))
+}
+
 /// Dot product of two f32 rows of equal length, four vectors of running sums.
 ///
 /// # Safety

@@ -1,0 +1,239 @@
+//! One step of the native executor: the sequences' tokens appended to their cache rows, every
+//! layer over all of them at once (each product reads its weights once for the whole step),
+//! and the logits each sequence asked for.
+
+use super::attention::{self, Cache, TokenAt};
+use super::mlp;
+use super::NativeModel;
+use crate::act::{ActQ8, Activations};
+use crate::product::{project, Input, Output};
+use hearth_model::kv::OutOfBlocks;
+use hearth_model::{check_step, ops, Error, Logits, Result, SeqStep};
+
+/// Activations of a step, kept between steps so that a step allocates nothing once the
+/// largest has run.
+#[derive(Default)]
+pub(super) struct Work {
+    /// [n, n_embd] the residual stream.
+    pub x: Vec<f32>,
+    /// [n, qkv_dim]
+    pub qkv: Vec<f32>,
+    /// [n, n_head * head_dim]
+    pub att: Vec<f32>,
+    /// [n, n_embd] a block's output.
+    pub out: Vec<f32>,
+    /// [n, 2 n_ff]
+    pub gate_up: Vec<f32>,
+    /// [n, n_ff]
+    pub hidden: Vec<f32>,
+    /// How products take activations.
+    pub mode: Activations,
+    pub act: ActQ8,
+    pub act2: ActQ8,
+    pub transposed: Vec<f32>,
+    pub tokens: Vec<TokenAt>,
+    pub ids: Vec<u32>,
+}
+
+impl NativeModel {
+    /// Appends each sequence's tokens to its row in one step and returns the logits each
+    /// asked for, in order.
+    pub fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        if n > self.chunk {
+            return Err(Error::options(
+                "tokens",
+                format!("a step takes at most {} tokens, got {n}", self.chunk),
+            ));
+        }
+        let shape = self.tables.shape();
+        let mut needed = 0;
+        for s in seqs {
+            if s.row >= shape.rows {
+                return Err(Error::options("row", format!("no cache row {}", s.row)));
+            }
+            if let Some(b) = s.beam {
+                if b as usize / shape.n_ctx.max(1) >= shape.rows {
+                    return Err(Error::options("beam", format!("no beam table at {b}")));
+                }
+            }
+            check_step(&self.config, s.tokens, self.tables.len(s.row), shape.n_ctx)?;
+            needed += self.tables.blocks_needed(s.row, s.tokens.len());
+        }
+        let free = self.tables.pool().free_blocks();
+        if needed > free {
+            return Err(OutOfBlocks { needed, free }.into());
+        }
+        let mut tokens = std::mem::take(&mut self.work.tokens);
+        let mut ids = std::mem::take(&mut self.work.ids);
+        tokens.clear();
+        ids.clear();
+        let kv_dim = self.config.n_head_kv * self.config.head_dim;
+        for s in seqs {
+            let len = self.tables.len(s.row);
+            for (j, &id) in s.tokens.iter().enumerate() {
+                ids.push(id);
+                tokens.push(TokenAt {
+                    row: s.row,
+                    pos: len + j,
+                    beam: s.beam.map(|b| b as usize / shape.n_ctx.max(1)),
+                });
+            }
+            // Counted above, so this cannot run out.
+            for copy in self.tables.append(s.row, s.tokens.len())? {
+                for store in self.k.iter_mut().chain(self.v.iter_mut()) {
+                    store.copy_block(copy.src, copy.dst, kv_dim);
+                }
+            }
+        }
+        let pool = self.pool.clone();
+        pool.install(|| self.layers_over(&ids, &tokens));
+        let logits = pool.install(|| self.logits(seqs));
+        self.work.tokens = tokens;
+        self.work.ids = ids;
+        Ok(logits)
+    }
+
+    /// Runs every layer over the step's tokens; the residual stream ends in `work.x`.
+    fn layers_over(&mut self, ids: &[u32], tokens: &[TokenAt]) {
+        let c = &self.config;
+        let (n, e) = (ids.len(), c.n_embd);
+        let w = &mut self.work;
+        w.x.resize(n * e, 0.0);
+        let row_bytes = self.token_embd.data.len() / self.token_embd.rows.max(1);
+        for (&id, x) in ids.iter().zip(w.x.chunks_mut(e)) {
+            let row = &self.token_embd.data[id as usize * row_bytes..][..row_bytes];
+            // Sizes come from the matrix; ids were checked against the vocabulary.
+            let _ = self.token_embd.format.dequantize(row, x);
+            if let Some(scale) = c.embd_scale {
+                x.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        let k = &self.kernels;
+        let hd = c.head_dim;
+        let kv_dim = c.n_head_kv * hd;
+        let beams = self.beams.borrow();
+        let tables: Vec<&[hearth_model::kv::BlockId]> = (0..self.tables.shape().rows)
+            .map(|r| self.tables.table(r).blocks())
+            .collect();
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Attention block: norm and QKV, RoPE and the K/V append, attention, the output
+            // projection.
+            let xn = ops::rmsnorm(&w.x, &layer.attn_norm, e, c.norm_eps);
+            w.qkv.resize(n * c.qkv_dim(), 0.0);
+            let mut input = Input::new(&xn, e, &mut w.act, w.mode);
+            let out = Output {
+                out: &mut w.qkv,
+                stride: c.qkv_dim(),
+                col0: 0,
+            };
+            project(k, &layer.wqkv, &mut input, out, &mut w.transposed);
+            let adjust = layer.qkv_adjust(c.norm_eps, c.qk_norm_whole);
+            ops::qkv_adjust(&mut w.qkv, adjust, c.n_head, c.n_head_kv, hd);
+            let table = match &self.local_rope_table {
+                Some(local) if c.local_rope(l) => local,
+                _ => &self.rope_table,
+            };
+            for (t, row) in w.qkv.chunks_mut(c.qkv_dim()).enumerate() {
+                let at = &tokens[t];
+                let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
+                if let Some(r) = c.rope {
+                    let pos = [at.pos as u32];
+                    let heads = c.n_head + c.n_head_kv;
+                    ops::rope(qk, &pos, heads, hd, r.dims, r.layout, table);
+                }
+                // Where the step writes: its own row, never through a beam table.
+                let Some((block, i)) = self.tables.table(at.row).locate(at.pos) else {
+                    continue;
+                };
+                let slot = block as usize * hearth_model::kv::BLOCK_TOKENS + i;
+                // The store rounds K and V as the cache's type keeps them.
+                self.k[l].write(slot, &qk[c.attn_dim()..]);
+                self.v[l].write(slot, &v[..kv_dim]);
+            }
+            w.att.resize(n * c.attn_dim(), 0.0);
+            let cache = Cache {
+                tables: &tables,
+                k: &self.k[l],
+                v: &self.v[l],
+                beams: &beams,
+            };
+            attention::attend(k, c, l, tokens, &w.qkv, &cache, &mut w.att);
+            w.out.resize(n * e, 0.0);
+            let mut input = Input::new(&w.att, c.attn_dim(), &mut w.act, w.mode);
+            let out = Output {
+                out: &mut w.out,
+                stride: e,
+                col0: 0,
+            };
+            project(k, &layer.wo, &mut input, out, &mut w.transposed);
+            add_block_output(&mut w.x, &w.out, &layer.attn_post_norm, e, c.norm_eps);
+
+            // MLP block.
+            let xn = ops::rmsnorm(&w.x, &layer.ffn_norm, e, c.norm_eps);
+            mlp::forward(k, c, layer, &xn, w);
+            add_block_output(&mut w.x, &w.out, &layer.ffn_post_norm, e, c.norm_eps);
+        }
+    }
+
+    /// The logits each sequence asked for, from the residual stream in `work.x`.
+    fn logits(&mut self, seqs: &[SeqStep]) -> Vec<Vec<f32>> {
+        let c = &self.config;
+        let e = c.n_embd;
+        let w = &mut self.work;
+        let mut t0 = 0;
+        let mut picked: Vec<(usize, usize)> = Vec::with_capacity(seqs.len());
+        let mut rows = Vec::new();
+        for s in seqs {
+            let n = s.tokens.len();
+            let take = match s.logits {
+                Some(Logits::All) => t0..t0 + n,
+                Some(Logits::Last) => t0 + n - 1..t0 + n,
+                None => t0..t0,
+            };
+            picked.push((rows.len() / e.max(1), take.len()));
+            for t in take {
+                rows.extend_from_slice(&w.x[t * e..][..e]);
+            }
+            t0 += n;
+        }
+        let count = rows.len() / e.max(1);
+        let mut out = vec![0f32; count * c.n_vocab];
+        if count > 0 {
+            let xn = ops::rmsnorm(&rows, &self.output_norm, e, c.norm_eps);
+            let head = self.output.as_ref().unwrap_or(&self.token_embd);
+            let mut input = Input::new(&xn, e, &mut w.act, w.mode);
+            let o = Output {
+                out: &mut out,
+                stride: c.n_vocab,
+                col0: 0,
+            };
+            crate::product::product(
+                &self.kernels,
+                head,
+                0..head.rows,
+                &mut input,
+                o,
+                &mut w.transposed,
+            );
+            if let Some(cap) = c.logit_softcap {
+                ops::softcap(&mut out, cap);
+            }
+        }
+        picked
+            .into_iter()
+            .map(|(first, n)| out[first * c.n_vocab..(first + n) * c.n_vocab].to_vec())
+            .collect()
+    }
+}
+
+/// x += a block's output, normed first where the model norms it.
+fn add_block_output(x: &mut [f32], out: &[f32], gain: &Option<Vec<f32>>, e: usize, eps: f32) {
+    match gain {
+        Some(g) => {
+            let normed = ops::rmsnorm(out, g, e, eps);
+            x.iter_mut().zip(&normed).for_each(|(a, b)| *a += b);
+        }
+        None => x.iter_mut().zip(out).for_each(|(a, b)| *a += b),
+    }
+}
