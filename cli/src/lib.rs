@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Subcommand};
+use hearth_engine::Placement;
 
 use commands::{
     bench, chat, completions, convert, devices, generate, imatrix, inspect, perplexity, quantize,
@@ -19,9 +20,16 @@ use commands::{
 #[derive(clap::Parser)]
 #[command(name = "hearth", version, about = "Run LLMs on any Vulkan device")]
 struct Cli {
-    /// Vulkan device index (see `hearth devices`); default: the best device found.
-    #[arg(long, global = true, env = "HEARTH_DEVICE")]
-    device: Option<usize>,
+    /// Where models run: `cpu` (the native CPU executor) or `vulkan:N` (a device from
+    /// `hearth devices`; a bare N too); default: the best Vulkan GPU, or the CPU executor where
+    /// the only Vulkan devices are CPUs (lavapipe).
+    #[arg(
+        long,
+        global = true,
+        env = "HEARTH_DEVICE",
+        value_name = "cpu|vulkan:N"
+    )]
+    device: Option<Placement>,
     /// Enable the Khronos validation layer (slow; for debugging).
     #[arg(long, global = true)]
     validate: bool,
@@ -83,15 +91,30 @@ pub fn command() -> clap::Command {
 
 /// Options every command that opens a device shares.
 pub struct DeviceChoice {
-    pub index: Option<usize>,
+    /// `--device`; `None`: [`Placement::default_for_host`].
+    pub placement: Option<Placement>,
     pub validate: bool,
 }
 
 impl DeviceChoice {
+    /// Where models run.
+    pub fn placement(&self) -> Placement {
+        self.placement.unwrap_or_else(Placement::default_for_host)
+    }
+
+    /// The Vulkan device chosen (the best where `--device` names none), for commands that
+    /// run Vulkan kernels themselves.
     pub fn open(&self) -> Result<std::sync::Arc<hearth_kernels::vk::Device>> {
+        let index = match self.placement {
+            Some(Placement::Cpu) => {
+                anyhow::bail!("this command runs Vulkan kernels: --device cpu does not apply")
+            }
+            Some(Placement::Vulkan(index)) => index,
+            None => None,
+        };
         Ok(hearth_kernels::vk::Device::new(
             hearth_kernels::vk::DeviceDesc {
-                index: self.index,
+                index,
                 validation: self.validate,
             },
         )?)
@@ -112,7 +135,7 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let choice = DeviceChoice {
-        index: cli.device,
+        placement: cli.device,
         validate: cli.validate,
     };
     match run(&cli.command, &choice) {

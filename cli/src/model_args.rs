@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hearth_cpu::Activations;
 use hearth_engine::sample::SamplerParams;
 use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_model::kv::infinigen::evict::PoolCapacity;
@@ -64,9 +65,17 @@ impl ModelsDirArg {
 pub struct RunArgs {
     #[command(flatten)]
     pub dir: ModelsDirArg,
-    /// Run on the plain f32 CPU reference instead of Vulkan (slow; for checking results).
+    /// Run on the plain f32 CPU reference (slow; for checking results).
     #[arg(long)]
     pub cpu: bool,
+    /// The CPU executor's worker threads; default: one per core.
+    #[arg(long, short = 't', value_name = "N")]
+    pub threads: Option<usize>,
+    /// How the CPU executor's products take activations: q8 rounds them to 8 bits per 32
+    /// values, as llama.cpp's CPU backend does (fast); f32 keeps them exact (the Vulkan
+    /// path's precision, a few times slower).
+    #[arg(long, default_value = "q8", value_name = "q8|f32")]
+    pub activations: Activations,
     /// Most tokens per prefill submission (llama.cpp's ubatch).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub ubatch: usize,
@@ -243,13 +252,11 @@ impl RunArgs {
                     .into(),
             });
         }
-        let options = EngineOptions {
-            backend: if self.cpu {
-                BackendKind::Cpu
-            } else {
-                BackendKind::Vulkan
-            },
-            device: device.index,
+        let mut options = EngineOptions {
+            backend: BackendKind::Reference,
+            device: None,
+            threads: self.threads,
+            activations: self.activations,
             validate: device.validate,
             n_ctx,
             n_seq: n_seq.max(1),
@@ -276,6 +283,9 @@ impl RunArgs {
             },
             load_format: self.load_format,
         };
+        if !self.cpu {
+            device.placement().apply(&mut options);
+        }
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template(
                 "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",

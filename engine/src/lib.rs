@@ -6,6 +6,7 @@
 
 pub mod beam_search;
 mod engine;
+pub mod placement;
 pub mod sample;
 pub mod sched;
 pub mod service;
@@ -13,3 +14,4 @@ pub mod session;
 
 pub use engine::*;
 pub use hearth_model::{Error, Result};
+pub use placement::Placement;

@@ -4,11 +4,15 @@
 //! refused, cancelled ones end; beam search over the indirect KV cache equals greedy at width
 //! 1 and the copying reference on the CPU at width 3, copies no K/V when it reorders beams,
 //! and is refused under H2O.
-//! Outside CI a machine without a Vulkan device skips these tests; in CI a
-//! missing device fails them.
+//! Each test runs on the Vulkan executor (module `vulkan`) and on the native CPU executor
+//! (`cpu`, with f32 activations, whose results the copying reference meets; `cpu_q8` runs the
+//! batching tests with the default 8-bit activations too). Outside CI a machine without a
+//! Vulkan device skips the Vulkan ones; in CI a missing device fails them.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
+use hearth_cpu::Activations;
 use hearth_engine::beam_search;
 use hearth_engine::sample::beam_scores::BeamParams;
 use hearth_engine::sample::SamplerParams;
@@ -28,14 +32,29 @@ use hearth_reference::CpuModel;
 
 const TINY: Shape = Shape::TINY;
 
+thread_local! {
+    /// The executor this thread's test runs on.
+    static BACKEND: Cell<(BackendKind, Activations)> =
+        const { Cell::new((BackendKind::Vulkan, Activations::F32)) };
+}
+
+/// Runs `test` on `backend`.
+fn on(backend: BackendKind, activations: Activations, test: fn()) {
+    BACKEND.set((backend, activations));
+    test();
+}
+
 fn have_device() -> bool {
-    hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()
+    BACKEND.get().0 != BackendKind::Vulkan
+        || hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()
 }
 
 fn engine(n_seq: usize, n_ctx: usize, ubatch: usize, kv_budget: Option<KvBudget>) -> Engine {
     let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
+    let (backend, activations) = BACKEND.get();
     let options = EngineOptions {
-        backend: BackendKind::Vulkan,
+        backend,
+        activations,
         validate: true,
         n_ctx: Some(n_ctx),
         n_seq,
@@ -101,7 +120,6 @@ fn alone(prompts: &[(Vec<u32>, usize)]) -> Vec<Vec<u32>> {
         .collect()
 }
 
-#[test]
 fn continuous_batching_gives_each_request_what_it_gets_alone() {
     if !have_device() {
         return;
@@ -150,7 +168,6 @@ fn continuous_batching_gives_each_request_what_it_gets_alone() {
     assert_eq!(sched.running(), 0);
 }
 
-#[test]
 fn running_out_of_blocks_preempts_and_recomputes() {
     if !have_device() {
         return;
@@ -178,7 +195,6 @@ fn running_out_of_blocks_preempts_and_recomputes() {
     }
 }
 
-#[test]
 fn completions_of_one_prompt_share_its_blocks() {
     if !have_device() {
         return;
@@ -208,7 +224,6 @@ fn completions_of_one_prompt_share_its_blocks() {
     assert_eq!(first, &alone(&[(p, 5)])[0]);
 }
 
-#[test]
 fn a_follow_up_turn_reuses_the_cached_conversation() {
     if !have_device() {
         return;
@@ -227,7 +242,6 @@ fn a_follow_up_turn_reuses_the_cached_conversation() {
     assert_eq!(sched.reused_tokens(), turn1.len() + answer.len() - 1);
 }
 
-#[test]
 fn impossible_requests_are_refused_and_cancelled_ones_end() {
     if !have_device() {
         return;
@@ -259,7 +273,6 @@ fn impossible_requests_are_refused_and_cancelled_ones_end() {
     assert_eq!(sched.pending(), 0);
 }
 
-#[test]
 fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
     if !have_device() {
         return;
@@ -306,7 +319,6 @@ fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
 
 /// H2O keeps one row's positions, which beams sharing a history cannot: beam search under it
 /// is an error naming the placement, not a wrong answer.
-#[test]
 fn beam_search_under_h2o_is_refused() {
     if !have_device() {
         return;
@@ -333,7 +345,6 @@ fn beam_search_under_h2o_is_refused() {
 /// A step the cache cannot take is refused before anything runs: too many tokens, a row
 /// that does not exist, more blocks than are free. Each error names what was wrong, and every
 /// row keeps its length.
-#[test]
 fn impossible_steps_are_refused_and_change_nothing() {
     if !have_device() {
         return;
@@ -383,7 +394,6 @@ fn impossible_steps_are_refused_and_change_nothing() {
     assert_eq!(lens(model), (32, 17));
 }
 
-#[test]
 fn the_engine_reports_kv_blocks() {
     if !have_device() {
         return;
@@ -397,4 +407,210 @@ fn the_engine_reports_kv_blocks() {
     // 20 prompt tokens and 4 fed-back generated tokens: 24 positions in 2 blocks.
     let after = e.kv_usage().unwrap();
     assert_eq!((after.blocks_used, after.blocks_free), (2, 6));
+}
+
+/// Every test on the Vulkan executor.
+mod vulkan {
+    use super::*;
+
+    #[test]
+    fn continuous_batching_gives_each_request_what_it_gets_alone() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::continuous_batching_gives_each_request_what_it_gets_alone,
+        );
+    }
+
+    #[test]
+    fn running_out_of_blocks_preempts_and_recomputes() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::running_out_of_blocks_preempts_and_recomputes,
+        );
+    }
+
+    #[test]
+    fn completions_of_one_prompt_share_its_blocks() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::completions_of_one_prompt_share_its_blocks,
+        );
+    }
+
+    #[test]
+    fn a_follow_up_turn_reuses_the_cached_conversation() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::a_follow_up_turn_reuses_the_cached_conversation,
+        );
+    }
+
+    #[test]
+    fn impossible_requests_are_refused_and_cancelled_ones_end() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::impossible_requests_are_refused_and_cancelled_ones_end,
+        );
+    }
+
+    #[test]
+    fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::beam_search_is_greedy_at_width_one_and_matches_the_copying_reference,
+        );
+    }
+
+    #[test]
+    fn beam_search_under_h2o_is_refused() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::beam_search_under_h2o_is_refused,
+        );
+    }
+
+    #[test]
+    fn impossible_steps_are_refused_and_change_nothing() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::impossible_steps_are_refused_and_change_nothing,
+        );
+    }
+
+    #[test]
+    fn the_engine_reports_kv_blocks() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::the_engine_reports_kv_blocks,
+        );
+    }
+}
+
+/// Every test on the native CPU executor (H2O does not run there: its cache is in system
+/// memory already).
+mod cpu {
+    use super::*;
+
+    #[test]
+    fn continuous_batching_gives_each_request_what_it_gets_alone() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::continuous_batching_gives_each_request_what_it_gets_alone,
+        );
+    }
+
+    #[test]
+    fn running_out_of_blocks_preempts_and_recomputes() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::running_out_of_blocks_preempts_and_recomputes,
+        );
+    }
+
+    #[test]
+    fn completions_of_one_prompt_share_its_blocks() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::completions_of_one_prompt_share_its_blocks,
+        );
+    }
+
+    #[test]
+    fn a_follow_up_turn_reuses_the_cached_conversation() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::a_follow_up_turn_reuses_the_cached_conversation,
+        );
+    }
+
+    #[test]
+    fn impossible_requests_are_refused_and_cancelled_ones_end() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::impossible_requests_are_refused_and_cancelled_ones_end,
+        );
+    }
+
+    #[test]
+    fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::beam_search_is_greedy_at_width_one_and_matches_the_copying_reference,
+        );
+    }
+
+    #[test]
+    fn impossible_steps_are_refused_and_change_nothing() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::impossible_steps_are_refused_and_change_nothing,
+        );
+    }
+
+    #[test]
+    fn the_engine_reports_kv_blocks() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::the_engine_reports_kv_blocks,
+        );
+    }
+}
+
+/// The batching tests on the native CPU executor with 8-bit activations, whose rounding is
+/// per token, so a token's result does not depend on what else its step carries.
+mod cpu_q8 {
+    use super::*;
+
+    #[test]
+    fn continuous_batching_gives_each_request_what_it_gets_alone() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::Q8,
+            super::continuous_batching_gives_each_request_what_it_gets_alone,
+        );
+    }
+
+    #[test]
+    fn running_out_of_blocks_preempts_and_recomputes() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::Q8,
+            super::running_out_of_blocks_preempts_and_recomputes,
+        );
+    }
+
+    #[test]
+    fn completions_of_one_prompt_share_its_blocks() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::Q8,
+            super::completions_of_one_prompt_share_its_blocks,
+        );
+    }
+
+    #[test]
+    fn a_follow_up_turn_reuses_the_cached_conversation() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::Q8,
+            super::a_follow_up_turn_reuses_the_cached_conversation,
+        );
+    }
 }

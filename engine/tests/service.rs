@@ -153,7 +153,12 @@ fn concurrent_requests_answer_as_alone_batched_on_vulkan() {
 }
 
 #[test]
-fn concurrent_requests_answer_as_alone_one_at_a_time_on_the_cpu() {
+fn concurrent_requests_answer_as_alone_batched_on_the_cpu_executor() {
+    concurrent_requests_answer_as_alone(BackendKind::Cpu, true);
+}
+
+#[test]
+fn concurrent_requests_answer_as_alone_one_at_a_time_on_the_cpu_reference() {
     concurrent_requests_answer_as_alone(BackendKind::Reference, false);
 }
 
@@ -221,7 +226,7 @@ fn cancels_end_requests(backend: BackendKind) {
     assert_eq!(counts.accepted.load(Ordering::SeqCst), 3);
     assert_eq!(counts.first_tokens.load(Ordering::SeqCst), 3);
     assert!(counts.tokens.load(Ordering::SeqCst) >= 1 + 3 + 4);
-    if backend == BackendKind::Vulkan {
+    if backend != BackendKind::Reference {
         // The load is reported after the step that sent the last events.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let load = loop {
@@ -260,7 +265,12 @@ fn cancels_end_requests_batched_on_vulkan() {
 }
 
 #[test]
-fn cancels_end_requests_one_at_a_time_on_the_cpu() {
+fn cancels_end_requests_batched_on_the_cpu_executor() {
+    cancels_end_requests(BackendKind::Cpu);
+}
+
+#[test]
+fn cancels_end_requests_one_at_a_time_on_the_cpu_reference() {
     cancels_end_requests(BackendKind::Reference);
 }
 

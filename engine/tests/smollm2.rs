@@ -1,6 +1,6 @@
 //! End-to-end checks on a real model, SmolLM2-135M-Instruct (Q4_1; `scripts/setup` fetches it):
 //! the Vulkan executor against the CPU reference, position by position, and generation through
-//! a session on both (the generation test keeps its KV cache in host memory, `--kv-offload full`),
+//! a session on both and on the native CPU executor (the generation test keeps its KV cache in host memory, `--kv-offload full`),
 //! and generation through an InfiniGen pool that evicts (`--kv-pool-capacity`).
 //!
 //! Both paths use the same f16-rounded weights, so differences come only from the order of
@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use hearth_cpu::{Activations, CpuOptions, NativeModel};
 use hearth_engine::sample::SamplerParams;
 use hearth_engine::session::{FinishReason, GenerateParams, Session};
 use hearth_engine::Error;
@@ -129,8 +130,20 @@ fn greedy_generation_is_the_same_on_both_paths() {
         sampler: SamplerParams::greedy(),
         ..GenerateParams::default()
     };
+    // The native CPU executor with f32 activations, the Vulkan path's precision.
+    let path = model_path().unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let options = CpuOptions {
+        n_ctx: 128,
+        kv_type: KvType::F32,
+        activations: Activations::F32,
+        ..CpuOptions::default()
+    };
+    let native = NativeModel::load(&file, &resolve_gguf(&file).unwrap(), options, &mut |_| true);
     let mut texts = Vec::new();
-    for backend in [Box::new(cpu) as Box<dyn Backend + Send>, Box::new(vk)] {
+    let backends: [Box<dyn Backend + Send>; 3] =
+        [Box::new(cpu), Box::new(vk), Box::new(native.unwrap())];
+    for backend in backends {
         let mut session = Session::new(backend);
         let mut streamed = String::new();
         let g = session
@@ -151,7 +164,14 @@ fn greedy_generation_is_the_same_on_both_paths() {
         assert_eq!(again.timings.cached_tokens, prompt.len() - 1);
         texts.push(g.text);
     }
-    assert_eq!(texts[0], texts[1], "CPU and Vulkan continuations differ");
+    assert_eq!(
+        texts[0], texts[1],
+        "CPU reference and Vulkan continuations differ"
+    );
+    assert_eq!(
+        texts[2], texts[1],
+        "CPU executor and Vulkan continuations differ"
+    );
     assert!(
         texts[0].contains("Paris"),
         "unexpected continuation {:?}",

@@ -39,7 +39,7 @@ pub fn collect(
     let file = GgufFile::open(path)?;
     let model = resolve_gguf(&file)?;
     let options = EngineOptions {
-        backend: BackendKind::Cpu,
+        backend: BackendKind::Reference,
         n_ctx: Some(opts.window),
         ..EngineOptions::default()
     };

@@ -80,7 +80,9 @@ impl NativeModel {
                 });
             }
             // Counted above, so this cannot run out.
-            for copy in self.tables.append(s.row, s.tokens.len())? {
+            let copies = self.tables.append(s.row, s.tokens.len())?;
+            self.tables.count_copies(copies.len());
+            for copy in copies {
                 for store in self.k.iter_mut().chain(self.v.iter_mut()) {
                     store.copy_block(copy.src, copy.dst, kv_dim);
                 }

@@ -16,7 +16,7 @@ pub struct PlacementReport {
     /// Where the KV cache lives and how attention reads it: "none", "full", "infinigen" or
     /// "h2o" (the `--kv-offload` names).
     pub kv_offload: String,
-    /// "Vulkan" or "CPU".
+    /// "Vulkan", "CPU" (the native executor) or "CPU reference".
     pub backend: String,
     /// "llama 135M Q4", "llama 7B Q4 (synthetic)".
     pub model_type: String,
@@ -131,6 +131,7 @@ impl PlacementReport {
         let backend = match info.backend {
             BackendKind::Vulkan => "Vulkan",
             BackendKind::Cpu => "CPU",
+            BackendKind::Reference => "CPU reference",
         };
         // The paged KV cache: where it lives, its blocks, and the bytes attention reads.
         let kv = engine.session().backend().as_batched().map(|m| {
