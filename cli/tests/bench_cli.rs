@@ -20,6 +20,8 @@ fn bench_compares_kv_placements_in_one_run() {
         return;
     }
     let out = hearth(&[
+        "--device",
+        "vulkan",
         "bench",
         "--synthetic",
         "smollm2-135m",

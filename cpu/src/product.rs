@@ -136,7 +136,9 @@ pub fn product(
                 let first = task * per_task;
                 for (i, ys) in part.chunks_mut(n).enumerate() {
                     let row = &data[(first + i) * row_bytes..][..row_bytes];
-                    if let Some(unpack) = unpack {
+                    if let Some(act) = act.filter(|_| k.reads_packed(w.format)) {
+                        packed_row(k, w.format, row, act, ys);
+                    } else if let Some(unpack) = unpack {
                         s.levels.unpack(w.format, unpack, row, cols);
                         let levels = LevelsRow {
                             levels: &s.levels.levels,
@@ -167,6 +169,22 @@ pub fn product(
                 out.out[t * out.stride + out.col0 + r] = y;
             }
         }
+    }
+}
+
+/// One packed row's products with every row of `act`, four tokens at a time.
+fn packed_row(k: &Kernels, format: Format, row: &[u8], act: &ActQ8, ys: &mut [f32]) {
+    const TOKENS: usize = 4;
+    let done = ys.len() / TOKENS * TOKENS;
+    let mut quads = ys.chunks_exact_mut(TOKENS);
+    for (q, y) in quads.by_ref().enumerate() {
+        let xs: [_; TOKENS] = std::array::from_fn(|i| act.row(q * TOKENS + i));
+        y.copy_from_slice(&k.packed(format, row, &xs).unwrap_or([0.0; TOKENS]));
+    }
+    for (t, y) in quads.into_remainder().iter_mut().enumerate() {
+        *y = k
+            .packed(format, row, &[act.row(done + t)])
+            .map_or(0.0, |[v]| v);
     }
 }
 

@@ -1,7 +1,11 @@
-//! `hearth devices`: every Vulkan device and what it can do.
+//! `hearth devices`: the CPU executor (`--device cpu`) and every Vulkan device
+//! (`--device vulkan:N`), with what each can do, and which one runs models by default.
 
 use anyhow::Result;
+use hearth_engine::placement::CpuExecutorInfo;
+use hearth_engine::Placement;
 use hearth_kernels::vk::{list_devices, DeviceInfo};
+use serde::Serialize;
 
 use crate::output::Format;
 
@@ -11,16 +15,48 @@ pub struct DevicesArgs {
     format: Format,
 }
 
+/// What `--format json` prints.
+#[derive(Serialize)]
+struct Devices {
+    /// What runs models without `--device`: `cpu` or `vulkan`.
+    default: String,
+    cpu: CpuExecutorInfo,
+    vulkan: Vec<DeviceInfo>,
+}
+
 pub fn run(args: &DevicesArgs) -> Result<()> {
-    let devices = list_devices()?;
+    // A machine without a Vulkan loader or driver still has the CPU executor.
+    let (vulkan, missing) = match list_devices() {
+        Ok(devices) => (devices, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let devices = Devices {
+        default: Placement::default_for_host().to_string(),
+        cpu: CpuExecutorInfo::detect(),
+        vulkan,
+    };
     let mut out = String::new();
     match args.format {
         Format::Json => out = serde_json::to_string_pretty(&devices)? + "\n",
         Format::Table => {
-            if devices.is_empty() {
-                out.push_str("no Vulkan devices found\n");
+            let cpu = &devices.cpu;
+            out.push_str(&format!(
+                "[cpu] CPU executor{}\n    kernels       {} (this CPU has: {}), {} threads\n",
+                if devices.default == "cpu" {
+                    " (default)"
+                } else {
+                    ""
+                },
+                cpu.isa,
+                cpu.available.join(", "),
+                cpu.threads
+            ));
+            match missing {
+                Some(e) => out.push_str(&format!("no Vulkan devices: {e}\n")),
+                None if devices.vulkan.is_empty() => out.push_str("no Vulkan devices found\n"),
+                None => {}
             }
-            for d in &devices {
+            for d in &devices.vulkan {
                 print_device(&mut out, d);
             }
         }
@@ -44,7 +80,12 @@ fn print_device(out: &mut String, d: &DeviceInfo) {
     let a = &d.arithmetic;
     let l = &d.limits;
     let m = &d.memory;
-    out.push_str(&format!("[{}] {} ({})", d.index, d.name, d.kind.as_str()));
+    out.push_str(&format!(
+        "[vulkan:{}] {} ({})",
+        d.index,
+        d.name,
+        d.kind.as_str()
+    ));
     out.push('\n');
     out.push_str(&format!(
         "    vulkan {}, driver {}, vendor 0x{:04x} device 0x{:04x}",

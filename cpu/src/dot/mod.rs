@@ -11,10 +11,13 @@
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_fused;
 
 use crate::act::ActRow;
 use crate::isa::Isa;
 use hearth_model::{Error, Result};
+use hearth_quant::Format;
 
 /// One weight row's levels with the `d` and `m` of each 16 of them (see `levels`).
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +92,56 @@ impl Kernels {
             _ => portable::levels(w, x),
         };
         products + base
+    }
+
+    /// Whether [`packed`](Self::packed) reads `format`'s blocks directly on this instruction
+    /// set (the common formats on x86-64); other rows are unpacked to levels first.
+    pub fn reads_packed(&self, format: Format) -> bool {
+        matches!(self.isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+            && matches!(format, Format::Q4 | Format::Q4_0 | Format::Q8)
+    }
+
+    /// `w . x` for a packed row of `format` (whole blocks) and each of `N` rows of quantized
+    /// activations of the same length, where [`reads_packed`](Self::reads_packed) says so;
+    /// `None` elsewhere.
+    pub fn packed<const N: usize>(
+        &self,
+        format: Format,
+        row: &[u8],
+        xs: &[ActRow; N],
+    ) -> Option<[f32; N]> {
+        if !self.reads_packed(format) {
+            return None;
+        }
+        let n = xs.first().map_or(0, |x| x.q.len());
+        let blocks = n / 32;
+        let ok = n.is_multiple_of(32)
+            && format.bytes_for(n) == Some(row.len())
+            && xs
+                .iter()
+                .all(|x| x.q.len() == n && x.d.len() == blocks && x.sums.len() == 2 * blocks);
+        if !ok {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use x86_fused::{avx2, vnni};
+            // SAFETY: `reads_packed` holds only for x86 sets `new` checked the CPU has (each
+            // includes AVX2, FMA and F16C; AVX-512 VNNI's includes VL); the sizes were checked
+            // above.
+            return Some(unsafe {
+                match (self.isa, format) {
+                    (Isa::Avx512Vnni, Format::Q4) => vnni::q4(row, xs),
+                    (Isa::Avx512Vnni, Format::Q4_0) => vnni::q4_0(row, xs),
+                    (Isa::Avx512Vnni, _) => vnni::q8(row, xs),
+                    (_, Format::Q4) => avx2::q4(row, xs),
+                    (_, Format::Q4_0) => avx2::q4_0(row, xs),
+                    _ => avx2::q8(row, xs),
+                }
+            });
+        }
+        #[allow(unreachable_code)]
+        None
     }
 
     /// `w . x` for a row of levels and a row of f32 activations of the same length (a

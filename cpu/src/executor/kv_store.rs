@@ -4,6 +4,7 @@
 //! they are, f16 to nearest even, q8 per 32 values to a step of max|x| / 127, ties to even.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use hearth_model::kv::{BlockId, KvType, BLOCK_TOKENS};
 use hearth_quant::Q8_BLOCK;
@@ -66,9 +67,8 @@ impl KvStore {
             Self::F32(v) => out.copy_from_slice(&v[at..at + out.len()]),
             Self::F16(v) => {
                 let n = out.len();
-                for (o, x) in out.iter_mut().zip(&v[at..at + n]) {
-                    *o = x.to_f32();
-                }
+                // F16C where the CPU has it.
+                v[at..at + n].convert_to_f32_slice(out);
             }
             Self::Q8 { q, d } => {
                 for (i, o) in out.iter_mut().enumerate() {

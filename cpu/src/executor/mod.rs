@@ -160,7 +160,9 @@ impl NativeModel {
             output_norm,
             output,
             layers,
-            tables: KvTables::new(shape, KvPlacement::Host),
+            // The executor's own memory, as device-local memory is a GPU's (`--kv-offload
+            // none`): there is nothing to offload it to.
+            tables: KvTables::new(shape, KvPlacement::Device),
             k: (0..c.n_layer).map(|_| store()).collect(),
             v: (0..c.n_layer).map(|_| store()).collect(),
             beams: RefCell::new(vec![Vec::new(); options.n_seq]),

@@ -13,9 +13,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+/// The device the tests run on unless they name another: the Vulkan path, whose outputs the
+/// expected texts and digits are (a CPU-only machine's default is the CPU executor).
+const DEVICE: &str = "vulkan";
+
 /// Runs `hearth args..` with `stdin` fed to it.
 fn hearth_with_input(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-e2e"))
+        .env("HEARTH_DEVICE", DEVICE)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -32,6 +32,7 @@ impl Drop for Server {
 /// Starts the server on a free port and waits until it says it is ready.
 fn start(model: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth-e2e"))
+        .env("HEARTH_DEVICE", super::DEVICE)
         .args(["serve", "-m", model, "--port", "0", "--api-key", KEY])
         .args(extra)
         .stdout(Stdio::null())
