@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hearth_engine::sample::SamplerParams;
-use hearth_engine::InfinigenOptions;
+use hearth_engine::{InfinigenOptions, Placement};
 use hearth_model::kv::infinigen::IgParams;
 use hearth_model::kv::KvType;
 use serde::{Deserialize, Serialize};
@@ -174,6 +174,8 @@ pub struct Preferences {
     pub last_model: Option<PathBuf>,
     /// Vulkan device index; `None` picks the best.
     pub device: Option<usize>,
+    /// The native CPU executor rather than a Vulkan device.
+    pub cpu: bool,
     pub theme: ThemeChoice,
     /// Keyed by model name.
     pub models: BTreeMap<String, ModelSettings>,
@@ -182,6 +184,16 @@ pub struct Preferences {
 }
 
 impl Preferences {
+    /// Where models run: the CPU executor, the chosen Vulkan device, or by default the best
+    /// place on this machine ([`Placement::default_for_host`]).
+    pub fn placement(&self) -> Option<Placement> {
+        match (self.cpu, self.device) {
+            (true, _) => Some(Placement::Cpu),
+            (false, Some(i)) => Some(Placement::Vulkan(Some(i))),
+            (false, None) => None,
+        }
+    }
+
     /// Reads `path`; a missing file gives the defaults, a broken one an error naming it.
     pub fn load(path: &Path) -> Result<Self, String> {
         match std::fs::read(path) {

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use hearth_engine::sched::{RequestId, RequestParams};
 use hearth_engine::service::{Event as ServiceEvent, Handle, Service, ServiceOptions, Submit};
 use hearth_engine::session::{FinishReason, GenerateParams, Generation};
-use hearth_engine::{chat_prompt, Engine, EngineOptions, ModelInfo};
+use hearth_engine::{chat_prompt, Engine, EngineOptions, ModelInfo, Placement};
 use hearth_model::kv::infinigen::IgStats;
 use hearth_model::kv::policy::KvPolicyKind;
 use hearth_model::kv::KvBudget;
@@ -34,8 +34,8 @@ use crate::settings::{InfinigenSettings, KvOffload, ModelSettings};
 #[derive(Clone, Debug)]
 pub struct LoadRequest {
     pub path: PathBuf,
-    /// Vulkan device index; `None` picks the best.
-    pub device: Option<usize>,
+    /// Where the model runs; `None`: the best place on this machine.
+    pub placement: Option<Placement>,
     pub n_ctx: usize,
     /// KV pool in tokens; 0 sizes it for the whole context.
     pub kv_budget_tokens: usize,
@@ -278,8 +278,7 @@ impl State {
     fn load(&mut self, id: u64, request: LoadRequest) {
         // Two models never share the device's memory.
         self.unload();
-        let options = EngineOptions {
-            device: request.device,
+        let mut options = EngineOptions {
             n_ctx: Some(request.n_ctx),
             kv_budget: (request.kv_budget_tokens > 0)
                 .then_some(KvBudget::Tokens(request.kv_budget_tokens)),
@@ -292,6 +291,10 @@ impl State {
                 .then(|| request.infinigen.options()),
             ..EngineOptions::default()
         };
+        request
+            .placement
+            .unwrap_or_else(Placement::default_for_host)
+            .apply(&mut options);
         let cancel = self.cancel_below.clone();
         let events = &self.events;
         let mut last_percent = u64::MAX;

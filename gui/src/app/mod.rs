@@ -17,6 +17,7 @@ pub use serve::Serving;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use hearth_engine::placement::CpuExecutorInfo;
 use hearth_kernels::vk::DeviceInfo;
 use hearth_model::kv::KvUsage;
 
@@ -101,6 +102,8 @@ pub struct App {
     pub chat: Conversation,
     pub library: Result<Vec<LibraryEntry>, String>,
     pub devices: Result<Vec<DeviceInfo>, String>,
+    /// The native CPU executor: its instruction set and threads.
+    pub cpu_executor: CpuExecutorInfo,
     pub model: ModelState,
     /// How the current model was asked to load.
     pub load_request: Option<LoadRequest>,
@@ -151,6 +154,7 @@ impl App {
             saved: loaded.conversations,
             chat: Conversation::new(""),
             devices,
+            cpu_executor: CpuExecutorInfo::detect(),
             model: ModelState::Empty,
             load_request: None,
             settings: ModelSettings::default(),

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use hearth_engine::Placement;
+
 use super::{App, ModelState, SETTINGS_FILE};
 use crate::library::{self, ModelCard};
 use crate::settings::ModelSettings;
@@ -29,7 +31,7 @@ impl App {
         self.settings = self.prefs.model(&card);
         let request = LoadRequest {
             path,
-            device: self.prefs.device,
+            placement: self.prefs.placement(),
             n_ctx: self.settings.n_ctx,
             kv_budget_tokens: self.settings.kv_budget_tokens,
             kv_offload: self.settings.kv_offload,
@@ -60,7 +62,7 @@ impl App {
     pub fn needs_reload(&self) -> bool {
         self.load_request
             .as_ref()
-            .is_some_and(|r| r.device != self.prefs.device || r.differs_from(&self.settings))
+            .is_some_and(|r| r.placement != self.prefs.placement() || r.differs_from(&self.settings))
     }
 
     pub fn cancel_load(&mut self) {
@@ -98,9 +100,14 @@ impl App {
         }
     }
 
-    pub fn set_device(&mut self, device: Option<usize>) {
-        if self.prefs.device != device {
-            self.prefs.device = device;
+    /// Runs models on `placement` from the next load; `None`: the best place found.
+    pub fn set_placement(&mut self, placement: Option<Placement>) {
+        if self.prefs.placement() != placement {
+            (self.prefs.cpu, self.prefs.device) = match placement {
+                Some(Placement::Cpu) => (true, None),
+                Some(Placement::Vulkan(index)) => (false, index),
+                None => (false, None),
+            };
             self.save_prefs();
         }
     }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use hearth_engine::Placement;
 use hearth_kernels::vk::{DeviceInfo, DeviceKind};
 
 use crate::app::{App, ModelState};
@@ -63,13 +64,7 @@ fn loading(app: &mut App, ui: &mut egui::Ui) {
 fn device_picker(app: &mut App, ui: &mut egui::Ui) {
     let devices: Vec<DeviceInfo> = match &app.devices {
         Ok(d) => d.clone(),
-        Err(e) => {
-            ui.label(
-                egui::RichText::new(format!("No Vulkan device: {e}"))
-                    .color(ui.visuals().error_fg_color),
-            );
-            return;
-        }
+        Err(_) => Vec::new(),
     };
     let describe = |d: &DeviceInfo| {
         format!(
@@ -79,10 +74,16 @@ fn device_picker(app: &mut App, ui: &mut egui::Ui) {
             size_label(d.device_local_bytes().max(d.host_bytes()))
         )
     };
-    let mut choice = app.prefs.device;
-    let selected = match choice.and_then(|i| devices.iter().find(|d| d.index == i)) {
-        Some(d) => describe(d),
-        None => "Best available".to_string(),
+    let cpu = &app.cpu_executor;
+    let cpu_label = format!("CPU executor ({}, {} threads)", cpu.isa, cpu.threads);
+    let mut choice = app.prefs.placement();
+    let selected = match choice {
+        Some(Placement::Cpu) => cpu_label.clone(),
+        Some(Placement::Vulkan(Some(i))) => devices
+            .iter()
+            .find(|d| d.index == i)
+            .map_or_else(|| format!("Vulkan device {i}"), describe),
+        _ => "Best available".to_string(),
     };
     ui.label("Device");
     let combo = egui::ComboBox::from_id_salt("device")
@@ -90,12 +91,20 @@ fn device_picker(app: &mut App, ui: &mut egui::Ui) {
         .width(300.0)
         .show_ui(ui, |ui| {
             ui.selectable_value(&mut choice, None, "Best available");
+            ui.selectable_value(&mut choice, Some(Placement::Cpu), cpu_label.as_str());
             for d in &devices {
-                ui.selectable_value(&mut choice, Some(d.index), describe(d));
+                let placement = Some(Placement::Vulkan(Some(d.index)));
+                ui.selectable_value(&mut choice, placement, describe(d));
             }
         });
     super::name(&combo.response, "Device");
-    app.set_device(choice);
+    if let Err(e) = &app.devices {
+        ui.label(
+            egui::RichText::new(format!("No Vulkan device: {e}"))
+                .color(ui.visuals().error_fg_color),
+        );
+    }
+    app.set_placement(choice);
 }
 
 fn kind_label(kind: DeviceKind) -> &'static str {
