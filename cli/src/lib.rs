@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Subcommand};
+use hearth_cpu::Isa;
 use hearth_engine::Placement;
 
 use commands::{
@@ -30,6 +31,10 @@ struct Cli {
         value_name = "cpu|vulkan:N"
     )]
     device: Option<Placement>,
+    /// The CPU executor's instruction set, lower than the best this CPU has (for tests and
+    /// comparisons): portable, avx2, avx-vnni, avx512-vnni or neon-dotprod.
+    #[arg(long, global = true, env = "HEARTH_CPU_ISA", value_parser = parse_isa)]
+    isa: Option<Isa>,
     /// Enable the Khronos validation layer (slow; for debugging).
     #[arg(long, global = true)]
     validate: bool,
@@ -89,10 +94,17 @@ pub fn command() -> clap::Command {
     Cli::command().long_version(long_version())
 }
 
+/// An instruction set the running CPU supports, by name.
+fn parse_isa(name: &str) -> std::result::Result<Isa, String> {
+    Isa::named(name).map_err(|e| e.to_string())
+}
+
 /// Options every command that opens a device shares.
 pub struct DeviceChoice {
     /// `--device`; `None`: [`Placement::default_for_host`].
     pub placement: Option<Placement>,
+    /// `--isa`: the CPU executor's instruction set.
+    pub isa: Option<Isa>,
     pub validate: bool,
 }
 
@@ -136,6 +148,7 @@ pub fn main() -> ExitCode {
     };
     let choice = DeviceChoice {
         placement: cli.device,
+        isa: cli.isa,
         validate: cli.validate,
     };
     match run(&cli.command, &choice) {
@@ -149,7 +162,7 @@ pub fn main() -> ExitCode {
 
 fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
     match command {
-        Command::Devices(args) => devices::run(args),
+        Command::Devices(args) => devices::run(args, choice),
         Command::Generate(args) => generate::run(args, choice),
         Command::Chat(args) => chat::run(args, choice),
         Command::Bench(args) => bench::run(args, choice),

@@ -257,6 +257,7 @@ impl RunArgs {
             device: None,
             threads: self.threads,
             activations: self.activations,
+            isa: device.isa,
             validate: device.validate,
             n_ctx,
             n_seq: n_seq.max(1),

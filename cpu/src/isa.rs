@@ -1,14 +1,15 @@
 //! Which SIMD instruction set the kernels use: the best the running CPU reports, or a lower
-//! one named by `HEARTH_CPU_ISA` (for tests and comparisons). An instruction set is only ever
-//! used after the CPU has reported it, so a binary built for any x86-64 or ARM64 runs on every
-//! such CPU, with the portable kernels where it has nothing better.
+//! one a frontend names (`--isa`, `HEARTH_CPU_ISA`: for tests and comparisons). An
+//! instruction set is only ever used after the CPU has reported it, so a binary built for any
+//! x86-64 or ARM64 runs on every such CPU, with the portable kernels where it has nothing
+//! better.
 
 use std::fmt;
 
 use hearth_model::{Error, Result};
 
-/// The environment variable that lowers the instruction set (`portable`, `avx2`, ...).
-pub const ISA_ENV: &str = "HEARTH_CPU_ISA";
+/// The option that names an instruction set, in errors.
+const FIELD: &str = "isa";
 
 /// An instruction set the kernels are written for, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -82,15 +83,6 @@ impl Isa {
         Isa::available().into_iter().max().unwrap_or(Isa::Portable)
     }
 
-    /// The instruction set to run: [`best`](Self::best), or the one `HEARTH_CPU_ISA` names,
-    /// which must be supported.
-    pub fn chosen() -> Result<Isa> {
-        match std::env::var(ISA_ENV) {
-            Ok(name) if !name.is_empty() => Isa::named(&name),
-            _ => Ok(Isa::best()),
-        }
-    }
-
     /// The instruction set called `name`, if the running CPU supports it.
     pub fn named(name: &str) -> Result<Isa> {
         let names = || {
@@ -105,13 +97,13 @@ impl Isa {
             .find(|i| i.name().eq_ignore_ascii_case(name))
             .ok_or_else(|| {
                 Error::options(
-                    ISA_ENV,
+                    FIELD,
                     format!("no instruction set {name:?}; this CPU runs {}", names()),
                 )
             })?;
         if !isa.supported() {
             return Err(Error::options(
-                ISA_ENV,
+                FIELD,
                 format!("this CPU does not report {name}; it runs {}", names()),
             ));
         }

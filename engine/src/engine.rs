@@ -12,7 +12,7 @@ use hearth_models::{
 use crate::sample::beam_scores::{BeamParams, Hypothesis};
 use crate::sched::Scheduler;
 use crate::session::{GenerateParams, Generation, Session};
-use hearth_cpu::{Activations, CpuOptions, NativeModel};
+use hearth_cpu::{Activations, CpuOptions, Isa, NativeModel};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_kernels::WeightFormat;
 use hearth_model::kv::infinigen::evict::PoolCapacity;
@@ -46,6 +46,8 @@ pub struct EngineOptions {
     pub threads: Option<usize>,
     /// How the CPU executor's products take activations (`--activations`).
     pub activations: Activations,
+    /// The CPU executor's instruction set (`--isa`); `None`: the best the CPU has.
+    pub isa: Option<Isa>,
     /// Khronos validation layer on.
     pub validate: bool,
     /// Context length; `None` uses the model's training context, capped at 4096.
@@ -137,6 +139,7 @@ impl Default for EngineOptions {
             device: None,
             threads: None,
             activations: Activations::default(),
+            isa: None,
             validate: false,
             n_ctx: None,
             n_seq: 1,
@@ -284,7 +287,7 @@ impl Engine {
                     }),
                     kv_type: options.kv_type,
                     threads: options.threads,
-                    isa: None,
+                    isa: options.isa,
                     max_chunk: options.max_chunk,
                     activations: options.activations,
                 };

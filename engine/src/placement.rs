@@ -77,7 +77,7 @@ impl fmt::Display for Placement {
 /// The native CPU executor as `hearth devices` reports it.
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuExecutorInfo {
-    /// The instruction set its kernels use (the best the CPU has, or `HEARTH_CPU_ISA`'s).
+    /// The instruction set its kernels use: the best the CPU has, or the one asked for.
     pub isa: String,
     /// Every instruction set the CPU has kernels for, lowest first.
     pub available: Vec<String>,
@@ -86,9 +86,10 @@ pub struct CpuExecutorInfo {
 }
 
 impl CpuExecutorInfo {
-    pub fn detect() -> Self {
+    /// The CPU executor here, with the instruction set `isa` where one is asked for.
+    pub fn detect(isa: Option<Isa>) -> Self {
         Self {
-            isa: Isa::chosen().unwrap_or_else(|_| Isa::best()).to_string(),
+            isa: isa.unwrap_or_else(Isa::best).to_string(),
             available: Isa::available().iter().map(Isa::to_string).collect(),
             threads: hearth_cpu::default_threads(),
         }

@@ -24,7 +24,7 @@ struct Devices {
     vulkan: Vec<DeviceInfo>,
 }
 
-pub fn run(args: &DevicesArgs) -> Result<()> {
+pub fn run(args: &DevicesArgs, choice: &crate::DeviceChoice) -> Result<()> {
     // A machine without a Vulkan loader or driver still has the CPU executor.
     let (vulkan, missing) = match list_devices() {
         Ok(devices) => (devices, None),
@@ -32,7 +32,7 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
     };
     let devices = Devices {
         default: Placement::default_for_host().to_string(),
-        cpu: CpuExecutorInfo::detect(),
+        cpu: CpuExecutorInfo::detect(choice.isa),
         vulkan,
     };
     let mut out = String::new();

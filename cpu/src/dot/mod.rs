@@ -13,6 +13,8 @@ mod portable;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_fused;
+#[cfg(target_arch = "x86_64")]
+mod x86_kquant;
 
 use crate::act::ActRow;
 use crate::isa::Isa;
@@ -41,7 +43,7 @@ impl Kernels {
     pub fn new(isa: Isa) -> Result<Self> {
         if !isa.supported() {
             return Err(Error::options(
-                crate::isa::ISA_ENV,
+                "isa",
                 format!("this CPU does not report {isa}"),
             ));
         }
@@ -95,10 +97,20 @@ impl Kernels {
     }
 
     /// Whether [`packed`](Self::packed) reads `format`'s blocks directly on this instruction
-    /// set (the common formats on x86-64); other rows are unpacked to levels first.
+    /// set (the common formats on x86-64, llama.cpp's Q4_K_M among them); other rows are
+    /// unpacked to levels first.
     pub fn reads_packed(&self, format: Format) -> bool {
         matches!(self.isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
-            && matches!(format, Format::Q4 | Format::Q4_0 | Format::Q8)
+            && matches!(
+                format,
+                Format::Q4
+                    | Format::Q4_0
+                    | Format::Q8
+                    | Format::Q5_0
+                    | Format::Q5_1
+                    | Format::Q4_K
+                    | Format::Q6_K
+            )
     }
 
     /// `w . x` for a packed row of `format` (whole blocks) and each of `N` rows of quantized
@@ -126,19 +138,30 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         {
             use x86_fused::{avx2, vnni};
+            use x86_kquant::{avx2 as k_avx2, vnni as k_vnni};
+            let wide = self.isa == Isa::Avx512Vnni;
             // SAFETY: `reads_packed` holds only for x86 sets `new` checked the CPU has (each
             // includes AVX2, FMA and F16C; AVX-512 VNNI's includes VL); the sizes were checked
             // above.
-            return Some(unsafe {
-                match (self.isa, format) {
-                    (Isa::Avx512Vnni, Format::Q4) => vnni::q4(row, xs),
-                    (Isa::Avx512Vnni, Format::Q4_0) => vnni::q4_0(row, xs),
-                    (Isa::Avx512Vnni, _) => vnni::q8(row, xs),
-                    (_, Format::Q4) => avx2::q4(row, xs),
-                    (_, Format::Q4_0) => avx2::q4_0(row, xs),
-                    _ => avx2::q8(row, xs),
+            return unsafe {
+                match (wide, format) {
+                    (true, Format::Q4) => Some(vnni::q4(row, xs)),
+                    (true, Format::Q4_0) => Some(vnni::q4_0(row, xs)),
+                    (true, Format::Q8) => Some(vnni::q8(row, xs)),
+                    (true, Format::Q5_0) => Some(k_vnni::q5_0(row, xs)),
+                    (true, Format::Q5_1) => Some(k_vnni::q5_1(row, xs)),
+                    (true, Format::Q4_K) => Some(k_vnni::q4_k(row, xs)),
+                    (true, Format::Q6_K) => Some(k_vnni::q6_k(row, xs)),
+                    (false, Format::Q4) => Some(avx2::q4(row, xs)),
+                    (false, Format::Q4_0) => Some(avx2::q4_0(row, xs)),
+                    (false, Format::Q8) => Some(avx2::q8(row, xs)),
+                    (false, Format::Q5_0) => Some(k_avx2::q5_0(row, xs)),
+                    (false, Format::Q5_1) => Some(k_avx2::q5_1(row, xs)),
+                    (false, Format::Q4_K) => Some(k_avx2::q4_k(row, xs)),
+                    (false, Format::Q6_K) => Some(k_avx2::q6_k(row, xs)),
+                    _ => None,
                 }
-            });
+            };
         }
         #[allow(unreachable_code)]
         None

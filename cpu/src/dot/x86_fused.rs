@@ -19,7 +19,7 @@ use crate::act::ActRow;
 /// # Safety
 /// `p..p + 2` must be readable.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn half_at(p: *const u8) -> f32 {
+pub(super) unsafe fn half_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees two readable bytes.
     let bits = unsafe { p.cast::<u16>().read_unaligned() };
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
@@ -27,7 +27,7 @@ unsafe fn half_at(p: *const u8) -> f32 {
 
 /// Sum of the eight lanes.
 #[target_feature(enable = "avx2")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -40,7 +40,7 @@ fn hsum(v: __m256) -> f32 {
 /// # Safety
 /// `p..p + 16` must be readable.
 #[target_feature(enable = "avx2")]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes.
     let q = unsafe { _mm_loadu_si128(p.cast()) };
     let low = _mm_set1_epi8(0x0F);
@@ -54,7 +54,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 /// # Safety
 /// Block `b` must be within `x`.
 #[target_feature(enable = "avx2")]
-unsafe fn acts(x: &ActRow, b: usize) -> __m256i {
+pub(super) unsafe fn acts(x: &ActRow, b: usize) -> __m256i {
     // SAFETY: the caller guarantees block b lies within x.
     unsafe { _mm256_loadu_si256(x.q.as_ptr().add(32 * b).cast()) }
 }

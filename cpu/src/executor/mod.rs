@@ -40,7 +40,7 @@ pub struct CpuOptions {
     pub kv_type: KvType,
     /// Worker threads; `None`: one per core.
     pub threads: Option<usize>,
-    /// The instruction set; `None`: [`Isa::chosen`] (the best, or `HEARTH_CPU_ISA`).
+    /// The instruction set; `None`: [`Isa::best`].
     pub isa: Option<Isa>,
     /// Most tokens one step takes (activation scratch is sized by it).
     pub max_chunk: usize,
@@ -108,7 +108,7 @@ impl NativeModel {
         hearth_model::kv::check_kv_type(options.kv_type, c.head_dim)?;
         let isa = match options.isa {
             Some(isa) => isa,
-            None => Isa::chosen()?,
+            None => Isa::best(),
         };
         let kernels = Kernels::new(isa)?;
         let threads = options.threads.unwrap_or_else(default_threads);

@@ -154,7 +154,7 @@ impl App {
             saved: loaded.conversations,
             chat: Conversation::new(""),
             devices,
-            cpu_executor: CpuExecutorInfo::detect(),
+            cpu_executor: CpuExecutorInfo::detect(None),
             model: ModelState::Empty,
             load_request: None,
             settings: ModelSettings::default(),

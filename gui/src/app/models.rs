@@ -60,9 +60,9 @@ impl App {
     /// Whether the context, KV cache settings or device differ from what the model was loaded
     /// with.
     pub fn needs_reload(&self) -> bool {
-        self.load_request
-            .as_ref()
-            .is_some_and(|r| r.placement != self.prefs.placement() || r.differs_from(&self.settings))
+        self.load_request.as_ref().is_some_and(|r| {
+            r.placement != self.prefs.placement() || r.differs_from(&self.settings)
+        })
     }
 
     pub fn cancel_load(&mut self) {
