@@ -493,7 +493,7 @@ mod tests {
         let settings = ModelSettings::default();
         let request = LoadRequest {
             path: "m.gguf".into(),
-            device: None,
+            placement: None,
             n_ctx: settings.n_ctx,
             kv_budget_tokens: settings.kv_budget_tokens,
             kv_offload: settings.kv_offload,

@@ -1,7 +1,9 @@
 //! The app driven through its widgets (found by their accessible names, as a screen reader
-//! would) with SmolLM2-135M-Instruct on the Vulkan device: load it from the library, ask,
-//! watch the answer stream, stop, regenerate, edit and resend, close mid-answer, and reopen
-//! the saved conversation in a fresh app.
+//! would) with SmolLM2-135M-Instruct on the Vulkan device (chosen in the saved preferences,
+//! since a machine whose only Vulkan device is lavapipe defaults to the CPU executor): load it
+//! from the library, ask, watch the answer stream, stop, regenerate, edit and resend, close
+//! mid-answer, and reopen the saved conversation in a fresh app; and the device picker's CPU
+//! executor.
 //!
 //! Outside CI a machine without the model skips the model tests; in CI a missing model fails
 //! them.
@@ -24,6 +26,11 @@ fn have_model() -> bool {
 }
 
 fn harness(models_dir: &Path, data_dir: &Path) -> Harness<'static, App> {
+    // The first Vulkan device, unless the test saved preferences of its own.
+    let settings = data_dir.join("settings.json");
+    if !settings.exists() {
+        std::fs::write(&settings, r#"{"device": 0}"#).unwrap();
+    }
     let app = App::new(AppConfig {
         models_dir: models_dir.to_path_buf(),
         data_dir: data_dir.to_path_buf(),
@@ -460,4 +467,36 @@ fn the_status_bar_serves_the_loaded_model() {
         "{:?}",
         harness.state().notices
     );
+}
+
+#[test]
+fn the_device_picker_runs_the_cpu_executor() {
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = harness(&hearth_testkit::models_dir(), data.path());
+    harness.step();
+    harness
+        .get_by_role_and_label(Role::ComboBox, "Device")
+        .click();
+    harness.run();
+    harness.get_by_label_contains("CPU executor").click();
+    harness.run();
+    assert!(harness.state().prefs.cpu);
+    harness.get_by_label(&format!("Load {MODEL_NAME}")).click();
+    harness.step();
+    wait_for(&mut harness, "the model to load", LONG, |h| {
+        h.query_by_label_contains("Chat with").is_some()
+    });
+    assert!(
+        harness.state().notices.is_empty(),
+        "{:?}",
+        harness.state().notices
+    );
+    // The status bar names the executor: its instruction set and threads.
+    assert!(harness.query_by_label_contains("CPU (").is_some());
+    // The choice is saved for the next start.
+    let saved = std::fs::read_to_string(data.path().join("settings.json")).unwrap();
+    assert!(saved.contains(r#""cpu": true"#), "{saved}");
 }
