@@ -9,7 +9,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
-use crate::dot::{Kernels, LevelsRow};
+use crate::dot::{Kernels, LevelsRow, PackedDot};
 use crate::levels::{unpacker, RowLevels};
 use hearth_model::{Matrix, Projection};
 use hearth_quant::Format;
@@ -110,6 +110,7 @@ pub fn product(
     let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
     let unpack = unpacker(w.format);
     let x = input.x;
+    let packed = k.packed_dot(w.format, cols);
     let act = match (unpack, input.mode) {
         (Some(_), Activations::Q8) => Some(input.quantized()),
         _ => None,
@@ -136,8 +137,8 @@ pub fn product(
                 let first = task * per_task;
                 for (i, ys) in part.chunks_mut(n).enumerate() {
                     let row = &data[(first + i) * row_bytes..][..row_bytes];
-                    if let Some(act) = act.filter(|_| k.reads_packed(w.format)) {
-                        packed_row(k, w.format, row, act, ys);
+                    if let (Some(dot), Some(act)) = (packed, act) {
+                        packed_row(&dot, row, act, ys);
                     } else if let Some(unpack) = unpack {
                         s.levels.unpack(w.format, unpack, row, cols);
                         let levels = LevelsRow {
@@ -173,18 +174,16 @@ pub fn product(
 }
 
 /// One packed row's products with every row of `act`, four tokens at a time.
-fn packed_row(k: &Kernels, format: Format, row: &[u8], act: &ActQ8, ys: &mut [f32]) {
+fn packed_row(dot: &PackedDot, row: &[u8], act: &ActQ8, ys: &mut [f32]) {
     const TOKENS: usize = 4;
     let done = ys.len() / TOKENS * TOKENS;
     let mut quads = ys.chunks_exact_mut(TOKENS);
     for (q, y) in quads.by_ref().enumerate() {
         let xs: [_; TOKENS] = std::array::from_fn(|i| act.row(q * TOKENS + i));
-        y.copy_from_slice(&k.packed(format, row, &xs).unwrap_or([0.0; TOKENS]));
+        y.copy_from_slice(&dot.four(row, &xs));
     }
     for (t, y) in quads.into_remainder().iter_mut().enumerate() {
-        *y = k
-            .packed(format, row, &[act.row(done + t)])
-            .map_or(0.0, |[v]| v);
+        *y = dot.one(row, act.row(done + t));
     }
 }
 

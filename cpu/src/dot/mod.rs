@@ -31,6 +31,48 @@ pub struct LevelsRow<'a> {
     pub has_base: bool,
 }
 
+/// A packed row's dot product with one activation row, and with four.
+type DotOne = unsafe fn(&[u8], &[ActRow; 1]) -> [f32; 1];
+type DotFour = unsafe fn(&[u8], &[ActRow; 4]) -> [f32; 4];
+
+/// One packed format's kernels for rows of one length, from [`Kernels::packed_dot`]: made
+/// only for an instruction set the CPU has, and each call checks its slices' lengths.
+#[derive(Clone, Copy)]
+pub struct PackedDot {
+    one: DotOne,
+    four: DotFour,
+    row_bytes: usize,
+    cols: usize,
+}
+
+impl PackedDot {
+    fn fits(&self, row: &[u8], x: &ActRow) -> bool {
+        row.len() == self.row_bytes
+            && x.q.len() == self.cols
+            && x.d.len() * 32 == self.cols
+            && x.sums.len() * 16 == self.cols
+    }
+
+    /// `row . x`; 0 for slices of the wrong length.
+    pub fn one(&self, row: &[u8], x: ActRow) -> f32 {
+        if !self.fits(row, &x) {
+            return 0.0;
+        }
+        // SAFETY: `packed_dot` chose the kernel for an instruction set `Kernels::new` checked
+        // the CPU has, and the lengths were checked above.
+        unsafe { (self.one)(row, &[x])[0] }
+    }
+
+    /// `row . xs[i]` for four activation rows; zeros for slices of the wrong length.
+    pub fn four(&self, row: &[u8], xs: &[ActRow; 4]) -> [f32; 4] {
+        if !xs.iter().all(|x| self.fits(row, x)) {
+            return [0.0; 4];
+        }
+        // SAFETY: as in `one`.
+        unsafe { (self.four)(row, xs) }
+    }
+}
+
 /// The kernels of one instruction set the running CPU supports: only [`Kernels::new`] makes
 /// them, after checking, so calling them never executes an instruction the CPU lacks.
 #[derive(Clone, Copy, Debug)]
@@ -113,55 +155,42 @@ impl Kernels {
             )
     }
 
-    /// `w . x` for a packed row of `format` (whole blocks) and each of `N` rows of quantized
-    /// activations of the same length, where [`reads_packed`](Self::reads_packed) says so;
-    /// `None` elsewhere.
-    pub fn packed<const N: usize>(
-        &self,
-        format: Format,
-        row: &[u8],
-        xs: &[ActRow; N],
-    ) -> Option<[f32; N]> {
-        if !self.reads_packed(format) {
+    /// The dot products of packed `format` rows of `cols` values with quantized activations,
+    /// where [`reads_packed`](Self::reads_packed) says so: chosen and checked once per
+    /// product, so each row pays only a length check.
+    pub fn packed_dot(&self, format: Format, cols: usize) -> Option<PackedDot> {
+        if !self.reads_packed(format) || !cols.is_multiple_of(32) {
             return None;
         }
-        let n = xs.first().map_or(0, |x| x.q.len());
-        let blocks = n / 32;
-        let ok = n.is_multiple_of(32)
-            && format.bytes_for(n) == Some(row.len())
-            && xs
-                .iter()
-                .all(|x| x.q.len() == n && x.d.len() == blocks && x.sums.len() == 2 * blocks);
-        if !ok {
-            return None;
-        }
+        let row_bytes = format.bytes_for(cols)?;
         #[cfg(target_arch = "x86_64")]
         {
             use x86_fused::{avx2, vnni};
             use x86_kquant::{avx2 as k_avx2, vnni as k_vnni};
             let wide = self.isa == Isa::Avx512Vnni;
-            // SAFETY: `reads_packed` holds only for x86 sets `new` checked the CPU has (each
-            // includes AVX2, FMA and F16C; AVX-512 VNNI's includes VL); the sizes were checked
-            // above.
-            return unsafe {
-                match (wide, format) {
-                    (true, Format::Q4) => Some(vnni::q4(row, xs)),
-                    (true, Format::Q4_0) => Some(vnni::q4_0(row, xs)),
-                    (true, Format::Q8) => Some(vnni::q8(row, xs)),
-                    (true, Format::Q5_0) => Some(k_vnni::q5_0(row, xs)),
-                    (true, Format::Q5_1) => Some(k_vnni::q5_1(row, xs)),
-                    (true, Format::Q4_K) => Some(k_vnni::q4_k(row, xs)),
-                    (true, Format::Q6_K) => Some(k_vnni::q6_k(row, xs)),
-                    (false, Format::Q4) => Some(avx2::q4(row, xs)),
-                    (false, Format::Q4_0) => Some(avx2::q4_0(row, xs)),
-                    (false, Format::Q8) => Some(avx2::q8(row, xs)),
-                    (false, Format::Q5_0) => Some(k_avx2::q5_0(row, xs)),
-                    (false, Format::Q5_1) => Some(k_avx2::q5_1(row, xs)),
-                    (false, Format::Q4_K) => Some(k_avx2::q4_k(row, xs)),
-                    (false, Format::Q6_K) => Some(k_avx2::q6_k(row, xs)),
-                    _ => None,
-                }
+            let (one, four): (DotOne, DotFour) = match (wide, format) {
+                (true, Format::Q4) => (vnni::q4, vnni::q4),
+                (true, Format::Q4_0) => (vnni::q4_0, vnni::q4_0),
+                (true, Format::Q8) => (vnni::q8, vnni::q8),
+                (true, Format::Q5_0) => (k_vnni::q5_0, k_vnni::q5_0),
+                (true, Format::Q5_1) => (k_vnni::q5_1, k_vnni::q5_1),
+                (true, Format::Q4_K) => (k_vnni::q4_k, k_vnni::q4_k),
+                (true, Format::Q6_K) => (k_vnni::q6_k, k_vnni::q6_k),
+                (false, Format::Q4) => (avx2::q4, avx2::q4),
+                (false, Format::Q4_0) => (avx2::q4_0, avx2::q4_0),
+                (false, Format::Q8) => (avx2::q8, avx2::q8),
+                (false, Format::Q5_0) => (k_avx2::q5_0, k_avx2::q5_0),
+                (false, Format::Q5_1) => (k_avx2::q5_1, k_avx2::q5_1),
+                (false, Format::Q4_K) => (k_avx2::q4_k, k_avx2::q4_k),
+                (false, Format::Q6_K) => (k_avx2::q6_k, k_avx2::q6_k),
+                _ => return None,
             };
+            return Some(PackedDot {
+                one,
+                four,
+                row_bytes,
+                cols,
+            });
         }
         #[allow(unreachable_code)]
         None

@@ -80,7 +80,8 @@ macro_rules! fused {
             #[target_feature(enable = $features)]
             pub unsafe fn q4<const N: usize>(row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
                 let blocks = row.len() / 20;
-                let mut acc = [_mm256_setzero_ps(); N];
+                // Two sums a row, alternating by block, so one row's adds do not wait on each other.
+                let mut acc = [[_mm256_setzero_ps(); 2]; N];
                 let mut base = [0f32; N];
                 for b in 0..blocks {
                     // SAFETY: b < blocks, whole blocks of row.
@@ -91,11 +92,12 @@ macro_rules! fused {
                     for (i, x) in xs.iter().enumerate() {
                         // SAFETY: block b lies within every row of xs.
                         let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, unsafe { acts(x, b) }));
-                        acc[i] = _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i]);
+                        acc[i][b & 1] =
+                            _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i][b & 1]);
                         base[i] += m * (x.sums[2 * b] + x.sums[2 * b + 1]);
                     }
                 }
-                std::array::from_fn(|i| hsum(acc[i]) + base[i])
+                std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + base[i])
             }
 
             /// Q4_0: `value = (q - 8) * d`, 18-byte blocks; `N` activation rows at once.
@@ -105,7 +107,8 @@ macro_rules! fused {
             #[target_feature(enable = $features)]
             pub unsafe fn q4_0<const N: usize>(row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
                 let blocks = row.len() / 18;
-                let mut acc = [_mm256_setzero_ps(); N];
+                // Two sums a row, alternating by block, so one row's adds do not wait on each other.
+                let mut acc = [[_mm256_setzero_ps(); 2]; N];
                 let mut base = [0f32; N];
                 for b in 0..blocks {
                     // SAFETY: b < blocks, whole blocks of row.
@@ -116,11 +119,12 @@ macro_rules! fused {
                     for (i, x) in xs.iter().enumerate() {
                         // SAFETY: block b lies within every row of xs.
                         let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, unsafe { acts(x, b) }));
-                        acc[i] = _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i]);
+                        acc[i][b & 1] =
+                            _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i][b & 1]);
                         base[i] -= 8.0 * d * (x.sums[2 * b] + x.sums[2 * b + 1]);
                     }
                 }
-                std::array::from_fn(|i| hsum(acc[i]) + base[i])
+                std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + base[i])
             }
 
             /// Q8: `value = q * d` with signed `q`, 34-byte blocks; `N` activation rows at
@@ -131,7 +135,8 @@ macro_rules! fused {
             #[target_feature(enable = $features)]
             pub unsafe fn q8<const N: usize>(row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
                 let blocks = row.len() / 34;
-                let mut acc = [_mm256_setzero_ps(); N];
+                // Two sums a row, alternating by block, so one row's adds do not wait on each other.
+                let mut acc = [[_mm256_setzero_ps(); 2]; N];
                 for b in 0..blocks {
                     // SAFETY: b < blocks, whole blocks of row.
                     let (d, w) = unsafe {
@@ -144,10 +149,11 @@ macro_rules! fused {
                         let a = unsafe { acts(x, b) };
                         let sums = dot_u8_i8(magnitude, _mm256_sign_epi8(a, w));
                         let scale = _mm256_set1_ps(d * x.d[b]);
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[i]);
+                        acc[i][b & 1] =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[i][b & 1]);
                     }
                 }
-                std::array::from_fn(|i| hsum(acc[i]))
+                std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
             }
         }
     };
