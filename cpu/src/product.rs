@@ -9,7 +9,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
-use crate::dot::{Kernels, LevelsRow, PackedDot};
+use crate::dot::{Kernels, LevelsRow, PackedDot, TOKENS};
 use crate::levels::{unpacker, RowLevels};
 use hearth_model::{Matrix, Projection};
 use hearth_quant::Format;
@@ -173,14 +173,13 @@ pub fn product(
     }
 }
 
-/// One packed row's products with every row of `act`, four tokens at a time.
+/// One packed row's products with every row of `act`, [`TOKENS`] at a time.
 fn packed_row(dot: &PackedDot, row: &[u8], act: &ActQ8, ys: &mut [f32]) {
-    const TOKENS: usize = 4;
     let done = ys.len() / TOKENS * TOKENS;
     let mut quads = ys.chunks_exact_mut(TOKENS);
     for (q, y) in quads.by_ref().enumerate() {
         let xs: [_; TOKENS] = std::array::from_fn(|i| act.row(q * TOKENS + i));
-        y.copy_from_slice(&dot.four(row, &xs));
+        y.copy_from_slice(&dot.many(row, &xs));
     }
     for (t, y) in quads.into_remainder().iter_mut().enumerate() {
         *y = dot.one(row, act.row(done + t));

@@ -31,16 +31,19 @@ pub struct LevelsRow<'a> {
     pub has_base: bool,
 }
 
-/// A packed row's dot product with one activation row, and with four.
+/// A packed row's dot product with one activation row, and with [`TOKENS`].
 type DotOne = unsafe fn(&[u8], &[ActRow; 1]) -> [f32; 1];
-type DotFour = unsafe fn(&[u8], &[ActRow; 4]) -> [f32; 4];
+type DotMany = unsafe fn(&[u8], &[ActRow; TOKENS]) -> [f32; TOKENS];
+
+/// Prompt tokens a packed kernel takes per pass over a row's blocks.
+pub const TOKENS: usize = 8;
 
 /// One packed format's kernels for rows of one length, from [`Kernels::packed_dot`]: made
 /// only for an instruction set the CPU has, and each call checks its slices' lengths.
 #[derive(Clone, Copy)]
 pub struct PackedDot {
     one: DotOne,
-    four: DotFour,
+    many: DotMany,
     row_bytes: usize,
     cols: usize,
 }
@@ -63,13 +66,13 @@ impl PackedDot {
         unsafe { (self.one)(row, &[x])[0] }
     }
 
-    /// `row . xs[i]` for four activation rows; zeros for slices of the wrong length.
-    pub fn four(&self, row: &[u8], xs: &[ActRow; 4]) -> [f32; 4] {
+    /// `row . xs[i]` for [`TOKENS`] activation rows; zeros for slices of the wrong length.
+    pub fn many(&self, row: &[u8], xs: &[ActRow; TOKENS]) -> [f32; TOKENS] {
         if !xs.iter().all(|x| self.fits(row, x)) {
-            return [0.0; 4];
+            return [0.0; TOKENS];
         }
         // SAFETY: as in `one`.
-        unsafe { (self.four)(row, xs) }
+        unsafe { (self.many)(row, xs) }
     }
 }
 
@@ -168,7 +171,7 @@ impl Kernels {
             use x86_fused::{avx2, vnni};
             use x86_kquant::{avx2 as k_avx2, vnni as k_vnni};
             let wide = self.isa == Isa::Avx512Vnni;
-            let (one, four): (DotOne, DotFour) = match (wide, format) {
+            let (one, many): (DotOne, DotMany) = match (wide, format) {
                 (true, Format::Q4) => (vnni::q4, vnni::q4),
                 (true, Format::Q4_0) => (vnni::q4_0, vnni::q4_0),
                 (true, Format::Q8) => (vnni::q8, vnni::q8),
@@ -187,7 +190,7 @@ impl Kernels {
             };
             return Some(PackedDot {
                 one,
-                four,
+                many,
                 row_bytes,
                 cols,
             });
