@@ -1,7 +1,7 @@
 //! A block's MLP on the native executor: the gated MLP, or a mixture of experts whose tokens
 //! are grouped by expert, so each expert's rows are read once per step.
 
-use super::step::Work;
+use super::work::Work;
 use super::CpuLayer;
 use crate::dot::Kernels;
 use crate::product::{project, project_rows, Input, Output};

@@ -7,6 +7,7 @@ mod attention;
 mod kv_store;
 mod mlp;
 mod step;
+mod work;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -90,7 +91,7 @@ pub struct NativeModel {
     local_rope_table: Option<Vec<[f32; 2]>>,
     chunk: usize,
     weight_bytes: Vec<(Format, u64)>,
-    work: step::Work,
+    work: work::Work,
 }
 
 impl NativeModel {
@@ -170,9 +171,9 @@ impl NativeModel {
             local_rope_table: c.local_rope_table(options.n_ctx),
             chunk,
             weight_bytes,
-            work: step::Work {
+            work: work::Work {
                 mode: options.activations,
-                ..step::Work::default()
+                ..work::Work::default()
             },
             config,
         })

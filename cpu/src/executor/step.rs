@@ -3,37 +3,12 @@
 //! and the logits each sequence asked for.
 
 use super::attention::{self, Cache, TokenAt};
+use super::work::Work;
 use super::mlp;
 use super::NativeModel;
-use crate::act::{ActQ8, Activations};
 use crate::product::{project, Input, Output};
 use hearth_model::kv::OutOfBlocks;
 use hearth_model::{check_step, ops, Error, Logits, Result, SeqStep};
-
-/// Activations of a step, kept between steps so that a step allocates nothing once the
-/// largest has run.
-#[derive(Default)]
-pub(super) struct Work {
-    /// [n, n_embd] the residual stream.
-    pub x: Vec<f32>,
-    /// [n, qkv_dim]
-    pub qkv: Vec<f32>,
-    /// [n, n_head * head_dim]
-    pub att: Vec<f32>,
-    /// [n, n_embd] a block's output.
-    pub out: Vec<f32>,
-    /// [n, 2 n_ff]
-    pub gate_up: Vec<f32>,
-    /// [n, n_ff]
-    pub hidden: Vec<f32>,
-    /// How products take activations.
-    pub mode: Activations,
-    pub act: ActQ8,
-    pub act2: ActQ8,
-    pub transposed: Vec<f32>,
-    pub tokens: Vec<TokenAt>,
-    pub ids: Vec<u32>,
-}
 
 impl NativeModel {
     /// Appends each sequence's tokens to its row in one step and returns the logits each
