@@ -3,7 +3,6 @@
 //! and the logits each sequence asked for.
 
 use super::attention::{self, Cache, TokenAt};
-use super::work::Work;
 use super::mlp;
 use super::NativeModel;
 use crate::product::{project, Input, Output};
