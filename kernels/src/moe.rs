@@ -182,7 +182,7 @@ mod tests {
         assert_close, device, finish, random, run, upload, upload_weights, zeros,
     };
     use crate::{ExpertSlots, Matvec, MatvecArgs, WeightFormat};
-    use hearth_reference::moe::route;
+    use hearth_model::ops::route;
     use hearth_reference::ops::{self, GatedAct};
 
     fn experts(count: usize, used: usize, gating: Gating, normalize: bool) -> Experts {
