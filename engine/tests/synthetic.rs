@@ -4,6 +4,7 @@
 //! computes and generates as the CPU reference does. Outside CI a machine without a Vulkan device skips the Vulkan test; in CI
 //! (`CI=true`) a missing device fails it.
 
+use hearth_cpu::Activations;
 use hearth_engine::sample::SamplerParams;
 use hearth_engine::session::{FinishReason, GenerateParams};
 use hearth_engine::{BackendKind, Engine, EngineOptions};
@@ -323,9 +324,73 @@ fn validated_device() -> bool {
     hearth_testkit::or_skip(device, "Vulkan device").is_some()
 }
 
+/// Every family's atoms on the native CPU executor (with f32 activations) against the CPU
+/// reference: Qwen2's biases, Qwen3's query/key norm, Gemma 2's scaled embeddings, post-norms,
+/// GELU, soft-caps and local layers, Gemma 3's local RoPE base, Phi-3's fused matrices, and
+/// Mixtral's and Qwen3-MoE's experts. No Vulkan device is needed.
+#[test]
+fn every_family_matches_the_reference_on_the_cpu_executor() {
+    let experts = Some(ShapeExperts {
+        count: 4,
+        used: 2,
+        n_ff: TINY.n_ff,
+    });
+    let shapes = [
+        TINY,
+        Shape {
+            family: Family::Qwen2,
+            ..TINY
+        },
+        Shape {
+            family: Family::Qwen3,
+            key_length: Some(32),
+            ..TINY
+        },
+        Shape {
+            family: Family::Gemma2,
+            n_layer: 4,
+            key_length: Some(32),
+            tied_embeddings: true,
+            sliding_window: Some(8),
+            ..TINY
+        },
+        Shape {
+            family: Family::Gemma3,
+            n_layer: 6,
+            key_length: Some(32),
+            tied_embeddings: true,
+            sliding_window: Some(8),
+            rope_base: 1_000_000.0,
+            ..TINY
+        },
+        Shape {
+            family: Family::Phi3,
+            sliding_window: Some(8),
+            ..TINY
+        },
+        Shape { experts, ..TINY },
+        Shape {
+            family: Family::Qwen3,
+            key_length: Some(32),
+            experts,
+            ..TINY
+        },
+    ];
+    for shape in shapes {
+        check_matches_reference(BackendKind::Cpu, &shape, Format::Q8);
+    }
+}
+
 /// `shape` built with random rows in `format`: the Vulkan executor's logits are the CPU
 /// reference's up to summation order, and greedy generation picks the same tokens.
 fn check_vulkan_matches_reference(shape: &Shape, format: Format) {
+    check_matches_reference(BackendKind::Vulkan, shape, format)
+}
+
+/// `shape` built with random rows in `format`: `backend`'s logits (the CPU executor's with
+/// f32 activations) are the CPU reference's up to summation order, and greedy generation
+/// picks the same tokens.
+fn check_matches_reference(backend: BackendKind, shape: &Shape, format: Format) {
     // Random rows, so that tokens differ and greedy choices are clear.
     let load = |backend| {
         let file = shape.build_random("tiny", format, 5).unwrap();
@@ -333,11 +398,12 @@ fn check_vulkan_matches_reference(shape: &Shape, format: Format) {
             backend,
             validate: true,
             n_ctx: Some(64),
+            activations: Activations::F32,
             ..EngineOptions::default()
         };
         Engine::load_file(file, &options, &mut |_| true).unwrap()
     };
-    let mut engine = load(BackendKind::Vulkan);
+    let mut engine = load(backend);
     let mut reference = load(BackendKind::Reference);
     let info = engine.info();
     assert_eq!(info.name, "tiny");
