@@ -28,4 +28,3 @@ pub(super) struct Work {
     pub tokens: Vec<TokenAt>,
     pub ids: Vec<u32>,
 }
-
