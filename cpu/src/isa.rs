@@ -73,9 +73,23 @@ impl Isa {
         }
     }
 
-    /// The instruction sets the running CPU supports, lowest first.
+    /// Whether this build has kernels of its own for the instruction set (the x86-64 sets on
+    /// x86-64; NEON's are not written yet, so ARM64 runs the portable kernels).
+    pub const fn has_kernels(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => cfg!(target_arch = "x86_64"),
+            Isa::NeonDot => false,
+        }
+    }
+
+    /// The instruction sets the running CPU supports and this build has kernels for, lowest
+    /// first.
     pub fn available() -> Vec<Isa> {
-        Isa::ALL.into_iter().filter(|i| i.supported()).collect()
+        Isa::ALL
+            .into_iter()
+            .filter(|i| i.supported() && i.has_kernels())
+            .collect()
     }
 
     /// The best instruction set the running CPU supports.
@@ -107,6 +121,12 @@ impl Isa {
                 format!("this CPU does not report {name}; it runs {}", names()),
             ));
         }
+        if !isa.has_kernels() {
+            return Err(Error::options(
+                FIELD,
+                format!("this build has no {name} kernels; it runs {}", names()),
+            ));
+        }
         Ok(isa)
     }
 }
@@ -134,7 +154,7 @@ mod tests {
     fn unknown_or_missing_sets_are_refused_by_name() {
         let err = Isa::named("sse9").unwrap_err().to_string();
         assert!(err.contains("sse9") && err.contains("portable"), "{err}");
-        if let Some(missing) = Isa::ALL.into_iter().find(|i| !i.supported()) {
+        if let Some(missing) = Isa::ALL.into_iter().find(|i| !Isa::available().contains(i)) {
             let err = Isa::named(missing.name()).unwrap_err().to_string();
             assert!(err.contains(missing.name()), "{err}");
         }
