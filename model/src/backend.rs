@@ -110,6 +110,34 @@ pub trait BatchedBackend: Backend {
     fn set_beams(&self, row: usize, beams: &[u32]) -> Result<u32>;
 }
 
+/// The steps of a single-sequence [`Backend::forward`] of `tokens` into row 0: chunks of at
+/// most `chunk` tokens, of equal size so that a prompt's last is never a lone token (which
+/// InfiniGen and H2O would take for a decode step), each with the logits it returns (`All`:
+/// every chunk's; `Last`: the last chunk's last) and whether more chunks follow.
+pub fn forward_steps(
+    tokens: &[u32],
+    chunk: usize,
+    logits: Logits,
+) -> impl Iterator<Item = (SeqStep<'_>, bool)> {
+    let chunks = tokens.len().div_ceil(chunk.max(1));
+    let size = tokens.len().div_ceil(chunks.max(1)).max(1);
+    tokens.chunks(size).enumerate().map(move |(i, part)| {
+        let more = i + 1 < chunks;
+        let rows = match logits {
+            Logits::All => Some(Logits::All),
+            Logits::Last if !more => Some(Logits::Last),
+            Logits::Last => None,
+        };
+        let step = SeqStep {
+            row: 0,
+            tokens: part,
+            logits: rows,
+            beam: None,
+        };
+        (step, more)
+    })
+}
+
 /// Checks a step before any work: ids in the vocabulary, positions within the context.
 pub fn check_step(c: &ModelConfig, tokens: &[u32], len: usize, n_ctx: usize) -> Result<()> {
     if tokens.is_empty() {

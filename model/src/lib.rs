@@ -15,7 +15,7 @@ pub mod ops;
 pub mod quantize;
 mod weights;
 
-pub use backend::{check_step, Backend, BatchedBackend, Logits, Profile, SeqStep};
+pub use backend::{check_step, forward_steps, Backend, BatchedBackend, Logits, Profile, SeqStep};
 pub use config::{ModelConfig, Rope};
 pub use error::{Error, Result};
 pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};

@@ -23,8 +23,8 @@ use hearth_model::kv::{
     blocks_for, blocks_in_budget, KvBudget, KvPlacement, KvShape, KvTables, KvType,
 };
 use hearth_model::{
-    check_step, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig, ProgressFn,
-    Projection, Result, SeqStep, WeightReader,
+    check_step, forward_steps, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig,
+    ProgressFn, Projection, Result, SeqStep, WeightReader,
 };
 use hearth_quant::Format;
 
@@ -287,21 +287,8 @@ impl Backend for NativeModel {
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         check_step(&self.config, tokens, self.len(), self.n_ctx())?;
-        let chunks = tokens.len().div_ceil(self.chunk);
-        let size = tokens.len().div_ceil(chunks.max(1)).max(1);
         let mut out = Vec::new();
-        for (i, chunk) in tokens.chunks(size).enumerate() {
-            let rows = match logits {
-                Logits::All => Some(Logits::All),
-                Logits::Last if i + 1 == chunks => Some(Logits::Last),
-                Logits::Last => None,
-            };
-            let step = SeqStep {
-                row: 0,
-                tokens: chunk,
-                logits: rows,
-                beam: None,
-            };
+        for (step, _) in forward_steps(tokens, self.chunk, logits) {
             out.extend(self.step_batch(&[step])?.remove(0));
         }
         Ok(out)

@@ -24,8 +24,8 @@ use hearth_models::{GgufFile, ResolvedModel};
 
 use hearth_model::kv::KvBudget;
 use hearth_model::{
-    check_step, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig, Profile,
-    ProgressFn, Projection, Result, SeqStep, WeightReader,
+    check_step, forward_steps, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig,
+    Profile, ProgressFn, Projection, Result, SeqStep, WeightReader,
 };
 
 pub use self::policy::FETCH_KERNELS;
@@ -537,26 +537,11 @@ impl Backend for VkModel {
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
-        let chunks = tokens.len().div_ceil(self.chunk);
-        // Chunks of equal size, so a prompt's last is never a lone token, which InfiniGen
-        // and H2O would take for a decode step.
-        let size = tokens.len().div_ceil(chunks.max(1)).max(1);
         let mut out = Vec::new();
-        for (i, chunk) in tokens.chunks(size).enumerate() {
-            let rows = match logits {
-                Logits::All => Some(Logits::All),
-                Logits::Last if i + 1 == chunks => Some(Logits::Last),
-                Logits::Last => None,
-            };
-            let step = SeqStep {
-                row: 0,
-                tokens: chunk,
-                logits: rows,
-                beam: None,
-            };
+        for (step, more) in forward_steps(tokens, self.chunk, logits) {
             let before = self.position(0);
             self.policy
-                .begin_chunk(&mut self.kv, chunk.len(), i + 1 < chunks)?;
+                .begin_chunk(&mut self.kv, step.tokens.len(), more)?;
             let result = self.step_batch(&[step]);
             self.policy.end_chunk(result.is_ok())?;
             match result {
