@@ -133,8 +133,14 @@ pub fn product(
         .par_chunks_mut(per_task * n)
         .enumerate()
         .for_each(|(task, part)| {
+            let first = task * per_task;
+            // A decode step's packed rows: one call for the task's rows, no scratch.
+            if let (1, Some(dot), Some(act)) = (n, packed, act) {
+                let rows = &data[first * row_bytes..(first + part.len()) * row_bytes];
+                dot.rows(rows, act.row(0), part);
+                return;
+            }
             SCRATCH.with_borrow_mut(|s| {
-                let first = task * per_task;
                 for (i, ys) in part.chunks_mut(n).enumerate() {
                     let row = &data[(first + i) * row_bytes..][..row_bytes];
                     if let (Some(dot), Some(act)) = (packed, act) {

@@ -66,6 +66,24 @@ impl PackedDot {
         unsafe { (self.one)(row, &[x])[0] }
     }
 
+    /// `rows[r] . x` into `out[r]` for consecutive packed rows (a decode step's product): the
+    /// lengths checked once for all of them. Zeros where they do not fit.
+    pub fn rows(&self, rows: &[u8], x: ActRow, out: &mut [f32]) {
+        let fits = rows.len() == out.len() * self.row_bytes
+            && x.q.len() == self.cols
+            && x.d.len() * 32 == self.cols
+            && x.sums.len() * 16 == self.cols;
+        if !fits {
+            out.fill(0.0);
+            return;
+        }
+        let xs = [x];
+        for (row, y) in rows.chunks_exact(self.row_bytes).zip(out) {
+            // SAFETY: as in `one`; every row is `row_bytes` long and `x` was checked above.
+            *y = unsafe { (self.one)(row, &xs)[0] };
+        }
+    }
+
     /// `row . xs[i]` for [`TOKENS`] activation rows; zeros for slices of the wrong length.
     pub fn many(&self, row: &[u8], xs: &[ActRow; TOKENS]) -> [f32; TOKENS] {
         if !xs.iter().all(|x| self.fits(row, x)) {
