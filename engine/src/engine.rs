@@ -256,6 +256,11 @@ impl Engine {
             .map(|ig| ig.params(config.rope.is_some(), config.head_dim, n_ctx));
         let pool_capacity = ig_params.and_then(|p| p.pool_capacity);
         let n_params = config.n_params(model.tensors.tied_embeddings);
+        // A pool capacity sizes the pool unless the budget says otherwise.
+        let kv_budget = options.kv_budget.or_else(|| {
+            let tokens = pool_capacity? * options.n_seq;
+            Some(KvBudget::Tokens(tokens))
+        });
         type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
         let (mut backend, device, weight_formats): Loaded = match options.backend {
             BackendKind::Vulkan => {
@@ -263,11 +268,7 @@ impl Engine {
                 let vk_options = VkModelOptions {
                     n_ctx,
                     n_seq: options.n_seq,
-                    // A pool capacity sizes the pool unless the budget says otherwise.
-                    kv_budget: options.kv_budget.or_else(|| {
-                        let tokens = pool_capacity? * options.n_seq;
-                        Some(KvBudget::Tokens(tokens))
-                    }),
+                    kv_budget,
                     kv_placement: options.kv_placement,
                     kv_type: options.kv_type,
                     max_chunk: options.max_chunk,
@@ -281,10 +282,7 @@ impl Engine {
                 let cpu_options = CpuOptions {
                     n_ctx,
                     n_seq: options.n_seq,
-                    kv_budget: options.kv_budget.or_else(|| {
-                        let tokens = pool_capacity? * options.n_seq;
-                        Some(KvBudget::Tokens(tokens))
-                    }),
+                    kv_budget,
                     kv_type: options.kv_type,
                     threads: options.threads,
                     isa: options.isa,

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::{BackendKind, EngineOptions};
 use hearth_cpu::Isa;
-use hearth_kernels::vk::{list_devices, DeviceKind};
+use hearth_kernels::vk::{list_devices, DeviceInfo, DeviceKind};
 
 /// An executor and, for Vulkan, which device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,11 +23,14 @@ pub enum Placement {
 impl Placement {
     /// [`Placement::Cpu`] where no Vulkan device is a GPU, else the best Vulkan device.
     pub fn default_for_host() -> Self {
-        match list_devices() {
-            Ok(devices) if devices.iter().any(|d| d.kind != DeviceKind::Cpu) => {
-                Placement::Vulkan(None)
-            }
-            _ => Placement::Cpu,
+        Self::default_among(&list_devices().unwrap_or_default())
+    }
+
+    /// [`default_for_host`](Self::default_for_host) given the Vulkan devices found.
+    pub fn default_among(devices: &[DeviceInfo]) -> Self {
+        match devices.iter().any(|d| d.kind != DeviceKind::Cpu) {
+            true => Placement::Vulkan(None),
+            false => Placement::Cpu,
         }
     }
 

@@ -42,6 +42,16 @@ impl Matrix {
         })
     }
 
+    /// Adds this matrix's bytes to its format's total in `tally` (an executor's report of
+    /// the weights it holds, formats in the order first seen).
+    pub fn tally_into(&self, tally: &mut Vec<(Format, u64)>) {
+        let bytes = self.data.len() as u64;
+        match tally.iter_mut().find(|(f, _)| *f == self.format) {
+            Some((_, total)) => *total += bytes,
+            None => tally.push((self.format, bytes)),
+        }
+    }
+
     /// Rows `first..first + count`, in the same format.
     pub fn row_range(&self, first: usize, count: usize) -> Self {
         let row_bytes = self.data.len() / self.rows.max(1);

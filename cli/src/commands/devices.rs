@@ -31,7 +31,7 @@ pub fn run(args: &DevicesArgs, choice: &crate::DeviceChoice) -> Result<()> {
         Err(e) => (Vec::new(), Some(e)),
     };
     let devices = Devices {
-        default: Placement::default_for_host().to_string(),
+        default: Placement::default_among(&vulkan).to_string(),
         cpu: CpuExecutorInfo::detect(choice.isa),
         vulkan,
     };

@@ -126,15 +126,16 @@ impl Kernels {
     }
 
     /// `w . x` for a row of levels and a row of quantized activations of the same length (a
-    /// multiple of 32).
+    /// multiple of 32); 0 for slices of other lengths.
     pub fn levels(&self, w: LevelsRow, x: ActRow) -> f32 {
-        debug_assert!(w.levels.len() == x.q.len() && w.levels.len().is_multiple_of(32));
-        debug_assert!(w.d.len() * 16 == w.levels.len() && w.m.len() == w.d.len());
-        debug_assert!(x.d.len() * 32 == x.q.len() && x.sums.len() * 16 == x.q.len());
         let n = w.levels.len();
         // Bounds the kernels rely on, checked once (they index without checks).
-        let ok =
-            x.q.len() == n && w.d.len() == n / 16 && x.d.len() == n / 32 && n.is_multiple_of(32);
+        let ok = n.is_multiple_of(32)
+            && x.q.len() == n
+            && w.d.len() == n / 16
+            && w.m.len() == n / 16
+            && x.d.len() == n / 32
+            && x.sums.len() == n / 16;
         if !ok || n == 0 {
             return 0.0;
         }

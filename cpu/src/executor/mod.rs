@@ -124,10 +124,7 @@ impl NativeModel {
 
         let mut reader = WeightReader::new(file, model, c, progress);
         let mut weight_bytes: Vec<(Format, u64)> = Vec::new();
-        let mut count = |w: &Matrix| match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
-            Some((_, bytes)) => *bytes += w.data.len() as u64,
-            None => weight_bytes.push((w.format, w.data.len() as u64)),
-        };
+        let mut count = |w: &Matrix| w.tally_into(&mut weight_bytes);
         let token_embd = reader.token_embd()?;
         count(&token_embd);
         let output = reader.output()?;
@@ -212,34 +209,12 @@ impl NativeModel {
 
 /// The cache's shape: every sequence at full context, or what the budget holds.
 fn kv_shape(c: &ModelConfig, options: &CpuOptions) -> Result<KvShape> {
-    if options.n_seq == 0 {
-        return Err(Error::options("n_seq", "must be at least 1"));
-    }
-    let mut shape = KvShape {
-        n_layer: c.n_layer,
-        n_head_kv: c.n_head_kv,
-        head_dim: c.head_dim,
-        blocks: 0,
-        rows: options.n_seq,
-        n_ctx: options.n_ctx,
-        kv_type: options.kv_type,
-    };
-    shape.blocks = match options.kv_budget {
+    let shape = KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?;
+    shape.with_blocks(match options.kv_budget {
         Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, u64::MAX),
         Some(KvBudget::Tokens(t)) => blocks_for(t),
         None => options.n_seq * blocks_for(options.n_ctx),
-    };
-    if shape.blocks == 0 {
-        return Err(Error::options(
-            "kv_budget",
-            format!(
-                "leaves no room for one block of {} tokens ({} bytes)",
-                hearth_model::kv::BLOCK_TOKENS,
-                shape.block_bytes()
-            ),
-        ));
-    }
-    Ok(shape)
+    })
 }
 
 impl Backend for NativeModel {

@@ -70,6 +70,42 @@ pub struct KvShape {
 }
 
 impl KvShape {
+    /// The cache of model `c` for `rows` sequences of up to `n_ctx` positions, stored as
+    /// `kv_type`, before its pool is sized ([`with_blocks`](Self::with_blocks)).
+    pub fn for_model(
+        c: &crate::ModelConfig,
+        rows: usize,
+        n_ctx: usize,
+        kv_type: KvType,
+    ) -> crate::Result<Self> {
+        if rows == 0 {
+            return Err(crate::Error::options("n_seq", "must be at least 1"));
+        }
+        Ok(Self {
+            n_layer: c.n_layer,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            blocks: 0,
+            rows,
+            n_ctx,
+            kv_type,
+        })
+    }
+
+    /// This shape with a pool of `blocks`; an error naming the budget where that is none.
+    pub fn with_blocks(self, blocks: usize) -> crate::Result<Self> {
+        if blocks == 0 {
+            return Err(crate::Error::options(
+                "kv_budget",
+                format!(
+                    "leaves no room for one block of {BLOCK_TOKENS} tokens ({} bytes)",
+                    self.block_bytes()
+                ),
+            ));
+        }
+        Ok(Self { blocks, ..self })
+    }
+
     /// Bytes of K (or of V) of one position in one layer.
     pub fn entry_bytes(&self) -> u64 {
         (self.n_head_kv * self.kv_type.bytes(self.head_dim)) as u64

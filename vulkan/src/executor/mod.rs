@@ -211,10 +211,7 @@ impl VkModel {
                 let common = s.spawn(|| Kernels::new(device, c, options.kv_type));
                 let mut building = Vec::new();
                 let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
-                    match weight_bytes.iter_mut().find(|(f, _)| *f == w.format) {
-                        Some((_, bytes)) => *bytes += w.data.len() as u64,
-                        None => weight_bytes.push((w.format, w.data.len() as u64)),
-                    }
+                    w.tally_into(&mut weight_bytes);
                     if building.iter().all(|(f, _)| *f != w.format) {
                         let format = w.format;
                         building
@@ -429,18 +426,7 @@ fn kv_shape(
     options: &VkModelOptions,
     weights: u64,
 ) -> Result<KvShape> {
-    if options.n_seq == 0 {
-        return Err(Error::options("n_seq", "must be at least 1"));
-    }
-    let mut shape = KvShape {
-        n_layer: c.n_layer,
-        n_head_kv: c.n_head_kv,
-        head_dim: c.head_dim,
-        blocks: 0,
-        rows: options.n_seq,
-        n_ctx: options.n_ctx,
-        kv_type: options.kv_type,
-    };
+    let shape = KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?;
     let full = options.n_seq * blocks_for(options.n_ctx);
     let info = device.info();
     let max_range = info.limits.max_storage_buffer_range;
@@ -458,18 +444,7 @@ fn kv_shape(
             full.min(blocks_in_budget(&shape, room, max_range))
         }
     };
-    if blocks == 0 {
-        return Err(Error::options(
-            "kv_budget",
-            format!(
-                "leaves no room for one block of {} tokens ({} bytes)",
-                hearth_kernels::kv::BLOCK_TOKENS,
-                shape.block_bytes()
-            ),
-        ));
-    }
-    shape.blocks = blocks;
-    Ok(shape)
+    shape.with_blocks(blocks)
 }
 
 impl Backend for VkModel {
