@@ -20,6 +20,66 @@ const TINY: Shape = Shape {
     ..Shape::TINY
 };
 
+/// Qwen2: q/k/v biases.
+const QWEN2: Shape = Shape {
+    family: Family::Qwen2,
+    ..TINY
+};
+
+/// Qwen3: a per-head query/key norm, with a head width of its own.
+const QWEN3: Shape = Shape {
+    family: Family::Qwen3,
+    key_length: Some(32),
+    ..TINY
+};
+
+/// Gemma 2, every other layer local with a window (8) shorter than the 19-token prompt.
+const GEMMA2: Shape = Shape {
+    family: Family::Gemma2,
+    n_layer: 4,
+    key_length: Some(32),
+    tied_embeddings: true,
+    sliding_window: Some(8),
+    ..TINY
+};
+
+/// Gemma 3: five local layers to a global one, the local ones rotating with their own base.
+const GEMMA3: Shape = Shape {
+    family: Family::Gemma3,
+    n_layer: 6,
+    key_length: Some(32),
+    tied_embeddings: true,
+    sliding_window: Some(8),
+    rope_base: 1_000_000.0,
+    ..TINY
+};
+
+/// Phi-3: q/k/v and gate/up each in one matrix, every layer local.
+const PHI3: Shape = Shape {
+    family: Family::Phi3,
+    sliding_window: Some(8),
+    ..TINY
+};
+
+/// 2 of 4 experts.
+const EXPERTS: Option<ShapeExperts> = Some(ShapeExperts {
+    count: 4,
+    used: 2,
+    n_ff: TINY.n_ff,
+});
+
+/// Mixtral: Llama with 2 of 4 experts.
+const MIXTRAL: Shape = Shape {
+    experts: EXPERTS,
+    ..TINY
+};
+
+/// Qwen3-MoE: experts and the query/key norm.
+const QWEN3MOE: Shape = Shape {
+    experts: EXPERTS,
+    ..QWEN3
+};
+
 /// `shape` with one layer and width 64 (or the least multiple of 64 its heads divide into
 /// even head dimensions), keeping its heads, vocabulary, context and tied embeddings.
 fn scaled_down(shape: &Shape) -> Shape {
@@ -193,16 +253,7 @@ fn qwen_families_match_the_reference_on_vulkan() {
     if !validated_device() {
         return;
     }
-    let qwen2 = Shape {
-        family: Family::Qwen2,
-        ..TINY
-    };
-    let qwen3 = Shape {
-        family: Family::Qwen3,
-        key_length: Some(32),
-        ..TINY
-    };
-    for shape in [qwen2, qwen3] {
+    for shape in [QWEN2, QWEN3] {
         let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
         let model = resolve_gguf(&file).unwrap();
         assert_eq!(model.architecture, shape.architecture());
@@ -224,15 +275,7 @@ fn gemma2_matches_the_reference_on_vulkan() {
     if !validated_device() {
         return;
     }
-    let gemma2 = Shape {
-        family: Family::Gemma2,
-        n_layer: 4,
-        key_length: Some(32),
-        tied_embeddings: true,
-        sliding_window: Some(8),
-        ..TINY
-    };
-    let file = gemma2.build_random("tiny", Format::Q8, 5).unwrap();
+    let file = GEMMA2.build_random("tiny", Format::Q8, 5).unwrap();
     let model = resolve_gguf(&file).unwrap();
     let window = model.hparams.sliding_window.clone().unwrap();
     assert_eq!(window.size, 8);
@@ -244,7 +287,7 @@ fn gemma2_matches_the_reference_on_vulkan() {
         "{:?}",
         model.unused_tensors
     );
-    check_vulkan_matches_reference(&gemma2, Format::Q8);
+    check_vulkan_matches_reference(&GEMMA2, Format::Q8);
 }
 
 /// Gemma 3 (query/key norm, five local layers to a global one, local layers rotating with
@@ -255,21 +298,7 @@ fn gemma3_and_phi3_match_the_reference_on_vulkan() {
     if !validated_device() {
         return;
     }
-    let gemma3 = Shape {
-        family: Family::Gemma3,
-        n_layer: 6,
-        key_length: Some(32),
-        tied_embeddings: true,
-        sliding_window: Some(8),
-        rope_base: 1_000_000.0,
-        ..TINY
-    };
-    let phi3 = Shape {
-        family: Family::Phi3,
-        sliding_window: Some(8),
-        ..TINY
-    };
-    for (shape, local) in [(gemma3, 5), (phi3, 2)] {
+    for (shape, local) in [(GEMMA3, 5), (PHI3, 2)] {
         let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
         let model = resolve_gguf(&file).unwrap();
         assert!(
@@ -281,7 +310,7 @@ fn gemma3_and_phi3_match_the_reference_on_vulkan() {
         assert_eq!(window.layers.iter().filter(|&&l| l).count(), local);
         check_vulkan_matches_reference(&shape, Format::Q8);
     }
-    let rope = resolve_gguf(&gemma3.build("tiny", Format::Q8).unwrap())
+    let rope = resolve_gguf(&GEMMA3.build("tiny", Format::Q8).unwrap())
         .unwrap()
         .hparams
         .rope
@@ -297,19 +326,7 @@ fn mixtures_of_experts_match_the_reference_on_vulkan() {
     if !validated_device() {
         return;
     }
-    let experts = Some(ShapeExperts {
-        count: 4,
-        used: 2,
-        n_ff: TINY.n_ff,
-    });
-    let mixtral = Shape { experts, ..TINY };
-    let qwen3moe = Shape {
-        family: Family::Qwen3,
-        key_length: Some(32),
-        experts,
-        ..TINY
-    };
-    for shape in [mixtral, qwen3moe] {
+    for shape in [MIXTRAL, QWEN3MOE] {
         check_vulkan_matches_reference(&shape, Format::Q8);
     }
 }
@@ -330,52 +347,7 @@ fn validated_device() -> bool {
 /// Mixtral's and Qwen3-MoE's experts. No Vulkan device is needed.
 #[test]
 fn every_family_matches_the_reference_on_the_cpu_executor() {
-    let experts = Some(ShapeExperts {
-        count: 4,
-        used: 2,
-        n_ff: TINY.n_ff,
-    });
-    let shapes = [
-        TINY,
-        Shape {
-            family: Family::Qwen2,
-            ..TINY
-        },
-        Shape {
-            family: Family::Qwen3,
-            key_length: Some(32),
-            ..TINY
-        },
-        Shape {
-            family: Family::Gemma2,
-            n_layer: 4,
-            key_length: Some(32),
-            tied_embeddings: true,
-            sliding_window: Some(8),
-            ..TINY
-        },
-        Shape {
-            family: Family::Gemma3,
-            n_layer: 6,
-            key_length: Some(32),
-            tied_embeddings: true,
-            sliding_window: Some(8),
-            rope_base: 1_000_000.0,
-            ..TINY
-        },
-        Shape {
-            family: Family::Phi3,
-            sliding_window: Some(8),
-            ..TINY
-        },
-        Shape { experts, ..TINY },
-        Shape {
-            family: Family::Qwen3,
-            key_length: Some(32),
-            experts,
-            ..TINY
-        },
-    ];
+    let shapes = [TINY, QWEN2, QWEN3, GEMMA2, GEMMA3, PHI3, MIXTRAL, QWEN3MOE];
     for shape in shapes {
         check_matches_reference(BackendKind::Cpu, &shape, Format::Q8);
     }
