@@ -48,6 +48,9 @@ pub struct ActQ8 {
     pub cols: usize,
     /// [rows, cols]
     pub q: Vec<i8>,
+    /// [rows, cols]: `q + 128`, the unsigned operand of the products over unpacked panels
+    /// (`crate::panel`), whose weights are the signed one.
+    pub u: Vec<u8>,
     /// [rows, cols / 32]: each block's scale.
     pub d: Vec<f32>,
     /// [rows, cols / 16]: each 16 values' `sum(q) * d`.
@@ -62,6 +65,7 @@ impl ActQ8 {
         self.rows = rows;
         self.cols = cols;
         self.q.resize(x.len(), 0);
+        self.u.resize(x.len(), 0);
         self.d.resize(x.len() / BLOCK, 0.0);
         self.sums.resize(x.len() / 16, 0.0);
         let blocks = x.chunks_exact(BLOCK).zip(self.q.chunks_exact_mut(BLOCK));
@@ -77,6 +81,9 @@ impl ActQ8 {
                 *sum = half.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * *d;
             }
         }
+        for (u, &q) in self.u.iter_mut().zip(&self.q) {
+            *u = (q as u8) ^ 0x80;
+        }
     }
 
     /// Row `r`: its values, scales and sums.
@@ -84,6 +91,7 @@ impl ActQ8 {
         let c = self.cols;
         ActRow {
             q: &self.q[r * c..][..c],
+            u: &self.u[r * c..][..c],
             d: &self.d[r * c / BLOCK..][..c / BLOCK],
             sums: &self.sums[r * c / 16..][..c / 16],
         }
@@ -94,6 +102,7 @@ impl ActQ8 {
 #[derive(Clone, Copy, Debug)]
 pub struct ActRow<'a> {
     pub q: &'a [i8],
+    pub u: &'a [u8],
     pub d: &'a [f32],
     pub sums: &'a [f32],
 }
@@ -115,6 +124,11 @@ mod tests {
                 "value {i}"
             );
         }
+        assert!(a
+            .q
+            .iter()
+            .zip(&a.u)
+            .all(|(&q, &u)| i32::from(u) == i32::from(q) + 128));
         let sum: f32 = a.q[16..32].iter().map(|&q| f32::from(q)).sum();
         assert_eq!(a.sums[1], sum * a.d[0]);
     }

@@ -10,6 +10,7 @@ pub mod dot;
 mod executor;
 pub mod isa;
 pub mod levels;
+pub mod panel;
 pub mod product;
 
 pub use act::Activations;

@@ -9,8 +9,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
-use crate::dot::{Kernels, LevelsRow, PackedDot, TOKENS};
-use crate::levels::{unpacker, RowLevels};
+use crate::dot::{Kernels, LevelsRow, PackedDot, PanelDot, TOKENS};
+use crate::levels::{unpacker, RowLevels, Unpack};
+use crate::panel::Panel;
 use hearth_model::{Matrix, Projection};
 use hearth_quant::Format;
 
@@ -64,7 +65,12 @@ pub struct Output<'a> {
 struct Scratch {
     levels: RowLevels,
     floats: Vec<f32>,
+    panel: Panel,
 }
+
+/// Tokens from which a product unpacks its rows into panels (`crate::panel`) rather than
+/// reading them packed: below it, unpacking costs more than the panel's faster products save.
+pub const PANEL_MIN_TOKENS: usize = 16;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -119,6 +125,18 @@ pub fn product(
         w.format,
         Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
     );
+    if let (Some(unpack), Some(act)) = (unpack, act) {
+        if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
+            let rows = Rows {
+                format: w.format,
+                unpack,
+                data,
+                row_bytes,
+                cols,
+            };
+            return by_panels(&panels, rows, act, out, transposed);
+        }
+    }
 
     // One output slot per (row, token), row-major by weight row, so that each task owns a
     // contiguous part; a single token needs no reordering.
@@ -177,6 +195,53 @@ pub fn product(
             }
         }
     }
+}
+
+/// Rows of one matrix, packed.
+struct Rows<'a> {
+    format: Format,
+    unpack: Unpack,
+    data: &'a [u8],
+    row_bytes: usize,
+    cols: usize,
+}
+
+/// The products of `rows` with every token of `act`, a panel of rows per step: each task
+/// unpacks its panels and writes `[panel][token][lane]` to its part of `transposed`; the
+/// results then go to `out` token by token, also in parallel.
+fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &mut Vec<f32>) {
+    let (n, lanes) = (act.rows, dot.lanes());
+    let m = rows.data.len() / rows.row_bytes;
+    let panels = m.div_ceil(lanes);
+    transposed.resize(panels * lanes * n, 0.0);
+    let per_task = rows_per_task(panels, n * lanes, rows.cols);
+    let panel_bytes = lanes * rows.row_bytes;
+    transposed
+        .par_chunks_mut(per_task * lanes * n)
+        .enumerate()
+        .for_each(|(task, part)| {
+            SCRATCH.with_borrow_mut(|s| {
+                for (i, ys) in part.chunks_mut(lanes * n).enumerate() {
+                    let first = (task * per_task + i) * panel_bytes;
+                    let data = &rows.data[first..rows.data.len().min(first + panel_bytes)];
+                    let (format, unpack, cols) = (rows.format, rows.unpack, rows.cols);
+                    s.panel
+                        .fill(lanes, format, unpack, data, cols, &mut s.levels);
+                    dot.run(&s.panel, act, ys);
+                }
+            })
+        });
+    let transposed = &transposed[..];
+    out.out
+        .par_chunks_mut(out.stride)
+        .take(n)
+        .enumerate()
+        .for_each(|(t, o)| {
+            let o = &mut o[out.col0..out.col0 + m];
+            for (p, o) in o.chunks_mut(lanes).enumerate() {
+                o.copy_from_slice(&transposed[(p * n + t) * lanes..][..o.len()]);
+            }
+        });
 }
 
 /// One packed row's products with every row of `act`, [`TOKENS`] at a time.

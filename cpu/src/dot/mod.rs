@@ -15,9 +15,12 @@ mod x86;
 mod x86_fused;
 #[cfg(target_arch = "x86_64")]
 mod x86_kquant;
+#[cfg(target_arch = "x86_64")]
+mod x86_panel;
 
-use crate::act::ActRow;
+use crate::act::{ActQ8, ActRow};
 use crate::isa::Isa;
+use crate::panel::Panel;
 use hearth_model::{Error, Result};
 use hearth_quant::Format;
 
@@ -91,6 +94,68 @@ impl PackedDot {
         }
         // SAFETY: as in `one`.
         unsafe { (self.many)(row, xs) }
+    }
+}
+
+/// A panel kernel for `N` tokens (see `x86_panel`).
+type PanelRun<const N: usize> = unsafe fn(&Panel, &[ActRow; N], &mut [f32]);
+
+/// Tokens a panel kernel takes per pass over the panel.
+pub const PANEL_TOKENS: usize = 4;
+
+/// Products of [`Panel`]s with many tokens, from [`Kernels::panel_dot`]: made only for an
+/// instruction set the CPU has, and each call checks the panel's and the tokens' sizes.
+#[derive(Clone, Copy)]
+pub struct PanelDot {
+    lanes: usize,
+    group: usize,
+    /// `None`: the portable kernel.
+    simd: Option<(PanelRun<1>, PanelRun<PANEL_TOKENS>)>,
+}
+
+impl PanelDot {
+    /// Rows a panel holds for these kernels.
+    pub fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// `out[t * lanes + lane]` = row `lane` of `p` . token `t` of `act`, for every token;
+    /// zeros where the sizes do not agree.
+    pub fn run(&self, p: &Panel, act: &ActQ8, out: &mut [f32]) {
+        let lanes = self.lanes;
+        let fits = p.is_consistent()
+            && p.lanes == lanes
+            && p.group == self.group
+            && p.cols == act.cols
+            && act.cols.is_multiple_of(32)
+            && act.q.len() == act.rows * act.cols
+            && act.u.len() == act.q.len()
+            && act.d.len() * 32 == act.q.len()
+            && act.sums.len() * 16 == act.q.len()
+            && out.len() == act.rows * lanes;
+        if !fits {
+            out.fill(0.0);
+            return;
+        }
+        let Some((one, many)) = self.simd else {
+            for (t, y) in out.chunks_exact_mut(lanes).enumerate() {
+                p.dot_portable(act.row(t), y);
+            }
+            return;
+        };
+        let mut blocks = out.chunks_exact_mut(PANEL_TOKENS * lanes);
+        for (b, y) in blocks.by_ref().enumerate() {
+            let xs = std::array::from_fn(|i| act.row(b * PANEL_TOKENS + i));
+            // SAFETY: `panel_dot` chose the kernels for an instruction set `Kernels::new`
+            // checked the CPU has, with this panel's lanes and group; the sizes were checked
+            // above.
+            unsafe { many(p, &xs, y) };
+        }
+        let done = act.rows / PANEL_TOKENS * PANEL_TOKENS;
+        for (t, y) in blocks.into_remainder().chunks_exact_mut(lanes).enumerate() {
+            // SAFETY: as above.
+            unsafe { one(p, &[act.row(done + t)], y) };
+        }
     }
 }
 
@@ -216,6 +281,42 @@ impl Kernels {
         }
         #[allow(unreachable_code)]
         None
+    }
+
+    /// The products of panels of `format`'s rows with many tokens; `None` where the
+    /// instruction set cannot take the format's levels (AVX2 and the 8-bit formats).
+    pub fn panel_dot(&self, format: Format) -> Option<PanelDot> {
+        let group = crate::levels::group_width(format);
+        let portable = PanelDot {
+            lanes: 8,
+            group,
+            simd: None,
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            use x86_panel::{avx2, avx512vnni, avxvnni};
+            macro_rules! kernels {
+                ($m:ident) => {
+                    PanelDot {
+                        lanes: $m::LANES,
+                        group,
+                        simd: Some(match group {
+                            16 => ($m::run::<16, 1>, $m::run::<16, PANEL_TOKENS>),
+                            _ => ($m::run::<32, 1>, $m::run::<32, PANEL_TOKENS>),
+                        }),
+                    }
+                };
+            }
+            return match self.isa {
+                Isa::Avx512Vnni => Some(kernels!(avx512vnni)),
+                Isa::AvxVnni => Some(kernels!(avxvnni)),
+                Isa::Avx2 if format == Format::Q8 => None,
+                Isa::Avx2 => Some(kernels!(avx2)),
+                _ => Some(portable),
+            };
+        }
+        #[allow(unreachable_code)]
+        Some(portable)
     }
 
     /// `w . x` for a row of levels and a row of f32 activations of the same length (a

@@ -79,3 +79,83 @@ fn the_lowest_set_is_forced_and_a_missing_one_refused() {
         assert!(Kernels::new(missing).is_err());
     }
 }
+
+/// Every instruction set's panel products against the f64 sums of the same levels and
+/// scales, for every format's level range and group width, at one row and a part-filled panel,
+/// and at token counts with and without a remainder past the kernels' pass.
+#[test]
+fn panel_products_match_the_exact_sums_on_every_instruction_set() {
+    use crate::levels::{unpacker, RowLevels};
+    use crate::panel::Panel;
+    use hearth_quant::Format;
+    for isa in Isa::available() {
+        let kernels = Kernels::new(isa).unwrap();
+        for format in Format::ALL {
+            let Some(unpack) = unpacker(format) else {
+                continue;
+            };
+            let Some(dot) = kernels.panel_dot(format) else {
+                assert!(isa == Isa::Avx2 && format == Format::Q8, "{isa} {format}");
+                continue;
+            };
+            let lanes = dot.lanes();
+            let block = format.block_size().max(32);
+            for (rows, cols, tokens, seed) in [
+                (1, block, 1, 1),
+                (lanes - 3, 2 * block, 5, 2),
+                (lanes, 576.max(block), 9, 3),
+            ] {
+                let cols = cols / block * block;
+                let values: Vec<f32> = noise(rows * cols, seed)
+                    .enumerate()
+                    .map(|(i, u)| ((u - 0.5) * [0.05, 1.0, 20.0][i / cols % 3]) as f32)
+                    .collect();
+                let w = hearth_model::Matrix::quantize(format, rows, cols, &values).unwrap();
+                let xs: Vec<f32> = noise(tokens * cols, seed + 7)
+                    .map(|u| (u * 6.0 - 3.0) as f32)
+                    .collect();
+                let mut act = ActQ8::default();
+                act.quantize(&xs, cols);
+                let (mut panel, mut scratch) = (Panel::default(), RowLevels::default());
+                panel.fill(lanes, format, unpack, &w.data, cols, &mut scratch);
+                let mut out = vec![f32::NAN; tokens * lanes];
+                dot.run(&panel, &act, &mut out);
+                let row_bytes = w.data.len() / rows;
+                for r in 0..lanes {
+                    let mut levels = RowLevels::default();
+                    if r < rows {
+                        let row = &w.data[r * row_bytes..][..row_bytes];
+                        levels.unpack(format, unpack, row, cols);
+                    } else {
+                        levels.levels = vec![0; cols];
+                        levels.d = vec![0.0; cols / 16];
+                        levels.m = vec![0.0; cols / 16];
+                    }
+                    let row = LevelsRow {
+                        levels: &levels.levels,
+                        d: &levels.d,
+                        m: &levels.m,
+                        has_base: true,
+                    };
+                    for t in 0..tokens {
+                        let want = exact(row, act.row(t));
+                        let got = out[t * lanes + r] as f64;
+                        let scale: f64 = (0..cols)
+                            .map(|j| {
+                                let (l, x) = (row.levels[j] as f64, act.row(t).q[j] as f64);
+                                let term = (l * row.d[j / 16] as f64 + row.m[j / 16] as f64)
+                                    * x
+                                    * act.row(t).d[j / 32] as f64;
+                                term.abs()
+                            })
+                            .sum();
+                        assert!(
+                            (got - want).abs() <= 1e-5 * scale + 1e-6,
+                            "{isa} {format} {rows}x{cols} row {r} token {t}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

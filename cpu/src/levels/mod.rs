@@ -33,6 +33,16 @@ mod tests;
 /// Values that share one `d` and `m` entry.
 pub const GROUP: usize = 16;
 
+/// Values of `format` that share one `d` and one `m` (the unpacked rows repeat them per
+/// 16): 16 for the k-quants whose sub-blocks are 16 wide, 32 for the rest (whose groups are
+/// 32 or 64 wide). A product may apply each scale once per this many values.
+pub const fn group_width(format: Format) -> usize {
+    match format {
+        Format::Q2_K | Format::Q3_K | Format::Q6_K => 16,
+        _ => 32,
+    }
+}
+
 /// One block's levels and per-16 `d` and `m`: slices of the block's length and of a
 /// sixteenth of it.
 pub struct BlockOut<'a> {

@@ -2,7 +2,7 @@
 
 use hearth_quant::{Format, Rounding};
 
-use super::{unpacker, RowLevels, GROUP};
+use super::{group_width, unpacker, RowLevels, GROUP};
 
 /// Varied values: a few magnitudes, both signs, some exact zeros.
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -50,6 +50,34 @@ fn levels_times_d_plus_m_are_the_dequantized_values() {
                     row.levels[j]
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn each_group_width_shares_one_d_and_m() {
+    for format in Format::ALL {
+        let Some(unpack) = unpacker(format) else {
+            continue;
+        };
+        let width = group_width(format) / GROUP;
+        let cols = 512;
+        let x = values(cols, 7);
+        let mut packed = vec![0u8; format.bytes_for(cols).unwrap()];
+        format
+            .quantize_with(&x, &mut packed, Rounding::Search)
+            .unwrap();
+        let mut row = RowLevels::default();
+        row.unpack(format, unpack, &packed, cols);
+        for (d, m) in row.d.chunks(width).zip(row.m.chunks(width)) {
+            assert!(
+                d.iter().all(|v| v.to_bits() == d[0].to_bits()),
+                "{format} d {d:?}"
+            );
+            assert!(
+                m.iter().all(|v| v.to_bits() == m[0].to_bits()),
+                "{format} m {m:?}"
+            );
         }
     }
 }
