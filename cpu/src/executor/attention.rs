@@ -1,8 +1,10 @@
 //! Attention over the paged cache: each step token's query heads over its sequence's cached
-//! positions (its own and the step's earlier ones included), one task per token and KV head,
-//! so the query heads of a group read each K and V row once.
+//! positions (its own and the step's earlier ones included). One task per tile of a
+//! sequence's tokens and KV head, so a prompt's tokens and the query heads of a group read
+//! each K and V row once.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -51,14 +53,22 @@ struct Scratch {
     /// [group, positions] scores, then probabilities.
     scores: Vec<f32>,
     row: Vec<f32>,
+    /// Each tile token's positions.
+    spans: Vec<Range<usize>>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
+/// Step tokens that attend together: consecutive tokens of one sequence read the same slots,
+/// so each K and V row is read and widened once for all of them.
+const TILE: usize = 16;
+
 /// Layer `l`'s attention of the step's tokens `at` ([n]) with queries in `qkv`
-/// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]).
+/// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]). `staged` is scratch,
+/// reused across steps: each task (a tile of tokens and one KV head) writes its own part.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     k: &Kernels,
     c: &ModelConfig,
@@ -67,53 +77,143 @@ pub(super) fn attend(
     qkv: &[f32],
     cache: &Cache,
     att: &mut [f32],
+    staged: &mut Vec<f32>,
+) {
+    let width = c.n_head / c.n_head_kv * c.head_dim;
+    let tiles = tiles(tokens);
+    staged.resize(tokens.len() * c.attn_dim(), 0.0);
+    let mut tasks = Vec::with_capacity(tiles.len() * c.n_head_kv);
+    let mut rest = &mut staged[..];
+    for tile in &tiles {
+        for kvh in 0..c.n_head_kv {
+            let (part, tail) = rest.split_at_mut(tile.len() * width);
+            tasks.push((tile.clone(), kvh, part));
+            rest = tail;
+        }
+    }
+    tasks.into_par_iter().for_each(|(tile, kvh, out)| {
+        let task = Task {
+            tokens: &tokens[tile.clone()],
+            first: tile.start,
+            kvh,
+        };
+        SCRATCH.with_borrow_mut(|s| attend_tile(k, c, l, &task, qkv, cache, out, s));
+    });
+    // `staged` holds each tile's [kv head][token][width]; `att` is [token][kv head][width].
+    let mut from = staged.chunks_exact(width);
+    for tile in &tiles {
+        for kvh in 0..c.n_head_kv {
+            for t in tile.clone() {
+                if let Some(part) = from.next() {
+                    att[t * c.attn_dim() + kvh * width..][..width].copy_from_slice(part);
+                }
+            }
+        }
+    }
+}
+
+/// The step's tokens in runs of at most [`TILE`] that share a row and a beam table.
+fn tiles(tokens: &[TokenAt]) -> Vec<Range<usize>> {
+    let mut tiles: Vec<Range<usize>> = Vec::new();
+    for (t, at) in tokens.iter().enumerate() {
+        match tiles.last_mut() {
+            Some(tile)
+                if tile.len() < TILE
+                    && tokens[tile.start].row == at.row
+                    && tokens[tile.start].beam == at.beam =>
+            {
+                tile.end = t + 1
+            }
+            _ => tiles.push(t..t + 1),
+        }
+    }
+    tiles
+}
+
+/// One task: a tile's tokens (step tokens `first..`) and the KV head they read.
+struct Task<'a> {
+    tokens: &'a [TokenAt],
+    first: usize,
+    kvh: usize,
+}
+
+/// A tile's attention for one KV head into `out` ([token][group * head_dim]): every query
+/// head of the group, each token over its own positions.
+#[allow(clippy::too_many_arguments)]
+fn attend_tile(
+    k: &Kernels,
+    c: &ModelConfig,
+    l: usize,
+    task: &Task,
+    qkv: &[f32],
+    cache: &Cache,
+    out: &mut [f32],
+    s: &mut Scratch,
 ) {
     let hd = c.head_dim;
     let group = c.n_head / c.n_head_kv;
     let kv_dim = c.n_head_kv * hd;
     let window = c.window(l);
-    att.par_chunks_mut(group * hd)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let (t, kvh) = (task / c.n_head_kv, task % c.n_head_kv);
-            let at = &tokens[t];
-            let n_kv = at.pos + 1;
-            // A local layer sees the window's most recent positions only.
-            let first = window.map_or(0, |w| n_kv.saturating_sub(w));
-            let positions = n_kv - first;
-            let q = &qkv[t * c.qkv_dim() + kvh * group * hd..][..group * hd];
-            SCRATCH.with_borrow_mut(|s| {
-                s.scores.resize(group * positions, 0.0);
-                s.row.resize(hd, 0.0);
-                for (i, p) in (first..n_kv).enumerate() {
-                    cache
-                        .k
-                        .read(cache.slot(at, p), kv_dim, kvh * hd, &mut s.row);
-                    for g in 0..group {
-                        let score = k.floats(&q[g * hd..][..hd], &s.row) * c.attn_scale;
-                        s.scores[g * positions + i] = score;
-                    }
+    // Token i reads positions `spans[i]`: up to its own, a local layer's window only.
+    let mut spans = std::mem::take(&mut s.spans);
+    spans.clear();
+    spans.extend(task.tokens.iter().map(|at| {
+        let n_kv = at.pos + 1;
+        window.map_or(0, |w| n_kv.saturating_sub(w))..n_kv
+    }));
+    let base = spans.iter().map(|r| r.start).min().unwrap_or(0);
+    let end = spans.iter().map(|r| r.end).max().unwrap_or(0);
+    let positions = end - base;
+    let query = |i: usize, g: usize| {
+        let t = task.first + i;
+        &qkv[t * c.qkv_dim() + (task.kvh * group + g) * hd..][..hd]
+    };
+    let at = &task.tokens[0];
+    s.scores.resize(task.tokens.len() * group * positions, 0.0);
+    s.row.resize(hd, 0.0);
+    for p in base..end {
+        cache
+            .k
+            .read(cache.slot(at, p), kv_dim, task.kvh * hd, &mut s.row);
+        for (i, span) in spans.iter().enumerate() {
+            if !span.contains(&p) {
+                continue;
+            }
+            for g in 0..group {
+                let score = k.floats(query(i, g), &s.row) * c.attn_scale;
+                s.scores[(i * group + g) * positions + p - base] = score;
+            }
+        }
+    }
+    for (i, span) in spans.iter().enumerate() {
+        for g in 0..group {
+            let row = &mut s.scores[(i * group + g) * positions..][..positions];
+            let scores = &mut row[span.start - base..span.end - base];
+            if let Some(cap) = c.attn_softcap {
+                ops::softcap(scores, cap);
+            }
+            softmax(scores);
+        }
+    }
+    out.fill(0.0);
+    for p in base..end {
+        cache
+            .v
+            .read(cache.slot(at, p), kv_dim, task.kvh * hd, &mut s.row);
+        for (i, span) in spans.iter().enumerate() {
+            if !span.contains(&p) {
+                continue;
+            }
+            let out = &mut out[i * group * hd..][..group * hd];
+            for (g, out) in out.chunks_mut(hd).enumerate() {
+                let w = s.scores[(i * group + g) * positions + p - base];
+                for (o, &v) in out.iter_mut().zip(&s.row) {
+                    *o += w * v;
                 }
-                for scores in s.scores.chunks_mut(positions) {
-                    if let Some(cap) = c.attn_softcap {
-                        ops::softcap(scores, cap);
-                    }
-                    softmax(scores);
-                }
-                out.fill(0.0);
-                for (i, p) in (first..n_kv).enumerate() {
-                    cache
-                        .v
-                        .read(cache.slot(at, p), kv_dim, kvh * hd, &mut s.row);
-                    for (g, out) in out.chunks_mut(hd).enumerate() {
-                        let w = s.scores[g * positions + i];
-                        for (o, &v) in out.iter_mut().zip(&s.row) {
-                            *o += w * v;
-                        }
-                    }
-                }
-            });
-        });
+            }
+        }
+    }
+    s.spans = spans;
 }
 
 fn softmax(x: &mut [f32]) {

@@ -134,7 +134,7 @@ impl NativeModel {
                 v: &self.v[l],
                 beams: &beams,
             };
-            attention::attend(k, c, l, tokens, &w.qkv, &cache, &mut w.att);
+            attention::attend(k, c, l, tokens, &w.qkv, &cache, &mut w.att, &mut w.staged);
             w.out.resize(n * e, 0.0);
             let mut input = Input::new(&w.att, c.attn_dim(), &mut w.act, w.mode);
             let out = Output {

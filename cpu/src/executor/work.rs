@@ -14,6 +14,8 @@ pub(super) struct Work {
     pub qkv: Vec<f32>,
     /// [n, n_head * head_dim]
     pub att: Vec<f32>,
+    /// Attention's output by task, before it goes to `att`.
+    pub staged: Vec<f32>,
     /// [n, n_embd] a block's output.
     pub out: Vec<f32>,
     /// [n, 2 n_ff]
