@@ -335,6 +335,23 @@ impl Kernels {
         }
     }
 
+    /// `out += sum(w[p] * rows[p])` for `w.len()` rows of `out.len()` values (attention's
+    /// weighted sum of V rows); `out` unchanged where `rows` is not that long.
+    pub fn weighted_sum(&self, w: &[f32], rows: &[f32], out: &mut [f32]) {
+        if rows.len() != w.len() * out.len() {
+            return;
+        }
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2 and FMA (every x86 set here
+            // includes them); the lengths were checked above.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
+                x86::weighted_sum_avx2(w, rows, out)
+            },
+            _ => portable::weighted_sum(w, rows, out),
+        }
+    }
+
     /// `w . x` for two f32 rows of the same length.
     pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());

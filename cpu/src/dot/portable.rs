@@ -46,3 +46,12 @@ pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let tail: f32 = at.iter().zip(bt).map(|(x, y)| x * y).sum();
     acc.iter().sum::<f32>() + tail
 }
+
+/// `out += sum(w[p] * rows[p])` over rows of `out.len()` values, row by row.
+pub(super) fn weighted_sum(w: &[f32], rows: &[f32], out: &mut [f32]) {
+    for (&w, row) in w.iter().zip(rows.chunks_exact(out.len().max(1))) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += w * v;
+        }
+    }
+}

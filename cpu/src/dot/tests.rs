@@ -159,3 +159,34 @@ fn panel_products_match_the_exact_sums_on_every_instruction_set() {
         }
     }
 }
+
+/// Attention's weighted sums of rows, at widths with and without a remainder past the SIMD
+/// kernels' 32 and 8 columns, against f64.
+#[test]
+fn weighted_sums_match_f64_on_every_instruction_set() {
+    for isa in Isa::available() {
+        let kernels = Kernels::new(isa).unwrap();
+        for (rows, width, seed) in [(1, 64, 1), (7, 72, 2), (3, 5, 3), (40, 128, 4)] {
+            let w: Vec<f32> = noise(rows, seed).map(|u| u as f32).collect();
+            let values: Vec<f32> = noise(rows * width, seed + 1)
+                .map(|u| (u * 4.0 - 2.0) as f32)
+                .collect();
+            let start: Vec<f32> = noise(width, seed + 2).map(|u| u as f32).collect();
+            let mut out = start.clone();
+            kernels.weighted_sum(&w, &values, &mut out);
+            for (j, &got) in out.iter().enumerate() {
+                let want = start[j] as f64
+                    + (0..rows)
+                        .map(|p| w[p] as f64 * values[p * width + j] as f64)
+                        .sum::<f64>();
+                assert!(
+                    (got as f64 - want).abs() < 1e-5,
+                    "{isa} {rows}x{width} column {j}"
+                );
+            }
+            let mut unchanged = start.clone();
+            kernels.weighted_sum(&w, &values[1..], &mut unchanged);
+            assert_eq!(unchanged, start, "{isa}: rows of the wrong length");
+        }
+    }
+}

@@ -52,7 +52,8 @@ impl Cache<'_> {
 struct Scratch {
     /// [group, positions] scores, then probabilities.
     scores: Vec<f32>,
-    row: Vec<f32>,
+    /// [CHUNK, head_dim] K or V rows widened to f32.
+    rows: Vec<f32>,
     /// Each tile token's positions.
     spans: Vec<Range<usize>>,
 }
@@ -64,6 +65,9 @@ thread_local! {
 /// Step tokens that attend together: consecutive tokens of one sequence read the same slots,
 /// so each K and V row is read and widened once for all of them.
 const TILE: usize = 16;
+
+/// Positions whose K (or V) rows a task widens at a time.
+const CHUNK: usize = 64;
 
 /// Layer `l`'s attention of the step's tokens `at` ([n]) with queries in `qkv`
 /// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]). `staged` is scratch,
@@ -170,18 +174,20 @@ fn attend_tile(
     };
     let at = &task.tokens[0];
     s.scores.resize(task.tokens.len() * group * positions, 0.0);
-    s.row.resize(hd, 0.0);
-    for p in base..end {
-        cache
-            .k
-            .read(cache.slot(at, p), kv_dim, task.kvh * hd, &mut s.row);
+    s.rows.resize(CHUNK * hd, 0.0);
+    // Scores, a chunk of K rows at a time.
+    for c0 in (base..end).step_by(CHUNK) {
+        let c1 = (c0 + CHUNK).min(end);
+        for (p, row) in (c0..c1).zip(s.rows.chunks_exact_mut(hd)) {
+            cache.k.read(cache.slot(at, p), kv_dim, task.kvh * hd, row);
+        }
         for (i, span) in spans.iter().enumerate() {
-            if !span.contains(&p) {
-                continue;
-            }
             for g in 0..group {
-                let score = k.floats(query(i, g), &s.row) * c.attn_scale;
-                s.scores[(i * group + g) * positions + p - base] = score;
+                let scores = &mut s.scores[(i * group + g) * positions..][..positions];
+                for p in span.start.max(c0)..span.end.min(c1) {
+                    let key = &s.rows[(p - c0) * hd..][..hd];
+                    scores[p - base] = k.floats(query(i, g), key) * c.attn_scale;
+                }
             }
         }
     }
@@ -195,21 +201,23 @@ fn attend_tile(
             softmax(scores);
         }
     }
+    // The probabilities' weighted sums of V rows, a chunk at a time.
     out.fill(0.0);
-    for p in base..end {
-        cache
-            .v
-            .read(cache.slot(at, p), kv_dim, task.kvh * hd, &mut s.row);
+    for c0 in (base..end).step_by(CHUNK) {
+        let c1 = (c0 + CHUNK).min(end);
+        for (p, row) in (c0..c1).zip(s.rows.chunks_exact_mut(hd)) {
+            cache.v.read(cache.slot(at, p), kv_dim, task.kvh * hd, row);
+        }
         for (i, span) in spans.iter().enumerate() {
-            if !span.contains(&p) {
+            let (lo, hi) = (span.start.max(c0), span.end.min(c1));
+            if lo >= hi {
                 continue;
             }
-            let out = &mut out[i * group * hd..][..group * hd];
-            for (g, out) in out.chunks_mut(hd).enumerate() {
-                let w = s.scores[(i * group + g) * positions + p - base];
-                for (o, &v) in out.iter_mut().zip(&s.row) {
-                    *o += w * v;
-                }
+            let values = &s.rows[(lo - c0) * hd..(hi - c0) * hd];
+            for g in 0..group {
+                let at = (i * group + g) * positions;
+                let w = &s.scores[at + lo - base..at + hi - base];
+                k.weighted_sum(w, values, &mut out[(i * group + g) * hd..][..hd]);
             }
         }
     }
