@@ -205,8 +205,9 @@ pub(super) unsafe fn floats_avx2(a: &[f32], b: &[f32]) -> f32 {
     hsum(sum) + tail
 }
 
-/// `out += sum(w[p] * rows[p])` over rows of `out.len()` values: 32 columns at a time held in
-/// registers across every row, so `out` is read and written once.
+/// `out += sum(w[p] * rows[p])` over rows of `out.len()` values: 64 columns at a time (fewer
+/// at the end) held in registers across every row, so `out` is read and written once and
+/// eight independent multiply-adds are in flight.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; `rows` holds `w.len()` rows of `out.len()` values.
@@ -215,30 +216,49 @@ pub(super) unsafe fn weighted_sum_avx2(w: &[f32], rows: &[f32], out: &mut [f32])
     let width = out.len();
     let mut col = 0;
     while col + 8 <= width {
-        // Four vectors where they fit, else one.
-        let lanes = if col + 32 <= width { 4 } else { 1 };
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (j, acc) in acc.iter_mut().enumerate().take(lanes) {
-            // SAFETY: col + 8 (j + 1) <= width.
-            *acc = unsafe { _mm256_loadu_ps(out.as_ptr().add(col + 8 * j)) };
-        }
-        for (p, &wp) in w.iter().enumerate() {
-            let wp = _mm256_set1_ps(wp);
-            for (j, acc) in acc.iter_mut().enumerate().take(lanes) {
-                // SAFETY: row p lies within rows, and col + 8 (j + 1) <= width.
-                let v = unsafe { _mm256_loadu_ps(rows.as_ptr().add(p * width + col + 8 * j)) };
-                *acc = _mm256_fmadd_ps(wp, v, *acc);
+        // SAFETY (all three): the columns taken end at or before `width`; the caller
+        // guarantees the rows.
+        col += unsafe {
+            match width - col {
+                64.. => weighted_columns::<8>(w, rows, out, col),
+                32.. => weighted_columns::<4>(w, rows, out, col),
+                _ => weighted_columns::<1>(w, rows, out, col),
             }
-        }
-        for (j, acc) in acc.iter().enumerate().take(lanes) {
-            // SAFETY: as for the loads.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(col + 8 * j), *acc) };
-        }
-        col += 8 * lanes;
+        };
     }
     for (j, o) in out.iter_mut().enumerate().skip(col) {
         for (p, &wp) in w.iter().enumerate() {
             *o += wp * rows[p * width + j];
         }
     }
+}
+
+/// [`weighted_sum_avx2`] for columns `col..col + 8 V`; returns how many it took.
+///
+/// # Safety
+/// As [`weighted_sum_avx2`], and `col + 8 V <= out.len()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_columns<const V: usize>(
+    w: &[f32],
+    rows: &[f32],
+    out: &mut [f32],
+    col: usize,
+) -> usize {
+    let width = out.len();
+    // SAFETY: col + 8 V <= width.
+    let mut acc: [__m256; V] =
+        std::array::from_fn(|j| unsafe { _mm256_loadu_ps(out.as_ptr().add(col + 8 * j)) });
+    for (p, &wp) in w.iter().enumerate() {
+        let wp = _mm256_set1_ps(wp);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: row p lies within rows, and col + 8 (j + 1) <= width.
+            let v = unsafe { _mm256_loadu_ps(rows.as_ptr().add(p * width + col + 8 * j)) };
+            *acc = _mm256_fmadd_ps(wp, v, *acc);
+        }
+    }
+    for (j, acc) in acc.iter().enumerate() {
+        // SAFETY: as for the loads.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(col + 8 * j), *acc) };
+    }
+    8 * V
 }
