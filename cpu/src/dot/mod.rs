@@ -352,6 +352,22 @@ impl Kernels {
         }
     }
 
+    /// `out[p] = q . rows[p]` for `out.len()` rows of `q.len()` values (attention's scores);
+    /// zeros where `rows` is not that long.
+    pub fn dots(&self, q: &[f32], rows: &[f32], out: &mut [f32]) {
+        if rows.len() != q.len() * out.len() {
+            out.fill(0.0);
+            return;
+        }
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2 and FMA (every x86 set here
+            // includes them); the lengths were checked above.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::dots_avx2(q, rows, out) },
+            _ => portable::dots(q, rows, out),
+        }
+    }
+
     /// `w . x` for two f32 rows of the same length.
     pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());

@@ -55,3 +55,10 @@ pub(super) fn weighted_sum(w: &[f32], rows: &[f32], out: &mut [f32]) {
         }
     }
 }
+
+/// `out[p] = q . rows[p]` over rows of `q.len()` values.
+pub(super) fn dots(q: &[f32], rows: &[f32], out: &mut [f32]) {
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(q.len().max(1))) {
+        *o = dot_f32(q, row);
+    }
+}

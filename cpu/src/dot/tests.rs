@@ -160,7 +160,7 @@ fn panel_products_match_the_exact_sums_on_every_instruction_set() {
     }
 }
 
-/// Attention's weighted sums of rows, at widths with and without a remainder past the SIMD
+/// Attention's scores and weighted sums of rows, at widths with and without a remainder past the SIMD
 /// kernels' 32 and 8 columns, against f64.
 #[test]
 fn weighted_sums_match_f64_on_every_instruction_set() {
@@ -187,6 +187,20 @@ fn weighted_sums_match_f64_on_every_instruction_set() {
             let mut unchanged = start.clone();
             kernels.weighted_sum(&w, &values[1..], &mut unchanged);
             assert_eq!(unchanged, start, "{isa}: rows of the wrong length");
+
+            // The scores' side: each row's dot product with one query.
+            let q = &start;
+            let mut scores = vec![f32::NAN; rows];
+            kernels.dots(q, &values, &mut scores);
+            for (p, &got) in scores.iter().enumerate() {
+                let want: f64 = (0..width)
+                    .map(|j| q[j] as f64 * values[p * width + j] as f64)
+                    .sum();
+                assert!(
+                    (got as f64 - want).abs() < 1e-5,
+                    "{isa} dots {rows}x{width} row {p}"
+                );
+            }
         }
     }
 }

@@ -216,8 +216,8 @@ pub(super) unsafe fn weighted_sum_avx2(w: &[f32], rows: &[f32], out: &mut [f32])
     let width = out.len();
     let mut col = 0;
     while col + 8 <= width {
-        // SAFETY (all three): the columns taken end at or before `width`; the caller
-        // guarantees the rows.
+        // SAFETY: each arm's columns end at or before `width`; the caller guarantees the
+        // rows.
         col += unsafe {
             match width - col {
                 64.. => weighted_columns::<8>(w, rows, out, col),
@@ -261,4 +261,51 @@ unsafe fn weighted_columns<const V: usize>(
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(col + 8 * j), *acc) };
     }
     8 * V
+}
+
+/// `out[p] = q . rows[p]` over rows of `q.len()` values (attention's scores): four rows at a
+/// time, each with its own running sums, reduced together at the end.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `rows` holds `out.len()` rows of `q.len()` values.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dots_avx2(q: &[f32], rows: &[f32], out: &mut [f32]) {
+    let width = q.len();
+    let vectors = width / 8;
+    let done = out.len() / 4 * 4;
+    let mut quads = out.chunks_exact_mut(4);
+    for (i, o) in quads.by_ref().enumerate() {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for v in 0..vectors {
+            // SAFETY: 8 (v + 1) <= width, and rows 4 i..4 i + 4 lie within rows.
+            unsafe {
+                let qv = _mm256_loadu_ps(q.as_ptr().add(8 * v));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let at = (4 * i + r) * width + 8 * v;
+                    *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows.as_ptr().add(at)), *acc);
+                }
+            }
+        }
+        // The four sums, lane r holding row r's (each pair of adds halves the lanes).
+        let s01 = _mm256_hadd_ps(acc[0], acc[1]);
+        let s23 = _mm256_hadd_ps(acc[2], acc[3]);
+        let s = _mm256_hadd_ps(s01, s23);
+        let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let mut sums = [0f32; 4];
+        // SAFETY: four floats.
+        unsafe { _mm_storeu_ps(sums.as_mut_ptr(), s) };
+        for (r, o) in o.iter_mut().enumerate() {
+            let row = &rows[(4 * i + r) * width..][..width];
+            let tail: f32 = q[8 * vectors..]
+                .iter()
+                .zip(&row[8 * vectors..])
+                .map(|(a, b)| a * b)
+                .sum();
+            *o = sums[r] + tail;
+        }
+    }
+    for (r, o) in quads.into_remainder().iter_mut().enumerate() {
+        // SAFETY: the caller guarantees the lengths.
+        *o = unsafe { floats_avx2(q, &rows[(done + r) * width..][..width]) };
+    }
 }

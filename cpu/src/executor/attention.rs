@@ -183,11 +183,14 @@ fn attend_tile(
         }
         for (i, span) in spans.iter().enumerate() {
             for g in 0..group {
-                let scores = &mut s.scores[(i * group + g) * positions..][..positions];
-                for p in span.start.max(c0)..span.end.min(c1) {
-                    let key = &s.rows[(p - c0) * hd..][..hd];
-                    scores[p - base] = k.floats(query(i, g), key) * c.attn_scale;
+                let (lo, hi) = (span.start.max(c0), span.end.min(c1));
+                if lo >= hi {
+                    continue;
                 }
+                let at = (i * group + g) * positions;
+                let scores = &mut s.scores[at + lo - base..at + hi - base];
+                k.dots(query(i, g), &s.rows[(lo - c0) * hd..(hi - c0) * hd], scores);
+                scores.iter_mut().for_each(|v| *v *= c.attn_scale);
             }
         }
     }
