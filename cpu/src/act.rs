@@ -41,7 +41,8 @@ impl std::str::FromStr for Activations {
 /// Values that share a scale.
 pub const BLOCK: usize = 32;
 
-/// `rows` rows of `cols` activations (`cols` a multiple of [`BLOCK`]), quantized.
+/// `rows` rows of `cols` activations (`cols` a multiple of [`BLOCK`]), quantized: each value
+/// rounded to the nearest level, ties to even (as llama.cpp's x86 kernels round).
 #[derive(Clone, Debug, Default)]
 pub struct ActQ8 {
     pub rows: usize,
@@ -58,16 +59,10 @@ pub struct ActQ8 {
 }
 
 impl ActQ8 {
-    /// Quantizes `x` ([rows, cols]) in place of what this held, reusing its memory.
+    /// Quantizes `x` ([rows, cols]) in place of what this held, reusing its memory: the
+    /// definition, in plain Rust (`Kernels::quantize` gives the same values faster).
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
-        debug_assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols));
-        let rows = x.len() / cols;
-        self.rows = rows;
-        self.cols = cols;
-        self.q.resize(x.len(), 0);
-        self.u.resize(x.len(), 0);
-        self.d.resize(x.len() / BLOCK, 0.0);
-        self.sums.resize(x.len() / 16, 0.0);
+        self.shape(x, cols);
         let blocks = x.chunks_exact(BLOCK).zip(self.q.chunks_exact_mut(BLOCK));
         let scales = self.d.iter_mut().zip(self.sums.chunks_exact_mut(2));
         for ((x, q), (d, sums)) in blocks.zip(scales) {
@@ -75,7 +70,7 @@ impl ActQ8 {
             *d = amax / 127.0;
             let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
             for (q, &v) in q.iter_mut().zip(x) {
-                *q = (v * inv).round() as i8;
+                *q = (v * inv).round_ties_even() as i8;
             }
             for (sum, half) in sums.iter_mut().zip(q.chunks_exact(16)) {
                 *sum = half.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * *d;
@@ -84,6 +79,17 @@ impl ActQ8 {
         for (u, &q) in self.u.iter_mut().zip(&self.q) {
             *u = (q as u8) ^ 0x80;
         }
+    }
+
+    /// Sizes this for `x` ([rows, cols]).
+    pub(crate) fn shape(&mut self, x: &[f32], cols: usize) {
+        debug_assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols));
+        self.rows = x.len() / cols.max(1);
+        self.cols = cols;
+        self.q.resize(x.len(), 0);
+        self.u.resize(x.len(), 0);
+        self.d.resize(x.len() / BLOCK, 0.0);
+        self.sums.resize(x.len() / 16, 0.0);
     }
 
     /// Row `r`: its values, scales and sums.

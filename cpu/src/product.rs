@@ -42,9 +42,9 @@ impl<'a> Input<'a> {
         self.x.len() / self.cols.max(1)
     }
 
-    fn quantized(&mut self) -> &ActQ8 {
+    fn quantized(&mut self, k: &Kernels) -> &ActQ8 {
         if !self.quantized {
-            self.act.quantize(self.x, self.cols);
+            k.quantize(self.x, self.cols, self.act);
             self.quantized = true;
         }
         self.act
@@ -118,7 +118,7 @@ pub fn product(
     let x = input.x;
     let packed = k.packed_dot(w.format, cols);
     let act = match (unpack, input.mode) {
-        (Some(_), Activations::Q8) => Some(input.quantized()),
+        (Some(_), Activations::Q8) => Some(input.quantized(k)),
         _ => None,
     };
     let has_base = !matches!(

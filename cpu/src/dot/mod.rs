@@ -12,6 +12,8 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_act;
+#[cfg(target_arch = "x86_64")]
 mod x86_fused;
 #[cfg(target_arch = "x86_64")]
 mod x86_kquant;
@@ -349,6 +351,24 @@ impl Kernels {
                 x86::weighted_sum_avx2(w, rows, out)
             },
             _ => portable::weighted_sum(w, rows, out),
+        }
+    }
+
+    /// Quantizes `x` ([rows, cols], `cols` a multiple of 32) into `act`, reusing its memory:
+    /// the same values as [`ActQ8::quantize`].
+    pub fn quantize(&self, x: &[f32], cols: usize, act: &mut ActQ8) {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni
+                if cols.is_multiple_of(32) && x.len().is_multiple_of(cols.max(1)) =>
+            {
+                act.shape(x, cols);
+                let ActQ8 { q, u, d, sums, .. } = act;
+                // SAFETY: `new` checked that the CPU supports AVX2; `shape` sized the vectors
+                // for `x`, a whole number of 32-value blocks.
+                unsafe { x86_act::quantize_avx2(x, q, u, d, sums) }
+            }
+            _ => act.quantize(x, cols),
         }
     }
 

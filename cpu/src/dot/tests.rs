@@ -204,3 +204,29 @@ fn weighted_sums_match_f64_on_every_instruction_set() {
         }
     }
 }
+
+/// Every instruction set quantizes activations to exactly the plain-Rust definition's values,
+/// ties and zero blocks included.
+#[test]
+fn every_instruction_set_quantizes_as_the_definition() {
+    let mut x: Vec<f32> = noise(4 * 96, 9).map(|u| (u * 10.0 - 5.0) as f32).collect();
+    // A block of zeros, and ties: 127 / amax = 1 makes 0.5 and 2.5 exact halves.
+    x[96..128].fill(0.0);
+    x[128] = 127.0;
+    x[129] = 0.5;
+    x[130] = 2.5;
+    x[131] = -3.5;
+    let mut want = ActQ8::default();
+    want.quantize(&x, 96);
+    assert_eq!(&want.q[129..132], &[0, 2, -4]);
+    for isa in Isa::available() {
+        let mut got = ActQ8::default();
+        Kernels::new(isa).unwrap().quantize(&x, 96, &mut got);
+        assert_eq!((got.rows, got.cols), (want.rows, want.cols), "{isa}");
+        assert_eq!(got.q, want.q, "{isa}");
+        assert_eq!(got.u, want.u, "{isa}");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got.d), bits(&want.d), "{isa}");
+        assert_eq!(bits(&got.sums), bits(&want.sums), "{isa}");
+    }
+}
