@@ -59,6 +59,24 @@ pub(super) unsafe fn acts(x: &ActRow, b: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(x.q.as_ptr().add(32 * b).cast()) }
 }
 
+/// Block `b` of `x`: its 32 levels, its scale, and the sum of its values.
+///
+/// # Safety
+/// Block `b` must be within `x`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn block(x: &ActRow, b: usize) -> (__m256i, f32, f32) {
+    // SAFETY: the caller guarantees block b lies within x: 32 levels from 32 b, its scale,
+    // and its two sums from 2 b.
+    unsafe {
+        (
+            acts(x, b),
+            *x.d.get_unchecked(b),
+            *x.sums.get_unchecked(2 * b) + *x.sums.get_unchecked(2 * b + 1),
+        )
+    }
+}
+
 /// A module `$name` of `q4`, `q4_0` and `q8` for one way of summing unsigned-by-signed bytes.
 macro_rules! fused {
     ($features:literal, $name:ident, $dot:expr) => {
@@ -73,7 +91,8 @@ macro_rules! fused {
             }
 
             /// Q4: `value = q * d + m`, 20-byte blocks; `N` activation rows at once, each
-            /// block's levels read and widened once for all of them.
+            /// block's levels read and widened once for all of them. Two blocks a pass, each
+            /// into its own sums, so that the sums stay in registers and their adds overlap.
             ///
             /// # Safety
             /// See the module's header; every row of `xs` has as many values as `row`.
@@ -82,22 +101,30 @@ macro_rules! fused {
                 let blocks = row.len() / 20;
                 // Two sums a row, alternating by block, so one row's adds do not wait on each other.
                 let mut acc = [[_mm256_setzero_ps(); 2]; N];
-                let mut base = [0f32; N];
-                for b in 0..blocks {
-                    // SAFETY: b < blocks, whole blocks of row.
-                    let (d, m, w) = unsafe {
-                        let p = row.as_ptr().add(20 * b);
-                        (half_at(p), half_at(p.add(2)), nibbles(p.add(4)))
-                    };
-                    for (i, x) in xs.iter().enumerate() {
-                        // SAFETY: block b lies within every row of xs.
-                        let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, unsafe { acts(x, b) }));
-                        acc[i][b & 1] =
-                            _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i][b & 1]);
-                        base[i] += m * (x.sums[2 * b] + x.sums[2 * b + 1]);
+                let mut base = [[0f32; 2]; N];
+                for pair in 0..blocks.div_ceil(2) {
+                    for h in 0..2 {
+                        let b = 2 * pair + h;
+                        if b == blocks {
+                            break;
+                        }
+                        // SAFETY: b < blocks, whole blocks of row.
+                        let (d, m, w) = unsafe {
+                            let p = row.as_ptr().add(20 * b);
+                            (half_at(p), half_at(p.add(2)), nibbles(p.add(4)))
+                        };
+                        for (i, x) in xs.iter().enumerate() {
+                            // SAFETY: block b lies within every row of xs.
+                            let (a, xd, xs) = unsafe { block(x, b) };
+                            let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, a));
+                            acc[i][h] = _mm256_fmadd_ps(sums, _mm256_set1_ps(d * xd), acc[i][h]);
+                            base[i][h] += m * xs;
+                        }
                     }
                 }
-                std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + base[i])
+                std::array::from_fn(|i| {
+                    hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + (base[i][0] + base[i][1])
+                })
             }
 
             /// Q4_0: `value = (q - 8) * d`, 18-byte blocks; `N` activation rows at once.
@@ -109,22 +136,30 @@ macro_rules! fused {
                 let blocks = row.len() / 18;
                 // Two sums a row, alternating by block, so one row's adds do not wait on each other.
                 let mut acc = [[_mm256_setzero_ps(); 2]; N];
-                let mut base = [0f32; N];
-                for b in 0..blocks {
-                    // SAFETY: b < blocks, whole blocks of row.
-                    let (d, w) = unsafe {
-                        let p = row.as_ptr().add(18 * b);
-                        (half_at(p), nibbles(p.add(2)))
-                    };
-                    for (i, x) in xs.iter().enumerate() {
-                        // SAFETY: block b lies within every row of xs.
-                        let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, unsafe { acts(x, b) }));
-                        acc[i][b & 1] =
-                            _mm256_fmadd_ps(sums, _mm256_set1_ps(d * x.d[b]), acc[i][b & 1]);
-                        base[i] -= 8.0 * d * (x.sums[2 * b] + x.sums[2 * b + 1]);
+                let mut base = [[0f32; 2]; N];
+                for pair in 0..blocks.div_ceil(2) {
+                    for h in 0..2 {
+                        let b = 2 * pair + h;
+                        if b == blocks {
+                            break;
+                        }
+                        // SAFETY: b < blocks, whole blocks of row.
+                        let (d, w) = unsafe {
+                            let p = row.as_ptr().add(18 * b);
+                            (half_at(p), nibbles(p.add(2)))
+                        };
+                        for (i, x) in xs.iter().enumerate() {
+                            // SAFETY: block b lies within every row of xs.
+                            let (a, xd, xs) = unsafe { block(x, b) };
+                            let sums = _mm256_cvtepi32_ps(dot_u8_i8(w, a));
+                            acc[i][h] = _mm256_fmadd_ps(sums, _mm256_set1_ps(d * xd), acc[i][h]);
+                            base[i][h] -= 8.0 * d * xs;
+                        }
                     }
                 }
-                std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + base[i])
+                std::array::from_fn(|i| {
+                    hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + (base[i][0] + base[i][1])
+                })
             }
 
             /// Q8: `value = q * d` with signed `q`, 34-byte blocks; `N` activation rows at
@@ -137,20 +172,25 @@ macro_rules! fused {
                 let blocks = row.len() / 34;
                 // Two sums a row, alternating by block, so one row's adds do not wait on each other.
                 let mut acc = [[_mm256_setzero_ps(); 2]; N];
-                for b in 0..blocks {
-                    // SAFETY: b < blocks, whole blocks of row.
-                    let (d, w) = unsafe {
-                        let p = row.as_ptr().add(34 * b);
-                        (half_at(p), _mm256_loadu_si256(p.add(2).cast()))
-                    };
-                    let magnitude = _mm256_sign_epi8(w, w);
-                    for (i, x) in xs.iter().enumerate() {
-                        // SAFETY: block b lies within every row of xs.
-                        let a = unsafe { acts(x, b) };
-                        let sums = dot_u8_i8(magnitude, _mm256_sign_epi8(a, w));
-                        let scale = _mm256_set1_ps(d * x.d[b]);
-                        acc[i][b & 1] =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[i][b & 1]);
+                for pair in 0..blocks.div_ceil(2) {
+                    for h in 0..2 {
+                        let b = 2 * pair + h;
+                        if b == blocks {
+                            break;
+                        }
+                        // SAFETY: b < blocks, whole blocks of row.
+                        let (d, w) = unsafe {
+                            let p = row.as_ptr().add(34 * b);
+                            (half_at(p), _mm256_loadu_si256(p.add(2).cast()))
+                        };
+                        let magnitude = _mm256_sign_epi8(w, w);
+                        for (i, x) in xs.iter().enumerate() {
+                            // SAFETY: block b lies within every row of xs.
+                            let (a, xd, _) = unsafe { block(x, b) };
+                            let sums = dot_u8_i8(magnitude, _mm256_sign_epi8(a, w));
+                            let scale = _mm256_set1_ps(d * xd);
+                            acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[i][h]);
+                        }
                     }
                 }
                 std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
