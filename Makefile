@@ -59,9 +59,12 @@ package-check: setup
 # Under `make -j2` (as .ci/run runs it) the models, the Python tools and the packaging tools
 # are made while the workspace compiles: they wait on the network or use one core. Make
 # starts the prerequisites in this order, so the compile starts first.
+#
+# scripts/arm64-test then runs the CPU executor's ARM64 kernels under QEMU.
 test: setup lint test-build conformance pytools package-tools
 	bash scripts/test-summary $(CARGO) test --workspace
 	HEARTH_PACKAGE_PROFILE=test $(MAKE) package-check
+	bash scripts/arm64-test
 
 # The tests' compile, after lint's: the two would only take turns at cargo's lock on target/.
 test-build: lint

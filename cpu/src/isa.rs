@@ -74,12 +74,12 @@ impl Isa {
     }
 
     /// Whether this build has kernels of its own for the instruction set (the x86-64 sets on
-    /// x86-64; NEON's are not written yet, so ARM64 runs the portable kernels).
+    /// x86-64, NEON's on ARM64).
     pub const fn has_kernels(self) -> bool {
         match self {
             Isa::Portable => true,
             Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => cfg!(target_arch = "x86_64"),
-            Isa::NeonDot => false,
+            Isa::NeonDot => cfg!(target_arch = "aarch64"),
         }
     }
 
@@ -148,6 +148,16 @@ mod tests {
             assert_eq!(Isa::named(isa.name()).unwrap(), isa);
         }
         assert!(Isa::best() >= Isa::Portable);
+    }
+
+    /// Where a test run names the instruction set the machine must run (scripts/arm64-test
+    /// does, on an emulated CPU), it is there with its kernels.
+    #[test]
+    fn the_expected_set_is_available() {
+        if let Ok(name) = std::env::var("HEARTH_TEST_EXPECT_ISA") {
+            let isa = Isa::named(&name).unwrap();
+            assert_eq!(Isa::best(), isa, "{:?}", Isa::available());
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! kernels keep eight or sixteen float partial sums, so their result differs from the portable
 //! one's only by float summation order.
 
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -182,6 +184,8 @@ impl Kernels {
         let isa = match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => isa,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => isa,
             _ => Isa::Portable,
         };
         Ok(Self { isa })
@@ -222,6 +226,9 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Isa::Avx2 => unsafe { x86::levels_avx2(w, x) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: as above.
+            Isa::NeonDot => unsafe { neon::levels(w, x) },
             _ => portable::levels(w, x),
         };
         products + base
@@ -251,9 +258,9 @@ impl Kernels {
         if !self.reads_packed(format) || !cols.is_multiple_of(32) {
             return None;
         }
-        let row_bytes = format.bytes_for(cols)?;
         #[cfg(target_arch = "x86_64")]
         {
+            let row_bytes = format.bytes_for(cols)?;
             use x86_fused::{avx2, vnni};
             use x86_kquant::{avx2 as k_avx2, vnni as k_vnni};
             let wide = self.isa == Isa::Avx512Vnni;
@@ -316,6 +323,17 @@ impl Kernels {
                 Isa::Avx2 => Some(kernels!(avx2)),
                 _ => Some(portable),
             };
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.isa == Isa::NeonDot {
+            return Some(PanelDot {
+                lanes: neon::LANES,
+                group,
+                simd: Some(match group {
+                    16 => (neon::panel::<16, 1>, neon::panel::<16, PANEL_TOKENS>),
+                    _ => (neon::panel::<32, 1>, neon::panel::<32, PANEL_TOKENS>),
+                }),
+            });
         }
         #[allow(unreachable_code)]
         Some(portable)
