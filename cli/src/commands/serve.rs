@@ -2,8 +2,8 @@
 //! engine's service, which runs the continuous-batching scheduler on a thread of its own.
 //!
 //! The listener opens at once and `/health` answers 503 until the model has loaded. SIGTERM
-//! or Ctrl-C stops accepting connections, lets the requests in flight finish for
-//! `--shutdown-timeout`, then cancels what is left.
+//! or Ctrl-C stops accepting connections, closes idle ones, lets the requests in flight
+//! finish for `--shutdown-timeout`, then cancels what is left.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -46,6 +46,15 @@ pub struct ServeArgs {
     /// Completions that may wait for a row before new requests get 503.
     #[arg(long, default_value_t = 256, value_name = "N")]
     max_queue: usize,
+    /// Seconds a request's headers may take to arrive; a slower connection is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    header_timeout: u64,
+    /// Connections open at once; more wait to be accepted.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    max_connections: usize,
+    /// Requests one keep-alive connection may make; its last answer closes it.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_requests_per_connection: usize,
     /// Seconds in-flight requests may run on after SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     shutdown_timeout: u64,
@@ -64,6 +73,9 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
         max_body: args.max_body,
         body_timeout: Duration::from_secs(args.body_timeout),
         max_queue: args.max_queue,
+        header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+        max_connections: args.max_connections.max(1),
+        max_requests_per_connection: args.max_requests_per_connection.max(1),
     });
     let address = format!("{}:{}", args.host, args.port);
     let listener = runtime

@@ -1,9 +1,14 @@
 //! OpenAI's API shapes: the requests `/v1/chat/completions` and `/v1/completions` take
-//! (`request.rs`), and the responses, stream chunks and errors the server gives
+//! (`request.rs`, with a chat's `messages` in `messages.rs` and a completion's `prompt` in
+//! `prompt.rs`), and the responses, stream chunks and errors the server gives
 //! (`response.rs`).
 
+mod messages;
+mod prompt;
 mod request;
 mod response;
 
+pub use messages::Message;
+pub use prompt::{Prompt, PromptPart};
 pub use request::*;
 pub use response::*;

@@ -63,12 +63,13 @@ pub struct Delta<'a> {
     pub content: &'a str,
 }
 
-/// The finish reason's name in OpenAI's API.
+/// The finish reason's name in OpenAI's API. A completion cut short by the server (it is
+/// shutting down) reads as `length`: the one of OpenAI's reasons that tells a client the
+/// answer ended before the model finished it. (A client that went away hears nothing.)
 pub fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Eos | FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::Cancelled => "cancelled",
+        FinishReason::Length | FinishReason::Cancelled => "length",
     }
 }
 
@@ -128,16 +129,22 @@ pub struct ModelCard<'a> {
     pub owned_by: &'static str,
 }
 
+impl<'a> ModelCard<'a> {
+    pub fn new(id: &'a str, created: u64) -> Self {
+        Self {
+            id,
+            object: "model",
+            created,
+            owned_by: "hearth",
+        }
+    }
+}
+
 impl<'a> ModelList<'a> {
     pub fn one(id: &'a str, created: u64) -> Self {
         Self {
             object: "list",
-            data: vec![ModelCard {
-                id,
-                object: "model",
-                created,
-                owned_by: "hearth",
-            }],
+            data: vec![ModelCard::new(id, created)],
         }
     }
 }
@@ -209,5 +216,19 @@ mod tests {
             to_value(Health { status: "ok" }).unwrap(),
             json!({ "status": "ok" })
         );
+    }
+
+    #[test]
+    fn every_finish_reason_is_one_openais_clients_know() {
+        for f in [
+            FinishReason::Eos,
+            FinishReason::Stop,
+            FinishReason::Length,
+            FinishReason::Cancelled,
+        ] {
+            let name = finish_reason(f);
+            assert!(["stop", "length"].contains(&name), "{f:?}: {name}");
+        }
+        assert_eq!(finish_reason(FinishReason::Cancelled), "length");
     }
 }

@@ -36,6 +36,7 @@ type Shared = Arc<AppState>;
 pub fn router(state: Shared) -> Router {
     let api = Router::new()
         .route("/v1/models", get(models::models))
+        .route("/v1/models/{id}", get(models::model))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(models::embeddings))
@@ -45,6 +46,7 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(api)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), health::count))
         .with_state(state)
 }
@@ -53,5 +55,17 @@ async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+/// A route that exists, asked with another method: OpenAI's error body, not an empty one.
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} {} is not allowed",
+            request.method(),
+            request.uri().path()
+        ),
     )
 }
