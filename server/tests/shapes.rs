@@ -1,5 +1,6 @@
 //! OpenAI's shapes at the edges: lengths, seeds, nulls, token-id prompts, roles and content,
-//! the field named in every 400, JSON bodies for 404 and 405, and `/v1/models/{id}`.
+//! the field named in every 400, JSON bodies for 404 and 405, `/v1/models/{id}` and
+//! `/openapi.json`.
 
 mod common;
 
@@ -41,6 +42,9 @@ async fn what_openai_takes_is_taken() {
                        "max_tokens": 2, "stream": null });
     let a = s.call("POST", "/v1/chat/completions", Some(chat)).await;
     assert_eq!(a.status, 200, "{}", a.body);
+    let a = s.call("GET", "/openapi.json", None).await;
+    assert_eq!(a.status, 200);
+    assert!(a.json()["paths"]["/v1/chat/completions"]["post"].is_object());
     let a = s.call("GET", "/v1/models/tiny", None).await;
     assert_eq!(a.status, 200);
     assert_eq!(a.json()["id"], "tiny");

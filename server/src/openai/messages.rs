@@ -4,6 +4,9 @@
 
 use hearth_models::ChatMessage;
 use serde_json::{Map, Value};
+use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, SchemaType, Type};
+use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::request::{invalid, Invalid};
 
@@ -113,6 +116,43 @@ fn part<'a>(p: &'a Value, param: &str) -> Result<&'a str, Invalid> {
         )),
     }
 }
+
+/// A message, for the API's description: read by hand above, so described by hand here.
+impl PartialSchema for Message {
+    fn schema() -> RefOr<Schema> {
+        let string = || ObjectBuilder::new().schema_type(SchemaType::new(Type::String));
+        let part = ObjectBuilder::new()
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::new(Type::String))
+                    .enum_values(Some(["text"])),
+            )
+            .property("text", string())
+            .required("type")
+            .required("text");
+        let content = OneOfBuilder::new()
+            .item(string())
+            .item(ArrayBuilder::new().items(part))
+            .item(ObjectBuilder::new().schema_type(SchemaType::new(Type::Null)))
+            .description(Some(
+                "Text, or parts of which only `text` ones are taken; `null` only in an \
+                 assistant message with `tool_calls`.",
+            ));
+        ObjectBuilder::new()
+            .property(
+                "role",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::new(Type::String))
+                    .enum_values(Some(ROLES.map(|(name, _)| name))),
+            )
+            .property("content", content)
+            .required("role")
+            .into()
+    }
+}
+
+impl ToSchema for Message {}
 
 fn role_names() -> String {
     ROLES.map(|(name, _)| name).join(", ")

@@ -3,6 +3,9 @@
 //! prompt, answered by its own `n` completions.
 
 use serde_json::Value;
+use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, SchemaType, Type};
+use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::request::{invalid, Invalid, MAX_COMPLETIONS};
 
@@ -100,6 +103,32 @@ fn tokens(ids: &[Value], param: &str) -> Result<Vec<u32>, Invalid> {
         })
         .collect()
 }
+
+/// The forms, for the API's description: read by hand above, so described by hand here.
+impl PartialSchema for Prompt {
+    fn schema() -> RefOr<Schema> {
+        let string = || ObjectBuilder::new().schema_type(SchemaType::new(Type::String));
+        let tokens = || {
+            ArrayBuilder::new()
+                .items(
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::new(Type::Integer))
+                        .minimum(Some(0))
+                        .maximum(Some(u32::MAX)),
+                )
+                .min_items(Some(1))
+        };
+        OneOfBuilder::new()
+            .item(string())
+            .item(ArrayBuilder::new().items(string()).min_items(Some(1)))
+            .item(tokens())
+            .item(ArrayBuilder::new().items(tokens()).min_items(Some(1)))
+            .description(Some(format!("One prompt or several: {FORMS}.")))
+            .into()
+    }
+}
+
+impl ToSchema for Prompt {}
 
 fn kind(v: &Value) -> &'static str {
     match v {

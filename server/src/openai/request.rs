@@ -9,6 +9,7 @@ use hearth_engine::sched::RequestParams;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::messages::Message;
 use super::prompt::Prompt;
@@ -22,49 +23,70 @@ pub const MAX_STOP_BYTES: usize = 1024;
 pub const MAX_COMPLETIONS: usize = 16;
 
 /// `stop`: one string or several.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, ToSchema, Debug, Clone)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Deserialize, Debug, Clone, Default)]
+#[derive(Deserialize, ToSchema, Debug, Clone, Default)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// What both endpoints share: sampling and length.
-#[derive(Deserialize, Debug, Clone, Default)]
+/// What both endpoints take: sampling, length and streaming. `null` is the same as left out.
+#[derive(Deserialize, ToSchema, Debug, Clone, Default)]
 pub struct Sampling {
     pub model: Option<String>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// Completions per prompt, 1 to 16 (times the prompts, at most 16).
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<u64>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u64>,
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<u64>,
+    /// At most 4 strings, none empty, each at most 1,024 bytes.
     pub stop: Option<Stop>,
     pub temperature: Option<f32>,
+    #[schema(minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
     /// OpenAI's is an int64; -1 is llama.cpp's "random".
     pub seed: Option<i64>,
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
+    /// Chat: a boolean. Completions: how many alternatives each token comes with, 0 to 20.
+    #[schema(value_type = Option<Object>)]
     pub logprobs: Option<Value>,
+    #[schema(maximum = 20)]
     pub top_logprobs: Option<u32>,
     // llama.cpp's server's extensions.
     pub top_k: Option<usize>,
+    #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
+    #[schema(exclusive_minimum = 0)]
     pub repeat_penalty: Option<f32>,
 }
 
+// Read field by field (`from_json`), so that each refusal names its field; the derived
+// schema is the API's description of it.
+/// `/v1/chat/completions`' body: the messages, and the fields both endpoints share.
+#[derive(ToSchema)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
+    #[serde(flatten)]
     pub sampling: Sampling,
 }
 
+/// `/v1/completions`' body: the prompts, and the fields both endpoints share.
+#[derive(ToSchema)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
+    #[serde(flatten)]
     pub sampling: Sampling,
 }
 

@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use hearth_engine::sample::FinishReason;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// A whole answer (`chat.completion`, `text_completion`) or one chunk of a streamed one
 /// (`chat.completion.chunk`, `text_completion`).
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Completion<'a> {
     pub id: &'a str,
+    /// `chat.completion`, `chat.completion.chunk` or `text_completion`.
     pub object: &'static str,
     pub created: u64,
     pub model: &'a str,
@@ -20,7 +22,7 @@ pub struct Completion<'a> {
     pub usage: Option<Usage>,
 }
 
-#[derive(Serialize, Debug, Clone, Copy, Default)]
+#[derive(Serialize, ToSchema, Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -28,17 +30,18 @@ pub struct Usage {
 }
 
 /// One of a request's `n` completions, or a piece of one.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Choice<'a> {
     pub index: usize,
     #[serde(flatten)]
     pub content: ChoiceContent<'a>,
     pub logprobs: Option<ChoiceLogprobs>,
+    /// `stop` or `length`; `null` in a stream's chunks before the last.
     pub finish_reason: Option<&'static str>,
 }
 
 /// Where a choice's text goes: the field named for the variant.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 #[serde(rename_all = "snake_case")]
 pub enum ChoiceContent<'a> {
     /// A chat's whole answer.
@@ -49,14 +52,14 @@ pub enum ChoiceContent<'a> {
     Text(&'a str),
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct AssistantMessage<'a> {
     pub role: &'static str,
     pub content: &'a str,
 }
 
 /// A chat chunk's change; the role only in a choice's first chunk.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -74,7 +77,7 @@ pub fn finish_reason(f: FinishReason) -> &'static str {
 }
 
 /// A choice's `logprobs`, in its endpoint's shape.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 #[serde(untagged)]
 pub enum ChoiceLogprobs {
     Chat(ChatLogprobs),
@@ -82,13 +85,13 @@ pub enum ChoiceLogprobs {
 }
 
 /// Chat's `logprobs`: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatLogprob>,
 }
 
 /// A generated token's entry, with its alternatives.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatLogprob {
     pub token: String,
     pub logprob: f64,
@@ -96,7 +99,7 @@ pub struct ChatLogprob {
     pub top_logprobs: Vec<ChatAlternative>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatAlternative {
     pub token: String,
     pub logprob: f64,
@@ -104,7 +107,7 @@ pub struct ChatAlternative {
 }
 
 /// The completions endpoint's `logprobs`: parallel lists, one entry per token.
-#[derive(Serialize, Debug, Default)]
+#[derive(Serialize, ToSchema, Debug, Default)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f64>,
@@ -115,13 +118,13 @@ pub struct CompletionLogprobs {
 }
 
 /// `/v1/models`: the one model served.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ModelList<'a> {
     pub object: &'static str,
     pub data: Vec<ModelCard<'a>>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ModelCard<'a> {
     pub id: &'a str,
     pub object: &'static str,
@@ -150,18 +153,18 @@ impl<'a> ModelList<'a> {
 }
 
 /// `/health`: `ok`, or `loading` before the model is.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Health {
     pub status: &'static str,
 }
 
 /// OpenAI's error body: `{"error": {message, type, param, code}}`.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ErrorBody<'a> {
     pub error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ErrorDetail<'a> {
     pub message: &'a str,
     #[serde(rename = "type")]

@@ -24,9 +24,24 @@ use super::models::{check_model, loaded};
 use super::stream::stream_chunks;
 use super::submit::submit;
 use super::Shared;
-use crate::openai::{ChatRequest, CompletionRequest, PromptPart, Sampling};
+use crate::openai::{ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling};
 use crate::{AppState, Model};
 
+/// A chat answered through the model's template.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
+            events (`chat.completion.chunk`), then `data: [DONE]`", body = Completion<'static>),
+        (status = 400, description = "A field out of its range or of the wrong type, named \
+            in `param`", body = ErrorBody<'static>),
+        (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
     let body: Value = read_json(&state, body).await?;
@@ -42,6 +57,21 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     respond(&state, m, vec![prompt], &request.sampling, Kind::Chat).await
 }
 
+/// Prompts continued as they are.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
+            events, then `data: [DONE]`", body = Completion<'static>),
+        (status = 400, description = "A field out of its range or of the wrong type, named \
+            in `param`", body = ErrorBody<'static>),
+        (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
     let body: Value = read_json(&state, body).await?;

@@ -5,6 +5,7 @@
 //!   shapes both share (`answer.rs`);
 //! - `models.rs`: `/v1/models`, `/v1/embeddings`, and which model a request may name;
 //! - `health.rs`: `/health`, `/metrics` and the count of answers behind it;
+//! - `openapi.rs`: `/openapi.json`, the API's description derived from its types;
 //! - `auth.rs`: the API key;
 //! - `body.rs`: reading a request's body, with every failure an OpenAI-shaped error;
 //! - `error.rs`: errors as OpenAI's API gives them, the service's among them.
@@ -17,6 +18,7 @@ mod completions;
 mod error;
 mod health;
 mod models;
+mod openapi;
 mod stream;
 mod submit;
 
@@ -44,6 +46,7 @@ pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/health", get(health::health))
         .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(openapi::openapi))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

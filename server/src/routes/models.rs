@@ -8,7 +8,7 @@ use axum::Json;
 
 use super::error::ApiError;
 use super::Shared;
-use crate::openai::{ModelCard, ModelList, Sampling};
+use crate::openai::{ErrorBody, ModelCard, ModelList, Sampling};
 use crate::{AppState, Model};
 
 /// The model, or 503 while it loads.
@@ -21,12 +21,31 @@ pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    responses(
+        (status = 200, description = "The one model served", body = ModelList<'static>),
+        (status = 503, description = "The model is still loading", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn models(State(state): State<Shared>) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
     Ok(Json(ModelList::one(&m.id, m.created)).into_response())
 }
 
 /// The model by its id or one of its aliases; 404 for any other.
+#[utoipa::path(
+    get,
+    path = "/v1/models/{id}",
+    params(("id" = String, Path, description = "The model's id or an alias")),
+    responses(
+        (status = 200, description = "The model", body = ModelCard<'static>),
+        (status = 404, description = "Not the model served", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn model(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -46,13 +65,21 @@ fn not_served(m: &Model, name: &str) -> ApiError {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    responses(
+        (status = 400, description = "Always: this server runs decoder models", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn embeddings(State(state): State<Shared>) -> ApiError {
     let what = match state.model() {
         Some(m) => format!("`{}` is a decoder-only language model", m.id),
         None => "the model is still loading".into(),
     };
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
+    ApiError::invalid(
+        "model",
         format!("{what}; embeddings need an encoder model, which this server does not run"),
     )
 }
