@@ -19,6 +19,8 @@ async fn what_openai_takes_is_taken() {
         json!({ "prompt": "a", "max_tokens": 2, "seed": -1, "stream": null }),
         json!({ "prompt": "a", "max_tokens": 2, "seed": i64::MIN, "n": null, "stop": null }),
         json!({ "prompt": [5, 6, 7], "max_tokens": 2 }),
+        // Whole numbers written as floats, as JSON Schema counts them.
+        json!({ "prompt": [5.0, 6], "max_tokens": 2.0, "n": 1.0 }),
     ] {
         let a = s.call("POST", "/v1/completions", Some(body.clone())).await;
         assert_eq!(a.status, 200, "{body}: {}", a.body);
@@ -99,6 +101,7 @@ async fn every_refusal_is_json_and_every_400_names_its_field() {
             "stop",
         ),
         ("/v1/completions", completion(json!({ "n": 17 })), "n"),
+        ("/v1/completions", completion(json!({ "n": 1.5 })), "n"),
         ("/v1/completions", json!({ "prompt": [] }), "prompt"),
         ("/v1/completions", json!({ "prompt": [1, 99999] }), "prompt"),
         ("/v1/completions", json!({ "prompt": [1, -1] }), "prompt[1]"),

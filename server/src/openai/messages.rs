@@ -131,14 +131,12 @@ impl PartialSchema for Message {
             .property("text", string())
             .required("type")
             .required("text");
+        // Also `null` in an assistant message with `tool_calls`: a case this schema leaves
+        // out rather than describe per role.
         let content = OneOfBuilder::new()
             .item(string())
             .item(ArrayBuilder::new().items(part))
-            .item(ObjectBuilder::new().schema_type(SchemaType::new(Type::Null)))
-            .description(Some(
-                "Text, or parts of which only `text` ones are taken; `null` only in an \
-                 assistant message with `tool_calls`.",
-            ));
+            .description(Some("Text, or parts of which only `text` ones are taken."));
         ObjectBuilder::new()
             .property(
                 "role",
@@ -148,6 +146,7 @@ impl PartialSchema for Message {
             )
             .property("content", content)
             .required("role")
+            .required("content")
             .into()
     }
 }

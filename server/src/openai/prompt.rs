@@ -8,6 +8,7 @@ use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::request::{invalid, Invalid, MAX_COMPLETIONS};
+use super::whole::whole;
 
 /// One prompt: text to tokenize, or the token ids themselves.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,18 +89,16 @@ fn tokens(ids: &[Value], param: &str) -> Result<Vec<u32>, Invalid> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
-            id.as_u64()
-                .and_then(|id| u32::try_from(id).ok())
-                .ok_or_else(|| {
-                    invalid(
-                        format!("{param}[{i}]"),
-                        format!(
-                            "{param}[{i}] is {}; a token id is a whole number from 0 to \
+            whole::<u32>(id).ok_or_else(|| {
+                invalid(
+                    format!("{param}[{i}]"),
+                    format!(
+                        "{param}[{i}] is {}; a token id is a whole number from 0 to \
                              4294967295 (a prompt is {FORMS})",
-                            id
-                        ),
-                    )
-                })
+                        id
+                    ),
+                )
+            })
         })
         .collect()
 }
@@ -107,7 +106,12 @@ fn tokens(ids: &[Value], param: &str) -> Result<Vec<u32>, Invalid> {
 /// The forms, for the API's description: read by hand above, so described by hand here.
 impl PartialSchema for Prompt {
     fn schema() -> RefOr<Schema> {
-        let string = || ObjectBuilder::new().schema_type(SchemaType::new(Type::String));
+        // Empty text is refused where the model adds no BOS: there is nothing to continue.
+        let string = || {
+            ObjectBuilder::new()
+                .schema_type(SchemaType::new(Type::String))
+                .min_length(Some(1))
+        };
         let tokens = || {
             ArrayBuilder::new()
                 .items(

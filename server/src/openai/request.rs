@@ -9,10 +9,13 @@ use hearth_engine::sched::RequestParams;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, Type};
+use utoipa::openapi::{ObjectBuilder, Ref, RefOr, Schema};
 use utoipa::ToSchema;
 
 use super::messages::Message;
 use super::prompt::Prompt;
+use super::whole::{self, whole};
 
 /// Stop strings one request may give.
 pub const MAX_STOP: usize = 4;
@@ -43,10 +46,13 @@ pub struct Sampling {
     pub stream_options: Option<StreamOptions>,
     /// Completions per prompt, 1 to 16 (times the prompts, at most 16).
     #[schema(minimum = 1, maximum = 16)]
+    #[serde(default, deserialize_with = "whole::optional")]
     pub n: Option<u64>,
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
     pub max_tokens: Option<u64>,
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
     pub max_completion_tokens: Option<u64>,
     /// At most 4 strings, none empty, each at most 1,024 bytes.
     pub stop: Option<Stop>,
@@ -54,17 +60,20 @@ pub struct Sampling {
     #[schema(minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
     /// OpenAI's is an int64; -1 is llama.cpp's "random".
+    #[serde(default, deserialize_with = "whole::optional")]
     pub seed: Option<i64>,
     #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
     #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
     /// Chat: a boolean. Completions: how many alternatives each token comes with, 0 to 20.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = logprobs_either)]
     pub logprobs: Option<Value>,
     #[schema(maximum = 20)]
+    #[serde(default, deserialize_with = "whole::optional")]
     pub top_logprobs: Option<u32>,
     // llama.cpp's server's extensions.
+    #[serde(default, deserialize_with = "whole::optional")]
     pub top_k: Option<usize>,
     #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
@@ -77,8 +86,10 @@ pub struct Sampling {
 /// `/v1/chat/completions`' body: the messages, and the fields both endpoints share.
 #[derive(ToSchema)]
 pub struct ChatRequest {
+    #[schema(min_items = 1)]
     pub messages: Vec<Message>,
     #[serde(flatten)]
+    #[schema(schema_with = chat_sampling)]
     pub sampling: Sampling,
 }
 
@@ -87,7 +98,43 @@ pub struct ChatRequest {
 pub struct CompletionRequest {
     pub prompt: Prompt,
     #[serde(flatten)]
+    #[schema(schema_with = completion_sampling)]
     pub sampling: Sampling,
+}
+
+// `logprobs` differs by endpoint: the shared fields, narrowed by each endpoint's form.
+fn logprobs_either() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(of_type(Type::Null))
+        .item(of_type(Type::Boolean))
+        .item(logprobs_count())
+        .into()
+}
+
+fn of_type(t: Type) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(t)
+}
+
+fn logprobs_count() -> ObjectBuilder {
+    of_type(Type::Integer)
+        .minimum(Some(0))
+        .maximum(Some(MAX_TOP_LOGPROBS as u64))
+}
+
+fn narrowed(logprobs: ObjectBuilder) -> RefOr<Schema> {
+    let field = OneOfBuilder::new().item(of_type(Type::Null)).item(logprobs);
+    AllOfBuilder::new()
+        .item(Ref::from_schema_name("Sampling"))
+        .item(ObjectBuilder::new().property("logprobs", field))
+        .into()
+}
+
+fn chat_sampling() -> RefOr<Schema> {
+    narrowed(of_type(Type::Boolean))
+}
+
+fn completion_sampling() -> RefOr<Schema> {
+    narrowed(logprobs_count())
 }
 
 /// A request that cannot be served as asked: a 400 naming the field.
@@ -292,8 +339,8 @@ impl Sampling {
                 Ok(None)
             }
             (Some(Value::Bool(true)), true) => Ok(Some(top.unwrap_or(0))),
-            (Some(Value::Number(n)), false) => match n.as_u64() {
-                Some(n) if n as usize <= max => Ok(Some(n as usize)),
+            (Some(v @ Value::Number(n)), false) => match whole::<usize>(v) {
+                Some(n) if n <= max => Ok(Some(n)),
                 _ => Err(invalid(
                     "logprobs",
                     format!("logprobs is {n}; it must be 0 to {max}"),

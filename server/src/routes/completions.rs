@@ -37,7 +37,10 @@ use crate::{AppState, Model};
             events (`chat.completion.chunk`), then `data: [DONE]`", body = Completion<'static>),
         (status = 400, description = "A field out of its range or of the wrong type, named \
             in `param`", body = ErrorBody<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
         (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 408, description = "The body took longer than `--body-timeout`", body = ErrorBody<'static>),
+        (status = 413, description = "The body is over `--max-body`", body = ErrorBody<'static>),
         (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
     ),
     security(("bearer" = []))
@@ -67,7 +70,10 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
             events, then `data: [DONE]`", body = Completion<'static>),
         (status = 400, description = "A field out of its range or of the wrong type, named \
             in `param`", body = ErrorBody<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
         (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 408, description = "The body took longer than `--body-timeout`", body = ErrorBody<'static>),
+        (status = 413, description = "The body is over `--max-body`", body = ErrorBody<'static>),
         (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
     ),
     security(("bearer" = []))

@@ -26,6 +26,7 @@ pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
     path = "/v1/models",
     responses(
         (status = 200, description = "The one model served", body = ModelList<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
         (status = 503, description = "The model is still loading", body = ErrorBody<'static>),
     ),
     security(("bearer" = []))
@@ -42,7 +43,9 @@ pub async fn models(State(state): State<Shared>) -> Result<Response, ApiError> {
     params(("id" = String, Path, description = "The model's id or an alias")),
     responses(
         (status = 200, description = "The model", body = ModelCard<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
         (status = 404, description = "Not the model served", body = ErrorBody<'static>),
+        (status = 503, description = "The model is still loading", body = ErrorBody<'static>),
     ),
     security(("bearer" = []))
 )]
@@ -65,14 +68,6 @@ fn not_served(m: &Model, name: &str) -> ApiError {
     }
 }
 
-#[utoipa::path(
-    post,
-    path = "/v1/embeddings",
-    responses(
-        (status = 400, description = "Always: this server runs decoder models", body = ErrorBody<'static>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn embeddings(State(state): State<Shared>) -> ApiError {
     let what = match state.model() {
         Some(m) => format!("`{}` is a decoder-only language model", m.id),
