@@ -152,6 +152,29 @@ impl<'a> ModelList<'a> {
     }
 }
 
+/// One server-sent event of a streamed answer, for the API's description: its `data` is a
+/// chunk (`Completion` as JSON), an error (`ErrorBody` as JSON), or `[DONE]` last.
+pub struct StreamEvent;
+
+impl utoipa::PartialSchema for StreamEvent {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let text = || ObjectBuilder::new().schema_type(Type::String);
+        ObjectBuilder::new()
+            .property(
+                "data",
+                text().description(Some(
+                    "A chunk (`Completion`) or an error (`ErrorBody`) as JSON, or `[DONE]`",
+                )),
+            )
+            .property("event", text())
+            .required("data")
+            .into()
+    }
+}
+
+impl ToSchema for StreamEvent {}
+
 /// `/health`: `ok`, or `loading` before the model is.
 #[derive(Serialize, ToSchema, Debug)]
 pub struct Health {

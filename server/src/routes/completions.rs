@@ -24,7 +24,9 @@ use super::models::{check_model, loaded};
 use super::stream::stream_chunks;
 use super::submit::submit;
 use super::Shared;
-use crate::openai::{ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling};
+use crate::openai::{
+    ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling, StreamEvent,
+};
 use crate::{AppState, Model};
 
 /// A chat answered through the model's template.
@@ -34,7 +36,10 @@ use crate::{AppState, Model};
     request_body = ChatRequest,
     responses(
         (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
-            events (`chat.completion.chunk`), then `data: [DONE]`", body = Completion<'static>),
+            events (`chat.completion.chunk`), then `data: [DONE]`", content(
+            (Completion<'static> = "application/json"),
+            (StreamEvent = "text/event-stream"),
+        )),
         (status = 400, description = "A field out of its range or of the wrong type, named \
             in `param`", body = ErrorBody<'static>),
         (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
@@ -67,7 +72,10 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     request_body = CompletionRequest,
     responses(
         (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
-            events, then `data: [DONE]`", body = Completion<'static>),
+            events, then `data: [DONE]`", content(
+            (Completion<'static> = "application/json"),
+            (StreamEvent = "text/event-stream"),
+        )),
         (status = 400, description = "A field out of its range or of the wrong type, named \
             in `param`", body = ErrorBody<'static>),
         (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
