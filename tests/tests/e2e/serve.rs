@@ -422,7 +422,9 @@ fn the_openapi_description_holds_under_schemathesis() {
         return;
     };
     let server = start(&model, &["--parallel", "4", "-c", "256"]);
+    // Its example database goes to a scratch directory, not the source tree.
     let out = Command::new(python)
+        .current_dir(super::scratch("schemathesis"))
         .args(["-m", "schemathesis.cli", "run"])
         .arg(format!("http://{}/openapi.json", server.addr))
         .args(["-H", &format!("Authorization: Bearer {KEY}")])
