@@ -1,7 +1,8 @@
 //! `hearth serve`: an OpenAI-compatible HTTP server (the `hearth-server` crate) on the
 //! engine's service, which runs the continuous-batching scheduler on a thread of its own.
 //!
-//! The listener opens at once and `/health` answers 503 until the model has loaded. SIGTERM
+//! The listener opens at once and `/health` answers 503 until the model has loaded and one
+//! warm-up request has run through it (building what the executor builds on first use). SIGTERM
 //! or Ctrl-C stops accepting connections, closes idle ones, lets the requests in flight
 //! finish for `--shutdown-timeout`, then cancels what is left.
 
@@ -63,6 +64,9 @@ pub struct ServeArgs {
     alias: Option<String>,
 }
 
+/// The warm-up's prompt: several tokens, so that a prompt chunk and a decode step both run.
+const WARM_UP: &str = "A short request that runs the prompt and decode kernels once.";
+
 pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -111,6 +115,16 @@ fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()>
     aliases.retain(|a| !a.is_empty());
     // The service's thread runs until the process ends.
     let (_service, handle) = Service::spawn(engine, ServiceOptions { parallel })?;
+    // /health says ready only once a first request has run: the first answer does not wait
+    // for kernels built on first use.
+    let started = std::time::Instant::now();
+    handle
+        .warm_up(tools.0.encode(WARM_UP))
+        .context("warming up")?;
+    eprintln!(
+        "hearth serve: warmed up in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let id = args
         .alias
         .clone()

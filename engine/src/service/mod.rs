@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
+use crate::sample::{GenerateParams, SamplerParams};
 use crate::sched::{RequestId, RequestParams, TokenEvent};
 use crate::session::Timings;
 use hearth_model::kv::policy::KvPolicyStats;
@@ -166,6 +167,32 @@ impl Handle {
         };
         self.submit(submit)?;
         rx.recv().unwrap_or(Err(ServiceError::ShuttingDown))
+    }
+
+    /// Runs one short greedy request on `prompt` (its prefill and a decode step) and waits
+    /// for its end, so that what the executor builds on first use (the Vulkan pipelines of
+    /// each step's kernels) is built before the service's callers are told it is ready.
+    pub fn warm_up(&self, prompt: Vec<u32>) -> Result<(), ServiceError> {
+        let (tx, rx) = mpsc::channel();
+        let params = RequestParams {
+            generate: GenerateParams {
+                max_tokens: Some(2),
+                sampler: SamplerParams::greedy(),
+                ignore_eos: true,
+                ..GenerateParams::default()
+            },
+            n: 1,
+        };
+        self.submit_wait(prompt, params, Box::new(move |e| tx.send(e).is_ok()))?;
+        for event in rx {
+            match event {
+                // A completion's report follows its last token.
+                Event::Report(_) => return Ok(()),
+                Event::Failed(e) => return Err(e),
+                Event::Token(_) => {}
+            }
+        }
+        Err(ServiceError::Stopped)
     }
 
     /// Ends request `id`; its completions get a last event with `Cancelled`.
