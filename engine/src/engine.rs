@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hearth_models::{
-    resolve_with, ChatMessage, ChatOptions, ChatTemplate, EncodeOptions, GgufFile, ModelSpec,
-    Tokenizer,
+    resolve_with, ChatMessage, ChatOptions, ChatTemplate, GgufFile, ModelSpec, Tokenizer,
 };
 
 use crate::sample::beam_scores::{BeamParams, Hypothesis};
@@ -189,20 +188,19 @@ pub struct Engine {
 }
 
 /// Token ids of a conversation rendered with `template`, ending with the opening of an
-/// assistant turn.
+/// assistant turn. Only the template's markup becomes control tokens: `<|im_end|>` typed in
+/// a message is spelled out as ordinary tokens ([`hearth_models::chat_text`]).
 pub fn chat_prompt(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
     messages: &[ChatMessage],
 ) -> Result<Vec<u32>> {
     let options = ChatOptions::for_tokenizer(tokenizer, true);
-    let text = template.render(messages, &options)?;
-    // The template writes BOS itself where the model wants one.
-    let encode = EncodeOptions {
-        add_special: false,
-        parse_special: true,
-    };
-    Ok(tokenizer.encode_with(&text, encode))
+    // The template writes BOS itself where the model wants one; control-token text in a
+    // message stays text.
+    Ok(hearth_models::chat_text::encode_chat(
+        tokenizer, template, messages, &options,
+    )?)
 }
 
 impl Engine {

@@ -168,6 +168,61 @@ fn continuous_batching_gives_each_request_what_it_gets_alone() {
     assert_eq!(sched.running(), 0);
 }
 
+fn finished_sequences_are_released_while_others_run() {
+    if !have_device() {
+        return;
+    }
+    let long = (prompt(14, 6), 40);
+    let shorts: Vec<(Vec<u32>, usize)> = (0..5).map(|i| (prompt(15 + i, 6), 2)).collect();
+    let mut all = vec![long.clone()];
+    all.extend(shorts.iter().cloned());
+    let want = alone(&all);
+    let mut e = engine(3, 128, 64, None);
+    let mut sched = e.scheduler().unwrap();
+    let long_id = sched.add_request(&long.0, &greedy(long.1)).unwrap();
+    // Three completions of one prompt that wait for their lead to read it.
+    let shared = sched
+        .add_request(&prompt(20, 30), &RequestParams { n: 3, ..greedy(3) })
+        .unwrap();
+    let mut got = HashMap::new();
+    // Short requests keep arriving, so the scheduler is never idle: each one's state goes
+    // as soon as its last event has been read.
+    for (i, (p, n)) in shorts.iter().enumerate() {
+        let id = sched.add_request(p, &greedy(*n)).unwrap();
+        loop {
+            let events = sched.step().unwrap();
+            let done = events.iter().any(|e| e.request == id && e.finish.is_some());
+            for ev in events {
+                record(&mut got, ev);
+            }
+            sched.forget_finished();
+            if done {
+                break;
+            }
+        }
+        assert_eq!(got[&(id, 0)].0, want[i + 1], "short request {i}");
+        let pending = sched.pending();
+        assert!(pending > 0, "the long request still runs");
+        assert_eq!(sched.held(), pending, "only unfinished sequences are held");
+    }
+    while sched.pending() > 0 {
+        for ev in sched.step().unwrap() {
+            record(&mut got, ev);
+        }
+        sched.forget_finished();
+    }
+    assert_eq!(sched.held(), 0);
+    assert_eq!(
+        got[&(long_id, 0)].0,
+        want[0],
+        "renumbering kept the long request whole"
+    );
+    let first = &got[&(shared, 0)].0;
+    for s in 1..3 {
+        assert_eq!(&got[&(shared, s)].0, first, "greedy completions agree");
+    }
+}
+
 fn running_out_of_blocks_preempts_and_recomputes() {
     if !have_device() {
         return;
@@ -432,6 +487,15 @@ mod vulkan {
     }
 
     #[test]
+    fn finished_sequences_are_released_while_others_run() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::finished_sequences_are_released_while_others_run,
+        );
+    }
+
+    #[test]
     fn completions_of_one_prompt_share_its_blocks() {
         super::on(
             BackendKind::Vulkan,
@@ -515,6 +579,15 @@ mod cpu {
             BackendKind::Cpu,
             Activations::F32,
             super::running_out_of_blocks_preempts_and_recomputes,
+        );
+    }
+
+    #[test]
+    fn finished_sequences_are_released_while_others_run() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::finished_sequences_are_released_while_others_run,
         );
     }
 

@@ -298,3 +298,18 @@ fn a_request_that_cannot_run_is_refused_with_its_reason() {
     drop(handle);
     service.join();
 }
+
+#[test]
+fn a_warm_up_runs_a_request_through_and_refuses_a_bad_one() {
+    for (backend, parallel) in [(BackendKind::Cpu, 2), (BackendKind::Reference, 1)] {
+        let (service, handle) =
+            Service::spawn(engine(backend, parallel), ServiceOptions { parallel }).unwrap();
+        handle.warm_up(prompt(3, 5)).unwrap();
+        // Nothing is left waiting, and the service answers as before.
+        assert_eq!(handle.waiting(), 0);
+        let e = handle.warm_up(Vec::new()).unwrap_err();
+        assert!(matches!(e, ServiceError::Invalid(_)), "{e:?}");
+        drop(handle);
+        service.join();
+    }
+}

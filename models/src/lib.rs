@@ -6,7 +6,8 @@
 //!   [`ResolvedModel`] the runtime executes.
 //! - [`tokenizer`]: byte-level BPE and SentencePiece BPE from GGUF metadata, HF
 //!   `tokenizer.json` files, and streaming detokenization.
-//! - [`chat`]: chat templates rendered with minijinja.
+//! - [`chat`]: chat templates rendered with minijinja; [`chat_text`]: a chat tokenized so
+//!   that message text stays text.
 //! - [`resolve`]: finding a model by name in the models directory.
 //! - [`hf`]: Hugging Face folders (safetensors and tokenizer files) converted to GGUF.
 //! - [`synthetic`]: GGUF files of a given shape, built in memory, for benchmarks and tests.
@@ -38,6 +39,7 @@
 //! ```
 
 pub mod chat;
+pub mod chat_text;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

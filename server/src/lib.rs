@@ -1,6 +1,7 @@
 //! OpenAI's HTTP API over a running engine [`service`](hearth_engine::service): the server
 //! behind `hearth serve` and the desktop app's "Serve" switch.
 //!
+//! - `listen.rs`: accepting connections, with limits on how many, how slow and how long;
 //! - `routes/`: the endpoints (tokio and axum), OpenAI-shaped errors, authentication;
 //! - `openai/`: the API's request and response shapes;
 //! - `logprobs.rs`: log probabilities in the chat and completion shapes;
@@ -9,12 +10,12 @@
 //! The handlers render chat templates and tokenize on their own threads, so the engine's
 //! thread only steps the model.
 
+mod listen;
 mod logprobs;
 pub mod metrics;
 pub mod openai;
 mod routes;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -39,6 +40,12 @@ pub struct ServerOptions {
     pub body_timeout: Duration,
     /// Completions that may wait for a cache row before new requests get 503.
     pub max_queue: usize,
+    /// How long a request's headers may take to arrive (the connection is closed after).
+    pub header_timeout: Duration,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// Requests one keep-alive connection may make; the last answer closes it.
+    pub max_requests_per_connection: usize,
 }
 
 impl Default for ServerOptions {
@@ -48,6 +55,19 @@ impl Default for ServerOptions {
             max_body: 4 << 20,
             body_timeout: Duration::from_secs(30),
             max_queue: 256,
+            header_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            max_requests_per_connection: 1000,
+        }
+    }
+}
+
+impl ServerOptions {
+    fn limits(&self) -> listen::Limits {
+        listen::Limits {
+            header_timeout: self.header_timeout,
+            max_connections: self.max_connections,
+            max_requests_per_connection: self.max_requests_per_connection,
         }
     }
 }
@@ -119,16 +139,15 @@ impl AppState {
     }
 }
 
-/// Serves `state` on `listener` until `shutdown` completes, then until the connections
-/// still open close.
+/// Serves `state` on `listener` until `shutdown` completes, then until the answers in
+/// progress are written (idle connections are closed at once).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = state.options.limits();
+    listen::serve(listener, router(state), limits, shutdown).await
 }
 
 /// A server on a thread of its own, with its own async runtime: the desktop app's.
@@ -158,14 +177,11 @@ impl Background {
         let thread = std::thread::Builder::new()
             .name("hearth-server".into())
             .spawn(move || {
-                let app = router(state);
                 let (mut graceful, mut hard) = (stopped.clone(), stopped);
                 runtime.block_on(async move {
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = graceful.changed().await;
-                        })
-                        .into_future();
+                    let served = serve(listener, state, async move {
+                        let _ = graceful.changed().await;
+                    });
                     // Requests in flight get a moment to finish once stopped.
                     let grace = async move {
                         let _ = hard.changed().await;

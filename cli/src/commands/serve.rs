@@ -1,9 +1,10 @@
 //! `hearth serve`: an OpenAI-compatible HTTP server (the `hearth-server` crate) on the
 //! engine's service, which runs the continuous-batching scheduler on a thread of its own.
 //!
-//! The listener opens at once and `/health` answers 503 until the model has loaded. SIGTERM
-//! or Ctrl-C stops accepting connections, lets the requests in flight finish for
-//! `--shutdown-timeout`, then cancels what is left.
+//! The listener opens at once and `/health` answers 503 until the model has loaded and one
+//! warm-up request has run through it (building what the executor builds on first use). SIGTERM
+//! or Ctrl-C stops accepting connections, closes idle ones, lets the requests in flight
+//! finish for `--shutdown-timeout`, then cancels what is left.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -46,6 +47,15 @@ pub struct ServeArgs {
     /// Completions that may wait for a row before new requests get 503.
     #[arg(long, default_value_t = 256, value_name = "N")]
     max_queue: usize,
+    /// Seconds a request's headers may take to arrive; a slower connection is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    header_timeout: u64,
+    /// Connections open at once; more wait to be accepted.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    max_connections: usize,
+    /// Requests one keep-alive connection may make; its last answer closes it.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_requests_per_connection: usize,
     /// Seconds in-flight requests may run on after SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     shutdown_timeout: u64,
@@ -53,6 +63,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     alias: Option<String>,
 }
+
+/// The warm-up's prompt: several tokens, so that a prompt chunk and a decode step both run.
+const WARM_UP: &str = "A short request that runs the prompt and decode kernels once.";
 
 pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -64,6 +77,9 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
         max_body: args.max_body,
         body_timeout: Duration::from_secs(args.body_timeout),
         max_queue: args.max_queue,
+        header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+        max_connections: args.max_connections.max(1),
+        max_requests_per_connection: args.max_requests_per_connection.max(1),
     });
     let address = format!("{}:{}", args.host, args.port);
     let listener = runtime
@@ -99,6 +115,16 @@ fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()>
     aliases.retain(|a| !a.is_empty());
     // The service's thread runs until the process ends.
     let (_service, handle) = Service::spawn(engine, ServiceOptions { parallel })?;
+    // /health says ready only once a first request has run: the first answer does not wait
+    // for kernels built on first use.
+    let started = std::time::Instant::now();
+    handle
+        .warm_up(tools.0.encode(WARM_UP))
+        .context("warming up")?;
+    eprintln!(
+        "hearth serve: warmed up in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let id = args
         .alias
         .clone()

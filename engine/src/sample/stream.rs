@@ -55,7 +55,8 @@ impl GenerateParams {
                 format!("is {n}; at most {} alternatives", super::MAX_TOP_LOGPROBS),
             ));
         }
-        let needed = prompt.len() + self.max_tokens.unwrap_or(0);
+        // Saturating: a huge `max_tokens` is refused, never wrapped into range.
+        let needed = prompt.len().saturating_add(self.max_tokens.unwrap_or(0));
         if needed > n_ctx {
             return Err(Error::ContextFull {
                 needed,

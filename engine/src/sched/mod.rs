@@ -103,6 +103,11 @@ impl<'a> Scheduler<'a> {
         self.max_running = n.clamp(1, self.rows.len());
     }
 
+    /// Most sequences running at once.
+    pub fn max_running(&self) -> usize {
+        self.max_running
+    }
+
     pub fn model(&self) -> &dyn BatchedBackend {
         &*self.model
     }
@@ -219,12 +224,48 @@ impl<'a> Scheduler<'a> {
             .collect()
     }
 
-    /// Forgets finished requests' bookkeeping (their cached prefixes stay).
+    /// Sequences whose state the scheduler holds: the pending ones, and finished ones not
+    /// yet forgotten.
+    pub fn held(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Forgets finished sequences (their cached prefixes stay), whatever else runs: each
+    /// holds its tokens, stop strings and a vocabulary-sized candidate buffer, so under
+    /// unbroken load keeping them until idle would grow without bound. Call it once their
+    /// last events (and [`times`](Self::times)) have been read.
     pub fn forget_finished(&mut self) {
-        if self.seqs.iter().all(|s| s.phase == Phase::Done) {
-            self.seqs.clear();
-            self.waiting.clear();
+        if self.seqs.iter().all(|s| s.phase != Phase::Done) {
+            return;
         }
+        // Sequences are named by index (rows, the waiting queue, `after`): renumber them.
+        let mut new_index = vec![None; self.seqs.len()];
+        let mut kept = 0;
+        for (i, s) in self.seqs.iter().enumerate() {
+            if s.phase != Phase::Done {
+                new_index[i] = Some(kept);
+                kept += 1;
+            }
+        }
+        self.seqs.retain(|s| s.phase != Phase::Done);
+        for s in &mut self.seqs {
+            // A finished lead has read its prompt: nothing to wait for.
+            s.after = s.after.and_then(|lead| new_index[lead]);
+        }
+        for r in 0..self.rows.len() {
+            if let Row::Busy(i) = self.rows[r] {
+                match new_index[i] {
+                    Some(j) => self.rows[r] = Row::Busy(j),
+                    // A sequence's row becomes a cached prefix as it finishes, so none
+                    // finished holds one; were one to, its blocks are freed with it.
+                    None => {
+                        self.model.kv_mut().clear(r);
+                        self.rows[r] = Row::Free;
+                    }
+                }
+            }
+        }
+        self.waiting = self.waiting.iter().filter_map(|&i| new_index[i]).collect();
     }
 
     /// Runs one step: admits waiting sequences, runs one batched forward pass, samples, and

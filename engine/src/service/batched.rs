@@ -2,11 +2,10 @@
 //! route each completion's events back to its sink.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use super::{Command, Event, Load, Observer, Report, ServiceError, Sink};
+use super::{Command, Event, Load, Observer, Queue, Report, ServiceError, Sink, Submit};
 use crate::sched::{RequestId, Scheduler, SeqTimes, TokenEvent};
 use crate::session::Timings;
 
@@ -22,23 +21,21 @@ struct State<'s, 'm> {
     sched: &'s mut Scheduler<'m>,
     routes: HashMap<RequestId, Route>,
     observer: Option<Arc<dyn Observer>>,
+    /// Completions submitted since the queue was last published.
+    taken: usize,
 }
 
-pub(super) fn run(
-    mut sched: Scheduler<'_>,
-    rx: mpsc::Receiver<Command>,
-    waiting: Arc<AtomicUsize>,
-) {
+pub(super) fn run(mut sched: Scheduler<'_>, rx: mpsc::Receiver<Command>, queue: Arc<Queue>) {
     let mut state = State {
         sched: &mut sched,
         routes: HashMap::new(),
         observer: None,
+        taken: 0,
     };
     let mut callers = true;
     loop {
         // Idle: wait for work. Busy: take whatever arrived, then step.
         if state.sched.pending() == 0 {
-            state.sched.forget_finished();
             match rx.recv() {
                 Ok(command) => state.take(command),
                 Err(_) => return,
@@ -63,6 +60,8 @@ pub(super) fn run(
                 for event in events {
                     state.deliver(event);
                 }
+                // Delivered: what finished is released now, not when the server is next idle.
+                state.sched.forget_finished();
             }
             Err(e) => {
                 tracing::error!("engine step failed: {e}");
@@ -74,7 +73,8 @@ pub(super) fn run(
             }
         }
         let load = state.load();
-        waiting.store(load.queued, Ordering::Relaxed);
+        queue.publish(load.running, load.queued);
+        queue.taken(std::mem::take(&mut state.taken));
         if let Some(o) = &state.observer {
             o.load(&load);
         }
@@ -84,21 +84,10 @@ pub(super) fn run(
 impl State<'_, '_> {
     fn take(&mut self, command: Command) {
         match command {
-            Command::Submit(s, submitted) => match self.sched.add_request(&s.prompt, &s.params) {
-                Ok(id) => {
-                    if let Some(o) = &self.observer {
-                        o.accepted(s.prompt.len());
-                    }
-                    let route = Route {
-                        sink: s.sink,
-                        open: s.params.n,
-                        submitted,
-                    };
-                    self.routes.insert(id, route);
-                    (s.accepted)(Ok(id));
-                }
-                Err(e) => (s.accepted)(Err(ServiceError::refused(e))),
-            },
+            Command::Submit(s, submitted) => {
+                self.taken += s.params.n;
+                self.add(s, submitted);
+            }
             Command::Cancel(id) => self.sched.cancel(id),
             Command::CancelAll => {
                 for &id in self.routes.keys() {
@@ -106,6 +95,25 @@ impl State<'_, '_> {
                 }
             }
             Command::Observe(o) => self.observer = o,
+        }
+    }
+
+    /// Hands a submission to the scheduler, and tells its caller whether it was taken.
+    fn add(&mut self, s: Submit, submitted: Instant) {
+        match self.sched.add_request(&s.prompt, &s.params) {
+            Ok(id) => {
+                if let Some(o) = &self.observer {
+                    o.accepted(s.prompt.len());
+                }
+                let route = Route {
+                    sink: s.sink,
+                    open: s.params.n,
+                    submitted,
+                };
+                self.routes.insert(id, route);
+                (s.accepted)(Ok(id));
+            }
+            Err(e) => (s.accepted)(Err(ServiceError::refused(e))),
         }
     }
 

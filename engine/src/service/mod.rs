@@ -14,20 +14,22 @@
 
 mod batched;
 mod error;
+mod queue;
 mod solo;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
+use crate::sample::{GenerateParams, SamplerParams};
 use crate::sched::{RequestId, RequestParams, TokenEvent};
 use crate::session::Timings;
 use hearth_model::kv::policy::KvPolicyStats;
 use hearth_model::kv::KvUsage;
 
 pub use error::ServiceError;
+use queue::Queue;
 
 /// What a caller hears about its request.
 #[derive(Debug)]
@@ -116,7 +118,7 @@ enum Command {
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::Sender<Command>,
-    waiting: Arc<AtomicUsize>,
+    queue: Arc<Queue>,
     batched: bool,
 }
 
@@ -125,9 +127,25 @@ impl Handle {
     /// [`ServiceError::ShuttingDown`] when the service has stopped (then `accepted` is never
     /// called).
     pub fn submit(&self, submit: Submit) -> Result<(), ServiceError> {
+        self.send(submit, None)
+    }
+
+    /// [`submit`](Self::submit), refused with [`ServiceError::QueueFull`] where `limit`
+    /// completions or more would wait for a cache row ahead of it. Requests submitted at the
+    /// same moment are counted one after another, so a burst cannot pass the limit.
+    pub fn submit_within(&self, submit: Submit, limit: usize) -> Result<(), ServiceError> {
+        self.send(submit, Some(limit))
+    }
+
+    fn send(&self, submit: Submit, limit: Option<usize>) -> Result<(), ServiceError> {
+        let n = submit.params.n;
+        self.queue.reserve(n, limit)?;
         self.tx
             .send(Command::Submit(submit, Instant::now()))
-            .map_err(|_| ServiceError::ShuttingDown)
+            .map_err(|_| {
+                self.queue.taken(n);
+                ServiceError::ShuttingDown
+            })
     }
 
     /// [`submit`](Self::submit), waiting for the answer.
@@ -151,6 +169,32 @@ impl Handle {
         rx.recv().unwrap_or(Err(ServiceError::ShuttingDown))
     }
 
+    /// Runs one short greedy request on `prompt` (its prefill and a decode step) and waits
+    /// for its end, so that what the executor builds on first use (the Vulkan pipelines of
+    /// each step's kernels) is built before the service's callers are told it is ready.
+    pub fn warm_up(&self, prompt: Vec<u32>) -> Result<(), ServiceError> {
+        let (tx, rx) = mpsc::channel();
+        let params = RequestParams {
+            generate: GenerateParams {
+                max_tokens: Some(2),
+                sampler: SamplerParams::greedy(),
+                ignore_eos: true,
+                ..GenerateParams::default()
+            },
+            n: 1,
+        };
+        self.submit_wait(prompt, params, Box::new(move |e| tx.send(e).is_ok()))?;
+        for event in rx {
+            match event {
+                // A completion's report follows its last token.
+                Event::Report(_) => return Ok(()),
+                Event::Failed(e) => return Err(e),
+                Event::Token(_) => {}
+            }
+        }
+        Err(ServiceError::Stopped)
+    }
+
     /// Ends request `id`; its completions get a last event with `Cancelled`.
     pub fn cancel(&self, id: RequestId) {
         let _ = self.tx.send(Command::Cancel(id));
@@ -167,15 +211,7 @@ impl Handle {
 
     /// Completions waiting for a cache row.
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    /// Refuses a new request while `limit` completions or more wait for a cache row.
-    pub fn check_queue(&self, limit: usize) -> Result<(), ServiceError> {
-        match self.waiting() {
-            waiting if waiting >= limit => Err(ServiceError::QueueFull { waiting, limit }),
-            _ => Ok(()),
-        }
+        self.queue.waiting()
     }
 
     /// Whether requests are batched; otherwise they run one at a time.
@@ -195,8 +231,8 @@ impl Service {
     pub fn spawn(engine: Engine, options: ServiceOptions) -> crate::Result<(Service, Handle)> {
         let (tx, rx) = mpsc::channel::<Command>();
         let (ready_tx, ready_rx) = mpsc::channel::<bool>();
-        let waiting = Arc::new(AtomicUsize::new(0));
-        let shared = waiting.clone();
+        let queue = Arc::new(Queue::new());
+        let shared = queue.clone();
         let thread = std::thread::Builder::new()
             .name("hearth-engine".into())
             .spawn(move || run(engine, options, rx, ready_tx, shared))
@@ -207,14 +243,7 @@ impl Service {
             thread: Some(thread),
         };
         match ready_rx.recv() {
-            Ok(batched) => Ok((
-                service,
-                Handle {
-                    tx,
-                    waiting,
-                    batched,
-                },
-            )),
+            Ok(batched) => Ok((service, Handle { tx, queue, batched })),
             Err(_) => Err(hearth_model::Error::options(
                 "service",
                 "the engine thread ended before it was ready",
@@ -236,18 +265,20 @@ fn run(
     options: ServiceOptions,
     rx: mpsc::Receiver<Command>,
     ready: mpsc::Sender<bool>,
-    waiting: Arc<AtomicUsize>,
+    queue: Arc<Queue>,
 ) {
     // The scheduler refuses the engines it cannot batch on; those take one request at a time.
     match engine.scheduler() {
         Ok(mut sched) => {
             sched.set_max_running(options.parallel);
+            queue.set_slots(sched.max_running());
             let _ = ready.send(true);
-            batched::run(sched, rx, waiting);
+            batched::run(sched, rx, queue);
         }
         Err(_) => {
+            queue.set_slots(1);
             let _ = ready.send(false);
-            solo::run(&mut engine, rx);
+            solo::run(&mut engine, rx, queue);
         }
     }
 }

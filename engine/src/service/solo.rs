@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use super::{Command, Event, Observer, Report, ServiceError, Sink, Submit};
+use super::{Command, Event, Observer, Queue, Report, ServiceError, Sink, Submit};
 use crate::engine::Engine;
 use crate::sample::FinishReason;
 use crate::sched::{RequestId, RequestParams, TokenEvent};
@@ -31,9 +31,11 @@ struct Solo {
     cancelled: bool,
     /// The callers are gone.
     closed: bool,
+    /// What the callers see of the queue.
+    shared: Arc<Queue>,
 }
 
-pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>) {
+pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>, shared: Arc<Queue>) {
     let mut solo = Solo {
         queue: VecDeque::new(),
         observer: None,
@@ -42,6 +44,7 @@ pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>) {
         current: None,
         cancelled: false,
         closed: false,
+        shared,
     };
     loop {
         if solo.queue.is_empty() {
@@ -52,7 +55,9 @@ pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>) {
         }
         solo.drain(&rx);
         if let Some(q) = solo.queue.pop_front() {
+            solo.publish(1);
             solo.generate(engine, q, &rx);
+            solo.publish(0);
         }
     }
 }
@@ -75,41 +80,19 @@ impl Solo {
         }
     }
 
+    /// Publishes the queue for the callers: `running` completions, and those queued.
+    fn publish(&self, running: usize) {
+        let waiting = self.queue.iter().map(|q| q.params.n).sum();
+        self.shared.publish(running, waiting);
+    }
+
     fn take(&mut self, command: Command) {
         match command {
             Command::Submit(s, submitted) => {
-                let checked = s
-                    .params
-                    .generate
-                    .check(&s.prompt, self.n_ctx)
-                    .and_then(|()| match s.params.n {
-                        0 => Err(hearth_model::Error::options("n", "must be at least 1")),
-                        _ => Ok(()),
-                    });
-                match checked {
-                    Ok(()) => {
-                        let id = RequestId(self.next_id);
-                        self.next_id += 1;
-                        if let Some(o) = &self.observer {
-                            o.accepted(s.prompt.len());
-                        }
-                        let Submit {
-                            prompt,
-                            params,
-                            sink,
-                            accepted,
-                        } = s;
-                        accepted(Ok(id));
-                        self.queue.push_back(Queued {
-                            id,
-                            prompt,
-                            params,
-                            sink,
-                            submitted,
-                        });
-                    }
-                    Err(e) => (s.accepted)(Err(ServiceError::refused(e))),
-                }
+                let n = s.params.n;
+                self.submit(s, submitted);
+                self.publish(usize::from(self.current.is_some()));
+                self.shared.taken(n);
             }
             Command::Cancel(id) => self.cancel(id),
             Command::CancelAll => {
@@ -120,6 +103,40 @@ impl Solo {
             }
             Command::Observe(o) => self.observer = o,
         }
+    }
+
+    /// Queues a submission, or tells its caller why not.
+    fn submit(&mut self, s: Submit, submitted: Instant) {
+        let checked = s
+            .params
+            .generate
+            .check(&s.prompt, self.n_ctx)
+            .and_then(|()| match s.params.n {
+                0 => Err(hearth_model::Error::options("n", "must be at least 1")),
+                _ => Ok(()),
+            });
+        if let Err(e) = checked {
+            return (s.accepted)(Err(ServiceError::refused(e)));
+        }
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        if let Some(o) = &self.observer {
+            o.accepted(s.prompt.len());
+        }
+        let Submit {
+            prompt,
+            params,
+            sink,
+            accepted,
+        } = s;
+        accepted(Ok(id));
+        self.queue.push_back(Queued {
+            id,
+            prompt,
+            params,
+            sink,
+            submitted,
+        });
     }
 
     /// Stops request `id` if it runs; ends it at once if it waits.

@@ -12,6 +12,7 @@ mod spm;
 mod stream;
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 pub use hf::{HfEncoding, HfTokenizer};
 pub use special::SpecialTokens;
@@ -287,10 +288,6 @@ impl Tokenizer {
     }
 
     pub fn encode_with(&self, text: &str, opts: EncodeOptions) -> Vec<u32> {
-        let mut out = Vec::new();
-        if opts.add_special && self.special.add_bos {
-            out.extend(self.special.bos);
-        }
         let mut fragments = Vec::new();
         let matcher = if opts.parse_special {
             &self.all_specials
@@ -301,6 +298,50 @@ impl Tokenizer {
             Some(m) => m.split(text, &mut fragments),
             None if text.is_empty() => {}
             None => fragments.push(Fragment::Text(text)),
+        }
+        self.encode_fragments(fragments, opts.add_special)
+    }
+
+    /// Encodes a rendered prompt whose control tokens are matched (the template's markup),
+    /// except those whose text overlaps a span of `literal` (text a message brought): that
+    /// text is spelled out as ordinary tokens. No BOS or EOS is added.
+    pub fn encode_with_literals(&self, text: &str, literal: &[Range<usize>]) -> Vec<u32> {
+        let mut fragments = Vec::new();
+        let overlaps = |span: &Range<usize>| {
+            literal
+                .iter()
+                .any(|l| l.start < span.end && span.start < l.end)
+        };
+        match &self.all_specials {
+            Some(m) => m.split_where(
+                text,
+                |id, span| self.token_type(id) == Some(TokenType::UserDefined) || !overlaps(&span),
+                &mut fragments,
+            ),
+            None if text.is_empty() => {}
+            None => fragments.push(Fragment::Text(text)),
+        }
+        self.encode_fragments(fragments, false)
+    }
+
+    /// Where `text` holds the text of a control token (`<|im_end|>`, `<s>`): what
+    /// [`encode`](Self::encode) would turn into that token. User-defined tokens are not
+    /// listed: they are matched in any text.
+    pub fn control_texts(&self, text: &str) -> Vec<Range<usize>> {
+        let Some(m) = &self.all_specials else {
+            return Vec::new();
+        };
+        m.find(text)
+            .into_iter()
+            .filter(|(id, _)| self.token_type(*id) != Some(TokenType::UserDefined))
+            .map(|(_, span)| span)
+            .collect()
+    }
+
+    fn encode_fragments(&self, fragments: Vec<Fragment<'_>>, add_special: bool) -> Vec<u32> {
+        let mut out = Vec::new();
+        if add_special && self.special.add_bos {
+            out.extend(self.special.bos);
         }
         // SentencePiece models get a space before text at the start and after each special
         // token, as llama.cpp does; decoding removes it again.
@@ -329,7 +370,7 @@ impl Tokenizer {
                 }
             }
         }
-        if opts.add_special && self.special.add_eos {
+        if add_special && self.special.add_eos {
             out.extend(self.special.eos);
         }
         out

@@ -2,6 +2,8 @@
 //! them, and splitting text on special-token strings before BPE so that `<|im_start|>` in a
 //! prompt becomes one token instead of being spelled out.
 
+use std::ops::Range;
+
 use aho_corasick::{AhoCorasick, MatchKind};
 
 /// A piece of text to encode: plain text, or a special token found in it.
@@ -51,10 +53,32 @@ impl SpecialMatcher {
         Some(SpecialMatcher { matcher, ids })
     }
 
+    /// Every special-token string in `text`: its token and where it lies.
+    pub(crate) fn find(&self, text: &str) -> Vec<(u32, Range<usize>)> {
+        self.matcher
+            .find_iter(text)
+            .map(|m| (self.ids[m.pattern().as_usize()], m.range()))
+            .collect()
+    }
+
     /// Splits `text` into plain-text and special-token fragments, dropping empty text.
     pub(crate) fn split<'t>(&self, text: &'t str, out: &mut Vec<Fragment<'t>>) {
+        self.split_where(text, |_, _| true, out);
+    }
+
+    /// [`split`](Self::split), taking only the matches `take(id, span)` accepts; the text of
+    /// the others stays in the plain text around it.
+    pub(crate) fn split_where<'t>(
+        &self,
+        text: &'t str,
+        take: impl Fn(u32, Range<usize>) -> bool,
+        out: &mut Vec<Fragment<'t>>,
+    ) {
         let mut pos = 0;
         for m in self.matcher.find_iter(text) {
+            if !take(self.ids[m.pattern().as_usize()], m.range()) {
+                continue;
+            }
             if m.start() > pos {
                 out.push(Fragment::Text(&text[pos..m.start()]));
             }

@@ -1,9 +1,15 @@
 //! OpenAI's API shapes: the requests `/v1/chat/completions` and `/v1/completions` take
-//! (`request.rs`), and the responses, stream chunks and errors the server gives
-//! (`response.rs`).
+//! (`request.rs`, with a chat's `messages` in `messages.rs`, a completion's `prompt` in
+//! `prompt.rs`, and whole numbers as JSON Schema counts them in `whole.rs`), and the
+//! responses, stream chunks and errors the server gives (`response.rs`).
 
+mod messages;
+mod prompt;
 mod request;
 mod response;
+mod whole;
 
+pub use messages::Message;
+pub use prompt::{Prompt, PromptPart};
 pub use request::*;
 pub use response::*;

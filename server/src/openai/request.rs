@@ -1,118 +1,202 @@
 //! The requests `/v1/chat/completions` and `/v1/completions` take. Fields a request may
-//! leave out take llama.cpp's server defaults for sampling; unknown fields are ignored, as
-//! OpenAI's API does; a known field of the wrong type is a 400 naming it.
+//! leave out (or set to `null`) take llama.cpp's server defaults for sampling; unknown fields
+//! are ignored, as OpenAI's API does; a known field of the wrong type or out of its range is
+//! a 400 naming it. What one request may ask for is bounded (see the `MAX_` constants), so
+//! that what the server holds for it is bounded too.
 
 use hearth_engine::sample::{GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_engine::sched::RequestParams;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, Type};
+use utoipa::openapi::{ObjectBuilder, Ref, RefOr, Schema};
+use utoipa::ToSchema;
+
+use super::messages::Message;
+use super::prompt::Prompt;
+use super::whole::{self, whole};
+
+/// Stop strings one request may give.
+pub const MAX_STOP: usize = 4;
+/// Bytes of one stop string: the stream holds back up to this much text while a stop string
+/// may be starting.
+pub const MAX_STOP_BYTES: usize = 1024;
+/// Completions one request may ask for: `n`, times the prompts of a batch.
+pub const MAX_COMPLETIONS: usize = 16;
 
 /// `stop`: one string or several.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, ToSchema, Debug, Clone)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
-/// A message's content: text, or parts of which the text ones are read.
-#[derive(Deserialize, Debug, Clone)]
-#[serde(untagged)]
-pub enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize, Debug, Clone)]
-pub struct Part {
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub text: Option<String>,
-}
-
-#[derive(Deserialize, Debug, Clone)]
-pub struct Message {
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<Content>,
-}
-
-#[derive(Deserialize, Debug, Clone, Default)]
+#[derive(Deserialize, ToSchema, Debug, Clone, Default)]
 pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: bool,
+    pub include_usage: Option<bool>,
 }
 
-/// What both endpoints share: sampling and length.
-#[derive(Deserialize, Debug, Clone, Default)]
+/// What both endpoints take: sampling, length and streaming. `null` is the same as left out.
+#[derive(Deserialize, ToSchema, Debug, Clone, Default)]
 pub struct Sampling {
     pub model: Option<String>,
-    #[serde(default)]
-    pub stream: bool,
+    pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    pub n: Option<usize>,
-    pub max_tokens: Option<usize>,
-    pub max_completion_tokens: Option<usize>,
+    /// Completions per prompt, 1 to 16 (times the prompts, at most 16).
+    #[schema(minimum = 1, maximum = 16)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub n: Option<u64>,
+    #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub max_tokens: Option<u64>,
+    #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub max_completion_tokens: Option<u64>,
+    /// At most 4 strings, none empty, each at most 1,024 bytes.
     pub stop: Option<Stop>,
     pub temperature: Option<f32>,
+    #[schema(minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
-    pub seed: Option<u64>,
+    /// OpenAI's is an int64; -1 is llama.cpp's "random".
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub seed: Option<i64>,
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
+    /// Chat: a boolean. Completions: how many alternatives each token comes with, 0 to 20.
+    #[schema(schema_with = logprobs_either)]
     pub logprobs: Option<Value>,
+    #[schema(maximum = 20)]
+    #[serde(default, deserialize_with = "whole::optional")]
     pub top_logprobs: Option<u32>,
     // llama.cpp's server's extensions.
+    #[serde(default, deserialize_with = "whole::optional")]
     pub top_k: Option<usize>,
+    #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
+    #[schema(exclusive_minimum = 0)]
     pub repeat_penalty: Option<f32>,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+// Read field by field (`from_json`), so that each refusal names its field; the derived
+// schema is the API's description of it.
+/// `/v1/chat/completions`' body: the messages, and the fields both endpoints share.
+#[derive(ToSchema)]
 pub struct ChatRequest {
+    #[schema(min_items = 1)]
     pub messages: Vec<Message>,
     #[serde(flatten)]
+    #[schema(schema_with = chat_sampling)]
     pub sampling: Sampling,
 }
 
-#[derive(Deserialize, Debug, Clone)]
-#[serde(untagged)]
-pub enum Prompt {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Deserialize, Debug, Clone)]
+/// `/v1/completions`' body: the prompts, and the fields both endpoints share.
+#[derive(ToSchema)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
     #[serde(flatten)]
+    #[schema(schema_with = completion_sampling)]
     pub sampling: Sampling,
 }
 
-impl Content {
-    pub fn text(&self) -> String {
-        match self {
-            Content::Text(t) => t.clone(),
-            Content::Parts(parts) => parts
-                .iter()
-                .filter(|p| p.kind == "text")
-                .filter_map(|p| p.text.as_deref())
-                .collect::<Vec<_>>()
-                .join(""),
-        }
-    }
+// `logprobs` differs by endpoint: the shared fields, narrowed by each endpoint's form.
+fn logprobs_either() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(of_type(Type::Null))
+        .item(of_type(Type::Boolean))
+        .item(logprobs_count())
+        .into()
+}
+
+fn of_type(t: Type) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(t)
+}
+
+fn logprobs_count() -> ObjectBuilder {
+    of_type(Type::Integer)
+        .minimum(Some(0))
+        .maximum(Some(MAX_TOP_LOGPROBS as u64))
+}
+
+fn narrowed(logprobs: ObjectBuilder) -> RefOr<Schema> {
+    let field = OneOfBuilder::new().item(of_type(Type::Null)).item(logprobs);
+    AllOfBuilder::new()
+        .item(Ref::from_schema_name("Sampling"))
+        .item(ObjectBuilder::new().property("logprobs", field))
+        .into()
+}
+
+fn chat_sampling() -> RefOr<Schema> {
+    narrowed(of_type(Type::Boolean))
+}
+
+fn completion_sampling() -> RefOr<Schema> {
+    narrowed(logprobs_count())
 }
 
 /// A request that cannot be served as asked: a 400 naming the field.
+#[derive(Debug)]
 pub struct Invalid {
-    pub param: &'static str,
+    /// The field at fault, as a path into the request (`messages[1].role`); empty where the
+    /// body as a whole is at fault.
+    pub param: String,
     pub message: String,
 }
 
-fn invalid(param: &'static str, message: impl Into<String>) -> Invalid {
+pub(super) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Invalid {
     Invalid {
-        param,
+        param: param.into(),
         message: message.into(),
+    }
+}
+
+/// `T` read from `value`; an error names the field at fault by its path.
+pub(super) fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, Invalid> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let param = if path == "." { String::new() } else { path };
+        let message = match param.as_str() {
+            "" => format!("invalid request body: {}", e.inner()),
+            p => format!("{p}: {}", e.inner()),
+        };
+        invalid(param, message)
+    })
+}
+
+fn required(value: Option<Value>, param: &str) -> Result<Value, Invalid> {
+    value.ok_or_else(|| invalid(param, format!("{param} is missing")))
+}
+
+impl ChatRequest {
+    pub fn from_json(body: &Value) -> Result<Self, Invalid> {
+        #[derive(Deserialize)]
+        struct Fields {
+            messages: Option<Value>,
+        }
+        let sampling = from_value(body)?;
+        let fields: Fields = from_value(body)?;
+        Ok(Self {
+            messages: Message::list(&required(fields.messages, "messages")?)?,
+            sampling,
+        })
+    }
+}
+
+impl CompletionRequest {
+    pub fn from_json(body: &Value) -> Result<Self, Invalid> {
+        #[derive(Deserialize)]
+        struct Fields {
+            prompt: Option<Value>,
+        }
+        let sampling = from_value(body)?;
+        let fields: Fields = from_value(body)?;
+        Ok(Self {
+            prompt: Prompt::parse(&required(fields.prompt, "prompt")?)?,
+            sampling,
+        })
     }
 }
 
@@ -120,8 +204,14 @@ impl Sampling {
     /// The scheduler's request; `default_max` when the request gives no length (OpenAI's
     /// completions default to 16 tokens, chat to the context's end). `chat` tells which
     /// shape `logprobs` has: chat's flag with `top_logprobs` beside it, or the completions'
-    /// count of alternatives.
-    pub fn params(&self, default_max: Option<usize>, chat: bool) -> Result<RequestParams, Invalid> {
+    /// count of alternatives. `prompts` is how many prompts the request's completions share
+    /// the bound on completions with.
+    pub fn params(
+        &self,
+        default_max: Option<usize>,
+        chat: bool,
+        prompts: usize,
+    ) -> Result<RequestParams, Invalid> {
         let mut penalties = [0.0; 2];
         for (p, (param, v)) in penalties.iter_mut().zip([
             ("presence_penalty", self.presence_penalty),
@@ -137,8 +227,21 @@ impl Sampling {
         }
         let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
-        if n == 0 || n > 16 {
-            return Err(invalid("n", format!("n is {n}; it must be 1 to 16")));
+        if n == 0 || n > MAX_COMPLETIONS as u64 {
+            return Err(invalid(
+                "n",
+                format!("n is {n}; it must be 1 to {MAX_COMPLETIONS}"),
+            ));
+        }
+        let n = n as usize;
+        if n * prompts > MAX_COMPLETIONS {
+            return Err(invalid(
+                "n",
+                format!(
+                    "n is {n} for each of {prompts} prompts; at most {MAX_COMPLETIONS} \
+                     completions per request"
+                ),
+            ));
         }
         let base = SamplerParams::default();
         let sampler = SamplerParams {
@@ -149,30 +252,71 @@ impl Sampling {
             repeat_penalty: self.repeat_penalty.unwrap_or(base.repeat_penalty),
             presence_penalty: penalties[0],
             frequency_penalty: penalties[1],
-            seed: self.seed.unwrap_or_else(rand::random),
+            // Any int64 is a seed (its bits); -1 asks for a random one.
+            seed: match self.seed {
+                None | Some(-1) => rand::random(),
+                Some(s) => s as u64,
+            },
             ..base
         };
-        let stop = match &self.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s.clone()],
-            Some(Stop::Many(v)) => v.clone(),
-        };
-        if stop.len() > 4 || stop.iter().any(String::is_empty) {
-            return Err(invalid("stop", "at most 4 stop strings, none empty"));
-        }
+        sampler
+            .validate()
+            .map_err(|e| invalid(e.field, e.to_string()))?;
         Ok(RequestParams {
             generate: GenerateParams {
-                max_tokens: self
-                    .max_completion_tokens
-                    .or(self.max_tokens)
-                    .or(default_max),
+                max_tokens: self.max_tokens()?.or(default_max),
                 sampler,
-                stop,
+                stop: self.stop()?,
                 ignore_eos: false,
                 logprobs,
             },
             n,
         })
+    }
+
+    /// `max_completion_tokens` (or the older `max_tokens`): at least 1, as OpenAI requires.
+    /// Past the context it is refused once the prompt's length is known.
+    fn max_tokens(&self) -> Result<Option<usize>, Invalid> {
+        let (param, value) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(v), _) => ("max_completion_tokens", v),
+            (None, Some(v)) => ("max_tokens", v),
+            (None, None) => return Ok(None),
+        };
+        if value == 0 {
+            return Err(invalid(
+                param,
+                format!("{param} is 0; it must be at least 1"),
+            ));
+        }
+        // Larger than any context: saturates, and the context check refuses it.
+        Ok(Some(usize::try_from(value).unwrap_or(usize::MAX)))
+    }
+
+    fn stop(&self) -> Result<Vec<String>, Invalid> {
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOP {
+            return Err(invalid(
+                "stop",
+                format!("{} stop strings; at most {MAX_STOP}", stop.len()),
+            ));
+        }
+        if stop.iter().any(String::is_empty) {
+            return Err(invalid("stop", "a stop string is empty"));
+        }
+        if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(invalid(
+                "stop",
+                format!(
+                    "a stop string is {} bytes; at most {MAX_STOP_BYTES}",
+                    long.len()
+                ),
+            ));
+        }
+        Ok(stop)
     }
 
     /// How many alternatives each token's log probability comes with, or `None` when none
@@ -195,8 +339,8 @@ impl Sampling {
                 Ok(None)
             }
             (Some(Value::Bool(true)), true) => Ok(Some(top.unwrap_or(0))),
-            (Some(Value::Number(n)), false) => match n.as_u64() {
-                Some(n) if n as usize <= max => Ok(Some(n as usize)),
+            (Some(v @ Value::Number(n)), false) => match whole::<usize>(v) {
+                Some(n) if n <= max => Ok(Some(n)),
                 _ => Err(invalid(
                     "logprobs",
                     format!("logprobs is {n}; it must be 0 to {max}"),
@@ -213,9 +357,103 @@ impl Sampling {
         }
     }
 
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
     pub fn include_usage(&self) -> bool {
         self.stream_options
             .as_ref()
-            .is_some_and(|o| o.include_usage)
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn sampling(body: Value) -> Result<RequestParams, Invalid> {
+        from_value::<Sampling>(&body)?.params(Some(16), true, 1)
+    }
+
+    fn refused(body: Value) -> Invalid {
+        match sampling(body.clone()) {
+            Err(e) => e,
+            Ok(_) => panic!("{body} was taken"),
+        }
+    }
+
+    #[test]
+    fn nulls_are_absent_and_seeds_are_int64() {
+        let p = sampling(
+            json!({ "stream": null, "n": null, "stop": null, "seed": null,
+                                 "stream_options": { "include_usage": null } }),
+        )
+        .unwrap();
+        assert_eq!(p.n, 1);
+        let s: Sampling = from_value(&json!({ "stream": null })).unwrap();
+        assert!(!s.stream());
+        assert!(sampling(json!({ "seed": -1 })).is_ok());
+        let p = sampling(json!({ "seed": -2 })).unwrap();
+        assert_eq!(p.generate.sampler.seed, u64::MAX - 1);
+        let p = sampling(json!({ "seed": 42 })).unwrap();
+        assert_eq!(p.generate.sampler.seed, 42);
+    }
+
+    #[test]
+    fn lengths_are_at_least_one_and_never_overflow() {
+        let e = refused(json!({ "max_tokens": 0 }));
+        assert_eq!(e.param, "max_tokens");
+        let e = refused(json!({ "max_completion_tokens": 0, "max_tokens": 5 }));
+        assert_eq!(e.param, "max_completion_tokens");
+        let p = sampling(json!({ "max_tokens": 18446744073709551615u64 })).unwrap();
+        assert_eq!(p.generate.max_tokens, Some(usize::MAX));
+        // Past u64 it is a type error, named.
+        let e = refused(json!({ "max_tokens": 1e30 }));
+        assert_eq!(e.param, "max_tokens");
+        let e = refused(json!({ "max_tokens": -3 }));
+        assert_eq!(e.param, "max_tokens");
+    }
+
+    #[test]
+    fn every_refusal_names_its_field() {
+        for (body, param) in [
+            (json!({ "temperature": 1e39 }), "temperature"),
+            (json!({ "temperature": "hot" }), "temperature"),
+            (json!({ "top_p": 2.0 }), "top_p"),
+            (json!({ "min_p": -1.0 }), "min_p"),
+            (json!({ "repeat_penalty": 0.0 }), "repeat_penalty"),
+            (json!({ "presence_penalty": 3.0 }), "presence_penalty"),
+            (json!({ "n": 17 }), "n"),
+            (json!({ "n": 0 }), "n"),
+            (json!({ "stop": ["a", "b", "c", "d", "e"] }), "stop"),
+            (json!({ "stop": [""] }), "stop"),
+            (json!({ "stop": "x".repeat(MAX_STOP_BYTES + 1) }), "stop"),
+            (json!({ "stop": 5 }), "stop"),
+            (
+                json!({ "top_logprobs": 21, "logprobs": true }),
+                "top_logprobs",
+            ),
+            (json!({ "logprobs": 3 }), "logprobs"),
+            (json!({ "stream": "yes" }), "stream"),
+            (
+                json!({ "stream_options": { "include_usage": 1 } }),
+                "stream_options.include_usage",
+            ),
+            (json!({ "seed": 1.5 }), "seed"),
+        ] {
+            let e = refused(body.clone());
+            assert_eq!(e.param, param, "{body}: {}", e.message);
+            assert!(e.message.contains(param), "{body}: {}", e.message);
+        }
+        let e = refused(json!("not an object"));
+        assert_eq!(e.param, "");
+        // The bound on completions counts every prompt of a batch.
+        let s: Sampling = from_value(&json!({ "n": 8 })).unwrap();
+        assert!(s.params(None, false, 2).is_ok());
+        assert_eq!(s.params(None, false, 3).unwrap_err().param, "n");
     }
 }

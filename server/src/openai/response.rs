@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use hearth_engine::sample::FinishReason;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// A whole answer (`chat.completion`, `text_completion`) or one chunk of a streamed one
 /// (`chat.completion.chunk`, `text_completion`).
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Completion<'a> {
     pub id: &'a str,
+    /// `chat.completion`, `chat.completion.chunk` or `text_completion`.
     pub object: &'static str,
     pub created: u64,
     pub model: &'a str,
@@ -20,7 +22,7 @@ pub struct Completion<'a> {
     pub usage: Option<Usage>,
 }
 
-#[derive(Serialize, Debug, Clone, Copy, Default)]
+#[derive(Serialize, ToSchema, Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -28,17 +30,18 @@ pub struct Usage {
 }
 
 /// One of a request's `n` completions, or a piece of one.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Choice<'a> {
     pub index: usize,
     #[serde(flatten)]
     pub content: ChoiceContent<'a>,
     pub logprobs: Option<ChoiceLogprobs>,
+    /// `stop` or `length`; `null` in a stream's chunks before the last.
     pub finish_reason: Option<&'static str>,
 }
 
 /// Where a choice's text goes: the field named for the variant.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 #[serde(rename_all = "snake_case")]
 pub enum ChoiceContent<'a> {
     /// A chat's whole answer.
@@ -49,31 +52,32 @@ pub enum ChoiceContent<'a> {
     Text(&'a str),
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct AssistantMessage<'a> {
     pub role: &'static str,
     pub content: &'a str,
 }
 
 /// A chat chunk's change; the role only in a choice's first chunk.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     pub content: &'a str,
 }
 
-/// The finish reason's name in OpenAI's API.
+/// The finish reason's name in OpenAI's API. A completion cut short by the server (it is
+/// shutting down) reads as `length`: the one of OpenAI's reasons that tells a client the
+/// answer ended before the model finished it. (A client that went away hears nothing.)
 pub fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Eos | FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::Cancelled => "cancelled",
+        FinishReason::Length | FinishReason::Cancelled => "length",
     }
 }
 
 /// A choice's `logprobs`, in its endpoint's shape.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 #[serde(untagged)]
 pub enum ChoiceLogprobs {
     Chat(ChatLogprobs),
@@ -81,13 +85,13 @@ pub enum ChoiceLogprobs {
 }
 
 /// Chat's `logprobs`: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatLogprob>,
 }
 
 /// A generated token's entry, with its alternatives.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatLogprob {
     pub token: String,
     pub logprob: f64,
@@ -95,7 +99,7 @@ pub struct ChatLogprob {
     pub top_logprobs: Vec<ChatAlternative>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ChatAlternative {
     pub token: String,
     pub logprob: f64,
@@ -103,7 +107,7 @@ pub struct ChatAlternative {
 }
 
 /// The completions endpoint's `logprobs`: parallel lists, one entry per token.
-#[derive(Serialize, Debug, Default)]
+#[derive(Serialize, ToSchema, Debug, Default)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f64>,
@@ -114,13 +118,13 @@ pub struct CompletionLogprobs {
 }
 
 /// `/v1/models`: the one model served.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ModelList<'a> {
     pub object: &'static str,
     pub data: Vec<ModelCard<'a>>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ModelCard<'a> {
     pub id: &'a str,
     pub object: &'static str,
@@ -128,33 +132,62 @@ pub struct ModelCard<'a> {
     pub owned_by: &'static str,
 }
 
-impl<'a> ModelList<'a> {
-    pub fn one(id: &'a str, created: u64) -> Self {
+impl<'a> ModelCard<'a> {
+    pub fn new(id: &'a str, created: u64) -> Self {
         Self {
-            object: "list",
-            data: vec![ModelCard {
-                id,
-                object: "model",
-                created,
-                owned_by: "hearth",
-            }],
+            id,
+            object: "model",
+            created,
+            owned_by: "hearth",
         }
     }
 }
 
+impl<'a> ModelList<'a> {
+    pub fn one(id: &'a str, created: u64) -> Self {
+        Self {
+            object: "list",
+            data: vec![ModelCard::new(id, created)],
+        }
+    }
+}
+
+/// One server-sent event of a streamed answer, for the API's description: its `data` is a
+/// chunk (`Completion` as JSON), an error (`ErrorBody` as JSON), or `[DONE]` last.
+pub struct StreamEvent;
+
+impl utoipa::PartialSchema for StreamEvent {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let text = || ObjectBuilder::new().schema_type(Type::String);
+        ObjectBuilder::new()
+            .property(
+                "data",
+                text().description(Some(
+                    "A chunk (`Completion`) or an error (`ErrorBody`) as JSON, or `[DONE]`",
+                )),
+            )
+            .property("event", text())
+            .required("data")
+            .into()
+    }
+}
+
+impl ToSchema for StreamEvent {}
+
 /// `/health`: `ok`, or `loading` before the model is.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct Health {
     pub status: &'static str,
 }
 
 /// OpenAI's error body: `{"error": {message, type, param, code}}`.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ErrorBody<'a> {
     pub error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, ToSchema, Debug)]
 pub struct ErrorDetail<'a> {
     pub message: &'a str,
     #[serde(rename = "type")]
@@ -209,5 +242,19 @@ mod tests {
             to_value(Health { status: "ok" }).unwrap(),
             json!({ "status": "ok" })
         );
+    }
+
+    #[test]
+    fn every_finish_reason_is_one_openais_clients_know() {
+        for f in [
+            FinishReason::Eos,
+            FinishReason::Stop,
+            FinishReason::Length,
+            FinishReason::Cancelled,
+        ] {
+            let name = finish_reason(f);
+            assert!(["stop", "length"].contains(&name), "{f:?}: {name}");
+        }
+        assert_eq!(finish_reason(FinishReason::Cancelled), "length");
     }
 }

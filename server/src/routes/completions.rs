@@ -1,16 +1,20 @@
 //! `/v1/chat/completions` and `/v1/completions`: a chat rendered through the model's
-//! template, or a prompt as it is, tokenized here (so the engine's thread only steps the
+//! template, or prompts as they are, tokenized here (so the engine's thread only steps the
 //! model) and answered whole or streamed.
+//!
+//! A chat's message text stays text: only the template's own markup becomes control tokens
+//! (`hearth_engine::chat_prompt`). A raw prompt is tokenized as llama.cpp's server does,
+//! control-token text included, since writing the template by hand is what it is for.
 
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use hearth_models::ChatMessage;
+use serde_json::Value;
 
 use super::answer::{Head, Kind};
 use super::body::read_json;
@@ -20,65 +24,119 @@ use super::models::{check_model, loaded};
 use super::stream::stream_chunks;
 use super::submit::submit;
 use super::Shared;
-use crate::openai::{ChatRequest, CompletionRequest, Invalid, Prompt, Sampling};
+use crate::openai::{
+    ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling, StreamEvent,
+};
 use crate::{AppState, Model};
 
+/// A chat answered through the model's template.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
+            events (`chat.completion.chunk`), then `data: [DONE]`", content(
+            (Completion<'static> = "application/json"),
+            (StreamEvent = "text/event-stream"),
+        )),
+        (status = 400, description = "A field out of its range or of the wrong type, named \
+            in `param`", body = ErrorBody<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
+        (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 408, description = "The body took longer than `--body-timeout`", body = ErrorBody<'static>),
+        (status = 413, description = "The body is over `--max-body`", body = ErrorBody<'static>),
+        (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
-    let request: ChatRequest = read_json(&state, body).await?;
+    let body: Value = read_json(&state, body).await?;
+    let request = ChatRequest::from_json(&body)?;
     check_model(m, &request.sampling)?;
-    if request.messages.is_empty() {
-        return Err(Invalid {
-            param: "messages",
-            message: "messages is empty".into(),
-        }
-        .into());
-    }
-    let messages: Vec<ChatMessage> = request
-        .messages
-        .iter()
-        .map(|msg| {
-            let text = msg.content.as_ref().map(|c| c.text()).unwrap_or_default();
-            ChatMessage::new(&msg.role, &text)
-        })
-        .collect();
-    let prompt =
-        hearth_engine::chat_prompt(&m.tokenizer, &m.template, &messages).map_err(|e| ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("the chat template failed on these messages: {e}"),
-            param: Some("messages"),
-        })?;
-    respond(&state, m, prompt, &request.sampling, Kind::Chat).await
+    let messages: Vec<ChatMessage> = request.messages.into_iter().map(|m| m.0).collect();
+    let prompt = hearth_engine::chat_prompt(&m.tokenizer, &m.template, &messages).map_err(|e| {
+        ApiError::invalid(
+            "messages",
+            format!("the chat template failed on these messages: {e}"),
+        )
+    })?;
+    respond(&state, m, vec![prompt], &request.sampling, Kind::Chat).await
 }
 
+/// Prompts continued as they are.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The answer, or with `stream` its chunks as server-sent \
+            events, then `data: [DONE]`", content(
+            (Completion<'static> = "application/json"),
+            (StreamEvent = "text/event-stream"),
+        )),
+        (status = 400, description = "A field out of its range or of the wrong type, named \
+            in `param`", body = ErrorBody<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
+        (status = 404, description = "A `model` not served here", body = ErrorBody<'static>),
+        (status = 408, description = "The body took longer than `--body-timeout`", body = ErrorBody<'static>),
+        (status = 413, description = "The body is over `--max-body`", body = ErrorBody<'static>),
+        (status = 503, description = "Loading, stopping, or the queue is full", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
-    let request: CompletionRequest = read_json(&state, body).await?;
+    let body: Value = read_json(&state, body).await?;
+    let request = CompletionRequest::from_json(&body)?;
     check_model(m, &request.sampling)?;
-    let text = match &request.prompt {
-        Prompt::One(t) => t.clone(),
-        Prompt::Many(v) if v.len() == 1 => v[0].clone(),
-        Prompt::Many(_) => {
-            return Err(Invalid {
-                param: "prompt",
-                message: "one prompt per request".into(),
+    let n_vocab = m.tokenizer.vocab_size();
+    let many = request.prompt.0.len() > 1;
+    let prompts = request
+        .prompt
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let param = if many {
+                format!("prompt[{i}]")
+            } else {
+                "prompt".to_string()
+            };
+            let tokens = match part {
+                PromptPart::Text(text) => m.tokenizer.encode(text),
+                PromptPart::Tokens(ids) => {
+                    if let Some(id) = ids.iter().find(|&&id| id as usize >= n_vocab) {
+                        return Err(ApiError::invalid(
+                            &param,
+                            format!("{param}: token {id} is outside the vocabulary of {n_vocab}"),
+                        ));
+                    }
+                    ids.clone()
+                }
+            };
+            if tokens.is_empty() {
+                return Err(ApiError::invalid(
+                    &param,
+                    format!("{param} is empty: it has no tokens"),
+                ));
             }
-            .into())
-        }
-    };
-    let prompt = m.tokenizer.encode(&text);
-    respond(&state, m, prompt, &request.sampling, Kind::Completion).await
+            Ok(tokens)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    respond(&state, m, prompts, &request.sampling, Kind::Completion).await
 }
 
 async fn respond(
     state: &AppState,
     m: &Model,
-    prompt: Vec<u32>,
+    prompts: Vec<Vec<u32>>,
     sampling: &Sampling,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let params = sampling.params(kind.default_max(), kind == Kind::Chat)?;
-    let accepted = submit(state, m, prompt, params).await?;
+    let params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
+    let accepted = submit(state, m, prompts, params, kind).await?;
     let serial = state.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-{serial}"),
@@ -91,7 +149,7 @@ async fn respond(
         kind,
         logprobs: accepted.logprobs.then(|| m.tokenizer.clone()),
     };
-    if sampling.stream {
+    if sampling.stream() {
         let include_usage = sampling.include_usage();
         return Ok(Sse::new(stream_chunks(head, accepted, include_usage)).into_response());
     }

@@ -14,7 +14,7 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     /// The request's field at fault.
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -25,6 +25,15 @@ impl ApiError {
             param: None,
         }
     }
+
+    /// A 400 for field `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
 }
 
 impl From<Invalid> for ApiError {
@@ -32,14 +41,32 @@ impl From<Invalid> for ApiError {
         Self {
             status: StatusCode::BAD_REQUEST,
             message: e.message,
-            param: Some(e.param),
+            // The body as a whole is at fault: no field to name.
+            param: (!e.param.is_empty()).then_some(e.param),
         }
     }
 }
 
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
-        Self::new(status(&e), e.to_string())
+        Self {
+            status: status(&e),
+            message: e.to_string(),
+            param: param(&e).map(str::to_string),
+        }
+    }
+}
+
+/// The request's field a refusal is about: the engine names the options it checks; a
+/// token outside the vocabulary is the prompt's; a prompt and length past the context or the
+/// cache are the length's.
+fn param(e: &ServiceError) -> Option<&str> {
+    match e {
+        ServiceError::Invalid(hearth_engine::Error::Options { field, .. }) => Some(field),
+        ServiceError::Invalid(hearth_engine::Error::BadToken { .. }) => Some("prompt"),
+        ServiceError::Invalid(_) => None,
+        ServiceError::TooLong(_) => Some("max_tokens"),
+        _ => None,
     }
 }
 
@@ -66,7 +93,7 @@ impl IntoResponse for ApiError {
             s if s.is_server_error() => ("server_error", None),
             _ => ("invalid_request_error", None),
         };
-        let body = ErrorBody::new(&self.message, kind, self.param, code);
+        let body = ErrorBody::new(&self.message, kind, self.param.as_deref(), code);
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
@@ -128,7 +155,13 @@ mod tests {
             // Clients are told to come back only when the server is busy or stopping.
             assert_eq!(retry.is_some(), want == StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(body["error"]["message"], message.as_str());
-            assert_eq!(body["error"]["param"], serde_json::Value::Null);
+            // Every 400 names its field.
+            let param = &body["error"]["param"];
+            assert_eq!(
+                param.is_string(),
+                want == StatusCode::BAD_REQUEST,
+                "{message}"
+            );
             let kind = match want {
                 StatusCode::BAD_REQUEST => "invalid_request_error",
                 _ => "server_error",

@@ -10,6 +10,14 @@ use super::Shared;
 use crate::openai::Health;
 
 /// 200 once the model is loaded, 503 before.
+#[utoipa::path(
+    get,
+    path = "/health",
+    responses(
+        (status = 200, description = "`ok`: the model is loaded", body = Health),
+        (status = 503, description = "`loading`", body = Health),
+    )
+)]
 pub async fn health(State(state): State<Shared>) -> Response {
     match state.model() {
         Some(_) => Json(Health { status: "ok" }).into_response(),
@@ -21,6 +29,12 @@ pub async fn health(State(state): State<Shared>) -> Response {
     }
 }
 
+/// The server's metrics in OpenMetrics' text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String))
+)]
 pub async fn metrics(State(state): State<Shared>) -> Response {
     (
         [(

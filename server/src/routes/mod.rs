@@ -5,6 +5,7 @@
 //!   shapes both share (`answer.rs`);
 //! - `models.rs`: `/v1/models`, `/v1/embeddings`, and which model a request may name;
 //! - `health.rs`: `/health`, `/metrics` and the count of answers behind it;
+//! - `openapi.rs`: `/openapi.json`, the API's description derived from its types;
 //! - `auth.rs`: the API key;
 //! - `body.rs`: reading a request's body, with every failure an OpenAI-shaped error;
 //! - `error.rs`: errors as OpenAI's API gives them, the service's among them.
@@ -17,6 +18,7 @@ mod completions;
 mod error;
 mod health;
 mod models;
+mod openapi;
 mod stream;
 mod submit;
 
@@ -36,6 +38,7 @@ type Shared = Arc<AppState>;
 pub fn router(state: Shared) -> Router {
     let api = Router::new()
         .route("/v1/models", get(models::models))
+        .route("/v1/models/{id}", get(models::model))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(models::embeddings))
@@ -43,8 +46,10 @@ pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/health", get(health::health))
         .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(openapi::openapi))
         .merge(api)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), health::count))
         .with_state(state)
 }
@@ -53,5 +58,17 @@ async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+/// A route that exists, asked with another method: OpenAI's error body, not an empty one.
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} {} is not allowed",
+            request.method(),
+            request.uri().path()
+        ),
     )
 }

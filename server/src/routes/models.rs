@@ -1,14 +1,14 @@
-//! The model served: `/v1/models`, `/v1/embeddings` (refused: this server runs decoders),
-//! and which model a request may name.
+//! The model served: `/v1/models`, `/v1/models/{id}`, `/v1/embeddings` (refused: this
+//! server runs decoders), and which model a request may name.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
 use super::Shared;
-use crate::openai::{ModelList, Sampling};
+use crate::openai::{ErrorBody, ModelCard, ModelList, Sampling};
 use crate::{AppState, Model};
 
 /// The model, or 503 while it loads.
@@ -21,9 +21,51 @@ pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    responses(
+        (status = 200, description = "The one model served", body = ModelList<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
+        (status = 503, description = "The model is still loading", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn models(State(state): State<Shared>) -> Result<Response, ApiError> {
     let m = loaded(&state)?;
     Ok(Json(ModelList::one(&m.id, m.created)).into_response())
+}
+
+/// The model by its id or one of its aliases; 404 for any other.
+#[utoipa::path(
+    get,
+    path = "/v1/models/{id}",
+    params(("id" = String, Path, description = "The model's id or an alias")),
+    responses(
+        (status = 200, description = "The model", body = ModelCard<'static>),
+        (status = 401, description = "`--api-key` is set and the key is missing or wrong", body = ErrorBody<'static>),
+        (status = 404, description = "Not the model served", body = ErrorBody<'static>),
+        (status = 503, description = "The model is still loading", body = ErrorBody<'static>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn model(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let m = loaded(&state)?;
+    if id != m.id && !m.aliases.contains(&id) {
+        return Err(not_served(m, &id));
+    }
+    Ok(Json(ModelCard::new(&m.id, m.created)).into_response())
+}
+
+fn not_served(m: &Model, name: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("model `{name}` is not served here; `{}` is", m.id),
+        param: Some("model".into()),
+    }
 }
 
 pub async fn embeddings(State(state): State<Shared>) -> ApiError {
@@ -31,8 +73,8 @@ pub async fn embeddings(State(state): State<Shared>) -> ApiError {
         Some(m) => format!("`{}` is a decoder-only language model", m.id),
         None => "the model is still loading".into(),
     };
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
+    ApiError::invalid(
+        "model",
         format!("{what}; embeddings need an encoder model, which this server does not run"),
     )
 }
@@ -40,11 +82,7 @@ pub async fn embeddings(State(state): State<Shared>) -> ApiError {
 /// The model a request names must be this one (any name when it names none).
 pub fn check_model(m: &Model, sampling: &Sampling) -> Result<(), ApiError> {
     match &sampling.model {
-        Some(name) if name != &m.id && !m.aliases.contains(name) => Err(ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: format!("model `{name}` is not served here; `{}` is", m.id),
-            param: Some("model"),
-        }),
+        Some(name) if name != &m.id && !m.aliases.contains(name) => Err(not_served(m, name)),
         _ => Ok(()),
     }
 }

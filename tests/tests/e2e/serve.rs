@@ -409,6 +409,41 @@ fn the_openai_python_client_drives_it() {
     assert!(report.contains("ok: wrong type"), "{report}");
 }
 
+/// Property-based requests from the server's own `/openapi.json` (schemathesis, bounded in
+/// time): no server error, every status and body as described, every request that breaks the
+/// description refused. One check is left out and one limit raised: a schema-valid request may still be refused
+/// for what the description cannot know (a prompt and `max_tokens` past this model's context,
+/// a token id past its vocabulary), and the response-time limit is raised, since a long answer
+/// on a CPU takes longer than the default one.
+#[test]
+fn the_openapi_description_holds_under_schemathesis() {
+    let Some(model) = smollm2() else { return };
+    let Some(python) = hearth_testkit::tools_python() else {
+        return;
+    };
+    let server = start(&model, &["--parallel", "4", "-c", "256"]);
+    // Its example database goes to a scratch directory, not the source tree.
+    let out = Command::new(python)
+        .current_dir(super::scratch("schemathesis"))
+        .args(["-m", "schemathesis.cli", "run"])
+        .arg(format!("http://{}/openapi.json", server.addr))
+        .args(["-H", &format!("Authorization: Bearer {KEY}")])
+        .args(["--checks", "all"])
+        .args(["--exclude-checks", "positive_data_acceptance"])
+        .args(["--max-response-time", "600"])
+        .args(["--max-examples", "30", "--max-time", "180", "--seed", "1"])
+        .args(["--request-timeout", "120"])
+        .args(["--suppress-health-check", "filter_too_much"])
+        .output()
+        .expect("python runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// deploy/kubernetes/ against the Kubernetes API's schema (`kubernetes-validate`, strict) and
 /// the fields serving needs (`scripts/pytools/manifests_check.py`); a misspelt field fails.
 #[test]
