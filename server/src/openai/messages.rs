@@ -8,7 +8,7 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::request::{invalid, Invalid};
+use super::invalid::{invalid, Invalid};
 
 /// The roles OpenAI's chat API knows. `developer` is the newer name of `system`, and the
 /// deprecated `function` the older name of `tool`, so templates see only the usual four.

@@ -7,7 +7,8 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::request::{invalid, Invalid, MAX_COMPLETIONS};
+use super::bounds::MAX_COMPLETIONS;
+use super::invalid::{invalid, Invalid};
 use super::whole::whole;
 
 /// One prompt: text to tokenize, or the token ids themselves.

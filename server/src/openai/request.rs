@@ -6,24 +6,17 @@
 
 use hearth_engine::sample::{GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_engine::sched::RequestParams;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, Type};
 use utoipa::openapi::{ObjectBuilder, Ref, RefOr, Schema};
 use utoipa::ToSchema;
 
+pub use super::bounds::*;
+use super::invalid::{from_value, invalid, Invalid};
 use super::messages::Message;
 use super::prompt::Prompt;
 use super::whole::{self, whole};
-
-/// Stop strings one request may give.
-pub const MAX_STOP: usize = 4;
-/// Bytes of one stop string: the stream holds back up to this much text while a stop string
-/// may be starting.
-pub const MAX_STOP_BYTES: usize = 1024;
-/// Completions one request may ask for: `n`, times the prompts of a batch.
-pub const MAX_COMPLETIONS: usize = 16;
 
 /// `stop`: one string or several.
 #[derive(Deserialize, ToSchema, Debug, Clone)]
@@ -135,35 +128,6 @@ fn chat_sampling() -> RefOr<Schema> {
 
 fn completion_sampling() -> RefOr<Schema> {
     narrowed(logprobs_count())
-}
-
-/// A request that cannot be served as asked: a 400 naming the field.
-#[derive(Debug)]
-pub struct Invalid {
-    /// The field at fault, as a path into the request (`messages[1].role`); empty where the
-    /// body as a whole is at fault.
-    pub param: String,
-    pub message: String,
-}
-
-pub(super) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: param.into(),
-        message: message.into(),
-    }
-}
-
-/// `T` read from `value`; an error names the field at fault by its path.
-pub(super) fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, Invalid> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let param = if path == "." { String::new() } else { path };
-        let message = match param.as_str() {
-            "" => format!("invalid request body: {}", e.inner()),
-            p => format!("{p}: {}", e.inner()),
-        };
-        invalid(param, message)
-    })
 }
 
 fn required(value: Option<Value>, param: &str) -> Result<Value, Invalid> {

@@ -1,0 +1,10 @@
+//! What one request may ask for: each bound keeps a request's memory and work in proportion to
+//! what a client may reasonably want (docs/serving.md).
+
+/// Stop strings one request may give.
+pub const MAX_STOP: usize = 4;
+/// Bytes of one stop string: the stream holds back up to this much text while a stop string
+/// may be starting.
+pub const MAX_STOP_BYTES: usize = 1024;
+/// Completions one request may ask for: `n`, times the prompts of a batch.
+pub const MAX_COMPLETIONS: usize = 16;
