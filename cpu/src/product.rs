@@ -177,6 +177,11 @@ pub fn product(
                                 None => k.levels_f32(levels, &x[t * cols..][..cols]),
                             };
                         }
+                    } else if w.format == Format::F16 && n < PANEL_MIN_TOKENS {
+                        // Few tokens: read the halves in place rather than widen the row.
+                        for (t, y) in ys.iter_mut().enumerate() {
+                            *y = k.f16_dot(row, &x[t * cols..][..cols]);
+                        }
                     } else {
                         s.floats.resize(cols, 0.0);
                         // Sizes come from the matrix, so this cannot fail.

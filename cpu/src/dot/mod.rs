@@ -406,6 +406,22 @@ impl Kernels {
         }
     }
 
+    /// `w . x` for a row of F16 weights as the file holds them (`2 * x.len()` bytes) and f32
+    /// activations, without widening the row first (a decode step's F16 products); 0 for a row
+    /// of another length.
+    pub fn f16_dot(&self, w: &[u8], x: &[f32]) -> f32 {
+        if w.len() != 2 * x.len() {
+            return 0.0;
+        }
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2, FMA and F16C (every x86 set
+            // here includes them); the lengths were checked above.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::f16_dot_avx2(w, x) },
+            _ => portable::f16_dot(w, x),
+        }
+    }
+
     /// `w . x` for two f32 rows of the same length.
     pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());

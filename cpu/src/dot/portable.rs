@@ -62,3 +62,12 @@ pub(super) fn dots(q: &[f32], rows: &[f32], out: &mut [f32]) {
         *o = dot_f32(q, row);
     }
 }
+
+/// Dot product of a row of little-endian f16 weights with f32 activations.
+pub(super) fn f16_dot(w: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (i, (b, &v)) in w.chunks_exact(2).zip(x).enumerate() {
+        acc[i % 8] += half::f16::from_le_bytes([b[0], b[1]]).to_f32() * v;
+    }
+    acc.iter().sum()
+}

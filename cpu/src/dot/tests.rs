@@ -230,3 +230,29 @@ fn every_instruction_set_quantizes_as_the_definition() {
         assert_eq!(bits(&got.sums), bits(&want.sums), "{isa}");
     }
 }
+
+/// F16 rows read as the file holds them, against f64, at lengths with and without a tail
+/// past the SIMD kernel's 32 values.
+#[test]
+fn f16_rows_match_f64_on_every_instruction_set() {
+    for isa in Isa::available() {
+        let kernels = Kernels::new(isa).unwrap();
+        for (len, seed) in [(1, 1), (32, 2), (45, 3), (576, 4)] {
+            let w: Vec<half::f16> = noise(len, seed)
+                .map(|u| half::f16::from_f64(u * 2.0 - 1.0))
+                .collect();
+            let bytes: Vec<u8> = w.iter().flat_map(|h| h.to_le_bytes()).collect();
+            let x: Vec<f32> = noise(len, seed + 1)
+                .map(|u| (u * 4.0 - 2.0) as f32)
+                .collect();
+            let want: f64 = w.iter().zip(&x).map(|(a, &b)| a.to_f64() * b as f64).sum();
+            let got = kernels.f16_dot(&bytes, &x) as f64;
+            assert!((got - want).abs() < 1e-4, "{isa} {len}: {got} vs {want}");
+            assert_eq!(
+                kernels.f16_dot(&bytes[1..], &x),
+                0.0,
+                "{isa}: a row of the wrong length"
+            );
+        }
+    }
+}

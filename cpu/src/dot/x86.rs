@@ -309,3 +309,35 @@ pub(super) unsafe fn dots_avx2(q: &[f32], rows: &[f32], out: &mut [f32]) {
         *o = unsafe { floats_avx2(q, &rows[(done + r) * width..][..width]) };
     }
 }
+
+/// Dot product of a row of f16 weights (little-endian, as a file holds them) with f32
+/// activations: each 8 weights widened with F16C and multiplied into four vectors of sums.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `w` holds `2 * x.len()` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f16_dot_avx2(w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let steps = n / 32;
+    for i in 0..steps {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let at = 32 * i + 8 * j;
+            // SAFETY: at + 8 <= 32 * steps <= n: 8 weights (16 bytes) and 8 values.
+            let (vw, vx) = unsafe {
+                (
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * at).cast())),
+                    _mm256_loadu_ps(x.as_ptr().add(at)),
+                )
+            };
+            *acc = _mm256_fmadd_ps(vw, vx, *acc);
+        }
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let tail: f32 = w[64 * steps..2 * n]
+        .chunks_exact(2)
+        .zip(&x[32 * steps..])
+        .map(|(b, &v)| half::f16::from_le_bytes([b[0], b[1]]).to_f32() * v)
+        .sum();
+    hsum(sum) + tail
+}
