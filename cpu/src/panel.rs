@@ -14,7 +14,7 @@
 use hearth_quant::Format;
 
 use crate::act::ActRow;
-use crate::levels::{group_width, RowLevels, Unpack, GROUP};
+use crate::levels::{group_width, has_base, RowLevels, Unpack, GROUP};
 
 /// Values a step of the products takes from each row: one 32-bit lane's bytes.
 pub const STEP: usize = 4;
@@ -60,10 +60,7 @@ impl Panel {
         self.rows = count;
         self.cols = cols;
         self.group = group;
-        self.has_base = !matches!(
-            format,
-            Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
-        );
+        self.has_base = has_base(format);
         self.levels.clear();
         self.levels.resize(cols * lanes, 0);
         for v in [&mut self.d, &mut self.m] {

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
 use crate::dot::{Kernels, LevelsRow, PackedDot, PanelDot, TOKENS};
-use crate::levels::{unpacker, RowLevels, Unpack};
+use crate::levels::{has_base, unpacker, RowLevels, Unpack};
 use crate::panel::Panel;
 use hearth_model::{Matrix, Projection};
 use hearth_quant::Format;
@@ -121,10 +121,7 @@ pub fn product(
         (Some(_), Activations::Q8) => Some(input.quantized(k)),
         _ => None,
     };
-    let has_base = !matches!(
-        w.format,
-        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
-    );
+    let has_base = has_base(w.format);
     if let (Some(unpack), Some(act)) = (unpack, act) {
         if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
             let rows = Rows {

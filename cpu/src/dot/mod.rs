@@ -56,11 +56,13 @@ pub struct PackedDot {
 }
 
 impl PackedDot {
+    /// Whether `x` is an activation row of this product's length.
+    fn takes(&self, x: &ActRow) -> bool {
+        x.q.len() == self.cols && x.d.len() * 32 == self.cols && x.sums.len() * 16 == self.cols
+    }
+
     fn fits(&self, row: &[u8], x: &ActRow) -> bool {
-        row.len() == self.row_bytes
-            && x.q.len() == self.cols
-            && x.d.len() * 32 == self.cols
-            && x.sums.len() * 16 == self.cols
+        row.len() == self.row_bytes && self.takes(x)
     }
 
     /// `row . x`; 0 for slices of the wrong length.
@@ -76,11 +78,7 @@ impl PackedDot {
     /// `rows[r] . x` into `out[r]` for consecutive packed rows (a decode step's product): the
     /// lengths checked once for all of them. Zeros where they do not fit.
     pub fn rows(&self, rows: &[u8], x: ActRow, out: &mut [f32]) {
-        let fits = rows.len() == out.len() * self.row_bytes
-            && x.q.len() == self.cols
-            && x.d.len() * 32 == self.cols
-            && x.sums.len() * 16 == self.cols;
-        if !fits {
+        if rows.len() != out.len() * self.row_bytes || !self.takes(&x) {
             out.fill(0.0);
             return;
         }
@@ -301,42 +299,33 @@ impl Kernels {
             group,
             simd: None,
         };
-        #[cfg(target_arch = "x86_64")]
-        {
-            use x86_panel::{avx2, avx512vnni, avxvnni};
-            macro_rules! kernels {
-                ($m:ident) => {
-                    PanelDot {
-                        lanes: $m::LANES,
-                        group,
-                        simd: Some(match group {
-                            16 => ($m::run::<16, 1>, $m::run::<16, PANEL_TOKENS>),
-                            _ => ($m::run::<32, 1>, $m::run::<32, PANEL_TOKENS>),
-                        }),
-                    }
-                };
-            }
-            return match self.isa {
-                Isa::Avx512Vnni => Some(kernels!(avx512vnni)),
-                Isa::AvxVnni => Some(kernels!(avxvnni)),
-                Isa::Avx2 if format == Format::Q8 => None,
-                Isa::Avx2 => Some(kernels!(avx2)),
-                _ => Some(portable),
+        // One instruction set's kernels (`$m::LANES`, `$m::panel::<G, N>`) for the group.
+        #[allow(unused_macros)]
+        macro_rules! kernels {
+            ($($m:ident)::+) => {
+                PanelDot {
+                    lanes: $($m)::+::LANES,
+                    group,
+                    simd: Some(match group {
+                        16 => ($($m)::+::panel::<16, 1>, $($m)::+::panel::<16, PANEL_TOKENS>),
+                        _ => ($($m)::+::panel::<32, 1>, $($m)::+::panel::<32, PANEL_TOKENS>),
+                    }),
+                }
             };
         }
-        #[cfg(target_arch = "aarch64")]
-        if self.isa == Isa::NeonDot {
-            return Some(PanelDot {
-                lanes: neon::LANES,
-                group,
-                simd: Some(match group {
-                    16 => (neon::panel::<16, 1>, neon::panel::<16, PANEL_TOKENS>),
-                    _ => (neon::panel::<32, 1>, neon::panel::<32, PANEL_TOKENS>),
-                }),
-            });
-        }
-        #[allow(unreachable_code)]
-        Some(portable)
+        Some(match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => kernels!(x86_panel::avx512vnni),
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => kernels!(x86_panel::avxvnni),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 if format == Format::Q8 => return None,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => kernels!(x86_panel::avx2),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => kernels!(neon),
+            _ => portable,
+        })
     }
 
     /// `w . x` for a row of levels and a row of f32 activations of the same length (a

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 use crate::act::ActRow;
 use crate::panel::{Panel, STEP};
 
-/// A module `$name` with `run::<G, N>` for one register width and one way of adding
+/// A module `$name` with `panel::<G, N>` for one register width and one way of adding
 /// unsigned-by-signed byte products into 32-bit sums.
 macro_rules! panel {
     (
@@ -42,7 +42,7 @@ macro_rules! panel {
             /// # Safety
             /// See the module's header.
             #[target_feature(enable = $features)]
-            pub unsafe fn run<const G: usize, const N: usize>(
+            pub unsafe fn panel<const G: usize, const N: usize>(
                 p: &Panel,
                 xs: &[ActRow; N],
                 out: &mut [f32],

@@ -43,6 +43,15 @@ pub const fn group_width(format: Format) -> usize {
     }
 }
 
+/// Whether `format` has a base `m` per group: false for the symmetric formats, whose `m` is
+/// zero, so that products may skip the `m * sum(x)` term.
+pub const fn has_base(format: Format) -> bool {
+    !matches!(
+        format,
+        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
+    )
+}
+
 /// One block's levels and per-16 `d` and `m`: slices of the block's length and of a
 /// sixteenth of it.
 pub struct BlockOut<'a> {
