@@ -8,7 +8,7 @@ use hearth_engine::sample::{GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_engine::sched::RequestParams;
 use serde::Deserialize;
 use serde_json::Value;
-use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, Type};
+use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::{ObjectBuilder, Ref, RefOr, Schema};
 use utoipa::ToSchema;
 
@@ -41,10 +41,10 @@ pub struct Sampling {
     #[schema(minimum = 1, maximum = 16)]
     #[serde(default, deserialize_with = "whole::optional")]
     pub n: Option<u64>,
-    #[schema(minimum = 1)]
+    #[schema(schema_with = token_count)]
     #[serde(default, deserialize_with = "whole::optional")]
     pub max_tokens: Option<u64>,
-    #[schema(minimum = 1)]
+    #[schema(schema_with = token_count)]
     #[serde(default, deserialize_with = "whole::optional")]
     pub max_completion_tokens: Option<u64>,
     /// At most 4 strings, none empty, each at most 1,024 bytes.
@@ -114,8 +114,12 @@ fn logprobs_count() -> ObjectBuilder {
         .maximum(Some(MAX_TOP_LOGPROBS as u64))
 }
 
-fn narrowed(logprobs: ObjectBuilder) -> RefOr<Schema> {
-    let field = OneOfBuilder::new().item(of_type(Type::Null)).item(logprobs);
+fn narrowed(logprobs: impl IntoIterator<Item = ObjectBuilder>) -> RefOr<Schema> {
+    let field = logprobs
+        .into_iter()
+        .fold(OneOfBuilder::new().item(of_type(Type::Null)), |f, form| {
+            f.item(form)
+        });
     AllOfBuilder::new()
         .item(Ref::from_schema_name("Sampling"))
         .item(ObjectBuilder::new().property("logprobs", field))
@@ -123,11 +127,23 @@ fn narrowed(logprobs: ObjectBuilder) -> RefOr<Schema> {
 }
 
 fn chat_sampling() -> RefOr<Schema> {
-    narrowed(of_type(Type::Boolean))
+    narrowed([of_type(Type::Boolean)])
 }
 
+/// Completions take `false` as no log probabilities, as `null` (`Sampling::logprobs`).
 fn completion_sampling() -> RefOr<Schema> {
-    narrowed(logprobs_count())
+    narrowed([
+        of_type(Type::Boolean).enum_values(Some([false])),
+        logprobs_count(),
+    ])
+}
+
+/// `max_tokens`: any whole number from 1, without an int64 format: larger ones are read
+/// (saturated) and refused by the context check, not by their type.
+fn token_count() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .minimum(Some(1))
 }
 
 fn required(value: Option<Value>, param: &str) -> Result<Value, Invalid> {

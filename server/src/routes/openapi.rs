@@ -103,6 +103,14 @@ mod tests {
                 "Sampling lacks {field}"
             );
         }
+        // What the server takes, the description allows: `max_tokens` past an int64 (read
+        // and saturated), and a completion's `logprobs: false` (none, as `null`).
+        for field in ["max_tokens", "max_completion_tokens"] {
+            let schema = &schemas["Sampling"]["properties"][field];
+            assert!(schema["format"].is_null(), "{field}: {schema}");
+        }
+        let completion = serde_json::to_string(&schemas["CompletionRequest"]).unwrap();
+        assert!(completion.contains("\"enum\":[false]"), "{completion}");
         assert!(schemas["ErrorBody"].is_object());
         assert!(schemas["Completion"].is_object());
     }
