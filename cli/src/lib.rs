@@ -167,7 +167,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Chat(args) => chat::run(args, choice),
         Command::Bench(args) => bench::run(args, choice),
         Command::Perplexity(args) => perplexity::run(args, choice),
-        Command::Inspect(args) => inspect::run(args),
+        Command::Inspect(args) => inspect::run(args, choice),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Convert(args) => convert::run(args),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use hearth_cpu::Activations;
 use hearth_engine::sample::SamplerParams;
+use hearth_engine::split::GpuLayers;
 use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_model::kv::infinigen::evict::PoolCapacity;
 use hearth_model::kv::KvBudget;
@@ -107,7 +108,48 @@ pub struct RunArgs {
     #[arg(long, value_name = "FMT", value_parser = parse_format)]
     pub load_format: Option<hearth_quant::Format>,
     #[command(flatten)]
+    pub split: SplitArgs,
+    #[command(flatten)]
     pub infinigen: InfinigenArgs,
+}
+
+/// A model split between the CPU and Vulkan devices, or across devices.
+#[derive(clap::Args, Debug)]
+pub struct SplitArgs {
+    /// Layers on the Vulkan device, the first ones on the CPU executor (llama.cpp's -ngl): a
+    /// count, `all`, or `auto` (as many as the device's free memory holds after their KV
+    /// cache and scratch). The output head goes with the last layer, the token embedding
+    /// with the first [default: the whole model where --device says].
+    #[arg(long, visible_alias = "n-gpu-layers", value_name = "N|auto|all")]
+    pub gpu_layers: Option<GpuLayers>,
+    /// Vulkan devices sharing the GPU layers, in order (`0,1`): each holds a run of
+    /// consecutive layers and their KV cache.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub devices: Vec<usize>,
+    /// Each device's share of the GPU layers (`3,1`) [default: by each device's free
+    /// memory].
+    #[arg(long, value_delimiter = ',', value_name = "SHARES")]
+    pub tensor_split: Vec<f64>,
+    /// Device memory the model may take on each device, in bytes (`6GiB`) [default: what
+    /// the device has free, less 512 MiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub gpu_memory: Option<u64>,
+}
+
+impl SplitArgs {
+    /// Asks for layers on Vulkan devices.
+    pub fn splits(&self) -> bool {
+        self.gpu_layers.is_some() || !self.devices.is_empty()
+    }
+}
+
+/// A size in bytes: a number with an optional K/M/G suffix (powers of two, `B`/`iB`
+/// optional).
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    match parse_kv_budget(s) {
+        Ok(KvBudget::Bytes(b)) => Ok(b),
+        _ => Err(format!("`{s}`: expected bytes like 512MiB or 6G")),
+    }
 }
 
 /// InfiniGen's settings (with `--kv-offload infinigen`; `--ig-budget` is H2O's budget too).
@@ -283,9 +325,19 @@ impl RunArgs {
                 None => None,
             },
             load_format: self.load_format,
+            gpu_layers: self.split.gpu_layers,
+            devices: self.split.devices.clone(),
+            tensor_split: self.split.tensor_split.clone(),
+            gpu_memory: self.split.gpu_memory,
         };
         if !self.cpu {
-            device.placement().apply(&mut options);
+            // Layers asked onto a device go to the best one where --device names none, even
+            // where the default would be the CPU executor alone.
+            let placement = match (device.placement, self.split.splits()) {
+                (None, true) => hearth_engine::Placement::Vulkan(None),
+                _ => device.placement(),
+            };
+            placement.apply(&mut options);
         }
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template(
@@ -302,6 +354,17 @@ impl RunArgs {
             true
         });
         bar.finish_and_clear();
+        // Say what `auto` chose: the user asked Hearth to decide.
+        if let (Ok(e), Some(GpuLayers::Auto)) = (&engine, self.split.gpu_layers) {
+            if let Some(plan) = &e.info().layer_plan {
+                eprintln!(
+                    "--gpu-layers auto: {} of {} layers on the GPU ({})",
+                    plan.gpu_layers(),
+                    e.info().config.n_layer,
+                    plan.describe()
+                );
+            }
+        }
         engine
     }
 }

@@ -12,7 +12,6 @@ use crate::sample::beam_scores::{BeamParams, Hypothesis};
 use crate::sched::Scheduler;
 use crate::session::{GenerateParams, Generation, Session};
 use hearth_cpu::{Activations, CpuOptions, Isa, NativeModel};
-use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_kernels::WeightFormat;
 use hearth_model::kv::infinigen::evict::PoolCapacity;
 use hearth_model::kv::infinigen::{self, IgParams, Skew};
@@ -22,7 +21,10 @@ use hearth_model::kv::{KvPlacement, KvType, KvUsage};
 use hearth_model::Result;
 use hearth_model::{Backend, ModelConfig, ProgressFn};
 use hearth_reference::CpuModel;
-use hearth_vulkan::{VkModel, VkModelOptions};
+use hearth_vulkan::VkModelOptions;
+
+use crate::split::plan::{CacheSizes, LayerPlan};
+use crate::split::{self, GpuLayers};
 
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,6 +75,16 @@ pub struct EngineOptions {
     /// Quantize the weights to this format while loading (`--load-format`): a Hugging Face
     /// folder's f16 or bf16 weights, or a GGUF file's, re-encoded as `hearth quantize` would.
     pub load_format: Option<hearth_quant::Format>,
+    /// Layers on the Vulkan devices, the first ones on the native CPU executor
+    /// (`--gpu-layers`); `None`: the whole model where `backend` says.
+    pub gpu_layers: Option<GpuLayers>,
+    /// Vulkan devices sharing the GPU layers, in order (`--devices 0,1`); empty: `device`.
+    pub devices: Vec<usize>,
+    /// Each device's share of the GPU layers (`--tensor-split 3,1`); empty: by free memory.
+    pub tensor_split: Vec<f64>,
+    /// Device memory the model may take on each device (`--gpu-memory`); `None`: what the
+    /// device has free, less some headroom.
+    pub gpu_memory: Option<u64>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -151,6 +163,10 @@ impl Default for EngineOptions {
             h2o: None,
             spec: None,
             load_format: None,
+            gpu_layers: None,
+            devices: Vec::new(),
+            tensor_split: Vec::new(),
+            gpu_memory: None,
         }
     }
 }
@@ -175,6 +191,8 @@ pub struct ModelInfo {
     /// How the KV cache stores K and V.
     pub kv_type: KvType,
     pub backend: BackendKind,
+    /// Where the layers went (one part unless the model is split).
+    pub layer_plan: Option<LayerPlan>,
 }
 
 pub struct Engine {
@@ -237,11 +255,7 @@ impl Engine {
         let config = ModelConfig::from_resolved(&file, &model)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::from_gguf(&file)?;
-        let n_ctx = match options.n_ctx {
-            Some(0) => return Err(hearth_model::Error::options("n_ctx", "must be at least 1")),
-            Some(n) => n,
-            None => config.n_ctx_train.min(4096),
-        };
+        let n_ctx = n_ctx_for(options, &config)?;
         if options.infinigen.is_some() && options.h2o.is_some() {
             return Err(hearth_model::Error::options(
                 "kv-offload",
@@ -259,45 +273,76 @@ impl Engine {
             let tokens = pool_capacity? * options.n_seq;
             Some(KvBudget::Tokens(tokens))
         });
-        type Loaded = (Box<dyn Backend + Send>, String, Vec<(WeightFormat, u64)>);
-        let (mut backend, device, weight_formats): Loaded = match options.backend {
+        type Loaded = (
+            Box<dyn Backend + Send>,
+            String,
+            Vec<(WeightFormat, u64)>,
+            Option<LayerPlan>,
+        );
+        let vk_options = VkModelOptions {
+            n_ctx,
+            n_seq: options.n_seq,
+            kv_budget,
+            kv_placement: options.kv_placement,
+            kv_type: options.kv_type,
+            max_chunk: options.max_chunk,
+            profile: options.profile,
+        };
+        let cpu_options = CpuOptions {
+            n_ctx,
+            n_seq: options.n_seq,
+            kv_budget,
+            kv_type: options.kv_type,
+            threads: options.threads,
+            isa: options.isa,
+            max_chunk: options.max_chunk,
+            activations: options.activations,
+        };
+        let splits = options.gpu_layers.is_some() || options.devices.len() > 1;
+        let (mut backend, device, weight_formats, layer_plan): Loaded = match options.backend {
             BackendKind::Vulkan => {
-                let device = open_device(options)?;
-                let vk_options = VkModelOptions {
-                    n_ctx,
-                    n_seq: options.n_seq,
-                    kv_budget,
-                    kv_placement: options.kv_placement,
-                    kv_type: options.kv_type,
-                    max_chunk: options.max_chunk,
-                    profile: options.profile,
+                // Every load onto a device is planned, so that a model too large for it is
+                // refused before anything is read.
+                let devices =
+                    split::load::open_devices(&options.devices, options.device, options.validate)?;
+                let split_options = split::load::SplitOptions {
+                    gpu_layers: options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX)),
+                    shares: &options.tensor_split,
+                    gpu_memory: options.gpu_memory,
+                    sizes: cache_sizes(options, n_ctx, kv_budget),
+                    cpu: cpu_options,
+                    vulkan: vk_options,
                 };
-                let m = VkModel::load(&device, &file, &model, vk_options, progress)?;
-                let formats = m.weight_formats();
-                (Box::new(m), device.info().name.clone(), formats)
+                let config = &config;
+                let l =
+                    split::load::load(&file, &model, config, &devices, &split_options, progress)?;
+                (l.backend, l.device, l.weight_formats, Some(l.plan))
+            }
+            BackendKind::Cpu if splits => {
+                return Err(hearth_model::Error::options(
+                    "gpu-layers",
+                    "--device cpu runs every layer on the CPU; name a Vulkan device (or none) \
+                     to put layers on it",
+                ))
             }
             BackendKind::Cpu => {
-                let cpu_options = CpuOptions {
-                    n_ctx,
-                    n_seq: options.n_seq,
-                    kv_budget,
-                    kv_type: options.kv_type,
-                    threads: options.threads,
-                    isa: options.isa,
-                    max_chunk: options.max_chunk,
-                    activations: options.activations,
-                };
                 let m = NativeModel::load(&file, &model, cpu_options, progress)?;
                 let formats = m.weight_formats();
                 let device = format!("CPU ({}, {} threads)", m.isa(), m.threads());
-                (Box::new(m), device, formats)
+                (Box::new(m), device, formats, None)
+            }
+            BackendKind::Reference if splits => {
+                return Err(hearth_model::Error::options(
+                    "gpu-layers",
+                    "the CPU reference runs every layer itself",
+                ))
             }
             BackendKind::Reference => {
                 hearth_model::kv::check_kv_type(options.kv_type, config.head_dim)?;
                 let mut m = CpuModel::load(&file, &model, n_ctx, progress)?;
                 m.set_kv_type(options.kv_type);
                 let formats = vec![(WeightFormat::F32, n_params * 4)];
-                (Box::new(m), "CPU reference".to_string(), formats)
+                (Box::new(m), "CPU reference".to_string(), formats, None)
             }
         };
         if let Some(h2o) = &options.h2o {
@@ -332,6 +377,7 @@ impl Engine {
             device,
             kv_type: options.kv_type,
             backend: options.backend,
+            layer_plan,
         };
         Ok(Self {
             info,
@@ -344,6 +390,45 @@ impl Engine {
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// Where [`load`](Self::load) would put the model's layers with `options`, and what each
+    /// device would hold, without loading it (`hearth inspect --placement`).
+    pub fn plan(path: &Path, options: &EngineOptions) -> Result<LayerPlan> {
+        let file = hearth_models::open_model(path)?;
+        let model = resolve_with(&file, options.spec.as_ref())?;
+        let config = ModelConfig::from_resolved(&file, &model)?;
+        let n_ctx = n_ctx_for(options, &config)?;
+        let sizer = split::plan::Sizer {
+            file: &file,
+            model: &model,
+            config: &config,
+            sizes: cache_sizes(options, n_ctx, options.kv_budget),
+        };
+        let splits = options.gpu_layers.is_some() || options.devices.len() > 1;
+        match options.backend {
+            BackendKind::Vulkan => {
+                let devices =
+                    split::load::open_devices(&options.devices, options.device, options.validate)?;
+                let rooms: Vec<_> = devices
+                    .iter()
+                    .map(|d| split::load::room(d, options.gpu_memory))
+                    .collect();
+                let gpu = options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX));
+                sizer.plan(gpu, &rooms, &options.tensor_split)
+            }
+            _ if splits => Err(hearth_model::Error::options(
+                "gpu-layers",
+                "--device cpu runs every layer on the CPU",
+            )),
+            _ => sizer.plan(GpuLayers::Count(0), &[], &[]),
+        }
+    }
+
+    /// What each executor holds and how long its steps took (one part unless the model is
+    /// split).
+    pub fn placement(&self) -> Vec<hearth_model::PlacedPart> {
+        self.session.backend().placement()
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -444,11 +529,29 @@ impl Engine {
     }
 }
 
-fn open_device(options: &EngineOptions) -> Result<Arc<Device>> {
-    Ok(Device::new(DeviceDesc {
-        index: options.device,
-        validation: options.validate,
-    })?)
+/// The context `options` ask for: theirs, or the model's training context capped at 4096.
+fn n_ctx_for(options: &EngineOptions, config: &ModelConfig) -> Result<usize> {
+    match options.n_ctx {
+        Some(0) => Err(hearth_model::Error::options("n_ctx", "must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(config.n_ctx_train.min(4096)),
+    }
+}
+
+/// What sizes each part's cache and scratch: every part keeps the pool `kv_budget` asks for
+/// (every sequence at full context without one), except that a whole model on one device
+/// without a budget takes what the weights leave.
+fn cache_sizes(options: &EngineOptions, n_ctx: usize, kv_budget: Option<KvBudget>) -> CacheSizes {
+    let splits = options.gpu_layers.is_some() || options.devices.len() > 1;
+    CacheSizes {
+        n_ctx,
+        n_seq: options.n_seq,
+        kv_budget,
+        kv_type: options.kv_type,
+        kv_placement: options.kv_placement,
+        chunk: options.max_chunk,
+        kv_fills_room: !splits && kv_budget.is_none(),
+    }
 }
 
 /// The skew matrices for `file`: from the cache beside the model when they were computed for

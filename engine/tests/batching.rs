@@ -6,8 +6,10 @@
 //! and is refused under H2O.
 //! Each test runs on the Vulkan executor (module `vulkan`) and on the native CPU executor
 //! (`cpu`, with f32 activations, whose results the copying reference meets; `cpu_q8` runs the
-//! batching tests with the default 8-bit activations too). Outside CI a machine without a
-//! Vulkan device skips the Vulkan ones; in CI a missing device fails them.
+//! batching tests with the default 8-bit activations too), and on a model split between
+//! them (`split`: the first layer on the CPU executor, the second on the Vulkan device).
+//! Outside CI a machine without a Vulkan device skips the Vulkan and split ones; in CI a
+//! missing device fails them.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -18,6 +20,7 @@ use hearth_engine::sample::beam_scores::BeamParams;
 use hearth_engine::sample::SamplerParams;
 use hearth_engine::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
 use hearth_engine::session::{FinishReason, GenerateParams};
+use hearth_engine::split::GpuLayers;
 use hearth_engine::Error;
 use hearth_engine::{BackendKind, Engine, EngineOptions};
 use hearth_kernels::vk::{Device, DeviceDesc};
@@ -33,14 +36,26 @@ use hearth_reference::CpuModel;
 const TINY: Shape = Shape::TINY;
 
 thread_local! {
-    /// The executor this thread's test runs on.
-    static BACKEND: Cell<(BackendKind, Activations)> =
-        const { Cell::new((BackendKind::Vulkan, Activations::F32)) };
+    /// The executor this thread's test runs on, and the layers on the Vulkan device where the
+    /// model is split.
+    static BACKEND: Cell<(BackendKind, Activations, Option<GpuLayers>)> =
+        const { Cell::new((BackendKind::Vulkan, Activations::F32, None)) };
 }
 
 /// Runs `test` on `backend`.
 fn on(backend: BackendKind, activations: Activations, test: fn()) {
-    BACKEND.set((backend, activations));
+    BACKEND.set((backend, activations, None));
+    test();
+}
+
+/// Runs `test` with the tiny model's first layer on the CPU executor (f32 activations) and
+/// its second on the Vulkan device.
+fn on_split(test: fn()) {
+    BACKEND.set((
+        BackendKind::Vulkan,
+        Activations::F32,
+        Some(GpuLayers::Count(1)),
+    ));
     test();
 }
 
@@ -51,10 +66,11 @@ fn have_device() -> bool {
 
 fn engine(n_seq: usize, n_ctx: usize, ubatch: usize, kv_budget: Option<KvBudget>) -> Engine {
     let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
-    let (backend, activations) = BACKEND.get();
+    let (backend, activations, gpu_layers) = BACKEND.get();
     let options = EngineOptions {
         backend,
         activations,
+        gpu_layers,
         validate: true,
         n_ctx: Some(n_ctx),
         n_seq,
@@ -685,5 +701,55 @@ mod cpu_q8 {
             Activations::Q8,
             super::a_follow_up_turn_reuses_the_cached_conversation,
         );
+    }
+}
+
+/// Every test on a model split between the CPU executor and the Vulkan device.
+mod split {
+    #[test]
+    fn continuous_batching_gives_each_request_what_it_gets_alone() {
+        super::on_split(super::continuous_batching_gives_each_request_what_it_gets_alone);
+    }
+
+    #[test]
+    fn running_out_of_blocks_preempts_and_recomputes() {
+        super::on_split(super::running_out_of_blocks_preempts_and_recomputes);
+    }
+
+    #[test]
+    fn finished_sequences_are_released_while_others_run() {
+        super::on_split(super::finished_sequences_are_released_while_others_run);
+    }
+
+    #[test]
+    fn completions_of_one_prompt_share_its_blocks() {
+        super::on_split(super::completions_of_one_prompt_share_its_blocks);
+    }
+
+    #[test]
+    fn a_follow_up_turn_reuses_the_cached_conversation() {
+        super::on_split(super::a_follow_up_turn_reuses_the_cached_conversation);
+    }
+
+    #[test]
+    fn impossible_requests_are_refused_and_cancelled_ones_end() {
+        super::on_split(super::impossible_requests_are_refused_and_cancelled_ones_end);
+    }
+
+    #[test]
+    fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
+        super::on_split(
+            super::beam_search_is_greedy_at_width_one_and_matches_the_copying_reference,
+        );
+    }
+
+    #[test]
+    fn impossible_steps_are_refused_and_change_nothing() {
+        super::on_split(super::impossible_steps_are_refused_and_change_nothing);
+    }
+
+    #[test]
+    fn the_engine_reports_kv_blocks() {
+        super::on_split(super::the_engine_reports_kv_blocks);
     }
 }

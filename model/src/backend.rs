@@ -60,6 +60,11 @@ pub trait Backend: Any {
     fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
         None
     }
+    /// What each executor of the model holds (one part unless the model is split); empty
+    /// where the executor does not say (the CPU reference).
+    fn placement(&self) -> Vec<crate::PlacedPart> {
+        Vec::new()
+    }
     /// GPU time per kernel since load, where the backend was asked to profile; empty
     /// otherwise.
     fn profile(&self) -> Profile {

@@ -44,6 +44,19 @@ pub enum Error {
         free: usize,
         block_tokens: usize,
     },
+    /// What a device would hold does not fit its free memory (found before loading).
+    #[error("{device} has {free_mib:.1} MiB free; {what} would take {asked}. {advice}")]
+    DeviceMemory {
+        /// "vulkan:0 (NVIDIA GeForce RTX 4060)".
+        device: String,
+        free_mib: f64,
+        /// What it would hold ("layers 12..32 and the output head").
+        what: String,
+        /// The bytes asked, itemised.
+        asked: String,
+        /// What would fit.
+        advice: String,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     BadToken { id: u32, n_vocab: usize },

@@ -1,8 +1,9 @@
 //! The model every executor runs, described once and owned by none: its configuration
 //! ([`ModelConfig`]), its weights per block ([`Layer`], read packed by [`WeightReader`]), the
 //! operations executors share ([`ops`]), what an executor offers ([`Backend`],
-//! [`BatchedBackend`]), the paged KV cache's block tables and policies ([`kv`]), and
-//! quantizing a model's weights ([`quantize`]).
+//! [`BatchedBackend`]; [`Stage`]: its [`Part`] of a model split between executors), the paged
+//! KV cache's block tables and policies ([`kv`]), and quantizing a model's weights
+//! ([`quantize`]).
 
 pub mod activations;
 mod backend;
@@ -13,6 +14,7 @@ mod layer;
 mod matrix;
 pub mod ops;
 pub mod quantize;
+mod stage;
 mod weights;
 
 pub use backend::{check_step, forward_steps, Backend, BatchedBackend, Logits, Profile, SeqStep};
@@ -20,4 +22,5 @@ pub use config::{ModelConfig, Rope};
 pub use error::{Error, Result};
 pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};
 pub use matrix::{fitting_format, import_format, min_row_block, Matrix, Projection};
-pub use weights::{LoadProgress, ProgressFn, WeightReader};
+pub use stage::{check_hidden, Part, PlacedPart, Stage, StageOutput};
+pub use weights::{part_file_bytes, LoadProgress, ProgressFn, WeightReader};

@@ -13,6 +13,7 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::layer::{LayerWeights, Mlp, SharedMlp};
 use crate::matrix::{fitting_format, import_format, Matrix, Projection};
+use crate::stage::Part;
 
 /// Where loading stands, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -44,15 +45,18 @@ impl<'a> WeightReader<'a> {
         config: &'a ModelConfig,
         progress: &'a mut ProgressFn<'a>,
     ) -> Self {
-        let t = &model.tensors;
-        let mut names: Vec<&str> = vec![&t.token_embd, &t.output_norm.weight];
-        if !t.tied_embeddings {
-            names.push(&t.output);
-        }
-        for l in &t.layers {
-            names.extend(layer_tensor_names(l));
-        }
-        let total = names
+        Self::for_part(file, model, config, &Part::whole(config.n_layer), progress)
+    }
+
+    /// A reader of `part`'s tensors only: progress counts what that part reads.
+    pub fn for_part(
+        file: &'a GgufFile,
+        model: &'a ResolvedModel,
+        config: &'a ModelConfig,
+        part: &Part,
+        progress: &'a mut ProgressFn<'a>,
+    ) -> Self {
+        let total = part_tensor_names(model, part)
             .iter()
             .filter_map(|n| file.tensor(n))
             .map(|i| i.n_bytes)
@@ -286,6 +290,36 @@ impl<'a> WeightReader<'a> {
             Err(Error::Cancelled)
         }
     }
+}
+
+/// Bytes of `file`'s tensors that `part` holds, as the file stores them: what loading it
+/// takes, before any executor's own layout.
+pub fn part_file_bytes(file: &GgufFile, model: &ResolvedModel, part: &Part) -> u64 {
+    part_tensor_names(model, part)
+        .iter()
+        .filter_map(|n| file.tensor(n))
+        .map(|i| i.n_bytes)
+        .sum()
+}
+
+/// The tensors `part` reads: its layers', the token embedding where it embeds, the final
+/// norm and output head where it ends the model (the embedding again when tied to the head).
+fn part_tensor_names<'m>(model: &'m ResolvedModel, part: &Part) -> Vec<&'m str> {
+    let t = &model.tensors;
+    let mut names: Vec<&str> = Vec::new();
+    if part.embeds() || (part.heads() && t.tied_embeddings) {
+        names.push(&t.token_embd);
+    }
+    if part.heads() {
+        names.push(&t.output_norm.weight);
+        if !t.tied_embeddings {
+            names.push(&t.output);
+        }
+    }
+    for l in &t.layers[part.layers.clone()] {
+        names.extend(layer_tensor_names(l));
+    }
+    names
 }
 
 fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {

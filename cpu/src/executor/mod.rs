@@ -24,7 +24,7 @@ use hearth_model::kv::{
 };
 use hearth_model::{
     check_step, forward_steps, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig,
-    ProgressFn, Projection, Result, SeqStep, WeightReader,
+    Part, PlacedPart, ProgressFn, Projection, Result, SeqStep, Stage, StageOutput, WeightReader,
 };
 use hearth_quant::Format;
 
@@ -76,13 +76,18 @@ pub struct NativeModel {
     config: ModelConfig,
     kernels: Kernels,
     pool: Arc<rayon::ThreadPool>,
-    token_embd: Matrix,
-    output_norm: Vec<f32>,
-    /// `None` when tied to `token_embd`.
+    /// The layers held, with the embedding and head where they start and end the model.
+    part: Part,
+    /// Where the part embeds tokens, or ends the model with a head tied to the embedding.
+    token_embd: Option<Matrix>,
+    /// Where the part ends the model.
+    output_norm: Option<Vec<f32>>,
+    /// `None` when tied to `token_embd`, or where the part does not end the model.
     output: Option<Matrix>,
+    /// The part's layers, the first being model layer `part.layers.start`.
     layers: Vec<CpuLayer>,
     tables: KvTables,
-    /// Per layer: K and V of every pool slot.
+    /// Per layer held: K and V of every pool slot.
     k: Vec<KvStore>,
     v: Vec<KvStore>,
     /// Beam tables by row ([`BatchedBackend::set_beams`] takes `&self`).
@@ -92,6 +97,8 @@ pub struct NativeModel {
     chunk: usize,
     weight_bytes: Vec<(Format, u64)>,
     work: work::Work,
+    /// Time spent in stage steps since load (a split model's report).
+    busy_ns: u64,
 }
 
 impl NativeModel {
@@ -101,8 +108,21 @@ impl NativeModel {
         options: CpuOptions,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
+        Self::load_part(file, model, options, None, progress)
+    }
+
+    /// Loads the layers `layers` only (`None`: the whole model), as one stage of a split
+    /// model, with the embedding where they start the model and the head where they end it.
+    pub fn load_part(
+        file: &GgufFile,
+        model: &ResolvedModel,
+        options: CpuOptions,
+        layers: Option<std::ops::Range<usize>>,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
         let config = ModelConfig::from_resolved(file, model)?;
         let c = &config;
+        let part = Part::of(layers, c.n_layer)?;
         if options.n_ctx == 0 {
             return Err(Error::options("n_ctx", "must be at least 1"));
         }
@@ -122,17 +142,22 @@ impl NativeModel {
             .build()
             .map_err(|e| Error::options("threads", e.to_string()))?;
 
-        let mut reader = WeightReader::new(file, model, c, progress);
+        let mut reader = WeightReader::for_part(file, model, c, &part, progress);
         let mut weight_bytes: Vec<(Format, u64)> = Vec::new();
         let mut count = |w: &Matrix| w.tally_into(&mut weight_bytes);
-        let token_embd = reader.token_embd()?;
-        count(&token_embd);
-        let output = reader.output()?;
-        if let Some(w) = &output {
-            count(w);
-        }
-        let mut layers = Vec::with_capacity(c.n_layer);
-        for l in 0..c.n_layer {
+        let tied = model.tensors.tied_embeddings;
+        let token_embd = match part.embeds() || (part.heads() && tied) {
+            true => Some(reader.token_embd()?),
+            false => None,
+        };
+        token_embd.iter().for_each(&mut count);
+        let output = match part.heads() {
+            true => reader.output()?,
+            false => None,
+        };
+        output.iter().for_each(&mut count);
+        let mut layers = Vec::with_capacity(part.len());
+        for l in part.layers.clone() {
             let layer = reader.layer(l)?;
             let layer = layer.try_map::<_, _, Error>(
                 |_, w: Projection| {
@@ -143,10 +168,13 @@ impl NativeModel {
             )?;
             layers.push(layer);
         }
-        let output_norm = reader.output_norm()?;
+        let output_norm = match part.heads() {
+            true => Some(reader.output_norm()?),
+            false => None,
+        };
         reader.finish()?;
 
-        let shape = kv_shape(c, &options)?;
+        let shape = kv_shape(c, &options, part.len())?;
         let kv_dim = c.n_head_kv * c.head_dim;
         let slots = shape.blocks * hearth_model::kv::BLOCK_TOKENS;
         let store = || KvStore::new(options.kv_type, slots, kv_dim);
@@ -158,16 +186,18 @@ impl NativeModel {
             output_norm,
             output,
             layers,
+            part,
             // The executor's own memory, as device-local memory is a GPU's (`--kv-offload
             // none`): there is nothing to offload it to.
             tables: KvTables::new(shape, KvPlacement::Device),
-            k: (0..c.n_layer).map(|_| store()).collect(),
-            v: (0..c.n_layer).map(|_| store()).collect(),
+            k: (0..shape.n_layer).map(|_| store()).collect(),
+            v: (0..shape.n_layer).map(|_| store()).collect(),
             beams: RefCell::new(vec![Vec::new(); options.n_seq]),
             rope_table: c.rope_table(options.n_ctx).unwrap_or_default(),
             local_rope_table: c.local_rope_table(options.n_ctx),
             chunk,
             weight_bytes,
+            busy_ns: 0,
             work: work::Work {
                 mode: options.activations,
                 ..work::Work::default()
@@ -207,9 +237,13 @@ impl NativeModel {
     }
 }
 
-/// The cache's shape: every sequence at full context, or what the budget holds.
-fn kv_shape(c: &ModelConfig, options: &CpuOptions) -> Result<KvShape> {
-    let shape = KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?;
+/// The cache's shape for `n_layer` layers: every sequence at full context, or what the
+/// budget holds.
+fn kv_shape(c: &ModelConfig, options: &CpuOptions, n_layer: usize) -> Result<KvShape> {
+    let shape = KvShape {
+        n_layer,
+        ..KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?
+    };
     shape.with_blocks(match options.kv_budget {
         Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, u64::MAX),
         Some(KvBudget::Tokens(t)) => blocks_for(t),
@@ -246,6 +280,10 @@ impl Backend for NativeModel {
         self
     }
 
+    fn placement(&self) -> Vec<PlacedPart> {
+        vec![self.placed()]
+    }
+
     fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
         match choice {
             KvPolicyChoice::Dense => Ok(()),
@@ -261,6 +299,9 @@ impl Backend for NativeModel {
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        if !self.part.is_whole() {
+            return Err(self.part.not_whole());
+        }
         check_step(&self.config, tokens, self.len(), self.n_ctx())?;
         let mut out = Vec::new();
         for (step, _) in forward_steps(tokens, self.chunk, logits) {
@@ -288,7 +329,10 @@ impl BatchedBackend for NativeModel {
     }
 
     fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
-        NativeModel::step_batch(self, seqs)
+        match self.step_stage(seqs, None)? {
+            StageOutput::Logits(logits) => Ok(logits),
+            StageOutput::Hidden(_) => Err(self.part.not_whole()),
+        }
     }
 
     fn set_beams(&self, row: usize, beams: &[u32]) -> Result<u32> {
@@ -306,5 +350,31 @@ impl BatchedBackend for NativeModel {
         table.clear();
         table.extend_from_slice(beams);
         Ok((row * n_ctx) as u32)
+    }
+}
+
+impl Stage for NativeModel {
+    fn part(&self) -> &Part {
+        &self.part
+    }
+
+    fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
+        let start = std::time::Instant::now();
+        let out = NativeModel::step_stage(self, seqs, hidden);
+        self.busy_ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn placed(&self) -> PlacedPart {
+        PlacedPart {
+            executor: "cpu".to_string(),
+            device: format!("CPU ({}, {} threads)", self.isa(), self.threads()),
+            layers: [self.part.layers.start, self.part.layers.end],
+            embedding: self.part.embeds(),
+            head: self.part.heads(),
+            weight_bytes: self.weight_bytes.iter().map(|(_, b)| b).sum(),
+            kv_bytes: self.kv_bytes() as u64,
+            busy_ns: self.busy_ns,
+        }
     }
 }

@@ -1,18 +1,21 @@
 //! One step of the native executor: the sequences' tokens appended to their cache rows, every
 //! layer over all of them at once (each product reads its weights once for the whole step),
-//! and the logits each sequence asked for.
+//! and the logits each sequence asked for (or, where the executor holds the first layers of
+//! a split model, the residual stream the next executor takes).
 
 use super::attention::{self, Cache, TokenAt};
 use super::mlp;
 use super::NativeModel;
 use crate::product::{project, Input, Output};
 use hearth_model::kv::OutOfBlocks;
-use hearth_model::{check_step, ops, Error, Logits, Result, SeqStep};
+use hearth_model::{check_hidden, check_step, ops, Error, Logits, Result, SeqStep, StageOutput};
 
 impl NativeModel {
-    /// Appends each sequence's tokens to its row in one step and returns the logits each
-    /// asked for, in order.
-    pub fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+    /// Appends each sequence's tokens to its row in one step over the layers held, entered
+    /// by `hidden` where they do not start the model, and returns the logits each sequence
+    /// asked for, in order, or the residual stream where they do not end it.
+    pub fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
+        check_hidden(&self.part, seqs, hidden, self.config.n_embd)?;
         let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if n > self.chunk {
             return Err(Error::options(
@@ -63,27 +66,38 @@ impl NativeModel {
             }
         }
         let pool = self.pool.clone();
-        pool.install(|| self.layers_over(&ids, &tokens));
-        let logits = pool.install(|| self.logits(seqs));
+        pool.install(|| self.layers_over(&ids, &tokens, hidden));
+        let out = match self.part.heads() {
+            true => StageOutput::Logits(pool.install(|| self.logits(seqs))),
+            false => StageOutput::Hidden(self.work.x[..n * self.config.n_embd].to_vec()),
+        };
         self.work.tokens = tokens;
         self.work.ids = ids;
-        Ok(logits)
+        Ok(out)
     }
 
-    /// Runs every layer over the step's tokens; the residual stream ends in `work.x`.
-    fn layers_over(&mut self, ids: &[u32], tokens: &[TokenAt]) {
+    /// Runs the layers held over the step's tokens, from their embeddings or from `hidden`;
+    /// the residual stream ends in `work.x`.
+    fn layers_over(&mut self, ids: &[u32], tokens: &[TokenAt], hidden: Option<&[f32]>) {
         let c = &self.config;
         let (n, e) = (ids.len(), c.n_embd);
         let w = &mut self.work;
         w.x.resize(n * e, 0.0);
-        let row_bytes = self.token_embd.data.len() / self.token_embd.rows.max(1);
-        for (&id, x) in ids.iter().zip(w.x.chunks_mut(e)) {
-            let row = &self.token_embd.data[id as usize * row_bytes..][..row_bytes];
-            // Sizes come from the matrix; ids were checked against the vocabulary.
-            let _ = self.token_embd.format.dequantize(row, x);
-            if let Some(scale) = c.embd_scale {
-                x.iter_mut().for_each(|v| *v *= scale);
+        match (hidden, &self.token_embd) {
+            (Some(h), _) => w.x.copy_from_slice(h),
+            (None, Some(embd)) => {
+                let row_bytes = embd.data.len() / embd.rows.max(1);
+                for (&id, x) in ids.iter().zip(w.x.chunks_mut(e)) {
+                    let row = &embd.data[id as usize * row_bytes..][..row_bytes];
+                    // Sizes come from the matrix; ids were checked against the vocabulary.
+                    let _ = embd.format.dequantize(row, x);
+                    if let Some(scale) = c.embd_scale {
+                        x.iter_mut().for_each(|v| *v *= scale);
+                    }
+                }
             }
+            // `check_hidden` let the step in: the part embeds, so it holds the embedding.
+            (None, None) => {}
         }
         let k = &self.kernels;
         let hd = c.head_dim;
@@ -92,7 +106,9 @@ impl NativeModel {
         let tables: Vec<&[hearth_model::kv::BlockId]> = (0..self.tables.shape().rows)
             .map(|r| self.tables.table(r).blocks())
             .collect();
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (held, layer) in self.layers.iter().enumerate() {
+            // `l` is the model's layer (its window, its RoPE); `held` the part's (its K/V).
+            let l = self.part.layers.start + held;
             // Attention block: norm and QKV, RoPE and the K/V append, attention, the output
             // projection.
             let xn = ops::rmsnorm(&w.x, &layer.attn_norm, e, c.norm_eps);
@@ -124,14 +140,14 @@ impl NativeModel {
                 };
                 let slot = block as usize * hearth_model::kv::BLOCK_TOKENS + i;
                 // The store rounds K and V as the cache's type keeps them.
-                self.k[l].write(slot, &qk[c.attn_dim()..]);
-                self.v[l].write(slot, &v[..kv_dim]);
+                self.k[held].write(slot, &qk[c.attn_dim()..]);
+                self.v[held].write(slot, &v[..kv_dim]);
             }
             w.att.resize(n * c.attn_dim(), 0.0);
             let cache = Cache {
                 tables: &tables,
-                k: &self.k[l],
-                v: &self.v[l],
+                k: &self.k[held],
+                v: &self.v[held],
                 beams: &beams,
             };
             attention::attend(k, c, l, tokens, &w.qkv, &cache, &mut w.att, &mut w.staged);
@@ -175,9 +191,9 @@ impl NativeModel {
         }
         let count = rows.len() / e.max(1);
         let mut out = vec![0f32; count * c.n_vocab];
-        if count > 0 {
-            let xn = ops::rmsnorm(&rows, &self.output_norm, e, c.norm_eps);
-            let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let head = self.output.as_ref().or(self.token_embd.as_ref());
+        if let (true, Some(gain), Some(head)) = (count > 0, &self.output_norm, head) {
+            let xn = ops::rmsnorm(&rows, gain, e, c.norm_eps);
             let mut input = Input::new(&xn, e, &mut w.act, w.mode);
             let o = Output {
                 out: &mut out,

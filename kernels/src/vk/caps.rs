@@ -81,6 +81,9 @@ pub struct LimitCaps {
 pub struct MemoryHeap {
     pub size: u64,
     pub device_local: bool,
+    /// What this process may still allocate from the heap when the device was queried
+    /// (`VK_EXT_memory_budget`: its budget less its use); `None` without the extension.
+    pub free: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -124,6 +127,17 @@ impl DeviceInfo {
             .iter()
             .filter(|h| h.device_local)
             .map(|h| h.size)
+            .sum()
+    }
+
+    /// What this process may still allocate from the device-local heaps: their budget less
+    /// their use where the driver reports it, else their size.
+    pub fn free_device_local_bytes(&self) -> u64 {
+        self.memory
+            .heaps
+            .iter()
+            .filter(|h| h.device_local)
+            .map(|h| h.free.unwrap_or(h.size).min(h.size))
             .sum()
     }
 
@@ -233,11 +247,21 @@ pub(crate) fn query(
             compute_family.map_or(0, |f| families[f as usize].timestamp_valid_bits);
 
         let mem = raw.get_physical_device_memory_properties(physical);
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let has_budget = has_ext(ash::ext::memory_budget::NAME);
+        if has_budget {
+            let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+            raw.get_physical_device_memory_properties2(physical, &mut mem2);
+        }
         let heaps: Vec<MemoryHeap> = mem.memory_heaps[..mem.memory_heap_count as usize]
             .iter()
-            .map(|h| MemoryHeap {
+            .enumerate()
+            .map(|(i, h)| MemoryHeap {
                 size: h.size,
                 device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
+                free: has_budget
+                    .then(|| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
+                    .filter(|&free| free > 0),
             })
             .collect();
         let types = &mem.memory_types[..mem.memory_type_count as usize];

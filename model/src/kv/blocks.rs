@@ -42,7 +42,7 @@ pub struct BlockCopy {
 }
 
 /// Every block of the cache: which are free, and how many tables hold each.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockPool {
     refs: Vec<u32>,
     /// Free blocks, taken from the end (so the lowest ids go first).
@@ -102,7 +102,7 @@ pub fn blocks_for(tokens: usize) -> usize {
 
 /// One sequence's blocks: position `p` lives in `blocks[p / BLOCK_TOKENS]` at slot
 /// `p % BLOCK_TOKENS`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockTable {
     blocks: Vec<BlockId>,
     /// Positions holding K/V.

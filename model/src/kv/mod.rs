@@ -283,6 +283,23 @@ impl KvTables {
         self.dirty[dst] = true;
     }
 
+    /// Makes these tables equal to `leader`'s, a cache of the same pool and rows holding
+    /// other layers of the model (a split model's stages). Rows that differ are written out
+    /// again before the next step.
+    pub fn follow(&mut self, leader: &KvTables) {
+        debug_assert_eq!(self.rows.len(), leader.rows.len());
+        debug_assert_eq!(self.pool.capacity(), leader.pool.capacity());
+        if self.pool != leader.pool {
+            self.pool.clone_from(&leader.pool);
+        }
+        for ((mine, theirs), dirty) in self.rows.iter_mut().zip(&leader.rows).zip(&mut self.dirty) {
+            if mine != theirs {
+                mine.clone_from(theirs);
+                *dirty = true;
+            }
+        }
+    }
+
     /// The rows whose block table changed since the last call, each with its blocks (at most
     /// `max_blocks()` of them), for the executor to write out before a step.
     pub fn take_dirty(&mut self) -> Vec<(usize, &[BlockId])> {

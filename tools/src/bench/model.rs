@@ -82,9 +82,13 @@ fn measure(
 ) -> Result<()> {
     let before = sparse_stats(engine);
     let fetch_before = fetch_ns(engine);
-    let ns = run_test(engine, rep)?;
+    let (ns, parts_ns) = run_test(engine, rep)?;
     if timed {
         measured.samples_ns.push(ns);
+        measured.parts_ns.resize(parts_ns.len(), 0.0);
+        for (sum, ns) in measured.parts_ns.iter_mut().zip(parts_ns) {
+            *sum += ns;
+        }
         let fetch_after = fetch_ns(engine);
         measured.fetch_ns += fetch_after.0 - fetch_before.0;
         measured.fetch_overlap_ns += fetch_after.1 - fetch_before.1;
@@ -112,21 +116,32 @@ fn fetch_ns(engine: &Engine) -> (f64, f64) {
 }
 
 /// One repetition: the time of its timed part (after the cache holds its context) in
-/// nanoseconds.
-fn run_test(engine: &mut Engine, rep: &Repetition) -> Result<f64> {
+/// nanoseconds, and the time each executor of a split model spent in it.
+fn run_test(engine: &mut Engine, rep: &Repetition) -> Result<(f64, Vec<f64>)> {
     let test = rep.test;
     let backend = engine.session_mut().backend_at(rep.context)?;
-    if test.parallel > 1 {
-        return run_parallel(backend, rep);
-    }
-    let start = Instant::now();
-    if test.n_prompt > 0 {
-        backend.forward(&rep.tokens[..test.n_prompt], Logits::Last)?;
-    }
-    for &t in &rep.tokens[..test.n_gen] {
-        backend.forward(&[t], Logits::Last)?;
-    }
-    Ok(start.elapsed().as_nanos() as f64)
+    let busy =
+        |b: &dyn Backend| -> Vec<f64> { b.placement().iter().map(|p| p.busy_ns as f64).collect() };
+    let before = busy(backend);
+    let ns = match test.parallel {
+        1 => {
+            let start = Instant::now();
+            if test.n_prompt > 0 {
+                backend.forward(&rep.tokens[..test.n_prompt], Logits::Last)?;
+            }
+            for &t in &rep.tokens[..test.n_gen] {
+                backend.forward(&[t], Logits::Last)?;
+            }
+            start.elapsed().as_nanos() as f64
+        }
+        _ => run_parallel(backend, rep)?,
+    };
+    let parts = busy(backend)
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b)
+        .collect();
+    Ok((ns, parts))
 }
 
 /// tg with `parallel` sequences: rows 1.. share row 0's context, and every step decodes one

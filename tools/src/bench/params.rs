@@ -111,6 +111,8 @@ pub(super) struct Measured {
     pub samples_ns: Vec<f64>,
     /// KV blocks in use at the end of a repetition.
     pub kv_blocks_used: usize,
+    /// Time each executor of a split model spent in the timed parts (ns), in layer order.
+    pub parts_ns: Vec<f64>,
 }
 
 #[cfg(test)]

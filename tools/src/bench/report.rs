@@ -83,6 +83,27 @@ pub struct BenchRow {
     /// it alongside other kernels.
     pub ig_fetch_ms_per_token: Option<f64>,
     pub ig_fetch_overlap_ms_per_token: Option<f64>,
+    /// Each executor of a split model (`--gpu-layers`, `--devices`): what it holds and its
+    /// time per step; empty for a model on one executor.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartTime>,
+}
+
+/// One executor's share of a split model's test.
+#[derive(Clone, Debug, Serialize)]
+pub struct PartTime {
+    /// "cpu" or "vulkan:N".
+    pub executor: String,
+    pub device: String,
+    /// First layer and one past the last.
+    pub layers: [usize; 2],
+    pub weight_bytes: u64,
+    pub kv_bytes: u64,
+    /// Its time per step (per token generated in tg, per prompt in pp), milliseconds, the
+    /// crossing of the hidden state to or from host memory included.
+    pub ms_per_step: f64,
+    /// Its share of the test's time.
+    pub share: f64,
 }
 
 impl BenchRow {
@@ -117,6 +138,8 @@ struct Context<'a> {
     kv: Option<(KvShape, KvUsage)>,
     ig_on: bool,
     h2o_on: bool,
+    /// What each executor holds (one unless split).
+    placed: Vec<hearth_model::PlacedPart>,
 }
 
 impl PlacementReport {
@@ -128,7 +151,10 @@ impl PlacementReport {
         source: ModelSource,
     ) -> Self {
         let info = engine.info();
+        let placed = engine.placement();
+        let on_cpu = placed.iter().any(|p| p.executor == "cpu");
         let backend = match info.backend {
+            BackendKind::Vulkan if on_cpu => "CPU+Vulkan",
             BackendKind::Vulkan => "Vulkan",
             BackendKind::Cpu => "CPU",
             BackendKind::Reference => "CPU reference",
@@ -161,6 +187,7 @@ impl PlacementReport {
             kv: kv.map(|k| (k.1, k.2)),
             ig_on,
             h2o_on,
+            placed,
         };
         Self {
             rows: tests
@@ -255,6 +282,7 @@ impl Context<'_> {
             h2o_mean_kept: sparse(self.h2o_on, IgStats::mean_fetched),
             ig_fetch_ms_per_token: fetch(m.fetch_ns),
             ig_fetch_overlap_ms_per_token: fetch(m.fetch_overlap_ns),
+            parts: self.parts(t, m),
         }
     }
 
@@ -262,6 +290,32 @@ impl Context<'_> {
     /// and the prompt) reads every cached position's K and V: depth + n_prompt + i + 1
     /// positions; under InfiniGen the sparse layers read only what they fetched, under H2O
     /// what they keep.
+    /// Each executor's time per step, where the model is split.
+    fn parts(&self, t: &Test, m: &Measured) -> Vec<PartTime> {
+        if self.placed.len() < 2 || m.samples_ns.is_empty() {
+            return Vec::new();
+        }
+        // Steps per repetition: one per generated token, or one per prompt.
+        let steps = match t.n_gen {
+            0 => 1,
+            n => n,
+        } * m.samples_ns.len();
+        let total: f64 = m.samples_ns.iter().sum();
+        self.placed
+            .iter()
+            .zip(&m.parts_ns)
+            .map(|(p, &ns)| PartTime {
+                executor: p.executor.clone(),
+                device: p.device.clone(),
+                layers: p.layers,
+                weight_bytes: p.weight_bytes,
+                kv_bytes: p.kv_bytes,
+                ms_per_step: ns / 1e6 / steps as f64,
+                share: if total > 0.0 { ns / total } else { 0.0 },
+            })
+            .collect()
+    }
+
     fn kv_read_per_token(&self, t: &Test, m: &Measured) -> f64 {
         if t.n_gen == 0 {
             return 0.0;

@@ -41,7 +41,7 @@ impl VkModel {
         at: &RecordingLayer<'a>,
         beside: &mut Beside<'a>,
     ) -> Result<()> {
-        let (c, s, w) = (at.config, at.scratch, &self.layers[at.l]);
+        let (c, s, w) = (at.config, at.scratch, at.weights());
         // The down projection adds to x, or lands in xn for a post-norm.
         let post = w.ffn_post_norm.as_ref();
         let (out, accumulate) = match post {
@@ -194,7 +194,7 @@ impl VkModel {
             eps: c.norm_eps,
         };
         k.rmsnorm
-            .record(rec, &s.x, &self.layers[at.l].ffn_norm, &s.xn, shape)?;
+            .record(rec, &s.x, &at.weights().ffn_norm, &s.xn, shape)?;
         let io = (&s.xn, &m.router);
         self.record_projection(rec, at, w.router, io, (router_rows, e), false)?;
         let (gate_up, down) = match (w.gate_up, w.down) {

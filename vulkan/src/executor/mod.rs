@@ -25,7 +25,8 @@ use hearth_models::{GgufFile, ResolvedModel};
 use hearth_model::kv::KvBudget;
 use hearth_model::{
     check_step, forward_steps, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig,
-    Profile, ProgressFn, Projection, Result, SeqStep, WeightReader,
+    Part, PlacedPart, Profile, ProgressFn, Projection, Result, SeqStep, Stage, StageOutput,
+    WeightReader,
 };
 
 pub use self::policy::FETCH_KERNELS;
@@ -106,8 +107,12 @@ struct Scratch {
     steps: Buffer,
     /// [chunk, n_embd] x of the tokens whose logits are wanted, gathered.
     sel: Buffer,
-    /// [chunk, n_vocab], read by the host
+    /// [chunk, n_vocab], read by the host; [chunk, n_embd] where the model's last layers are
+    /// another executor's (the residual stream they take).
     logits: Buffer,
+    /// [chunk, n_embd] the residual stream from the executor holding the layers before,
+    /// where this one does not start the model.
+    hidden_in: Option<Buffer>,
     /// A mixture of experts' activations.
     moe: Option<MoeScratch>,
 }
@@ -139,11 +144,17 @@ struct MoeScratch {
 pub struct VkModel {
     device: Arc<Device>,
     config: ModelConfig,
-    /// [n_vocab, n_embd]
-    token_embd: DeviceMatrix,
-    output_norm: Buffer,
-    /// [n_vocab, n_embd]; `None` when tied to `token_embd`.
+    /// The layers held, with the embedding and head where they start and end the model.
+    part: Part,
+    /// [n_vocab, n_embd], where the part embeds tokens or ends the model with a head tied
+    /// to the embedding.
+    token_embd: Option<DeviceMatrix>,
+    /// Where the part ends the model.
+    output_norm: Option<Buffer>,
+    /// [n_vocab, n_embd]; `None` when tied to `token_embd`, or where the part does not end
+    /// the model.
     output: Option<DeviceMatrix>,
+    /// The part's layers, the first being model layer `part.layers.start`.
     layers: Vec<DeviceLayer>,
     kv: KvCache,
     /// [n_ctx, rot_dim / 2] (cos, sin)
@@ -162,6 +173,8 @@ pub struct VkModel {
     fetch_alongside: (usize, usize),
     /// Which cached positions attention reads (`--kv-offload infinigen|h2o`).
     policy: Box<dyn KvPolicy>,
+    /// Time spent in stage steps since load (a split model's report).
+    busy_ns: u64,
 }
 
 /// What `--profile` has timed since load.
@@ -181,8 +194,22 @@ impl VkModel {
         options: VkModelOptions,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
+        Self::load_part(device, file, model, options, None, progress)
+    }
+
+    /// Loads the layers `layers` only (`None`: the whole model), as one stage of a split
+    /// model, with the embedding where they start the model and the head where they end it.
+    pub fn load_part(
+        device: &Arc<Device>,
+        file: &GgufFile,
+        model: &ResolvedModel,
+        options: VkModelOptions,
+        layers: Option<std::ops::Range<usize>>,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
         let config = ModelConfig::from_resolved(file, model)?;
         let c = &config;
+        let part = Part::of(layers, c.n_layer)?;
         if let Some(x) = &c.experts {
             hearth_kernels::check_experts(x).map_err(|what| hearth_model::Error::Unsupported {
                 path: file.path().to_path_buf(),
@@ -200,7 +227,7 @@ impl VkModel {
             .min((max_range / (c.n_vocab as u64 * 4)).max(1) as usize)
             .max(1);
 
-        let mut reader = WeightReader::new(file, model, c, progress);
+        let mut reader = WeightReader::for_part(file, model, c, &part, progress);
         let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
         // Each format's kernels are built on a thread of their own while the weights load. A
         // CPU device translates and optimizes a pipeline's SPIR-V when it is created (lavapipe
@@ -223,13 +250,17 @@ impl VkModel {
                         rows: w.rows as u32,
                     })
                 };
-                let token_embd = upload("token_embd", reader.token_embd()?)?;
-                let output = match reader.output()? {
-                    Some(w) => Some(upload("output", w)?),
-                    None => None,
+                let tied = model.tensors.tied_embeddings;
+                let token_embd = match part.embeds() || (part.heads() && tied) {
+                    true => Some(upload("token_embd", reader.token_embd()?)?),
+                    false => None,
                 };
-                let mut layers = Vec::with_capacity(c.n_layer);
-                for l in 0..c.n_layer {
+                let output = match (part.heads(), reader.output()?) {
+                    (true, Some(w)) => Some(upload("output", w)?),
+                    _ => None,
+                };
+                let mut layers = Vec::with_capacity(part.len());
+                for l in part.layers.clone() {
                     let vector = |name: &str, gain: Vec<f32>| {
                         Buffer::from_slice(device, &format!("blk.{l}.{name}"), &gain)
                             .map_err(Error::from)
@@ -245,8 +276,14 @@ impl VkModel {
                     };
                     layers.push(reader.layer(l)?.try_map(matrix, vector)?);
                 }
-                let output_norm =
-                    Buffer::from_slice(device, "output_norm", &reader.output_norm()?)?;
+                let output_norm = match part.heads() {
+                    true => Some(Buffer::from_slice(
+                        device,
+                        "output_norm",
+                        &reader.output_norm()?,
+                    )?),
+                    false => None,
+                };
                 reader.finish()?;
                 let mut formats = HashMap::new();
                 for (format, handle) in building {
@@ -264,7 +301,7 @@ impl VkModel {
         let weights: u64 = weight_bytes.iter().map(|(_, b)| b).sum();
         let kv = KvCache::new(
             device,
-            kv_shape(device, c, &options, weights)?,
+            kv_shape(device, c, &options, part.len(), weights)?,
             options.kv_placement,
         )?;
         let table = c.rope_table(options.n_ctx).unwrap_or(vec![[0.0; 2]]);
@@ -295,10 +332,23 @@ impl VkModel {
                 BufferDesc::host_visible("step tokens", chunk as u64 * 16),
             )?,
             sel: f32s("selected x", chunk * c.n_embd)?,
-            logits: Buffer::new(
-                device,
-                BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
-            )?,
+            logits: match part.heads() {
+                true => Buffer::new(
+                    device,
+                    BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
+                )?,
+                false => Buffer::new(
+                    device,
+                    BufferDesc::readback("hidden out", (chunk * c.n_embd * 4) as u64),
+                )?,
+            },
+            hidden_in: match part.embeds() {
+                true => None,
+                false => Some(Buffer::new(
+                    device,
+                    BufferDesc::host_visible("hidden in", (chunk * c.n_embd * 4) as u64),
+                )?),
+            },
             moe: match c.experts {
                 Some(x) => {
                     let slots = chunk * hearth_kernels::slots_per_token(&x) as usize;
@@ -332,6 +382,7 @@ impl VkModel {
         Ok(Self {
             device: device.clone(),
             config,
+            part,
             token_embd,
             output_norm,
             output,
@@ -346,6 +397,7 @@ impl VkModel {
             profile: options.profile.then(ProfileTotals::default),
             fetch_alongside: (0, 0),
             policy: Box::new(Dense),
+            busy_ns: 0,
         })
     }
 
@@ -424,9 +476,13 @@ fn kv_shape(
     device: &Device,
     c: &ModelConfig,
     options: &VkModelOptions,
+    n_layer: usize,
     weights: u64,
 ) -> Result<KvShape> {
-    let shape = KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?;
+    let shape = KvShape {
+        n_layer,
+        ..KvShape::for_model(c, options.n_seq, options.n_ctx, options.kv_type)?
+    };
     let full = options.n_seq * blocks_for(options.n_ctx);
     let info = device.info();
     let max_range = info.limits.max_storage_buffer_range;
@@ -466,10 +522,25 @@ impl Backend for VkModel {
 
     fn set_kv_policy(&mut self, choice: KvPolicyChoice) -> Result<()> {
         choice.check_model(&self.config)?;
+        if !self.part.is_whole() && !matches!(choice, KvPolicyChoice::Dense) {
+            return Err(Error::options(
+                "kv-offload",
+                format!(
+                    "{} needs every layer on one executor; this one holds layers {}..{}",
+                    choice.kind(),
+                    self.part.layers.start,
+                    self.part.layers.end
+                ),
+            ));
+        }
         // The old policy's buffers go before the new one's are made.
         self.policy = Box::new(Dense);
         self.policy = policy::start(&self.device, &self.config, &self.kv, self.chunk, choice)?;
         Ok(())
+    }
+
+    fn placement(&self) -> Vec<PlacedPart> {
+        vec![self.placed()]
     }
 
     fn kv_policy_stats(&self) -> Option<KvPolicyStats> {
@@ -511,6 +582,9 @@ impl Backend for VkModel {
     }
 
     fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        if !self.part.is_whole() {
+            return Err(self.part.not_whole());
+        }
         check_step(&self.config, tokens, self.position(0), self.n_ctx())?;
         let mut out = Vec::new();
         for (step, more) in forward_steps(tokens, self.chunk, logits) {
@@ -554,5 +628,31 @@ impl BatchedBackend for VkModel {
 
     fn set_beams(&self, row: usize, beams: &[u32]) -> Result<u32> {
         Ok(self.kv.set_beams(row, beams)?)
+    }
+}
+
+impl Stage for VkModel {
+    fn part(&self) -> &Part {
+        &self.part
+    }
+
+    fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
+        let start = std::time::Instant::now();
+        let out = VkModel::step_stage(self, seqs, hidden);
+        self.busy_ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn placed(&self) -> PlacedPart {
+        PlacedPart {
+            executor: format!("vulkan:{}", self.device.info().index),
+            device: self.device.info().name.clone(),
+            layers: [self.part.layers.start, self.part.layers.end],
+            embedding: self.token_embd.is_some() && self.part.embeds(),
+            head: self.part.heads(),
+            weight_bytes: self.weight_bytes(),
+            kv_bytes: self.kv_bytes(),
+            busy_ns: self.busy_ns,
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! One step of the Vulkan executor: the sequences' tokens appended to their cache rows, a plan
 //! of which kernels they take, the embedding, every layer and the logits recorded into one
-//! command buffer, and the bookkeeping once it ran.
+//! command buffer, and the bookkeeping once it ran. An executor holding part of a split
+//! model starts from the residual stream the layers before it left, or ends by handing its
+//! own on.
 
 use std::slice;
 
@@ -14,9 +16,9 @@ use hearth_kernels::{
     EmbedArgs, MatmulArgs, MatvecArgs, NormShape, OutputCols, QkvAdjustArgs, QkvHeads, RopeTable,
     StepToken,
 };
-use hearth_model::check_step;
 use hearth_model::ops;
 use hearth_model::Logits;
+use hearth_model::{check_hidden, check_step, StageOutput};
 use hearth_model::{Error, Result};
 
 /// Where each sequence's requested logits land among the logits rows: (first row, rows).
@@ -27,6 +29,17 @@ impl VkModel {
     /// submission, and returns each sequence's requested logits ([rows, n_vocab], empty when
     /// none were asked for). Each sequence's tokens go to its row at the row's next positions.
     pub fn step_batch(&mut self, seqs: &[SeqStep]) -> Result<Vec<Vec<f32>>> {
+        match self.step_stage(seqs, None)? {
+            StageOutput::Logits(logits) => Ok(logits),
+            StageOutput::Hidden(_) => Err(self.part.not_whole()),
+        }
+    }
+
+    /// [`step_batch`](Self::step_batch) over the layers held, entered by `hidden` ([tokens,
+    /// n_embd] in the order of `seqs`) where they do not start the model; returns the
+    /// residual stream, in the same order, where they do not end it.
+    pub fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
+        check_hidden(&self.part, seqs, hidden, self.config.n_embd)?;
         let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if n > self.chunk {
             return Err(Error::options(
@@ -56,10 +69,19 @@ impl VkModel {
         let mut steps = Vec::with_capacity(n);
         let mut runs = Vec::with_capacity(seqs.len());
         let mut copies = Vec::new();
+        let before: Vec<(usize, usize)> = seqs
+            .iter()
+            .map(|s| (self.kv.len(s.row), self.position(s.row)))
+            .collect();
+        // Blocks are taken in the order of `seqs`, as every executor takes them, so that the
+        // parts of a split model keep each position in the same block.
+        for s in seqs {
+            // Counted above, so this cannot run out.
+            copies.extend(self.kv.append(s.row, s.tokens.len())?);
+        }
         for &i in &order {
             let s = &seqs[i];
-            let len = self.kv.len(s.row);
-            let pos = self.position(s.row);
+            let (len, pos) = before[i];
             runs.push(Run {
                 seq: i,
                 t0: ids.len(),
@@ -74,10 +96,8 @@ impl VkModel {
                     ..StepToken::new(s.row as u32, (len + j) as u32)
                 });
             }
-            // Counted above, so this cannot run out.
-            copies.extend(self.kv.append(s.row, s.tokens.len())?);
         }
-        let result = self.record_step(&ids, &steps, &runs, seqs, &copies);
+        let result = self.record_step(&ids, &steps, &runs, seqs, &copies, hidden);
         if result.is_err() {
             // Nothing was written: the rows go back to their old lengths.
             for r in &runs {
@@ -100,9 +120,13 @@ impl VkModel {
         runs: &[Run],
         seqs: &[SeqStep],
         copies: &[BlockCopy],
-    ) -> Result<Vec<Vec<f32>>> {
+        hidden: Option<&[f32]>,
+    ) -> Result<StageOutput> {
         self.kv.sync_tables()?;
         self.scratch.ids.upload(0, ids)?;
+        if let (Some(h), Some(buffer)) = (hidden, &self.scratch.hidden_in) {
+            buffer.upload(0, h)?;
+        }
         self.scratch.steps.upload(0, steps)?;
         let plan = self.plan_step(steps, runs);
         let view = StepView {
@@ -121,20 +145,56 @@ impl VkModel {
         self.policy.record_start(&mut rec)?;
         let c = &self.config;
         let s = &self.scratch;
-        let embed = &self.kernels.of(self.token_embd.format).embed;
-        let (t, vocab, e) = (ids.len() as u32, c.n_vocab as u32, c.n_embd as u32);
-        let args = EmbedArgs {
-            table: &self.token_embd.buffer,
-            ids: &s.ids,
-            out: &s.x,
-            tokens: t,
-            vocab,
-            dim: e,
-            scale: c.embd_scale.unwrap_or(1.0),
-        };
-        embed.record(&mut rec, args)?;
-        for l in 0..self.layers.len() {
-            self.record_layer(&mut rec, l, &plan)?;
+        // Each sequence's first row in `seqs` order, where hidden states cross.
+        let seq_t0: Vec<usize> = seqs
+            .iter()
+            .scan(0, |t0, s| {
+                let first = *t0;
+                *t0 += s.tokens.len();
+                Some(first)
+            })
+            .collect();
+        let row_bytes = c.n_embd as u64 * 4;
+        match (&s.hidden_in, &self.token_embd) {
+            (Some(hidden_in), _) => {
+                // Into the step's order: decode runs first.
+                for r in runs {
+                    let (src, dst) = (seq_t0[r.seq] as u64, r.t0 as u64);
+                    let bytes = r.tokens as u64 * row_bytes;
+                    rec.copy(hidden_in, src * row_bytes, &s.x, dst * row_bytes, bytes)?;
+                }
+            }
+            (None, Some(token_embd)) => {
+                let embed = &self.kernels.of(token_embd.format).embed;
+                let args = EmbedArgs {
+                    table: &token_embd.buffer,
+                    ids: &s.ids,
+                    out: &s.x,
+                    tokens: ids.len() as u32,
+                    vocab: c.n_vocab as u32,
+                    dim: c.n_embd as u32,
+                    scale: c.embd_scale.unwrap_or(1.0),
+                };
+                embed.record(&mut rec, args)?;
+            }
+            (None, None) => return Err(self.part.not_whole()),
+        }
+        let first = self.part.layers.start;
+        for l in self.part.layers.clone() {
+            self.record_layer(&mut rec, l, first, &plan)?;
+        }
+        if !self.part.heads() {
+            // The residual stream back in `seqs` order, for the next executor.
+            for r in runs {
+                let (src, dst) = (r.t0 as u64, seq_t0[r.seq] as u64);
+                let bytes = r.tokens as u64 * row_bytes;
+                rec.copy(&s.x, src * row_bytes, &s.logits, dst * row_bytes, bytes)?;
+            }
+            let done = rec.submit()?;
+            self.policy.end_step(&view)?;
+            self.account_step(&done);
+            let n = ids.len() * self.config.n_embd;
+            return Ok(StageOutput::Hidden(self.scratch.logits.download(n)?));
         }
         let spans = self.record_logits(&mut rec, runs, seqs, plan.streaming)?;
         let done = rec.submit()?;
@@ -147,10 +207,12 @@ impl VkModel {
         if let Some(cap) = self.config.logit_softcap {
             ops::softcap(&mut logits, cap);
         }
-        Ok(spans
-            .iter()
-            .map(|&(first, count)| logits[first * n_vocab..(first + count) * n_vocab].to_vec())
-            .collect())
+        Ok(StageOutput::Logits(
+            spans
+                .iter()
+                .map(|&(first, count)| logits[first * n_vocab..(first + count) * n_vocab].to_vec())
+                .collect(),
+        ))
     }
 
     /// Which kernels the step's runs take, before the KV policy plans its part.
@@ -184,10 +246,12 @@ impl VkModel {
         &'a self,
         rec: &mut Recorder<'a>,
         l: usize,
+        first: usize,
         plan: &'a StepPlan,
     ) -> Result<()> {
         let at = RecordingLayer {
             l,
+            first,
             config: &self.config,
             kernels: &self.kernels,
             scratch: &self.scratch,
@@ -215,7 +279,7 @@ impl VkModel {
     /// The layer's norm and QKV projection, x into qkv, with the q/k/v biases and the
     /// per-head query/key norm where the model has them.
     fn record_qkv<'a>(&'a self, rec: &mut Recorder<'a>, at: &RecordingLayer<'a>) -> Result<()> {
-        let (c, k, s, w) = (at.config, at.kernels, at.scratch, &self.layers[at.l]);
+        let (c, k, s, w) = (at.config, at.kernels, at.scratch, at.weights());
         let t = at.plan.steps.len() as u32;
         let (qkv_dim, e, eps) = (c.qkv_dim() as u32, c.n_embd as u32, c.norm_eps);
         if at.plan.streaming {
@@ -284,7 +348,7 @@ impl VkModel {
 
     /// The output projection, added to x (normed first where the model has a post-norm).
     fn record_output<'a>(&'a self, rec: &mut Recorder<'a>, at: &RecordingLayer<'a>) -> Result<()> {
-        let (c, s, w) = (at.config, at.scratch, &self.layers[at.l]);
+        let (c, s, w) = (at.config, at.scratch, at.weights());
         let post = w.attn_post_norm.as_ref();
         // Without a post-norm the product adds to x itself; with one it lands in xn first.
         let (out, accumulate) = match post {
@@ -395,16 +459,20 @@ impl VkModel {
             }
             &s.sel
         };
-        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let (Some(head), Some(output_norm)) = (
+            self.output.as_ref().or(self.token_embd.as_ref()),
+            &self.output_norm,
+        ) else {
+            return Err(self.part.not_whole());
+        };
         let rows = out_rows as u32;
         if streaming || out_rows <= DECODE_MAX_TOKENS {
             let args = MatvecArgs::plain(&head.buffer, x_rows, &s.logits, vocab, e, rows);
-            let norm = Some((&self.output_norm, eps));
+            let norm = Some((output_norm, eps));
             k.matvec(rec, slice::from_ref(head), MatvecArgs { norm, ..args })?;
         } else {
             let shape = NormShape { rows, n: e, eps };
-            k.rmsnorm
-                .record(rec, x_rows, &self.output_norm, &s.xn, shape)?;
+            k.rmsnorm.record(rec, x_rows, output_norm, &s.xn, shape)?;
             let args = MatmulArgs {
                 x: &s.xn,
                 c: &s.logits,

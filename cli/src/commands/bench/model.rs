@@ -239,8 +239,32 @@ fn table(reports: &[PlacementReport]) -> String {
             ));
         }
         kv_lines.push_str(&kv_line(placement));
+        kv_lines.push_str(&parts_lines(placement));
     }
     table + &kv_lines
+}
+
+/// A split model's executors and their time per step in each test ("" unless split).
+fn parts_lines(placement: &PlacementReport) -> String {
+    let mut out = String::new();
+    for row in placement.rows.iter().filter(|r| !r.parts.is_empty()) {
+        let parts: Vec<String> = row
+            .parts
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} layers {}..{} {:.2} ms ({:.0}%)",
+                    p.executor,
+                    p.layers[0],
+                    p.layers[1],
+                    p.ms_per_step,
+                    100.0 * p.share
+                )
+            })
+            .collect();
+        out.push_str(&format!("{} per step: {}\n", row.test(), parts.join(", ")));
+    }
+    out
 }
 
 /// Where the KV cache lives and what each test read of it ("" without one).

@@ -14,12 +14,15 @@ use serde_json::{json, Value};
 mod directory;
 mod metadata;
 mod model;
+mod placement;
 mod tokenizer;
 mod types;
 
-use crate::model_args::ModelsDirArg;
+use crate::model_args::{parse_kv_type, ModelsDirArg, SplitArgs};
 use crate::output::{emit, size, Format};
+use crate::DeviceChoice;
 use directory::inspect_directory;
+use hearth_model::kv::KvType;
 use metadata::meta_json;
 use model::{model_json, write_model};
 use tokenizer::{tokenizer_json, write_tokenizer};
@@ -37,6 +40,24 @@ pub struct InspectArgs {
     /// one for its architecture.
     #[arg(long, value_name = "FILE")]
     spec: Option<std::path::PathBuf>,
+    /// Where loading would put each layer and what each device would hold (with the
+    /// options below), without loading the model.
+    #[arg(long)]
+    placement: bool,
+    #[command(flatten)]
+    split: SplitArgs,
+    /// Context the placement sizes the KV cache for [default: the model's, at most 4096].
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    ctx_size: Option<usize>,
+    /// Sequences the KV cache holds at once (as `hearth serve --parallel`).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    parallel: usize,
+    /// How the KV cache stores K and V (f16, f32, q8).
+    #[arg(long, default_value = "f16", value_name = "TYPE", value_parser = parse_kv_type)]
+    kv_type: KvType,
+    /// Most tokens per step (the scratch is sized by it).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    ubatch: usize,
 }
 
 /// Everything inspect reports about a GGUF file; each part may have failed on its own.
@@ -48,8 +69,18 @@ struct Report<'f> {
     template: hearth_models::Result<ChatTemplate>,
 }
 
-pub fn run(args: &InspectArgs) -> Result<()> {
+pub fn run(args: &InspectArgs, device: &DeviceChoice) -> Result<()> {
     let path = args.models.resolve(&args.model)?;
+    if args.placement {
+        let ask = placement::PlacementAsk {
+            split: &args.split,
+            n_ctx: args.ctx_size,
+            n_seq: args.parallel,
+            kv_type: args.kv_type,
+            ubatch: args.ubatch,
+        };
+        return placement::run(&path, device, &ask, args.format);
+    }
     if path.is_dir() {
         return inspect_directory(&path, args.format);
     }

@@ -151,7 +151,10 @@ impl StepView<'_> {
 
 /// What a policy sees of layer `l` while a step is recorded.
 pub(super) struct RecordingLayer<'a> {
+    /// The model's layer.
     pub l: usize,
+    /// The model's layer that the executor's first holds (a split model's later part).
+    pub first: usize,
     pub config: &'a ModelConfig,
     pub kernels: &'a Kernels,
     pub scratch: &'a Scratch,
@@ -169,7 +172,12 @@ pub(super) struct RecordingLayer<'a> {
 
 impl<'a> RecordingLayer<'a> {
     pub fn kv_layer(&self) -> KvLayer<'a> {
-        self.kv.layer(self.l)
+        self.kv.layer(self.l - self.first)
+    }
+
+    /// Layer `l`'s weights.
+    pub fn weights(&self) -> &'a DeviceLayer {
+        &self.layers[self.l - self.first]
     }
 
     pub fn rope(&self) -> RopeSpec {

@@ -1,0 +1,177 @@
+//! Loading a model across executors: the devices opened, the layer plan made from their free
+//! memory, and each part loaded onto its executor; a plan of one part loads that executor
+//! alone, whole.
+
+use std::sync::Arc;
+
+use hearth_cpu::{CpuOptions, NativeModel};
+use hearth_kernels::vk::{Device, DeviceDesc};
+use hearth_kernels::WeightFormat;
+use hearth_model::kv::{KvBudget, BLOCK_TOKENS};
+use hearth_model::{Backend, Error, ModelConfig, ProgressFn, Result, Stage};
+use hearth_models::{GgufFile, ResolvedModel};
+use hearth_vulkan::{VkModel, VkModelOptions};
+
+use super::plan::{CacheSizes, DeviceRoom, Executor, GpuLayers, LayerPlan, Sizer};
+use super::Split;
+
+/// Device memory left free when the room is not given (`--gpu-memory`): the driver's own
+/// allocations and the pipelines.
+pub const HEADROOM: u64 = 512 << 20;
+
+/// A loaded model on its executors.
+pub struct Loaded {
+    pub backend: Box<dyn Backend + Send>,
+    /// Where it runs, for reports: each executor's device, joined.
+    pub device: String,
+    pub weight_formats: Vec<(WeightFormat, u64)>,
+    pub plan: LayerPlan,
+}
+
+/// What the split needs besides the devices.
+pub struct SplitOptions<'a> {
+    pub gpu_layers: GpuLayers,
+    /// Each device's share of the GPU layers; empty: by free memory.
+    pub shares: &'a [f64],
+    /// Bytes each device may hold; `None`: its free memory less [`HEADROOM`].
+    pub gpu_memory: Option<u64>,
+    pub sizes: CacheSizes,
+    pub cpu: CpuOptions,
+    pub vulkan: VkModelOptions,
+}
+
+/// Plans and loads `file` across the CPU and `devices` (opened, in the order their layers
+/// come; one device may be opened twice, as tests do).
+pub fn load(
+    file: &GgufFile,
+    model: &ResolvedModel,
+    config: &ModelConfig,
+    devices: &[Arc<Device>],
+    options: &SplitOptions,
+    progress: &mut ProgressFn,
+) -> Result<Loaded> {
+    let rooms: Vec<DeviceRoom> = devices
+        .iter()
+        .map(|d| room(d, options.gpu_memory))
+        .collect();
+    let sizer = Sizer {
+        file,
+        model,
+        config,
+        sizes: options.sizes,
+    };
+    let plan = sizer.plan(options.gpu_layers, &rooms, options.shares)?;
+    tracing::info!(
+        "{} of {} layers on the GPU ({}): {}",
+        plan.gpu_layers(),
+        config.n_layer,
+        options.gpu_layers,
+        plan.describe()
+    );
+    let kv_budget = Some(KvBudget::Tokens(plan.kv_blocks * BLOCK_TOKENS));
+    let whole = plan.parts.len() == 1;
+    let mut stages: Vec<Box<dyn Stage>> = Vec::new();
+    let mut single: Option<Box<dyn Backend + Send>> = None;
+    let mut names = Vec::new();
+    let mut formats: Vec<(WeightFormat, u64)> = Vec::new();
+    for part in &plan.parts {
+        let layers = (!whole).then(|| part.layers.clone());
+        let stage: Box<dyn Stage> = match part.executor {
+            Executor::Cpu => {
+                let cpu = CpuOptions {
+                    kv_budget: if whole {
+                        options.cpu.kv_budget
+                    } else {
+                        kv_budget
+                    },
+                    ..options.cpu
+                };
+                let m = NativeModel::load_part(file, model, cpu, layers, progress)?;
+                names.push(format!("CPU ({}, {} threads)", m.isa(), m.threads()));
+                add_formats(&mut formats, m.weight_formats());
+                if whole {
+                    single = Some(Box::new(m));
+                    continue;
+                }
+                Box::new(m)
+            }
+            Executor::Vulkan(slot) => {
+                let device = &devices[slot];
+                let vk = VkModelOptions {
+                    // A whole model on one device sizes its cache as it always has.
+                    kv_budget: if whole {
+                        options.vulkan.kv_budget
+                    } else {
+                        kv_budget
+                    },
+                    ..options.vulkan
+                };
+                let m = VkModel::load_part(device, file, model, vk, layers, progress)?;
+                names.push(device.info().name.clone());
+                add_formats(&mut formats, m.weight_formats());
+                if whole {
+                    single = Some(Box::new(m));
+                    continue;
+                }
+                Box::new(m)
+            }
+        };
+        stages.push(stage);
+    }
+    formats.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+    let backend: Box<dyn Backend + Send> = match single {
+        Some(backend) => backend,
+        None => Box::new(Split::new(stages)?),
+    };
+    Ok(Loaded {
+        backend,
+        device: names.join(" + "),
+        weight_formats: formats,
+        plan,
+    })
+}
+
+/// Device `d`'s room for the model: `gpu_memory` where given, else its free memory less the
+/// headroom.
+pub fn room(d: &Device, gpu_memory: Option<u64>) -> DeviceRoom {
+    let info = d.info();
+    DeviceRoom {
+        index: info.index,
+        name: info.name.clone(),
+        free: gpu_memory.unwrap_or_else(|| info.free_device_local_bytes().saturating_sub(HEADROOM)),
+        max_range: info.limits.max_storage_buffer_range,
+    }
+}
+
+fn add_formats(into: &mut Vec<(WeightFormat, u64)>, more: Vec<(WeightFormat, u64)>) {
+    for (format, bytes) in more {
+        match into.iter_mut().find(|(f, _)| *f == format) {
+            Some(entry) => entry.1 += bytes,
+            None => into.push((format, bytes)),
+        }
+    }
+}
+
+/// Opens the devices a split names: `devices`, else the one `device` picks (the best where
+/// `None`).
+pub fn open_devices(
+    devices: &[usize],
+    device: Option<usize>,
+    validation: bool,
+) -> Result<Vec<Arc<Device>>> {
+    let mut seen = devices.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != devices.len() {
+        return Err(Error::options("devices", "a device is named twice"));
+    }
+    let indices: Vec<Option<usize>> = match devices {
+        [] => vec![device],
+        some => some.iter().map(|&i| Some(i)).collect(),
+    };
+    let mut opened = Vec::new();
+    for index in indices {
+        opened.push(Device::new(DeviceDesc { index, validation })?);
+    }
+    Ok(opened)
+}

@@ -1,0 +1,398 @@
+//! Where a model's layers go, decided before anything loads: how many layers a Vulkan device
+//! holds (`--gpu-layers N|auto|all`) and how they divide among several devices
+//! (`--devices 0,1 --tensor-split 3,1`), from what each part takes in device memory (its
+//! weights as the file stores them, its layers' KV cache, the step's scratch) against what
+//! the device has free. A part that cannot fit is an error naming the device, what it would
+//! hold and what it has, before any weight is read.
+//!
+//! The first layers go to the CPU and the last to the devices, as llama.cpp's `-ngl` does:
+//! the output head, the largest matrix and the one every token's logits need, sits with the
+//! last layer on the device; the token embedding, read one row per token, stays with the
+//! first layer on the CPU.
+
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+
+use hearth_model::kv::{blocks_for, blocks_in_budget, KvBudget, KvPlacement, KvShape, KvType};
+use hearth_model::{part_file_bytes, Error, ModelConfig, Part, Result};
+use hearth_models::{GgufFile, ResolvedModel};
+use serde::Serialize;
+
+/// How many layers go to the Vulkan devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuLayers {
+    /// This many (more than the model has: all of them).
+    Count(usize),
+    /// As many as the devices' free memory holds.
+    Auto,
+}
+
+impl FromStr for GpuLayers {
+    type Err = String;
+
+    /// `auto`, `all`, or a count.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(GpuLayers::Auto),
+            "all" | "max" => Ok(GpuLayers::Count(usize::MAX)),
+            n => n
+                .parse()
+                .map(GpuLayers::Count)
+                .map_err(|_| format!("{s:?}: expected a number of layers, auto or all")),
+        }
+    }
+}
+
+impl fmt::Display for GpuLayers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuLayers::Count(usize::MAX) => f.write_str("all"),
+            GpuLayers::Count(n) => write!(f, "{n}"),
+            GpuLayers::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// A Vulkan device as the plan sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceRoom {
+    /// Its index in `hearth devices`.
+    pub index: usize,
+    pub name: String,
+    /// Bytes the model may take there.
+    pub free: u64,
+    /// The largest storage buffer range (one layer's K or V must fit).
+    pub max_range: u64,
+}
+
+/// What sizes every part, apart from its layers.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheSizes {
+    pub n_ctx: usize,
+    pub n_seq: usize,
+    pub kv_budget: Option<KvBudget>,
+    pub kv_type: KvType,
+    pub kv_placement: KvPlacement,
+    /// Most tokens one step takes.
+    pub chunk: usize,
+    /// A whole model on one device: its pool takes what the weights leave, up to every
+    /// sequence at full context, as the Vulkan executor sizes it; only one block must fit.
+    pub kv_fills_room: bool,
+}
+
+/// Which executor holds a part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Executor {
+    Cpu,
+    /// A Vulkan device by its place in the plan's devices.
+    Vulkan(usize),
+}
+
+/// One part of the plan: an executor and its layers, with what it takes on a device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlannedPart {
+    #[serde(skip)]
+    pub executor: Executor,
+    /// "cpu" or "vulkan:N" (N the device's index).
+    pub name: String,
+    pub layers: Range<usize>,
+    /// Memory it takes: the device's, or system memory on the CPU.
+    pub bytes: DeviceBytes,
+}
+
+/// The plan: parts in the order of their layers, the KV pool's blocks every part keeps, and
+/// the devices it was made for.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerPlan {
+    pub parts: Vec<PlannedPart>,
+    pub kv_blocks: usize,
+    pub devices: Vec<DeviceRoom>,
+}
+
+impl LayerPlan {
+    /// Layers on Vulkan devices.
+    pub fn gpu_layers(&self) -> usize {
+        self.parts
+            .iter()
+            .filter(|p| p.executor != Executor::Cpu)
+            .map(|p| p.layers.len())
+            .sum()
+    }
+
+    /// One line per part, for the log and `hearth inspect --placement`.
+    pub fn describe(&self) -> String {
+        let lines: Vec<String> = self
+            .parts
+            .iter()
+            .map(|p| {
+                let room = match p.executor {
+                    Executor::Cpu => String::new(),
+                    Executor::Vulkan(_) => format!(" ({})", p.bytes),
+                };
+                format!(
+                    "{}: layers {}..{}{room}",
+                    p.name, p.layers.start, p.layers.end
+                )
+            })
+            .collect();
+        lines.join("; ")
+    }
+}
+
+/// Device bytes of one part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceBytes {
+    pub weights: u64,
+    pub kv: u64,
+    pub scratch: u64,
+}
+
+impl DeviceBytes {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv + self.scratch
+    }
+}
+
+impl fmt::Display for DeviceBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} MiB: weights {} MiB, KV cache {} MiB, scratch {} MiB",
+            mib(self.total()),
+            mib(self.weights),
+            mib(self.kv),
+            mib(self.scratch)
+        )
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// What parts of a model take, read from its file before loading.
+pub struct Sizer<'a> {
+    pub file: &'a GgufFile,
+    pub model: &'a ResolvedModel,
+    pub config: &'a ModelConfig,
+    pub sizes: CacheSizes,
+}
+
+impl Sizer<'_> {
+    /// The blocks every part's pool holds: each sequence at full context, or the budget,
+    /// within what one storage buffer of each device takes.
+    pub fn kv_blocks(&self, devices: &[DeviceRoom]) -> Result<usize> {
+        let s = &self.sizes;
+        let shape = KvShape::for_model(self.config, s.n_seq, s.n_ctx, s.kv_type)?;
+        let max_range = devices
+            .iter()
+            .map(|d| d.max_range)
+            .min()
+            .unwrap_or(u64::MAX);
+        let wanted = match s.kv_budget {
+            Some(KvBudget::Bytes(b)) => blocks_in_budget(&shape, b, max_range),
+            Some(KvBudget::Tokens(t)) => {
+                blocks_for(t).min(blocks_in_budget(&shape, u64::MAX, max_range))
+            }
+            None => {
+                (s.n_seq * blocks_for(s.n_ctx)).min(blocks_in_budget(&shape, u64::MAX, max_range))
+            }
+        };
+        shape.with_blocks(wanted).map(|s| s.blocks)
+    }
+
+    /// Device bytes of layers `layers` with `blocks` KV blocks.
+    pub fn bytes(&self, layers: Range<usize>, blocks: usize) -> Result<DeviceBytes> {
+        let c = self.config;
+        let part = Part::new(layers, c.n_layer)?;
+        let s = &self.sizes;
+        let shape = KvShape {
+            n_layer: part.len(),
+            ..KvShape::for_model(c, s.n_seq, s.n_ctx, s.kv_type)?
+        };
+        let kv = match s.kv_placement {
+            KvPlacement::Device => shape.with_blocks(blocks)?.total_bytes(),
+            KvPlacement::Host => 0,
+        };
+        // The step's activations (the Vulkan executor's scratch), and the RoPE table.
+        let out = if part.heads() { c.n_vocab } else { c.n_embd };
+        let per_token = 4 * c.n_embd + c.qkv_dim() + c.attn_dim() + 3 * c.n_ff + out;
+        let experts = c
+            .experts
+            .map_or(0, |x| x.used * (3 * x.n_ff + c.n_embd + 2));
+        let scratch = (s.chunk * (per_token + experts) * 4 + s.n_ctx * c.head_dim * 4) as u64;
+        Ok(DeviceBytes {
+            weights: part_file_bytes(self.file, self.model, &part),
+            kv,
+            scratch,
+        })
+    }
+
+    /// Where layers go: the last `gpu` of them on `devices`, divided by `shares` (each
+    /// device's free memory where none are given), the rest on the CPU.
+    pub fn plan(
+        &self,
+        gpu: GpuLayers,
+        devices: &[DeviceRoom],
+        shares: &[f64],
+    ) -> Result<LayerPlan> {
+        let n_layer = self.config.n_layer;
+        let kv_blocks = self.kv_blocks(devices)?;
+        let shares = match shares {
+            [] => devices.iter().map(|d| d.free as f64).collect(),
+            s if s.len() == devices.len()
+                && s.iter().all(|&x| x >= 0.0)
+                && s.iter().sum::<f64>() > 0.0 =>
+            {
+                s.to_vec()
+            }
+            s => {
+                return Err(Error::options(
+                    "tensor-split",
+                    format!(
+                        "{} shares for {} devices (one share per device, not all zero)",
+                        s.len(),
+                        devices.len()
+                    ),
+                ))
+            }
+        };
+        let count = match gpu {
+            GpuLayers::Count(n) => n.min(n_layer),
+            GpuLayers::Auto => {
+                // The most layers whose division fits every device.
+                let mut fits = 0;
+                for n in 1..=n_layer {
+                    let parts = self.divide(n, devices, &shares, kv_blocks)?;
+                    if self.overflow(&parts, devices).is_some() {
+                        break;
+                    }
+                    fits = n;
+                }
+                fits
+            }
+        };
+        let mut parts = self.divide(count, devices, &shares, kv_blocks)?;
+        let mut kv_blocks = kv_blocks;
+        if let ([part], true) = (&mut parts[..], self.sizes.kv_fills_room) {
+            if let Executor::Vulkan(slot) = part.executor {
+                kv_blocks = self.blocks_in_room(part, &devices[slot], kv_blocks)?;
+                part.bytes = self.bytes(part.layers.clone(), kv_blocks)?;
+            }
+        }
+        if let Some((part, room)) = self.overflow(&parts, devices) {
+            return Err(self.out_of_memory(part, room, gpu, devices, &shares));
+        }
+        Ok(LayerPlan {
+            parts,
+            kv_blocks,
+            devices: devices.to_vec(),
+        })
+    }
+
+    /// The blocks, at most `most` and at least one, that `part` can keep in `room` beside
+    /// its weights and scratch.
+    fn blocks_in_room(&self, part: &PlannedPart, room: &DeviceRoom, most: usize) -> Result<usize> {
+        let one = self.bytes(part.layers.clone(), 1)?;
+        let per_block = self.bytes(part.layers.clone(), 2)?.kv - one.kv;
+        let left = room.free.saturating_sub(one.total());
+        Ok((1 + left / per_block.max(1)).min(most as u64).max(1) as usize)
+    }
+
+    /// `count` last layers divided among `devices` by `shares` after the CPU's.
+    fn divide(
+        &self,
+        count: usize,
+        devices: &[DeviceRoom],
+        shares: &[f64],
+        kv_blocks: usize,
+    ) -> Result<Vec<PlannedPart>> {
+        let n_layer = self.config.n_layer;
+        let first_gpu = n_layer - count;
+        let mut parts = Vec::new();
+        if first_gpu > 0 {
+            parts.push(PlannedPart {
+                executor: Executor::Cpu,
+                name: "cpu".to_string(),
+                layers: 0..first_gpu,
+                bytes: self.bytes(0..first_gpu, kv_blocks)?,
+            });
+        }
+        let total: f64 = shares.iter().sum();
+        let mut start = first_gpu;
+        let mut cumulative = 0.0;
+        for (slot, (d, share)) in devices.iter().zip(shares).enumerate() {
+            cumulative += share;
+            let end = match slot + 1 == devices.len() {
+                true => n_layer,
+                false => first_gpu + (count as f64 * cumulative / total).round() as usize,
+            };
+            let end = end.min(n_layer);
+            if end > start {
+                parts.push(PlannedPart {
+                    executor: Executor::Vulkan(slot),
+                    name: format!("vulkan:{}", d.index),
+                    layers: start..end,
+                    bytes: self.bytes(start..end, kv_blocks)?,
+                });
+                start = end;
+            }
+        }
+        // Rounding leaves nothing over: the last share ends at the last layer.
+        debug_assert_eq!(start, n_layer);
+        Ok(parts)
+    }
+
+    /// The first part that does not fit its device.
+    fn overflow<'p>(
+        &self,
+        parts: &'p [PlannedPart],
+        devices: &'p [DeviceRoom],
+    ) -> Option<(&'p PlannedPart, &'p DeviceRoom)> {
+        parts.iter().find_map(|p| match p.executor {
+            Executor::Cpu => None,
+            Executor::Vulkan(slot) => {
+                let room = &devices[slot];
+                (p.bytes.total() > room.free).then_some((p, room))
+            }
+        })
+    }
+
+    fn out_of_memory(
+        &self,
+        part: &PlannedPart,
+        room: &DeviceRoom,
+        asked: GpuLayers,
+        devices: &[DeviceRoom],
+        shares: &[f64],
+    ) -> Error {
+        let fits = self
+            .plan(GpuLayers::Auto, devices, shares)
+            .map(|p| p.gpu_layers())
+            .unwrap_or(0);
+        let n_layer = self.config.n_layer;
+        let head = match part.layers.end == n_layer {
+            true => " and the output head",
+            false => "",
+        };
+        let asked = match asked {
+            GpuLayers::Count(n) if n >= n_layer => "every layer".to_string(),
+            other => format!("{other} layers"),
+        };
+        Error::DeviceMemory {
+            device: format!("vulkan:{} ({})", room.index, room.name),
+            free_mib: room.free as f64 / (1u64 << 20) as f64,
+            what: format!(
+                "layers {}..{}{head} ({asked} of {n_layer} on the GPU)",
+                part.layers.start, part.layers.end
+            ),
+            asked: part.bytes.to_string(),
+            advice: format!(
+                "{fits} layers fit (--gpu-layers {fits}, or auto); a smaller --ctx-size or \
+                 --kv-budget leaves room for more"
+            ),
+        }
+    }
+}
