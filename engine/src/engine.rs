@@ -410,10 +410,7 @@ impl Engine {
             BackendKind::Vulkan => {
                 let devices =
                     split::load::open_devices(&options.devices, options.device, options.validate)?;
-                let rooms: Vec<_> = devices
-                    .iter()
-                    .map(|d| split::load::room(d, options.gpu_memory))
-                    .collect();
+                let rooms = split::load::rooms(&devices, options.gpu_memory);
                 let gpu = options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX));
                 sizer.plan(gpu, &rooms, &options.tensor_split)
             }

@@ -8,7 +8,7 @@ use hearth_cpu::{CpuOptions, NativeModel};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_kernels::WeightFormat;
 use hearth_model::kv::{KvBudget, BLOCK_TOKENS};
-use hearth_model::{Backend, Error, ModelConfig, ProgressFn, Result, Stage};
+use hearth_model::{Backend, ModelConfig, ProgressFn, Result, Stage};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_vulkan::{VkModel, VkModelOptions};
 
@@ -50,10 +50,7 @@ pub fn load(
     options: &SplitOptions,
     progress: &mut ProgressFn,
 ) -> Result<Loaded> {
-    let rooms: Vec<DeviceRoom> = devices
-        .iter()
-        .map(|d| room(d, options.gpu_memory))
-        .collect();
+    let rooms = rooms(devices, options.gpu_memory);
     let sizer = Sizer {
         file,
         model,
@@ -131,6 +128,23 @@ pub fn load(
     })
 }
 
+/// Each device's room for the model. A device named more than once holds several parts
+/// (this measures what crossing between parts costs) and shares its room among them.
+pub fn rooms(devices: &[Arc<Device>], gpu_memory: Option<u64>) -> Vec<DeviceRoom> {
+    devices
+        .iter()
+        .map(|d| {
+            let index = d.info().index;
+            let times = devices.iter().filter(|o| o.info().index == index).count();
+            let r = room(d, gpu_memory);
+            DeviceRoom {
+                free: r.free / times as u64,
+                ..r
+            }
+        })
+        .collect()
+}
+
 /// Device `d`'s room for the model: `gpu_memory` where given, else its free memory less the
 /// headroom.
 pub fn room(d: &Device, gpu_memory: Option<u64>) -> DeviceRoom {
@@ -152,19 +166,13 @@ fn add_formats(into: &mut Vec<(WeightFormat, u64)>, more: Vec<(WeightFormat, u64
     }
 }
 
-/// Opens the devices a split names: `devices`, else the one `device` picks (the best where
-/// `None`).
+/// Opens the devices a split names: `devices` (one may be named twice, as two devices
+/// sharing its memory), else the one `device` picks (the best where `None`).
 pub fn open_devices(
     devices: &[usize],
     device: Option<usize>,
     validation: bool,
 ) -> Result<Vec<Arc<Device>>> {
-    let mut seen = devices.to_vec();
-    seen.sort_unstable();
-    seen.dedup();
-    if seen.len() != devices.len() {
-        return Err(Error::options("devices", "a device is named twice"));
-    }
     let indices: Vec<Option<usize>> = match devices {
         [] => vec![device],
         some => some.iter().map(|&i| Some(i)).collect(),

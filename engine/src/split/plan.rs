@@ -396,3 +396,106 @@ impl Sizer<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_models::resolve_gguf;
+    use hearth_models::synthetic::Shape;
+    use hearth_quant::Format;
+
+    const SHAPE: Shape = Shape {
+        n_layer: 8,
+        ..Shape::TINY
+    };
+
+    fn room(index: usize, free: u64) -> DeviceRoom {
+        DeviceRoom {
+            index,
+            name: format!("device {index}"),
+            free,
+            max_range: u64::MAX,
+        }
+    }
+
+    /// Runs `check` with a sizer over an 8-layer model, every part keeping 8 KV blocks.
+    fn with_sizer(check: impl FnOnce(&Sizer)) {
+        let file = SHAPE.build_random("plan", Format::Q8, 3).unwrap();
+        let model = resolve_gguf(&file).unwrap();
+        let config = ModelConfig::from_resolved(&file, &model).unwrap();
+        let sizer = Sizer {
+            file: &file,
+            model: &model,
+            config: &config,
+            sizes: CacheSizes {
+                n_ctx: 128,
+                n_seq: 1,
+                kv_budget: None,
+                kv_type: KvType::default(),
+                kv_placement: KvPlacement::Device,
+                chunk: 32,
+                kv_fills_room: false,
+            },
+        };
+        check(&sizer);
+    }
+
+    fn layers(plan: &LayerPlan) -> Vec<(String, Range<usize>)> {
+        plan.parts
+            .iter()
+            .map(|p| (p.name.clone(), p.layers.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn gpu_layers_are_the_last_and_shares_divide_them() {
+        with_sizer(|s| {
+            let big = [room(0, u64::MAX / 4), room(1, u64::MAX / 4)];
+            let plan = s.plan(GpuLayers::Count(4), &big[..1], &[]).unwrap();
+            let want = [("cpu".to_string(), 0..4), ("vulkan:0".to_string(), 4..8)];
+            assert_eq!(layers(&plan), want);
+            assert_eq!(plan.kv_blocks, 8);
+            let plan = s
+                .plan(GpuLayers::Count(usize::MAX), &big, &[3.0, 1.0])
+                .unwrap();
+            let want = [
+                ("vulkan:0".to_string(), 0..6),
+                ("vulkan:1".to_string(), 6..8),
+            ];
+            assert_eq!(layers(&plan), want);
+            // Only the part that ends the model holds the head: the larger scratch.
+            assert!(plan.parts[1].bytes.scratch > plan.parts[0].bytes.scratch);
+            let plan = s.plan(GpuLayers::Count(0), &big[..1], &[]).unwrap();
+            assert_eq!(layers(&plan), [("cpu".to_string(), 0..8)]);
+            let err = s.plan(GpuLayers::Count(2), &big, &[1.0]).unwrap_err();
+            assert!(err.to_string().contains("1 shares for 2 devices"), "{err}");
+        });
+    }
+
+    #[test]
+    fn auto_fills_each_device_and_no_more() {
+        with_sizer(|s| {
+            let one = s.bytes(7..8, 8).unwrap().total();
+            let per_layer = s.bytes(6..8, 8).unwrap().total() - one;
+            // Room for the head and two more layers on one device.
+            let rooms = [room(0, one + 2 * per_layer + per_layer / 2)];
+            let plan = s.plan(GpuLayers::Auto, &rooms, &[]).unwrap();
+            assert_eq!(plan.gpu_layers(), 3);
+            let err = s.plan(GpuLayers::Count(5), &rooms, &[]).unwrap_err();
+            assert!(matches!(err, Error::DeviceMemory { .. }), "{err}");
+            assert!(err.to_string().contains("3 layers fit"), "{err}");
+            // Nothing fits: every layer on the CPU.
+            let plan = s.plan(GpuLayers::Auto, &[room(0, 1)], &[]).unwrap();
+            assert_eq!(plan.gpu_layers(), 0);
+        });
+    }
+
+    #[test]
+    fn counts_parse_as_llama_cpp_users_write_them() {
+        assert_eq!("auto".parse(), Ok(GpuLayers::Auto));
+        assert_eq!("all".parse(), Ok(GpuLayers::Count(usize::MAX)));
+        assert_eq!("33".parse(), Ok(GpuLayers::Count(33)));
+        assert!("lots".parse::<GpuLayers>().is_err());
+        assert_eq!(GpuLayers::Count(usize::MAX).to_string(), "all");
+    }
+}

@@ -28,15 +28,18 @@ fn the_cpu_executor_answers_with_8_bit_activations() {
     assert_eq!(out["timings"]["generated_tokens"], 12);
 }
 
-/// The Vulkan path (the harness's default device), the CPU reference, and the CPU executor
-/// with f32 activations give the same greedy tokens.
+/// The Vulkan path (the harness's default device), the CPU reference, the CPU executor with
+/// f32 activations, and the model split between the CPU executor and the device or between
+/// two parts on the device give the same greedy tokens.
 #[test]
 fn greedy_generation_matches_the_cpu_reference() {
     let Some(model) = smollm2() else { return };
-    let placements: [&[&str]; 3] = [
+    let placements: [&[&str]; 5] = [
         &[],
         &["--cpu"],
         &["--device", "cpu", "--activations", "f32"],
+        &["--gpu-layers", "13", "--activations", "f32"],
+        &["--devices", "0,0"],
     ];
     for placement in placements {
         let cpu = format!("{placement:?}");
@@ -108,6 +111,42 @@ fn inspect_describes_the_file() {
     );
     let table = stdout_of(&["inspect", &model]);
     assert!(table.contains("llama"), "{table}");
+}
+
+/// `--placement` plans the split without loading: the CPU's layers first, the device's
+/// last with the head; a room too small is an error that says how many layers fit.
+#[test]
+fn inspect_plans_a_split_without_loading() {
+    let Some(model) = smollm2() else { return };
+    let args = [
+        "inspect",
+        &model,
+        "--placement",
+        "--gpu-layers",
+        "10",
+        "--format",
+        "json",
+    ];
+    let plan = json_of(&args);
+    let parts = plan["parts"].as_array().expect("parts");
+    assert_eq!(parts.len(), 2, "{plan}");
+    assert_eq!(parts[0]["name"], "cpu");
+    assert_eq!(parts[0]["layers"]["end"], 20);
+    assert_eq!(parts[1]["layers"]["start"], 20);
+    assert!(parts[1]["bytes"]["weights"].as_u64().expect("bytes") > 0);
+    let err = super::error_of(&[
+        "inspect",
+        &model,
+        "--placement",
+        "--gpu-layers",
+        "all",
+        "--gpu-memory",
+        "64MiB",
+    ]);
+    assert!(
+        err.contains("64.0 MiB free") && err.contains("layers fit"),
+        "{err}"
+    );
 }
 
 #[test]
