@@ -54,6 +54,16 @@ impl ModelsDirArg {
         })
     }
 
+    /// Where compiled Vulkan pipelines are kept between runs: `~/.cache/hearth/pipelines`,
+    /// or none where `HEARTH_PIPELINE_CACHE` is `0` or there is no home directory.
+    pub fn pipeline_cache(&self) -> Option<PathBuf> {
+        if std::env::var_os("HEARTH_PIPELINE_CACHE").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
+        Some(hearth_models::default_pipeline_cache_dir(Path::new(&home)))
+    }
+
     /// A model path for `name`: a path as given, or a model in the models directory.
     pub fn resolve(&self, name: &str) -> Result<PathBuf> {
         let dir = self.dir();
@@ -329,6 +339,7 @@ impl RunArgs {
             devices: self.split.devices.clone(),
             tensor_split: self.split.tensor_split.clone(),
             gpu_memory: self.split.gpu_memory,
+            pipeline_cache: self.dir.pipeline_cache(),
         };
         if !self.cpu {
             // Layers asked onto a device go to the best one where --device names none, even

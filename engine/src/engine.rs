@@ -85,6 +85,9 @@ pub struct EngineOptions {
     /// Device memory the model may take on each device (`--gpu-memory`); `None`: what the
     /// device has free, less some headroom.
     pub gpu_memory: Option<u64>,
+    /// Where compiled Vulkan pipelines are kept between runs (one file per device and
+    /// driver); `None`: compiled afresh each run, unless the driver keeps its own.
+    pub pipeline_cache: Option<PathBuf>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -167,6 +170,7 @@ impl Default for EngineOptions {
             devices: Vec::new(),
             tensor_split: Vec::new(),
             gpu_memory: None,
+            pipeline_cache: None,
         }
     }
 }
@@ -303,8 +307,7 @@ impl Engine {
             BackendKind::Vulkan => {
                 // Every load onto a device is planned, so that a model too large for it is
                 // refused before anything is read.
-                let devices =
-                    split::load::open_devices(&options.devices, options.device, options.validate)?;
+                let devices = split::load::open_devices(options)?;
                 let split_options = split::load::SplitOptions {
                     gpu_layers: options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX)),
                     shares: &options.tensor_split,
@@ -408,8 +411,7 @@ impl Engine {
         let splits = options.gpu_layers.is_some() || options.devices.len() > 1;
         match options.backend {
             BackendKind::Vulkan => {
-                let devices =
-                    split::load::open_devices(&options.devices, options.device, options.validate)?;
+                let devices = split::load::open_devices(options)?;
                 let rooms = split::load::rooms(&devices, options.gpu_memory);
                 let gpu = options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX));
                 sizer.plan(gpu, &rooms, &options.tensor_split)

@@ -15,6 +15,12 @@ pub fn default_models_dir(home: &Path) -> PathBuf {
     home.join(".cache").join("hearth").join("models")
 }
 
+/// Where compiled Vulkan pipelines are kept between runs, under a home directory:
+/// `~/.cache/hearth/pipelines`.
+pub fn default_pipeline_cache_dir(home: &Path) -> PathBuf {
+    home.join(".cache").join("hearth").join("pipelines")
+}
+
 /// How a model is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelFormat {

@@ -14,6 +14,7 @@ use hearth_vulkan::{VkModel, VkModelOptions};
 
 use super::plan::{CacheSizes, DeviceRoom, Executor, GpuLayers, LayerPlan, Sizer};
 use super::Split;
+use crate::EngineOptions;
 
 /// Device memory left free when the room is not given (`--gpu-memory`): the driver's own
 /// allocations and the pipelines.
@@ -166,20 +167,27 @@ fn add_formats(into: &mut Vec<(WeightFormat, u64)>, more: Vec<(WeightFormat, u64
     }
 }
 
-/// Opens the devices a split names: `devices` (one may be named twice, as two devices
-/// sharing its memory), else the one `device` picks (the best where `None`).
-pub fn open_devices(
-    devices: &[usize],
-    device: Option<usize>,
-    validation: bool,
-) -> Result<Vec<Arc<Device>>> {
-    let indices: Vec<Option<usize>> = match devices {
-        [] => vec![device],
+/// Opens the devices `options` name: `devices` (one may be named twice, as two devices
+/// sharing its memory), else the one `device` picks (the best where `None`); each keeps its
+/// pipelines in `pipeline_cache` where that is set.
+pub fn open_devices(options: &EngineOptions) -> Result<Vec<Arc<Device>>> {
+    let indices: Vec<Option<usize>> = match options.devices.as_slice() {
+        [] => vec![options.device],
         some => some.iter().map(|&i| Some(i)).collect(),
     };
     let mut opened = Vec::new();
     for index in indices {
-        opened.push(Device::new(DeviceDesc { index, validation })?);
+        let device = Device::new(DeviceDesc {
+            index,
+            validation: options.validate,
+        })?;
+        if let Some(dir) = &options.pipeline_cache {
+            // Without the cache the kernels compile as they would have: a warning, no error.
+            if let Err(e) = device.keep_pipelines_in(dir) {
+                tracing::warn!("pipeline cache in {}: {e}", dir.display());
+            }
+        }
+        opened.push(device);
     }
     Ok(opened)
 }

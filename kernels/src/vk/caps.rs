@@ -115,6 +115,10 @@ pub struct DeviceInfo {
     pub memory: MemoryCaps,
     #[serde(skip)]
     pub(crate) api: u32,
+    /// Which pipeline caches the driver takes (`pipelineCacheUUID`): it changes with the
+    /// driver's version.
+    #[serde(skip)]
+    pub(crate) pipeline_cache_uuid: [u8; 16],
     #[serde(skip)]
     pub(crate) compute_family: Option<u32>,
 }
@@ -354,6 +358,7 @@ pub(crate) fn query(
                 heaps,
             },
             api,
+            pipeline_cache_uuid: base.pipeline_cache_uuid,
             compute_family,
         })
     }

@@ -10,6 +10,7 @@ use hearth_shaders::Kernel;
 
 use super::caps::{self, DeviceInfo};
 use super::descriptors::DescriptorCache;
+use super::disk_cache;
 use super::error::{CallContext, Result, VkError};
 use super::instance::{Instance, InstanceDesc};
 use super::lock::lock;
@@ -67,6 +68,11 @@ pub struct Device {
     pub(crate) queue_family: u32,
     allocator: ManuallyDrop<Mutex<Allocator>>,
     pipelines: PipelineCache,
+    /// The driver's cache every pipeline is built through.
+    driver_cache: vk::PipelineCache,
+    /// Where that cache is kept between runs, and the bytes read from there
+    /// ([`keep_pipelines_in`](Self::keep_pipelines_in)).
+    cache_file: Mutex<Option<(std::path::PathBuf, usize)>>,
     descriptors: DescriptorCache,
 }
 
@@ -156,6 +162,22 @@ impl Device {
             what: "allocator".into(),
             message: e.to_string(),
         })?;
+        let cache_info = vk::PipelineCacheCreateInfo::default();
+        // SAFETY: a valid create info on the device just made.
+        let driver_cache = match unsafe { raw.create_pipeline_cache(&cache_info, None) } {
+            Ok(cache) => cache,
+            Err(result) => {
+                // SAFETY: nothing was made on the device yet but the allocator.
+                unsafe {
+                    drop(allocator);
+                    raw.destroy_device(None);
+                }
+                return Err(VkError::Call {
+                    call: "vkCreatePipelineCache",
+                    result,
+                });
+            }
+        };
         tracing::info!("using Vulkan device {} ({})", info.name, info.kind.as_str());
         Ok(Arc::new(Self {
             instance,
@@ -165,8 +187,33 @@ impl Device {
             queue_family,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             pipelines: PipelineCache::default(),
+            driver_cache,
+            cache_file: Mutex::new(None),
             descriptors: DescriptorCache::default(),
         }))
+    }
+
+    /// Keeps the pipelines this device builds in `dir` between runs: what an earlier run on
+    /// the same device and driver stored there is taken now, and what this run adds is
+    /// written back when the device goes. A file that cannot be read only means compiling
+    /// again; returns the bytes taken. Call it before the device builds any pipeline (right
+    /// after opening it): merging into the cache must not overlap a build through it.
+    pub fn keep_pipelines_in(&self, dir: &std::path::Path) -> Result<usize> {
+        if self.pipelines.built() > 0 {
+            return Err(VkError::Kernel {
+                kernel: "pipeline cache",
+                message: "must be kept before the device builds pipelines".into(),
+            });
+        }
+        let file = disk_cache::file_for(dir, &self.info);
+        let mut kept = lock(&self.cache_file);
+        // SAFETY: the cache belongs to this device, and no pipeline has been built through it
+        // (checked above; the caller opened the device and has not shared it yet).
+        let read =
+            unsafe { disk_cache::merge_from(&self.raw, &self.info, self.driver_cache, &file)? };
+        tracing::info!("pipeline cache {}: {read} bytes", file.display());
+        *kept = Some((file, read));
+        Ok(read)
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -193,8 +240,13 @@ impl Device {
     /// The pipeline for `kernel` with specialization constants `spec` (ids 0, 1, ... in order),
     /// built on first use.
     pub fn pipeline(&self, kernel: Kernel, spec: &[u32]) -> Result<Arc<Pipeline>> {
-        self.pipelines
-            .get(&self.raw, &self.info.limits, kernel, spec)
+        self.pipelines.get(
+            &self.raw,
+            self.driver_cache,
+            &self.info.limits,
+            kernel,
+            spec,
+        )
     }
 
     /// The descriptor set binding `buffers` (whole, in binding order) for `pipeline`, written
@@ -225,6 +277,12 @@ impl Drop for Device {
         // device can go, in that order.
         unsafe {
             let _ = self.raw.device_wait_idle();
+            if let Some((file, read)) = lock(&self.cache_file).take() {
+                if let Err(e) = disk_cache::save(&self.raw, self.driver_cache, &file, read) {
+                    tracing::warn!("pipeline cache {}: not saved: {e}", file.display());
+                }
+            }
+            self.raw.destroy_pipeline_cache(self.driver_cache, None);
             self.descriptors.destroy(&self.raw);
             self.pipelines.destroy(&self.raw);
             ManuallyDrop::drop(&mut self.allocator);

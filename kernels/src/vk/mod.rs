@@ -19,6 +19,7 @@ mod caps;
 mod command;
 mod descriptors;
 mod device;
+mod disk_cache;
 mod error;
 mod instance;
 mod lock;

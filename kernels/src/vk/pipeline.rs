@@ -40,7 +40,14 @@ impl Pipeline {
     }
 
     /// Builds the pipeline for `kernel` with specialization constants `spec` on `raw`.
-    fn build(raw: &ash::Device, limits: &LimitCaps, kernel: Kernel, spec: &[u32]) -> Result<Self> {
+    /// Builds `kernel` with constants `spec`, through the driver's pipeline cache `cache`.
+    fn build(
+        raw: &ash::Device,
+        cache: vk::PipelineCache,
+        limits: &LimitCaps,
+        kernel: Kernel,
+        spec: &[u32],
+    ) -> Result<Self> {
         let fail = |message: String| VkError::Kernel {
             kernel: kernel.name,
             message,
@@ -121,7 +128,7 @@ impl Pipeline {
             let info = vk::ComputePipelineCreateInfo::default()
                 .stage(stage)
                 .layout(layout);
-            let created = raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+            let created = raw.create_compute_pipelines(cache, &[info], None);
             raw.destroy_shader_module(module, None);
             match created {
                 Ok(p) => Ok(Pipeline {
@@ -167,6 +174,7 @@ impl PipelineCache {
     pub(crate) fn get(
         &self,
         device: &ash::Device,
+        cache: vk::PipelineCache,
         limits: &LimitCaps,
         kernel: Kernel,
         spec: &[u32],
@@ -178,7 +186,7 @@ impl PipelineCache {
         if let Some(p) = lock(&self.built).get(&key) {
             return Ok(p.clone());
         }
-        let pipeline = Arc::new(Pipeline::build(device, limits, kernel, spec)?);
+        let pipeline = Arc::new(Pipeline::build(device, cache, limits, kernel, spec)?);
         let mut cache = lock(&self.built);
         // Another thread may have built the same one meanwhile; keep the first.
         match cache.get(&key) {
@@ -192,6 +200,11 @@ impl PipelineCache {
                 Ok(pipeline)
             }
         }
+    }
+
+    /// Pipelines built so far.
+    pub(crate) fn built(&self) -> usize {
+        lock(&self.built).len()
     }
 
     /// # Safety

@@ -293,3 +293,52 @@ fn descriptor_sets_are_kept_per_buffers_and_freed_with_them() {
     assert_eq!(dev.descriptor_sets_kept(), 0);
     finish(&dev);
 }
+
+/// The pipeline cache on disk: a device that keeps its pipelines in a directory writes one
+/// file there when it goes (named for the device and driver), a later device takes it back,
+/// a file that is not a cache only means compiling again, and keeping pipelines after the
+/// device built some is refused.
+#[test]
+fn pipelines_are_kept_on_disk_between_devices() {
+    if device().is_none() {
+        return;
+    }
+    let open = || {
+        Device::new(DeviceDesc {
+            index: std::env::var("HEARTH_DEVICE")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            validation: true,
+        })
+        .unwrap()
+    };
+    let dir = std::env::temp_dir().join(format!("hearth-pipelines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let dev = open();
+        assert_eq!(dev.keep_pipelines_in(&dir).unwrap(), 0, "nothing kept yet");
+        crate::SwiGlu::new(&dev).unwrap();
+    }
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one file per device and driver");
+    let kept = std::fs::metadata(files[0].path()).unwrap().len() as usize;
+    // The driver's header at least (some drivers keep their pipelines in caches of their own).
+    assert!(kept >= 16, "{kept} bytes");
+    let dev = open();
+    assert_eq!(dev.keep_pipelines_in(&dir).unwrap(), kept);
+    crate::SwiGlu::new(&dev).unwrap();
+    let err = dev.keep_pipelines_in(&dir).unwrap_err().to_string();
+    assert!(err.contains("before the device builds pipelines"), "{err}");
+    drop(dev);
+
+    std::fs::write(
+        files[0].path(),
+        b"not a pipeline cache at all, just some bytes",
+    )
+    .unwrap();
+    let dev = open();
+    dev.keep_pipelines_in(&dir).unwrap();
+    crate::SwiGlu::new(&dev).unwrap();
+    drop(dev);
+    let _ = std::fs::remove_dir_all(&dir);
+}
