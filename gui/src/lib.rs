@@ -4,6 +4,7 @@
 pub mod app;
 pub mod conversations;
 pub mod library;
+pub mod planner;
 pub mod settings;
 mod views;
 pub mod worker;

@@ -21,6 +21,8 @@ pub struct ModelCard {
     pub file_bytes: u64,
     /// `{arch}.context_length`, when the file says.
     pub n_ctx_train: Option<usize>,
+    /// Transformer layers (`{arch}.block_count`), when the file says.
+    pub n_layer: Option<usize>,
     /// Sampling the model's authors recommend (`general.sampling.*`).
     pub sampling: RecommendedSampling,
 }
@@ -67,6 +69,7 @@ impl ModelCard {
             format,
             file_bytes: file.file_size(),
             n_ctx_train: number(&format!("{architecture}.context_length")).map(|v| v as usize),
+            n_layer: number(&format!("{architecture}.block_count")).map(|v| v as usize),
             architecture,
             sampling,
         })
@@ -92,10 +95,19 @@ impl ModelCard {
             .filter_map(|f| std::fs::metadata(f).ok())
             .map(|m| m.len())
             .sum();
-        let generation: serde_json::Value = std::fs::read(path.join("generation_config.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let json = |name: &str| -> serde_json::Value {
+            std::fs::read(path.join(name))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default()
+        };
+        let config = json("config.json");
+        // A multimodal model's language layers are under `text_config`.
+        let n_layer = [&config, &config["text_config"]]
+            .iter()
+            .find_map(|c| c.get("num_hidden_layers")?.as_u64())
+            .map(|n| n as usize);
+        let generation = json("generation_config.json");
         let number = |key: &str| generation.get(key).and_then(serde_json::Value::as_f64);
         // Hugging Face's defaults are sampling only when `do_sample` says so.
         let sampled = generation
@@ -120,6 +132,7 @@ impl ModelCard {
             format,
             file_bytes,
             n_ctx_train: folder.context_length().map(|n| n as usize),
+            n_layer,
             sampling,
         })
     }
@@ -245,6 +258,7 @@ mod tests {
             ("Qwen2-tiny", "qwen2", "F32")
         );
         assert_eq!(card.n_ctx_train, Some(256));
+        assert_eq!(card.n_layer, Some(2));
         assert!(card.n_params > 19_000_000, "{}", card.n_params);
     }
 

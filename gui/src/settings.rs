@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hearth_engine::sample::SamplerParams;
+use hearth_engine::split::GpuLayers;
 use hearth_engine::{InfinigenOptions, Placement};
 use hearth_model::kv::infinigen::IgParams;
 use hearth_model::kv::KvType;
@@ -33,6 +34,10 @@ pub struct ModelSettings {
     pub kv_type: KvType,
     /// How InfiniGen chooses the tokens it fetches (with `KvOffload::Infinigen`).
     pub infinigen: InfinigenSettings,
+    /// Layers on a Vulkan device, the first ones on the CPU executor (`--gpu-layers`), saved
+    /// as "auto", "all" or a count; `None`: the whole model where the device picker says.
+    #[serde(with = "gpu_layers_name")]
+    pub gpu_layers: Option<GpuLayers>,
 }
 
 /// InfiniGen's settings, as `--ig-partial-ratio`, `--ig-alpha`, `--ig-budget` and
@@ -125,6 +130,23 @@ mod kv_type_name {
     }
 }
 
+/// [`GpuLayers`] in the preferences file as `--gpu-layers` takes it.
+mod gpu_layers_name {
+    use hearth_engine::split::GpuLayers;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(g: &Option<GpuLayers>, s: S) -> Result<S::Ok, S::Error> {
+        g.map(|g| g.to_string()).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<GpuLayers>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(name) => name.parse().map(Some).map_err(serde::de::Error::custom),
+            None => Ok(None),
+        }
+    }
+}
+
 impl Default for ModelSettings {
     fn default() -> Self {
         Self {
@@ -135,6 +157,7 @@ impl Default for ModelSettings {
             kv_offload: KvOffload::None,
             kv_type: KvType::default(),
             infinigen: InfinigenSettings::default(),
+            gpu_layers: None,
         }
     }
 }
@@ -243,6 +266,7 @@ mod tests {
             format: "Q4_1".into(),
             file_bytes: 1,
             n_ctx_train: Some(8192),
+            n_layer: Some(30),
             sampling: RecommendedSampling {
                 temperature: Some(0.2),
                 ..RecommendedSampling::default()
@@ -317,5 +341,31 @@ mod tests {
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<ModelSettings>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn gpu_layers_load_from_old_files_and_save_by_name() {
+        // Files from before the GPU layers control run the whole model where the picker says.
+        let old: ModelSettings = serde_json::from_str(r#"{"max_tokens": 9}"#).unwrap();
+        assert_eq!(old.gpu_layers, None);
+        let json = serde_json::to_string(&old).unwrap();
+        assert!(json.contains(r#""gpu_layers":null"#), "{json}");
+        for (name, want) in [
+            ("auto", GpuLayers::Auto),
+            ("all", GpuLayers::Count(usize::MAX)),
+            ("12", GpuLayers::Count(12)),
+        ] {
+            let s: ModelSettings =
+                serde_json::from_str(&format!(r#"{{"gpu_layers": "{name}"}}"#)).unwrap();
+            assert_eq!(s.gpu_layers, Some(want), "{name}");
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(
+                json.contains(&format!(r#""gpu_layers":"{name}""#)),
+                "{json}"
+            );
+            assert_eq!(serde_json::from_str::<ModelSettings>(&json).unwrap(), s);
+        }
+        let err = serde_json::from_str::<ModelSettings>(r#"{"gpu_layers": "most"}"#).unwrap_err();
+        assert!(err.to_string().contains("auto or all"), "{err}");
     }
 }

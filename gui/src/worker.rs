@@ -19,19 +19,21 @@ use std::thread::JoinHandle;
 use hearth_engine::sched::{RequestId, RequestParams};
 use hearth_engine::service::{Event as ServiceEvent, Handle, Service, ServiceOptions, Submit};
 use hearth_engine::session::{FinishReason, GenerateParams, Generation};
+use hearth_engine::split::GpuLayers;
 use hearth_engine::{chat_prompt, Engine, EngineOptions, ModelInfo, Placement};
 use hearth_model::kv::infinigen::IgStats;
 use hearth_model::kv::policy::KvPolicyKind;
 use hearth_model::kv::KvBudget;
 use hearth_model::kv::KvPlacement;
 use hearth_model::kv::{KvType, KvUsage};
+use hearth_model::PlacedPart;
 use hearth_models::{ChatMessage, ChatTemplate, Tokenizer};
 use hearth_server::{Background, Model, ServerOptions};
 
 use crate::settings::{InfinigenSettings, KvOffload, ModelSettings};
 
 /// What to load, and how.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LoadRequest {
     pub path: PathBuf,
     /// Where the model runs; `None`: the best place on this machine.
@@ -43,18 +45,70 @@ pub struct LoadRequest {
     pub kv_type: KvType,
     /// Used with `KvOffload::Infinigen`.
     pub infinigen: InfinigenSettings,
+    /// Layers on a Vulkan device, the first ones on the CPU executor; `None`: the whole
+    /// model at `placement`.
+    pub gpu_layers: Option<GpuLayers>,
 }
 
 impl LoadRequest {
-    /// Whether `s` asks for another engine than this request made: its context, KV cache, or
-    /// InfiniGen's settings where InfiniGen runs (they shape the engine's buffers and skew).
+    /// `path` at `placement` with the engine settings of `s`.
+    pub fn new(path: PathBuf, placement: Option<Placement>, s: &ModelSettings) -> Self {
+        Self {
+            path,
+            placement,
+            n_ctx: s.n_ctx,
+            kv_budget_tokens: s.kv_budget_tokens,
+            kv_offload: s.kv_offload,
+            kv_type: s.kv_type,
+            infinigen: s.infinigen,
+            gpu_layers: s.gpu_layers,
+        }
+    }
+
+    /// Whether `s` asks for another engine than this request made: its context, KV cache,
+    /// GPU layers, or InfiniGen's settings where InfiniGen runs (they shape the engine's
+    /// buffers and skew).
     pub fn differs_from(&self, s: &ModelSettings) -> bool {
         self.n_ctx != s.n_ctx
             || self.kv_budget_tokens != s.kv_budget_tokens
             || self.kv_offload != s.kv_offload
             || self.kv_type != s.kv_type
+            || self.gpu_layers != s.gpu_layers
             || (s.kv_offload == KvOffload::Infinigen && self.infinigen != s.infinigen)
     }
+
+    /// The engine's options for this request, for loading it and for planning its layers.
+    pub fn engine_options(&self) -> EngineOptions {
+        let mut options = EngineOptions {
+            n_ctx: Some(self.n_ctx),
+            kv_budget: (self.kv_budget_tokens > 0)
+                .then_some(KvBudget::Tokens(self.kv_budget_tokens)),
+            kv_placement: match self.kv_offload {
+                KvOffload::None => KvPlacement::Device,
+                KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
+            },
+            kv_type: self.kv_type,
+            infinigen: (self.kv_offload == KvOffload::Infinigen).then(|| self.infinigen.options()),
+            gpu_layers: self.gpu_layers,
+            pipeline_cache: pipeline_cache_dir(),
+            ..EngineOptions::default()
+        };
+        let placement = match (self.gpu_layers, self.placement) {
+            (None, p) => p.unwrap_or_else(Placement::default_for_host),
+            // A split's layers go to the Vulkan device the picker names, else the best one,
+            // even where the picker names the CPU executor: that runs the first layers.
+            (Some(_), Some(Placement::Vulkan(index))) => Placement::Vulkan(index),
+            (Some(_), _) => Placement::Vulkan(None),
+        };
+        placement.apply(&mut options);
+        options
+    }
+}
+
+/// Where compiled Vulkan pipelines are kept between runs, as the command line keeps them.
+fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
+    Some(hearth_models::default_pipeline_cache_dir(std::path::Path::new(&home)))
 }
 
 enum Command {
@@ -71,6 +125,8 @@ pub struct Loaded {
     pub info: ModelInfo,
     pub n_ctx: usize,
     pub kv: Option<KvUsage>,
+    /// What each executor holds: one part, or one per side of a split.
+    pub placement: Vec<PlacedPart>,
 }
 
 /// How a generation ended.
@@ -278,23 +334,7 @@ impl State {
     fn load(&mut self, id: u64, request: LoadRequest) {
         // Two models never share the device's memory.
         self.unload();
-        let mut options = EngineOptions {
-            n_ctx: Some(request.n_ctx),
-            kv_budget: (request.kv_budget_tokens > 0)
-                .then_some(KvBudget::Tokens(request.kv_budget_tokens)),
-            kv_placement: match request.kv_offload {
-                KvOffload::None => KvPlacement::Device,
-                KvOffload::Full | KvOffload::Infinigen => KvPlacement::Host,
-            },
-            kv_type: request.kv_type,
-            infinigen: (request.kv_offload == KvOffload::Infinigen)
-                .then(|| request.infinigen.options()),
-            ..EngineOptions::default()
-        };
-        request
-            .placement
-            .unwrap_or_else(Placement::default_for_host)
-            .apply(&mut options);
+        let options = request.engine_options();
         let cancel = self.cancel_below.clone();
         let events = &self.events;
         let mut last_percent = u64::MAX;
@@ -325,6 +365,7 @@ impl State {
             info: engine.info().clone(),
             n_ctx: engine.session().backend().n_ctx(),
             kv: engine.kv_usage(),
+            placement: engine.placement(),
         };
         let (tokenizer, template) = engine.text_tools();
         match Service::spawn(engine, ServiceOptions { parallel: 1 }) {
@@ -487,19 +528,12 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hearth_engine::BackendKind;
 
     #[test]
     fn infinigen_settings_ask_for_a_reload_only_where_infinigen_runs() {
         let settings = ModelSettings::default();
-        let request = LoadRequest {
-            path: "m.gguf".into(),
-            placement: None,
-            n_ctx: settings.n_ctx,
-            kv_budget_tokens: settings.kv_budget_tokens,
-            kv_offload: settings.kv_offload,
-            kv_type: settings.kv_type,
-            infinigen: settings.infinigen,
-        };
+        let request = LoadRequest::new("m.gguf".into(), None, &settings);
         assert!(!request.differs_from(&settings));
         let mut changed = settings.clone();
         changed.infinigen.alpha = Some(1000.0);
@@ -514,5 +548,32 @@ mod tests {
         assert!(!loaded.differs_from(&changed));
         changed.n_ctx += 1;
         assert!(loaded.differs_from(&changed));
+    }
+
+    #[test]
+    fn gpu_layers_ask_for_a_reload_and_a_vulkan_device() {
+        let mut settings = ModelSettings::default();
+        let request = LoadRequest::new("m.gguf".into(), Some(Placement::Cpu), &settings);
+        assert_eq!(request.engine_options().backend, BackendKind::Cpu);
+        settings.gpu_layers = Some(GpuLayers::Count(12));
+        assert!(request.differs_from(&settings));
+
+        // The picker's CPU executor runs the first layers; the rest go to the best device.
+        let split = LoadRequest::new("m.gguf".into(), Some(Placement::Cpu), &settings);
+        assert!(!split.differs_from(&settings));
+        let options = split.engine_options();
+        assert_eq!(options.backend, BackendKind::Vulkan);
+        assert_eq!(options.device, None);
+        assert_eq!(options.gpu_layers, Some(GpuLayers::Count(12)));
+        // A Vulkan device chosen in the picker holds them.
+        let on_1 = LoadRequest {
+            placement: Some(Placement::Vulkan(Some(1))),
+            ..split
+        };
+        let options = on_1.engine_options();
+        assert_eq!(
+            (options.backend, options.device),
+            (BackendKind::Vulkan, Some(1))
+        );
     }
 }

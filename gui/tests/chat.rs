@@ -2,8 +2,8 @@
 //! would) with SmolLM2-135M-Instruct on the Vulkan device (chosen in the saved preferences,
 //! since a machine whose only Vulkan device is lavapipe defaults to the CPU executor): load it
 //! from the library, ask, watch the answer stream, stop, regenerate, edit and resend, close
-//! mid-answer, and reopen the saved conversation in a fresh app; and the device picker's CPU
-//! executor.
+//! mid-answer, and reopen the saved conversation in a fresh app; the device picker's CPU
+//! executor; and a model split between the CPU executor and the device by GPU layers.
 //!
 //! Outside CI a machine without the model skips the model tests; in CI a missing model fails
 //! them.
@@ -467,6 +467,102 @@ fn the_status_bar_serves_the_loaded_model() {
         "{:?}",
         harness.state().notices
     );
+}
+
+/// GPU layers chosen in the settings panel: what each side takes shows beside the control,
+/// and on reload the first layers run on the CPU executor and the rest on the device, as the
+/// status bar says.
+#[test]
+fn gpu_layers_split_the_model() {
+    use hearth_engine::split::GpuLayers;
+    if !have_model() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut harness = with_smollm2_loaded(data.path());
+    let device = harness.state().loaded().unwrap().info.device.clone();
+    let device = device.split(" (").next().unwrap().to_string();
+
+    harness.get_by_label("Settings").click();
+    harness.step();
+    // A short answer is enough.
+    harness
+        .get_by_role_and_label(Role::SpinButton, "Max tokens")
+        .set_value_accesskit(16.0);
+    harness.step();
+    harness
+        .get_by_role_and_label(Role::ComboBox, "GPU layers")
+        .click();
+    harness.run();
+    harness.get_by_label("Layers").click();
+    harness.run();
+    // Every layer on the device to start; the slider moves the first 15 to the CPU.
+    assert_eq!(
+        harness.state().settings.gpu_layers,
+        Some(GpuLayers::Count(30))
+    );
+    harness
+        .get_by_role_and_label(Role::Slider, "GPU layer count")
+        .set_value_accesskit(15.0);
+    harness.step();
+    assert_eq!(
+        harness.state().settings.gpu_layers,
+        Some(GpuLayers::Count(15))
+    );
+    assert!(harness.state().needs_reload());
+    let on_device = format!("{device}: layers 15-29, ");
+    wait_for(&mut harness, "the plan", LONG, |h| {
+        h.query_by_label_contains(&on_device).is_some()
+            && h.query_by_label_contains("CPU: layers 0-14, ").is_some()
+    });
+
+    harness.get_by_label("Reload to apply").click_accesskit();
+    harness.step();
+    assert!(!harness.state().needs_reload());
+    wait_for(&mut harness, "the model to reload", LONG, |h| {
+        h.state().loaded().is_some() && h.query_by_label_contains("Chat with").is_some()
+    });
+    assert!(
+        harness.state().notices.is_empty(),
+        "{:?}",
+        harness.state().notices
+    );
+    let placement = &harness.state().loaded().unwrap().placement;
+    assert_eq!(placement.len(), 2, "{placement:?}");
+    assert_eq!(placement[0].executor, "cpu");
+    harness.get_by_label(&format!("CPU 0-14 + {device} 15-29"));
+
+    // The split answers (its first layers run the CPU executor's arithmetic, whose greedy
+    // answer may differ from the device's).
+    harness.get_by_label("Settings").click();
+    harness.step();
+    ask(&mut harness, "What is the capital of France?");
+    wait_for(&mut harness, "the answer to finish", LONG, idle);
+    assert!(
+        harness.state().notices.is_empty(),
+        "{:?}",
+        harness.state().notices
+    );
+    let answer = &harness.state().chat.messages[1];
+    assert!(answer.stats.as_ref().unwrap().tokens > 1, "{answer:?}");
+
+    // Auto says how many layers it chose; the choice is saved with the model's settings.
+    harness.get_by_label("Settings").click();
+    harness.step();
+    harness
+        .get_by_role_and_label(Role::ComboBox, "GPU layers")
+        .click();
+    harness.run();
+    harness.get_by_label("Auto").click();
+    harness.run();
+    wait_for(&mut harness, "the automatic plan", LONG, |h| {
+        h.query_by_label_contains("Auto: ").is_some()
+    });
+    assert!(harness
+        .query_by_label_contains("of 30 layers on the GPU")
+        .is_some());
+    let saved = std::fs::read_to_string(data.path().join("settings.json")).unwrap();
+    assert!(saved.contains(r#""gpu_layers": "auto""#), "{saved}");
 }
 
 #[test]

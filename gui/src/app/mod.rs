@@ -23,6 +23,7 @@ use hearth_model::kv::KvUsage;
 
 use crate::conversations::{Conversation, Message, Store};
 use crate::library::{self, LibraryEntry, ModelCard};
+use crate::planner::Planner;
 use crate::settings::{ModelSettings, Preferences, ThemeChoice};
 use crate::worker::{LoadRequest, Loaded, Worker};
 
@@ -126,6 +127,8 @@ pub struct App {
     /// Added to the seed so each answer samples afresh (regenerate gives a new answer).
     answers: u64,
     worker: Option<Worker>,
+    /// Plans the GPU layers being edited; started when first asked.
+    planner: Option<Planner>,
     applied_theme: Option<ThemeChoice>,
 }
 
@@ -170,6 +173,7 @@ impl App {
             markdown: egui_commonmark::CommonMarkCache::default(),
             answers: 0,
             worker: None,
+            planner: None,
             applied_theme: None,
         }
     }
@@ -228,6 +232,7 @@ impl App {
         self.save_chat();
         self.save_model_settings();
         self.worker = None;
+        self.planner = None;
     }
 }
 

@@ -6,7 +6,8 @@ use hearth_engine::Placement;
 
 use super::{App, ModelState, SETTINGS_FILE};
 use crate::library::{self, ModelCard};
-use crate::settings::ModelSettings;
+use crate::planner::{held_on_devices, PlanAnswer, PlanAsk, Planner};
+use crate::settings::{KvOffload, ModelSettings};
 use crate::worker::{LoadRequest, Loaded};
 
 impl App {
@@ -29,15 +30,7 @@ impl App {
             }
         };
         self.settings = self.prefs.model(&card);
-        let request = LoadRequest {
-            path,
-            placement: self.prefs.placement(),
-            n_ctx: self.settings.n_ctx,
-            kv_budget_tokens: self.settings.kv_budget_tokens,
-            kv_offload: self.settings.kv_offload,
-            kv_type: self.settings.kv_type,
-            infinigen: self.settings.infinigen,
-        };
+        let request = LoadRequest::new(path, self.prefs.placement(), &self.settings);
         self.load_request = Some(request.clone());
         let id = self.worker().load(request);
         self.model = ModelState::Loading {
@@ -48,7 +41,8 @@ impl App {
         };
     }
 
-    /// Reloads the current model (after changing its context, KV cache settings or the device).
+    /// Reloads the current model (after changing its context, KV cache settings, GPU layers or
+    /// the device).
     pub fn reload_model(&mut self) {
         if let Some(card) = self.card() {
             let path = card.path.clone();
@@ -57,12 +51,36 @@ impl App {
         }
     }
 
-    /// Whether the context, KV cache settings or device differ from what the model was loaded
-    /// with.
+    /// Whether the context, KV cache settings, GPU layers or device differ from what the model
+    /// was loaded with.
     pub fn needs_reload(&self) -> bool {
         self.load_request.as_ref().is_some_and(|r| {
             r.placement != self.prefs.placement() || r.differs_from(&self.settings)
         })
+    }
+
+    /// Where the settings being edited would put the layers and what each part would take,
+    /// while they ask for GPU layers and the model has loaded; `None` until the first plan
+    /// comes back. Asks again only when the settings or the device change.
+    pub fn layer_plan(&mut self, ctx: &egui::Context) -> Option<&PlanAnswer> {
+        let ModelState::Ready { card, loaded } = &self.model else {
+            return None;
+        };
+        self.settings.gpu_layers?;
+        let kv_on_device = self
+            .load_request
+            .as_ref()
+            .is_some_and(|r| r.kv_offload == KvOffload::None);
+        let ask = PlanAsk {
+            request: LoadRequest::new(card.path.clone(), self.prefs.placement(), &self.settings),
+            held: held_on_devices(&loaded.placement, kv_on_device),
+        };
+        self.planner
+            .get_or_insert_with(|| {
+                let ctx = ctx.clone();
+                Planner::spawn(move || ctx.request_repaint())
+            })
+            .plan(ask)
     }
 
     pub fn cancel_load(&mut self) {

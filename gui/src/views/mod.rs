@@ -1,6 +1,7 @@
 //! Drawing the app: one module per part of the window.
 
 mod chat;
+mod gpu_layers;
 mod library;
 mod settings;
 mod sidebar;
@@ -59,4 +60,42 @@ pub(crate) fn name(response: &egui::Response, label: &str) {
     response.ctx.accesskit_node_builder(response.id, |node| {
         node.set_label(label);
     });
+}
+
+/// A device's name without the driver's details in parentheses: "llvmpipe (LLVM 15.0.6, 256
+/// bits)" is "llvmpipe", "CPU (avx2, 8 threads)" is "CPU".
+pub(crate) fn short_device_name(name: &str) -> &str {
+    name.split(" (").next().unwrap_or(name).trim()
+}
+
+/// Layers `start..end` as people count them: "15-29", or "29" for one.
+pub(crate) fn layer_span(start: usize, end: usize) -> String {
+    let last = end.saturating_sub(1).max(start);
+    match last == start {
+        true => start.to_string(),
+        false => format!("{start}-{last}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_and_layers_read_short() {
+        assert_eq!(
+            short_device_name("llvmpipe (LLVM 15.0.6, 256 bits)"),
+            "llvmpipe"
+        );
+        assert_eq!(
+            short_device_name("NVIDIA GeForce RTX 4060"),
+            "NVIDIA GeForce RTX 4060"
+        );
+        assert_eq!(
+            short_device_name("Intel(R) UHD Graphics 630 (CFL GT2)"),
+            "Intel(R) UHD Graphics 630"
+        );
+        assert_eq!(layer_span(0, 15), "0-14");
+        assert_eq!(layer_span(29, 30), "29");
+    }
 }

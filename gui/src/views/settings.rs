@@ -1,5 +1,6 @@
 //! The settings panel: the conversation's system prompt and the model's generation settings
-//! (saved per model; the context and the KV cache's settings take effect on reload).
+//! (saved per model; the context, the KV cache's settings and the GPU layers take effect on
+//! reload).
 
 use crate::app::App;
 use crate::settings::{InfinigenSettings, KvOffload};
@@ -127,8 +128,13 @@ fn contents(app: &mut App, ui: &mut egui::Ui) {
     if s.kv_offload == KvOffload::Infinigen {
         infinigen_settings(ui, &mut s.infinigen);
     }
+    ui.add_space(4.0);
+    let n_layer = card
+        .n_layer
+        .or_else(|| app.loaded().map(|l| l.info.config.n_layer));
+    super::gpu_layers::show(app, ui, n_layer);
 
-    if *s != before {
+    if app.settings != before {
         app.save_model_settings();
     }
     if app.loaded().is_some() && app.needs_reload() {

@@ -1,6 +1,9 @@
 //! The status bar: speed, time to first token, context and KV pool in use, the API server's
-//! switch and address, and the device.
+//! switch and address, and the device, or each part's layers where the model is split.
 
+use hearth_model::PlacedPart;
+
+use super::{layer_span, short_device_name};
 use crate::app::{App, ModelState, Serving};
 use crate::library::size_label;
 
@@ -52,9 +55,15 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
                         if let Some(f) = app.last_run.fetched {
                             weak(ui, format!("InfiniGen fetched {:.0}%", 100.0 * f));
                         }
-                        let device = loaded.info.device.clone();
+                        let (device, detail) = match placement_label(&loaded.placement) {
+                            Some(split) => (split, placement_detail(&loaded.placement)),
+                            None => (loaded.info.device.clone(), String::new()),
+                        };
                         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                            weak(ui, device);
+                            let r = ui.label(egui::RichText::new(device).small().weak());
+                            if !detail.is_empty() {
+                                r.on_hover_text(detail);
+                            }
                             serve_switch(app, ui);
                         });
                     }
@@ -92,5 +101,79 @@ fn serve_switch(app: &mut App, ui: &mut egui::Ui) {
                 ui.ctx().copy_text(url);
             }
         }
+    }
+}
+
+/// Where a split model's layers run ("CPU 0-14 + llvmpipe 15-29"); `None` for a model in one
+/// place.
+fn placement_label(parts: &[PlacedPart]) -> Option<String> {
+    if parts.len() < 2 {
+        return None;
+    }
+    let parts: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let span = layer_span(p.layers[0], p.layers[1]);
+            format!("{} {span}", short_device_name(&p.device))
+        })
+        .collect();
+    Some(parts.join(" + "))
+}
+
+/// Each part's device and memory, for the hover text.
+fn placement_detail(parts: &[PlacedPart]) -> String {
+    let lines: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({}): layers {}, weights {}, KV cache {}",
+                p.device,
+                p.executor,
+                layer_span(p.layers[0], p.layers[1]),
+                size_label(p.weight_bytes),
+                size_label(p.kv_bytes)
+            )
+        })
+        .collect();
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(executor: &str, device: &str, layers: [usize; 2]) -> PlacedPart {
+        PlacedPart {
+            executor: executor.into(),
+            device: device.into(),
+            layers,
+            embedding: layers[0] == 0,
+            head: layers[1] == 30,
+            weight_bytes: 3 << 20,
+            kv_bytes: 1 << 20,
+            busy_ns: 0,
+        }
+    }
+
+    #[test]
+    fn split_models_show_each_part() {
+        let split = [
+            part("cpu", "CPU (avx2, 2 threads)", [0, 15]),
+            part("vulkan:0", "llvmpipe (LLVM 15.0.6, 256 bits)", [15, 30]),
+        ];
+        assert_eq!(
+            placement_label(&split).as_deref(),
+            Some("CPU 0-14 + llvmpipe 15-29")
+        );
+        assert_eq!(
+            placement_detail(&split).lines().nth(1),
+            Some(
+                "llvmpipe (LLVM 15.0.6, 256 bits) (vulkan:0): layers 15-29, weights 3.0 MiB, \
+                 KV cache 1.0 MiB"
+            )
+        );
+        // One part: the device shows as it always has.
+        assert_eq!(placement_label(&split[1..]), None);
+        assert_eq!(placement_label(&[]), None);
     }
 }
