@@ -420,6 +420,10 @@ pub struct SamplingArgs {
     /// Random seed; the same seed and settings give the same text [default: random].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Add BIAS to a token's logit before sampling, llama.cpp's `TOKEN_ID(+/-)BIAS`
+    /// (`15043+1`; `15043-inf` bans it); repeat for several tokens.
+    #[arg(short = 'l', long = "logit-bias", value_name = "TOKEN_ID(+/-)BIAS", value_parser = parse_logit_bias)]
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl SamplingArgs {
@@ -434,8 +438,25 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             repeat_last_n: self.repeat_last_n,
             seed: self.seed.unwrap_or_else(random_seed),
+            logit_bias: self.logit_bias.clone(),
         }
     }
+}
+
+/// llama.cpp's `TOKEN_ID(+/-)BIAS`: `15043+1`, `15043-0.5`, or `15043-inf` to ban the token.
+pub fn parse_logit_bias(s: &str) -> std::result::Result<(u32, f32), String> {
+    let bad =
+        || format!("`{s}`: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or 15043-inf");
+    let at = s.find(['+', '-']).ok_or_else(bad)?;
+    let id: u32 = s[..at].trim().parse().map_err(|_| bad())?;
+    let bias: f32 = match s[at..].trim() {
+        "-inf" => f32::NEG_INFINITY,
+        b => b.parse().map_err(|_| bad())?,
+    };
+    if !(bias.is_finite() || bias == f32::NEG_INFINITY) {
+        return Err(bad());
+    }
+    Ok((id, bias))
 }
 
 fn random_seed() -> u64 {

@@ -144,7 +144,7 @@ impl Session {
         on_step: &mut dyn FnMut(Step<'_>) -> bool,
     ) -> Result<Generation> {
         let n_ctx = self.backend.n_ctx();
-        params.check(prompt, n_ctx)?;
+        params.check(prompt, n_ctx, self.backend.config().n_vocab)?;
 
         // Reuse the cached prefix; at least one token must run to produce logits.
         let keep = self.keep_prefix(prompt, prompt.len() - 1);

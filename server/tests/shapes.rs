@@ -53,6 +53,58 @@ async fn what_openai_takes_is_taken() {
     assert_eq!(a.json()["object"], "model");
 }
 
+/// `logit_bias` moves greedy decoding: a large bias makes its token the answer, and banning
+/// the greedy token changes it; the neutral values of what is not served pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logit_bias_moves_the_answer_and_neutral_values_pass() {
+    let s = server().await;
+    let tokens = |extra: Value| {
+        let mut body = json!({ "prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0,
+                               "logprobs": 0 });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let greedy = |a: &common::Answer| -> Vec<String> {
+        a.json()["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_string())
+            .collect()
+    };
+    let plain = s
+        .call("POST", "/v1/completions", Some(tokens(json!({}))))
+        .await;
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    let forced = s
+        .call(
+            "POST",
+            "/v1/completions",
+            Some(tokens(json!({ "logit_bias": { "42": 100 } }))),
+        )
+        .await;
+    assert_eq!(forced.status, 200, "{}", forced.body);
+    let forced_tokens = greedy(&forced);
+    assert!(
+        forced_tokens.windows(2).all(|w| w[0] == w[1]),
+        "{forced_tokens:?}"
+    );
+    assert_ne!(greedy(&plain), forced_tokens);
+    for neutral in [
+        json!({ "response_format": { "type": "text" } }),
+        json!({ "tools": [], "tool_choice": "none" }),
+        json!({ "tool_choice": "auto", "logit_bias": {} }),
+    ] {
+        let a = s
+            .call("POST", "/v1/completions", Some(tokens(neutral.clone())))
+            .await;
+        assert_eq!(a.status, 200, "{neutral}: {}", a.body);
+        assert_eq!(greedy(&a), greedy(&plain), "{neutral}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_is_json_and_every_400_names_its_field() {
     let s = server().await;
@@ -118,6 +170,50 @@ async fn every_refusal_is_json_and_every_400_names_its_field() {
             "messages[0].content",
         ),
         ("/v1/chat/completions", chat(json!([])), "messages"),
+        (
+            "/v1/completions",
+            completion(json!({ "logit_bias": { "5": 101 } })),
+            "logit_bias.5",
+        ),
+        (
+            "/v1/completions",
+            completion(json!({ "logit_bias": { "five": 1 } })),
+            "logit_bias.five",
+        ),
+        (
+            "/v1/completions",
+            completion(json!({ "logit_bias": { "99999": 1 } })),
+            "logit_bias",
+        ),
+        (
+            "/v1/completions",
+            completion(json!({ "logit_bias": [1] })),
+            "logit_bias",
+        ),
+        // What would change the answer but is not served is refused, never ignored.
+        (
+            "/v1/completions",
+            completion(json!({ "response_format": { "type": "json_object" } })),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "Hi" }],
+                    "tools": [{ "type": "function", "function": { "name": "f" } }] }),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "Hi" }],
+                    "tool_choice": "required" }),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "Hi" }],
+                    "functions": [{ "name": "f" }] }),
+            "functions",
+        ),
     ];
     for (path, body, param) in cases {
         let a = s.call("POST", path, Some(body.clone())).await;

@@ -43,6 +43,9 @@ pub struct SamplerParams {
     pub repeat_last_n: usize,
     /// Seed of the random draws. Default [`DEFAULT_SEED`].
     pub seed: u64,
+    /// Added to these tokens' logits before every other step (OpenAI's `logit_bias`,
+    /// llama.cpp's `--logit-bias`); `-inf` bans a token. Default none.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerParams {
@@ -57,6 +60,7 @@ impl Default for SamplerParams {
             frequency_penalty: 0.0,
             repeat_last_n: 64,
             seed: DEFAULT_SEED,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -132,7 +136,23 @@ impl SamplerParams {
                 "a finite number (0 is off)",
             )?;
         }
+        for &(_, bias) in &self.logit_bias {
+            check(
+                "logit_bias",
+                bias,
+                bias.is_finite() || bias == f32::NEG_INFINITY,
+                "a finite number, or -inf to ban the token",
+            )?;
+        }
         Ok(())
+    }
+
+    /// The first biased token outside a vocabulary of `n_vocab`, if any.
+    pub fn bias_outside(&self, n_vocab: usize) -> Option<u32> {
+        self.logit_bias
+            .iter()
+            .map(|&(id, _)| id)
+            .find(|&id| id as usize >= n_vocab)
     }
 }
 
@@ -189,6 +209,13 @@ impl Sampler {
                 logit
             },
         }));
+        // Candidates are still indexed by id here: the bias comes first, as in llama.cpp's
+        // chain.
+        for &(id, bias) in &params.logit_bias {
+            if let Some(c) = cands.get_mut(id as usize) {
+                c.logit += bias;
+            }
+        }
 
         let recent = history.len().saturating_sub(params.repeat_last_n);
         let penalties = filters::Penalties {
@@ -225,6 +252,53 @@ mod tests {
             frequency_penalty: 0.0,
             repeat_last_n: 64,
             seed,
+            logit_bias: Vec::new(),
+        }
+    }
+
+    /// The bias is added to the logits before anything else: it moves the argmax, `-inf`
+    /// bans a token, and with sampling the draws follow the biased softmax.
+    #[test]
+    fn logit_bias_is_added_first() {
+        let logits = [1.0, 3.0, 2.0, 0.5];
+        let biased = |bias: Vec<(u32, f32)>| SamplerParams {
+            logit_bias: bias,
+            ..SamplerParams::greedy()
+        };
+        assert_eq!(Sampler::new(biased(vec![])).sample(&logits, &[]), 1);
+        assert_eq!(Sampler::new(biased(vec![(2, 1.5)])).sample(&logits, &[]), 2);
+        let ban = biased(vec![(1, f32::NEG_INFINITY), (2, f32::NEG_INFINITY)]);
+        assert!(ban.validate().is_ok());
+        assert_eq!(Sampler::new(ban).sample(&logits, &[]), 0);
+        // An id past the logits is ignored by the sampler (the request check refuses it).
+        assert_eq!(
+            Sampler::new(biased(vec![(9, 50.0)])).sample(&logits, &[]),
+            1
+        );
+        assert_eq!(biased(vec![(9, 1.0)]).bias_outside(4), Some(9));
+        for bad in [f32::NAN, f32::INFINITY] {
+            let err = biased(vec![(0, bad)]).validate().unwrap_err();
+            assert_eq!(err.field, "logit_bias");
+        }
+        // Sampling: the draws' frequencies follow softmax(logits + bias).
+        let bias = vec![(0, 2.0), (3, 1.0)];
+        let params = SamplerParams {
+            logit_bias: bias.clone(),
+            ..plain(1.0, 7)
+        };
+        let mut sampler = Sampler::new(params);
+        let draws = 20_000;
+        let mut counts = [0usize; 4];
+        for _ in 0..draws {
+            counts[sampler.sample(&logits, &[]) as usize] += 1;
+        }
+        let mut shifted = logits;
+        for (id, b) in bias {
+            shifted[id as usize] += b;
+        }
+        for (p, &count) in softmax(&shifted, 1.0).iter().zip(&counts) {
+            let got = count as f64 / draws as f64;
+            assert!((got - p).abs() < 0.015, "{got} vs {p}");
         }
     }
 

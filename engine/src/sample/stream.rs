@@ -40,12 +40,19 @@ impl Default for GenerateParams {
 }
 
 impl GenerateParams {
-    /// Checks a request before any work: valid sampling, a prompt, and room in a context of
-    /// `n_ctx` for the prompt and `max_tokens`.
-    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize) -> Result<()> {
+    /// Checks a request before any work: valid sampling (biased tokens within a vocabulary
+    /// of `n_vocab`), a prompt, and room in a context of `n_ctx` for the prompt and
+    /// `max_tokens`.
+    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize, n_vocab: usize) -> Result<()> {
         self.sampler
             .validate()
             .map_err(|e| Error::options(e.field, e.to_string()))?;
+        if let Some(id) = self.sampler.bias_outside(n_vocab) {
+            return Err(Error::options(
+                "logit_bias",
+                format!("token {id} is outside the vocabulary of {n_vocab}"),
+            ));
+        }
         if prompt.is_empty() {
             return Err(Error::options("prompt", "is empty"));
         }

@@ -116,7 +116,8 @@ impl<'a> Scheduler<'a> {
     /// never fit the context or the KV pool is refused here.
     pub fn add_request(&mut self, prompt: &[u32], params: &RequestParams) -> Result<RequestId> {
         let g = &params.generate;
-        params.check(prompt, self.model.kv().shape().n_ctx)?;
+        let n_vocab = self.model.config().n_vocab;
+        params.check(prompt, self.model.kv().shape().n_ctx, n_vocab)?;
         let c = self.model.config();
         if let Some(&id) = prompt.iter().find(|&&t| t as usize >= c.n_vocab) {
             return Err(Error::BadToken {

@@ -21,9 +21,15 @@ pub struct RequestParams {
 
 impl RequestParams {
     /// Checks a request before any work: its generation settings against `prompt` and a
-    /// context of `n_ctx` ([`GenerateParams::check`]), and at least one completion.
-    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize) -> hearth_model::Result<()> {
-        self.generate.check(prompt, n_ctx)?;
+    /// context of `n_ctx` and a vocabulary of `n_vocab` ([`GenerateParams::check`]), and at
+    /// least one completion.
+    pub(crate) fn check(
+        &self,
+        prompt: &[u32],
+        n_ctx: usize,
+        n_vocab: usize,
+    ) -> hearth_model::Result<()> {
+        self.generate.check(prompt, n_ctx, n_vocab)?;
         if self.n == 0 {
             return Err(hearth_model::Error::options("n", "must be at least 1"));
         }

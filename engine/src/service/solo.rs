@@ -26,6 +26,7 @@ struct Solo {
     observer: Option<Arc<dyn Observer>>,
     next_id: u64,
     n_ctx: usize,
+    n_vocab: usize,
     /// The request running now, and whether it was cancelled.
     current: Option<RequestId>,
     cancelled: bool,
@@ -41,6 +42,7 @@ pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>, shared: Arc<
         observer: None,
         next_id: 0,
         n_ctx: engine.session().backend().n_ctx(),
+        n_vocab: engine.info().config.n_vocab,
         current: None,
         cancelled: false,
         closed: false,
@@ -110,7 +112,7 @@ impl Solo {
         let checked = s
             .params
             .generate
-            .check(&s.prompt, self.n_ctx)
+            .check(&s.prompt, self.n_ctx, self.n_vocab)
             .and_then(|()| match s.params.n {
                 0 => Err(hearth_model::Error::options("n", "must be at least 1")),
                 _ => Ok(()),

@@ -6,5 +6,9 @@ pub const MAX_STOP: usize = 4;
 /// Bytes of one stop string: the stream holds back up to this much text while a stop string
 /// may be starting.
 pub const MAX_STOP_BYTES: usize = 1024;
+/// Tokens one request's `logit_bias` may name.
+pub const MAX_LOGIT_BIAS: usize = 1024;
+/// The bias `logit_bias` may add or take away, as OpenAI's API bounds it.
+pub const MAX_BIAS: f32 = 100.0;
 /// Completions one request may ask for: `n`, times the prompts of a batch.
 pub const MAX_COMPLETIONS: usize = 16;

@@ -72,6 +72,26 @@ pub struct Sampling {
     pub min_p: Option<f32>,
     #[schema(exclusive_minimum = 0)]
     pub repeat_penalty: Option<f32>,
+    /// Token id (as a string) to a bias from -100 to 100, added to its logit before
+    /// sampling; at most 1,024 tokens.
+    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
+    pub logit_bias: Option<Value>,
+    /// Only `{"type": "text"}`: constrained output (`json_object`, `json_schema`) is not
+    /// served yet, and is refused rather than answered with unconstrained text.
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<Value>,
+    /// Tool calling is not served yet: a request that offers tools is refused.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Value>,
+    /// `"none"` (or `"auto"` without tools); anything that asks for a tool call is refused.
+    #[schema(value_type = Option<Value>)]
+    pub tool_choice: Option<Value>,
+    /// The older form of `tools`, refused alike.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub functions: Option<Value>,
+    /// The older form of `tool_choice`, refused alike.
+    #[schema(value_type = Option<Value>)]
+    pub function_call: Option<Value>,
 }
 
 // Read field by field (`from_json`), so that each refusal names its field; the derived
@@ -205,6 +225,7 @@ impl Sampling {
                 ));
             }
         }
+        self.refuse_unserved()?;
         let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
         if n == 0 || n > MAX_COMPLETIONS as u64 {
@@ -237,6 +258,7 @@ impl Sampling {
                 None | Some(-1) => rand::random(),
                 Some(s) => s as u64,
             },
+            logit_bias: self.logit_bias()?,
             ..base
         };
         sampler
@@ -270,6 +292,97 @@ impl Sampling {
         }
         // Larger than any context: saturates, and the context check refuses it.
         Ok(Some(usize::try_from(value).unwrap_or(usize::MAX)))
+    }
+
+    /// `logit_bias`: token ids (strings of digits) to biases in [-100, 100]. Ids past the
+    /// model's vocabulary are refused once it is known.
+    fn logit_bias(&self) -> Result<Vec<(u32, f32)>, Invalid> {
+        let map = match &self.logit_bias {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Object(map)) => map,
+            Some(_) => {
+                return Err(invalid(
+                    "logit_bias",
+                    "logit_bias must be an object of token ids to biases",
+                ))
+            }
+        };
+        if map.len() > MAX_LOGIT_BIAS {
+            return Err(invalid(
+                "logit_bias",
+                format!("{} tokens; at most {MAX_LOGIT_BIAS}", map.len()),
+            ));
+        }
+        map.iter()
+            .map(|(id, bias)| {
+                let param = format!("logit_bias.{id}");
+                let id: u32 = id
+                    .parse()
+                    .map_err(|_| invalid(&param, format!("{id:?} is not a token id")))?;
+                match bias.as_f64() {
+                    Some(b) if (-f64::from(MAX_BIAS)..=f64::from(MAX_BIAS)).contains(&b) => {
+                        Ok((id, b as f32))
+                    }
+                    _ => Err(invalid(
+                        &param,
+                        format!("{bias} is not a bias from -{MAX_BIAS} to {MAX_BIAS}"),
+                    )),
+                }
+            })
+            .collect()
+    }
+
+    /// Refuses what would change the answer but is not served: constrained output and tool
+    /// calls. Their neutral values (text, no tools, `tool_choice: "none"`) pass.
+    fn refuse_unserved(&self) -> Result<(), Invalid> {
+        let null = |v: &Option<Value>| matches!(v, None | Some(Value::Null));
+        match &self.response_format {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(f)) if f.get("type") == Some(&Value::from("text")) => {}
+            Some(f) => {
+                let kind = f
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("this format");
+                return Err(invalid(
+                    "response_format",
+                    format!(
+                        "response_format {kind} is not supported by this server yet; only \
+                         text is (the answer would not be constrained to it)"
+                    ),
+                ));
+            }
+        }
+        for (param, tools) in [("tools", &self.tools), ("functions", &self.functions)] {
+            match tools {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(a)) if a.is_empty() => {}
+                Some(_) => {
+                    return Err(invalid(
+                        param,
+                        format!("{param}: tool calls are not supported by this server yet"),
+                    ))
+                }
+            }
+        }
+        let no_tools = null(&self.tools) || self.tools == Some(Value::Array(Vec::new()));
+        for (param, choice) in [
+            ("tool_choice", &self.tool_choice),
+            ("function_call", &self.function_call),
+        ] {
+            match choice {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) if s == "none" => {}
+                Some(Value::String(s)) if s == "auto" && no_tools => {}
+                Some(_) => {
+                    return Err(invalid(
+                        param,
+                        format!("{param}: tool calls are not supported by this server yet"),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn stop(&self) -> Result<Vec<String>, Invalid> {
