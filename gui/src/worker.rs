@@ -108,7 +108,9 @@ impl LoadRequest {
 /// Where compiled Vulkan pipelines are kept between runs, as the command line keeps them.
 fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
     let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
-    Some(hearth_models::default_pipeline_cache_dir(std::path::Path::new(&home)))
+    Some(hearth_models::default_pipeline_cache_dir(
+        std::path::Path::new(&home),
+    ))
 }
 
 enum Command {

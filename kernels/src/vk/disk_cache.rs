@@ -16,7 +16,6 @@ use ash::vk;
 use super::caps::DeviceInfo;
 use super::error::{CallContext, Result};
 
-
 /// Where this device's cache lives in `dir`.
 pub(crate) fn file_for(dir: &Path, info: &DeviceInfo) -> PathBuf {
     let uuid: String = info
