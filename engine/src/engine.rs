@@ -470,7 +470,7 @@ impl Engine {
 
     /// Blocks of the paged KV cache in use and free (executors with batched steps).
     pub fn kv_usage(&self) -> Option<KvUsage> {
-        self.session.backend().as_batched().map(|m| m.kv().usage())
+        self.session.backend().as_batched().map(|m| m.kv_usage())
     }
 
     /// Pool eviction moves one sequence's K/V within its row, which rows sharing blocks (the

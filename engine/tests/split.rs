@@ -162,6 +162,10 @@ fn layers_across_two_devices_compute_the_whole_model() {
     assert!(!placed[1].embedding && placed[1].head);
     assert_eq!((placed[0].layers, placed[1].layers), ([0, 1], [1, 4]));
     assert!(placed[1].kv_bytes == 3 * placed[0].kv_bytes && placed[0].kv_bytes > 0);
+    // The cache's size is every part's; its blocks are the first part's.
+    let usage = split.kv_usage();
+    assert_eq!(usage.bytes, placed[0].kv_bytes + placed[1].kv_bytes);
+    assert_eq!(usage.blocks_used, split.kv().pool().used_blocks());
 }
 
 /// A part that does not hold the whole model refuses plain steps, a stage refuses hidden

@@ -8,7 +8,7 @@ use std::any::Any;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::kv::policy::{KvPolicyChoice, KvPolicyStats};
-use crate::kv::KvTables;
+use crate::kv::{KvTables, KvUsage};
 
 /// Which logits a step returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +101,11 @@ pub struct SeqStep<'a> {
 pub trait BatchedBackend: Backend {
     /// The cache's block tables.
     fn kv(&self) -> &KvTables;
+    /// Blocks in use and free, and the bytes of the whole cache (every part's, where the
+    /// model is split).
+    fn kv_usage(&self) -> KvUsage {
+        self.kv().usage()
+    }
     fn kv_mut(&mut self) -> &mut KvTables;
     /// Makes row `dst` share the first `len` positions of row `src` (prefix sharing; blocks
     /// are copied on write), with the KV policy's state for them.

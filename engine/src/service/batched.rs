@@ -151,7 +151,7 @@ impl State<'_, '_> {
                 sample: i,
                 timings: times.map(|t| timings(&t)).unwrap_or_default(),
                 context_used: times.map_or(0, |t| t.prompt + t.generated),
-                kv: Some(self.sched.model().kv().usage()),
+                kv: Some(self.sched.model().kv_usage()),
                 kv_policy: self.sched.model().kv_policy_stats(),
             };
             listening &= (route.sink)(Event::Report(Box::new(report)));
@@ -167,7 +167,7 @@ impl State<'_, '_> {
 
     fn load(&self) -> Load {
         let running = self.sched.running();
-        let usage = self.sched.model().kv().usage();
+        let usage = self.sched.model().kv_usage();
         Load {
             running,
             queued: self.sched.pending() - running,

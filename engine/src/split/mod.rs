@@ -10,7 +10,7 @@ pub mod plan;
 
 pub use plan::GpuLayers;
 
-use hearth_model::kv::KvTables;
+use hearth_model::kv::{KvTables, KvUsage};
 use hearth_model::{
     check_step, forward_steps, Backend, BatchedBackend, Error, Logits, ModelConfig, PlacedPart,
     Result, SeqStep, Stage, StageOutput,
@@ -173,6 +173,18 @@ impl BatchedBackend for Split {
 
     fn kv_mut(&mut self) -> &mut KvTables {
         self.stages[0].kv_mut()
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        // The blocks are the first part's; every part keeps its own layers' K and V in them.
+        KvUsage {
+            bytes: self
+                .stages
+                .iter()
+                .map(|s| s.kv().shape().total_bytes())
+                .sum(),
+            ..self.leader().kv().usage()
+        }
     }
 
     fn fork(&mut self, src: usize, dst: usize, len: usize) {

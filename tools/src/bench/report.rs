@@ -162,7 +162,7 @@ impl PlacementReport {
         // The paged KV cache: where it lives, its blocks, and the bytes attention reads.
         let kv = engine.session().backend().as_batched().map(|m| {
             let kv = m.kv();
-            (kv.placement(), kv.shape(), kv.usage())
+            (kv.placement(), kv.shape(), m.kv_usage())
         });
         let policy = engine.kv_policy_stats().map(|s| s.policy);
         let ig_on = policy == Some(KvPolicyKind::Infinigen);
@@ -195,12 +195,13 @@ impl PlacementReport {
                 .zip(measured)
                 .map(|(t, m)| cx.row(t, m))
                 .collect(),
-            kv: kv.map(|(placement, shape, _)| KvSummary {
+            kv: kv.map(|(placement, shape, usage)| KvSummary {
                 placement,
                 kv_type: shape.kv_type,
                 blocks: shape.blocks,
                 block_tokens: hearth_model::kv::BLOCK_TOKENS,
-                total_bytes: shape.total_bytes(),
+                // Every part's, where the model is split.
+                total_bytes: usage.bytes,
                 bytes_per_token_layer: shape.token_layer_bytes(),
             }),
             kv_offload: kv_offload.into(),
