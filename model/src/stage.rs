@@ -108,6 +108,8 @@ pub trait Stage: BatchedBackend + Send {
     fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput>;
     /// Where it runs and what it holds.
     fn placed(&self) -> PlacedPart;
+    /// This executor as a plain backend (a part that holds the whole model).
+    fn into_backend(self: Box<Self>) -> Box<dyn crate::Backend + Send>;
 }
 
 /// What one executor of a model holds, for `hearth inspect --placement` and benchmarks.

@@ -365,6 +365,10 @@ impl Stage for NativeModel {
         out
     }
 
+    fn into_backend(self: Box<Self>) -> Box<dyn Backend + Send> {
+        self
+    }
+
     fn placed(&self) -> PlacedPart {
         PlacedPart {
             executor: "cpu".to_string(),

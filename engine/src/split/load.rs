@@ -68,58 +68,44 @@ pub fn load(
     );
     let kv_budget = Some(KvBudget::Tokens(plan.kv_blocks * BLOCK_TOKENS));
     let whole = plan.parts.len() == 1;
+    // A whole model on one executor sizes its cache as it always has.
+    let part_budget = match whole {
+        true => options.sizes.kv_budget,
+        false => kv_budget,
+    };
     let mut stages: Vec<Box<dyn Stage>> = Vec::new();
-    let mut single: Option<Box<dyn Backend + Send>> = None;
     let mut names = Vec::new();
     let mut formats: Vec<(WeightFormat, u64)> = Vec::new();
     for part in &plan.parts {
         let layers = (!whole).then(|| part.layers.clone());
-        let stage: Box<dyn Stage> = match part.executor {
+        match part.executor {
             Executor::Cpu => {
                 let cpu = CpuOptions {
-                    kv_budget: if whole {
-                        options.cpu.kv_budget
-                    } else {
-                        kv_budget
-                    },
+                    kv_budget: part_budget,
                     ..options.cpu
                 };
                 let m = NativeModel::load_part(file, model, cpu, layers, progress)?;
                 names.push(format!("CPU ({}, {} threads)", m.isa(), m.threads()));
                 add_formats(&mut formats, m.weight_formats());
-                if whole {
-                    single = Some(Box::new(m));
-                    continue;
-                }
-                Box::new(m)
+                stages.push(Box::new(m));
             }
             Executor::Vulkan(slot) => {
                 let device = &devices[slot];
                 let vk = VkModelOptions {
-                    // A whole model on one device sizes its cache as it always has.
-                    kv_budget: if whole {
-                        options.vulkan.kv_budget
-                    } else {
-                        kv_budget
-                    },
+                    kv_budget: part_budget,
                     ..options.vulkan
                 };
                 let m = VkModel::load_part(device, file, model, vk, layers, progress)?;
                 names.push(device.info().name.clone());
                 add_formats(&mut formats, m.weight_formats());
-                if whole {
-                    single = Some(Box::new(m));
-                    continue;
-                }
-                Box::new(m)
+                stages.push(Box::new(m));
             }
-        };
-        stages.push(stage);
+        }
     }
     formats.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
-    let backend: Box<dyn Backend + Send> = match single {
-        Some(backend) => backend,
-        None => Box::new(Split::new(stages)?),
+    let backend = match whole {
+        true => stages.pop().expect("one part").into_backend(),
+        false => Box::new(Split::new(stages)?),
     };
     Ok(Loaded {
         backend,

@@ -643,6 +643,10 @@ impl Stage for VkModel {
         out
     }
 
+    fn into_backend(self: Box<Self>) -> Box<dyn Backend + Send> {
+        self
+    }
+
     fn placed(&self) -> PlacedPart {
         PlacedPart {
             executor: format!("vulkan:{}", self.device.info().index),
