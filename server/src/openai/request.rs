@@ -51,14 +51,14 @@ pub struct Sampling {
     pub stop: Option<Stop>,
     pub temperature: Option<f32>,
     #[schema(minimum = 0, maximum = 1)]
-    pub top_p: Option<f32>,
+    pub top_p: Option<f64>,
     /// OpenAI's is an int64; -1 is llama.cpp's "random".
     #[serde(default, deserialize_with = "whole::optional")]
     pub seed: Option<i64>,
     #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f32>,
+    pub presence_penalty: Option<f64>,
     #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f32>,
+    pub frequency_penalty: Option<f64>,
     /// Chat: a boolean. Completions: how many alternatives each token comes with, 0 to 20.
     #[schema(schema_with = logprobs_either)]
     pub logprobs: Option<Value>,
@@ -69,9 +69,9 @@ pub struct Sampling {
     #[serde(default, deserialize_with = "whole::optional")]
     pub top_k: Option<usize>,
     #[schema(minimum = 0, maximum = 1)]
-    pub min_p: Option<f32>,
+    pub min_p: Option<f64>,
     #[schema(exclusive_minimum = 0)]
-    pub repeat_penalty: Option<f32>,
+    pub repeat_penalty: Option<f64>,
     /// Token id (as a string) to a bias from -100 to 100, added to its logit before
     /// sampling; at most 1,024 tokens.
     #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
@@ -113,6 +113,25 @@ pub struct CompletionRequest {
     #[serde(flatten)]
     #[schema(schema_with = completion_sampling)]
     pub sampling: Sampling,
+}
+
+/// A sampling parameter checked against its range as the client sent it, then narrowed.
+fn bounded(
+    param: &'static str,
+    value: Option<f64>,
+    range: std::ops::RangeInclusive<f64>,
+) -> Result<Option<f32>, Invalid> {
+    match value {
+        Some(v) if !range.contains(&v) => Err(invalid(
+            param,
+            format!(
+                "{param} is {v}; it must be in [{}, {}]",
+                range.start(),
+                range.end()
+            ),
+        )),
+        v => Ok(v.map(|v| v as f32)),
+    }
 }
 
 // `logprobs` differs by endpoint: the shared fields, narrowed by each endpoint's form.
@@ -212,19 +231,22 @@ impl Sampling {
         chat: bool,
         prompts: usize,
     ) -> Result<RequestParams, Invalid> {
-        let mut penalties = [0.0; 2];
-        for (p, (param, v)) in penalties.iter_mut().zip([
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ]) {
-            *p = v.unwrap_or(0.0);
-            if !(-2.0..=2.0).contains(p) {
+        // Bounds are checked on the number as sent: a value just outside them must not be
+        // rounded into them by the narrowing to f32.
+        let presence_penalty = bounded("presence_penalty", self.presence_penalty, -2.0..=2.0)?;
+        let frequency_penalty = bounded("frequency_penalty", self.frequency_penalty, -2.0..=2.0)?;
+        let top_p = bounded("top_p", self.top_p, 0.0..=1.0)?;
+        let min_p = bounded("min_p", self.min_p, 0.0..=1.0)?;
+        let repeat_penalty = match self.repeat_penalty {
+            Some(r) if !(r > 0.0 && r.is_finite()) => {
                 return Err(invalid(
-                    param,
-                    format!("{param} is {p}; it must be in [-2, 2]"),
-                ));
+                    "repeat_penalty",
+                    format!("repeat_penalty is {r}; it must be a finite number above 0"),
+                ))
             }
-        }
+            // A positive penalty too small for f32 stays positive.
+            r => r.map(|r| (r as f32).max(f32::MIN_POSITIVE)),
+        };
         self.refuse_unserved()?;
         let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
@@ -247,12 +269,12 @@ impl Sampling {
         let base = SamplerParams::default();
         let sampler = SamplerParams {
             temperature: self.temperature.unwrap_or(base.temperature),
-            top_p: self.top_p.unwrap_or(base.top_p),
+            top_p: top_p.unwrap_or(base.top_p),
             top_k: self.top_k.unwrap_or(base.top_k),
-            min_p: self.min_p.unwrap_or(base.min_p),
-            repeat_penalty: self.repeat_penalty.unwrap_or(base.repeat_penalty),
-            presence_penalty: penalties[0],
-            frequency_penalty: penalties[1],
+            min_p: min_p.unwrap_or(base.min_p),
+            repeat_penalty: repeat_penalty.unwrap_or(base.repeat_penalty),
+            presence_penalty: presence_penalty.unwrap_or(0.0),
+            frequency_penalty: frequency_penalty.unwrap_or(0.0),
             // Any int64 is a seed (its bits); -1 asks for a random one.
             seed: match self.seed {
                 None | Some(-1) => rand::random(),
@@ -520,6 +542,9 @@ mod tests {
             (json!({ "min_p": -1.0 }), "min_p"),
             (json!({ "repeat_penalty": 0.0 }), "repeat_penalty"),
             (json!({ "presence_penalty": 3.0 }), "presence_penalty"),
+            // Outside by less than f32 can tell: refused all the same.
+            (json!({ "presence_penalty": -2.0000000000000004 }), "presence_penalty"),
+            (json!({ "top_p": 1.0000000000000002 }), "top_p"),
             (json!({ "n": 17 }), "n"),
             (json!({ "n": 0 }), "n"),
             (json!({ "stop": ["a", "b", "c", "d", "e"] }), "stop"),
