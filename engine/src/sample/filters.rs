@@ -194,6 +194,24 @@ pub(super) fn sample_softmax(cands: &[Candidate], temperature: f32, u: f64) -> O
     Some(best.id)
 }
 
+/// Every candidate's unnormalised softmax weight at `temperature`, in list order: the
+/// weights [`sample_softmax`] draws by.
+pub(super) fn softmax_weights(cands: &[Candidate], temperature: f32) -> Vec<f64> {
+    let Some(best) = argmax(cands) else {
+        return Vec::new();
+    };
+    if best.logit == f32::NEG_INFINITY {
+        return cands
+            .iter()
+            .map(|c| if c.id == best.id { 1.0 } else { 0.0 })
+            .collect();
+    }
+    cands
+        .iter()
+        .map(|c| f64::from(weight(c.logit, best.logit, temperature)))
+        .collect()
+}
+
 /// Unnormalised softmax weight `exp((logit - max) / temperature)`, in [0, 1]. `max` is the
 /// largest logit and is not -inf. When it is +inf the limit is taken: the +inf tokens share
 /// all the probability.

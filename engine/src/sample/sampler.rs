@@ -4,6 +4,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::filters::{self, Candidate};
+use super::Distribution;
 
 /// The seed [`SamplerParams::default`] uses. Fixed, unlike llama.cpp's default of a fresh random
 /// seed per run, so that the same prompt and settings reproduce the same text unless a caller
@@ -198,6 +199,37 @@ impl Sampler {
     /// (every logit NaN or -inf, or `logits` empty), returns token 0, as argmax's tie-break
     /// would. Greedy calls draw no random number; every other call draws exactly one.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        if let Some(token) = self.filter(logits, history) {
+            return token;
+        }
+        let u: f64 = self.rng.gen();
+        filters::sample_softmax(&self.candidates, self.params.temperature, u).unwrap_or(0)
+    }
+
+    /// The distribution [`sample`](Self::sample) draws from: the tokens the chain leaves and
+    /// their probabilities (one token with probability 1 when greedy). Draws nothing.
+    /// Speculative decoding verifies a draft against it.
+    pub fn distribution(&mut self, logits: &[f32], history: &[u32]) -> Distribution {
+        if let Some(token) = self.filter(logits, history) {
+            return Distribution::certain(token);
+        }
+        let weights = filters::softmax_weights(&self.candidates, self.params.temperature);
+        Distribution::from_weights(
+            self.candidates
+                .iter()
+                .zip(weights)
+                .map(|(c, w)| (c.id, w)),
+        )
+    }
+
+    /// A uniform draw in [0, 1) from this sampler's generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.gen()
+    }
+
+    /// Runs the chain up to the final draw on `logits`: bias, penalties, then either the
+    /// greedy choice (returned) or the filters, leaving the candidates in `self.candidates`.
+    fn filter(&mut self, logits: &[f32], history: &[u32]) -> Option<u32> {
         let params = &self.params;
         let cands = &mut self.candidates;
         cands.clear();
@@ -226,13 +258,12 @@ impl Sampler {
         filters::penalties(cands, &history[recent..], penalties);
 
         if params.is_greedy() {
-            return filters::argmax(cands).map_or(0, |c| c.id);
+            return Some(filters::argmax(cands).map_or(0, |c| c.id));
         }
         filters::top_k(cands, params.top_k);
         filters::top_p(cands, params.top_p);
         filters::min_p(cands, params.min_p);
-        let u: f64 = self.rng.gen();
-        filters::sample_softmax(cands, params.temperature, u).unwrap_or(0)
+        None
     }
 }
 
