@@ -11,6 +11,7 @@ pub mod sample;
 pub mod sched;
 pub mod service;
 pub mod session;
+pub mod speculative;
 pub mod split;
 
 pub use engine::*;

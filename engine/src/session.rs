@@ -12,6 +12,9 @@ use serde::Serialize;
 
 pub use crate::sample::{FinishReason, GenerateParams};
 use crate::sample::{Sampled, TokenStream};
+use crate::speculative::{
+    Acceptance, DraftModel, DraftSource, DraftStats, Drafter, PromptLookup, Verdict,
+};
 use hearth_model::Result;
 use hearth_model::{Backend, Logits};
 
@@ -52,6 +55,8 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub finish: FinishReason,
     pub timings: Timings,
+    /// Drafted and accepted tokens, when decoding speculatively.
+    pub draft: DraftStats,
 }
 
 /// One model with its KV cache and the tokens the cache holds.
@@ -60,6 +65,8 @@ pub struct Session {
     /// Tokens at positions 0..cached.len(); the backend may hold more after
     /// [`backend_at`](Session::backend_at), which the next use drops.
     cached: Vec<u32>,
+    /// The model that drafts for speculative decoding, when one is loaded.
+    draft: Option<DraftModel>,
 }
 
 impl Session {
@@ -67,7 +74,17 @@ impl Session {
         Self {
             backend,
             cached: Vec::new(),
+            draft: None,
         }
+    }
+
+    /// Loads the model that drafts for [`DraftSource::Model`].
+    pub fn set_draft_model(&mut self, draft: Option<DraftModel>) {
+        self.draft = draft;
+    }
+
+    pub fn draft_model(&self) -> Option<&DraftModel> {
+        self.draft.as_ref()
     }
 
     pub fn backend(&self) -> &dyn Backend {
@@ -151,7 +168,7 @@ impl Session {
 
         let start = Instant::now();
         let new = &prompt[keep..];
-        let mut logits = self.backend.forward(new, Logits::Last)?;
+        let logits = self.backend.forward(new, Logits::Last)?;
         self.cached.extend_from_slice(new);
         let mut timings = Timings {
             prompt_tokens: new.len(),
@@ -161,27 +178,92 @@ impl Session {
         };
 
         let mut stream = TokenStream::new(prompt, params);
+        let mut drafter = drafter(&mut self.draft, params)?;
+        let acceptance = params
+            .speculative
+            .map_or(Acceptance::Exact, |s| s.acceptance);
+        let mut draft = DraftStats::default();
         let mut text = String::new();
         let gen_start = Instant::now();
-        let finish = loop {
+        let finish = 'generate: {
             // Only `max_tokens: Some(0)` ends here: later tokens end below, in the stream.
             if stream.at_max_tokens() {
-                break FinishReason::Length;
+                break 'generate FinishReason::Length;
             }
-            let next = stream.sample(tokenizer, &logits);
-            text.push_str(&next.text);
-            if !on_step(Step::Token(&next)) {
-                break FinishReason::Cancelled;
+            let first = stream.sample(tokenizer, &logits);
+            text.push_str(&first.text);
+            if !on_step(Step::Token(&first)) {
+                break 'generate FinishReason::Cancelled;
             }
-            if let Some(reason) = next.finish {
-                break reason;
+            if let Some(reason) = first.finish {
+                break 'generate reason;
             }
-            if self.backend.len() >= n_ctx {
-                break FinishReason::Length;
+            // The last token drawn, not yet in the cache.
+            let mut pending = first.token;
+            loop {
+                let len = self.backend.len();
+                if len >= n_ctx {
+                    break 'generate FinishReason::Length;
+                }
+                // Room for the pending token and the drafts, in the cache and in
+                // `max_tokens` (the pending token is already counted).
+                let room = (n_ctx - len - 1).min(stream.remaining());
+                let drafts = match (&mut drafter, params.speculative) {
+                    (Some(d), Some(spec)) if room > 0 => {
+                        d.propose(stream.tokens(), spec.max.min(room), spec.p_min)?
+                    }
+                    _ => Vec::new(),
+                };
+                let mut input = Vec::with_capacity(1 + drafts.len());
+                input.push(pending);
+                input.extend_from_slice(&drafts);
+                let which = if drafts.is_empty() {
+                    Logits::Last
+                } else {
+                    Logits::All
+                };
+                let rows = self.backend.forward(&input, which)?;
+                self.cached.extend_from_slice(&input);
+                if !drafts.is_empty() {
+                    draft.steps += 1;
+                    draft.drafted += drafts.len();
+                }
+                let n_vocab = rows.len() / input.len();
+                // Row i scores the token after input[i]: drafts[i] while drafts last, then
+                // the bonus token after a fully accepted draft.
+                for (i, row) in rows.chunks_exact(n_vocab).enumerate() {
+                    let (kept, next) = match drafts.get(i) {
+                        Some(&d) => {
+                            let (verdict, next) = stream.verify(tokenizer, row, d, acceptance);
+                            (verdict == Verdict::Accepted, next)
+                        }
+                        None => (false, stream.sample(tokenizer, row)),
+                    };
+                    if kept {
+                        draft.accepted += 1;
+                    }
+                    text.push_str(&next.text);
+                    if !on_step(Step::Token(&next)) {
+                        break 'generate FinishReason::Cancelled;
+                    }
+                    if let Some(reason) = next.finish {
+                        break 'generate reason;
+                    }
+                    if !kept {
+                        // Drop the cache past the pending token and the accepted drafts.
+                        pending = next.token;
+                        self.backend.truncate(len + 1 + i);
+                        self.cached.truncate(len + 1 + i);
+                        break;
+                    }
+                }
             }
-            logits = self.backend.forward(&[next.token], Logits::Last)?;
-            self.cached.push(next.token);
         };
+        // A stream that ended inside a draft leaves that draft's last tokens in the cache;
+        // keep what a run without drafts holds: everything but the last token drawn.
+        drop(drafter);
+        let tokens = stream.tokens();
+        self.keep_prefix(tokens, tokens.len() - 1);
         let tail = stream.finish(finish);
         if !tail.is_empty() {
             on_step(Step::Tail(&tail));
@@ -195,7 +277,28 @@ impl Session {
             tokens,
             finish,
             timings,
+            draft,
         })
+    }
+}
+
+/// The drafter `params` ask for: prompt lookup, or the session's draft model.
+fn drafter<'a>(
+    model: &'a mut Option<DraftModel>,
+    params: &GenerateParams,
+) -> Result<Option<Box<dyn Drafter + 'a>>> {
+    let Some(spec) = params.speculative else {
+        return Ok(None);
+    };
+    match spec.source {
+        DraftSource::Lookup => Ok(Some(Box::new(PromptLookup::default()))),
+        DraftSource::Model => match model {
+            Some(model) => Ok(Some(Box::new(model))),
+            None => Err(hearth_model::Error::options(
+                "draft",
+                "speculative decoding from a draft model needs one loaded (--draft MODEL)",
+            )),
+        },
     }
 }
 

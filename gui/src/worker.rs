@@ -512,6 +512,7 @@ impl Answer {
                         tokens: std::mem::take(&mut self.tokens),
                         finish: self.finish,
                         timings: report.timings,
+                        draft: Default::default(),
                     },
                     context_used: report.context_used,
                     kv: report.kv,

@@ -9,7 +9,8 @@
 use hearth_models::{StreamDecoder, Tokenizer};
 use serde::Serialize;
 
-use super::{Logprobs, Sampler, SamplerParams, StopStrings};
+use super::{Distribution, Logprobs, Sampler, SamplerParams, StopStrings};
+use crate::speculative::{self, Speculative, Verdict};
 use hearth_model::{Error, Result};
 
 /// What a generation request asks for.
@@ -25,6 +26,9 @@ pub struct GenerateParams {
     /// Report each generated token's log probability with this many most likely alternatives
     /// (at most [`MAX_TOP_LOGPROBS`](super::MAX_TOP_LOGPROBS)); `None` reports none.
     pub logprobs: Option<usize>,
+    /// Draft tokens and verify them in one step (speculative decoding); the output is the
+    /// same as without.
+    pub speculative: Option<Speculative>,
 }
 
 impl Default for GenerateParams {
@@ -35,6 +39,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            speculative: None,
         }
     }
 }
@@ -147,6 +152,32 @@ impl TokenStream {
     /// an end-of-generation token no text is decoded; after a stop string, none is shown.
     pub fn sample(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Sampled {
         let token = self.sampler.sample(logits, &self.tokens);
+        self.push(tokenizer, token, logits)
+    }
+
+    /// Decides on a drafted token given the target's `logits` after the tokens so far, and
+    /// appends the token that results: the draft itself or its replacement (see
+    /// [`speculative::verify`]). The draft is taken to be the drafter's certain choice.
+    pub fn verify(
+        &mut self,
+        tokenizer: &Tokenizer,
+        logits: &[f32],
+        drafted: u32,
+        acceptance: speculative::Acceptance,
+    ) -> (Verdict, Sampled) {
+        let p = self.sampler.distribution(logits, &self.tokens);
+        let q = Distribution::certain(drafted);
+        let (u, u2) = (self.sampler.uniform(), self.sampler.uniform());
+        let verdict = speculative::verify(&p, &q, drafted, acceptance, u, u2);
+        let token = match verdict {
+            Verdict::Accepted => drafted,
+            Verdict::Replaced(t) => t,
+        };
+        (verdict, self.push(tokenizer, token, logits))
+    }
+
+    /// Appends `token`, chosen from `logits`, and returns what it completes.
+    fn push(&mut self, tokenizer: &Tokenizer, token: u32, logits: &[f32]) -> Sampled {
         self.tokens.push(token);
         let logprobs = self.logprobs.map(|top| super::logprobs(logits, token, top));
         if !self.ignore_eos && tokenizer.is_end_of_generation(token) {
@@ -182,6 +213,11 @@ impl TokenStream {
         }
         let rest = self.stops.push(&self.decoder.finish());
         rest.text + &self.stops.finish()
+    }
+
+    /// Tokens still to generate before `max_tokens`.
+    pub fn remaining(&self) -> usize {
+        self.max_tokens.saturating_sub(self.generated().len())
     }
 
     /// Whether `max_tokens` tokens have been generated.
@@ -275,6 +311,7 @@ mod tests {
             stop: stop.iter().map(|s| s.to_string()).collect(),
             ignore_eos: false,
             logprobs: None,
+            speculative: None,
         }
     }
 

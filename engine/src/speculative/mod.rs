@@ -1,0 +1,122 @@
+//! Speculative decoding: a cheap drafter guesses the next few tokens, the target model scores
+//! the pending token and every guess in one step, and the guesses the target agrees with are
+//! kept. A step over k+1 tokens costs little more than one token where decoding is bound by
+//! reading the weights, so every accepted guess is a token gained.
+//!
+//! The output is the target's: under greedy decoding the same tokens, under sampling the same
+//! distribution ([`verify`]). Two drafters:
+//!
+//! - [`PromptLookup`] finds the last few tokens earlier in the text and proposes what followed
+//!   them there. No second model; it pays where output repeats its input (editing, retrieval,
+//!   code).
+//! - [`DraftModel`] runs a smaller model (or the same one quantized lower) greedily.
+
+mod draft_model;
+mod lookup;
+mod verify;
+
+pub use draft_model::DraftModel;
+pub use lookup::PromptLookup;
+pub use verify::{verify, Verdict};
+
+use serde::Serialize;
+
+use hearth_model::Result;
+
+/// Where drafts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftSource {
+    /// n-grams of the prompt and the text so far ([`PromptLookup`]).
+    Lookup,
+    /// The draft model loaded beside the target ([`DraftModel`]).
+    Model,
+}
+
+/// How the target decides on a drafted token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acceptance {
+    /// The rejection rule of Leviathan et al. and Chen et al.: the output follows the
+    /// target's distribution exactly.
+    #[default]
+    Exact,
+    /// The Inferflow report's "top sampling" acceptance: a drafted token is kept whenever it
+    /// is in the pool the target's top-k / top-p / min-p filters leave. More tokens are
+    /// accepted, and the output no longer follows the target's distribution exactly (under
+    /// greedy decoding the pool is one token, and it is exact again).
+    TopPool,
+}
+
+/// Speculative decoding's settings for one generation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Speculative {
+    pub source: DraftSource,
+    /// Most tokens drafted per step (`--draft-max`).
+    pub max: usize,
+    /// The draft model stops drafting at a token it gives less than this probability
+    /// (`--draft-p-min`); prompt lookup ignores it.
+    pub p_min: f32,
+    pub acceptance: Acceptance,
+}
+
+impl Speculative {
+    /// llama.cpp's defaults for a draft model: up to 16 tokens, stopping below 0.8.
+    pub fn model() -> Self {
+        Self {
+            source: DraftSource::Model,
+            max: 16,
+            p_min: 0.8,
+            acceptance: Acceptance::Exact,
+        }
+    }
+
+    /// Prompt lookup, up to 10 tokens a step.
+    pub fn lookup() -> Self {
+        Self {
+            source: DraftSource::Lookup,
+            max: 10,
+            p_min: 0.0,
+            acceptance: Acceptance::Exact,
+        }
+    }
+}
+
+/// What a generation's drafts achieved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DraftStats {
+    /// Target steps that verified a draft.
+    pub steps: usize,
+    /// Tokens drafted.
+    pub drafted: usize,
+    /// Drafted tokens the target kept.
+    pub accepted: usize,
+}
+
+impl DraftStats {
+    /// The fraction of drafted tokens kept; 0 with no drafts.
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+
+    pub fn add(&mut self, other: DraftStats) {
+        self.steps += other.steps;
+        self.drafted += other.drafted;
+        self.accepted += other.accepted;
+    }
+}
+
+/// Proposes tokens to follow a text.
+pub trait Drafter: Send {
+    /// Up to `max` tokens likely to follow `tokens` (the prompt and everything generated,
+    /// the token about to be fed last). May propose none.
+    fn propose(&mut self, tokens: &[u32], max: usize, p_min: f32) -> Result<Vec<u32>>;
+}
+
+impl<D: Drafter + ?Sized> Drafter for &mut D {
+    fn propose(&mut self, tokens: &[u32], max: usize, p_min: f32) -> Result<Vec<u32>> {
+        (**self).propose(tokens, max, p_min)
+    }
+}
