@@ -489,14 +489,11 @@ impl Engine {
     /// emptied). Needs the Vulkan backend.
     pub fn scheduler(&mut self) -> Result<Scheduler<'_>> {
         self.one_sequence_only("batching")?;
-        let model = self
-            .session
-            .fresh_backend()
-            .as_batched_mut()
-            .ok_or_else(|| {
-                hearth_model::Error::options("backend", "batching needs a Vulkan device")
-            })?;
-        Ok(Scheduler::new(model, &self.tokenizer))
+        let (backend, draft) = self.session.batching_parts();
+        let model = backend.as_batched_mut().ok_or_else(|| {
+            hearth_model::Error::options("backend", "batching needs a Vulkan device")
+        })?;
+        Ok(Scheduler::new(model, &self.tokenizer).with_draft_model(draft))
     }
 
     /// Beam search from `prompt` over the indirect KV cache (needs `n_seq` >= the beam
@@ -513,6 +510,32 @@ impl Engine {
                 "beam search needs a Vulkan device",
             )),
         }
+    }
+
+    /// Loads `path` as the draft model for speculative decoding
+    /// ([`DraftSource::Model`](crate::speculative::DraftSource)), with `options` (its own
+    /// device and `load_format`; the context is the target's, one sequence, no sparse KV
+    /// policy). The draft must have the target's vocabulary, token for token.
+    pub fn load_draft(
+        &mut self,
+        path: &Path,
+        options: &EngineOptions,
+        progress: &mut ProgressFn,
+    ) -> Result<()> {
+        let options = EngineOptions {
+            n_ctx: Some(self.session.backend().n_ctx()),
+            n_seq: 1,
+            kv_budget: None,
+            infinigen: None,
+            h2o: None,
+            ..options.clone()
+        };
+        let draft = Engine::load(path, &options, progress)?;
+        crate::speculative::check_same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
+        let n_vocab = self.info.config.n_vocab;
+        let model = crate::speculative::DraftModel::new(draft.session.into_backend(), n_vocab)?;
+        self.session.set_draft_model(Some(model));
+        Ok(())
     }
 
     /// Generates a continuation of `prompt` (the whole token sequence; a cached prefix is

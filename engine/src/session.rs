@@ -87,8 +87,21 @@ impl Session {
         self.draft.as_ref()
     }
 
+    /// The backend (its cache emptied, as [`fresh_backend`](Self::fresh_backend)) and the
+    /// draft model, for a scheduler that runs both.
+    pub fn batching_parts(&mut self) -> (&mut dyn Backend, Option<&mut DraftModel>) {
+        self.cached.clear();
+        self.backend.truncate(0);
+        (&mut *self.backend, self.draft.as_mut())
+    }
+
     pub fn backend(&self) -> &dyn Backend {
         &*self.backend
+    }
+
+    /// The backend, the session consumed.
+    pub fn into_backend(self) -> Box<dyn Backend + Send> {
+        self.backend
     }
 
     /// Empties the cache and hands out the backend for direct use (benchmarks, perplexity);
@@ -178,6 +191,11 @@ impl Session {
         };
 
         let mut stream = TokenStream::new(prompt, params);
+        crate::speculative::check_drafting(
+            params.speculative,
+            self.draft.is_some(),
+            self.backend.kv_policy_stats().is_some(),
+        )?;
         let mut drafter = drafter(&mut self.draft, params)?;
         let acceptance = params
             .speculative
@@ -292,13 +310,7 @@ fn drafter<'a>(
     };
     match spec.source {
         DraftSource::Lookup => Ok(Some(Box::new(PromptLookup::default()))),
-        DraftSource::Model => match model {
-            Some(model) => Ok(Some(Box::new(model))),
-            None => Err(hearth_model::Error::options(
-                "draft",
-                "speculative decoding from a draft model needs one loaded (--draft MODEL)",
-            )),
-        },
+        DraftSource::Model => Ok(model.as_mut().map(|m| Box::new(m) as Box<dyn Drafter>)),
     }
 }
 

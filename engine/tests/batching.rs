@@ -20,6 +20,7 @@ use hearth_engine::sample::beam_scores::BeamParams;
 use hearth_engine::sample::SamplerParams;
 use hearth_engine::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
 use hearth_engine::session::{FinishReason, GenerateParams};
+use hearth_engine::speculative::Speculative;
 use hearth_engine::split::GpuLayers;
 use hearth_engine::Error;
 use hearth_engine::{BackendKind, Engine, EngineOptions};
@@ -182,6 +183,58 @@ fn continuous_batching_gives_each_request_what_it_gets_alone() {
         assert_eq!(*finish, Some(FinishReason::Length));
     }
     assert_eq!(sched.running(), 0);
+}
+
+/// Sequences that draft (prompt lookup) step beside sequences that do not, and each gets
+/// what plain decoding alone gives it: drafts cut from the rows when rejected, preemption
+/// and a small step budget included.
+fn speculative_sequences_get_what_decoding_gives() {
+    if !have_device() {
+        return;
+    }
+    // Prompts that repeat themselves, so that lookup finds drafts.
+    let looped = |seed: u32, len: usize| -> Vec<u32> {
+        let unit = prompt(seed, 6);
+        unit.iter().copied().cycle().take(len).collect()
+    };
+    let prompts: Vec<(Vec<u32>, usize)> = vec![
+        (looped(1, 20), 24),
+        (prompt(2, 9), 10),
+        (looped(3, 30), 18),
+        (looped(4, 14), 12),
+    ];
+    let want = alone(&prompts);
+    let lookup = |n: usize| {
+        let mut p = greedy(n);
+        p.generate.speculative = Some(Speculative::lookup());
+        p
+    };
+    // The session drafts too.
+    let mut e = engine(1, 128, 256, None);
+    let g = e
+        .generate(&prompts[0].0, &lookup(prompts[0].1).generate, &mut |_| true)
+        .unwrap();
+    assert_eq!(g.tokens, want[0], "session");
+    // A pool of 9 blocks of 16 tokens for three rows: room runs short and preempts.
+    let mut e = engine(3, 128, 16, Some(KvBudget::Tokens(9 * 16)));
+    let mut sched = e.scheduler().unwrap();
+    let ids: Vec<RequestId> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, (p, n))| {
+            let params = if i == 1 { greedy(*n) } else { lookup(*n) };
+            sched.add_request(p, &params).unwrap()
+        })
+        .collect();
+    let got = drain(&mut sched);
+    let mut accepted = 0;
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(got[&(*id, 0)].0, want[i], "request {i}");
+        assert_eq!(got[&(*id, 0)].1, Some(FinishReason::Length));
+        accepted += sched.drafts_of(*id, 0).unwrap().accepted;
+    }
+    assert!(accepted > 0, "no draft was accepted");
+    assert_eq!(sched.blocks_running(), 0);
 }
 
 fn finished_sequences_are_released_while_others_run() {
@@ -485,6 +538,15 @@ mod vulkan {
     use super::*;
 
     #[test]
+    fn speculative_sequences_get_what_decoding_gives() {
+        super::on(
+            BackendKind::Vulkan,
+            Activations::F32,
+            super::speculative_sequences_get_what_decoding_gives,
+        );
+    }
+
+    #[test]
     fn continuous_batching_gives_each_request_what_it_gets_alone() {
         super::on(
             BackendKind::Vulkan,
@@ -579,6 +641,15 @@ mod vulkan {
 /// memory already).
 mod cpu {
     use super::*;
+
+    #[test]
+    fn speculative_sequences_get_what_decoding_gives() {
+        super::on(
+            BackendKind::Cpu,
+            Activations::F32,
+            super::speculative_sequences_get_what_decoding_gives,
+        );
+    }
 
     #[test]
     fn continuous_batching_gives_each_request_what_it_gets_alone() {
@@ -706,6 +777,11 @@ mod cpu_q8 {
 
 /// Every test on a model split between the CPU executor and the Vulkan device.
 mod split {
+    #[test]
+    fn speculative_sequences_get_what_decoding_gives() {
+        super::on_split(super::speculative_sequences_get_what_decoding_gives);
+    }
+
     #[test]
     fn continuous_batching_gives_each_request_what_it_gets_alone() {
         super::on_split(super::continuous_batching_gives_each_request_what_it_gets_alone);

@@ -11,6 +11,7 @@
 //! blocks are freed and it is recomputed later from its tokens. A request that could never
 //! fit is refused when it is added.
 
+mod drafts;
 mod output;
 mod request;
 mod rows;
@@ -23,6 +24,7 @@ use std::time::Instant;
 use hearth_models::Tokenizer;
 
 use crate::sample::TokenStream;
+use crate::speculative::{DraftModel, DraftStats, Speculative};
 use hearth_model::kv::{blocks_for, OutOfBlocks};
 use hearth_model::{BatchedBackend, Logits, SeqStep};
 use hearth_model::{Error, Result};
@@ -54,6 +56,12 @@ struct Sequence {
     admitted: u64,
     times: SeqTimes,
     cancelled: bool,
+    /// Speculative decoding's settings, when the request asked for it.
+    speculative: Option<Speculative>,
+    /// Tokens drafted to follow the pending one this step.
+    draft: Vec<u32>,
+    /// What this completion's drafts achieved.
+    drafts: DraftStats,
 }
 
 impl Sequence {
@@ -75,6 +83,8 @@ pub struct Scheduler<'a> {
     preemptions: usize,
     /// Most sequences running at once (at most the cache's rows).
     max_running: usize,
+    /// The draft model, for requests that draft from one.
+    draft_model: Option<&'a mut DraftModel>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -95,7 +105,16 @@ impl<'a> Scheduler<'a> {
             reused_tokens: 0,
             preemptions: 0,
             max_running: rows,
+            draft_model: None,
         }
+    }
+
+    /// Gives requests that ask for [`DraftSource::Model`](crate::speculative::DraftSource)
+    /// their draft model. It holds one sequence's cache: with several such sequences
+    /// running it re-reads each one's text as they take turns, so it pays most with one.
+    pub fn with_draft_model(mut self, draft: Option<&'a mut DraftModel>) -> Self {
+        self.draft_model = draft;
+        self
     }
 
     /// Runs at most `n` sequences at once (at least 1, at most the cache's rows).
@@ -118,6 +137,11 @@ impl<'a> Scheduler<'a> {
         let g = &params.generate;
         let n_vocab = self.model.config().n_vocab;
         params.check(prompt, self.model.kv().shape().n_ctx, n_vocab)?;
+        crate::speculative::check_drafting(
+            g.speculative,
+            self.draft_model.is_some(),
+            self.model.kv_policy_stats().is_some(),
+        )?;
         let c = self.model.config();
         if let Some(&id) = prompt.iter().find(|&&t| t as usize >= c.n_vocab) {
             return Err(Error::BadToken {
@@ -158,6 +182,9 @@ impl<'a> Scheduler<'a> {
                     reused: 0,
                 },
                 cancelled: false,
+                speculative: g.speculative,
+                draft: Vec::new(),
+                drafts: DraftStats::default(),
             });
         }
         Ok(id)
@@ -214,6 +241,14 @@ impl<'a> Scheduler<'a> {
             .iter()
             .find(|s| s.request == id && s.sample == sample)
             .map(|s| s.times)
+    }
+
+    /// What the drafts of completion `sample` of request `id` achieved.
+    pub fn drafts_of(&self, id: RequestId, sample: usize) -> Option<DraftStats> {
+        self.seqs
+            .iter()
+            .find(|s| s.request == id && s.sample == sample)
+            .map(|s| s.drafts)
     }
 
     /// Timings of every completion of `id`.
@@ -275,18 +310,38 @@ impl<'a> Scheduler<'a> {
         let mut events = Vec::new();
         self.finish_cancelled(&mut events);
         self.admit();
+        self.draft()?;
         let plan = self.plan()?;
         if plan.is_empty() {
             return Ok(events);
         }
-        let steps: Vec<SeqStep> = plan
+        // A decode with a draft feeds the pending token and the draft, and wants every
+        // position's logits; `plan` has cut drafts to the step's room.
+        let inputs: Vec<Vec<u32>> = plan
             .iter()
             .map(|&(i, n)| {
                 let s = &self.seqs[i];
+                let mut input = s.tokens()[s.computed..].to_vec();
+                input.extend_from_slice(&s.draft);
+                input.truncate(n);
+                input
+            })
+            .collect();
+        let steps: Vec<SeqStep> = plan
+            .iter()
+            .zip(&inputs)
+            .map(|(&(i, n), input)| {
+                let s = &self.seqs[i];
+                let last = s.computed + n >= s.tokens().len();
+                let logits = match (last, s.draft.is_empty()) {
+                    (false, _) => None,
+                    (true, true) => Some(Logits::Last),
+                    (true, false) => Some(Logits::All),
+                };
                 SeqStep {
                     row: s.row,
-                    tokens: &s.tokens()[s.computed..s.computed + n],
-                    logits: (s.computed + n == s.tokens().len()).then_some(Logits::Last),
+                    tokens: input,
+                    logits,
                     beam: None,
                 }
             })
@@ -295,8 +350,12 @@ impl<'a> Scheduler<'a> {
         let now = Instant::now();
         for (&(i, n), logits) in plan.iter().zip(logits) {
             self.seqs[i].computed += n;
-            if !logits.is_empty() {
-                self.sample(i, &logits, now, &mut events);
+            if self.seqs[i].draft.is_empty() {
+                if !logits.is_empty() {
+                    self.sample(i, &logits, now, &mut events);
+                }
+            } else {
+                self.verify_draft(i, &logits, now, &mut events);
             }
         }
         Ok(events)

@@ -47,7 +47,7 @@ impl Scheduler<'_> {
 
     /// Ends sequence `i`: flushes held-back text, gives its row back (keeping its tokens as a
     /// cached prefix) and emits the final event.
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         i: usize,
         reason: FinishReason,

@@ -127,8 +127,11 @@ impl Scheduler<'_> {
             let mut plan = Vec::new();
             let mut left = budget;
             for &i in &running {
-                let s = &self.seqs[i];
-                let n = (s.tokens().len() - s.computed).min(left);
+                let s = &mut self.seqs[i];
+                let n = (s.tokens().len() - s.computed + s.draft.len()).min(left);
+                // A draft cut by the budget is cut here, so the step and the draft agree.
+                let fed = s.tokens().len() - s.computed;
+                s.draft.truncate(n.saturating_sub(fed));
                 if n == 0 {
                     continue;
                 }
@@ -143,6 +146,13 @@ impl Scheduler<'_> {
             let free = kv.pool().free_blocks();
             if needed <= free {
                 return Ok(plan);
+            }
+            // Drafts are a gamble: they never take blocks a sequence needs.
+            if running.iter().any(|&i| !self.seqs[i].draft.is_empty()) {
+                for &i in &running {
+                    self.seqs[i].draft.clear();
+                }
+                continue;
             }
             if self.evict_cached() {
                 continue;
@@ -180,6 +190,7 @@ impl Scheduler<'_> {
         let s = &mut self.seqs[i];
         s.phase = Phase::Waiting;
         s.computed = 0;
+        s.draft.clear();
         self.waiting.push_front(i);
         self.preemptions += 1;
     }

@@ -21,7 +21,8 @@ pub use verify::{verify, Verdict};
 
 use serde::Serialize;
 
-use hearth_model::Result;
+use hearth_model::{Error, Result};
+use hearth_models::Tokenizer;
 
 /// Where drafts come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,4 +120,60 @@ impl<D: Drafter + ?Sized> Drafter for &mut D {
     fn propose(&mut self, tokens: &[u32], max: usize, p_min: f32) -> Result<Vec<u32>> {
         (**self).propose(tokens, max, p_min)
     }
+}
+
+/// Refuses a draft whose tokens are not the target's: drafted ids go to the target as they
+/// are, so one token read differently would make every draft after it worthless.
+pub fn check_same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let (n, m) = (target.vocab_size(), draft.vocab_size());
+    if n != m {
+        return Err(Error::options(
+            "draft",
+            format!(
+                "the draft model has a vocabulary of {m} tokens and the target {n}; a draft \
+                 model must share the target's tokenizer"
+            ),
+        ));
+    }
+    match (0..n as u32).find(|&id| target.token_bytes(id) != draft.token_bytes(id)) {
+        Some(id) => Err(Error::options(
+            "draft",
+            format!(
+                "token {id} is {:?} in the target and {:?} in the draft model; a draft model \
+                 must share the target's tokenizer",
+                target.token_text(id).unwrap_or_default(),
+                draft.token_text(id).unwrap_or_default()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Refuses speculative decoding where it cannot run: from a draft model when none is loaded,
+/// and beside a sparse KV policy (InfiniGen, H2O), which takes a step of several tokens for a
+/// prompt and would not score a draft as decoding.
+pub fn check_drafting(
+    speculative: Option<Speculative>,
+    has_draft_model: bool,
+    sparse_kv: bool,
+) -> Result<()> {
+    let Some(spec) = speculative else {
+        return Ok(());
+    };
+    if spec.source == DraftSource::Model && !has_draft_model {
+        return Err(Error::options(
+            "draft",
+            "speculative decoding from a draft model needs one loaded (--draft MODEL)",
+        ));
+    }
+    if sparse_kv {
+        return Err(Error::options(
+            "draft",
+            "speculative decoding does not run beside --kv-offload infinigen or h2o",
+        ));
+    }
+    if spec.max == 0 {
+        return Err(Error::options("draft-max", "must be at least 1"));
+    }
+    Ok(())
 }
