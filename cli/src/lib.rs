@@ -3,6 +3,7 @@
 //! `hearth bench` are the runtime's `bench` module.
 
 mod commands;
+mod draft_args;
 mod model_args;
 mod output;
 

@@ -515,22 +515,33 @@ impl Engine {
     /// Loads `path` as the draft model for speculative decoding
     /// ([`DraftSource::Model`](crate::speculative::DraftSource)), with `options` (its own
     /// device and `load_format`; the context is the target's, one sequence, no sparse KV
-    /// policy). The draft must have the target's vocabulary, token for token.
+    /// policy).
     pub fn load_draft(
         &mut self,
         path: &Path,
         options: &EngineOptions,
         progress: &mut ProgressFn,
     ) -> Result<()> {
-        let options = EngineOptions {
+        let draft = Engine::load(path, &self.draft_options(options), progress)?;
+        self.attach_draft(draft)
+    }
+
+    /// `options` narrowed to what a draft model takes: the target's context, one sequence,
+    /// no sparse KV policy.
+    pub fn draft_options(&self, options: &EngineOptions) -> EngineOptions {
+        EngineOptions {
             n_ctx: Some(self.session.backend().n_ctx()),
             n_seq: 1,
             kv_budget: None,
             infinigen: None,
             h2o: None,
             ..options.clone()
-        };
-        let draft = Engine::load(path, &options, progress)?;
+        }
+    }
+
+    /// Makes `draft`'s model this engine's draft model. It must have the target's
+    /// vocabulary, token for token, and hold the target's context.
+    pub fn attach_draft(&mut self, draft: Engine) -> Result<()> {
         crate::speculative::check_same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
         let n_vocab = self.info.config.n_vocab;
         let model = crate::speculative::DraftModel::new(draft.session.into_backend(), n_vocab)?;

@@ -13,7 +13,7 @@ use serde::Serialize;
 pub use crate::sample::{FinishReason, GenerateParams};
 use crate::sample::{Sampled, TokenStream};
 use crate::speculative::{
-    Acceptance, DraftModel, DraftSource, DraftStats, Drafter, PromptLookup, Verdict,
+    Acceptance, DraftLength, DraftModel, DraftSource, DraftStats, Drafter, PromptLookup, Verdict,
 };
 use hearth_model::Result;
 use hearth_model::{Backend, Logits};
@@ -201,6 +201,7 @@ impl Session {
             .speculative
             .map_or(Acceptance::Exact, |s| s.acceptance);
         let mut draft = DraftStats::default();
+        let mut length = DraftLength::new(params.speculative.map_or(1, |s| s.max));
         let mut text = String::new();
         let gen_start = Instant::now();
         let finish = 'generate: {
@@ -228,7 +229,7 @@ impl Session {
                 let room = (n_ctx - len - 1).min(stream.remaining());
                 let drafts = match (&mut drafter, params.speculative) {
                     (Some(d), Some(spec)) if room > 0 => {
-                        d.propose(stream.tokens(), spec.max.min(room), spec.p_min)?
+                        d.propose(stream.tokens(), length.get().min(room), spec.p_min)?
                     }
                     _ => Vec::new(),
                 };
@@ -272,6 +273,7 @@ impl Session {
                         pending = next.token;
                         self.backend.truncate(len + 1 + i);
                         self.cached.truncate(len + 1 + i);
+                        length.update(drafts.len(), i);
                         break;
                     }
                 }

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod openai;
 mod routes;
 
+use hearth_engine::speculative::Speculative;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -83,6 +84,8 @@ pub struct Model {
     pub aliases: Vec<String>,
     pub n_ctx: usize,
     pub created: u64,
+    /// Speculative decoding for requests that do not say (`--draft`).
+    pub speculative: Option<Speculative>,
 }
 
 impl Model {
@@ -103,6 +106,15 @@ impl Model {
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            speculative: None,
+        }
+    }
+
+    /// Drafts for every request that does not ask otherwise.
+    pub fn with_speculative(self, speculative: Option<Speculative>) -> Self {
+        Self {
+            speculative,
+            ..self
         }
     }
 }

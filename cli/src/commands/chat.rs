@@ -17,6 +17,7 @@ use hearth_engine::service::{Event, Handle, Service, ServiceOptions};
 use hearth_engine::session::{FinishReason, GenerateParams};
 use hearth_models::ChatMessage;
 
+use crate::draft_args::DraftArgs;
 use crate::model_args::{ModelArgs, SamplingArgs};
 use crate::DeviceChoice;
 
@@ -35,13 +36,17 @@ pub struct ChatArgs {
     ctx_size: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
 }
 
 const HELP: &str = "commands: /reset starts a new conversation, /exit leaves; \
                     Ctrl-C stops an answer";
 
 pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
-    let engine = args.model.load(device, args.ctx_size)?;
+    let speculative = args.draft.speculative()?;
+    let mut engine = args.model.load(device, args.ctx_size)?;
+    args.draft.load(&mut engine, &args.model.run, device)?;
     let info = engine.info().clone();
     let n_ctx = engine.session().backend().n_ctx();
     let (tokenizer, template) = engine.text_tools();
@@ -74,6 +79,7 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
     let mut params = GenerateParams {
         max_tokens: usize::try_from(args.n_predict).ok(),
         sampler: args.sampling.params(),
+        speculative,
         ..GenerateParams::default()
     };
     let stdin = std::io::stdin();

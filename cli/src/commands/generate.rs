@@ -9,6 +9,7 @@ use hearth_model::kv::infinigen::IgStats;
 use hearth_model::kv::policy::KvPolicyKind;
 use serde_json::json;
 
+use crate::draft_args::DraftArgs;
 use crate::model_args::{ModelArgs, SamplingArgs};
 use crate::output::Format;
 use crate::DeviceChoice;
@@ -39,6 +40,8 @@ pub struct GenerateArgs {
     ignore_eos: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
     /// Beam search with this many beams (sampling options are then ignored); prints the
     /// best hypothesis (JSON: every hypothesis).
     #[arg(long, value_name = "W")]
@@ -56,9 +59,16 @@ pub struct GenerateArgs {
 
 pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
     if let Some(width) = args.beams {
+        if args.draft.draft.is_some() {
+            anyhow::bail!(
+                "--draft and --beams do not go together: beam search keeps its own candidates"
+            );
+        }
         return run_beams(args, device, width);
     }
+    let speculative = args.draft.speculative()?;
     let mut engine = args.model.load(device, args.ctx_size)?;
+    args.draft.load(&mut engine, &args.model.run, device)?;
     let prompt = engine.tokenize(&args.prompt);
     let params = GenerateParams {
         max_tokens: usize::try_from(args.n_predict).ok(),
@@ -66,6 +76,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         logprobs: None,
+        speculative,
     };
     let stream = args.format == Format::Table;
     let mut stdout = std::io::stdout();
@@ -89,6 +100,16 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             t.generation_tokens_per_second(),
             engine.info().device,
         );
+        if speculative.is_some() {
+            let d = generation.draft;
+            eprintln!(
+                "drafts: {} of {} drafted tokens accepted ({:.0}%) over {} steps",
+                d.accepted,
+                d.drafted,
+                d.acceptance_rate() * 100.0,
+                d.steps
+            );
+        }
         if let Some(s) = infinigen_stats(&engine) {
             eprintln!(
                 "{}",
@@ -104,6 +125,12 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
             "seed": params.sampler.seed,
             "device": engine.info().device,
             "infinigen": infinigen_stats(&engine).map(crate::output::stats_json),
+            "draft": speculative.map(|_| json!({
+                "steps": generation.draft.steps,
+                "drafted": generation.draft.drafted,
+                "accepted": generation.draft.accepted,
+                "acceptance_rate": generation.draft.acceptance_rate(),
+            })),
             "timings": {
                 "prompt_tokens": t.prompt_tokens,
                 "prompt_ms": t.prompt.as_secs_f64() * 1e3,

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use hearth_engine::service::{Service, ServiceOptions};
 use hearth_server::{AppState, Model, ServerOptions};
 
+use crate::draft_args::DraftArgs;
 use crate::model_args::ModelArgs;
 use crate::DeviceChoice;
 
@@ -22,6 +23,8 @@ use crate::DeviceChoice;
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -108,7 +111,8 @@ fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()>
     let path = args.model.run.dir.resolve(&args.model.model)?;
     let parallel = args.parallel.max(1);
     let cache = args.model.run.cache(args.ctx_size, parallel)?;
-    let engine = args.model.run.load(&args.model.model, device, cache)?;
+    let mut engine = args.model.run.load(&args.model.model, device, cache)?;
+    args.draft.load(&mut engine, &args.model.run, device)?;
     let tools = engine.text_tools();
     let n_ctx = engine.session().backend().n_ctx();
     let mut aliases = vec![stem(&path), engine.info().name.clone()];
@@ -129,7 +133,8 @@ fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()>
         .alias
         .clone()
         .unwrap_or_else(|| args.model.model.clone());
-    state.set_model(Model::new(handle, tools, id, aliases, n_ctx));
+    let model = Model::new(handle, tools, id, aliases, n_ctx);
+    state.set_model(model.with_speculative(args.draft.speculative()?));
     Ok(())
 }
 

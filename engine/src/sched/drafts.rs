@@ -24,7 +24,7 @@ impl Scheduler<'_> {
                 continue;
             }
             let room = (n_ctx - s.tokens().len()).min(s.stream.remaining());
-            let max = spec.max.min(room);
+            let max = s.draft_length.get().min(room);
             if max == 0 {
                 continue;
             }
@@ -57,6 +57,7 @@ impl Scheduler<'_> {
         s.drafts.steps += 1;
         s.drafts.drafted += draft.len();
         let mut end = None;
+        let mut accepted = 0;
         for (j, row) in logits.chunks_exact(n_vocab).enumerate() {
             let (kept, next) = match draft.get(j) {
                 Some(&d) => {
@@ -65,7 +66,7 @@ impl Scheduler<'_> {
                 }
                 None => (false, s.stream.sample(self.tokenizer, row)),
             };
-            s.drafts.accepted += usize::from(kept);
+            accepted += usize::from(kept);
             s.times.generated += 1;
             s.times.first_token.get_or_insert(now);
             events.push(TokenEvent {
@@ -82,6 +83,8 @@ impl Scheduler<'_> {
                 break;
             }
         }
+        s.drafts.accepted += accepted;
+        s.draft_length.update(draft.len(), accepted);
         // The row keeps the pending token and the drafts kept; the last token drawn is the
         // next one to feed, as after a step without a draft.
         let keep = s.tokens().len() - 1;

@@ -24,7 +24,7 @@ use std::time::Instant;
 use hearth_models::Tokenizer;
 
 use crate::sample::TokenStream;
-use crate::speculative::{DraftModel, DraftStats, Speculative};
+use crate::speculative::{DraftLength, DraftModel, DraftStats, Speculative};
 use hearth_model::kv::{blocks_for, OutOfBlocks};
 use hearth_model::{BatchedBackend, Logits, SeqStep};
 use hearth_model::{Error, Result};
@@ -60,6 +60,8 @@ struct Sequence {
     speculative: Option<Speculative>,
     /// Tokens drafted to follow the pending one this step.
     draft: Vec<u32>,
+    /// How many to draft next.
+    draft_length: DraftLength,
     /// What this completion's drafts achieved.
     drafts: DraftStats,
 }
@@ -184,6 +186,7 @@ impl<'a> Scheduler<'a> {
                 cancelled: false,
                 speculative: g.speculative,
                 draft: Vec::new(),
+                draft_length: DraftLength::new(g.speculative.map_or(1, |s| s.max)),
                 drafts: DraftStats::default(),
             });
         }

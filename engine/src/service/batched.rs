@@ -86,7 +86,7 @@ impl State<'_, '_> {
         match command {
             Command::Submit(s, submitted) => {
                 self.taken += s.params.n;
-                self.add(s, submitted);
+                self.add(*s, submitted);
             }
             Command::Cancel(id) => self.sched.cancel(id),
             Command::CancelAll => {

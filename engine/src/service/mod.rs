@@ -106,7 +106,8 @@ pub struct ServiceOptions {
 }
 
 enum Command {
-    Submit(Submit, Instant),
+    // Boxed: a request's parameters are most of a command's size, and the others are small.
+    Submit(Box<Submit>, Instant),
     Cancel(RequestId),
     /// Ends every request (with `Cancelled`).
     CancelAll,
@@ -141,7 +142,7 @@ impl Handle {
         let n = submit.params.n;
         self.queue.reserve(n, limit)?;
         self.tx
-            .send(Command::Submit(submit, Instant::now()))
+            .send(Command::Submit(Box::new(submit), Instant::now()))
             .map_err(|_| {
                 self.queue.taken(n);
                 ServiceError::ShuttingDown

@@ -92,7 +92,7 @@ impl Solo {
         match command {
             Command::Submit(s, submitted) => {
                 let n = s.params.n;
-                self.submit(s, submitted);
+                self.submit(*s, submitted);
                 self.publish(usize::from(self.current.is_some()));
                 self.shared.taken(n);
             }

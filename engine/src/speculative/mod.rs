@@ -109,6 +109,42 @@ impl DraftStats {
     }
 }
 
+/// How many tokens to draft next: a draft wholly accepted earns two more, a rejection costs
+/// one (the heuristic of Hugging Face's assisted generation). A verified token that is
+/// rejected costs a position of the step for nothing, so the length follows what the text
+/// lets the drafter guess.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftLength {
+    len: usize,
+    max: usize,
+}
+
+impl DraftLength {
+    pub fn new(max: usize) -> Self {
+        Self {
+            len: max.clamp(1, 4),
+            max: max.max(1),
+        }
+    }
+
+    /// Tokens to draft now.
+    pub fn get(&self) -> usize {
+        self.len
+    }
+
+    /// Learns from a verified draft of `drafted` tokens, `accepted` of them kept.
+    pub fn update(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.len = if accepted == drafted {
+            (self.len + 2).min(self.max)
+        } else {
+            self.len.saturating_sub(1).max(1)
+        };
+    }
+}
+
 /// Proposes tokens to follow a text.
 pub trait Drafter: Send {
     /// Up to `max` tokens likely to follow `tokens` (the prompt and everything generated,

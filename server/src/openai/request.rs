@@ -6,6 +6,7 @@
 
 use hearth_engine::sample::{GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_engine::sched::RequestParams;
+use hearth_engine::speculative::{DraftSource, Speculative};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, SchemaType, Type};
@@ -92,7 +93,35 @@ pub struct Sampling {
     /// The older form of `tool_choice`, refused alike.
     #[schema(value_type = Option<Value>)]
     pub function_call: Option<Value>,
+    /// Speculative decoding (llama.cpp's server's name): most tokens drafted per step; 0
+    /// turns it off for this request. The answer is the same; only its speed changes.
+    #[serde(
+        rename = "speculative.n_max",
+        default,
+        deserialize_with = "whole::optional"
+    )]
+    #[schema(maximum = 64)]
+    pub speculative_n_max: Option<u64>,
+    /// A draft model stops drafting at a token it gives less than this probability.
+    #[serde(rename = "speculative.p_min")]
+    #[schema(minimum = 0, maximum = 1)]
+    pub speculative_p_min: Option<f64>,
+    /// Where drafts come from: `lookup` (n-grams of the prompt and the text so far) or
+    /// `model` (the draft model the server was started with, `--draft`).
+    #[serde(rename = "speculative.source")]
+    pub speculative_source: Option<DraftSourceName>,
 }
+
+/// `speculative.source`'s values.
+#[derive(Deserialize, ToSchema, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DraftSourceName {
+    Lookup,
+    Model,
+}
+
+/// Most tokens a request may have drafted per step.
+const MAX_DRAFT: u64 = 64;
 
 // Read field by field (`from_json`), so that each refusal names its field; the derived
 // schema is the API's description of it.
@@ -293,6 +322,7 @@ impl Sampling {
                 stop: self.stop()?,
                 ignore_eos: false,
                 logprobs,
+                speculative: None,
             },
             n,
         })
@@ -352,6 +382,39 @@ impl Sampling {
                 }
             })
             .collect()
+    }
+
+    /// Speculative decoding for this request: the server's `default` (`--draft`) as the
+    /// request's `speculative.*` fields change it.
+    pub fn speculative(
+        &self,
+        default: Option<Speculative>,
+    ) -> Result<Option<Speculative>, Invalid> {
+        let p_min = bounded("speculative.p_min", self.speculative_p_min, 0.0..=1.0)?;
+        let base = match (self.speculative_source, default) {
+            (Some(DraftSourceName::Lookup), _) => Speculative::lookup(),
+            (Some(DraftSourceName::Model), Some(d)) if d.source == DraftSource::Model => d,
+            (Some(DraftSourceName::Model), _) => Speculative::model(),
+            (None, Some(d)) => d,
+            // Only a length or a probability: they tune drafting, and there is none.
+            (None, None) => return Ok(None),
+        };
+        let max = match self.speculative_n_max {
+            Some(0) => return Ok(None),
+            Some(n) if n > MAX_DRAFT => {
+                return Err(invalid(
+                    "speculative.n_max",
+                    format!("speculative.n_max is {n}; at most {MAX_DRAFT}"),
+                ))
+            }
+            Some(n) => n as usize,
+            None => base.max,
+        };
+        Ok(Some(Speculative {
+            max,
+            p_min: p_min.unwrap_or(base.p_min),
+            ..base
+        }))
     }
 
     /// Refuses what would change the answer but is not served: constrained output and tool
@@ -501,6 +564,40 @@ mod tests {
         }
     }
 
+    /// The server's default drafts unless a request turns it off or changes it; a request
+    /// may draft by lookup on a server that does not; bad values are refused by name.
+    #[test]
+    fn speculative_fields_tune_or_turn_off_the_server_s_default() {
+        let spec =
+            |body: Value, default| from_value::<Sampling>(&body).unwrap().speculative(default);
+        let lookup = Some(Speculative::lookup());
+        assert_eq!(spec(json!({}), None).unwrap(), None);
+        assert_eq!(spec(json!({}), lookup).unwrap(), lookup);
+        assert_eq!(
+            spec(json!({ "speculative.n_max": 0 }), lookup).unwrap(),
+            None
+        );
+        let got = spec(
+            json!({ "speculative.source": "lookup", "speculative.n_max": 3 }),
+            None,
+        );
+        let got = got.unwrap().unwrap();
+        assert_eq!((got.source, got.max), (DraftSource::Lookup, 3));
+        let model = Some(Speculative::model());
+        let got = spec(json!({ "speculative.p_min": 0.5 }), model)
+            .unwrap()
+            .unwrap();
+        assert_eq!((got.source, got.p_min), (DraftSource::Model, 0.5));
+        for (body, param) in [
+            (json!({ "speculative.p_min": 1.5 }), "speculative.p_min"),
+            (json!({ "speculative.n_max": 65 }), "speculative.n_max"),
+        ] {
+            assert_eq!(spec(body, lookup).unwrap_err().param, param);
+        }
+        let err = from_value::<Sampling>(&json!({ "speculative.source": "oracle" })).unwrap_err();
+        assert_eq!(err.param, "speculative.source");
+    }
+
     #[test]
     fn nulls_are_absent_and_seeds_are_int64() {
         let p = sampling(
@@ -543,7 +640,10 @@ mod tests {
             (json!({ "repeat_penalty": 0.0 }), "repeat_penalty"),
             (json!({ "presence_penalty": 3.0 }), "presence_penalty"),
             // Outside by less than f32 can tell: refused all the same.
-            (json!({ "presence_penalty": -2.0000000000000004 }), "presence_penalty"),
+            (
+                json!({ "presence_penalty": -2.0000000000000004 }),
+                "presence_penalty",
+            ),
             (json!({ "top_p": 1.0000000000000002 }), "top_p"),
             (json!({ "n": 17 }), "n"),
             (json!({ "n": 0 }), "n"),

@@ -135,7 +135,8 @@ async fn respond(
     sampling: &Sampling,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
+    let mut params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
+    params.generate.speculative = sampling.speculative(m.speculative)?;
     let accepted = submit(state, m, prompts, params, kind).await?;
     let serial = state.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
