@@ -214,12 +214,7 @@ impl Sampler {
             return Distribution::certain(token);
         }
         let weights = filters::softmax_weights(&self.candidates, self.params.temperature);
-        Distribution::from_weights(
-            self.candidates
-                .iter()
-                .zip(weights)
-                .map(|(c, w)| (c.id, w)),
-        )
+        Distribution::from_weights(self.candidates.iter().zip(weights).map(|(c, w)| (c.id, w)))
     }
 
     /// A uniform draw in [0, 1) from this sampler's generator.
