@@ -1,6 +1,6 @@
 //! `generate`, `chat`, `tokenize` and `inspect` on the real model.
 
-use super::{hearth_with_input, json_of, smollm2, stdout_of};
+use super::{error_of, hearth_with_input, json_of, smollm2, stdout_of};
 
 const PROMPT: &str = "The capital of France is";
 
@@ -56,6 +56,39 @@ fn greedy_generation_matches_the_cpu_reference() {
         assert_eq!(out["prompt_tokens"], 5);
         assert_eq!(out["timings"]["generated_tokens"], 12);
     }
+}
+
+/// Speculative decoding gives the same greedy tokens: drafts by prompt lookup on a request
+/// whose answer repeats its prompt (drafts accepted and rejected), and from the model's own
+/// weights quantized to Q8 while loading, with the statistics in the JSON.
+#[test]
+fn drafting_gives_the_same_greedy_tokens() {
+    let Some(model) = smollm2() else { return };
+    let edit = "Repeat this sentence with Maria in place of Alice: Alice walked to the market \
+                every morning, and Alice bought bread and apples.\nRepeated:";
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate", "-m", &model, "-p", edit, "-n", "24", "--temp", "0", "--format", "json",
+        ];
+        args.extend(extra);
+        json_of(&args)
+    };
+    let plain = run(&[]);
+    assert!(plain["draft"].is_null());
+    for extra in [
+        &["--draft", "lookup"][..],
+        &["--draft", "self:Q8", "--draft-max", "4"],
+    ] {
+        let fast = run(extra);
+        assert_eq!(fast["tokens"], plain["tokens"], "{extra:?}");
+        assert_eq!(fast["text"], plain["text"], "{extra:?}");
+        let accepted = fast["draft"]["accepted"]
+            .as_u64()
+            .expect("draft statistics");
+        assert!(accepted > 0, "{extra:?}: {}", fast["draft"]);
+    }
+    let err = error_of(&["generate", "-m", &model, "-p", "Hi", "--draft", "self:Q9"]);
+    assert!(err.contains("Q9"), "{err}");
 }
 
 #[test]

@@ -444,6 +444,54 @@ fn the_openapi_description_holds_under_schemathesis() {
     );
 }
 
+/// A server started with `--draft lookup` drafts for every request: its greedy answer is
+/// the one a request that turns drafting off (`speculative.n_max: 0`) gets, streamed too; a
+/// request for a draft model the server has not loaded is refused by name.
+#[test]
+fn a_drafting_server_answers_as_a_plain_one() {
+    let Some(model) = smollm2() else { return };
+    let server = start(&model, &["--draft", "lookup"]);
+    let edit = "Repeat this sentence with Maria in place of Alice: Alice walked to the market \
+                every morning, and Alice bought bread and apples.";
+    let ask = |extra: Value| {
+        let mut body = json!({
+            "messages": [{ "role": "user", "content": edit }],
+            "max_tokens": 32,
+            "temperature": 0,
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        post(&server.addr, "/v1/chat/completions", &body)
+    };
+    let (status, plain) = ask(json!({ "speculative.n_max": 0 }));
+    assert_eq!(status, 200, "{plain}");
+    let (status, drafted) = ask(json!({}));
+    assert_eq!(status, 200, "{drafted}");
+    let text = &plain["choices"][0]["message"]["content"];
+    assert_eq!(&drafted["choices"][0]["message"]["content"], text);
+    let (status, tuned) = ask(json!({ "speculative.n_max": 3 }));
+    assert_eq!(status, 200, "{tuned}");
+    assert_eq!(&tuned["choices"][0]["message"]["content"], text);
+    let body = json!({
+        "messages": [{ "role": "user", "content": edit }],
+        "max_tokens": 32, "temperature": 0, "stream": true,
+    });
+    let (status, raw) = request(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(KEY),
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{raw}");
+    let (streamed, _) = streamed_text(&raw);
+    assert_eq!(Value::from(streamed), *text);
+    let (status, refused) = ask(json!({ "speculative.source": "model" }));
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "draft", "{refused}");
+}
+
 /// deploy/kubernetes/ against the Kubernetes API's schema (`kubernetes-validate`, strict) and
 /// the fields serving needs (`scripts/pytools/manifests_check.py`); a misspelt field fails.
 #[test]

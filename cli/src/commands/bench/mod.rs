@@ -5,6 +5,7 @@
 pub mod kernels;
 pub mod model;
 pub mod serving;
+pub mod speculative;
 
 use anyhow::Result;
 use clap::Subcommand;

@@ -13,6 +13,7 @@ use hearth_tools::bench::{
     bench_model, ModelBenchParams, ModelSource, PlacementReport, ServingParams,
 };
 
+use crate::draft_args::DraftArgs;
 use crate::model_args::{CacheSpec, RunArgs};
 use crate::output::{emit, emit_json, print_profile, Format};
 use crate::DeviceChoice;
@@ -81,6 +82,10 @@ pub struct BenchModelArgs {
     /// Requests in the serving benchmark's stream [default: twice the concurrency, at least 8].
     #[arg(long, value_name = "N")]
     pub requests: Option<usize>,
+    /// With `--draft`: speculative decoding against plain decoding on a text-editing
+    /// request, instead of pp/tg (-n tokens, -r repetitions).
+    #[command(flatten)]
+    draft: DraftArgs,
 }
 
 impl BenchModelArgs {
@@ -164,6 +169,13 @@ pub fn run(args: &BenchModelArgs, device: &DeviceChoice) -> Result<()> {
         let cache = args.run.cache(Some(serving.n_ctx()), serving.n_seq())?;
         let mut engine = source.load(args, device, cache)?;
         return super::serving::run(&mut engine, &serving, args.format);
+    }
+    if let (Some(spec), Some(draft)) = (args.draft.speculative()?, &args.draft.draft) {
+        let n_gen = args.n_gen.iter().copied().find(|&n| n > 0).unwrap_or(128);
+        let cache = args.run.cache(Some(1024), 1)?;
+        let mut engine = source.load(args, device, cache)?;
+        args.draft.load(&mut engine, &args.run, device)?;
+        return super::speculative::run(&mut engine, draft, spec, n_gen, args.reps, args.format);
     }
     let params = args.params();
     if params.n_seq() > 1 && args.run.infinigen.kv_pool_capacity.is_some() {
