@@ -246,16 +246,28 @@ fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &
         });
 }
 
-/// One packed row's products with every row of `act`, [`TOKENS`] at a time.
+/// One packed row's products with every row of `act`: [`TOKENS`] at a time, then four, two
+/// and one, so that each pass unpacks the row's blocks once for as many tokens as it can.
 fn packed_row(dot: &PackedDot, row: &[u8], act: &ActQ8, ys: &mut [f32]) {
-    let done = ys.len() / TOKENS * TOKENS;
-    let mut quads = ys.chunks_exact_mut(TOKENS);
-    for (q, y) in quads.by_ref().enumerate() {
-        let xs: [_; TOKENS] = std::array::from_fn(|i| act.row(q * TOKENS + i));
-        y.copy_from_slice(&dot.many(row, &xs));
-    }
-    for (t, y) in quads.into_remainder().iter_mut().enumerate() {
-        *y = dot.one(row, act.row(done + t));
+    let mut t = 0;
+    while t < ys.len() {
+        let left = ys.len() - t;
+        let x = |i: usize| act.row(t + i);
+        let n = if left >= TOKENS {
+            let xs: [_; TOKENS] = std::array::from_fn(x);
+            ys[t..t + TOKENS].copy_from_slice(&dot.many(row, &xs));
+            TOKENS
+        } else if left >= 4 {
+            ys[t..t + 4].copy_from_slice(&dot.four(row, &std::array::from_fn(x)));
+            4
+        } else if left >= 2 {
+            ys[t..t + 2].copy_from_slice(&dot.two(row, &std::array::from_fn(x)));
+            2
+        } else {
+            ys[t] = dot.one(row, x(0));
+            1
+        };
+        t += n;
     }
 }
 

@@ -1,7 +1,7 @@
 //! The native products against the quant crate's reference dot product, for every format and
 //! every instruction set this CPU has (each forced in turn), at awkward shapes: one row, rows
-//! not a multiple of any SIMD width, K of one block, one token, five, eleven (a prompt's
-//! eight-token passes and what is left) and nineteen (rows unpacked into panels, four tokens a
+//! not a multiple of any SIMD width, K of one block, one token, five, seven and eleven (a
+//! step's eight-token passes and what is left, four, two and one at a time) and nineteen (rows unpacked into panels, four tokens a
 //! pass and what is left).
 //!
 //! Activations are rounded to 8 bits per 32 values (`x ~ q * d`, error at most `d / 2`), so a
@@ -58,7 +58,7 @@ fn every_format_at_every_instruction_set_matches_the_reference_dot() {
                 let w = Matrix::quantize(format, rows, cols, &values).unwrap();
                 let row_bytes = w.data.len() / rows;
                 let dequantized = w.to_f32();
-                for (tokens, mode) in [1, 5, 11, 19]
+                for (tokens, mode) in [1, 5, 7, 11, 19]
                     .into_iter()
                     .flat_map(|t| Activations::ALL.map(|m| (t, m)))
                 {

@@ -38,9 +38,8 @@ pub struct LevelsRow<'a> {
     pub has_base: bool,
 }
 
-/// A packed row's dot product with one activation row, and with [`TOKENS`].
-type DotOne = unsafe fn(&[u8], &[ActRow; 1]) -> [f32; 1];
-type DotMany = unsafe fn(&[u8], &[ActRow; TOKENS]) -> [f32; TOKENS];
+/// A packed row's dot products with `N` activation rows, its blocks unpacked once for all.
+type DotN<const N: usize> = unsafe fn(&[u8], &[ActRow; N]) -> [f32; N];
 
 /// Prompt tokens a packed kernel takes per pass over a row's blocks.
 pub const TOKENS: usize = 8;
@@ -49,8 +48,10 @@ pub const TOKENS: usize = 8;
 /// only for an instruction set the CPU has, and each call checks its slices' lengths.
 #[derive(Clone, Copy)]
 pub struct PackedDot {
-    one: DotOne,
-    many: DotMany,
+    one: DotN<1>,
+    two: DotN<2>,
+    four: DotN<4>,
+    many: DotN<TOKENS>,
     row_bytes: usize,
     cols: usize,
 }
@@ -91,11 +92,25 @@ impl PackedDot {
 
     /// `row . xs[i]` for [`TOKENS`] activation rows; zeros for slices of the wrong length.
     pub fn many(&self, row: &[u8], xs: &[ActRow; TOKENS]) -> [f32; TOKENS] {
+        self.checked(self.many, row, xs)
+    }
+
+    /// `row . xs[i]` for four activation rows (a short step: a draft being verified).
+    pub fn four(&self, row: &[u8], xs: &[ActRow; 4]) -> [f32; 4] {
+        self.checked(self.four, row, xs)
+    }
+
+    /// `row . xs[i]` for two activation rows.
+    pub fn two(&self, row: &[u8], xs: &[ActRow; 2]) -> [f32; 2] {
+        self.checked(self.two, row, xs)
+    }
+
+    fn checked<const N: usize>(&self, f: DotN<N>, row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
         if !xs.iter().all(|x| self.fits(row, x)) {
-            return [0.0; TOKENS];
+            return [0.0; N];
         }
         // SAFETY: as in `one`.
-        unsafe { (self.many)(row, xs) }
+        unsafe { f(row, xs) }
     }
 }
 
@@ -262,25 +277,33 @@ impl Kernels {
             use x86_fused::{avx2, vnni};
             use x86_kquant::{avx2 as k_avx2, vnni as k_vnni};
             let wide = self.isa == Isa::Avx512Vnni;
-            let (one, many): (DotOne, DotMany) = match (wide, format) {
-                (true, Format::Q4) => (vnni::q4, vnni::q4),
-                (true, Format::Q4_0) => (vnni::q4_0, vnni::q4_0),
-                (true, Format::Q8) => (vnni::q8, vnni::q8),
-                (true, Format::Q5_0) => (k_vnni::q5_0, k_vnni::q5_0),
-                (true, Format::Q5_1) => (k_vnni::q5_1, k_vnni::q5_1),
-                (true, Format::Q4_K) => (k_vnni::q4_k, k_vnni::q4_k),
-                (true, Format::Q6_K) => (k_vnni::q6_k, k_vnni::q6_k),
-                (false, Format::Q4) => (avx2::q4, avx2::q4),
-                (false, Format::Q4_0) => (avx2::q4_0, avx2::q4_0),
-                (false, Format::Q8) => (avx2::q8, avx2::q8),
-                (false, Format::Q5_0) => (k_avx2::q5_0, k_avx2::q5_0),
-                (false, Format::Q5_1) => (k_avx2::q5_1, k_avx2::q5_1),
-                (false, Format::Q4_K) => (k_avx2::q4_k, k_avx2::q4_k),
-                (false, Format::Q6_K) => (k_avx2::q6_k, k_avx2::q6_k),
+            // Every token count a product takes, from one generic kernel.
+            macro_rules! by_n {
+                ($f:path) => {
+                    ($f as DotN<1>, $f as DotN<2>, $f as DotN<4>, $f as DotN<TOKENS>)
+                };
+            }
+            let (one, two, four, many) = match (wide, format) {
+                (true, Format::Q4) => by_n!(vnni::q4),
+                (true, Format::Q4_0) => by_n!(vnni::q4_0),
+                (true, Format::Q8) => by_n!(vnni::q8),
+                (true, Format::Q5_0) => by_n!(k_vnni::q5_0),
+                (true, Format::Q5_1) => by_n!(k_vnni::q5_1),
+                (true, Format::Q4_K) => by_n!(k_vnni::q4_k),
+                (true, Format::Q6_K) => by_n!(k_vnni::q6_k),
+                (false, Format::Q4) => by_n!(avx2::q4),
+                (false, Format::Q4_0) => by_n!(avx2::q4_0),
+                (false, Format::Q8) => by_n!(avx2::q8),
+                (false, Format::Q5_0) => by_n!(k_avx2::q5_0),
+                (false, Format::Q5_1) => by_n!(k_avx2::q5_1),
+                (false, Format::Q4_K) => by_n!(k_avx2::q4_k),
+                (false, Format::Q6_K) => by_n!(k_avx2::q6_k),
                 _ => return None,
             };
             return Some(PackedDot {
                 one,
+                two,
+                four,
                 many,
                 row_bytes,
                 cols,
