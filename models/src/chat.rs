@@ -11,7 +11,7 @@
 //! A model without a template gets [`PLAIN_TEMPLATE`]: each message as `Role: content`
 //! followed by a blank line, and `Assistant:` when a generation prompt is requested.
 
-use minijinja::value::Value;
+use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 
@@ -38,12 +38,21 @@ pub const PLAIN_TEMPLATE: &str = "{% for message in messages %}\
 
 const NAME: &str = "chat_template";
 
-/// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// One message of a conversation, with the fields Hugging Face's templates read for tool use.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant` (or whatever roles the template knows).
+    /// `system`, `user`, `assistant`, `tool` (or whatever roles the template knows).
     pub role: String,
     pub content: String,
+    /// The tools an assistant turn called (absent from the template's view when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` message: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A `tool` message: the function that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -51,17 +60,58 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
+    }
+}
+
+/// A call of a tool, as OpenAI's API and Hugging Face's templates hold it:
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`, the arguments a JSON
+/// object (templates write them with `tojson`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+/// The function a [`ToolCall`] names and its arguments.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
+}
+
+impl ToolCall {
+    pub fn function(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: serde_json::Value,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: "function",
+            function: FunctionCall {
+                name: name.into(),
+                arguments,
+            },
         }
     }
 }
 
 /// Variables besides `messages` that templates read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatOptions {
     /// End the prompt with the opening of an assistant turn, for generation.
     pub add_generation_prompt: bool,
     pub bos_token: String,
     pub eos_token: String,
+    /// The tools the model may call, in OpenAI's shape (`[{"type": "function", "function":
+    /// {"name", "description", "parameters"}}]`); `None` as Hugging Face passes it without.
+    pub tools: Option<serde_json::Value>,
 }
 
 impl ChatOptions {
@@ -76,6 +126,7 @@ impl ChatOptions {
             add_generation_prompt,
             bos_token: text(tokenizer.special().bos),
             eos_token: text(tokenizer.special().eos),
+            tools: None,
         }
     }
 }
@@ -94,6 +145,8 @@ struct Context<'a> {
     add_generation_prompt: bool,
     bos_token: &'a str,
     eos_token: &'a str,
+    /// `none` without tools, as Hugging Face passes it: templates test `tools is not none`.
+    tools: Option<&'a serde_json::Value>,
 }
 
 impl ChatTemplate {
@@ -148,6 +201,7 @@ impl ChatTemplate {
                 add_generation_prompt: options.add_generation_prompt,
                 bos_token: &options.bos_token,
                 eos_token: &options.eos_token,
+                tools: options.tools.as_ref(),
             })
             .map_err(template_error)
     }
@@ -178,24 +232,74 @@ fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Err
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
 }
 
-/// Python's `json.dumps` as Jinja2's HF environment uses it: no HTML escaping (minijinja's
-/// built-in escapes `<`, `>`, `&` and `'`), optional indentation.
-fn tojson(value: Value, indent: Option<usize>) -> std::result::Result<Value, minijinja::Error> {
-    let json = match indent {
-        None => serde_json::to_string(&value),
+/// Python's `json.dumps` as Jinja2's HF environment uses it: `", "` and `": "` between items
+/// (`","` and a new line when indented), keys in the order given, no HTML escaping
+/// (minijinja's built-in escapes `<`, `>`, `&` and `'`), optional indentation.
+fn tojson(
+    value: Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    // `tojson(4)` or `tojson(indent=4)`, as Jinja2 takes it.
+    let indent: Option<usize> = match (indent, kwargs.get::<Option<usize>>("indent")?) {
+        (_, Some(n)) => Some(n),
+        (Some(v), None) if !v.is_none() => Some(usize::try_from(v)?),
+        _ => None,
+    };
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        None => value.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut out, PythonJson,
+        )),
         Some(n) => {
             let pad = vec![b' '; n];
-            let mut out = Vec::new();
             let fmt = serde_json::ser::PrettyFormatter::with_indent(&pad);
-            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-            value
-                .serialize(&mut ser)
-                .map(|()| String::from_utf8_lossy(&out).into_owned())
+            value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, fmt))
         }
     };
-    json.map(Value::from_safe_string).map_err(|e| {
-        minijinja::Error::new(ErrorKind::InvalidOperation, "cannot convert to JSON").with_source(e)
-    })
+    written
+        .map(|()| Value::from_safe_string(String::from_utf8_lossy(&out).into_owned()))
+        .map_err(|e| {
+            minijinja::Error::new(ErrorKind::InvalidOperation, "cannot convert to JSON")
+                .with_source(e)
+        })
+}
+
+/// `json.dumps`'s default separators, `", "` and `": "`.
+struct PythonJson;
+
+impl serde_json::ser::Formatter for PythonJson {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +313,7 @@ mod tests {
                 add_generation_prompt: true,
                 bos_token: "<s>".into(),
                 eos_token: "</s>".into(),
+                tools: None,
             },
         )
     }
@@ -268,7 +373,8 @@ mod tests {
             "{{ messages[0] | tojson }}",
             &[ChatMessage::new("user", "<b>&")],
         );
-        assert_eq!(json.unwrap(), r#"{"role":"user","content":"<b>&"}"#);
+        // Python's json.dumps: ", " and ": " between items, nothing escaped for HTML.
+        assert_eq!(json.unwrap(), r#"{"role": "user", "content": "<b>&"}"#);
         let loops = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}";
         let two = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
         assert_eq!(render(loops, &two).unwrap(), "a");

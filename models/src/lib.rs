@@ -49,8 +49,9 @@ pub mod safetensors;
 pub mod spec;
 pub mod synthetic;
 pub mod tokenizer;
+pub mod tool_calls;
 
-pub use chat::{ChatMessage, ChatOptions, ChatTemplate};
+pub use chat::{ChatMessage, ChatOptions, ChatTemplate, FunctionCall, ToolCall};
 pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
@@ -62,6 +63,7 @@ pub use resolve::{
 pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};
 pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};
+pub use tool_calls::{ParsedReply, ToolCallFormat};
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ mod common;
 
 use common::{tiny_llama, Tiny};
 use hearth_models::gguf::MetaValue;
-use hearth_models::{ChatMessage, ChatOptions, ChatTemplate, Error, GgufFile, Tokenizer};
+use hearth_models::{ChatMessage, ChatOptions, ChatTemplate, Error, GgufFile, Tokenizer, ToolCall};
 
 #[test]
 fn smollm2_renders_chatml_exactly() {
@@ -89,7 +89,9 @@ fn a_broken_template_names_the_file_key_and_line() {
 /// Templates rendered by Python jinja2 as Hugging Face's `apply_chat_template` renders them
 /// (tests/fixtures/chat_templates.json, made by scripts/fixtures/make-chat-templates): SmolLM2's
 /// own and templates in the styles of Llama 2, Gemma and others, over conversations with a
-/// system turn, Unicode, quotes and out-of-order roles. Hearth's output must be the same text,
+/// system turn, Unicode, quotes and out-of-order roles; and the tool-use templates of Qwen 2.5,
+/// Llama 3.1, Mistral Nemo and Hermes 3 (from llama.cpp's models/templates/) with `tools`, an
+/// assistant's tool call and the tool's result. Hearth's output must be the same text,
 /// and where jinja2 raised, Hearth's error must carry the same message.
 #[test]
 fn templates_render_as_jinja2_renders_them() {
@@ -100,7 +102,7 @@ fn templates_render_as_jinja2_renders_them() {
     let text = std::fs::read_to_string(path).unwrap();
     let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
     let cases = fixture["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 40);
+    assert_eq!(cases.len(), 56);
     for case in cases {
         let name = case["template"].as_str().unwrap();
         let conversation = case["conversation"].as_str().unwrap();
@@ -109,12 +111,13 @@ fn templates_render_as_jinja2_renders_them() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .map(message)
             .collect();
         let options = ChatOptions {
             add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
             bos_token: case["bos_token"].as_str().unwrap().into(),
             eos_token: case["eos_token"].as_str().unwrap().into(),
+            tools: case.get("tools").cloned(),
         };
         let what = format!(
             "{name} over {conversation} ({})",
@@ -134,4 +137,20 @@ fn templates_render_as_jinja2_renders_them() {
             _ => panic!("{what}: a case holds an output or an error"),
         }
     }
+}
+
+/// A fixture's message, with its tool calls, call id and name where it has them.
+fn message(m: &serde_json::Value) -> ChatMessage {
+    let mut message = ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap());
+    for call in m["tool_calls"].as_array().into_iter().flatten() {
+        let f = &call["function"];
+        message.tool_calls.push(ToolCall::function(
+            call["id"].as_str().unwrap(),
+            f["name"].as_str().unwrap(),
+            f["arguments"].clone(),
+        ));
+    }
+    message.tool_call_id = m["tool_call_id"].as_str().map(str::to_string);
+    message.name = m["name"].as_str().map(str::to_string);
+    message
 }
