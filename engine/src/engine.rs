@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hearth_models::{
     resolve_with, ChatMessage, ChatOptions, ChatTemplate, GgufFile, ModelSpec, Tokenizer,
+    ToolCallFormat,
 };
 
 use crate::sample::beam_scores::{BeamParams, Hypothesis};
@@ -223,6 +224,36 @@ pub fn chat_prompt(
     Ok(hearth_models::chat_text::encode_chat(
         tokenizer, template, messages, &options,
     )?)
+}
+
+/// A chat's prompt with `tools` offered, and the format the reply's calls are to be read
+/// in: the template's own where it teaches one (Hermes, Llama 3, Mistral); otherwise the
+/// tools are described in the system message and calls are asked for in the Hermes format
+/// ([`hearth_models::hermes_conversation`]), which any instruction-following model can write.
+pub fn tool_chat_prompt(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+    tools: &serde_json::Value,
+) -> Result<(Vec<u32>, ToolCallFormat)> {
+    match ToolCallFormat::of_template(template.source()) {
+        Some(format) => {
+            let options = ChatOptions {
+                tools: Some(tools.clone()),
+                ..ChatOptions::for_tokenizer(tokenizer, true)
+            };
+            let ids =
+                hearth_models::chat_text::encode_chat(tokenizer, template, messages, &options)?;
+            Ok((ids, format))
+        }
+        None => {
+            let written = hearth_models::hermes_conversation(messages, tools);
+            Ok((
+                chat_prompt(tokenizer, template, &written)?,
+                ToolCallFormat::Hermes,
+            ))
+        }
+    }
 }
 
 impl Engine {

@@ -32,7 +32,10 @@ pub fn encode_chat(
     let mut literals = Vec::new();
     let guarded: Vec<ChatMessage> = messages
         .iter()
-        .map(|m| ChatMessage::new(m.role.clone(), guard(tokenizer, &m.content, &mut literals)))
+        .map(|m| ChatMessage {
+            content: guard(tokenizer, &m.content, &mut literals),
+            ..m.clone()
+        })
         .collect();
     let rendered = template.render(&guarded, options)?;
     let (text, spans) = restore(&rendered, &literals);

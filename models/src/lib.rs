@@ -63,7 +63,7 @@ pub use resolve::{
 pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};
 pub use tokenizer::{EncodeOptions, HfTokenizer, StreamDecoder, Tokenizer};
-pub use tool_calls::{ParsedReply, ToolCallFormat};
+pub use tool_calls::{hermes_conversation, ParsedReply, ToolCallFormat};
 
 #[cfg(test)]
 mod tests {

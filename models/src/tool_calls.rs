@@ -11,6 +11,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::chat::ChatMessage;
+
 /// How a model writes its tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolCallFormat {
@@ -74,6 +76,60 @@ impl ToolCallFormat {
             Self::Mistral => parse_mistral(text),
         }
     }
+}
+
+/// For a template that knows no tools: the conversation with the tools described at the end
+/// of its system message (one is added where there is none) and earlier calls and results
+/// written out in the Hermes format, in which the reply is then read. Results become user
+/// turns, which every template takes.
+pub fn hermes_conversation(messages: &[ChatMessage], tools: &Value) -> Vec<ChatMessage> {
+    let listed: Vec<String> = tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| serde_json::to_string(t).unwrap_or_default())
+        .collect();
+    let instructions = format!(
+        "# Tools\n\nYou may call one or more functions to help with the user's request. Their \
+         signatures, in JSON Schema, are within <tools></tools>:\n<tools>\n{}\n</tools>\n\n\
+         To call a function, answer with a JSON object holding its name and arguments within \
+         <tool_call></tool_call> tags, one per call:\n<tool_call>\n{{\"name\": \
+         <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>",
+        listed.join("\n")
+    );
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    match messages.first() {
+        Some(m) if m.role == "system" => out.push(ChatMessage::new(
+            "system",
+            format!("{}\n\n{instructions}", m.content),
+        )),
+        _ => out.push(ChatMessage::new("system", instructions)),
+    }
+    let rest = match messages.first() {
+        Some(m) if m.role == "system" => &messages[1..],
+        _ => messages,
+    };
+    for m in rest {
+        let mut written = ChatMessage::new(m.role.clone(), m.content.clone());
+        for call in &m.tool_calls {
+            let json = serde_json::json!({
+                "name": call.function.name,
+                "arguments": call.function.arguments,
+            });
+            if !written.content.is_empty() {
+                written.content.push('\n');
+            }
+            written
+                .content
+                .push_str(&format!("<tool_call>\n{json}\n</tool_call>"));
+        }
+        if m.role == "tool" {
+            written.role = "user".into();
+            written.content = format!("<tool_response>\n{}\n</tool_response>", m.content);
+        }
+        out.push(written);
+    }
+    out
 }
 
 /// The offset of `marker` in `text`, or of a tail of `text` that may be its beginning.
@@ -340,6 +396,37 @@ mod tests {
         assert_eq!(ToolCallFormat::Llama3.call_start("  {\"na"), Some(2));
         assert_eq!(ToolCallFormat::Llama3.call_start("The"), None);
         assert_eq!(ToolCallFormat::Mistral.call_start(""), Some(0));
+    }
+
+    #[test]
+    fn a_template_without_tools_gets_them_in_the_system_message() {
+        let tools = json!([{ "type": "function", "function": { "name": "f" } }]);
+        let mut call = ChatMessage::new("assistant", "");
+        call.tool_calls
+            .push(crate::ToolCall::function("c1", "f", json!({ "x": 1 })));
+        let conversation = [
+            ChatMessage::new("user", "Go"),
+            call,
+            ChatMessage::new("tool", "done"),
+        ];
+        let out = hermes_conversation(&conversation, &tools);
+        assert_eq!(out[0].role, "system");
+        assert!(out[0]
+            .content
+            .contains(r#"{"type":"function","function":{"name":"f"}}"#));
+        assert_eq!(
+            out[2].content,
+            "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call>"
+        );
+        assert!(out[2].tool_calls.is_empty());
+        assert_eq!(
+            (out[3].role.as_str(), out[3].content.as_str()),
+            ("user", "<tool_response>\ndone\n</tool_response>")
+        );
+        // An existing system message keeps its text first.
+        let out = hermes_conversation(&[ChatMessage::new("system", "Be brief.")], &tools);
+        assert!(out[0].content.starts_with("Be brief.\n\n# Tools"));
+        assert_eq!(out.len(), 1);
     }
 
     #[test]

@@ -197,10 +197,15 @@ async fn every_refusal_is_json_and_every_400_names_its_field() {
             "response_format",
         ),
         (
+            "/v1/completions",
+            completion(json!({ "tools": [{ "type": "function", "function": { "name": "f" } }] })),
+            "tools",
+        ),
+        (
             "/v1/chat/completions",
             json!({ "messages": [{ "role": "user", "content": "Hi" }],
-                    "tools": [{ "type": "function", "function": { "name": "f" } }] }),
-            "tools",
+                    "tools": [{ "type": "function", "function": { "name": "a b" } }] }),
+            "tools[0].function.name",
         ),
         (
             "/v1/chat/completions",
@@ -211,8 +216,8 @@ async fn every_refusal_is_json_and_every_400_names_its_field() {
         (
             "/v1/chat/completions",
             json!({ "messages": [{ "role": "user", "content": "Hi" }],
-                    "functions": [{ "name": "f" }] }),
-            "functions",
+                    "functions": [{ "name": "f" }], "function_call": { "name": "g" } }),
+            "function_call",
         ),
     ];
     for (path, body, param) in cases {

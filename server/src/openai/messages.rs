@@ -2,7 +2,7 @@
 //! text, an array of parts of which this server reads the text ones, or (for an assistant
 //! turn that called tools) `null`. Anything else is a 400 naming the message and field.
 
-use hearth_models::ChatMessage;
+use hearth_models::{ChatMessage, ToolCall};
 use serde_json::{Map, Value};
 use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -63,8 +63,74 @@ impl Message {
             ));
         };
         let content = content(fields, role, &at)?;
-        Ok(Message(ChatMessage::new(template_role, content)))
+        let mut message = ChatMessage::new(template_role, content);
+        if template_role == "assistant" {
+            message.tool_calls = tool_calls(fields.get("tool_calls"), &at)?;
+        }
+        if template_role == "tool" {
+            let text = |key: &str| match fields.get(key) {
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                None | Some(Value::Null) => Ok(None),
+                Some(_) => Err(invalid(
+                    format!("{at}.{key}"),
+                    format!("{at}.{key} must be a string"),
+                )),
+            };
+            message.tool_call_id = text("tool_call_id")?;
+            message.name = text("name")?;
+        }
+        Ok(Message(message))
     }
+}
+
+/// An assistant turn's `tool_calls`: `[{"id", "type": "function", "function": {"name",
+/// "arguments"}}]`, the arguments a JSON text (as OpenAI's API writes them) that templates get
+/// as the object it holds.
+fn tool_calls(value: Option<&Value>, at: &str) -> Result<Vec<ToolCall>, Invalid> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(invalid(
+                format!("{at}.tool_calls"),
+                format!("{at}.tool_calls must be an array"),
+            ))
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(j, call)| {
+            let param = format!("{at}.tool_calls[{j}]");
+            let field = |path: &[&str]| {
+                path.iter()
+                    .try_fold(call, |v, key| v.get(key))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{param}.{}", path.join(".")),
+                            format!("{param}.{} must be a string", path.join(".")),
+                        )
+                    })
+            };
+            let id = field(&["id"])?;
+            let name = field(&["function", "name"])?;
+            let arguments = match call.get("function").and_then(|f| f.get("arguments")) {
+                Some(Value::String(text)) => {
+                    serde_json::from_str(text).unwrap_or(Value::String(text.clone()))
+                }
+                Some(v @ Value::Object(_)) => v.clone(),
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(_) => {
+                    return Err(invalid(
+                        format!("{param}.function.arguments"),
+                        format!("{param}.function.arguments must be a JSON text"),
+                    ))
+                }
+            };
+            Ok(ToolCall::function(id, name, arguments))
+        })
+        .collect()
 }
 
 /// A message's text: a string, or its text parts joined.
@@ -191,6 +257,31 @@ mod tests {
             .map(|(r, c)| (r.to_string(), c.to_string()))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn tool_calls_and_results_reach_the_template() {
+        let list = Message::list(&json!([
+            { "role": "assistant", "content": null, "tool_calls": [
+                { "id": "call00001", "type": "function",
+                  "function": { "name": "get_weather", "arguments": "{\"city\": \"Paris\"}" } }] },
+            { "role": "tool", "content": "21 C", "tool_call_id": "call00001", "name": "get_weather" },
+        ]))
+        .unwrap();
+        let call = &list[0].0.tool_calls[0];
+        assert_eq!(
+            (call.id.as_str(), call.function.name.as_str()),
+            ("call00001", "get_weather")
+        );
+        assert_eq!(call.function.arguments, json!({ "city": "Paris" }));
+        assert_eq!(list[1].0.tool_call_id.as_deref(), Some("call00001"));
+        assert_eq!(list[1].0.name.as_deref(), Some("get_weather"));
+        let bad = json!([{ "role": "assistant", "content": null,
+                           "tool_calls": [{ "id": "x", "function": {} }] }]);
+        assert_eq!(
+            Message::list(&bad).unwrap_err().param,
+            "messages[0].tool_calls[0].function.name"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod messages;
 mod prompt;
 mod request;
 mod response;
+mod tools;
 mod whole;
 
 pub use invalid::Invalid;
@@ -17,3 +18,4 @@ pub use messages::Message;
 pub use prompt::{Prompt, PromptPart};
 pub use request::*;
 pub use response::*;
+pub use tools::{ToolChoice, ToolRequest};

@@ -17,6 +17,7 @@ pub use super::bounds::*;
 use super::invalid::{from_value, invalid, Invalid};
 use super::messages::Message;
 use super::prompt::Prompt;
+use super::tools::ToolRequest;
 use super::whole::{self, whole};
 
 /// `stop`: one string or several.
@@ -81,16 +82,19 @@ pub struct Sampling {
     /// served yet, and is refused rather than answered with unconstrained text.
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<Value>,
-    /// Tool calling is not served yet: a request that offers tools is refused.
+    /// Chat only: functions the model may call (`[{"type": "function", "function": {"name",
+    /// "description", "parameters"}}]`), shown to it through its chat template; its calls
+    /// come back as the message's `tool_calls`.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Value>,
-    /// `"none"` (or `"auto"` without tools); anything that asks for a tool call is refused.
+    /// Chat only: `"none"`, `"auto"`, `"required"` or `{"type": "function", "function":
+    /// {"name"}}`.
     #[schema(value_type = Option<Value>)]
     pub tool_choice: Option<Value>,
-    /// The older form of `tools`, refused alike.
+    /// The older form of `tools`: the functions themselves.
     #[schema(value_type = Option<Vec<Object>>)]
     pub functions: Option<Value>,
-    /// The older form of `tool_choice`, refused alike.
+    /// The older form of `tool_choice`: `"none"`, `"auto"` or `{"name"}`.
     #[schema(value_type = Option<Value>)]
     pub function_call: Option<Value>,
     /// Speculative decoding (llama.cpp's server's name): most tokens drafted per step; 0
@@ -276,7 +280,7 @@ impl Sampling {
             // A positive penalty too small for f32 stays positive.
             r => r.map(|r| (r as f32).max(f32::MIN_POSITIVE)),
         };
-        self.refuse_unserved()?;
+        self.refuse_unserved(chat)?;
         let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
         if n == 0 || n > MAX_COMPLETIONS as u64 {
@@ -419,7 +423,7 @@ impl Sampling {
 
     /// Refuses what would change the answer but is not served: constrained output and tool
     /// calls. Their neutral values (text, no tools, `tool_choice: "none"`) pass.
-    fn refuse_unserved(&self) -> Result<(), Invalid> {
+    fn refuse_unserved(&self, chat: bool) -> Result<(), Invalid> {
         let null = |v: &Option<Value>| matches!(v, None | Some(Value::Null));
         match &self.response_format {
             None | Some(Value::Null) => {}
@@ -438,36 +442,41 @@ impl Sampling {
                 ));
             }
         }
-        for (param, tools) in [("tools", &self.tools), ("functions", &self.functions)] {
-            match tools {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(a)) if a.is_empty() => {}
-                Some(_) => {
-                    return Err(invalid(
-                        param,
-                        format!("{param}: tool calls are not supported by this server yet"),
-                    ))
-                }
-            }
+        if chat {
+            // Read (and refused where malformed) here, used where the prompt is rendered.
+            self.tool_request()?;
+            return Ok(());
         }
-        let no_tools = null(&self.tools) || self.tools == Some(Value::Array(Vec::new()));
-        for (param, choice) in [
-            ("tool_choice", &self.tool_choice),
-            ("function_call", &self.function_call),
-        ] {
-            match choice {
-                None | Some(Value::Null) => {}
-                Some(Value::String(s)) if s == "none" => {}
-                Some(Value::String(s)) if s == "auto" && no_tools => {}
-                Some(_) => {
-                    return Err(invalid(
-                        param,
-                        format!("{param}: tool calls are not supported by this server yet"),
-                    ))
-                }
+        // The completions endpoint has no tools; a request that offers them is refused rather
+        // than answered as if it had not.
+        for param in ["tools", "functions", "tool_choice", "function_call"] {
+            let value = match param {
+                "tools" => &self.tools,
+                "functions" => &self.functions,
+                "tool_choice" => &self.tool_choice,
+                _ => &self.function_call,
+            };
+            let empty = matches!(value, Some(Value::Array(a)) if a.is_empty());
+            // "none", and "auto" (tools themselves are refused here), change nothing.
+            let neutral = matches!(value, Some(Value::String(s)) if s == "none" || s == "auto");
+            if !null(value) && !empty && !neutral {
+                return Err(invalid(
+                    param,
+                    format!("{param}: tool calls are served on /v1/chat/completions only"),
+                ));
             }
         }
         Ok(())
+    }
+
+    /// A chat's tools and tool choice.
+    pub fn tool_request(&self) -> Result<ToolRequest, Invalid> {
+        ToolRequest::read(
+            self.tools.as_ref(),
+            self.functions.as_ref(),
+            self.tool_choice.as_ref(),
+            self.function_call.as_ref(),
+        )
     }
 
     fn stop(&self) -> Result<Vec<String>, Invalid> {

@@ -55,15 +55,63 @@ pub enum ChoiceContent<'a> {
 #[derive(Serialize, ToSchema, Debug)]
 pub struct AssistantMessage<'a> {
     pub role: &'static str,
-    pub content: &'a str,
+    /// `null` where the answer is only tool calls.
+    pub content: Option<&'a str>,
+    /// The tools the model called, where it called any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ResponseToolCall>,
 }
 
-/// A chat chunk's change; the role only in a choice's first chunk.
+/// A chat chunk's change; the role only in a choice's first chunk, the tool calls in the
+/// chunk before the last.
 #[derive(Serialize, ToSchema, Debug)]
 pub struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
-    pub content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ResponseToolCall>,
+}
+
+/// A tool call as OpenAI's API returns it; in a stream's delta, with its `index`.
+#[derive(Serialize, ToSchema, Debug, Clone, PartialEq)]
+pub struct ResponseToolCall {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: ResponseFunction,
+}
+
+#[derive(Serialize, ToSchema, Debug, Clone, PartialEq)]
+pub struct ResponseFunction {
+    pub name: String,
+    /// The arguments as a JSON text.
+    pub arguments: String,
+}
+
+impl ResponseToolCall {
+    /// Call `name` with `arguments`, under a fresh id: nine letters and digits, which every
+    /// template takes back (Mistral's insist on nine).
+    pub fn new(name: String, arguments: &serde_json::Value) -> Self {
+        use rand::Rng;
+        let id: String = rand::thread_rng()
+            .sample_iter(rand::distributions::Alphanumeric)
+            .take(9)
+            .map(char::from)
+            .collect();
+        ResponseToolCall {
+            index: None,
+            id,
+            kind: "function",
+            function: ResponseFunction {
+                name,
+                arguments: arguments.to_string(),
+            },
+        }
+    }
 }
 
 /// The finish reason's name in OpenAI's API. A completion cut short by the server (it is

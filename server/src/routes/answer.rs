@@ -8,8 +8,10 @@ use hearth_models::Tokenizer;
 
 use crate::logprobs;
 use crate::openai::{
-    AssistantMessage, Choice, ChoiceContent, ChoiceLogprobs, Completion, Delta, Usage,
+    AssistantMessage, Choice, ChoiceContent, ChoiceLogprobs, Completion, Delta, ResponseToolCall,
+    Usage,
 };
+use hearth_models::ToolCallFormat;
 
 /// Which endpoint a response is for: the object names and where a choice's text goes.
 #[derive(Clone, Copy, PartialEq)]
@@ -37,6 +39,8 @@ pub struct Head {
     pub kind: Kind,
     /// Where log probabilities were asked for: the tokenizer that spells their tokens.
     pub logprobs: Option<Arc<Tokenizer>>,
+    /// Where tools were offered: the format the model writes its calls in.
+    pub tools: Option<ToolCallFormat>,
 }
 
 impl Head {
@@ -93,11 +97,13 @@ impl Head {
         let content = match (self.kind, chunk) {
             (Kind::Chat, false) => ChoiceContent::Message(AssistantMessage {
                 role: "assistant",
-                content: text,
+                content: Some(text),
+                tool_calls: Vec::new(),
             }),
             (Kind::Chat, true) => ChoiceContent::Delta(Delta {
                 role: None,
-                content: text,
+                content: Some(text),
+                tool_calls: Vec::new(),
             }),
             (Kind::Completion, _) => ChoiceContent::Text(text),
         };
@@ -108,6 +114,63 @@ impl Head {
             finish_reason: finish,
         }
     }
+
+    /// A chat's whole answer with the tools it called: content `null` where it wrote none.
+    pub fn answer_with_calls<'a>(
+        &self,
+        index: usize,
+        content: &'a str,
+        calls: Vec<ResponseToolCall>,
+        logprobs: Option<ChoiceLogprobs>,
+    ) -> Choice<'a> {
+        Choice {
+            index,
+            content: ChoiceContent::Message(AssistantMessage {
+                role: "assistant",
+                content: (!content.is_empty()).then_some(content),
+                tool_calls: calls,
+            }),
+            logprobs,
+            finish_reason: Some("tool_calls"),
+        }
+    }
+
+    /// A chat chunk holding a choice's tool calls, each with its index, whole.
+    pub fn call_delta(&self, index: usize, calls: Vec<ResponseToolCall>) -> Choice<'static> {
+        let calls = calls
+            .into_iter()
+            .enumerate()
+            .map(|(k, call)| ResponseToolCall {
+                index: Some(k),
+                ..call
+            })
+            .collect();
+        Choice {
+            index,
+            content: ChoiceContent::Delta(Delta {
+                role: None,
+                content: None,
+                tool_calls: calls,
+            }),
+            logprobs: None,
+            finish_reason: None,
+        }
+    }
+}
+
+/// The calls in a reply, parsed in `format`, with fresh ids; `None` where it holds none, or
+/// only something that looked like one (it is then the answer's text).
+pub fn calls_in(format: ToolCallFormat, text: &str) -> Option<(String, Vec<ResponseToolCall>)> {
+    let parsed = format.parse(text).ok()?;
+    if parsed.calls.is_empty() {
+        return None;
+    }
+    let calls = parsed
+        .calls
+        .into_iter()
+        .map(|(name, args)| ResponseToolCall::new(name, &args))
+        .collect();
+    Some((parsed.content, calls))
 }
 
 #[cfg(test)]
@@ -123,6 +186,7 @@ mod tests {
             created: 7,
             kind,
             logprobs: None,
+            tools: None,
         }
     }
 

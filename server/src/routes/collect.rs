@@ -5,7 +5,7 @@ use axum::Json;
 use hearth_engine::sample::Logprobs;
 use hearth_engine::service::{Event, ServiceError};
 
-use super::answer::Head;
+use super::answer::{calls_in, Head};
 use super::error::ApiError;
 use super::submit::Accepted;
 use crate::logprobs;
@@ -36,10 +36,17 @@ pub async fn collect(head: Head, mut accepted: Accepted) -> Result<Response, Api
             None => return Err(ServiceError::Stopped.into()),
         }
     }
+    let replies: Vec<Option<(String, Vec<_>)>> = texts
+        .iter()
+        .map(|text| head.tools.and_then(|format| calls_in(format, text)))
+        .collect();
     let choices = (0..n)
         .map(|i| {
             let lp = head.render_logprobs(&logprobs[i], &mut 0);
-            head.choice(i, &texts[i], finish[i], false, lp)
+            match &replies[i] {
+                Some((content, calls)) => head.answer_with_calls(i, content, calls.clone(), lp),
+                None => head.choice(i, &texts[i], finish[i], false, lp),
+            }
         })
         .collect();
     let usage = Usage {

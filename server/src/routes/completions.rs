@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
-use hearth_models::ChatMessage;
+use hearth_models::{ChatMessage, ToolCallFormat};
 use serde_json::Value;
 
 use super::answer::{Head, Kind};
@@ -26,6 +26,7 @@ use super::submit::submit;
 use super::Shared;
 use crate::openai::{
     ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling, StreamEvent,
+    ToolChoice,
 };
 use crate::{AppState, Model};
 
@@ -56,13 +57,41 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     let request = ChatRequest::from_json(&body)?;
     check_model(m, &request.sampling)?;
     let messages: Vec<ChatMessage> = request.messages.into_iter().map(|m| m.0).collect();
-    let prompt = hearth_engine::chat_prompt(&m.tokenizer, &m.template, &messages).map_err(|e| {
+    let tools = request.sampling.tool_request()?;
+    if matches!(tools.choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "tool_choice that forces a call needs constrained output, which this server does \
+             not serve yet; use auto",
+        ));
+    }
+    let failed = |e: hearth_engine::Error| {
         ApiError::invalid(
             "messages",
             format!("the chat template failed on these messages: {e}"),
         )
-    })?;
-    respond(&state, m, vec![prompt], &request.sampling, Kind::Chat).await
+    };
+    let (prompt, format) = match tools.offered() {
+        Some(offered) => {
+            let (prompt, format) =
+                hearth_engine::tool_chat_prompt(&m.tokenizer, &m.template, &messages, &offered)
+                    .map_err(failed)?;
+            (prompt, Some(format))
+        }
+        None => (
+            hearth_engine::chat_prompt(&m.tokenizer, &m.template, &messages).map_err(failed)?,
+            None,
+        ),
+    };
+    respond(
+        &state,
+        m,
+        vec![prompt],
+        &request.sampling,
+        Kind::Chat,
+        format,
+    )
+    .await
 }
 
 /// Prompts continued as they are.
@@ -125,7 +154,15 @@ pub async fn completions(State(state): State<Shared>, body: Body) -> Result<Resp
             Ok(tokens)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    respond(&state, m, prompts, &request.sampling, Kind::Completion).await
+    respond(
+        &state,
+        m,
+        prompts,
+        &request.sampling,
+        Kind::Completion,
+        None,
+    )
+    .await
 }
 
 async fn respond(
@@ -134,6 +171,7 @@ async fn respond(
     prompts: Vec<Vec<u32>>,
     sampling: &Sampling,
     kind: Kind,
+    tools: Option<ToolCallFormat>,
 ) -> Result<Response, ApiError> {
     let mut params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
     params.generate.speculative = sampling.speculative(m.speculative)?;
@@ -149,6 +187,7 @@ async fn respond(
         created: now_secs(),
         kind,
         logprobs: accepted.logprobs.then(|| m.tokenizer.clone()),
+        tools,
     };
     if sampling.stream() {
         let include_usage = sampling.include_usage();

@@ -12,10 +12,11 @@ use hearth_engine::sched::TokenEvent;
 use hearth_engine::service::{Event, ServiceError};
 use serde::Serialize;
 
-use super::answer::{Head, Kind};
+use super::answer::{calls_in, Head, Kind};
 use super::submit::Accepted;
 use crate::logprobs;
-use crate::openai::{self, Choice, ChoiceContent, Delta, ErrorBody, Usage};
+use crate::openai::{self, Choice, ChoiceContent, Delta, ErrorBody, ResponseToolCall, Usage};
+use hearth_models::ToolCallFormat;
 
 /// Where a streamed answer stands.
 struct Progress {
@@ -29,6 +30,10 @@ struct Progress {
     generated: usize,
     include_usage: bool,
     done: bool,
+    /// Where tools were offered, per choice: its text so far and how much of it went out.
+    /// Text from where a call may begin is held back until the choice ends.
+    texts: Vec<String>,
+    shown: Vec<usize>,
 }
 
 pub fn stream_chunks(
@@ -46,6 +51,8 @@ pub fn stream_chunks(
         generated: 0,
         include_usage,
         done: false,
+        texts: vec![String::new(); n],
+        shown: vec![0; n],
     };
     stream::unfold(state, move |mut s| async move {
         if s.done {
@@ -114,7 +121,8 @@ impl Progress {
                 index: i,
                 content: ChoiceContent::Delta(Delta {
                     role: Some("assistant"),
-                    content: "",
+                    content: Some(""),
+                    tool_calls: Vec::new(),
                 }),
                 logprobs: None,
                 finish_reason: None,
@@ -125,16 +133,97 @@ impl Progress {
             (Some(lp), Some(t)) if logprobs::reported(t, lp) => vec![lp.clone()],
             _ => Vec::new(),
         };
-        if !e.text.is_empty() || !lp.is_empty() {
+        let (text, calls) = match head.tools {
+            Some(format) => release(
+                format,
+                &mut self.texts[i],
+                &mut self.shown[i],
+                &e.text,
+                e.finish.is_some(),
+            ),
+            None => (e.text.clone(), None),
+        };
+        if !text.is_empty() || !lp.is_empty() {
             let lp = head.render_logprobs(&lp, &mut self.offsets[i]);
-            let piece = head.choice(i, &e.text, None, true, lp);
+            let piece = head.choice(i, &text, None, true, lp);
             out.push(json_event(&head.wrap(true, vec![piece], None)));
         }
+        let called = calls.is_some();
+        if let Some(calls) = calls {
+            out.push(json_event(&head.wrap(
+                true,
+                vec![head.call_delta(i, calls)],
+                None,
+            )));
+        }
         if let Some(f) = e.finish {
-            let finish = Some(openai::finish_reason(f));
+            let finish = Some(if called {
+                "tool_calls"
+            } else {
+                openai::finish_reason(f)
+            });
             let last = head.choice(i, "", finish, true, None);
             out.push(json_event(&head.wrap(true, vec![last], None)));
         }
         out
+    }
+}
+
+/// The text of a choice that may go out now that `piece` came, and at its end the
+/// calls it made: text before where a call may begin goes at once; the rest waits for
+/// the end, and is then either calls or, if it was not one after all, text.
+fn release(
+    format: ToolCallFormat,
+    text: &mut String,
+    shown: &mut usize,
+    piece: &str,
+    end: bool,
+) -> (String, Option<Vec<ResponseToolCall>>) {
+    text.push_str(piece);
+    let from = *shown;
+    if end {
+        *shown = text.len();
+        return match calls_in(format, text) {
+            Some((_, calls)) => {
+                let before = format.call_start(text).unwrap_or(text.len()).max(from);
+                (text[from..before].to_string(), Some(calls))
+            }
+            None => (text[from..].to_string(), None),
+        };
+    }
+    let upto = format.call_start(text).unwrap_or(text.len()).max(from);
+    *shown = upto;
+    (text[from..upto].to_string(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Text goes out until a call may begin; the call comes whole at the end. A reply that
+    /// only looked like a call goes out as text at the end.
+    #[test]
+    fn calls_are_held_back_and_text_is_not() {
+        let format = ToolCallFormat::Hermes;
+        let (mut text, mut shown) = (String::new(), 0);
+        let mut feed = |piece: &str, end: bool| release(format, &mut text, &mut shown, piece, end);
+        assert_eq!(feed("Checking", false), ("Checking".to_string(), None));
+        assert_eq!(feed(" now. <tool", false).0, " now. ");
+        assert_eq!(feed("_call>\n{\"name\": \"f\", ", false).0, "");
+        let (rest, calls) = feed("\"arguments\": {\"x\": 1}}\n</tool_call>", true);
+        assert_eq!(rest, "");
+        let calls = calls.expect("the call");
+        assert_eq!(
+            (
+                calls[0].function.name.as_str(),
+                calls[0].function.arguments.as_str()
+            ),
+            ("f", r#"{"x":1}"#)
+        );
+
+        let (mut text, mut shown) = (String::new(), 0);
+        let mut feed = |piece: &str, end: bool| release(format, &mut text, &mut shown, piece, end);
+        assert_eq!(feed("a <", false).0, "a ");
+        assert_eq!(feed("b", true), ("<b".to_string(), None));
     }
 }
