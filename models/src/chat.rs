@@ -38,6 +38,34 @@ pub const PLAIN_TEMPLATE: &str = "{% for message in messages %}\
 
 const NAME: &str = "chat_template";
 
+/// Instructions a template may run for one prompt: hundreds of times what a long chat with
+/// tools takes, and a few tenths of a second at most.
+const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// The longest prompt a template may write: a prompt is read by a model, whose context is
+/// far shorter.
+const TEMPLATE_OUTPUT: usize = 64 << 20;
+
+/// A writer that refuses to grow past [`TEMPLATE_OUTPUT`].
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > TEMPLATE_OUTPUT {
+            // Filled to the cap, so that the caller can tell why rendering stopped.
+            let room = TEMPLATE_OUTPUT - self.0.len();
+            self.0.extend_from_slice(&buf[..room]);
+            return Err(std::io::Error::other("the template's output is too long"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// One message of a conversation, with the fields Hugging Face's templates read for tool use.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ChatMessage {
@@ -157,6 +185,9 @@ impl ChatTemplate {
         // that, and without it they emit stray newlines and indentation.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // A template comes with the model file, from anyone: it gets a budget of
+        // instructions (a loop that never ends runs out) and minijinja's recursion limit.
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
@@ -195,15 +226,23 @@ impl ChatTemplate {
     /// `raise_exception`) name the template line.
     pub fn render(&self, messages: &[ChatMessage], options: &ChatOptions) -> Result<String> {
         let template = self.env.get_template(NAME).map_err(template_error)?;
-        template
-            .render(Context {
-                messages,
-                add_generation_prompt: options.add_generation_prompt,
-                bos_token: &options.bos_token,
-                eos_token: &options.eos_token,
-                tools: options.tools.as_ref(),
-            })
-            .map_err(template_error)
+        let context = Context {
+            messages,
+            add_generation_prompt: options.add_generation_prompt,
+            bos_token: &options.bos_token,
+            eos_token: &options.eos_token,
+            tools: options.tools.as_ref(),
+        };
+        let mut out = Capped(Vec::new());
+        let rendered = template.render_captured_to(context, &mut out);
+        if out.0.len() + 1 > TEMPLATE_OUTPUT {
+            return Err(Error::Template {
+                line: None,
+                message: format!("the template wrote more than {} MiB", TEMPLATE_OUTPUT >> 20),
+            });
+        }
+        rendered.map_err(template_error)?;
+        Ok(String::from_utf8_lossy(&out.0).into_owned())
     }
 
     /// The template text.
@@ -378,6 +417,27 @@ mod tests {
         let loops = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}";
         let two = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
         assert_eq!(render(loops, &two).unwrap(), "a");
+    }
+
+    /// A template from a hostile file cannot loop forever or fill memory: it runs out of
+    /// instructions, or of room for its output, and says so.
+    #[test]
+    fn hostile_templates_stop() {
+        for source in [
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        ] {
+            let err = render(source, &[ChatMessage::new("user", "Hi")]).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("fuel")
+                    || text.contains("MiB")
+                    || text.contains("recursion")
+                    || text.contains("too large"),
+                "{source}: {text}"
+            );
+        }
     }
 
     #[test]
