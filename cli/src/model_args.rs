@@ -117,6 +117,11 @@ pub struct RunArgs {
     /// `hearth quantize --help`): a Hugging Face folder's f16/bf16 weights, or a GGUF file's.
     #[arg(long, value_name = "FMT", value_parser = parse_format)]
     pub load_format: Option<hearth_quant::Format>,
+    /// A chat template (a Jinja file, as Hugging Face's `chat_template`) in place of the
+    /// model's own: for files whose template is missing or wrong, or to give a model a
+    /// template that teaches tool calls.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     pub split: SplitArgs,
     #[command(flatten)]
@@ -340,6 +345,15 @@ impl RunArgs {
             tensor_split: self.split.tensor_split.clone(),
             gpu_memory: self.split.gpu_memory,
             pipeline_cache: self.dir.pipeline_cache(),
+            chat_template: match &self.chat_template_file {
+                Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                    hearth_engine::Error::options(
+                        "chat-template-file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?),
+                None => None,
+            },
         };
         if !self.cpu {
             // Layers asked onto a device go to the best one where --device names none, even

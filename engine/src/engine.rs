@@ -89,6 +89,8 @@ pub struct EngineOptions {
     /// Where compiled Vulkan pipelines are kept between runs (one file per device and
     /// driver); `None`: compiled afresh each run, unless the driver keeps its own.
     pub pipeline_cache: Option<PathBuf>,
+    /// A chat template (Jinja source) in place of the file's (`--chat-template-file`).
+    pub chat_template: Option<String>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -172,6 +174,7 @@ impl Default for EngineOptions {
             tensor_split: Vec::new(),
             gpu_memory: None,
             pipeline_cache: None,
+            chat_template: None,
         }
     }
 }
@@ -289,7 +292,18 @@ impl Engine {
         let model = resolve_with(&file, options.spec.as_ref())?;
         let config = ModelConfig::from_resolved(&file, &model)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
-        let template = ChatTemplate::from_gguf(&file)?;
+        let template = match &options.chat_template {
+            Some(source) => ChatTemplate::new(source).map_err(|e| match e {
+                hearth_models::Error::Template { line, message } => {
+                    hearth_models::Error::Template {
+                        line,
+                        message: format!("--chat-template-file: {message}"),
+                    }
+                }
+                e => e,
+            })?,
+            None => ChatTemplate::from_gguf(&file)?,
+        };
         let n_ctx = n_ctx_for(options, &config)?;
         if options.infinigen.is_some() && options.h2o.is_some() {
             return Err(hearth_model::Error::options(

@@ -531,3 +531,31 @@ fn stray_or_half_longrope_factors_are_refused_by_name() {
         .to_string();
     assert!(err.contains("rope_factors_short.weight"), "{err}");
 }
+
+/// `--chat-template-file`: a template of the user's replaces the file's; a broken one is an
+/// error that names the option.
+#[test]
+fn a_chat_template_of_the_user_s_replaces_the_file_s() {
+    let load = |template: &str| {
+        let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
+        let options = EngineOptions {
+            backend: BackendKind::Reference,
+            n_ctx: Some(64),
+            chat_template: Some(template.to_string()),
+            ..EngineOptions::default()
+        };
+        Engine::load_file(file, &options, &mut |_| true)
+    };
+    let engine = load("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}").unwrap();
+    assert_eq!(
+        engine.chat_template().source(),
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    );
+    let ids = engine
+        .tokenize_chat(&[hearth_models::ChatMessage::new("user", "hi")])
+        .unwrap();
+    // The synthetic vocabulary spells a leading space as SentencePiece does.
+    assert!(engine.tokenizer().decode(&ids, false).ends_with("<user>hi"));
+    let err = load("{% for %}").err().unwrap().to_string();
+    assert!(err.contains("--chat-template-file"), "{err}");
+}
