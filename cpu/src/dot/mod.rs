@@ -280,7 +280,12 @@ impl Kernels {
             // Every token count a product takes, from one generic kernel.
             macro_rules! by_n {
                 ($f:path) => {
-                    ($f as DotN<1>, $f as DotN<2>, $f as DotN<4>, $f as DotN<TOKENS>)
+                    (
+                        $f as DotN<1>,
+                        $f as DotN<2>,
+                        $f as DotN<4>,
+                        $f as DotN<TOKENS>,
+                    )
                 };
             }
             let (one, two, four, many) = match (wide, format) {
