@@ -17,14 +17,12 @@
 //! final flush; sessions and the batching scheduler both generate through it.
 
 pub mod beam_scores;
-mod distribution;
 mod filters;
 mod logprobs;
 mod sampler;
 mod stop;
 mod stream;
 
-pub use distribution::Distribution;
 pub use logprobs::{logprobs, Logprobs, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use sampler::{Sampler, SamplerParamError, SamplerParams, DEFAULT_SEED};
 pub use stop::{StopDelta, StopStrings};

@@ -4,7 +4,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::filters::{self, Candidate};
-use super::Distribution;
+use crate::speculative::Distribution;
 
 /// The seed [`SamplerParams::default`] uses. Fixed, unlike llama.cpp's default of a fresh random
 /// seed per run, so that the same prompt and settings reproduce the same text unless a caller

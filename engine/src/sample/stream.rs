@@ -9,8 +9,8 @@
 use hearth_models::{StreamDecoder, Tokenizer};
 use serde::Serialize;
 
-use super::{Distribution, Logprobs, Sampler, SamplerParams, StopStrings};
-use crate::speculative::{self, Speculative, Verdict};
+use super::{Logprobs, Sampler, SamplerParams, StopStrings};
+use crate::speculative::{self, Distribution, Speculative, Verdict};
 use hearth_model::{Error, Result};
 
 /// What a generation request asks for.

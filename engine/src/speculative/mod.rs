@@ -11,10 +11,12 @@
 //!   code).
 //! - [`DraftModel`] runs a smaller model (or the same one quantized lower) greedily.
 
+mod distribution;
 mod draft_model;
 mod lookup;
 mod verify;
 
+pub use distribution::Distribution;
 pub use draft_model::DraftModel;
 pub use lookup::PromptLookup;
 pub use verify::{verify, Verdict};

@@ -1,9 +1,7 @@
 //! The rule that decides on a drafted token: keep it, or replace it with a token drawn so
 //! that the output follows the target's distribution whatever the draft proposed.
 
-use crate::sample::Distribution;
-
-use super::Acceptance;
+use super::{Acceptance, Distribution};
 
 /// What the target made of one drafted token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! [`Distribution`]: the probabilities the sampling chain ends in, which speculative decoding
-//! verifies drafts against.
+//! [`Distribution`]: the probabilities the sampling chain ends in
+//! ([`Sampler::distribution`](crate::sample::Sampler::distribution)), which a drafted token is
+//! verified against.
 
 /// A probability distribution over a few tokens: what is left after the sampling chain.
 #[derive(Clone, Debug, PartialEq)]
