@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use super::{Phase, Scheduler, TokenEvent};
-use crate::sample::FinishReason;
 use crate::speculative::{DraftSource, Drafter, PromptLookup, Verdict};
 use hearth_model::Result;
 
@@ -67,18 +66,7 @@ impl Scheduler<'_> {
                 None => (false, s.stream.sample(self.tokenizer, row)),
             };
             accepted += usize::from(kept);
-            s.times.generated += 1;
-            s.times.first_token.get_or_insert(now);
-            events.push(TokenEvent {
-                request: s.request,
-                sample: s.sample,
-                token: Some(next.token),
-                text: next.text,
-                finish: None,
-                logprobs: next.logprobs,
-            });
-            let full = s.tokens().len() >= n_ctx;
-            end = next.finish.or(full.then_some(FinishReason::Length));
+            end = s.report(next, now, n_ctx, events);
             if end.is_some() || !kept {
                 break;
             }

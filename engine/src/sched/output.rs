@@ -4,8 +4,34 @@
 use std::time::Instant;
 
 use super::rows::Row;
-use super::{Phase, Scheduler, TokenEvent};
-use crate::sample::FinishReason;
+use super::{Phase, Scheduler, Sequence, TokenEvent};
+use crate::sample::{FinishReason, Sampled};
+
+impl Sequence {
+    /// Reports a token this sequence drew, and returns why the sequence ends with it, if it
+    /// does: its stream ended (end of generation, a stop string, `max_tokens`) or its
+    /// context of `n_ctx` is full.
+    pub(super) fn report(
+        &mut self,
+        next: Sampled,
+        now: Instant,
+        n_ctx: usize,
+        events: &mut Vec<TokenEvent>,
+    ) -> Option<FinishReason> {
+        self.times.generated += 1;
+        self.times.first_token.get_or_insert(now);
+        events.push(TokenEvent {
+            request: self.request,
+            sample: self.sample,
+            token: Some(next.token),
+            text: next.text,
+            finish: None,
+            logprobs: next.logprobs,
+        });
+        let full = self.tokens().len() >= n_ctx;
+        next.finish.or(full.then_some(FinishReason::Length))
+    }
+}
 
 impl Scheduler<'_> {
     /// Ends the completions whose request was cancelled since the last step.
@@ -29,18 +55,7 @@ impl Scheduler<'_> {
         let n_ctx = self.model.kv().shape().n_ctx;
         let s = &mut self.seqs[i];
         let next = s.stream.sample(self.tokenizer, logits);
-        s.times.generated += 1;
-        s.times.first_token.get_or_insert(now);
-        events.push(TokenEvent {
-            request: s.request,
-            sample: s.sample,
-            token: Some(next.token),
-            text: next.text,
-            finish: None,
-            logprobs: next.logprobs,
-        });
-        let full = s.tokens().len() >= n_ctx;
-        if let Some(reason) = next.finish.or(full.then_some(FinishReason::Length)) {
+        if let Some(reason) = s.report(next, now, n_ctx, events) {
             self.finish(i, reason, now, events);
         }
     }

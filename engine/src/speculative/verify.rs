@@ -43,17 +43,18 @@ pub fn verify(
     if p_d > 0.0 && u < keep {
         return Verdict::Accepted;
     }
-    let residual = Distribution::from_weights(
-        p.probs
-            .iter()
-            .map(|&(id, p_x)| (id, (p_x - q.prob(id)).max(0.0))),
-    );
+    let residual: Vec<(u32, f64)> = p
+        .probs
+        .iter()
+        .map(|&(id, p_x)| (id, (p_x - q.prob(id)).max(0.0)))
+        .filter(|&(_, w)| w > 0.0)
+        .collect();
     // All of p under q (p <= q everywhere) leaves no residual; acceptance was then certain
     // unless p_d was 0, and p itself is the right fallback.
-    let residual = if residual.probs.iter().all(|&(_, w)| w == 0.0) || residual.probs.is_empty() {
+    let residual = if residual.is_empty() {
         p.clone()
     } else {
-        residual
+        Distribution::from_weights(residual)
     };
     Verdict::Replaced(residual.pick(u2))
 }
