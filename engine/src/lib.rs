@@ -6,6 +6,7 @@
 
 pub mod beam_search;
 mod engine;
+pub mod grammar;
 pub mod placement;
 pub mod sample;
 pub mod sched;

@@ -174,7 +174,8 @@ impl Session {
         on_step: &mut dyn FnMut(Step<'_>) -> bool,
     ) -> Result<Generation> {
         let n_ctx = self.backend.n_ctx();
-        params.check(prompt, n_ctx, self.backend.config().n_vocab)?;
+        params.check(tokenizer, prompt, n_ctx, self.backend.config().n_vocab)?;
+        let mut stream = TokenStream::new(tokenizer, prompt, params)?;
 
         // Reuse the cached prefix; at least one token must run to produce logits.
         let keep = self.keep_prefix(prompt, prompt.len() - 1);
@@ -190,7 +191,6 @@ impl Session {
             ..Timings::default()
         };
 
-        let mut stream = TokenStream::new(prompt, params);
         crate::speculative::check_drafting(
             params.speculative,
             self.draft.is_some(),

@@ -99,22 +99,35 @@ pub fn tools_python() -> Option<PathBuf> {
 /// skip when it is missing; in CI a missing one fails the test.
 #[track_caller]
 pub fn llama_cpp_vocab(name: &str) -> Option<PathBuf> {
+    llama_cpp_source(&format!("models/ggml-vocab-{name}.gguf"))
+}
+
+/// llama.cpp's example GBNF grammars (`grammars/*.gbnf`: json, arithmetic, c, chess, ...),
+/// from the same source as [`llama_cpp_vocab`], or `None` after recording a skip when they
+/// are missing; in CI that fails the test.
+#[track_caller]
+pub fn llama_cpp_grammars() -> Option<PathBuf> {
+    llama_cpp_source("grammars")
+}
+
+/// `path` inside llama.cpp's source tree, or `None` after recording a skip.
+#[track_caller]
+fn llama_cpp_source(path: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("LLAMA_CPP_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
                 .join(".cache/hearth/llama.cpp")
         });
-    let file = format!("ggml-vocab-{name}.gguf");
     let found = std::fs::read_dir(&cache).ok().and_then(|entries| {
         entries
             .flatten()
-            .map(|e| e.path().join("vendor/llama.cpp/models").join(&file))
-            .find(|p| p.is_file())
+            .map(|e| e.path().join("vendor/llama.cpp").join(path))
+            .find(|p| p.exists())
     });
     if found.is_none() {
         skip(format_args!(
-            "{file} is missing under {} (run scripts/llama-cpp src)",
+            "llama.cpp's {path} is missing under {} (run scripts/llama-cpp src)",
             cache.display()
         ));
     }

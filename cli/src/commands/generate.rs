@@ -77,6 +77,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         ignore_eos: args.ignore_eos,
         logprobs: None,
         speculative,
+        grammar: None,
     };
     let stream = args.format == Format::Table;
     let mut stdout = std::io::stdout();

@@ -5,11 +5,20 @@
 //!
 //! A [`TokenStream`] knows nothing of the model or its cache: its owner runs the forward pass,
 //! hands it the logits, forwards the token it returns, and decides when the context is full.
+//!
+//! A request with a grammar ([`GrammarSpec`]) has its logits masked before the sampler sees
+//! them: every token that would break the grammar is set to -inf in a copy kept for the
+//! purpose, for drawing ([`TokenStream::sample`]) and for verifying a draft
+//! ([`TokenStream::verify`]) alike; each token the stream keeps moves the grammar on. Once
+//! the grammar is complete only end-of-generation tokens are allowed, so the model ends the
+//! text itself and the stream finishes with [`FinishReason::Eos`], as under llama.cpp's
+//! grammars.
 
 use hearth_models::{StreamDecoder, Tokenizer};
 use serde::Serialize;
 
 use super::{Logprobs, Sampler, SamplerParams, StopStrings};
+use crate::grammar::{Constraint, GrammarSpec};
 use crate::speculative::{self, Distribution, Speculative, Verdict};
 use hearth_model::{Error, Result};
 
@@ -29,6 +38,10 @@ pub struct GenerateParams {
     /// Draft tokens and verify them in one step (speculative decoding); the output is the
     /// same as without.
     pub speculative: Option<Speculative>,
+    /// Hold the text to a grammar or JSON Schema: only tokens that keep it valid are drawn,
+    /// and the text ends when the grammar is complete. Log probabilities stay the model's own
+    /// (before the mask), as llama.cpp reports them.
+    pub grammar: Option<GrammarSpec>,
 }
 
 impl Default for GenerateParams {
@@ -40,15 +53,23 @@ impl Default for GenerateParams {
             ignore_eos: false,
             logprobs: None,
             speculative: None,
+            grammar: None,
         }
     }
 }
 
 impl GenerateParams {
     /// Checks a request before any work: valid sampling (biased tokens within a vocabulary
-    /// of `n_vocab`), a prompt, and room in a context of `n_ctx` for the prompt and
-    /// `max_tokens`.
-    pub(crate) fn check(&self, prompt: &[u32], n_ctx: usize, n_vocab: usize) -> Result<()> {
+    /// of `n_vocab`), a prompt, room in a context of `n_ctx` for the prompt and
+    /// `max_tokens`, and a grammar that compiles over `tokenizer`'s vocabulary and admits
+    /// some text.
+    pub(crate) fn check(
+        &self,
+        tokenizer: &Tokenizer,
+        prompt: &[u32],
+        n_ctx: usize,
+        n_vocab: usize,
+    ) -> Result<()> {
         self.sampler
             .validate()
             .map_err(|e| Error::options(e.field, e.to_string()))?;
@@ -75,6 +96,9 @@ impl GenerateParams {
                 used: 0,
                 n_ctx,
             });
+        }
+        if let Some(spec) = &self.grammar {
+            Constraint::new(spec, tokenizer)?;
         }
         Ok(())
     }
@@ -129,13 +153,22 @@ pub struct TokenStream {
     max_tokens: usize,
     ignore_eos: bool,
     logprobs: Option<usize>,
+    /// The request's grammar, moved past every token kept.
+    constraint: Option<Constraint>,
+    /// The logits as the grammar leaves them (vocab), reused from step to step.
+    masked: Vec<f32>,
 }
 
 impl TokenStream {
-    /// A stream continuing `prompt` under `params`. Special tokens are left out of the text.
-    /// `params` are not checked here (see [`GenerateParams::check`]).
-    pub fn new(prompt: &[u32], params: &GenerateParams) -> Self {
-        Self {
+    /// A stream continuing `prompt` under `params`, with `tokenizer`, the one every later
+    /// call passes. Special tokens are left out of the text. Only the grammar is checked here
+    /// (it must compile; [`GenerateParams::check`] checks the rest, the grammar too).
+    pub fn new(tokenizer: &Tokenizer, prompt: &[u32], params: &GenerateParams) -> Result<Self> {
+        let constraint = match &params.grammar {
+            Some(spec) => Some(Constraint::new(spec, tokenizer)?),
+            None => None,
+        };
+        Ok(Self {
             sampler: Sampler::new(params.sampler.clone()),
             stops: StopStrings::new(params.stop.clone()),
             decoder: StreamDecoder::new(true),
@@ -144,14 +177,17 @@ impl TokenStream {
             max_tokens: params.max_tokens.unwrap_or(usize::MAX),
             ignore_eos: params.ignore_eos,
             logprobs: params.logprobs,
-        }
+            constraint,
+            masked: Vec::new(),
+        })
     }
 
     /// Draws the next token from `logits` (the model's scores after the last token), appends
     /// it, and returns it with the text it completes and whether it ends the stream. After
     /// an end-of-generation token no text is decoded; after a stop string, none is shown.
     pub fn sample(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Sampled {
-        let token = self.sampler.sample(logits, &self.tokens);
+        let allowed = masked(&mut self.constraint, logits, &mut self.masked);
+        let token = self.sampler.sample(allowed, &self.tokens);
         self.push(tokenizer, token, logits)
     }
 
@@ -165,7 +201,8 @@ impl TokenStream {
         drafted: u32,
         acceptance: speculative::Acceptance,
     ) -> (Verdict, Sampled) {
-        let p = self.sampler.distribution(logits, &self.tokens);
+        let allowed = masked(&mut self.constraint, logits, &mut self.masked);
+        let p = self.sampler.distribution(allowed, &self.tokens);
         let q = Distribution::certain(drafted);
         let (u, u2) = (self.sampler.uniform(), self.sampler.uniform());
         let verdict = speculative::verify(&p, &q, drafted, acceptance, u, u2);
@@ -179,8 +216,14 @@ impl TokenStream {
     /// Appends `token`, chosen from `logits`, and returns what it completes.
     fn push(&mut self, tokenizer: &Tokenizer, token: u32, logits: &[f32]) -> Sampled {
         self.tokens.push(token);
+        // A complete grammar has nothing to add: its end ends the text even under
+        // `ignore_eos`.
+        let grammar_done = self.constraint.as_mut().is_some_and(|c| {
+            c.commit(token);
+            c.is_complete()
+        });
         let logprobs = self.logprobs.map(|top| super::logprobs(logits, token, top));
-        if !self.ignore_eos && tokenizer.is_end_of_generation(token) {
+        if (!self.ignore_eos || grammar_done) && tokenizer.is_end_of_generation(token) {
             return Sampled {
                 token,
                 text: String::new(),
@@ -242,6 +285,21 @@ impl TokenStream {
     /// The generated tokens, the stream consumed.
     pub fn into_generated(mut self) -> Vec<u32> {
         self.tokens.split_off(self.prompt_len)
+    }
+}
+
+/// `logits` as `constraint` leaves them (in `scratch`), or as they are without one.
+fn masked<'a>(
+    constraint: &mut Option<Constraint>,
+    logits: &'a [f32],
+    scratch: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    match constraint {
+        Some(c) => {
+            c.mask(logits, scratch);
+            scratch
+        }
+        None => logits,
     }
 }
 
@@ -312,7 +370,12 @@ mod tests {
             ignore_eos: false,
             logprobs: None,
             speculative: None,
+            grammar: None,
         }
+    }
+
+    fn new_stream(prompt: &[u32], params: &GenerateParams) -> TokenStream {
+        TokenStream::new(&tokenizer(), prompt, params).unwrap()
     }
 
     /// Feeds `ids` until one ends the stream; returns each token's text and finish.
@@ -337,7 +400,7 @@ mod tests {
 
     #[test]
     fn text_comes_out_token_by_token() {
-        let mut stream = TokenStream::new(&[1], &params(None, &[]));
+        let mut stream = new_stream(&[1], &params(None, &[]));
         let steps = feed(&mut stream, &[HELLO, WORLD, HASH]);
         assert_eq!(texts(&steps), ["Hello", " world", "#"]);
         assert!(steps.iter().all(|(_, finish)| finish.is_none()));
@@ -350,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_stop_string_split_across_tokens_is_held_back_and_dropped() {
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &["</s>"]));
+        let mut stream = new_stream(&[1], &params(Some(10), &["</s>"]));
         let steps = feed(&mut stream, &[HELLO, LT, SLASH, S, GT, WORLD]);
         assert_eq!(texts(&steps), ["Hello", "", "", "", ""]);
         assert_eq!(steps[4].1, Some(FinishReason::Stop));
@@ -362,14 +425,14 @@ mod tests {
 
     #[test]
     fn a_false_start_of_a_stop_string_is_released() {
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &["</s>"]));
+        let mut stream = new_stream(&[1], &params(Some(10), &["</s>"]));
         let steps = feed(&mut stream, &[LT, SLASH, HASH, HELLO]);
         assert_eq!(texts(&steps), ["", "", "</#", "Hello"]);
     }
 
     #[test]
     fn end_of_generation_ends_the_stream_without_text() {
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &[]));
+        let mut stream = new_stream(&[1], &params(Some(10), &[]));
         let steps = feed(&mut stream, &[HELLO, EOS, HELLO]);
         assert_eq!(steps.len(), 2);
         assert_eq!(steps[1], (String::new(), Some(FinishReason::Eos)));
@@ -378,7 +441,7 @@ mod tests {
         assert_eq!(stream.finish(FinishReason::Eos), "");
 
         // With `ignore_eos` it is an ordinary (special, so silent) token.
-        let mut stream = TokenStream::new(
+        let mut stream = new_stream(
             &[1],
             &GenerateParams {
                 ignore_eos: true,
@@ -392,18 +455,18 @@ mod tests {
 
     #[test]
     fn end_of_generation_before_max_tokens_and_stop_before_length() {
-        let mut stream = TokenStream::new(&[1], &params(Some(2), &[]));
+        let mut stream = new_stream(&[1], &params(Some(2), &[]));
         let steps = feed(&mut stream, &[HELLO, EOS]);
         assert_eq!(steps[1].1, Some(FinishReason::Eos));
 
-        let mut stream = TokenStream::new(&[1], &params(Some(2), &["Hello"]));
+        let mut stream = new_stream(&[1], &params(Some(2), &["Hello"]));
         let steps = feed(&mut stream, &[WORLD, HELLO]);
         assert_eq!(steps[1], (String::new(), Some(FinishReason::Stop)));
     }
 
     #[test]
     fn max_tokens_ends_the_stream_on_its_last_token() {
-        let mut stream = TokenStream::new(&[1], &params(Some(3), &[]));
+        let mut stream = new_stream(&[1], &params(Some(3), &[]));
         assert!(!stream.at_max_tokens());
         let steps = feed(&mut stream, &[HELLO, WORLD, HASH, HELLO]);
         assert_eq!(steps.len(), 3);
@@ -411,9 +474,9 @@ mod tests {
         assert!(stream.at_max_tokens());
 
         // No room at all: the owner sees it before sampling.
-        assert!(TokenStream::new(&[1], &params(Some(0), &[])).at_max_tokens());
+        assert!(new_stream(&[1], &params(Some(0), &[])).at_max_tokens());
         // Without a limit the stream never ends on length; the owner's context does that.
-        let mut stream = TokenStream::new(&[1], &params(None, &[]));
+        let mut stream = new_stream(&[1], &params(None, &[]));
         let steps = feed(&mut stream, &[HELLO; 100]);
         assert!(steps.iter().all(|(_, finish)| finish.is_none()));
         assert!(!stream.at_max_tokens());
@@ -422,21 +485,21 @@ mod tests {
     #[test]
     fn finish_flushes_held_back_text() {
         // A tail that could have begun a stop string.
-        let mut stream = TokenStream::new(&[1], &params(Some(2), &["##"]));
+        let mut stream = new_stream(&[1], &params(Some(2), &["##"]));
         let steps = feed(&mut stream, &[HELLO, HASH]);
         assert_eq!(texts(&steps), ["Hello", ""]);
         assert_eq!(steps[1].1, Some(FinishReason::Length));
         assert_eq!(stream.finish(FinishReason::Length), "#");
 
         // An incomplete character comes out as U+FFFD; a complete one as itself.
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &[]));
+        let mut stream = new_stream(&[1], &params(Some(10), &[]));
         assert_eq!(texts(&feed(&mut stream, &RI)), ["", "", "日"]);
         let steps = feed(&mut stream, &RI[..2]);
         assert_eq!(texts(&steps), ["", ""]);
         assert_eq!(stream.finish(FinishReason::Eos), "\u{FFFD}");
 
         // Both at once, in order: the decoder's tail goes through the stop strings too.
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &["#日"]));
+        let mut stream = new_stream(&[1], &params(Some(10), &["#日"]));
         assert_eq!(
             texts(&feed(&mut stream, &[HELLO, HASH, RI[0]])),
             ["Hello", "", ""]
@@ -446,11 +509,11 @@ mod tests {
 
     #[test]
     fn nothing_is_flushed_after_a_stop_or_a_cancel() {
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &["##"]));
+        let mut stream = new_stream(&[1], &params(Some(10), &["##"]));
         feed(&mut stream, &[HELLO, HASH, RI[0]]);
         assert_eq!(stream.finish(FinishReason::Cancelled), "");
 
-        let mut stream = TokenStream::new(&[1], &params(Some(10), &["##"]));
+        let mut stream = new_stream(&[1], &params(Some(10), &["##"]));
         let steps = feed(&mut stream, &[HELLO, HASH, HASH]);
         assert_eq!(steps[2].1, Some(FinishReason::Stop));
         assert_eq!(stream.finish(FinishReason::Stop), "");
@@ -467,7 +530,7 @@ mod tests {
             ..SamplerParams::default()
         };
         let prompt = [HELLO, WORLD, HELLO];
-        let mut stream = TokenStream::new(
+        let mut stream = new_stream(
             &prompt,
             &GenerateParams {
                 sampler: sampler.clone(),
@@ -485,5 +548,97 @@ mod tests {
             assert_eq!(stream.sample(&tok, &logits).token, want);
         }
         assert_eq!(stream.tokens(), history);
+    }
+
+    fn constrained(grammar: &str, max_tokens: usize) -> GenerateParams {
+        GenerateParams {
+            grammar: Some(GrammarSpec::Gbnf(grammar.into())),
+            ..params(Some(max_tokens), &[])
+        }
+    }
+
+    /// The grammar decides whatever the logits prefer; once it is complete only the end of
+    /// generation is left, which ends the stream as an end token does.
+    #[test]
+    fn a_grammar_masks_the_logits_and_ends_the_text() {
+        let tok = tokenizer();
+        let mut stream = new_stream(
+            &[1],
+            &constrained(r##"root ::= "Hello" (" world" | "#")"##, 10),
+        );
+        let first = stream.sample(&tok, &pick(HASH));
+        assert_eq!((first.token, first.finish), (HELLO, None));
+        // Between the grammar's two choices the logits decide.
+        let mut logits = pick(LT);
+        logits[WORLD as usize] = 0.5;
+        assert_eq!(stream.sample(&tok, &logits).token, WORLD);
+        let end = stream.sample(&tok, &pick(HELLO));
+        assert_eq!((end.token, end.finish), (EOS, Some(FinishReason::Eos)));
+        assert_eq!(stream.generated(), [HELLO, WORLD, EOS]);
+
+        // Logits past the vocabulary (a padded output) are never drawn.
+        let mut stream = new_stream(&[1], &constrained(r##"root ::= "#"+"##, 10));
+        let mut logits = pick(HASH);
+        logits.push(100.0);
+        assert_eq!(stream.sample(&tok, &logits).token, HASH);
+
+        // A complete grammar ends the text under `ignore_eos` too.
+        let params = GenerateParams {
+            ignore_eos: true,
+            ..constrained(r##"root ::= "#""##, 10)
+        };
+        let mut stream = new_stream(&[1], &params);
+        assert_eq!(stream.sample(&tok, &pick(HELLO)).token, HASH);
+        let end = stream.sample(&tok, &pick(HELLO));
+        assert_eq!((end.token, end.finish), (EOS, Some(FinishReason::Eos)));
+    }
+
+    /// Log probabilities are the model's, before the mask.
+    #[test]
+    fn logprobs_are_the_model_s_own() {
+        let tok = tokenizer();
+        let params = GenerateParams {
+            logprobs: Some(1),
+            ..constrained(r##"root ::= "#""##, 10)
+        };
+        let mut stream = new_stream(&[1], &params);
+        let logits = pick(HELLO);
+        let got = stream.sample(&tok, &logits);
+        assert_eq!(got.token, HASH);
+        assert_eq!(got.logprobs, Some(super::super::logprobs(&logits, HASH, 1)));
+    }
+
+    /// Speculative decoding's path: a draft the grammar refuses is replaced by a token it
+    /// allows, one it allows is kept, and only kept tokens move the grammar on.
+    #[test]
+    fn verify_applies_the_grammar() {
+        let tok = tokenizer();
+        let exact = speculative::Acceptance::Exact;
+        let mut stream = new_stream(&[1], &constrained(r##"root ::= "Hello" "#"+"##, 10));
+        let (verdict, next) = stream.verify(&tok, &pick(HASH), HASH, exact);
+        assert_eq!((verdict, next.token), (Verdict::Replaced(HELLO), HELLO));
+        let (verdict, next) = stream.verify(&tok, &pick(WORLD), HASH, exact);
+        assert_eq!((verdict, next.token), (Verdict::Accepted, HASH));
+        // `#` again or the end: the logits choose the end.
+        let (verdict, next) = stream.verify(&tok, &pick(EOS), HASH, exact);
+        assert_eq!(verdict, Verdict::Replaced(EOS));
+        assert_eq!(next.finish, Some(FinishReason::Eos));
+    }
+
+    #[test]
+    fn a_bad_grammar_is_refused_before_the_stream_starts() {
+        let tok = tokenizer();
+        for grammar in [r##"root ::= "Hello"##, r##"root ::= "zzz""##] {
+            let err = TokenStream::new(&tok, &[1], &constrained(grammar, 10)).unwrap_err();
+            assert!(
+                matches!(err, Error::Options { ref field, .. } if field == "grammar"),
+                "{err}"
+            );
+            let checked = constrained(grammar, 10).check(&tok, &[1], 100, VOCAB.len());
+            assert!(checked.is_err());
+        }
+        assert!(constrained(r##"root ::= "Hello""##, 10)
+            .check(&tok, &[1], 100, VOCAB.len())
+            .is_ok());
     }
 }

@@ -138,7 +138,12 @@ impl<'a> Scheduler<'a> {
     pub fn add_request(&mut self, prompt: &[u32], params: &RequestParams) -> Result<RequestId> {
         let g = &params.generate;
         let n_vocab = self.model.config().n_vocab;
-        params.check(prompt, self.model.kv().shape().n_ctx, n_vocab)?;
+        params.check(
+            self.tokenizer,
+            prompt,
+            self.model.kv().shape().n_ctx,
+            n_vocab,
+        )?;
         crate::speculative::check_drafting(
             g.speculative,
             self.draft_model.is_some(),
@@ -161,17 +166,23 @@ impl<'a> Scheduler<'a> {
         self.next_request += 1;
         let now = Instant::now();
         let first = self.seqs.len();
-        for i in 0..params.n {
+        // Every completion's stream before any joins, so that a refusal leaves none behind.
+        let streams = (0..params.n)
+            .map(|i| {
+                let mut g = g.clone();
+                g.sampler.seed = g.sampler.seed.wrapping_add(i as u64);
+                TokenStream::new(self.tokenizer, prompt, &g)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (i, stream) in streams.into_iter().enumerate() {
             // Without `max_tokens`, `sample` ends the stream when the context is full.
-            let mut g = g.clone();
-            g.sampler.seed = g.sampler.seed.wrapping_add(i as u64);
             self.waiting.push_back(self.seqs.len());
             self.seqs.push(Sequence {
                 request: id,
                 sample: i,
                 phase: Phase::Waiting,
                 row: 0,
-                stream: TokenStream::new(prompt, &g),
+                stream,
                 computed: 0,
                 after: (i > 0).then_some(first),
                 admitted: 0,

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use hearth_models::Tokenizer;
 use serde::Serialize;
 
 use crate::sample::{FinishReason, GenerateParams, Logprobs};
@@ -20,16 +21,17 @@ pub struct RequestParams {
 }
 
 impl RequestParams {
-    /// Checks a request before any work: its generation settings against `prompt` and a
-    /// context of `n_ctx` and a vocabulary of `n_vocab` ([`GenerateParams::check`]), and at
-    /// least one completion.
+    /// Checks a request before any work: its generation settings against `prompt`, a
+    /// context of `n_ctx` and a vocabulary of `n_vocab`, its grammar against `tokenizer`'s
+    /// ([`GenerateParams::check`]), and at least one completion.
     pub(crate) fn check(
         &self,
+        tokenizer: &Tokenizer,
         prompt: &[u32],
         n_ctx: usize,
         n_vocab: usize,
     ) -> hearth_model::Result<()> {
-        self.generate.check(prompt, n_ctx, n_vocab)?;
+        self.generate.check(tokenizer, prompt, n_ctx, n_vocab)?;
         if self.n == 0 {
             return Err(hearth_model::Error::options("n", "must be at least 1"));
         }

@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
+use hearth_models::Tokenizer;
+
 use super::{Command, Event, Observer, Queue, Report, ServiceError, Sink, Submit};
 use crate::engine::Engine;
 use crate::sample::FinishReason;
@@ -27,6 +29,8 @@ struct Solo {
     next_id: u64,
     n_ctx: usize,
     n_vocab: usize,
+    /// The engine's tokenizer, which requests' grammars are checked against.
+    tokenizer: Arc<Tokenizer>,
     /// The request running now, and whether it was cancelled.
     current: Option<RequestId>,
     cancelled: bool,
@@ -43,6 +47,7 @@ pub(super) fn run(engine: &mut Engine, rx: mpsc::Receiver<Command>, shared: Arc<
         next_id: 0,
         n_ctx: engine.session().backend().n_ctx(),
         n_vocab: engine.info().config.n_vocab,
+        tokenizer: engine.text_tools().0,
         current: None,
         cancelled: false,
         closed: false,
@@ -112,7 +117,7 @@ impl Solo {
         let checked = s
             .params
             .generate
-            .check(&s.prompt, self.n_ctx, self.n_vocab)
+            .check(&self.tokenizer, &s.prompt, self.n_ctx, self.n_vocab)
             .and_then(|()| match s.params.n {
                 0 => Err(hearth_model::Error::options("n", "must be at least 1")),
                 _ => Ok(()),

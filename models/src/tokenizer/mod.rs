@@ -11,8 +11,10 @@ mod special;
 mod spm;
 mod stream;
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 pub use hf::{HfEncoding, HfTokenizer};
 pub use special::SpecialTokens;
@@ -110,6 +112,9 @@ pub struct Tokenizer {
     end_of_generation: Vec<u32>,
     all_specials: Option<SpecialMatcher>,
     user_defined: Option<SpecialMatcher>,
+    /// What crates above build once from this vocabulary and keep beside it (the engine's
+    /// index for grammars), one value per type, built on first use: see [`Tokenizer::derived`].
+    derived: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 /// Control-token texts that end a turn in common chat formats; llama.cpp treats them as
@@ -278,7 +283,29 @@ impl Tokenizer {
             bytes,
             special,
             end_of_generation,
+            derived: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The value of type `T` derived from this tokenizer: built by `build` on the first call
+    /// and shared by every later one, so that what only some requests need (an index of the
+    /// vocabulary for constrained output) costs nothing until one asks. A failed build is not
+    /// kept. Concurrent first calls wait for one build.
+    pub fn derived<T, E>(
+        &self,
+        build: impl FnOnce(&Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<Arc<T>, E>
+    where
+        T: Any + Send + Sync,
+    {
+        // A panic in another caller's build leaves the list as it was: still usable.
+        let mut derived = self.derived.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = derived.iter().find_map(|d| d.clone().downcast::<T>().ok()) {
+            return Ok(found);
+        }
+        let value = Arc::new(build(self)?);
+        derived.push(value.clone());
+        Ok(value)
     }
 
     /// Encodes `text` with the default options: BOS/EOS as the model asks, special tokens

@@ -327,6 +327,7 @@ impl Sampling {
                 ignore_eos: false,
                 logprobs,
                 speculative: None,
+                grammar: None,
             },
             n,
         })
