@@ -18,6 +18,7 @@ use hearth_engine::session::{FinishReason, GenerateParams};
 use hearth_models::ChatMessage;
 
 use crate::draft_args::DraftArgs;
+use crate::grammar_args::GrammarArgs;
 use crate::model_args::{ModelArgs, SamplingArgs};
 use crate::DeviceChoice;
 
@@ -38,6 +39,8 @@ pub struct ChatArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     draft: DraftArgs,
+    #[command(flatten)]
+    grammar: GrammarArgs,
 }
 
 const HELP: &str = "commands: /reset starts a new conversation, /exit leaves; \
@@ -45,6 +48,7 @@ const HELP: &str = "commands: /reset starts a new conversation, /exit leaves; \
 
 pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
     let speculative = args.draft.speculative()?;
+    let grammar = args.grammar.spec()?;
     let mut engine = args.model.load(device, args.ctx_size)?;
     args.draft.load(&mut engine, &args.model.run, device)?;
     let info = engine.info().clone();
@@ -80,6 +84,7 @@ pub fn run(args: &ChatArgs, device: &DeviceChoice) -> Result<()> {
         max_tokens: usize::try_from(args.n_predict).ok(),
         sampler: args.sampling.params(),
         speculative,
+        grammar,
         ..GenerateParams::default()
     };
     let stdin = std::io::stdin();

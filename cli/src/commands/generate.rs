@@ -10,6 +10,7 @@ use hearth_model::kv::policy::KvPolicyKind;
 use serde_json::json;
 
 use crate::draft_args::DraftArgs;
+use crate::grammar_args::GrammarArgs;
 use crate::model_args::{ModelArgs, SamplingArgs};
 use crate::output::Format;
 use crate::DeviceChoice;
@@ -42,6 +43,8 @@ pub struct GenerateArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     draft: DraftArgs,
+    #[command(flatten)]
+    grammar: GrammarArgs,
     /// Beam search with this many beams (sampling options are then ignored); prints the
     /// best hypothesis (JSON: every hypothesis).
     #[arg(long, value_name = "W")]
@@ -64,9 +67,13 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
                 "--draft and --beams do not go together: beam search keeps its own candidates"
             );
         }
+        if args.grammar.spec()?.is_some() {
+            anyhow::bail!("a grammar and --beams do not go together: beam search is unconstrained");
+        }
         return run_beams(args, device, width);
     }
     let speculative = args.draft.speculative()?;
+    let grammar = args.grammar.spec()?;
     let mut engine = args.model.load(device, args.ctx_size)?;
     args.draft.load(&mut engine, &args.model.run, device)?;
     let prompt = engine.tokenize(&args.prompt);
@@ -77,7 +84,7 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         ignore_eos: args.ignore_eos,
         logprobs: None,
         speculative,
-        grammar: None,
+        grammar,
     };
     let stream = args.format == Format::Table;
     let mut stdout = std::io::stdout();

@@ -92,9 +92,13 @@ impl Constraint {
 
     /// Moves past `token`, which the sequence keeps. A token the grammar does not allow (the
     /// sampler had no allowed token with a finite logit) leaves the grammar failed: only
-    /// end-of-generation tokens follow.
+    /// end-of-generation tokens follow. After a complete grammar (whose end-of-generation
+    /// token is all that could be drawn) nothing moves.
     pub fn commit(&mut self, token: u32) {
         self.allowed = None;
+        if self.matcher.is_stopped() {
+            return;
+        }
         if let Err(e) = self.matcher.consume_token(token) {
             tracing::warn!("token {token} does not fit the grammar: {e}");
         }
@@ -213,6 +217,14 @@ mod tests {
         c.commit(AB);
         assert!(c.is_complete());
         assert_eq!(allowed(&mut c), [EOS, IM_END]);
+        c.commit(IM_END);
+        assert!(!c.matcher.is_error(), "{:?}", c.matcher.get_error());
+        // The end drawn while more could follow ends the grammar too.
+        let mut c = gbnf("root ::= \"a\"+").unwrap();
+        c.commit(A);
+        assert!(!c.is_complete());
+        c.commit(EOS);
+        assert!(c.is_complete() && !c.matcher.is_error());
         // A grammar of the empty text is complete before it starts.
         let mut c = gbnf("root ::= \"\"").unwrap();
         assert_eq!(allowed(&mut c), [EOS, IM_END]);
