@@ -1,15 +1,19 @@
 """Drives `hearth serve` with the official openai package: models, chat, streamed chat,
 completions, log probabilities (chat, streamed chat, completions), the presence and frequency
-penalties, and the errors the package raises for 400, 401 and 404. Prints one line per
-check; exits non-zero at the first that fails.
+penalties, constrained output (JSON mode, a strict JSON schema, streamed too, and the
+package's own `parse` with a Pydantic model), and the errors the package raises for 400, 401
+and 404. Prints one line per check; exits non-zero at the first that fails.
 
     python check.py BASE_URL API_KEY MODEL EXPECTED_COMPLETION
 """
 
+import json
 import sys
+from typing import Literal
 
 import openai
 from openai import OpenAI
+from pydantic import BaseModel
 
 base_url, key, model, expected = sys.argv[1:5]
 client = OpenAI(base_url=base_url, api_key=key, max_retries=0)
@@ -97,6 +101,57 @@ penalised = client.completions.create(model=model, prompt="one one one one one",
 check("penalties change the answer", plain.choices[0].text != penalised.choices[0].text,
       repr((plain.choices[0].text, penalised.choices[0].text)))
 
+# Constrained output: sampled answers held to JSON, to a strict schema, and to the schema the
+# package derives from a Pydantic model; each ends by itself.
+ask = [{"role": "user", "content": "Describe a cat in a short JSON object: name, legs, color."}]
+sampled = {"model": model, "messages": ask, "max_tokens": 240, "temperature": 0.7, "seed": 1}
+mode = client.chat.completions.create(**sampled, response_format={"type": "json_object"})
+cat = json.loads(mode.choices[0].message.content)
+check("JSON mode", isinstance(cat, dict) and mode.choices[0].finish_reason == "stop", repr(cat))
+
+schema = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "legs": {"type": "integer", "minimum": 0, "maximum": 8},
+        "color": {"enum": ["black", "white", "gray"]},
+    },
+    "required": ["name", "legs", "color"],
+    "additionalProperties": False,
+}
+strict = {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema, "strict": True}}
+
+
+def valid_cat(cat):
+    return (list(cat) == ["name", "legs", "color"] and len(cat["name"]) <= 10
+            and 0 <= cat["legs"] <= 8 and cat["color"] in schema["properties"]["color"]["enum"])
+
+
+held = client.chat.completions.create(**sampled, response_format=strict)
+cat = json.loads(held.choices[0].message.content)
+check("strict JSON schema", valid_cat(cat) and held.choices[0].finish_reason == "stop", repr(cat))
+
+parts = []
+for chunk in client.chat.completions.create(**{**sampled, "seed": 2}, response_format=strict,
+                                            stream=True):
+    for c in chunk.choices:
+        parts.append(c.delta.content or "")
+cat = json.loads("".join(parts))
+check("streamed strict JSON schema", valid_cat(cat), repr(cat))
+
+
+class Cat(BaseModel):
+    name: str
+    legs: int
+    color: Literal["black", "white", "gray"]
+
+
+# `parse` left the beta namespace in later versions of the package.
+parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+parsed = parse(**sampled, response_format=Cat).choices[0].message.parsed
+check("parse with a Pydantic model", isinstance(parsed, Cat), repr(parsed))
+
+
 
 def raises(name, error, call):
     try:
@@ -123,3 +178,11 @@ raises("too many alternatives", openai.BadRequestError,
                                               logprobs=True, top_logprobs=21))
 raises("wrong type", openai.BadRequestError,
        lambda: client.chat.completions.create(model=model, messages="hi"))
+raises("unsupported schema keyword", openai.BadRequestError,
+       lambda: client.chat.completions.create(
+           model=model, messages=messages, max_tokens=1,
+           response_format={"type": "json_schema", "json_schema": {
+               "name": "x", "schema": {"not": {"type": "string"}}, "strict": True}}))
+raises("unknown response format", openai.BadRequestError,
+       lambda: client.chat.completions.create(model=model, messages=messages, max_tokens=1,
+                                              response_format={"type": "xml"}))

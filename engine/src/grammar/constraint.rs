@@ -70,7 +70,9 @@ impl Constraint {
             .get_or_insert_with(|| match matcher.compute_mask_or_eos() {
                 Ok(mask) => mask,
                 Err(e) => {
-                    tracing::warn!("the grammar cannot go on, ending the text: {e}");
+                    let e = e.to_string();
+                    let why = e.lines().next().unwrap_or_default();
+                    tracing::warn!("the grammar cannot go on, ending the text: {why}");
                     vocabulary.trie().eos_token_set()
                 }
             })
@@ -100,7 +102,9 @@ impl Constraint {
             return;
         }
         if let Err(e) = self.matcher.consume_token(token) {
-            tracing::warn!("token {token} does not fit the grammar: {e}");
+            let e = e.to_string();
+            let why = e.lines().next().unwrap_or_default();
+            tracing::warn!("token {token} does not fit the grammar: {why}");
         }
     }
 

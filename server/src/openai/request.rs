@@ -4,6 +4,7 @@
 //! a 400 naming it. What one request may ask for is bounded (see the `MAX_` constants), so
 //! that what the server holds for it is bounded too.
 
+use hearth_engine::grammar::GrammarSpec;
 use hearth_engine::sample::{GenerateParams, SamplerParams, MAX_TOP_LOGPROBS};
 use hearth_engine::sched::RequestParams;
 use hearth_engine::speculative::{DraftSource, Speculative};
@@ -78,10 +79,18 @@ pub struct Sampling {
     /// sampling; at most 1,024 tokens.
     #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
     pub logit_bias: Option<Value>,
-    /// Only `{"type": "text"}`: constrained output (`json_object`, `json_schema`) is not
-    /// served yet, and is refused rather than answered with unconstrained text.
-    #[schema(value_type = Option<Object>)]
+    /// `{"type": "text"}` (the default), `{"type": "json_object"}` (any JSON object) or
+    /// `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`: the answer is
+    /// held to the format token by token (with `strict` true or false alike, as llama.cpp's
+    /// server). A schema keyword the compiler does not implement is refused by name.
+    #[schema(schema_with = response_format)]
     pub response_format: Option<Value>,
+    /// llama.cpp's server's extension: a GBNF grammar the answer is held to.
+    #[schema(schema_with = grammar_text)]
+    pub grammar: Option<String>,
+    /// llama.cpp's server's extension: a JSON Schema the answer is held to.
+    #[schema(schema_with = json_schema)]
+    pub json_schema: Option<Value>,
     /// Chat only: functions the model may call (`[{"type": "function", "function": {"name",
     /// "description", "parameters"}}]`), shown to it through its chat template; its calls
     /// come back as the message's `tool_calls`.
@@ -218,6 +227,152 @@ fn token_count() -> ObjectBuilder {
         .minimum(Some(1))
 }
 
+/// `response_format`: null, or one of its three forms (`json_object` may carry a `schema`,
+/// as llama.cpp's server allows).
+fn response_format() -> RefOr<Schema> {
+    let kind = |t: &str| {
+        of_type(Type::Object)
+            .property("type", of_type(Type::String).enum_values(Some([t])))
+            .required("type")
+    };
+    let or_null =
+        |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
+    let json_schema = of_type(Type::Object)
+        .property("name", or_null(Type::String))
+        .property("description", or_null(Type::String))
+        .property("schema", or_null(Type::Object))
+        .property("strict", or_null(Type::Boolean));
+    OneOfBuilder::new()
+        .item(of_type(Type::Null))
+        .item(kind("text"))
+        .item(kind("json_object").property("schema", or_null(Type::Object)))
+        .item(
+            kind("json_schema")
+                .property("json_schema", json_schema)
+                .required("json_schema"),
+        )
+        .into()
+}
+
+fn grammar_text() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+}
+
+fn json_schema() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+}
+
+/// The constraint `response_format` asks for; `None` for text. Each field is checked as the
+/// OpenAPI description says; `name` and `description` are read and not used.
+fn response_format_spec(value: Option<&Value>) -> Result<Option<GrammarSpec>, Invalid> {
+    let f = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(f)) => f,
+        Some(other) => {
+            return Err(invalid(
+                "response_format",
+                format!("response_format is {other}; it must be an object with a `type`"),
+            ))
+        }
+    };
+    // A field that may be left out or null, else of one JSON type.
+    let optional = |f: &serde_json::Map<String, Value>,
+                    key: &str,
+                    param: &str,
+                    is: fn(&Value) -> bool,
+                    what: &str| {
+        match f.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) if is(v) => Ok(Some(v.clone())),
+            Some(v) => Err(invalid(param, format!("{param} is {v}; it must be {what}"))),
+        }
+    };
+    let kind = match f.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        None => {
+            return Err(invalid(
+                "response_format.type",
+                "response_format.type is missing",
+            ))
+        }
+        Some(other) => {
+            return Err(invalid(
+                "response_format.type",
+                format!("response_format.type is {other}; it must be a string"),
+            ))
+        }
+    };
+    match kind {
+        "text" => Ok(None),
+        "json_object" => {
+            let schema = optional(
+                f,
+                "schema",
+                "response_format.schema",
+                Value::is_object,
+                "an object",
+            )?;
+            Ok(Some(
+                schema.map_or(GrammarSpec::JsonObject, GrammarSpec::JsonSchema),
+            ))
+        }
+        "json_schema" => {
+            let param = "response_format.json_schema";
+            let js = match f.get("json_schema") {
+                Some(Value::Object(js)) => js,
+                None | Some(Value::Null) => {
+                    return Err(invalid(param, format!("{param} is missing")))
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        param,
+                        format!("{param} is {other}; it must be an object"),
+                    ))
+                }
+            };
+            optional(
+                js,
+                "name",
+                "response_format.json_schema.name",
+                Value::is_string,
+                "a string",
+            )?;
+            optional(
+                js,
+                "description",
+                "response_format.json_schema.description",
+                Value::is_string,
+                "a string",
+            )?;
+            optional(
+                js,
+                "strict",
+                "response_format.json_schema.strict",
+                Value::is_boolean,
+                "a boolean",
+            )?;
+            let schema = optional(
+                js,
+                "schema",
+                "response_format.json_schema.schema",
+                Value::is_object,
+                "an object",
+            )?;
+            // No schema: any JSON value, as llama.cpp's server reads it.
+            Ok(Some(GrammarSpec::JsonSchema(
+                schema.unwrap_or_else(|| Value::Object(Default::default())),
+            )))
+        }
+        other => Err(invalid(
+            "response_format.type",
+            format!(
+                "response_format type `{other}` is not supported; text, json_object and \
+                 json_schema are"
+            ),
+        )),
+    }
+}
+
 fn required(value: Option<Value>, param: &str) -> Result<Value, Invalid> {
     value.ok_or_else(|| invalid(param, format!("{param} is missing")))
 }
@@ -327,7 +482,7 @@ impl Sampling {
                 ignore_eos: false,
                 logprobs,
                 speculative: None,
-                grammar: None,
+                grammar: self.grammar()?.map(|(_, spec)| spec),
             },
             n,
         })
@@ -422,27 +577,43 @@ impl Sampling {
         }))
     }
 
-    /// Refuses what would change the answer but is not served: constrained output and tool
-    /// calls. Their neutral values (text, no tools, `tool_choice: "none"`) pass.
-    fn refuse_unserved(&self, chat: bool) -> Result<(), Invalid> {
-        let null = |v: &Option<Value>| matches!(v, None | Some(Value::Null));
-        match &self.response_format {
+    /// The constraint on the answer and the field that asked for it: `response_format`
+    /// (`json_object`, or `json_schema` with its `schema`; `text` is none), llama.cpp's
+    /// `grammar` (GBNF) or its `json_schema`. At most one of them may constrain a request.
+    /// Whether the grammar compiles is the engine's check, before any work.
+    pub fn grammar(&self) -> Result<Option<(&'static str, GrammarSpec)>, Invalid> {
+        let mut asked = Vec::new();
+        if let Some(spec) = response_format_spec(self.response_format.as_ref())? {
+            asked.push(("response_format", spec));
+        }
+        if let Some(text) = &self.grammar {
+            asked.push(("grammar", GrammarSpec::Gbnf(text.clone())));
+        }
+        match &self.json_schema {
             None | Some(Value::Null) => {}
-            Some(Value::Object(f)) if f.get("type") == Some(&Value::from("text")) => {}
-            Some(f) => {
-                let kind = f
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("this format");
+            Some(schema @ Value::Object(_)) => {
+                asked.push(("json_schema", GrammarSpec::JsonSchema(schema.clone())))
+            }
+            Some(other) => {
                 return Err(invalid(
-                    "response_format",
-                    format!(
-                        "response_format {kind} is not supported by this server yet; only \
-                         text is (the answer would not be constrained to it)"
-                    ),
-                ));
+                    "json_schema",
+                    format!("json_schema is {other}; it must be a JSON Schema (an object)"),
+                ))
             }
         }
+        if let [(first, _), (second, _), ..] = asked.as_slice() {
+            return Err(invalid(
+                *second,
+                format!("{first} and {second} both constrain the answer; give one of them"),
+            ));
+        }
+        Ok(asked.pop())
+    }
+
+    /// Refuses what would change the answer but is not served: tool calls outside chat.
+    /// Their neutral values (no tools, `tool_choice: "none"`) pass.
+    fn refuse_unserved(&self, chat: bool) -> Result<(), Invalid> {
+        let null = |v: &Option<Value>| matches!(v, None | Some(Value::Null));
         if chat {
             // Read (and refused where malformed) here, used where the prompt is rendered.
             self.tool_request()?;
@@ -683,5 +854,94 @@ mod tests {
         let s: Sampling = from_value(&json!({ "n": 8 })).unwrap();
         assert!(s.params(None, false, 2).is_ok());
         assert_eq!(s.params(None, false, 3).unwrap_err().param, "n");
+    }
+
+    /// `response_format`, `grammar` and `json_schema` become the answer's constraint;
+    /// malformed ones and unknown types are refused by name, and only one may be given.
+    #[test]
+    fn constrained_output_comes_from_any_of_three_fields() {
+        let grammar = |body: Value| sampling(body).unwrap().generate.grammar;
+        let schema = json!({ "type": "object", "properties": { "a": { "type": "integer" } } });
+        let spec = Some(GrammarSpec::JsonSchema(schema.clone()));
+        assert_eq!(grammar(json!({})), None);
+        assert_eq!(grammar(json!({ "response_format": null })), None);
+        assert_eq!(
+            grammar(json!({ "response_format": { "type": "text" } })),
+            None
+        );
+        assert_eq!(
+            grammar(json!({ "response_format": { "type": "json_object" } })),
+            Some(GrammarSpec::JsonObject)
+        );
+        assert_eq!(
+            grammar(json!({ "response_format": { "type": "json_object", "schema": schema } })),
+            spec
+        );
+        for strict in [json!(true), json!(false), Value::Null] {
+            let format = json!({ "type": "json_schema", "json_schema":
+                { "name": "a", "description": "d", "schema": schema, "strict": strict } });
+            assert_eq!(grammar(json!({ "response_format": format })), spec);
+        }
+        // Without a schema, any JSON value (llama.cpp's reading).
+        assert_eq!(
+            grammar(json!({ "response_format": { "type": "json_schema", "json_schema": {} } })),
+            Some(GrammarSpec::JsonSchema(json!({})))
+        );
+        assert_eq!(
+            grammar(json!({ "grammar": "root ::= \"a\"" })),
+            Some(GrammarSpec::Gbnf("root ::= \"a\"".into()))
+        );
+        assert_eq!(grammar(json!({ "json_schema": schema })), spec);
+        assert_eq!(
+            grammar(json!({ "grammar": null, "json_schema": null })),
+            None
+        );
+
+        let format = |f: Value| json!({ "response_format": f });
+        let js = |j: Value| format(json!({ "type": "json_schema", "json_schema": j }));
+        for (body, param) in [
+            (format(json!("json")), "response_format"),
+            (format(json!({})), "response_format.type"),
+            (format(json!({ "type": 1 })), "response_format.type"),
+            (
+                format(json!({ "type": "json_schema" })),
+                "response_format.json_schema",
+            ),
+            (
+                format(json!({ "type": "json_object", "schema": 1 })),
+                "response_format.schema",
+            ),
+            (js(json!({ "name": 5 })), "response_format.json_schema.name"),
+            (
+                js(json!({ "description": [] })),
+                "response_format.json_schema.description",
+            ),
+            (
+                js(json!({ "strict": "yes" })),
+                "response_format.json_schema.strict",
+            ),
+            (
+                js(json!({ "schema": [1] })),
+                "response_format.json_schema.schema",
+            ),
+            (json!({ "grammar": 5 }), "grammar"),
+            (json!({ "json_schema": "{}" }), "json_schema"),
+            (
+                json!({ "grammar": "root ::= \"a\"", "json_schema": {} }),
+                "json_schema",
+            ),
+            (
+                json!({ "response_format": { "type": "json_object" }, "grammar": "x" }),
+                "grammar",
+            ),
+        ] {
+            let e = refused(body.clone());
+            assert_eq!(e.param, param, "{body}: {}", e.message);
+            assert!(e.message.contains(param), "{body}: {}", e.message);
+        }
+        // An unknown type is refused by its name.
+        let e = refused(format(json!({ "type": "xml" })));
+        assert_eq!(e.param, "response_format.type");
+        assert!(e.message.contains("`xml`"), "{}", e.message);
     }
 }

@@ -175,7 +175,18 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let mut params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
     params.generate.speculative = sampling.speculative(m.speculative)?;
-    let accepted = submit(state, m, prompts, params, kind).await?;
+    // The engine compiles the grammar and names the kind of constraint in a refusal
+    // (`json_schema` for any schema); the client is told the field it sent.
+    let asked_in = sampling.grammar()?.map(|(param, _)| param);
+    let engine_names = params.generate.grammar.as_ref().map(|g| g.field());
+    let accepted = submit(state, m, prompts, params, kind)
+        .await
+        .map_err(|mut e| {
+            if e.param.is_some() && e.param.as_deref() == engine_names {
+                e.param = asked_in.map(str::to_string);
+            }
+            e
+        })?;
     let serial = state.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-{serial}"),

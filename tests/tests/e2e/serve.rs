@@ -379,6 +379,130 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     }
 }
 
+/// Constrained output on the native CPU executor: JSON mode and a strict JSON Schema hold
+/// sampled answers (several seeds, streamed and not), llama.cpp's `grammar` field holds a
+/// completion to a GBNF grammar; each answer ends by itself (`stop`). A schema keyword the
+/// compiler does not implement is a 400 naming it, as are a grammar that does not parse and
+/// an unknown format type.
+#[test]
+fn response_format_holds_the_answer() {
+    let Some(model) = smollm2() else { return };
+    let server = start(&model, &["--device", "cpu", "--parallel", "2"]);
+    let chat = |format: Value, seed: u64, stream: bool| {
+        let body = json!({
+            "messages": [{ "role": "user",
+                           "content": "Describe a cat in a short JSON object: name, legs, color." }],
+            "max_tokens": 240,
+            "temperature": 0.7,
+            "seed": seed,
+            "stream": stream,
+            "response_format": format,
+        });
+        if !stream {
+            let (status, answer) = post(&server.addr, "/v1/chat/completions", &body);
+            assert_eq!(status, 200, "{answer}");
+            let choice = &answer["choices"][0];
+            assert_eq!(choice["finish_reason"], "stop", "{answer}");
+            return parse(choice["message"]["content"].as_str().unwrap());
+        }
+        let (status, text) = request(
+            &server.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(KEY),
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+        parse(&streamed_text(&text).0)
+    };
+
+    for seed in 0..3 {
+        let cat = chat(json!({ "type": "json_object" }), seed, seed == 2);
+        assert!(cat.is_object(), "{cat}");
+    }
+
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "maxLength": 10 },
+            "legs": { "type": "integer", "minimum": 0, "maximum": 8 },
+            "color": { "enum": ["black", "white", "gray \"tabby\""] },
+            "toys": {
+                "type": "array",
+                "items": { "type": "string", "maxLength": 12 },
+                "maxItems": 2
+            }
+        },
+        "required": ["name", "legs", "color", "toys"],
+        "additionalProperties": false
+    });
+    let format = json!({ "type": "json_schema",
+                         "json_schema": { "name": "cat", "schema": schema, "strict": true } });
+    for seed in 0..3 {
+        let cat = chat(format.clone(), seed, seed == 2);
+        let keys: Vec<&String> = cat.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["name", "legs", "color", "toys"], "{cat}");
+        assert!(cat["name"].as_str().unwrap().chars().count() <= 10, "{cat}");
+        assert!((0..=8).contains(&cat["legs"].as_i64().unwrap()), "{cat}");
+        assert!(schema["properties"]["color"]["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&cat["color"]));
+        assert!(cat["toys"].as_array().unwrap().len() <= 2, "{cat}");
+    }
+
+    // llama.cpp's `grammar`, on the completions endpoint.
+    let (status, answer) = post(
+        &server.addr,
+        "/v1/completions",
+        &json!({ "prompt": "Is the sky blue? Answer:", "max_tokens": 8, "temperature": 1,
+                 "grammar": "root ::= \" \" (\"yes\" | \"no\") \".\"" }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let text = answer["choices"][0]["text"].as_str().unwrap();
+    assert!(text == " yes." || text == " no.", "{text:?}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+
+    let refused = |body: Value, param: &str, names: &str| {
+        let (status, e) = post(&server.addr, "/v1/chat/completions", &body);
+        assert_eq!(status, 400, "{e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{message}");
+    };
+    let ask = |extra: Value| {
+        let mut body = json!({ "messages": [{ "role": "user", "content": "Hi" }] });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let conditional = json!({ "type": "object", "if": { "required": ["a"] },
+                              "then": { "required": ["b"] } });
+    refused(
+        ask(json!({ "response_format": { "type": "json_schema",
+                    "json_schema": { "name": "x", "schema": conditional, "strict": true } } })),
+        "response_format",
+        "\"if\"",
+    );
+    refused(
+        ask(json!({ "json_schema": { "dependentSchemas": { "a": { "required": ["b"] } } } })),
+        "json_schema",
+        "dependentSchemas",
+    );
+    refused(
+        ask(json!({ "grammar": "root ::= [a-" })),
+        "grammar",
+        "line 1, column 13",
+    );
+    refused(
+        ask(json!({ "response_format": { "type": "xml" } })),
+        "response_format.type",
+        "`xml`",
+    );
+}
+
 /// The official `openai` Python package as the client (`scripts/pytools/openai_check.py`):
 /// models, completions, chat, streamed chat with usage, and the errors it raises.
 #[test]
