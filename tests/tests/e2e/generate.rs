@@ -102,6 +102,63 @@ fn a_stop_string_ends_generation_before_it() {
     assert_eq!(out["finish_reason"], "stop");
 }
 
+/// `--json-schema` and `--grammar` hold the text (sampled, on the CPU executor), which ends
+/// by itself when the grammar is complete; a grammar that does not parse and a schema keyword
+/// the compiler does not implement are errors that say where and which.
+#[test]
+fn a_grammar_holds_the_text() {
+    let Some(model) = smollm2() else { return };
+    let run = |constraint: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--device",
+            "cpu",
+            "-m",
+            &model,
+            "-p",
+            "A cat as JSON:",
+            "-n",
+            "64",
+            "--temp",
+            "1",
+            "--seed",
+            "3",
+            "--format",
+            "json",
+        ];
+        args.extend(constraint);
+        json_of(&args)
+    };
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+        "legs": {"type": "integer", "minimum": 0, "maximum": 4}},
+        "required": ["name", "legs"], "additionalProperties": false}"#;
+    let out = run(&["--json-schema", schema]);
+    assert_eq!(out["finish_reason"], "eos", "{out}");
+    let cat: serde_json::Value = serde_json::from_str(out["text"].as_str().unwrap()).unwrap();
+    let keys: Vec<&String> = cat.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["name", "legs"], "{cat}");
+    assert!((0..=4).contains(&cat["legs"].as_i64().unwrap()), "{cat}");
+
+    let out = run(&["--grammar", "root ::= \" \" (\"yes\" | \"no\") \".\""]);
+    assert_eq!(out["finish_reason"], "eos", "{out}");
+    assert!(out["text"] == " yes." || out["text"] == " no.", "{out}");
+
+    let generate = ["generate", "-m", &model, "-p", "Hi", "--device", "cpu"];
+    let err = error_of(
+        &[
+            &generate[..],
+            &["--grammar", "root ::= \"a\"\nitem ::= [b-"],
+        ]
+        .concat(),
+    );
+    assert!(err.contains("grammar: line 2, column 13"), "{err}");
+    let err = error_of(&[&generate[..], &["-j", r#"{"not": {"type": "string"}}"#]].concat());
+    assert!(
+        err.contains("json_schema") && err.contains("\"not\""),
+        "{err}"
+    );
+}
+
 #[test]
 fn chat_answers_on_stdout_and_leaves_on_exit() {
     let Some(model) = smollm2() else { return };
