@@ -243,6 +243,12 @@ fn response_format() -> RefOr<Schema> {
         .property("schema", or_null(Type::Object))
         .property("strict", or_null(Type::Boolean));
     OneOfBuilder::new()
+        .description(Some(
+            "`text` (the default), `json_object` (any JSON object) or `json_schema` (JSON valid \
+             under `json_schema.schema`, with `strict` true or false alike): the answer is held \
+             to the format token by token. A schema keyword the compiler does not implement is \
+             a 400 naming it.",
+        ))
         .item(of_type(Type::Null))
         .item(kind("text"))
         .item(kind("json_object").property("schema", or_null(Type::Object)))
@@ -255,11 +261,19 @@ fn response_format() -> RefOr<Schema> {
 }
 
 fn grammar_text() -> ObjectBuilder {
-    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .description(Some(
+            "llama.cpp's extension: a GBNF grammar the answer is held to.",
+        ))
 }
 
 fn json_schema() -> ObjectBuilder {
-    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .description(Some(
+            "llama.cpp's extension: a JSON Schema the answer is held to.",
+        ))
 }
 
 /// The constraint `response_format` asks for; `None` for text. Each field is checked as the
