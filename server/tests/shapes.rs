@@ -193,8 +193,8 @@ async fn every_refusal_is_json_and_every_400_names_its_field() {
         // What would change the answer but is not served is refused, never ignored.
         (
             "/v1/completions",
-            completion(json!({ "response_format": { "type": "json_object" } })),
-            "response_format",
+            completion(json!({ "response_format": { "type": "xml" } })),
+            "response_format.type",
         ),
         (
             "/v1/completions",
