@@ -126,7 +126,8 @@ fn special_tokens_split_the_text_and_reset_the_space_prefix() {
         ]
     );
     assert_eq!(tok.decode(&ids, false), "<s>hello</s>world<|user|>");
-    assert_eq!(tok.decode(&ids, true), "helloworld");
+    // A user-defined token is text: only control tokens are left out.
+    assert_eq!(tok.decode(&ids, true), "helloworld<|user|>");
 
     // Control tokens are only parsed on request; user-defined ones always.
     let plain = EncodeOptions {

@@ -235,21 +235,23 @@ mod tests {
     }
 
     #[test]
-    fn special_tokens_are_never_text() {
-        // `<think>`, `<s>`, `<unk>` and `<|im_end|>` spell text `.` would match, but they are
-        // special: left out of the shown text, so never drawn as text.
+    fn markup_tokens_are_never_text() {
+        // `<s>`, `<unk>` and `<|im_end|>` spell text `.` would match, but they are markup:
+        // left out of the shown text, so never drawn as text.
         let mut c = gbnf("root ::= .*").unwrap();
         let got = allowed(&mut c);
-        for special in [0, 1, THINK] {
-            assert!(!got.contains(&special), "{special} in {got:?}");
+        for markup in [0, 1] {
+            assert!(!got.contains(&markup), "{markup} in {got:?}");
         }
-        for text in [OPEN, QUOTED_A, SPACE, NEWLINE] {
+        // A user-defined token is text the model writes.
+        for text in [OPEN, QUOTED_A, SPACE, NEWLINE, THINK] {
             assert!(got.contains(&text), "{text} not in {got:?}");
         }
         // End-of-generation tokens only as the end.
         assert!(got.contains(&EOS) && got.contains(&IM_END));
-        // Text starting with `<` has no token here but the specials: nothing can start it.
-        assert!(gbnf("root ::= \"<\" .*").is_err());
+        // Text starting with `<` has no token here but the markup and `<think>`.
+        let mut c = gbnf("root ::= \"<\" .*").unwrap();
+        assert_eq!(allowed(&mut c), [THINK]);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! factory that compiles grammars against it. Built once per tokenizer, on the first request
 //! with a grammar, and kept beside the tokenizer ([`Tokenizer::derived`]).
 //!
-//! Special tokens (control, user-defined, unknown and unused ones; the stream leaves them out
-//! of the text) are stored behind llguidance's [`TokTrie::SPECIAL_TOKEN_MARKER`], a byte no
+//! Markup tokens (control and unknown ones, which the stream leaves out of the text) and unused
+//! ones are stored behind llguidance's [`TokTrie::SPECIAL_TOKEN_MARKER`], a byte no
 //! UTF-8 text contains: no grammar can spell one as text, and a grammar names one only on
 //! purpose (`<[id]>`). The end-of-generation tokens are the trie's EOS tokens, the only
 //! tokens allowed once a grammar is complete.
@@ -43,10 +43,10 @@ impl Vocabulary {
         let words: Vec<Vec<u8>> = (0..n as u32)
             .map(|id| {
                 let bytes = tokenizer.token_bytes(id).unwrap_or_default();
-                let special = tokenizer
+                let markup = tokenizer
                     .token_type(id)
-                    .is_some_and(|t| t.is_special() || t == TokenType::Unused);
-                if special {
+                    .is_some_and(|t| t.is_markup() || t == TokenType::Unused);
+                if markup {
                     [&[TokTrie::SPECIAL_TOKEN_MARKER], bytes].concat()
                 } else {
                     bytes.to_vec()

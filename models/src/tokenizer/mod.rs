@@ -61,6 +61,13 @@ impl TokenType {
             TokenType::Control | TokenType::UserDefined | TokenType::Unknown
         )
     }
+
+    /// Markup, not text: control tokens and the unknown token, which the text a model writes
+    /// leaves out. A user-defined token (`<tool_call>`, `<think>`) is text the model wrote and
+    /// stays in it, as llama.cpp and transformers keep it.
+    pub fn is_markup(self) -> bool {
+        matches!(self, TokenType::Control | TokenType::Unknown)
+    }
 }
 
 /// Which algorithm the vocabulary uses.
@@ -167,7 +174,7 @@ impl Tokenizer {
                 ))
             }
         };
-        let types: Vec<TokenType> = match file.get::<&[i32]>("tokenizer.ggml.token_type")? {
+        let mut types: Vec<TokenType> = match file.get::<&[i32]>("tokenizer.ggml.token_type")? {
             Some(t) => {
                 check_len("tokenizer.ggml.token_type", t.len())?;
                 t.iter().map(|&v| TokenType::from_gguf(v)).collect()
@@ -210,6 +217,19 @@ impl Tokenizer {
             add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             add_space_prefix: file.get("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
         };
+
+        // An end-of-turn marker is markup even where the file types it user-defined (older
+        // conversions do), as llama.cpp overrides it: never shown, always an end.
+        let mut end_of_generation: Vec<u32> = special.eos.into_iter().chain(special.eot).collect();
+        for text in EOG_TEXTS {
+            if let Some(&id) = ids.get(*text) {
+                let kind = &mut types[id as usize];
+                if kind.is_special() && !end_of_generation.contains(&id) {
+                    *kind = TokenType::Control;
+                    end_of_generation.push(id);
+                }
+            }
+        }
 
         let pre: Option<String> = file.get::<&str>("tokenizer.ggml.pre")?.map(String::from);
         let model = match kind {
@@ -263,14 +283,6 @@ impl Tokenizer {
                     .map(|(i, (p, _))| (p.clone(), i as u32)),
             )
         };
-        let mut end_of_generation: Vec<u32> = special.eos.into_iter().chain(special.eot).collect();
-        for text in EOG_TEXTS {
-            if let Some(&id) = ids.get(*text) {
-                if types[id as usize] == TokenType::Control && !end_of_generation.contains(&id) {
-                    end_of_generation.push(id);
-                }
-            }
-        }
         Ok(Tokenizer {
             source,
             model,
@@ -403,8 +415,8 @@ impl Tokenizer {
         out
     }
 
-    /// Decodes ids to text. Special tokens appear as their text unless `skip_special`;
-    /// invalid UTF-8 (a sequence cut short) and ids outside the vocabulary become U+FFFD.
+    /// Decodes ids to text. Markup tokens ([`TokenType::is_markup`]) appear as their text
+    /// unless `skip_special`; invalid UTF-8 (a sequence cut short) and ids outside the vocabulary become U+FFFD.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let mut stream = StreamDecoder::new(skip_special);
         let mut text = String::new();

@@ -4,6 +4,8 @@
 //! replacement character mid-word, and the pieces it emits concatenate to exactly what
 //! [`Tokenizer::decode`] returns for the whole sequence.
 
+#[cfg(doc)]
+use super::TokenType;
 use super::{Tokenizer, TokenizerKind};
 
 /// Decodes one sequence token by token. It keeps no reference to the tokenizer, so a runtime
@@ -18,7 +20,8 @@ pub struct StreamDecoder {
 }
 
 impl StreamDecoder {
-    /// A decoder at the start of a sequence; special tokens are dropped if `skip_special`.
+    /// A decoder at the start of a sequence; markup tokens ([`TokenType::is_markup`]) are
+    /// dropped if `skip_special`.
     pub fn new(skip_special: bool) -> Self {
         StreamDecoder {
             pending: Vec::new(),
@@ -36,11 +39,11 @@ impl StreamDecoder {
             self.pending.extend_from_slice("\u{FFFD}".as_bytes());
             return self.drain();
         };
-        let special = tokenizer.token_type(id).is_some_and(|t| t.is_special());
-        if special {
+        let kind = tokenizer.token_type(id);
+        if kind.is_some_and(|t| t.is_special()) {
             // The encoder adds a space prefix after every special token.
             self.at_word_start = true;
-            if self.skip_special {
+            if self.skip_special && kind.is_some_and(|t| t.is_markup()) {
                 return String::new();
             }
             self.pending.extend_from_slice(bytes);
