@@ -7,6 +7,7 @@ mod draft_args;
 mod grammar_args;
 mod model_args;
 mod output;
+mod sampling_args;
 
 use std::process::ExitCode;
 

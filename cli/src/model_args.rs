@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_cpu::Activations;
-use hearth_engine::sample::SamplerParams;
 use hearth_engine::split::GpuLayers;
 use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_model::kv::infinigen::evict::PoolCapacity;
@@ -392,96 +391,6 @@ impl RunArgs {
         }
         engine
     }
-}
-
-/// Sampling options, named as llama.cpp names them.
-#[derive(clap::Args, Debug)]
-pub struct SamplingArgs {
-    /// Temperature; 0 picks the most likely token every time (greedy).
-    #[arg(long = "temp", default_value_t = 0.8)]
-    pub temperature: f32,
-    /// Keep only the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Keep the most likely tokens whose probabilities sum to P (1.0: all).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Drop tokens less likely than P times the most likely one (0: none).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Penalise tokens seen in the last --repeat-last-n tokens (1.0: off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    /// Subtract P from tokens seen in the last --repeat-last-n tokens (0.0: off).
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "P",
-        allow_negative_numbers = true
-    )]
-    pub presence_penalty: f32,
-    /// Subtract P per occurrence in the last --repeat-last-n tokens (0.0: off).
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "P",
-        allow_negative_numbers = true
-    )]
-    pub frequency_penalty: f32,
-    /// How many recent tokens the penalties look at.
-    #[arg(long, default_value_t = 64, value_name = "N")]
-    pub repeat_last_n: usize,
-    /// Random seed; the same seed and settings give the same text [default: random].
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Add BIAS to a token's logit before sampling, llama.cpp's `TOKEN_ID(+/-)BIAS`
-    /// (`15043+1`; `15043-inf` bans it); repeat for several tokens.
-    #[arg(short = 'l', long = "logit-bias", value_name = "TOKEN_ID(+/-)BIAS", value_parser = parse_logit_bias)]
-    pub logit_bias: Vec<(u32, f32)>,
-}
-
-impl SamplingArgs {
-    pub fn params(&self) -> SamplerParams {
-        SamplerParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repeat_penalty: self.repeat_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            repeat_last_n: self.repeat_last_n,
-            seed: self.seed.unwrap_or_else(random_seed),
-            logit_bias: self.logit_bias.clone(),
-        }
-    }
-}
-
-/// llama.cpp's `TOKEN_ID(+/-)BIAS`: `15043+1`, `15043-0.5`, or `15043-inf` to ban the token.
-pub fn parse_logit_bias(s: &str) -> std::result::Result<(u32, f32), String> {
-    let bad =
-        || format!("`{s}`: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or 15043-inf");
-    let at = s.find(['+', '-']).ok_or_else(bad)?;
-    let id: u32 = s[..at].trim().parse().map_err(|_| bad())?;
-    let bias: f32 = match s[at..].trim() {
-        "-inf" => f32::NEG_INFINITY,
-        b => b.parse().map_err(|_| bad())?,
-    };
-    if !(bias.is_finite() || bias == f32::NEG_INFINITY) {
-        return Err(bad());
-    }
-    Ok((id, bias))
-}
-
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
 }
 
 /// A weight format by name (`--load-format`, `hearth quantize`), or an error listing them.

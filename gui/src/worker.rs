@@ -115,7 +115,7 @@ fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
 
 enum Command {
     Load(u64, LoadRequest),
-    Generate(u64, Vec<ChatMessage>, GenerateParams),
+    Generate(u64, Vec<ChatMessage>, Box<GenerateParams>),
     Stop(u64),
     /// Serve the model on this address (`None`: stop serving).
     Serve(Option<String>),
@@ -228,7 +228,7 @@ impl Worker {
 
     /// Answers the conversation `messages` (rendered with the model's chat template).
     pub fn generate(&mut self, messages: Vec<ChatMessage>, params: GenerateParams) -> u64 {
-        self.send(|id| Command::Generate(id, messages, params))
+        self.send(|id| Command::Generate(id, messages, Box::new(params)))
     }
 
     pub fn stop(&mut self, id: u64) {
@@ -308,7 +308,7 @@ impl State {
     fn run(&mut self, command: Command) {
         match command {
             Command::Load(id, request) => self.load(id, request),
-            Command::Generate(id, messages, params) => self.generate(id, &messages, params),
+            Command::Generate(id, messages, params) => self.generate(id, &messages, *params),
             Command::Stop(id) => {
                 if let Some(m) = &self.model {
                     if let Some(&request) = m.running.lock().unwrap().get(&id) {

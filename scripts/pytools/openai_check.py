@@ -1,7 +1,8 @@
 """Drives `hearth serve` with the official openai package: models, chat, streamed chat,
 completions, log probabilities (chat, streamed chat, completions), the presence and frequency
 penalties, constrained output (JSON mode, a strict JSON schema, streamed too, and the
-package's own `parse` with a Pydantic model), and the errors the package raises for 400, 401
+package's own `parse` with a Pydantic model), tool calls (forced, named, streamed, and a
+tool's result sent back), and the errors the package raises for 400, 401
 and 404. Prints one line per check; exits non-zero at the first that fails.
 
     python check.py BASE_URL API_KEY MODEL EXPECTED_COMPLETION
@@ -151,6 +152,77 @@ parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.comp
 parsed = parse(**sampled, response_format=Cat).choices[0].message.parsed
 check("parse with a Pydantic model", isinstance(parsed, Cat), repr(parsed))
 
+# Tool calls, round trip: a forced call comes back as `tool_calls` whose arguments parse and
+# fit the function's schema; its result goes back as a `tool` message, and the model answers
+# in text. A named function is called once; a streamed call arrives in deltas that join to
+# the same shape.
+weather = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"], "additionalProperties": False}}}
+clock = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {}, "additionalProperties": False}}}
+ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+tooled = {"model": model, "max_tokens": 200, "temperature": 0.7, "seed": 3,
+          "tools": [weather, clock]}
+
+
+def valid_call(call, names=("get_weather", "get_time")):
+    args = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        ok = (isinstance(args.get("city"), str) and len(args["city"]) <= 20
+              and set(args) <= {"city", "unit"} and args.get("unit", "celsius") in
+              ("celsius", "fahrenheit"))
+    else:
+        ok = args == {}
+    return ok and call.function.name in names and call.type == "function" and call.id
+
+
+forced = client.chat.completions.create(**tooled, messages=ask, tool_choice="required")
+message = forced.choices[0].message
+check("required tool call", forced.choices[0].finish_reason == "tool_calls"
+      and message.tool_calls and all(valid_call(c) for c in message.tool_calls),
+      repr(message))
+named = client.chat.completions.create(
+    **tooled, messages=ask, tool_choice={"type": "function", "function": {"name": "get_time"}})
+calls = named.choices[0].message.tool_calls
+check("named tool call", calls and len(calls) == 1 and valid_call(calls[0], ("get_time",)),
+      repr(named.choices[0].message))
+single = client.chat.completions.create(**tooled, messages=ask, tool_choice="required",
+                                        parallel_tool_calls=False)
+check("one call without parallel calls", len(single.choices[0].message.tool_calls) == 1,
+      repr(single.choices[0].message))
+
+pieces, finish = {}, None
+for chunk in client.chat.completions.create(**tooled, messages=ask, tool_choice="required",
+                                            stream=True):
+    for c in chunk.choices:
+        finish = c.finish_reason or finish
+        for d in c.delta.tool_calls or []:
+            entry = pieces.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+            entry["id"] = d.id or entry["id"]
+            if d.function is not None:
+                entry["name"] += d.function.name or ""
+                entry["arguments"] += d.function.arguments or ""
+check("streamed required tool call", finish == "tool_calls" and pieces and all(
+    p["id"] and p["name"] in ("get_weather", "get_time")
+    and isinstance(json.loads(p["arguments"]), dict) for p in pieces.values()), repr(pieces))
+
+call = message.tool_calls[0]
+history = ask + [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function",
+         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+    {"role": "tool", "tool_call_id": call.id, "content": json.dumps(
+        {"temperature": 21, "unit": "celsius", "sky": "clear"})},
+]
+after = client.chat.completions.create(**tooled, messages=history, tool_choice="none")
+check("answer after a tool result", after.choices[0].finish_reason in ("stop", "length")
+      and after.choices[0].message.tool_calls is None and after.choices[0].message.content,
+      repr(after.choices[0].message))
+
 
 
 def raises(name, error, call):
@@ -183,6 +255,9 @@ raises("unsupported schema keyword", openai.BadRequestError,
            model=model, messages=messages, max_tokens=1,
            response_format={"type": "json_schema", "json_schema": {
                "name": "x", "schema": {"not": {"type": "string"}}, "strict": True}}))
+raises("tool choice naming no tool", openai.BadRequestError,
+       lambda: client.chat.completions.create(
+           **tooled, messages=ask, tool_choice={"type": "function", "function": {"name": "x"}}))
 raises("unknown response format", openai.BadRequestError,
        lambda: client.chat.completions.create(model=model, messages=messages, max_tokens=1,
                                               response_format={"type": "xml"}))

@@ -19,7 +19,8 @@ use hearth_models::ChatMessage;
 
 use crate::draft_args::DraftArgs;
 use crate::grammar_args::GrammarArgs;
-use crate::model_args::{ModelArgs, SamplingArgs};
+use crate::model_args::ModelArgs;
+use crate::sampling_args::SamplingArgs;
 use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]

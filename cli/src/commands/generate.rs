@@ -11,8 +11,9 @@ use serde_json::json;
 
 use crate::draft_args::DraftArgs;
 use crate::grammar_args::GrammarArgs;
-use crate::model_args::{ModelArgs, SamplingArgs};
+use crate::model_args::ModelArgs;
 use crate::output::Format;
+use crate::sampling_args::SamplingArgs;
 use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]

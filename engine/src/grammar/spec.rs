@@ -2,18 +2,13 @@
 
 use hearth_model::{Error, Result};
 use llguidance::api::TopLevelGrammar;
-use llguidance::JsonCompileOptions;
 use serde_json::{json, Value};
 
 use super::gbnf::Gbnf;
+use super::json::json_options;
 use super::lark::to_lark;
+use super::tool_call::ToolCalls;
 use super::vocabulary::Vocabulary;
-
-/// The whitespace a JSON Schema allows between tokens (before and after a brace, bracket,
-/// comma or colon): none, a space, or one or two line ends and an indent of up to 20 spaces
-/// or tabs. This is llama.cpp's choice (`SPACE_RULE` of its JSON Schema converter): a model
-/// may lay out its JSON as it was trained to, but cannot spend its tokens on blank lines.
-const JSON_WHITESPACE: &str = r"[ ]|\n{1,2}[ \t]{0,20}";
 
 /// A constraint on the generated text.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +21,8 @@ pub enum GrammarSpec {
     JsonSchema(Value),
     /// Any JSON object (OpenAI's JSON mode).
     JsonObject,
+    /// Tool calls and nothing else (`tool_choice` that forces a call).
+    ToolCalls(ToolCalls),
 }
 
 impl GrammarSpec {
@@ -35,6 +32,7 @@ impl GrammarSpec {
             GrammarSpec::Gbnf(_) => "grammar",
             GrammarSpec::JsonSchema(_) => "json_schema",
             GrammarSpec::JsonObject => "response_format",
+            GrammarSpec::ToolCalls(_) => "tool_choice",
         }
     }
 
@@ -47,6 +45,9 @@ impl GrammarSpec {
                     .and_then(|g| to_lark(&g, &|t| vocabulary.token_id(t)))
                     .map_err(|e| Error::options(self.field(), e.to_string()))?;
                 return Ok(TopLevelGrammar::from_lark(lark));
+            }
+            GrammarSpec::ToolCalls(calls) => {
+                return Ok(TopLevelGrammar::from_lark(calls.to_lark(vocabulary)?));
             }
             GrammarSpec::JsonObject => json!({ "type": "object" }),
             GrammarSpec::JsonSchema(Value::Bool(true)) => json!({}),
@@ -72,17 +73,5 @@ impl GrammarSpec {
         let mut schema = schema;
         json_options().apply_to(&mut schema);
         Ok(TopLevelGrammar::from_json_schema(schema))
-    }
-}
-
-/// How schemas compile: strict (a keyword llguidance does not implement is an error, and so
-/// is `oneOf`, which it could only approximate by `anyOf`), with llama.cpp's whitespace.
-fn json_options() -> JsonCompileOptions {
-    JsonCompileOptions {
-        whitespace_flexible: false,
-        whitespace_pattern: Some(JSON_WHITESPACE.to_string()),
-        coerce_one_of: false,
-        lenient: false,
-        ..JsonCompileOptions::default()
     }
 }

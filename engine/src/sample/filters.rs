@@ -212,6 +212,21 @@ pub(super) fn softmax_weights(cands: &[Candidate], temperature: f32) -> Vec<f64>
         .collect()
 }
 
+/// Sorts `cands` best first and returns their probabilities (softmax at `temperature`, over
+/// the current candidates), in that order: what the samplers that read the distribution's
+/// shape (typical, tail-free, XTC, mirostat, FSD) start from.
+pub(super) fn sorted_probabilities(cands: &mut [Candidate], temperature: f32) -> Vec<f64> {
+    cands.sort_unstable_by_key(rank_key);
+    let mut weights = softmax_weights(cands, temperature);
+    let total: f64 = weights.iter().sum();
+    if total > 0.0 {
+        for w in &mut weights {
+            *w /= total;
+        }
+    }
+    weights
+}
+
 /// Unnormalised softmax weight `exp((logit - max) / temperature)`, in [0, 1]. `max` is the
 /// largest logit and is not -inf. When it is +inf the limit is taken: the +inf tokens share
 /// all the probability.

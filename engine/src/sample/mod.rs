@@ -4,11 +4,15 @@
 //! moving between the two gets the same behaviour from the same numbers:
 //!
 //! ```text
-//! penalties -> top-k -> top-p -> min-p -> temperature -> draw from the softmax
+//! logit bias -> penalties -> DRY -> top-k -> tail-free -> typical -> top-p -> min-p -> XTC
+//!            -> temperature -> draw from the softmax
 //! ```
 //!
-//! A temperature of 0 or below replaces everything after the penalties with argmax. Top-p and
-//! min-p see probabilities at temperature 1, because temperature comes after them. The chain
+//! A temperature of 0 or below replaces everything after DRY with argmax; FSD (deterministic,
+//! `fsd`) replaces it with its own choice, and Mirostat (`mirostat`) replaces the filters
+//! with its truncation at the sampling temperature. The filters see probabilities at
+//! temperature 1, because temperature comes after them. Mirostat and DRY follow llama.cpp's
+//! samplers of those names; typical, tail-free and XTC do too (`tail`, `xtc`). The chain
 //! works on a list of `(token id, logit)` candidates that shrinks at each step, and top-k and
 //! top-p use selections rather than a sort, so a vocabulary of 150k tokens costs a few passes.
 //!
@@ -17,13 +21,18 @@
 //! final flush; sessions and the batching scheduler both generate through it.
 
 pub mod beam_scores;
+mod dry;
 mod filters;
+mod fsd;
 mod logprobs;
+mod mirostat;
 mod sampler;
 mod stop;
 mod stream;
+mod tail;
+mod xtc;
 
 pub use logprobs::{logprobs, Logprobs, TokenLogprob, MAX_TOP_LOGPROBS};
-pub use sampler::{Sampler, SamplerParamError, SamplerParams, DEFAULT_SEED};
+pub use sampler::{Sampler, SamplerParamError, SamplerParams, DEFAULT_SEED, DRY_SEQUENCE_BREAKERS};
 pub use stop::{StopDelta, StopStrings};
 pub use stream::{FinishReason, GenerateParams, Sampled, TokenStream};

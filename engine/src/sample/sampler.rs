@@ -1,9 +1,15 @@
 //! The sampling chain: [`SamplerParams`] and the [`Sampler`] that applies them to logits.
 
+use hearth_models::Tokenizer;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::dry::Dry;
 use super::filters::{self, Candidate};
+use super::fsd::Fsd;
+use super::mirostat::Mirostat;
+use super::tail::{tail_free, typical};
+use super::xtc::xtc;
 use crate::speculative::Distribution;
 
 /// The seed [`SamplerParams::default`] uses. Fixed, unlike llama.cpp's default of a fresh random
@@ -47,7 +53,54 @@ pub struct SamplerParams {
     /// Added to these tokens' logits before every other step (OpenAI's `logit_bias`,
     /// llama.cpp's `--logit-bias`); `-inf` bans a token. Default none.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Locally typical sampling: keep the tokens whose information content is nearest the
+    /// distribution's entropy, until their probabilities add up to more than `typical_p`, in
+    /// [0, 1]. 1 turns it off. Default 1.
+    pub typical_p: f32,
+    /// Tail-free sampling: cut the tail where the sorted probabilities' curve flattens, `z`
+    /// in [0, 1]. 1 turns it off. Default 1.
+    pub tfs_z: f32,
+    /// Mirostat version: 0 off, 1 or 2. It replaces top-k, tail-free, typical, top-p, min-p
+    /// and XTC, steering each token's surprise towards `mirostat_tau`. Default 0.
+    pub mirostat: u8,
+    /// Mirostat's target surprise, in bits per token. Default 5.
+    pub mirostat_tau: f32,
+    /// Mirostat's learning rate. Default 0.1.
+    pub mirostat_eta: f32,
+    /// DRY: the penalty on a token that would extend a repeat of `dry_allowed_length` tokens,
+    /// growing by `dry_base` for each further repeated token. 0 turns it off. Default 0.
+    pub dry_multiplier: f32,
+    /// DRY's growth per repeated token, at least 1. Default 1.75.
+    pub dry_base: f32,
+    /// The longest repeat DRY lets pass. Default 2.
+    pub dry_allowed_length: usize,
+    /// How many of the most recent tokens DRY looks at; `usize::MAX` is the whole history, 0
+    /// turns DRY off. Default the whole history.
+    pub dry_penalty_last_n: usize,
+    /// Texts that a repeat DRY measures may not reach back across: a token whose text holds
+    /// one of them breaks it. Default newline, colon, double quote and asterisk.
+    pub dry_sequence_breakers: Vec<String>,
+    /// XTC: how often the most likely tokens are excluded, in [0, 1]. 0 turns it off.
+    /// Default 0.
+    pub xtc_probability: f32,
+    /// XTC: tokens at least this likely are excluded, all but the least likely of them, in
+    /// [0, 1] (above 0.5 it never acts). Default 0.1.
+    pub xtc_threshold: f32,
+    /// Frustratingly simple decoding: the weight, in [0, 1], of an n-gram model of the text
+    /// so far against the model's probability when choosing among its `fsd_k` likeliest
+    /// tokens. Deterministic; 0 turns it off. Default 0.
+    pub fsd_alpha: f32,
+    /// How many of the model's likeliest tokens FSD chooses among, at least 1. Default 5.
+    pub fsd_k: usize,
+    /// The order of FSD's n-gram model, at least 2. Default 3.
+    pub fsd_n: usize,
+    /// Randomized FSD: the first this many tokens are sampled by the rest of the chain, FSD
+    /// decodes after them. Default 0.
+    pub fsd_sample_steps: usize,
 }
+
+/// llama.cpp's default DRY sequence breakers.
+pub const DRY_SEQUENCE_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
 
 impl Default for SamplerParams {
     fn default() -> Self {
@@ -62,6 +115,22 @@ impl Default for SamplerParams {
             repeat_last_n: 64,
             seed: DEFAULT_SEED,
             logit_bias: Vec::new(),
+            typical_p: 1.0,
+            tfs_z: 1.0,
+            mirostat: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: usize::MAX,
+            dry_sequence_breakers: DRY_SEQUENCE_BREAKERS.map(String::from).to_vec(),
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            fsd_alpha: 0.0,
+            fsd_k: 5,
+            fsd_n: 3,
+            fsd_sample_steps: 0,
         }
     }
 }
@@ -137,6 +206,61 @@ impl SamplerParams {
                 "a finite number (0 is off)",
             )?;
         }
+        for (field, value) in [
+            ("typical_p", self.typical_p),
+            ("tfs_z", self.tfs_z),
+            ("xtc_probability", self.xtc_probability),
+            ("xtc_threshold", self.xtc_threshold),
+            ("fsd_alpha", self.fsd_alpha),
+        ] {
+            check(field, value, (0.0..=1.0).contains(&value), "in [0, 1]")?;
+        }
+        let m = self.mirostat;
+        check("mirostat", f32::from(m), m <= 2, "0 (off), 1 or 2")?;
+        let tau = self.mirostat_tau;
+        check(
+            "mirostat_tau",
+            tau,
+            tau >= 0.0 && tau.is_finite(),
+            "a finite number of bits, 0 or more",
+        )?;
+        let eta = self.mirostat_eta;
+        check(
+            "mirostat_eta",
+            eta,
+            eta > 0.0 && eta.is_finite(),
+            "a finite number above 0",
+        )?;
+        let d = self.dry_multiplier;
+        check(
+            "dry_multiplier",
+            d,
+            d >= 0.0 && d.is_finite(),
+            "a finite number, 0 or more (0 is off)",
+        )?;
+        let b = self.dry_base;
+        check(
+            "dry_base",
+            b,
+            b >= 1.0 && b.is_finite(),
+            "a finite number, 1 or more",
+        )?;
+        check(
+            "dry_allowed_length",
+            self.dry_allowed_length as f32,
+            self.dry_allowed_length >= 1,
+            "1 or more",
+        )?;
+        if let Some(empty) = self.dry_sequence_breakers.iter().position(String::is_empty) {
+            check(
+                "dry_sequence_breakers",
+                empty as f32,
+                false,
+                "texts that are not empty (the value is the empty one's index)",
+            )?;
+        }
+        check("fsd_k", self.fsd_k as f32, self.fsd_k >= 1, "1 or more")?;
+        check("fsd_n", self.fsd_n as f32, self.fsd_n >= 2, "2 or more")?;
         for &(_, bias) in &self.logit_bias {
             check(
                 "logit_bias",
@@ -165,6 +289,14 @@ pub struct Sampler {
     rng: StdRng,
     /// Reused between calls: a vocabulary-sized list per token is worth not reallocating.
     candidates: Vec<Candidate>,
+    /// Mirostat's bound, moved after every token.
+    mirostat: Option<Mirostat>,
+    /// Whether the last chain ended in Mirostat's truncation (not a deterministic choice).
+    mirostat_cut: bool,
+    /// DRY's sequence breakers, as sorted token ids.
+    breakers: Vec<u32>,
+    /// Tokens chosen so far (randomized FSD samples the first ones).
+    chosen: usize,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -182,9 +314,38 @@ impl Sampler {
     pub fn new(params: SamplerParams) -> Self {
         Self {
             rng: StdRng::seed_from_u64(params.seed),
+            mirostat: Mirostat::new(params.mirostat, params.mirostat_tau, params.mirostat_eta),
             params,
             candidates: Vec::new(),
+            mirostat_cut: false,
+            breakers: Vec::new(),
+            chosen: 0,
         }
+    }
+
+    /// A sampler for `tokenizer`'s vocabulary: DRY's sequence breakers become the tokens
+    /// whose text holds one of them (found only where DRY is on). Without a vocabulary no
+    /// token breaks a repeat.
+    pub fn for_vocabulary(params: SamplerParams, tokenizer: &Tokenizer) -> Self {
+        let mut sampler = Self::new(params);
+        let p = &sampler.params;
+        if p.dry_multiplier > 0.0 && p.dry_penalty_last_n > 0 {
+            let texts: Vec<&[u8]> = p
+                .dry_sequence_breakers
+                .iter()
+                .map(|t| t.as_bytes())
+                .filter(|t| !t.is_empty())
+                .collect();
+            sampler.breakers = (0..tokenizer.vocab_size() as u32)
+                .filter(|&id| {
+                    let bytes = tokenizer.token_bytes(id).unwrap_or_default();
+                    texts
+                        .iter()
+                        .any(|t| bytes.windows(t.len()).any(|w| w == *t))
+                })
+                .collect();
+        }
+        sampler
     }
 
     pub fn params(&self) -> &SamplerParams {
@@ -199,16 +360,21 @@ impl Sampler {
     /// (every logit NaN or -inf, or `logits` empty), returns token 0, as argmax's tie-break
     /// would. Greedy calls draw no random number; every other call draws exactly one.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        if let Some(token) = self.filter(logits, history) {
-            return token;
-        }
-        let u: f64 = self.rng.gen();
-        filters::sample_softmax(&self.candidates, self.params.temperature, u).unwrap_or(0)
+        let token = match self.filter(logits, history) {
+            Some(token) => token,
+            None => {
+                let u: f64 = self.rng.gen();
+                filters::sample_softmax(&self.candidates, self.params.temperature, u).unwrap_or(0)
+            }
+        };
+        self.observe(token);
+        token
     }
 
     /// The distribution [`sample`](Self::sample) draws from: the tokens the chain leaves and
-    /// their probabilities (one token with probability 1 when greedy). Draws nothing.
-    /// Speculative decoding verifies a draft against it.
+    /// their probabilities (one token with probability 1 when greedy or under FSD). Draws
+    /// nothing but XTC's coin. Speculative decoding verifies a draft against it, then tells
+    /// the sampler the token kept with [`observe`](Self::observe).
     pub fn distribution(&mut self, logits: &[f32], history: &[u32]) -> Distribution {
         if let Some(token) = self.filter(logits, history) {
             return Distribution::certain(token);
@@ -217,14 +383,31 @@ impl Sampler {
         Distribution::from_weights(self.candidates.iter().zip(weights).map(|(c, w)| (c.id, w)))
     }
 
+    /// Records that `token` was kept after the last [`distribution`](Self::distribution):
+    /// Mirostat moves its bound by the token's surprise, and randomized FSD counts the step.
+    /// [`sample`](Self::sample) calls it itself.
+    pub fn observe(&mut self, token: u32) {
+        self.chosen += 1;
+        if let (Some(mirostat), true) = (&mut self.mirostat, self.mirostat_cut) {
+            let weights = filters::softmax_weights(&self.candidates, self.params.temperature);
+            let total: f64 = weights.iter().sum();
+            let kept = self.candidates.iter().position(|c| c.id == token);
+            if let (Some(i), true) = (kept, total > 0.0) {
+                mirostat.observe(weights[i] / total);
+            }
+        }
+    }
+
     /// A uniform draw in [0, 1) from this sampler's generator.
     pub fn uniform(&mut self) -> f64 {
         self.rng.gen()
     }
 
-    /// Runs the chain up to the final draw on `logits`: bias, penalties, then either the
-    /// greedy choice (returned) or the filters, leaving the candidates in `self.candidates`.
+    /// Runs the chain up to the final draw on `logits`: bias, penalties and DRY, then either
+    /// a deterministic choice (FSD's, or greedy's; returned), Mirostat's truncation, or the
+    /// filters, leaving the candidates in `self.candidates`.
     fn filter(&mut self, logits: &[f32], history: &[u32]) -> Option<u32> {
+        self.mirostat_cut = false;
         let params = &self.params;
         let cands = &mut self.candidates;
         cands.clear();
@@ -251,13 +434,45 @@ impl Sampler {
             frequency: params.frequency_penalty,
         };
         filters::penalties(cands, &history[recent..], penalties);
+        if params.dry_penalty_last_n > 0 {
+            let dry = Dry {
+                multiplier: params.dry_multiplier,
+                base: params.dry_base,
+                allowed_length: params.dry_allowed_length,
+            };
+            let window = &history[history.len().saturating_sub(params.dry_penalty_last_n)..];
+            let breakers = &self.breakers;
+            dry.apply(cands, window, &|t| breakers.binary_search(&t).is_ok());
+        }
 
+        if params.fsd_alpha > 0.0 && self.chosen >= params.fsd_sample_steps {
+            let fsd = Fsd {
+                alpha: params.fsd_alpha,
+                k: params.fsd_k,
+                n: params.fsd_n,
+            };
+            return Some(
+                fsd.choose(cands, history)
+                    .unwrap_or_else(|| filters::argmax(cands).map_or(0, |c| c.id)),
+            );
+        }
         if params.is_greedy() {
             return Some(filters::argmax(cands).map_or(0, |c| c.id));
         }
+        if let Some(mirostat) = &self.mirostat {
+            mirostat.truncate(cands, params.temperature, logits.len());
+            self.mirostat_cut = true;
+            return None;
+        }
         filters::top_k(cands, params.top_k);
+        tail_free(cands, params.tfs_z);
+        typical(cands, params.typical_p);
         filters::top_p(cands, params.top_p);
         filters::min_p(cands, params.min_p);
+        let rng = &mut self.rng;
+        xtc(cands, params.xtc_probability, params.xtc_threshold, || {
+            rng.gen()
+        });
         None
     }
 }
@@ -278,7 +493,7 @@ mod tests {
             frequency_penalty: 0.0,
             repeat_last_n: 64,
             seed,
-            logit_bias: Vec::new(),
+            ..SamplerParams::default()
         }
     }
 
@@ -620,6 +835,148 @@ mod tests {
             assert_eq!(sampler.sample(&[f32::NEG_INFINITY; 8], &[]), 0);
             assert_eq!(sampler.sample(&[], &[3]), 0);
         }
+    }
+
+    #[test]
+    fn new_fields_are_validated_by_name() {
+        let bad = |change: fn(&mut SamplerParams)| {
+            let mut p = SamplerParams::default();
+            change(&mut p);
+            p.validate().unwrap_err().field
+        };
+        assert_eq!(bad(|p| p.typical_p = 1.5), "typical_p");
+        assert_eq!(bad(|p| p.tfs_z = -0.5), "tfs_z");
+        assert_eq!(bad(|p| p.xtc_probability = f32::NAN), "xtc_probability");
+        assert_eq!(bad(|p| p.xtc_threshold = 2.0), "xtc_threshold");
+        assert_eq!(bad(|p| p.mirostat = 3), "mirostat");
+        assert_eq!(bad(|p| p.mirostat_tau = -1.0), "mirostat_tau");
+        assert_eq!(bad(|p| p.mirostat_eta = 0.0), "mirostat_eta");
+        assert_eq!(bad(|p| p.dry_multiplier = -0.1), "dry_multiplier");
+        assert_eq!(bad(|p| p.dry_base = 0.5), "dry_base");
+        assert_eq!(bad(|p| p.dry_allowed_length = 0), "dry_allowed_length");
+        assert_eq!(
+            bad(|p| p.dry_sequence_breakers = vec!["\n".into(), String::new()]),
+            "dry_sequence_breakers"
+        );
+        assert_eq!(bad(|p| p.fsd_alpha = 1.2), "fsd_alpha");
+        assert_eq!(bad(|p| p.fsd_k = 0), "fsd_k");
+        assert_eq!(bad(|p| p.fsd_n = 1), "fsd_n");
+    }
+
+    /// Whatever the chain, `distribution` is what `sample` draws from: 20k draws land within
+    /// 0.015 of its probabilities, with typical, tail-free and min-p on, and with Mirostat
+    /// (whose bound then moves with each draw).
+    #[test]
+    fn sample_draws_from_distribution_under_every_chain() {
+        let logits = [1.0, 2.0, 0.5, 3.0, -1.0, 2.5, 1.5, 0.0];
+        for params in [
+            SamplerParams {
+                typical_p: 0.9,
+                tfs_z: 0.95,
+                ..plain(0.9, 5)
+            },
+            SamplerParams {
+                mirostat: 2,
+                mirostat_tau: 2.0,
+                mirostat_eta: 1e-7,
+                ..plain(1.0, 6)
+            },
+            SamplerParams {
+                mirostat: 1,
+                mirostat_tau: 2.5,
+                mirostat_eta: 1e-7,
+                ..plain(1.0, 7)
+            },
+        ] {
+            let want = Sampler::new(params.clone()).distribution(&logits, &[]);
+            let n = 20_000;
+            let mut counts = [0usize; 8];
+            let mut sampler = Sampler::new(params.clone());
+            for _ in 0..n {
+                counts[sampler.sample(&logits, &[]) as usize] += 1;
+            }
+            for (token, &count) in counts.iter().enumerate() {
+                let p = want.prob(token as u32);
+                let freq = count as f64 / n as f64;
+                assert!(
+                    (freq - p).abs() < 0.015,
+                    "{params:?} {token}: {freq} vs {p}"
+                );
+            }
+        }
+    }
+
+    /// Mirostat moves its bound after every token, whether drawn by `sample` or kept after
+    /// `distribution` and `observe` (speculative decoding's path): the two paths agree.
+    #[test]
+    fn mirostat_steers_the_bound_on_both_paths() {
+        let logits: Vec<f32> = (0..64).map(|i| -(i as f32) * 0.3).collect();
+        let params = SamplerParams {
+            mirostat: 2,
+            mirostat_tau: 3.0,
+            mirostat_eta: 0.5,
+            ..plain(1.0, 9)
+        };
+        let mut drawn = Sampler::new(params.clone());
+        let mut kept = Sampler::new(params);
+        for _ in 0..50 {
+            let token = drawn.sample(&logits, &[]);
+            let dist = kept.distribution(&logits, &[]);
+            assert!(dist.prob(token) > 0.0);
+            kept.observe(token);
+            assert_eq!(drawn.mirostat, kept.mirostat);
+        }
+        // The bound moved from its start at twice the target.
+        assert_ne!(
+            drawn.mirostat.as_ref().unwrap(),
+            &Mirostat::new(2, 3.0, 0.5).unwrap()
+        );
+    }
+
+    /// FSD through the sampler: deterministic, it avoids the continuation the text keeps
+    /// repeating; randomized FSD samples its first tokens.
+    #[test]
+    fn fsd_decodes_by_the_anti_lm_after_its_random_steps() {
+        // Greedy would pick 3 after "1 2" every time; the text has followed "1 2" by 3.
+        let logits = [0.0, 0.0, 0.0, 2.0, 1.9];
+        let history = [1, 2, 3, 1, 2, 3, 1, 2];
+        let fsd = SamplerParams {
+            fsd_alpha: 0.3,
+            ..SamplerParams::greedy()
+        };
+        let mut s = Sampler::new(fsd.clone());
+        assert_eq!(s.sample(&logits, &history), 4);
+        assert_eq!(s.distribution(&logits, &history).prob(4), 1.0);
+        // Randomized: the first 100 draws are samples (at temperature 5, not all 4).
+        let mut s = Sampler::new(SamplerParams {
+            temperature: 5.0,
+            top_k: 0,
+            fsd_sample_steps: 100,
+            ..fsd
+        });
+        let sampled: Vec<u32> = (0..100).map(|_| s.sample(&logits, &history)).collect();
+        assert!(sampled.iter().any(|&t| t != 4), "{sampled:?}");
+        assert!((0..20).all(|_| s.sample(&logits, &history) == 4));
+    }
+
+    /// DRY as the sampler runs it: the penalty breaks greedy's loop, and a breaker token
+    /// (found in the vocabulary by its text) stops it.
+    #[test]
+    fn dry_breaks_a_greedy_loop() {
+        let logits = [0.0, 0.0, 0.0, 1.0, 0.5];
+        let history = [1, 2, 3, 1, 2];
+        let dry = |breakers: Vec<u32>| {
+            let mut s = Sampler::new(SamplerParams {
+                dry_multiplier: 0.8,
+                ..SamplerParams::greedy()
+            });
+            s.breakers = breakers;
+            s.sample(&logits, &history)
+        };
+        // "1 2" repeats: 3 (logit 1) loses 0.8 and falls below 4 (0.5)...
+        assert_eq!(dry(vec![]), 4);
+        // ...unless 1 breaks the repeat.
+        assert_eq!(dry(vec![1]), 3);
     }
 
     #[test]

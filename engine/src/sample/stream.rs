@@ -169,7 +169,7 @@ impl TokenStream {
             None => None,
         };
         Ok(Self {
-            sampler: Sampler::new(params.sampler.clone()),
+            sampler: Sampler::for_vocabulary(params.sampler.clone(), tokenizer),
             stops: StopStrings::new(params.stop.clone()),
             decoder: StreamDecoder::new(true),
             tokens: prompt.to_vec(),
@@ -210,6 +210,7 @@ impl TokenStream {
             Verdict::Accepted => drafted,
             Verdict::Replaced(t) => t,
         };
+        self.sampler.observe(token);
         (verdict, self.push(tokenizer, token, logits))
     }
 

@@ -12,3 +12,7 @@ pub const MAX_LOGIT_BIAS: usize = 1024;
 pub const MAX_BIAS: f32 = 100.0;
 /// Completions one request may ask for: `n`, times the prompts of a batch.
 pub const MAX_COMPLETIONS: usize = 16;
+
+/// DRY's sequence breakers a request may give, each at most [`MAX_STOP_BYTES`] long: each is
+/// searched for in every token of the vocabulary when the request starts.
+pub const MAX_DRY_BREAKERS: usize = 16;

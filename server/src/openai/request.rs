@@ -75,6 +75,59 @@ pub struct Sampling {
     pub min_p: Option<f64>,
     #[schema(exclusive_minimum = 0)]
     pub repeat_penalty: Option<f64>,
+    /// Locally typical sampling's mass; 1 is off.
+    #[schema(minimum = 0, maximum = 1)]
+    pub typical_p: Option<f64>,
+    /// Tail-free sampling's z; 1 is off.
+    #[schema(minimum = 0, maximum = 1)]
+    pub tfs_z: Option<f64>,
+    /// Mirostat's version: 0 (off), 1 or 2.
+    #[schema(minimum = 0, maximum = 2)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub mirostat: Option<u8>,
+    /// Mirostat's target surprise, in bits.
+    #[schema(minimum = 0)]
+    pub mirostat_tau: Option<f64>,
+    /// Mirostat's learning rate.
+    #[schema(exclusive_minimum = 0)]
+    pub mirostat_eta: Option<f64>,
+    /// DRY's penalty on extending a repeat; 0 is off.
+    #[schema(minimum = 0)]
+    pub dry_multiplier: Option<f64>,
+    /// DRY's growth per further repeated token.
+    #[schema(minimum = 1)]
+    pub dry_base: Option<f64>,
+    /// The longest repeat DRY lets pass.
+    #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub dry_allowed_length: Option<usize>,
+    /// How many recent tokens DRY looks at: -1 all, 0 off.
+    #[schema(minimum = -1)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub dry_penalty_last_n: Option<i64>,
+    /// Texts a repeat DRY measures may not reach across (at most 16, none empty).
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    /// How often XTC excludes the most likely tokens; 0 is off.
+    #[schema(minimum = 0, maximum = 1)]
+    pub xtc_probability: Option<f64>,
+    /// How likely a token XTC excludes is.
+    #[schema(minimum = 0, maximum = 1)]
+    pub xtc_threshold: Option<f64>,
+    // Hearth's own: frustratingly simple decoding.
+    /// FSD's weight of the text's own n-gram model against the model; 0 is off.
+    #[schema(minimum = 0, maximum = 1)]
+    pub fsd_alpha: Option<f64>,
+    /// How many of the likeliest tokens FSD chooses among.
+    #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub fsd_k: Option<usize>,
+    /// The order of FSD's n-gram model.
+    #[schema(minimum = 2)]
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub fsd_n: Option<usize>,
+    /// Randomized FSD: this many tokens are sampled before FSD decodes.
+    #[serde(default, deserialize_with = "whole::optional")]
+    pub fsd_sample_steps: Option<usize>,
     /// Token id (as a string) to a bias from -100 to 100, added to its logit before
     /// sampling; at most 1,024 tokens.
     #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
@@ -100,6 +153,9 @@ pub struct Sampling {
     /// {"name"}}`.
     #[schema(value_type = Option<Value>)]
     pub tool_choice: Option<Value>,
+    /// Chat only: whether a forced call (`tool_choice` `"required"`) may be several calls;
+    /// default true. A named function is always called once.
+    pub parallel_tool_calls: Option<bool>,
     /// The older form of `tools`: the functions themselves.
     #[schema(value_type = Option<Vec<Object>>)]
     pub functions: Option<Value>,
@@ -485,6 +541,7 @@ impl Sampling {
             logit_bias: self.logit_bias()?,
             ..base
         };
+        let sampler = self.shaping(sampler)?;
         sampler
             .validate()
             .map_err(|e| invalid(e.field, e.to_string()))?;
@@ -499,6 +556,76 @@ impl Sampling {
                 grammar: self.grammar()?.map(|(_, spec)| spec),
             },
             n,
+        })
+    }
+
+    /// llama.cpp's further samplers (typical, tail-free, Mirostat, DRY, XTC) and Hearth's
+    /// FSD over `base`, each bounded on the number as sent.
+    fn shaping(&self, base: SamplerParams) -> Result<SamplerParams, Invalid> {
+        let unit = |param, v| bounded(param, v, 0.0..=1.0);
+        let at_least = |param, v: Option<f64>, low: f64| match v {
+            Some(x) if !(x >= low && x.is_finite()) => Err(invalid(
+                param,
+                format!("{param} is {x}; it must be a finite number, {low} or more"),
+            )),
+            v => Ok(v.map(|v| v as f32)),
+        };
+        let breakers = match &self.dry_sequence_breakers {
+            None => base.dry_sequence_breakers.clone(),
+            Some(list) if list.len() > MAX_DRY_BREAKERS => {
+                return Err(invalid(
+                    "dry_sequence_breakers",
+                    format!(
+                        "dry_sequence_breakers has {} texts; at most {MAX_DRY_BREAKERS}",
+                        list.len()
+                    ),
+                ))
+            }
+            Some(list) => {
+                if list
+                    .iter()
+                    .any(|t| t.is_empty() || t.len() > MAX_STOP_BYTES)
+                {
+                    return Err(invalid(
+                        "dry_sequence_breakers",
+                        format!("a sequence breaker is empty or over {MAX_STOP_BYTES} bytes"),
+                    ));
+                }
+                list.clone()
+            }
+        };
+        let dry_penalty_last_n = match self.dry_penalty_last_n {
+            None | Some(-1) => base.dry_penalty_last_n,
+            Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(n) => {
+                return Err(invalid(
+                    "dry_penalty_last_n",
+                    format!("dry_penalty_last_n is {n}; it must be -1 (all), 0 (off) or more"),
+                ))
+            }
+        };
+        Ok(SamplerParams {
+            typical_p: unit("typical_p", self.typical_p)?.unwrap_or(base.typical_p),
+            tfs_z: unit("tfs_z", self.tfs_z)?.unwrap_or(base.tfs_z),
+            mirostat: self.mirostat.unwrap_or(base.mirostat),
+            mirostat_tau: at_least("mirostat_tau", self.mirostat_tau, 0.0)?
+                .unwrap_or(base.mirostat_tau),
+            mirostat_eta: at_least("mirostat_eta", self.mirostat_eta, f64::MIN_POSITIVE)?
+                .unwrap_or(base.mirostat_eta),
+            dry_multiplier: at_least("dry_multiplier", self.dry_multiplier, 0.0)?
+                .unwrap_or(base.dry_multiplier),
+            dry_base: at_least("dry_base", self.dry_base, 1.0)?.unwrap_or(base.dry_base),
+            dry_allowed_length: self.dry_allowed_length.unwrap_or(base.dry_allowed_length),
+            dry_penalty_last_n,
+            dry_sequence_breakers: breakers,
+            xtc_probability: unit("xtc_probability", self.xtc_probability)?
+                .unwrap_or(base.xtc_probability),
+            xtc_threshold: unit("xtc_threshold", self.xtc_threshold)?.unwrap_or(base.xtc_threshold),
+            fsd_alpha: unit("fsd_alpha", self.fsd_alpha)?.unwrap_or(base.fsd_alpha),
+            fsd_k: self.fsd_k.unwrap_or(base.fsd_k),
+            fsd_n: self.fsd_n.unwrap_or(base.fsd_n),
+            fsd_sample_steps: self.fsd_sample_steps.unwrap_or(base.fsd_sample_steps),
+            ..base
         })
     }
 
@@ -657,12 +784,16 @@ impl Sampling {
 
     /// A chat's tools and tool choice.
     pub fn tool_request(&self) -> Result<ToolRequest, Invalid> {
-        ToolRequest::read(
+        let read = ToolRequest::read(
             self.tools.as_ref(),
             self.functions.as_ref(),
             self.tool_choice.as_ref(),
             self.function_call.as_ref(),
-        )
+        )?;
+        Ok(ToolRequest {
+            parallel: self.parallel_tool_calls.unwrap_or(true),
+            ..read
+        })
     }
 
     fn stop(&self) -> Result<Vec<String>, Invalid> {
@@ -756,6 +887,55 @@ mod tests {
         match sampling(body.clone()) {
             Err(e) => e,
             Ok(_) => panic!("{body} was taken"),
+        }
+    }
+
+    /// llama.cpp's names for its further samplers reach the sampler; values outside their
+    /// ranges are refused by name, on the number as sent.
+    #[test]
+    fn further_samplers_take_llama_cpp_s_fields() {
+        let p = sampling(json!({
+            "typical_p": 0.9, "tfs_z": 0.95, "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2,
+            "dry_multiplier": 0.8, "dry_base": 2, "dry_allowed_length": 3,
+            "dry_penalty_last_n": 128, "dry_sequence_breakers": ["\n", "##"],
+            "xtc_probability": 0.5, "xtc_threshold": 0.15, "fsd_alpha": 0.3, "fsd_k": 4
+        }))
+        .unwrap()
+        .generate
+        .sampler;
+        assert_eq!((p.typical_p, p.tfs_z), (0.9, 0.95));
+        assert_eq!((p.mirostat, p.mirostat_tau, p.mirostat_eta), (2, 4.0, 0.2));
+        assert_eq!(
+            (p.dry_multiplier, p.dry_base, p.dry_allowed_length),
+            (0.8, 2.0, 3)
+        );
+        assert_eq!(p.dry_penalty_last_n, 128);
+        assert_eq!(p.dry_sequence_breakers, ["\n", "##"]);
+        assert_eq!((p.xtc_probability, p.xtc_threshold), (0.5, 0.15));
+        assert_eq!((p.fsd_alpha, p.fsd_k), (0.3, 4));
+        let all = sampling(json!({ "dry_penalty_last_n": -1 })).unwrap();
+        assert_eq!(all.generate.sampler.dry_penalty_last_n, usize::MAX);
+        for (body, param) in [
+            (json!({ "typical_p": 1.0000000000000002 }), "typical_p"),
+            (json!({ "mirostat": 3 }), "mirostat"),
+            (json!({ "mirostat": 1.5 }), "mirostat"),
+            (json!({ "mirostat_eta": 0 }), "mirostat_eta"),
+            (json!({ "dry_base": 0.5 }), "dry_base"),
+            (json!({ "dry_allowed_length": 0 }), "dry_allowed_length"),
+            (json!({ "dry_penalty_last_n": -2 }), "dry_penalty_last_n"),
+            (
+                json!({ "dry_sequence_breakers": [""] }),
+                "dry_sequence_breakers",
+            ),
+            (
+                json!({ "dry_sequence_breakers": vec!["a"; 17] }),
+                "dry_sequence_breakers",
+            ),
+            (json!({ "xtc_threshold": -0.1 }), "xtc_threshold"),
+            (json!({ "fsd_alpha": 2 }), "fsd_alpha"),
+            (json!({ "fsd_n": 1 }), "fsd_n"),
+        ] {
+            assert_eq!(refused(body.clone()).param, param, "{body}");
         }
     }
 

@@ -1,17 +1,31 @@
 //! A chat's `tools` and `tool_choice` (and the older `functions` and `function_call`): which
 //! functions the model is offered, and whether it may, must or must not call one.
 
+use hearth_engine::grammar::{Function, GrammarSpec, ToolCalls};
+use hearth_models::ToolCallFormat;
 use serde_json::{json, Value};
 
 use super::invalid::{invalid, Invalid};
 
 /// What a request offers and asks.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ToolRequest {
     /// The tools in OpenAI's shape, `[{"type": "function", "function": {...}}]`, as templates
     /// take them.
     pub tools: Vec<Value>,
     pub choice: ToolChoice,
+    /// `parallel_tool_calls`: a required call may be several.
+    pub parallel: bool,
+}
+
+impl Default for ToolRequest {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            choice: ToolChoice::Auto,
+            parallel: true,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -103,13 +117,44 @@ impl ToolRequest {
                 ));
             }
         }
-        Ok(Self { tools, choice })
+        Ok(Self {
+            tools,
+            choice,
+            ..Self::default()
+        })
     }
 
     /// The tools the model is shown: none where it is not to call one.
     pub fn offered(&self) -> Option<Value> {
         (!self.tools.is_empty() && self.choice != ToolChoice::None)
             .then(|| Value::Array(self.tools.clone()))
+    }
+
+    /// The grammar a forced call is held to, written in `format`: calls to any tool (one, or
+    /// several where parallel calls are allowed) for `required`, one call to the function
+    /// named; none where the model chooses.
+    pub fn forced(&self, format: ToolCallFormat) -> Option<GrammarSpec> {
+        let (named, parallel) = match &self.choice {
+            ToolChoice::None | ToolChoice::Auto => return None,
+            ToolChoice::Required => (None, self.parallel),
+            ToolChoice::Named(name) => (Some(name.as_str()), false),
+        };
+        let functions = self
+            .tools
+            .iter()
+            .map(|t| &t["function"])
+            .filter(|f| named.is_none_or(|n| f["name"] == n))
+            .map(|f| Function {
+                name: f["name"].as_str().unwrap_or_default().to_string(),
+                parameters: f.get("parameters").cloned().unwrap_or(Value::Null),
+                strict: f.get("strict").and_then(Value::as_bool).unwrap_or(false),
+            })
+            .collect();
+        Some(GrammarSpec::ToolCalls(ToolCalls {
+            format,
+            functions,
+            parallel,
+        }))
     }
 }
 

@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
+use hearth_engine::grammar::GrammarSpec;
 use hearth_models::{ChatMessage, ToolCallFormat};
 use serde_json::Value;
 
@@ -26,7 +27,6 @@ use super::submit::submit;
 use super::Shared;
 use crate::openai::{
     ChatRequest, Completion, CompletionRequest, ErrorBody, PromptPart, Sampling, StreamEvent,
-    ToolChoice,
 };
 use crate::{AppState, Model};
 
@@ -58,13 +58,6 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
     check_model(m, &request.sampling)?;
     let messages: Vec<ChatMessage> = request.messages.into_iter().map(|m| m.0).collect();
     let tools = request.sampling.tool_request()?;
-    if matches!(tools.choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "tool_choice that forces a call needs constrained output, which this server does \
-             not serve yet; use auto",
-        ));
-    }
     let failed = |e: hearth_engine::Error| {
         ApiError::invalid(
             "messages",
@@ -83,15 +76,34 @@ pub async fn chat(State(state): State<Shared>, body: Body) -> Result<Response, A
             None,
         ),
     };
+    // A forced call is held to a grammar of calls, which leaves no text for another
+    // constraint to shape.
+    let forced = format.and_then(|f| tools.forced(f));
+    if forced.is_some() {
+        if let Some((param, _)) = request.sampling.grammar()? {
+            return Err(ApiError::invalid(
+                param,
+                format!("{param} constrains the text, and tool_choice asks for a tool call only"),
+            ));
+        }
+    }
     respond(
         &state,
         m,
         vec![prompt],
         &request.sampling,
         Kind::Chat,
-        format,
+        format.map(|format| Tools { format, forced }),
     )
     .await
+}
+
+/// What a chat's tools change in its answer.
+struct Tools {
+    /// How the model writes a call: its calls are read from the text in this format.
+    format: ToolCallFormat,
+    /// The grammar of a forced call (`tool_choice` required or naming a function).
+    forced: Option<GrammarSpec>,
 }
 
 /// Prompts continued as they are.
@@ -171,13 +183,21 @@ async fn respond(
     prompts: Vec<Vec<u32>>,
     sampling: &Sampling,
     kind: Kind,
-    tools: Option<ToolCallFormat>,
+    tools: Option<Tools>,
 ) -> Result<Response, ApiError> {
     let mut params = sampling.params(kind.default_max(), kind == Kind::Chat, prompts.len())?;
     params.generate.speculative = sampling.speculative(m.speculative)?;
+    let mut asked_in = sampling.grammar()?.map(|(param, _)| param);
+    let (tools, forced) = match tools {
+        Some(Tools { format, forced }) => (Some(format), forced),
+        None => (None, None),
+    };
+    if let Some(forced) = forced {
+        params.generate.grammar = Some(forced);
+        asked_in = Some("tool_choice");
+    }
     // The engine compiles the grammar and names the kind of constraint in a refusal
     // (`json_schema` for any schema); the client is told the field it sent.
-    let asked_in = sampling.grammar()?.map(|(param, _)| param);
     let engine_names = params.generate.grammar.as_ref().map(|g| g.field());
     let accepted = submit(state, m, prompts, params, kind)
         .await
