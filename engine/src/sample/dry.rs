@@ -3,13 +3,21 @@
 //! passage is penalised, more steeply the longer the repeat, so that loops are broken while
 //! short common phrases go free. A repeat never reaches back across a sequence breaker (a
 //! newline, a colon, a quote or an asterisk by default), so that a name or a list's layout
-//! can recur.
+//! can recur, and a breaker itself is never penalised.
+//!
+//! The repeats are found as llama.cpp finds them: the Z-algorithm over the window read
+//! backwards gives, for every earlier position, how many tokens before it match the text's
+//! end, in time linear in the window. A breaker is a token whose text holds one of the
+//! breaker strings (llama.cpp also matches a breaker split across tokens; for the default
+//! one-character breakers the two agree).
+
+use std::collections::HashMap;
 
 use super::filters::Candidate;
 
-/// The longest repeat measured: its penalty is already far past any logit, and the cap keeps
-/// a text of one token repeated from costing a quadratic scan.
-const MAX_MATCH: usize = 64;
+/// `ln(f32::MAX)`: the penalty's exponent is clamped so that `base^exponent` stays finite,
+/// as llama.cpp clamps it.
+const LN_F32_MAX: f32 = 88.722_84;
 
 /// DRY's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,43 +40,68 @@ impl Dry {
         if off || self.base.is_nan() || self.base < 1.0 {
             return;
         }
+        let allowed = self.allowed_length.max(1);
         let n = history.len();
-        let Some(&last) = history.last() else {
+        if n <= allowed {
             return;
+        }
+        // A repeat reaches back at most to the latest breaker.
+        let limit = history.iter().rev().position(|&t| breaker(t)).unwrap_or(n);
+        if limit < allowed {
+            return;
+        }
+        let backwards: Vec<u32> = history.iter().rev().copied().collect();
+        let matches = z_array(&backwards);
+        // For the match at k, the token that followed that earlier passage is k - 1 back.
+        let mut longest: HashMap<u32, usize> = HashMap::new();
+        for k in 1..n {
+            let length = matches[k].min(limit);
+            let token = backwards[k - 1];
+            if length >= allowed && !breaker(token) {
+                let l = longest.entry(token).or_default();
+                *l = (*l).max(length);
+            }
+        }
+        let max_exponent = if self.base > 1.000_001 {
+            (LN_F32_MAX / self.base.ln()) as usize
+        } else {
+            usize::MAX
         };
-        if breaker(last) {
-            return;
-        }
-        // The longest repeat each token would extend: positions i whose preceding tokens
-        // match the text's end; history[i] followed them.
-        let mut longest: Vec<(u32, usize)> = Vec::new();
-        for i in 1..n {
-            if history[i - 1] != last {
-                continue;
-            }
-            let mut length = 0;
-            while length < i.min(MAX_MATCH) {
-                let (earlier, recent) = (history[i - 1 - length], history[n - 1 - length]);
-                if earlier != recent || breaker(recent) {
-                    break;
-                }
-                length += 1;
-            }
-            if length >= self.allowed_length.max(1) {
-                longest.push((history[i], length));
-            }
-        }
-        longest.sort_unstable();
-        for run in longest.chunk_by(|a, b| a.0 == b.0) {
-            let (token, _) = run[0];
-            let length = run.iter().map(|&(_, l)| l).max().unwrap_or(0);
-            let exponent = (length - self.allowed_length.max(1)) as i32;
-            let penalty = (self.multiplier * self.base.powi(exponent)).min(f32::MAX);
+        for (token, length) in longest {
+            let exponent = (length - allowed).min(max_exponent) as i32;
             if let Some(c) = cands.get_mut(token as usize) {
-                c.logit -= penalty;
+                c.logit -= self.multiplier * self.base.powi(exponent);
             }
         }
     }
+}
+
+/// The Z-array of `s`: at each position, how long a prefix of `s` starts there (`s.len()` at
+/// 0). Linear in `s`'s length.
+fn z_array(s: &[u32]) -> Vec<usize> {
+    let n = s.len();
+    let mut z = vec![0; n];
+    if n == 0 {
+        return z;
+    }
+    z[0] = n;
+    // [left, right) is the rightmost window known to match a prefix.
+    let (mut left, mut right) = (0, 0);
+    for k in 1..n {
+        let mut length = if k < right {
+            z[k - left].min(right - k)
+        } else {
+            0
+        };
+        while k + length < n && s[length] == s[k + length] {
+            length += 1;
+        }
+        z[k] = length;
+        if k + length > right {
+            (left, right) = (k, k + length);
+        }
+    }
+    z
 }
 
 #[cfg(test)]
@@ -79,54 +112,96 @@ mod tests {
         (0..n).map(|id| Candidate { id, logit: 0.0 }).collect()
     }
 
-    const DRY: Dry = Dry {
-        multiplier: 0.8,
-        base: 1.75,
-        allowed_length: 2,
-    };
+    /// Probabilities after DRY over a uniform vocabulary of `n` tokens.
+    fn probs(dry: Dry, n: u32, history: &[u32], breakers: &[u32]) -> Vec<f32> {
+        let mut c = vocab(n);
+        dry.apply(&mut c, history, &|t| breakers.contains(&t));
+        let total: f32 = c.iter().map(|c| c.logit.exp()).sum();
+        c.iter().map(|c| c.logit.exp() / total).collect()
+    }
+
+    fn dry(multiplier: f32, allowed_length: usize) -> Dry {
+        Dry {
+            multiplier,
+            base: 1.1,
+            allowed_length,
+        }
+    }
+
+    /// llama.cpp's own cases (tests/test-sampling.cpp, `test_dry`), within its tolerance.
+    #[test]
+    fn llama_cpp_s_cases() {
+        let close = |got: Vec<f32>, want: &[f32]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+            }
+        };
+        close(probs(dry(1.0, 2), 4, &[0, 1], &[]), &[0.25; 4]);
+        close(
+            probs(dry(1.0, 2), 4, &[0, 1, 2, 0, 1], &[]),
+            &[0.296923, 0.296923, 0.109232, 0.296923],
+        );
+        close(probs(dry(1.0, 2), 5, &[0, 1, 3, 4, 0, 1], &[3]), &[0.2; 5]);
+        close(
+            probs(dry(2.0, 2), 5, &[0, 1, 2, 0, 1], &[]),
+            &[0.241818, 0.241818, 0.032727, 0.241818, 0.241818],
+        );
+        close(
+            probs(dry(1.0, 4), 5, &[0, 1, 2, 3, 4, 0, 1], &[]),
+            &[0.2; 5],
+        );
+    }
 
     #[test]
-    fn the_token_that_would_extend_a_repeat_is_penalised() {
-        // 1 2 3 4 ... 1 2 3: the text ends repeating "1 2 3", which 4 followed.
-        let history = [1, 2, 3, 4, 5, 6, 1, 2, 3];
+    fn the_longest_repeat_decides_and_grows_the_penalty() {
+        // 1 2 3 4 ... 1 2 3: the text ends repeating "1 2 3", which 4 followed; "2 3" alone
+        // was also followed by 6 once, a shorter repeat.
+        let history = [1, 2, 3, 4, 2, 3, 6, 1, 2, 3];
         let mut c = vocab(8);
-        DRY.apply(&mut c, &history, &|_| false);
-        let want = 0.8 * 1.75f32; // a repeat of 3, one past the allowed 2
-        assert!((c[4].logit + want).abs() < 1e-6, "{}", c[4].logit);
-        for id in [0, 1, 2, 3, 5, 6, 7] {
+        let d = Dry {
+            multiplier: 0.8,
+            base: 1.75,
+            allowed_length: 2,
+        };
+        d.apply(&mut c, &history, &|_| false);
+        assert!((c[4].logit + 0.8 * 1.75).abs() < 1e-6, "{}", c[4].logit);
+        assert!((c[6].logit + 0.8).abs() < 1e-6, "{}", c[6].logit);
+        for id in [0, 1, 2, 3, 5, 7] {
             assert_eq!(c[id].logit, 0.0, "{id}");
         }
-        // A repeat shorter than the allowed length is free.
+        // A breaker inside the text's end limits every repeat to what follows it.
         let mut c = vocab(8);
-        DRY.apply(&mut c, &[1, 4, 5, 1], &|_| false);
-        assert!(c.iter().all(|c| c.logit == 0.0));
-        // Exactly the allowed length: the multiplier itself.
-        let mut c = vocab(8);
-        DRY.apply(&mut c, &[1, 2, 7, 5, 1, 2], &|_| false);
-        assert!((c[7].logit + 0.8).abs() < 1e-6);
+        d.apply(&mut c, &history, &|t| t == 1);
+        assert!((c[4].logit + 0.8).abs() < 1e-6, "{}", c[4].logit);
     }
 
     #[test]
-    fn breakers_stop_a_repeat() {
-        // "3" breaks: the repeat "2 3 1 2" cannot reach back past it, leaving "1 2".
-        let history = [2, 3, 1, 2, 6, 2, 3, 1, 2];
-        let mut c = vocab(8);
-        DRY.apply(&mut c, &history, &|t| t == 3);
-        assert!((c[6].logit + 0.8).abs() < 1e-6, "{}", c[6].logit);
-        let mut c = vocab(8);
-        DRY.apply(&mut c, &history, &|_| false);
-        assert!((c[6].logit + 0.8 * 1.75f32.powi(2)).abs() < 1e-5);
-        // A text ending in a breaker repeats nothing.
-        let mut c = vocab(8);
-        DRY.apply(&mut c, &[1, 3, 5, 1, 3], &|t| t == 3);
-        assert!(c.iter().all(|c| c.logit == 0.0));
+    fn the_z_array_is_the_naive_one() {
+        let mut rng = 7u32;
+        for len in [0, 1, 2, 5, 40, 200] {
+            let s: Vec<u32> = (0..len)
+                .map(|_| {
+                    rng = rng.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    (rng >> 16) % 3
+                })
+                .collect();
+            let naive: Vec<usize> = (0..len)
+                .map(|k| (0..len - k).take_while(|&j| s[j] == s[k + j]).count())
+                .collect();
+            assert_eq!(z_array(&s), naive, "{s:?}");
+        }
     }
 
     #[test]
-    fn a_long_loop_costs_a_bounded_scan_and_a_finite_penalty() {
-        let history = vec![5u32; 20_000];
+    fn a_long_loop_costs_linear_time_and_a_finite_penalty() {
+        let history = vec![5u32; 200_000];
         let mut c = vocab(8);
-        let huge = Dry { base: 10.0, ..DRY };
+        let huge = Dry {
+            multiplier: 0.8,
+            base: 10.0,
+            allowed_length: 2,
+        };
         huge.apply(&mut c, &history, &|_| false);
         assert!(c[5].logit.is_finite() && c[5].logit < -1e30);
     }

@@ -108,6 +108,19 @@ mod tests {
         assert_eq!(run(0.0), [1]);
     }
 
+    /// llama.cpp's own cases (tests/test-sampling.cpp, `test_typical`).
+    #[test]
+    fn typical_agrees_with_llama_cpp_s_cases() {
+        let mut c = cands(&[0.97, 0.01, 0.01, 0.01]);
+        typical(&mut c, 0.5);
+        assert_eq!(ids(&c), [0]);
+        let mut c = cands(&[0.4, 0.2, 0.2, 0.2]);
+        typical(&mut c, 0.5);
+        let mut kept = ids(&c);
+        kept.sort_unstable();
+        assert_eq!(kept, [1, 2, 3]);
+    }
+
     /// Probabilities 0.4, 0.3, 0.2, 0.05, 0.05: first differences 0.1, 0.1, 0.15, 0; second
     /// 0, 0.05, 0.15, normalised 0, 0.25, 0.75. The sums pass 0.2 at index 1 and 0.9 at
     /// index 2.

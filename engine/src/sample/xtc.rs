@@ -54,6 +54,16 @@ mod tests {
         ids
     }
 
+    /// llama.cpp's own cases (tests/test-sampling.cpp, `test_xtc`).
+    #[test]
+    fn llama_cpp_s_cases() {
+        let probs = [0.4, 0.3, 0.2, 0.1];
+        assert_eq!(run(&probs, 0.99, 0.09, 0.5), [3]);
+        assert_eq!(run(&probs, 0.99, 0.19, 0.5), [2, 3]);
+        assert_eq!(run(&probs, 0.99, 0.29, 0.5), [1, 2, 3]);
+        assert_eq!(run(&probs, 0.99, 0.39, 0.5), [0, 1, 2, 3]);
+    }
+
     #[test]
     fn the_top_choices_but_the_last_are_removed() {
         let probs = [0.1, 0.4, 0.3, 0.15, 0.05];
