@@ -287,3 +287,21 @@ fn random_corruption_never_panics() {
         }
     }
 }
+
+/// An index that ends short of the alignment, with only an empty tensor: even that tensor's
+/// data would start past the end of the file (found by the `gguf_parse` fuzz target).
+#[test]
+fn data_section_past_the_end() {
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(1u64.to_le_bytes()); // one tensor
+    bytes.extend(0u64.to_le_bytes()); // no metadata
+    bytes.extend(1u64.to_le_bytes());
+    bytes.push(b't');
+    bytes.extend(1u32.to_le_bytes()); // one dimension
+    bytes.extend(0u64.to_le_bytes()); // of size 0
+    bytes.extend(0u32.to_le_bytes()); // F32
+    bytes.extend(0u64.to_le_bytes()); // at offset 0
+    assert_eq!(bytes.len(), 57); // the data section would start at 64
+    expect_error(bytes, &["tensor data", "past the end"]);
+}

@@ -276,6 +276,17 @@ fn parse(bytes: &[u8]) -> std::result::Result<GgufIndex, Fail> {
 
     // Tensor data starts at the next multiple of the alignment after the index.
     let data_offset = (c.pos as u64).next_multiple_of(alignment);
+    if data_offset > bytes.len() as u64 && !tensors.is_empty() {
+        // Even an empty tensor's data would start past the end.
+        return Err(Fail {
+            field: "tensor data".into(),
+            reason: format!(
+                "the data section would start at {data_offset}, past the end of the file ({} \
+                 bytes)",
+                bytes.len()
+            ),
+        });
+    }
     let data_len = (bytes.len() as u64).saturating_sub(data_offset);
     for t in &tensors {
         // offset and n_bytes are each bounded by u64; their sum may not be.
