@@ -9,6 +9,11 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
 fuzz_target!(|data: &[u8]| {
+    // Rendering turns a panic inside the template engine into the template's error, as it
+    // must in a server; libFuzzer's hook would abort on it first. Uncaught panics still end
+    // the run (the harness aborts on them), now with Rust's own report.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| drop(std::panic::take_hook()));
     let Ok(source) = std::str::from_utf8(data) else {
         return;
     };

@@ -17,7 +17,8 @@ const FIXTURES: [(&str, &[u8]); 4] = [
 
 /// A folder holding the fixtures, with `name` holding `data` instead (and, for
 /// `tokenizer.model`, no `tokenizer.json`, which would be read first). One folder per process,
-/// in memory where the system has a tmpfs, rewritten for every input.
+/// in memory where the system has a tmpfs: the fixed files are written once, the fuzzed one
+/// for every input.
 pub fn folder_with(name: &str, data: &[u8]) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
@@ -28,22 +29,15 @@ pub fn folder_with(name: &str, data: &[u8]) -> &'static Path {
         };
         let dir = base.join(format!("hearth-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch folder");
+        for (file, bytes) in FIXTURES {
+            let sentencepiece_only = name == "tokenizer.model" && file == "tokenizer.json";
+            if !sentencepiece_only {
+                std::fs::write(dir.join(file), bytes).expect("the scratch folder is writable");
+            }
+        }
         dir
     });
-    for (file, bytes) in FIXTURES {
-        let path = dir.join(file);
-        let drop_json = name == "tokenizer.model" && file == "tokenizer.json";
-        if drop_json {
-            let _ = std::fs::remove_file(&path);
-        } else if file == name {
-            std::fs::write(&path, data).expect("the scratch folder is writable");
-        } else {
-            std::fs::write(&path, bytes).expect("the scratch folder is writable");
-        }
-    }
-    if !FIXTURES.iter().any(|(file, _)| *file == name) {
-        std::fs::write(dir.join(name), data).expect("the scratch folder is writable");
-    }
+    std::fs::write(dir.join(name), data).expect("the scratch folder is writable");
     dir
 }
 

@@ -234,7 +234,23 @@ impl ChatTemplate {
             tools: options.tools.as_ref(),
         };
         let mut out = Capped(Vec::new());
-        let rendered = template.render_captured_to(context, &mut out);
+        // A template is the model file's code: should the engine panic on it (minijinja 2.24
+        // overflows on a backwards slice that starts before its stop, which a debug build
+        // catches), that is this template's error, not the caller's crash.
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            template.render_captured_to(context, &mut out)
+        }))
+        .map_err(|panic| Error::Template {
+            line: None,
+            message: format!(
+                "the template engine failed on this template: {}",
+                panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("a panic")
+            ),
+        })?;
         if out.0.len() + 1 > TEMPLATE_OUTPUT {
             return Err(Error::Template {
                 line: None,
@@ -438,6 +454,21 @@ mod tests {
                     || text.contains("too large"),
                 "{source}: {text}"
             );
+        }
+    }
+
+    /// A panic inside the template engine (found by the `chat_template` fuzz target: a
+    /// backwards slice whose start is before its stop overflows in minijinja 2.24 where
+    /// overflow is checked) is the template's error; elsewhere the slice is empty.
+    #[test]
+    fn a_panic_in_the_engine_is_the_template_s_error() {
+        let messages = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
+        match render(
+            "{% for m in messages[:2:-1] %}{{ m.content }}{% endfor %}.",
+            &messages,
+        ) {
+            Ok(text) => assert_eq!(text, "."),
+            Err(e) => assert!(e.to_string().contains("template engine failed"), "{e}"),
         }
     }
 
