@@ -21,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut call = ChatMessage::new("assistant", "");
-    call.tool_calls = vec![ToolCall::function("call_1", "get_weather", json!({"city": "Paris"}))];
+    call.tool_calls = vec![ToolCall::function(
+        "call_1",
+        "get_weather",
+        json!({"city": "Paris"}),
+    )];
     let mut result = ChatMessage::new("tool", "{\"temperature\": 21}");
     result.tool_call_id = Some("call_1".into());
     let messages = [
@@ -36,8 +40,10 @@ fuzz_target!(|data: &[u8]| {
         add_generation_prompt: true,
         bos_token: "<s>".into(),
         eos_token: "</s>".into(),
-        tools: Some(json!([{ "type": "function", "function": { "name": "get_weather",
-            "parameters": { "type": "object", "properties": { "city": { "type": "string" } } } } }])),
+        tools: Some(
+            json!([{ "type": "function", "function": { "name": "get_weather",
+            "parameters": { "type": "object", "properties": { "city": { "type": "string" } } } } }]),
+        ),
         ..ChatOptions::default()
     };
     let _ = template.render(&messages, &options);

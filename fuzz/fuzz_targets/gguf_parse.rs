@@ -12,7 +12,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for t in file.tensors() {
-        let bytes = file.tensor_data(t).expect("the parser bounds-checked every tensor");
+        let bytes = file
+            .tensor_data(t)
+            .expect("the parser bounds-checked every tensor");
         assert_eq!(bytes.len() as u64, t.n_bytes);
     }
     let _ = resolve_gguf(&file);

@@ -10,9 +10,18 @@ use hearth_models::{resolve_gguf, ChatTemplate, Tokenizer};
 /// The tiny Llama folder `make-fixtures.py` writes: config, weights and both tokenizers.
 const FIXTURES: [(&str, &[u8]); 4] = [
     ("config.json", include_bytes!("../fixtures/config.json")),
-    ("model.safetensors", include_bytes!("../fixtures/model.safetensors")),
-    ("tokenizer.json", include_bytes!("../fixtures/tokenizer.json")),
-    ("tokenizer.model", include_bytes!("../fixtures/tokenizer.model")),
+    (
+        "model.safetensors",
+        include_bytes!("../fixtures/model.safetensors"),
+    ),
+    (
+        "tokenizer.json",
+        include_bytes!("../fixtures/tokenizer.json"),
+    ),
+    (
+        "tokenizer.model",
+        include_bytes!("../fixtures/tokenizer.model"),
+    ),
 ];
 
 /// A folder holding the fixtures, with `name` holding `data` instead (and, for
@@ -45,7 +54,9 @@ pub fn folder_with(name: &str, data: &[u8]) -> &'static Path {
 /// the tokenizer built and run both ways, and the chat template compiled.
 pub fn exercise(file: &GgufFile) {
     for t in file.tensors() {
-        let bytes = file.tensor_data(t).expect("the reader bounds-checked every tensor");
+        let bytes = file
+            .tensor_data(t)
+            .expect("the reader bounds-checked every tensor");
         assert_eq!(bytes.len() as u64, t.n_bytes);
     }
     let _ = resolve_gguf(file);
