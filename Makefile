@@ -2,7 +2,8 @@
 CARGO ?= cargo
 export SHADERC_LIB_DIR ?= /usr/lib/x86_64-linux-gnu
 
-.PHONY: setup run test test-build lint build conformance pytools package package-tools package-check
+.PHONY: setup run test test-build lint build conformance pytools package package-tools package-check \
+	fuzz-tools fuzz-smoke
 
 setup:
 	bash scripts/setup
@@ -37,6 +38,14 @@ conformance: setup
 pytools: setup
 	bash scripts/pytools/setup >/dev/null
 
+# cargo-fuzz, for the fuzz targets' corpora and short runs (scripts/fuzz-smoke).
+fuzz-tools: setup
+	bash scripts/fuzz-tools
+
+# Every fuzz target over its committed corpus, then 15 s of new inputs each.
+fuzz-smoke: fuzz-tools
+	bash scripts/fuzz-smoke
+
 # What scripts/package needs: Debian's packaging tools, cargo-deb and cargo-generate-rpm.
 package-tools: setup
 	bash scripts/package-tools
@@ -60,11 +69,13 @@ package-check: setup
 # are made while the workspace compiles: they wait on the network or use one core. Make
 # starts the prerequisites in this order, so the compile starts first.
 #
-# scripts/arm64-test then runs the CPU executor's ARM64 kernels under QEMU.
-test: setup lint test-build conformance pytools package-tools
+# scripts/arm64-test then runs the CPU executor's ARM64 kernels under QEMU, and
+# scripts/fuzz-smoke the fuzz targets over their corpora.
+test: setup lint test-build conformance pytools package-tools fuzz-tools
 	bash scripts/test-summary $(CARGO) test --workspace
 	HEARTH_PACKAGE_PROFILE=test $(MAKE) package-check
 	bash scripts/arm64-test
+	bash scripts/fuzz-smoke
 
 # The tests' compile, after lint's: the two would only take turns at cargo's lock on target/.
 test-build: lint
