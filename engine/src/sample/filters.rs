@@ -227,6 +227,20 @@ pub(super) fn sorted_probabilities(cands: &mut [Candidate], temperature: f32) ->
     weights
 }
 
+/// Candidates in id order whose softmax is `probs`: logits `ln p`. What the tests of the
+/// samplers that read the distribution's shape start from.
+#[cfg(test)]
+pub(super) fn from_probabilities(probs: &[f64]) -> Vec<Candidate> {
+    probs
+        .iter()
+        .enumerate()
+        .map(|(id, &p)| Candidate {
+            id: id as u32,
+            logit: p.ln() as f32,
+        })
+        .collect()
+}
+
 /// Unnormalised softmax weight `exp((logit - max) / temperature)`, in [0, 1]. `max` is the
 /// largest logit and is not -inf. When it is +inf the limit is taken: the +inf tokens share
 /// all the probability.

@@ -76,17 +76,7 @@ fn anti_lm(history: &[u32], n: usize) -> HashMap<u32, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cands(probs: &[f64]) -> Vec<Candidate> {
-        probs
-            .iter()
-            .enumerate()
-            .map(|(id, &p)| Candidate {
-                id: id as u32,
-                logit: p.ln() as f32,
-            })
-            .collect()
-    }
+    use crate::sample::filters::from_probabilities as cands;
 
     #[test]
     fn the_anti_lm_backs_off_to_shorter_contexts() {

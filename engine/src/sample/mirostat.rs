@@ -95,17 +95,7 @@ impl Mirostat {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cands(probs: &[f64]) -> Vec<Candidate> {
-        probs
-            .iter()
-            .enumerate()
-            .map(|(id, &p)| Candidate {
-                id: id as u32,
-                logit: p.ln() as f32,
-            })
-            .collect()
-    }
+    use crate::sample::filters::from_probabilities as cands;
 
     #[test]
     fn version_2_cuts_at_the_surprise_bound_and_moves_it() {

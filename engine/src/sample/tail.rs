@@ -71,17 +71,7 @@ pub(super) fn tail_free(cands: &mut Vec<Candidate>, z: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cands(probs: &[f64]) -> Vec<Candidate> {
-        probs
-            .iter()
-            .enumerate()
-            .map(|(id, &p)| Candidate {
-                id: id as u32,
-                logit: p.ln() as f32,
-            })
-            .collect()
-    }
+    use crate::sample::filters::from_probabilities as cands;
 
     fn ids(c: &[Candidate]) -> Vec<u32> {
         c.iter().map(|c| c.id).collect()

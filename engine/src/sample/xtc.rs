@@ -34,17 +34,7 @@ pub(super) fn xtc(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cands(probs: &[f64]) -> Vec<Candidate> {
-        probs
-            .iter()
-            .enumerate()
-            .map(|(id, &p)| Candidate {
-                id: id as u32,
-                logit: p.ln() as f32,
-            })
-            .collect()
-    }
+    use crate::sample::filters::from_probabilities as cands;
 
     fn run(probs: &[f64], probability: f32, threshold: f32, coin: f64) -> Vec<u32> {
         let mut c = cands(probs);
