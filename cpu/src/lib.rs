@@ -8,10 +8,12 @@ pub mod act;
 #[allow(unsafe_code)]
 pub mod dot;
 mod executor;
+pub mod interleave;
 pub mod isa;
 pub mod levels;
 pub mod panel;
 pub mod product;
+pub mod weights;
 
 pub use act::Activations;
 pub use executor::{default_threads, CpuOptions, NativeModel};

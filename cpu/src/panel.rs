@@ -14,6 +14,7 @@
 use hearth_quant::Format;
 
 use crate::act::ActRow;
+use crate::interleave::{self, GROUP_SUPER_BYTES};
 use crate::levels::{group_width, has_base, RowLevels, Unpack, GROUP};
 
 /// Values a step of the products takes from each row: one 32-bit lane's bytes.
@@ -55,20 +56,7 @@ impl Panel {
         let row_bytes = format.bytes_for(cols).unwrap_or(0).max(1);
         let count = (rows.len() / row_bytes).min(lanes);
         let group = group_width(format);
-        let groups = cols / group;
-        self.lanes = lanes;
-        self.rows = count;
-        self.cols = cols;
-        self.group = group;
-        self.has_base = has_base(format);
-        self.levels.clear();
-        self.levels.resize(cols * lanes, 0);
-        for v in [&mut self.d, &mut self.m] {
-            v.clear();
-            v.resize(groups * lanes, 0.0);
-        }
-        self.bias.clear();
-        self.bias.resize(groups * lanes, 0);
+        self.shape(lanes, format, count, cols);
         for (lane, row) in rows.chunks_exact(row_bytes).take(count).enumerate() {
             scratch.unpack(format, unpack, row, cols);
             for (s, four) in scratch.levels.chunks_exact(STEP).enumerate() {
@@ -82,6 +70,66 @@ impl Panel {
                 self.m[g * lanes + lane] = scratch.m[entry];
                 let sum: i32 = levels.iter().map(|&l| i32::from(l)).sum();
                 self.bias[g * lanes + lane] = -128 * sum;
+            }
+        }
+    }
+
+    /// Sizes this for `rows` rows of `format`, zeroed.
+    fn shape(&mut self, lanes: usize, format: Format, rows: usize, cols: usize) {
+        let group = group_width(format);
+        let groups = cols / group;
+        self.lanes = lanes;
+        self.rows = rows;
+        self.cols = cols;
+        self.group = group;
+        self.has_base = has_base(format);
+        self.levels.clear();
+        self.levels.resize(cols * lanes, 0);
+        for v in [&mut self.d, &mut self.m] {
+            v.clear();
+            v.resize(groups * lanes, 0.0);
+        }
+        self.bias.clear();
+        self.bias.resize(groups * lanes, 0);
+    }
+
+    /// Fills this from Q4_K rows interleaved in groups (`crate::interleave`): `groups` holds
+    /// whole groups of `cols`-value rows, of which the first `rows` (at most `lanes`) are
+    /// taken. The same panel as [`fill`](Self::fill) of the rows in the file's packing, with
+    /// no unpacking: a group's four levels of a row are already side by side.
+    pub fn fill_interleaved(&mut self, lanes: usize, groups: &[u8], rows: usize, cols: usize) {
+        let group_bytes = interleave::bytes(interleave::ROWS, cols);
+        let count = rows
+            .min(lanes)
+            .min(groups.len() / group_bytes * interleave::ROWS);
+        self.shape(lanes, Format::Q4_K, count, cols);
+        for lane in 0..count {
+            let (g, r) = (lane / interleave::ROWS, lane % interleave::ROWS);
+            let group = &groups[g * group_bytes..][..group_bytes];
+            for (s, sup) in group.chunks_exact(GROUP_SUPER_BYTES).enumerate() {
+                let half = |at: usize| half::f16::from_le_bytes([sup[at], sup[at + 1]]).to_f32();
+                let (d, dmin) = (half(2 * r), half(16 + 2 * r));
+                for j in 0..8 {
+                    // Each 32 values are one group: as `levels::q4_k` unpacks them.
+                    let at = (8 * s + j) * lanes + lane;
+                    self.d[at] = d * f32::from(sup[32 + 8 * j + r]);
+                    self.m[at] = -(dmin * f32::from(sup[96 + 8 * j + r]));
+                    let mut sum = 0i32;
+                    for c in 0..4 {
+                        let q = &sup[160 + 128 * j + 32 * c + 4 * r..][..4];
+                        // Steps of four values: 8 j + c for the low nibbles (values 4 c..),
+                        // 8 j + 4 + c for the high ones (values 16 + 4 c..), of super-block s.
+                        for (step, shift) in [(8 * j + c, 0), (8 * j + 4 + c, 4)] {
+                            let at = ((64 * s + step) * lanes + lane) * STEP;
+                            for (b, &q) in q.iter().enumerate() {
+                                let level = (q >> shift) & 0x0F;
+                                self.levels[at + b] = level as i8;
+                                sum += i32::from(level);
+                            }
+                        }
+                    }
+                    self.bias[at] = -128 * sum;
+                }
             }
         }
     }

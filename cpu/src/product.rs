@@ -9,10 +9,11 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
-use crate::dot::{Kernels, LevelsRow, PackedDot, PanelDot, TOKENS};
+use crate::dot::{InterleavedDot, Kernels, LevelsRow, PackedDot, PanelDot, TOKENS};
+use crate::interleave::{self, ROWS};
 use crate::levels::{has_base, unpacker, RowLevels, Unpack};
 use crate::panel::Panel;
-use hearth_model::{Matrix, Projection};
+use crate::weights::{CpuMatrix, CpuProjection};
 use hearth_quant::Format;
 
 /// A step's input to products: the f32 rows and, quantized from them when first needed,
@@ -60,7 +61,7 @@ pub struct Output<'a> {
 }
 
 /// What each worker thread keeps between products: the row it unpacks into, the float row it
-/// widens into, and its part of the output (row-major by weight row).
+/// widens into, and its panel.
 #[derive(Default)]
 struct Scratch {
     levels: RowLevels,
@@ -79,7 +80,7 @@ thread_local! {
 /// Products of every run of `w` with `input`, written from column `out.col0`.
 pub fn project(
     k: &Kernels,
-    w: &Projection,
+    w: &CpuProjection,
     input: &mut Input,
     out: Output,
     transposed: &mut Vec<f32>,
@@ -91,8 +92,9 @@ pub fn project(
             stride: out.stride,
             col0,
         };
-        product(k, run, 0..run.rows, input, o, transposed);
-        col0 += run.rows;
+        let rows = run.matrix.rows;
+        product(k, run, 0..rows, input, o, transposed);
+        col0 += rows;
     }
 }
 
@@ -100,7 +102,7 @@ pub fn project(
 /// `transposed` is scratch, reused across products.
 pub fn product(
     k: &Kernels,
-    w: &Matrix,
+    weights: &CpuMatrix,
     rows: Range<usize>,
     input: &mut Input,
     out: Output,
@@ -111,10 +113,40 @@ pub fn product(
     if n == 0 || m == 0 {
         return;
     }
-    let row_bytes = w.data.len() / w.rows.max(1);
+    let w = &weights.matrix;
     let cols = w.cols;
-    let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
     let unpack = unpacker(w.format);
+    let interleaved = match weights.interleaved {
+        true => k.interleaved_dot(w.format, cols),
+        false => None,
+    };
+    if weights.interleaved {
+        let whole = rows.start % ROWS == 0 && rows.end % ROWS == 0;
+        let (Some(dot), Some(unpack), Activations::Q8, true) =
+            (interleaved, unpack, input.mode, whole)
+        else {
+            // Rows or activations the interleaved kernels do not take: the rows put back.
+            let plain = CpuMatrix::rows(weights.plain_rows(rows));
+            return product(k, &plain, 0..m, input, out, transposed);
+        };
+        let group_bytes = dot.group_bytes();
+        let data = &w.data[rows.start / ROWS * group_bytes..rows.end / ROWS * group_bytes];
+        let act = input.quantized(k);
+        if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
+            let rows = Rows {
+                format: w.format,
+                unpack,
+                data,
+                row_bytes: w.format.bytes_for(cols).unwrap_or(0),
+                cols,
+                interleaved: true,
+            };
+            return by_panels(&panels, rows, act, out, transposed);
+        }
+        return by_groups(&dot, data, act, out, transposed);
+    }
+    let row_bytes = w.data.len() / w.rows.max(1);
+    let data = &w.data[rows.start * row_bytes..rows.end * row_bytes];
     let x = input.x;
     let packed = k.packed_dot(w.format, cols);
     let act = match (unpack, input.mode) {
@@ -130,6 +162,7 @@ pub fn product(
                 data,
                 row_bytes,
                 cols,
+                interleaved: false,
             };
             return by_panels(&panels, rows, act, out, transposed);
         }
@@ -191,21 +224,28 @@ pub fn product(
             })
         });
     if n > 1 {
-        for (r, ys) in transposed[..m * n].chunks(n).enumerate() {
-            for (t, &y) in ys.iter().enumerate() {
-                out.out[t * out.stride + out.col0 + r] = y;
-            }
-        }
+        untranspose(&transposed[..m * n], n, out);
     }
 }
 
-/// Rows of one matrix, packed.
+/// Rows of one matrix, packed; `interleaved`: in groups (`crate::interleave`), and
+/// `row_bytes` the size of a row in the file's packing.
 struct Rows<'a> {
     format: Format,
     unpack: Unpack,
     data: &'a [u8],
     row_bytes: usize,
     cols: usize,
+    interleaved: bool,
+}
+
+impl Rows<'_> {
+    fn count(&self) -> usize {
+        match self.interleaved {
+            true => self.data.len() / interleave::bytes(ROWS, self.cols) * ROWS,
+            false => self.data.len() / self.row_bytes,
+        }
+    }
 }
 
 /// The products of `rows` with every token of `act`, a panel of rows per step: each task
@@ -213,22 +253,32 @@ struct Rows<'a> {
 /// results then go to `out` token by token, also in parallel.
 fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &mut Vec<f32>) {
     let (n, lanes) = (act.rows, dot.lanes());
-    let m = rows.data.len() / rows.row_bytes;
+    let m = rows.count();
     let panels = m.div_ceil(lanes);
     transposed.resize(panels * lanes * n, 0.0);
     let per_task = rows_per_task(panels, n * lanes, rows.cols);
-    let panel_bytes = lanes * rows.row_bytes;
     transposed
         .par_chunks_mut(per_task * lanes * n)
         .enumerate()
         .for_each(|(task, part)| {
             SCRATCH.with_borrow_mut(|s| {
                 for (i, ys) in part.chunks_mut(lanes * n).enumerate() {
-                    let first = (task * per_task + i) * panel_bytes;
-                    let data = &rows.data[first..rows.data.len().min(first + panel_bytes)];
+                    let first = (task * per_task + i) * lanes;
                     let (format, unpack, cols) = (rows.format, rows.unpack, rows.cols);
-                    s.panel
-                        .fill(lanes, format, unpack, data, cols, &mut s.levels);
+                    if rows.interleaved {
+                        // Panels are whole groups: `lanes` is a multiple of the group's rows.
+                        let group_bytes = interleave::bytes(ROWS, cols);
+                        let at = first / ROWS * group_bytes;
+                        let end = rows.data.len().min(at + lanes / ROWS * group_bytes);
+                        let left = m - first;
+                        s.panel
+                            .fill_interleaved(lanes, &rows.data[at..end], left, cols);
+                    } else {
+                        let data = &rows.data[first * rows.row_bytes..]
+                            [..lanes.min(m - first) * rows.row_bytes];
+                        s.panel
+                            .fill(lanes, format, unpack, data, cols, &mut s.levels);
+                    }
                     dot.run(&s.panel, act, ys);
                 }
             })
@@ -244,6 +294,50 @@ fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &
                 o.copy_from_slice(&transposed[(p * n + t) * lanes..][..o.len()]);
             }
         });
+}
+
+/// The products of interleaved groups `data` with every token of `act`, split by groups over
+/// the pool: each group's rows are read once for all the tokens.
+fn by_groups(
+    dot: &InterleavedDot,
+    data: &[u8],
+    act: &ActQ8,
+    out: Output,
+    transposed: &mut Vec<f32>,
+) {
+    let n = act.rows;
+    let group_bytes = dot.group_bytes();
+    let groups = data.len() / group_bytes;
+    let m = groups * ROWS;
+    // Row-major by weight row, as `product` orders its other paths.
+    let target: &mut [f32] = if n == 1 {
+        &mut out.out[out.col0..out.col0 + m]
+    } else {
+        transposed.resize(m * n, 0.0);
+        &mut transposed[..]
+    };
+    let per_task = rows_per_task(groups, n * ROWS, act.cols);
+    target
+        .par_chunks_mut(per_task * ROWS * n)
+        .enumerate()
+        .for_each(|(task, part)| {
+            for (i, ys) in part.chunks_mut(ROWS * n).enumerate() {
+                let g = task * per_task + i;
+                dot.run(&data[g * group_bytes..][..group_bytes], act, ys);
+            }
+        });
+    if n > 1 {
+        untranspose(&transposed[..m * n], n, out);
+    }
+}
+
+/// `by_row` ([rows][n], row-major by weight row) into `out`, token by token.
+fn untranspose(by_row: &[f32], n: usize, out: Output) {
+    for (r, ys) in by_row.chunks(n).enumerate() {
+        for (t, &y) in ys.iter().enumerate() {
+            out.out[t * out.stride + out.col0 + r] = y;
+        }
+    }
 }
 
 /// One packed row's products with every row of `act`: [`TOKENS`] at a time, then four, two
@@ -285,7 +379,7 @@ fn rows_per_task(rows: usize, tokens: usize, cols: usize) -> usize {
 /// from column `out.col0`: a mixture's expert is a range of rows of the stacked matrices.
 pub fn project_rows(
     k: &Kernels,
-    w: &Projection,
+    w: &CpuProjection,
     rows: Range<usize>,
     input: &mut Input,
     out: Output,
@@ -294,8 +388,8 @@ pub fn project_rows(
     let mut first = 0;
     let mut col0 = out.col0;
     for run in &w.runs {
-        let run_rows = first..first + run.rows;
-        first += run.rows;
+        let run_rows = first..first + run.matrix.rows;
+        first += run.matrix.rows;
         let (lo, hi) = (rows.start.max(run_rows.start), rows.end.min(run_rows.end));
         if lo >= hi {
             continue;

@@ -18,11 +18,14 @@ mod x86_act;
 #[cfg(target_arch = "x86_64")]
 mod x86_fused;
 #[cfg(target_arch = "x86_64")]
+mod x86_interleaved;
+#[cfg(target_arch = "x86_64")]
 mod x86_kquant;
 #[cfg(target_arch = "x86_64")]
 mod x86_panel;
 
 use crate::act::{ActQ8, ActRow};
+use crate::interleave::{self, ROWS};
 use crate::isa::Isa;
 use crate::panel::Panel;
 use hearth_model::{Error, Result};
@@ -111,6 +114,78 @@ impl PackedDot {
         }
         // SAFETY: as in `one`.
         unsafe { f(row, xs) }
+    }
+}
+
+/// An interleaved group's products with `N` activation rows (see `x86_interleaved`).
+type GroupN<const N: usize> = unsafe fn(&[u8], &[ActRow; N], &mut [[f32; ROWS]; N]);
+
+/// Products of groups of interleaved rows (`crate::interleave`) of one length, from
+/// [`Kernels::interleaved_dot`]: made only for an instruction set the CPU has, and each call
+/// checks its slices' lengths.
+#[derive(Clone, Copy)]
+pub struct InterleavedDot {
+    one: GroupN<1>,
+    two: GroupN<2>,
+    four: GroupN<4>,
+    group_bytes: usize,
+    cols: usize,
+}
+
+impl InterleavedDot {
+    /// Bytes of one group of [`ROWS`] rows.
+    pub fn group_bytes(&self) -> usize {
+        self.group_bytes
+    }
+
+    /// `out[r * act.rows + t]` = row `r` of `group` . token `t` of `act`: four tokens a pass
+    /// over the group, then two and one. Zeros where the sizes do not agree.
+    pub fn run(&self, group: &[u8], act: &ActQ8, out: &mut [f32]) {
+        let n = act.rows;
+        let fits = group.len() == self.group_bytes
+            && act.cols == self.cols
+            && act.q.len() == n * self.cols
+            && act.d.len() * 32 == act.q.len()
+            && act.sums.len() * 16 == act.q.len()
+            && out.len() == ROWS * n;
+        if !fits {
+            out.fill(0.0);
+            return;
+        }
+        let mut t = 0;
+        while t < n {
+            let x = |i: usize| act.row(t + i);
+            let mut ys = [[0f32; ROWS]; 4];
+            // SAFETY: `interleaved_dot` chose the kernels for an instruction set
+            // `Kernels::new` checked the CPU has and for groups of this many bytes; the sizes
+            // were checked above.
+            let taken = unsafe {
+                match n - t {
+                    4.. => {
+                        (self.four)(group, &std::array::from_fn(x), &mut ys);
+                        4
+                    }
+                    2 | 3 => {
+                        (self.two)(
+                            group,
+                            &std::array::from_fn(x),
+                            (&mut ys[..2]).try_into().unwrap(),
+                        );
+                        2
+                    }
+                    _ => {
+                        (self.one)(group, &[x(0)], (&mut ys[..1]).try_into().unwrap());
+                        1
+                    }
+                }
+            };
+            for (i, y) in ys[..taken].iter().enumerate() {
+                for (r, &v) in y.iter().enumerate() {
+                    out[r * n + t + i] = v;
+                }
+            }
+            t += taken;
+        }
     }
 }
 
@@ -311,6 +386,42 @@ impl Kernels {
                 four,
                 many,
                 row_bytes,
+                cols,
+            });
+        }
+        #[allow(unreachable_code)]
+        None
+    }
+
+    /// The products of `format`'s rows of `cols` values interleaved [`ROWS`] at a time, where
+    /// this instruction set has them (Q4_K on x86-64); the executor interleaves a matrix at
+    /// load only where this says so.
+    pub fn interleaved_dot(&self, format: Format, cols: usize) -> Option<InterleavedDot> {
+        if !interleave::fits(format, ROWS, cols) {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use x86_interleaved::{avx2, vnni};
+            let group_bytes = interleave::bytes(ROWS, cols);
+            let (one, two, four) = match self.isa {
+                Isa::Avx512Vnni => (
+                    vnni::q4_k::<1> as GroupN<1>,
+                    vnni::q4_k::<2> as GroupN<2>,
+                    vnni::q4_k::<4> as GroupN<4>,
+                ),
+                Isa::Avx2 | Isa::AvxVnni => (
+                    avx2::q4_k::<1> as GroupN<1>,
+                    avx2::q4_k::<2> as GroupN<2>,
+                    avx2::q4_k::<4> as GroupN<4>,
+                ),
+                _ => return None,
+            };
+            return Some(InterleavedDot {
+                one,
+                two,
+                four,
+                group_bytes,
                 cols,
             });
         }

@@ -5,7 +5,8 @@ use super::work::Work;
 use super::CpuLayer;
 use crate::dot::Kernels;
 use crate::product::{project, project_rows, Input, Output};
-use hearth_model::{ops, Mlp, ModelConfig, Projection};
+use crate::weights::CpuProjection;
+use hearth_model::{ops, Mlp, ModelConfig};
 
 /// The MLP of the normed `xn` ([n, n_embd]) into `w.out`.
 pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32], w: &mut Work) {
@@ -89,8 +90,8 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
 fn gated(
     k: &Kernels,
     c: &ModelConfig,
-    gate_up: (&Projection, std::ops::Range<usize>),
-    down: (&Projection, std::ops::Range<usize>),
+    gate_up: (&CpuProjection, std::ops::Range<usize>),
+    down: (&CpuProjection, std::ops::Range<usize>),
     x: &[f32],
     w: &mut Work,
     targets: Option<&[(usize, f32)]>,

@@ -17,7 +17,9 @@ use hearth_models::{GgufFile, ResolvedModel};
 use self::kv_store::KvStore;
 use crate::act::Activations;
 use crate::dot::Kernels;
+use crate::interleave::ROWS;
 use crate::isa::Isa;
+use crate::weights::{CpuMatrix, CpuProjection};
 use hearth_model::kv::policy::KvPolicyChoice;
 use hearth_model::kv::{
     blocks_for, blocks_in_budget, KvBudget, KvPlacement, KvShape, KvTables, KvType,
@@ -70,7 +72,7 @@ pub fn default_threads() -> usize {
 }
 
 /// One block's weights: matrices packed as the file holds them, norm gains in f32.
-type CpuLayer = Layer<Projection, Vec<f32>>;
+type CpuLayer = Layer<CpuProjection, Vec<f32>>;
 
 pub struct NativeModel {
     config: ModelConfig,
@@ -79,11 +81,11 @@ pub struct NativeModel {
     /// The layers held, with the embedding and head where they start and end the model.
     part: Part,
     /// Where the part embeds tokens, or ends the model with a head tied to the embedding.
-    token_embd: Option<Matrix>,
+    token_embd: Option<CpuMatrix>,
     /// Where the part ends the model.
     output_norm: Option<Vec<f32>>,
     /// `None` when tied to `token_embd`, or where the part does not end the model.
-    output: Option<Matrix>,
+    output: Option<CpuMatrix>,
     /// The part's layers, the first being model layer `part.layers.start`.
     layers: Vec<CpuLayer>,
     tables: KvTables,
@@ -151,18 +153,30 @@ impl NativeModel {
             false => None,
         };
         token_embd.iter().for_each(&mut count);
+        // The embedding's rows are read one by one: it stays as the file packs it.
+        let token_embd = token_embd.map(CpuMatrix::rows);
         let output = match part.heads() {
             true => reader.output()?,
             false => None,
         };
         output.iter().for_each(&mut count);
+        let mode = options.activations;
+        let output =
+            output.map(|m| pool.install(|| CpuMatrix::for_kernels(&kernels, mode, m, ROWS)));
         let mut layers = Vec::with_capacity(part.len());
         for l in part.layers.clone() {
             let layer = reader.layer(l)?;
             let layer = layer.try_map::<_, _, Error>(
-                |_, w: Projection| {
+                |name, w: Projection| {
                     w.runs.iter().for_each(&mut count);
-                    Ok(w)
+                    // A mixture's products read one expert's rows: those must stay whole
+                    // interleaved groups.
+                    let unit = match (name, &c.experts) {
+                        ("ffn_gate_up_exps", Some(x)) => 2 * x.n_ff,
+                        ("ffn_down_exps", _) => c.n_embd,
+                        _ => ROWS,
+                    };
+                    Ok(pool.install(|| CpuProjection::for_kernels(&kernels, mode, w, unit)))
                 },
                 |_, v| Ok(v),
             )?;

@@ -86,6 +86,7 @@ impl NativeModel {
         match (hidden, &self.token_embd) {
             (Some(h), _) => w.x.copy_from_slice(h),
             (None, Some(embd)) => {
+                let embd = &embd.matrix;
                 let row_bytes = embd.data.len() / embd.rows.max(1);
                 for (&id, x) in ids.iter().zip(w.x.chunks_mut(e)) {
                     let row = &embd.data[id as usize * row_bytes..][..row_bytes];
@@ -203,7 +204,7 @@ impl NativeModel {
             crate::product::product(
                 &self.kernels,
                 head,
-                0..head.rows,
+                0..head.matrix.rows,
                 &mut input,
                 o,
                 &mut w.transposed,
