@@ -135,13 +135,12 @@ pub fn product(
         if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
             let rows = Rows {
                 format: w.format,
-                unpack,
                 data,
                 row_bytes: w.format.bytes_for(cols).unwrap_or(0),
                 cols,
                 interleaved: true,
             };
-            return by_panels(&panels, rows, act, out, transposed);
+            return by_panels(&panels, unpack, rows, act, out, transposed);
         }
         return by_groups(&dot, data, act, out, transposed);
     }
@@ -158,14 +157,26 @@ pub fn product(
         if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
             let rows = Rows {
                 format: w.format,
-                unpack,
                 data,
                 row_bytes,
                 cols,
                 interleaved: false,
             };
-            return by_panels(&panels, rows, act, out, transposed);
+            return by_panels(&panels, unpack, rows, act, out, transposed);
         }
+    }
+
+    // Float rows (F32, F16, BF16, or any format with f32 activations) against many tokens:
+    // one matrix product per block of rows widened to f32.
+    if act.is_none() && n >= PANEL_MIN_TOKENS {
+        let rows = Rows {
+            format: w.format,
+            data,
+            row_bytes,
+            cols,
+            interleaved: false,
+        };
+        return by_gemm(k, rows, x, out, transposed);
     }
 
     // One output slot per (row, token), row-major by weight row, so that each task owns a
@@ -232,7 +243,6 @@ pub fn product(
 /// `row_bytes` the size of a row in the file's packing.
 struct Rows<'a> {
     format: Format,
-    unpack: Unpack,
     data: &'a [u8],
     row_bytes: usize,
     cols: usize,
@@ -251,7 +261,14 @@ impl Rows<'_> {
 /// The products of `rows` with every token of `act`, a panel of rows per step: each task
 /// unpacks its panels and writes `[panel][token][lane]` to its part of `transposed`; the
 /// results then go to `out` token by token, also in parallel.
-fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &mut Vec<f32>) {
+fn by_panels(
+    dot: &PanelDot,
+    unpack: Unpack,
+    rows: Rows,
+    act: &ActQ8,
+    out: Output,
+    transposed: &mut Vec<f32>,
+) {
     let (n, lanes) = (act.rows, dot.lanes());
     let m = rows.count();
     let panels = m.div_ceil(lanes);
@@ -264,7 +281,7 @@ fn by_panels(dot: &PanelDot, rows: Rows, act: &ActQ8, out: Output, transposed: &
             SCRATCH.with_borrow_mut(|s| {
                 for (i, ys) in part.chunks_mut(lanes * n).enumerate() {
                     let first = (task * per_task + i) * lanes;
-                    let (format, unpack, cols) = (rows.format, rows.unpack, rows.cols);
+                    let (format, cols) = (rows.format, rows.cols);
                     if rows.interleaved {
                         // Panels are whole groups: `lanes` is a multiple of the group's rows.
                         let group_bytes = interleave::bytes(ROWS, cols);
@@ -328,6 +345,53 @@ fn by_groups(
         });
     if n > 1 {
         untranspose(&transposed[..m * n], n, out);
+    }
+}
+
+/// Values of a block of rows widened to f32 for one matrix product: 2 MiB, so that the block
+/// and the product's own packed copies stay in a core's cache.
+const GEMM_BLOCK_VALUES: usize = 512 * 1024;
+
+/// The products of float `rows` (widened to f32 a block at a time) with the f32 tokens `x`,
+/// each block one matrix product ([`Kernels::gemm`]) written token by token, so that each
+/// token's values of a block go to `out` in one copy. Split by rows over the pool.
+fn by_gemm(k: &Kernels, rows: Rows, x: &[f32], out: Output, transposed: &mut Vec<f32>) {
+    let cols = rows.cols;
+    let n = x.len() / cols;
+    let m = rows.count();
+    transposed.resize(m * n, 0.0);
+    let per_task = rows_per_task(m, n, cols);
+    let block_rows = (GEMM_BLOCK_VALUES / cols).clamp(1, per_task);
+    // Task blocks are [block][token][row], blocks `block_rows` rows from the task's first.
+    transposed[..m * n]
+        .par_chunks_mut(per_task * n)
+        .enumerate()
+        .for_each(|(task, part)| {
+            SCRATCH.with_borrow_mut(|s| {
+                for (b, ys) in part.chunks_mut(block_rows * n).enumerate() {
+                    let first = task * per_task + b * block_rows;
+                    let count = ys.len() / n;
+                    s.floats.resize(count * cols, 0.0);
+                    let packed = &rows.data[first * rows.row_bytes..][..count * rows.row_bytes];
+                    for (row, f) in packed
+                        .chunks_exact(rows.row_bytes)
+                        .zip(s.floats.chunks_exact_mut(cols))
+                    {
+                        // Sizes come from the matrix, so this cannot fail.
+                        let _ = rows.format.dequantize(row, f);
+                    }
+                    k.gemm(&s.floats, x, cols, ys);
+                }
+            })
+        });
+    for (task, part) in transposed[..m * n].chunks(per_task * n).enumerate() {
+        for (b, block) in part.chunks(block_rows * n).enumerate() {
+            let (first, count) = (task * per_task + b * block_rows, block.len() / n);
+            for (t, ys) in block.chunks_exact(count).enumerate() {
+                let at = t * out.stride + out.col0 + first;
+                out.out[at..at + count].copy_from_slice(ys);
+            }
+        }
     }
 }
 

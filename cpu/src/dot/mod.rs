@@ -550,6 +550,52 @@ impl Kernels {
         }
     }
 
+    /// `out[t * rows + r] = w[r] . x[t]` for the `cols`-long f32 rows of `w` (`rows` of them)
+    /// and of `x` (`n`): a matrix product, by the `gemm` crate, which picks its own SIMD kernels at run
+    /// time (packing both sides into cache-sized blocks, near the cores' peak multiply-adds);
+    /// the portable instruction set keeps to plain Rust. Zeros where the sizes disagree.
+    pub fn gemm(&self, w: &[f32], x: &[f32], cols: usize, out: &mut [f32]) {
+        let (rows, n) = (w.len() / cols.max(1), x.len() / cols.max(1));
+        if cols == 0 || rows * cols != w.len() || n * cols != x.len() || out.len() != rows * n {
+            out.fill(0.0);
+            return;
+        }
+        if self.isa == Isa::Portable {
+            for (xt, ys) in x.chunks_exact(cols).zip(out.chunks_exact_mut(rows)) {
+                for (wr, y) in w.chunks_exact(cols).zip(ys) {
+                    *y = portable::dot_f32(wr, xt);
+                }
+            }
+            return;
+        }
+        // SAFETY: the sizes were checked above: `out` as rows x n has its columns rows apart,
+        // `w` is rows x cols with rows cols apart, and `x` as cols x n has its columns cols
+        // apart.
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                cols,
+                out.as_mut_ptr(),
+                rows as isize,
+                1,
+                false,
+                w.as_ptr(),
+                1,
+                cols as isize,
+                x.as_ptr(),
+                cols as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    }
+
     /// `w . x` for two f32 rows of the same length.
     pub fn floats(&self, w: &[f32], x: &[f32]) -> f32 {
         let n = w.len().min(x.len());
