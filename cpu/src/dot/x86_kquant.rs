@@ -274,23 +274,8 @@ macro_rules! kquant {
             /// See the module's header; every row of `xs` has as many values as `row`.
             #[target_feature(enable = $features)]
             pub unsafe fn q5_0<const N: usize>(row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
-                let blocks = row.len() / 22;
-                let mut acc = [_mm256_setzero_ps(); N];
-                let mut base = [0f32; N];
-                for b in 0..blocks {
-                    // SAFETY: b < blocks, whole blocks of row.
-                    let (d, w) = unsafe {
-                        let p = row.as_ptr().add(22 * b);
-                        (half_at(p), levels5(p.add(2)))
-                    };
-                    for (i, x) in xs.iter().enumerate() {
-                        // SAFETY: block b lies within every row of xs.
-                        let p = unsafe { products(w, x, b) };
-                        acc[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x.d[b]), acc[i]);
-                        base[i] -= 16.0 * d * (x.sums[2 * b] + x.sums[2 * b + 1]);
-                    }
-                }
-                std::array::from_fn(|i| hsum(acc[i]) + base[i])
+                // SAFETY: as the caller guarantees.
+                unsafe { q5::<N, false>(row, xs) }
             }
 
             /// Q5_1: `value = q * d + m`, 24-byte blocks; `N` activation rows at once.
@@ -299,23 +284,59 @@ macro_rules! kquant {
             /// See the module's header; every row of `xs` has as many values as `row`.
             #[target_feature(enable = $features)]
             pub unsafe fn q5_1<const N: usize>(row: &[u8], xs: &[ActRow; N]) -> [f32; N] {
-                let blocks = row.len() / 24;
-                let mut acc = [_mm256_setzero_ps(); N];
-                let mut base = [0f32; N];
-                for b in 0..blocks {
+                // SAFETY: as the caller guarantees.
+                unsafe { q5::<N, true>(row, xs) }
+            }
+
+            /// Q5_0 (`BASE` false: 22-byte blocks, `value = (q - 16) * d`) or Q5_1 (24-byte
+            /// blocks, `value = q * d + m`). Two blocks a pass, each into its own sums, so
+            /// that the sums stay in registers and their adds overlap.
+            ///
+            /// # Safety
+            /// As [`q5_0`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn q5<const N: usize, const BASE: bool>(
+                row: &[u8],
+                xs: &[ActRow; N],
+            ) -> [f32; N] {
+                let size = if BASE { 24 } else { 22 };
+                let blocks = row.len() / size;
+                let mut acc = [[_mm256_setzero_ps(); 2]; N];
+                let mut base = [[0f32; 2]; N];
+                // Block b into sums h.
+                let mut one = |b: usize, h: usize| {
                     // SAFETY: b < blocks, whole blocks of row.
                     let (d, m, w) = unsafe {
-                        let p = row.as_ptr().add(24 * b);
-                        (half_at(p), half_at(p.add(2)), levels5(p.add(4)))
+                        let p = row.as_ptr().add(size * b);
+                        let m = if BASE { half_at(p.add(2)) } else { 0.0 };
+                        (half_at(p), m, levels5(p.add(size - 20)))
                     };
+                    // Q5_0's offset: -16 * d per value.
+                    let m = if BASE { m } else { -16.0 * d };
                     for (i, x) in xs.iter().enumerate() {
                         // SAFETY: block b lies within every row of xs.
-                        let p = unsafe { products(w, x, b) };
-                        acc[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x.d[b]), acc[i]);
-                        base[i] += m * (x.sums[2 * b] + x.sums[2 * b + 1]);
+                        let (p, xd, sum) = unsafe {
+                            (
+                                products(w, x, b),
+                                *x.d.get_unchecked(b),
+                                *x.sums.get_unchecked(2 * b) + *x.sums.get_unchecked(2 * b + 1),
+                            )
+                        };
+                        acc[i][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * xd), acc[i][h]);
+                        base[i][h] += m * sum;
                     }
+                };
+                for pair in 0..blocks / 2 {
+                    one(2 * pair, 0);
+                    one(2 * pair + 1, 1);
                 }
-                std::array::from_fn(|i| hsum(acc[i]) + base[i])
+                if blocks % 2 == 1 {
+                    one(blocks - 1, 0);
+                }
+                std::array::from_fn(|i| {
+                    hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + base[i][0] + base[i][1]
+                })
             }
         }
     };
