@@ -353,6 +353,41 @@ fn every_family_matches_the_reference_on_the_cpu_executor() {
     }
 }
 
+/// Decode over a long context on the CPU executor, where attention splits each KV head's
+/// positions into parts with their own softmax and merges them: the logits are the CPU
+/// reference's up to summation order, at a depth where the parts are several (600 positions,
+/// four threads, two KV heads).
+#[test]
+fn split_attention_over_a_long_context_matches_the_reference() {
+    let shape = Shape {
+        n_ctx_train: 1024,
+        ..TINY
+    };
+    let load = |backend| {
+        let file = shape.build_random("tiny", Format::Q8, 5).unwrap();
+        let options = EngineOptions {
+            backend,
+            n_ctx: Some(1024),
+            activations: Activations::F32,
+            threads: Some(4),
+            ..EngineOptions::default()
+        };
+        Engine::load_file(file, &options, &mut |_| true).unwrap()
+    };
+    let (mut cpu, mut reference) = (load(BackendKind::Cpu), load(BackendKind::Reference));
+    let prompt: Vec<u32> = (0..600).map(|i| 1 + (i * 37 % 250) as u32).collect();
+    let logits = |e: &mut Engine| {
+        let backend = e.session_mut().fresh_backend();
+        let mut last = backend.forward(&prompt, Logits::Last).unwrap();
+        for t in [7, 3, 11] {
+            last.extend(backend.forward(&[t], Logits::All).unwrap());
+        }
+        last
+    };
+    let (got, want) = (logits(&mut cpu), logits(&mut reference));
+    hearth_testkit::assert_logits_close(&got, &want, 1e-3, "long context");
+}
+
 /// Q4_K rows that the CPU executor interleaves eight at a time where its instruction set
 /// reads them so (x86-64 with AVX2), a dense model's and a mixture's (whose products read one
 /// expert's rows): their logits are the same executor's on plain rows (the portable kernels,

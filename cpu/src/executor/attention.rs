@@ -1,7 +1,10 @@
 //! Attention over the paged cache: each step token's query heads over its sequence's cached
 //! positions (its own and the step's earlier ones included). One task per tile of a
-//! sequence's tokens and KV head, so a prompt's tokens and the query heads of a group read
-//! each K and V row once.
+//! sequence's tokens, KV head and part of the positions, so a prompt's tokens and the query
+//! heads of a group read each K and V row once. A decode step has too few tiles and heads to
+//! keep every thread busy over a long context, so its positions are split into parts, each
+//! with its own softmax, merged after (the online softmax's rescaling: each part's sums
+//! scaled by `exp(its max - the max)`).
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -69,9 +72,22 @@ const TILE: usize = 16;
 /// Positions whose K (or V) rows a task widens at a time.
 const CHUNK: usize = 64;
 
+/// Fewest positions a part of a split task reads: below it, merging costs more than the
+/// spread work saves.
+const MIN_PART: usize = 256;
+
+/// One part's softmax statistics per token and query head: the largest score and the sum of
+/// `exp(score - largest)`, by which its weighted sum of V rows is still to be divided.
+#[derive(Clone, Copy, Debug)]
+struct Stats {
+    max: f32,
+    sum: f32,
+}
+
 /// Layer `l`'s attention of the step's tokens `at` ([n]) with queries in `qkv`
 /// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]). `staged` is scratch,
-/// reused across steps: each task (a tile of tokens and one KV head) writes its own part.
+/// reused across steps: each task (a tile of tokens, one KV head, a part of the positions)
+/// writes its own part.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     k: &Kernels,
@@ -83,37 +99,81 @@ pub(super) fn attend(
     att: &mut [f32],
     staged: &mut Vec<f32>,
 ) {
-    let width = c.n_head / c.n_head_kv * c.head_dim;
+    let group = c.n_head / c.n_head_kv;
+    let width = group * c.head_dim;
     let tiles = tiles(tokens);
-    staged.resize(tokens.len() * c.attn_dim(), 0.0);
-    let mut tasks = Vec::with_capacity(tiles.len() * c.n_head_kv);
-    let mut rest = &mut staged[..];
-    for tile in &tiles {
+    let ranges: Vec<Range<usize>> = tiles
+        .iter()
+        .map(|tile| {
+            let spans = tokens[tile.clone()].iter().map(|at| span(c, l, at));
+            let lo = spans.clone().map(|r| r.start).min().unwrap_or(0);
+            lo..spans.map(|r| r.end).max().unwrap_or(0)
+        })
+        .collect();
+    // Parts per task: enough tasks for two a thread, each of at least MIN_PART positions.
+    let tasks = tiles.len() * c.n_head_kv;
+    let longest = ranges.iter().map(|r| r.len()).max().unwrap_or(0);
+    let wanted = (2 * rayon::current_num_threads()).div_ceil(tasks.max(1));
+    let parts = wanted.min(longest / MIN_PART).max(1);
+    let values = tokens.len() * c.n_head_kv * parts;
+    staged.resize(values * width, 0.0);
+    let mut stats = vec![Stats { max: 0.0, sum: 0.0 }; values * group];
+    // Staged as [tile][kv head][part][token][width], statistics as [..][token][group].
+    let mut work = Vec::with_capacity(tasks * parts);
+    let (mut rest, mut rest_stats) = (&mut staged[..], &mut stats[..]);
+    for (tile, range) in tiles.iter().zip(&ranges) {
         for kvh in 0..c.n_head_kv {
-            let (part, tail) = rest.split_at_mut(tile.len() * width);
-            tasks.push((tile.clone(), kvh, part));
-            rest = tail;
+            for p in 0..parts {
+                let (out, tail) = rest.split_at_mut(tile.len() * width);
+                let (st, tail_stats) = rest_stats.split_at_mut(tile.len() * group);
+                let (lo, len) = (range.start, range.len());
+                let part = lo + p * len / parts..lo + (p + 1) * len / parts;
+                work.push((tile.clone(), kvh, part, out, st));
+                (rest, rest_stats) = (tail, tail_stats);
+            }
         }
     }
-    tasks.into_par_iter().for_each(|(tile, kvh, out)| {
+    work.into_par_iter().for_each(|(tile, kvh, part, out, st)| {
         let task = Task {
             tokens: &tokens[tile.clone()],
             first: tile.start,
             kvh,
+            part,
         };
-        SCRATCH.with_borrow_mut(|s| attend_tile(k, c, l, &task, qkv, cache, out, s));
+        SCRATCH.with_borrow_mut(|s| attend_tile(k, c, l, &task, qkv, cache, out, st, s));
     });
-    // `staged` holds each tile's [kv head][token][width]; `att` is [token][kv head][width].
-    let mut from = staged.chunks_exact(width);
+    // Each token's query heads: the parts' sums, rescaled to the largest max, divided by the
+    // total.
+    let hd = c.head_dim;
+    let mut at = 0;
     for tile in &tiles {
         for kvh in 0..c.n_head_kv {
-            for t in tile.clone() {
-                if let Some(part) = from.next() {
-                    att[t * c.attn_dim() + kvh * width..][..width].copy_from_slice(part);
+            for (i, t) in tile.clone().enumerate() {
+                for g in 0..group {
+                    let stat = |p: usize| stats[(at + p * tile.len() + i) * group + g];
+                    let max = (0..parts)
+                        .map(|p| stat(p).max)
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let scale = |p: usize| (stat(p).max - max).exp();
+                    let total: f32 = (0..parts).map(|p| stat(p).sum * scale(p)).sum();
+                    let out = &mut att[t * c.attn_dim() + kvh * width + g * hd..][..hd];
+                    out.fill(0.0);
+                    for p in 0..parts {
+                        let w = scale(p) / total;
+                        let from = &staged[((at + p * tile.len() + i) * group + g) * hd..][..hd];
+                        out.iter_mut().zip(from).for_each(|(o, v)| *o += w * v);
+                    }
                 }
             }
+            at += parts * tile.len();
         }
     }
+}
+
+/// The positions `at` reads at layer `l`: up to its own, a local layer's window only.
+fn span(c: &ModelConfig, l: usize, at: &TokenAt) -> Range<usize> {
+    let n_kv = at.pos + 1;
+    c.window(l).map_or(0, |w| n_kv.saturating_sub(w))..n_kv
 }
 
 /// The step's tokens in runs of at most [`TILE`] that share a row and a beam table.
@@ -134,15 +194,19 @@ fn tiles(tokens: &[TokenAt]) -> Vec<Range<usize>> {
     tiles
 }
 
-/// One task: a tile's tokens (step tokens `first..`) and the KV head they read.
+/// One task: a tile's tokens (step tokens `first..`), the KV head they read, and the part of
+/// their positions.
 struct Task<'a> {
     tokens: &'a [TokenAt],
     first: usize,
     kvh: usize,
+    part: Range<usize>,
 }
 
-/// A tile's attention for one KV head into `out` ([token][group * head_dim]): every query
-/// head of the group, each token over its own positions.
+/// A tile's attention for one KV head over its part of the positions into `out`
+/// ([token][group * head_dim]) and `stats` ([token][group]): every query head of the group,
+/// each token over its own positions within the part, its weighted sum of V rows not yet
+/// divided by its softmax's sum.
 #[allow(clippy::too_many_arguments)]
 fn attend_tile(
     k: &Kernels,
@@ -152,18 +216,19 @@ fn attend_tile(
     qkv: &[f32],
     cache: &Cache,
     out: &mut [f32],
+    stats: &mut [Stats],
     s: &mut Scratch,
 ) {
     let hd = c.head_dim;
     let group = c.n_head / c.n_head_kv;
     let kv_dim = c.n_head_kv * hd;
-    let window = c.window(l);
-    // Token i reads positions `spans[i]`: up to its own, a local layer's window only.
+    // Token i reads positions `spans[i]` (possibly none) of the part.
     let mut spans = std::mem::take(&mut s.spans);
     spans.clear();
     spans.extend(task.tokens.iter().map(|at| {
-        let n_kv = at.pos + 1;
-        window.map_or(0, |w| n_kv.saturating_sub(w))..n_kv
+        let all = span(c, l, at);
+        let (lo, hi) = (all.start.max(task.part.start), all.end.min(task.part.end));
+        lo..hi.max(lo)
     }));
     let base = spans.iter().map(|r| r.start).min().unwrap_or(0);
     let end = spans.iter().map(|r| r.end).max().unwrap_or(0);
@@ -201,7 +266,7 @@ fn attend_tile(
             if let Some(cap) = c.attn_softcap {
                 ops::softcap(scores, cap);
             }
-            softmax(scores);
+            stats[i * group + g] = exp_shifted(scores);
         }
     }
     // The probabilities' weighted sums of V rows, a chunk at a time.
@@ -227,13 +292,14 @@ fn attend_tile(
     s.spans = spans;
 }
 
-fn softmax(x: &mut [f32]) {
+/// `x` replaced by `exp(x - max)`, with the max and the sum: a softmax not yet divided.
+/// No values: a max of -inf and a sum of 0, which the merge weighs by 0.
+fn exp_shifted(x: &mut [f32]) -> Stats {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     for v in x.iter_mut() {
         *v = (*v - max).exp();
         sum += *v;
     }
-    let inv = 1.0 / sum;
-    x.iter_mut().for_each(|v| *v *= inv);
+    Stats { max, sum }
 }
