@@ -534,6 +534,29 @@ impl Kernels {
         }
     }
 
+    /// `x` replaced by `exp(x - max)`, where `max` is its largest value, returning `max` and
+    /// the sum: a softmax not yet divided (attention's, over a part of the positions). No
+    /// values: a max of -inf and a sum of 0.
+    pub fn exp_shifted(&self, x: &mut [f32]) -> (f32, f32) {
+        let max = x
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        if x.is_empty() {
+            return (max, 0.0);
+        }
+        let sum = match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `new` checked that the CPU supports AVX2 and FMA (every x86 set here
+            // includes them).
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { x86::exp_shifted_avx2(x, max) },
+            _ => x.iter_mut().fold(0.0, |sum, v| {
+                *v = (*v - max).exp();
+                sum + *v
+            }),
+        };
+        (max, sum)
+    }
+
     /// `w . x` for a row of F16 weights as the file holds them (`2 * x.len()` bytes) and f32
     /// activations, without widening the row first (a decode step's F16 products); 0 for a row
     /// of another length.

@@ -341,3 +341,66 @@ pub(super) unsafe fn f16_dot_avx2(w: &[u8], x: &[f32]) -> f32 {
         .sum();
     hsum(sum) + tail
 }
+
+/// `x` replaced by `exp(x - max)` (`max` at least every value), returning their sum: eight
+/// at a time by Cephes' single-precision method (`2^n` times a degree-6 polynomial of the
+/// remainder, within 2 ulp of `expf`), the rest by `expf`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn exp_shifted_avx2(x: &mut [f32], max: f32) -> f32 {
+    let shift = _mm256_set1_ps(max);
+    let mut sum = _mm256_setzero_ps();
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in chunks.by_ref() {
+        // SAFETY: c holds eight floats.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        let e = exp_avx2(_mm256_sub_ps(v, shift));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), e) };
+        sum = _mm256_add_ps(sum, e);
+    }
+    let mut tail = 0.0;
+    for v in chunks.into_remainder() {
+        *v = (*v - max).exp();
+        tail += *v;
+    }
+    hsum(sum) + tail
+}
+
+/// `exp(x)` for `x <= 0` in every lane (below -87.3, where `expf` leaves the normal numbers,
+/// the result is that of -87.3: about 1e-38).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp_avx2(x: __m256) -> __m256 {
+    let x = _mm256_max_ps(x, _mm256_set1_ps(-87.336_54));
+    // x = n ln 2 + r, |r| <= ln 2 / 2, ln 2 in two parts so that r is exact.
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let p = _mm256_fmadd_ps(
+        _mm256_mul_ps(p, r),
+        r,
+        _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+    );
+    // 2^n from its exponent bits; n >= -126 after the clamp.
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(pow2))
+}

@@ -266,7 +266,8 @@ fn attend_tile(
             if let Some(cap) = c.attn_softcap {
                 ops::softcap(scores, cap);
             }
-            stats[i * group + g] = exp_shifted(scores);
+            let (max, sum) = k.exp_shifted(scores);
+            stats[i * group + g] = Stats { max, sum };
         }
     }
     // The probabilities' weighted sums of V rows, a chunk at a time.
@@ -290,16 +291,4 @@ fn attend_tile(
         }
     }
     s.spans = spans;
-}
-
-/// `x` replaced by `exp(x - max)`, with the max and the sum: a softmax not yet divided.
-/// No values: a max of -inf and a sum of 0, which the merge weighs by 0.
-fn exp_shifted(x: &mut [f32]) -> Stats {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    Stats { max, sum }
 }
