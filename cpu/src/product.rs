@@ -153,30 +153,23 @@ pub fn product(
         _ => None,
     };
     let has_base = has_base(w.format);
+    let plain = Rows {
+        format: w.format,
+        data,
+        row_bytes,
+        cols,
+        interleaved: false,
+    };
     if let (Some(unpack), Some(act)) = (unpack, act) {
         if let Some(panels) = k.panel_dot(w.format).filter(|_| n >= PANEL_MIN_TOKENS) {
-            let rows = Rows {
-                format: w.format,
-                data,
-                row_bytes,
-                cols,
-                interleaved: false,
-            };
-            return by_panels(&panels, unpack, rows, act, out, transposed);
+            return by_panels(&panels, unpack, plain, act, out, transposed);
         }
     }
 
     // Float rows (F32, F16, BF16, or any format with f32 activations) against many tokens:
     // one matrix product per block of rows widened to f32.
     if act.is_none() && n >= PANEL_MIN_TOKENS {
-        let rows = Rows {
-            format: w.format,
-            data,
-            row_bytes,
-            cols,
-            interleaved: false,
-        };
-        return by_gemm(k, rows, x, out, transposed);
+        return by_gemm(k, plain, x, out, transposed);
     }
 
     // One output slot per (row, token), row-major by weight row, so that each task owns a

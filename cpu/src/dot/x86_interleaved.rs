@@ -14,6 +14,7 @@
 
 use std::arch::x86_64::*;
 
+use super::x86_kquant::levels_q4_k;
 use crate::act::ActRow;
 use crate::interleave::{GROUP_SUPER_BYTES, ROWS};
 
@@ -29,25 +30,8 @@ unsafe fn bytes8(p: *const u8) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
 }
 
-/// A sub-block's levels: chunk `c`'s low nibbles at `2 c`, its high nibbles at `2 c + 1`.
-///
-/// # Safety
-/// `p..p + 128` must be readable.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn levels(p: *const u8) -> [__m256i; 8] {
-    let low = _mm256_set1_epi8(0x0F);
-    let mut w = [_mm256_setzero_si256(); 8];
-    for c in 0..4 {
-        // SAFETY: 32 c + 32 <= 128 bytes the caller guarantees.
-        let q = unsafe { _mm256_loadu_si256(p.add(32 * c).cast()) };
-        w[2 * c] = _mm256_and_si256(q, low);
-        w[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
-    }
-    w
-}
-
-/// The activations that meet [`levels`]' vectors: values `4 c..4 c + 4` and `16 + 4 c..` of
+/// The activations that meet a sub-block's levels as `levels_q4_k` reads them (chunk `c`'s
+/// low nibbles at `2 c`, its high nibbles at `2 c + 1`): values `4 c..4 c + 4` and `16 + 4 c..` of
 /// the 32 at `a`, each four broadcast to every lane.
 ///
 /// # Safety
@@ -108,7 +92,7 @@ macro_rules! interleaved {
                             (
                                 bytes8(p.add(32 + 8 * j)),
                                 bytes8(p.add(96 + 8 * j)),
-                                levels(p.add(160 + 128 * j)),
+                                levels_q4_k(p.add(160 + 128 * j)),
                             )
                         };
                         let dsc = _mm256_mul_ps(sc, d);

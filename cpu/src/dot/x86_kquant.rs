@@ -84,7 +84,7 @@ unsafe fn scales_k4(p: *const u8) -> (u64, u64) {
 /// `p..p + 128` must be readable.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn levels_q4_k(p: *const u8) -> [__m256i; 8] {
+pub(super) unsafe fn levels_q4_k(p: *const u8) -> [__m256i; 8] {
     let low = _mm256_set1_epi8(0x0F);
     let mut w = [_mm256_setzero_si256(); 8];
     for g in 0..4 {
