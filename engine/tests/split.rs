@@ -15,7 +15,10 @@ use hearth_engine::split::Split;
 use hearth_engine::{BackendKind, Engine, EngineOptions, Error};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_model::kv::{KvBudget, KvPlacement, KvType};
-use hearth_model::{Backend, BatchedBackend, Logits, ModelConfig, SeqStep, Stage, StageOutput};
+use hearth_model::{
+    Backend, BatchedBackend, CutBlocks, Logits, ModelConfig, Part, SeqStep, Shard, Stage,
+    StageOutput,
+};
 use hearth_models::synthetic::Shape;
 use hearth_models::{resolve_gguf, GgufFile, ResolvedModel};
 use hearth_quant::Format;
@@ -166,6 +169,88 @@ fn layers_across_two_devices_compute_the_whole_model() {
     let usage = split.kv_usage();
     assert_eq!(usage.bytes, placed[0].kv_bytes + placed[1].kv_bytes);
     assert_eq!(usage.blocks_used, split.kv().pool().used_blocks());
+}
+
+/// A row split's share of `layers` on `device`.
+fn vk_share(
+    device: &Arc<Device>,
+    file: &GgufFile,
+    model: &ResolvedModel,
+    layers: Range<usize>,
+    shard: Shard,
+) -> VkModel {
+    let options = VkModelOptions {
+        n_ctx: N_CTX,
+        n_seq: N_SEQ,
+        kv_budget: Some(KV),
+        max_chunk: 64,
+        ..VkModelOptions::default()
+    };
+    let part = Part::new(layers, SHAPE.n_layer)
+        .unwrap()
+        .with_shard(Some(shard));
+    VkModel::load_stage(device, file, model, options, part, &mut |_| true).unwrap()
+}
+
+#[test]
+fn layers_divided_by_rows_compute_the_whole_model() {
+    let (Some(first), Some(second)) = (device(), device()) else {
+        return;
+    };
+    let file = file();
+    let model = resolve_gguf(&file).unwrap();
+    let config = ModelConfig::from_resolved(&file, &model).unwrap();
+    let want = whole_cpu_logits(&file, &model);
+    let blocks = CutBlocks {
+        attn_output: 32,
+        down: 32,
+    };
+    // Two KV heads and 128 units: one head and 64 units each; 3:1 splits only the units.
+    for shares in [[1.0, 1.0], [3.0, 1.0]] {
+        let shards = Shard::divide(&config, &shares, blocks).unwrap();
+        assert_eq!(shards[0].kv_heads, 0..1);
+        let devices = [&first, &second];
+        // Every layer divided; then Inferflow's hybrid: a layer on the CPU, two divided
+        // between the devices, the last whole on one device.
+        let whole: Vec<Box<dyn Stage>> = shards
+            .iter()
+            .zip(devices)
+            .map(|(s, d)| -> Box<dyn Stage> {
+                Box::new(vk_share(d, &file, &model, 0..4, s.clone()))
+            })
+            .collect();
+        let mut split = Split::new(whole).unwrap();
+        let got = run_steps(&mut split);
+        assert_logits_close(&got, &want, TOLERANCE, &format!("rows {shares:?}"));
+        let placed = split.placement();
+        assert!(placed[0].embedding && placed[0].head && !placed[1].embedding && !placed[1].head);
+        assert!(placed[0].kv_bytes == placed[1].kv_bytes && placed[0].kv_bytes > 0);
+
+        let mut hybrid: Vec<Box<dyn Stage>> = vec![Box::new(cpu_part(&file, &model, Some(0..1)))];
+        for (s, d) in shards.iter().zip(devices) {
+            hybrid.push(Box::new(vk_share(d, &file, &model, 1..3, s.clone())));
+        }
+        hybrid.push(Box::new(vk_part(&first, &file, &model, Some(3..4))));
+        let got = run_steps(&mut Split::new(hybrid).unwrap());
+        assert_logits_close(&got, &want, TOLERANCE, &format!("hybrid {shares:?}"));
+    }
+    // Shares out of order, or missing, are not a model.
+    let shards = Shard::divide(&config, &[1.0, 1.0], blocks).unwrap();
+    let swapped: Vec<Box<dyn Stage>> = vec![
+        Box::new(vk_share(&first, &file, &model, 0..4, shards[1].clone())),
+        Box::new(vk_share(&second, &file, &model, 0..4, shards[0].clone())),
+    ];
+    let err = Split::new(swapped).err().unwrap().to_string();
+    assert!(err.contains("2 shares must follow one another"), "{err}");
+    let alone: Vec<Box<dyn Stage>> = vec![Box::new(vk_share(
+        &first,
+        &file,
+        &model,
+        0..4,
+        shards[0].clone(),
+    ))];
+    let err = Split::new(alone).err().unwrap().to_string();
+    assert!(err.contains("2 shares must follow one another"), "{err}");
 }
 
 /// A part that does not hold the whole model refuses plain steps, a stage refuses hidden

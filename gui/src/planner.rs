@@ -183,6 +183,7 @@ mod tests {
             weight_bytes: 100,
             kv_bytes: 10,
             busy_ns: 0,
+            shard: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod layer;
 mod matrix;
 pub mod ops;
 pub mod quantize;
+mod shard;
 mod stage;
 mod weights;
 
@@ -22,5 +23,6 @@ pub use config::{ModelConfig, Rope};
 pub use error::{Error, Result};
 pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};
 pub use matrix::{fitting_format, import_format, min_row_block, Matrix, Projection};
-pub use stage::{check_hidden, Part, PlacedPart, Stage, StageOutput};
+pub use shard::{CutBlocks, Shard};
+pub use stage::{check_hidden, Part, PlacedPart, Stage, StageOutput, Sublayer};
 pub use weights::{part_file_bytes, LoadProgress, ProgressFn, WeightReader};

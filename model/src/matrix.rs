@@ -63,6 +63,39 @@ impl Matrix {
         }
     }
 
+    /// Columns `cols` of every row: the packed bytes where the range falls on whole blocks
+    /// (of at least 32 values), else the exact values re-encoded as F16, the nearest format
+    /// that splits anywhere; `None` when the range is not a multiple of 32 values.
+    pub fn columns(&self, cols: std::ops::Range<usize>) -> Option<Self> {
+        let n = cols.len();
+        let block = min_row_block(self.format) as usize;
+        if cols.start % block == 0 && n % block == 0 {
+            let row_bytes = self.data.len() / self.rows.max(1);
+            let skip = self.format.bytes_for(cols.start)?;
+            let take = self.format.bytes_for(n)?;
+            let mut data = Vec::with_capacity(self.rows * take);
+            for row in self.data.chunks_exact(row_bytes.max(1)) {
+                data.extend_from_slice(&row[skip..skip + take]);
+            }
+            return Some(Self {
+                format: self.format,
+                rows: self.rows,
+                cols: n,
+                data,
+            });
+        }
+        if n % 32 != 0 {
+            return None;
+        }
+        let values = self.to_f32();
+        let picked: Vec<f32> = values
+            .chunks_exact(self.cols)
+            .flat_map(|row| &row[cols.clone()])
+            .copied()
+            .collect();
+        Self::quantize(Format::F16, self.rows, n, &picked).ok()
+    }
+
     /// The values the device computes with: the exact dequantization of the packed blocks.
     pub fn to_f32(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
@@ -112,6 +145,29 @@ impl Projection {
         let parts = (0..experts)
             .flat_map(|e| [gate.row_range(e * rows, rows), up.row_range(e * rows, rows)]);
         Self::fuse(parts.collect())
+    }
+
+    /// The rows in `ranges`, one range after another, each piece in its run's format (runs
+    /// of one format in a row joined, as [`fuse`](Self::fuse) joins them).
+    pub fn take_rows(&self, ranges: &[std::ops::Range<usize>]) -> Self {
+        let mut pieces = Vec::new();
+        for range in ranges {
+            let mut first = 0;
+            for run in &self.runs {
+                let (start, end) = (range.start.max(first), range.end.min(first + run.rows));
+                if start < end {
+                    pieces.push(run.row_range(start - first, end - start));
+                }
+                first += run.rows;
+            }
+        }
+        Self::fuse(pieces)
+    }
+
+    /// Columns `cols` of every run (see [`Matrix::columns`]).
+    pub fn columns(&self, cols: std::ops::Range<usize>) -> Option<Self> {
+        let runs: Option<Vec<Matrix>> = self.runs.iter().map(|r| r.columns(cols.clone())).collect();
+        Some(Self { runs: runs? })
     }
 
     /// The values the device computes with, [rows, cols]: each run's exact dequantization.

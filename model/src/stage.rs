@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::backend::{BatchedBackend, SeqStep};
 use crate::error::{Error, Result};
+use crate::shard::Shard;
 
 /// Which of a model's parts one executor holds: the layers `layers` of `n_layer`, with the
 /// token embedding where they start the model and the final norm and output head where they
@@ -16,6 +17,8 @@ use crate::error::{Error, Result};
 pub struct Part {
     pub layers: Range<usize>,
     pub n_layer: usize,
+    /// Where the layers are divided by rows among devices: this device's share of each.
+    pub shard: Option<Shard>,
 }
 
 impl Part {
@@ -24,6 +27,7 @@ impl Part {
         Self {
             layers: 0..n_layer,
             n_layer,
+            shard: None,
         }
     }
 
@@ -39,7 +43,22 @@ impl Part {
                 ),
             ));
         }
-        Ok(Self { layers, n_layer })
+        Ok(Self {
+            layers,
+            n_layer,
+            shard: None,
+        })
+    }
+
+    /// This part holding only `shard`'s share of its layers.
+    pub fn with_shard(self, shard: Option<Shard>) -> Self {
+        Self { shard, ..self }
+    }
+
+    /// Holds all of its layers' rows, or is the first of the devices sharing them (which
+    /// embeds and computes the logits for all).
+    fn leads(&self) -> bool {
+        self.shard.as_ref().is_none_or(|s| s.index == 0)
     }
 
     /// The part holds `layers` of `n_layer`, or the whole model.
@@ -52,16 +71,16 @@ impl Part {
 
     /// Starts the model: token ids come in and are embedded here.
     pub fn embeds(&self) -> bool {
-        self.layers.start == 0
+        self.layers.start == 0 && self.leads()
     }
 
     /// Ends the model: the final norm and the output head turn its last layer into logits.
     pub fn heads(&self) -> bool {
-        self.layers.end == self.n_layer
+        self.layers.end == self.n_layer && self.leads()
     }
 
     pub fn is_whole(&self) -> bool {
-        self.embeds() && self.heads()
+        self.embeds() && self.heads() && self.shard.is_none()
     }
 
     /// Layers held.
@@ -108,8 +127,44 @@ pub trait Stage: BatchedBackend + Send {
     fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput>;
     /// Where it runs and what it holds.
     fn placed(&self) -> PlacedPart;
+    /// A row split's step begins: the sequences' tokens appended to their rows, as
+    /// [`step_stage`](Self::step_stage) appends them, for the [`Sublayer`]s that follow.
+    fn begin_rows(&mut self, _seqs: &[SeqStep]) -> Result<()> {
+        Err(no_rows())
+    }
+    /// One piece of a row split's step: [`Sublayer::Embed`] and [`Sublayer::Head`] on the
+    /// first device, each layer's halves on every device, which returns its partial sum of
+    /// the half's output (the residual stream not included) in the order of `seqs`.
+    fn step_rows(
+        &mut self,
+        _seqs: &[SeqStep],
+        _sub: Sublayer,
+        _hidden: Option<&[f32]>,
+    ) -> Result<StageOutput> {
+        Err(no_rows())
+    }
+    /// The row split's step is over; where it failed (`ok` false) the rows go back to their
+    /// lengths before it.
+    fn end_rows(&mut self, _seqs: &[SeqStep], _ok: bool) {}
     /// This executor as a plain backend (a part that holds the whole model).
     fn into_backend(self: Box<Self>) -> Box<dyn crate::Backend + Send>;
+}
+
+/// A piece of a step of a row split, each a submission of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sublayer {
+    /// The step's tokens embedded: the residual stream entering the first layer.
+    Embed,
+    /// Layer `l`'s attention: norm, this device's heads, their part of the output projection.
+    Attention(usize),
+    /// Layer `l`'s MLP: norm, this device's units, their part of the down projection.
+    Mlp(usize),
+    /// The final norm and the output head: the logits each sequence asked for.
+    Head,
+}
+
+fn no_rows() -> Error {
+    Error::options("split", "this executor does not run a row split")
 }
 
 /// What one executor of a model holds, for `hearth inspect --placement` and benchmarks.
@@ -131,6 +186,9 @@ pub struct PlacedPart {
     pub kv_bytes: u64,
     /// Time its steps took since load, hidden state crossings included (nanoseconds).
     pub busy_ns: u64,
+    /// Its share of the layers where they are divided by rows among devices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 /// The check every stage makes of a step's hidden input: present exactly where the part

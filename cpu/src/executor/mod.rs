@@ -393,6 +393,7 @@ impl Stage for NativeModel {
             weight_bytes: self.weight_bytes.iter().map(|(_, b)| b).sum(),
             kv_bytes: self.kv_bytes() as u64,
             busy_ns: self.busy_ns,
+            shard: None,
         }
     }
 }

@@ -11,20 +11,25 @@ pub mod plan;
 pub use plan::GpuLayers;
 
 use hearth_model::kv::{KvTables, KvUsage};
+use std::ops::Range;
+
 use hearth_model::{
     check_step, forward_steps, Backend, BatchedBackend, Error, Logits, ModelConfig, PlacedPart,
-    Result, SeqStep, Stage, StageOutput,
+    Result, SeqStep, Stage, StageOutput, Sublayer,
 };
 
 /// Stages in the order of their layers, the first embedding tokens and the last ending the
-/// model.
+/// model; a row split's devices are consecutive stages holding the same layers.
 pub struct Split {
     stages: Vec<Box<dyn Stage>>,
+    /// Stages that run layers together: one holding them whole, or a row split's devices.
+    groups: Vec<Range<usize>>,
 }
 
 impl Split {
     /// `stages` must hold the model's layers in order, each starting where the one before
-    /// ended, over caches of the same pool and rows.
+    /// ended (a row split's shares of the same layers together, first to last), over caches
+    /// of the same pool and rows.
     pub fn new(stages: Vec<Box<dyn Stage>>) -> Result<Self> {
         let Some(first) = stages.first() else {
             return Err(Error::options(
@@ -35,8 +40,10 @@ impl Split {
         let n_layer = first.part().n_layer;
         let shape = first.kv().shape();
         let mut next = 0;
-        for s in &stages {
-            let part = s.part();
+        let mut groups = Vec::new();
+        let mut i = 0;
+        while i < stages.len() {
+            let part = stages[i].part();
             if part.layers.start != next || part.n_layer != n_layer {
                 return Err(Error::options(
                     "layers",
@@ -46,14 +53,38 @@ impl Split {
                     ),
                 ));
             }
-            let other = s.kv().shape();
-            if (other.blocks, other.rows, other.n_ctx) != (shape.blocks, shape.rows, shape.n_ctx) {
+            let count = part.shard.as_ref().map_or(1, |s| s.count);
+            let group = i..i + count;
+            let shares_ok = stages.len() >= group.end
+                && stages[group.clone()].iter().enumerate().all(|(k, s)| {
+                    let p = s.part();
+                    let shard = p.shard.as_ref();
+                    p.layers == part.layers
+                        && shard.map_or(count == 1, |sh| sh.index == k && sh.count == count)
+                });
+            if !shares_ok {
                 return Err(Error::options(
-                    "kv_budget",
-                    "every part's cache needs the same blocks and rows",
+                    "split",
+                    format!(
+                        "layers {}..{}: a row split's {count} shares must follow one another",
+                        part.layers.start, part.layers.end
+                    ),
                 ));
             }
+            for s in &stages[group.clone()] {
+                let other = s.kv().shape();
+                if (other.blocks, other.rows, other.n_ctx)
+                    != (shape.blocks, shape.rows, shape.n_ctx)
+                {
+                    return Err(Error::options(
+                        "kv_budget",
+                        "every part's cache needs the same blocks and rows",
+                    ));
+                }
+            }
             next = part.layers.end;
+            i = group.end;
+            groups.push(group);
         }
         if next != n_layer {
             return Err(Error::options(
@@ -61,7 +92,7 @@ impl Split {
                 format!("the parts hold {next} of the model's {n_layer} layers"),
             ));
         }
-        Ok(Self { stages })
+        Ok(Self { stages, groups })
     }
 
     /// The first stage, whose block tables every other follows.
@@ -83,9 +114,14 @@ impl Split {
             .map(|s| (s.row, leader.kv().len(s.row)))
             .collect();
         let mut hidden: Option<Vec<f32>> = None;
-        let count = self.stages.len();
+        let count = self.groups.len();
         for i in 0..count {
-            match self.stages[i].step_stage(seqs, hidden.as_deref()) {
+            let group = self.groups[i].clone();
+            let out = match group.len() {
+                1 => self.stages[group.start].step_stage(seqs, hidden.as_deref()),
+                _ => step_rows(&mut self.stages[group], seqs, hidden.take()),
+            };
+            match out {
                 Ok(StageOutput::Hidden(h)) if i + 1 < count => hidden = Some(h),
                 Ok(StageOutput::Logits(logits)) if i + 1 == count => return Ok(logits),
                 Ok(_) => unreachable!("Split::new checked that only the last part ends the model"),
@@ -103,6 +139,95 @@ impl Split {
             }
         }
         unreachable!("the last part returns logits")
+    }
+}
+
+/// One step of layers divided by rows among `shares`' devices: the first embeds (where the
+/// layers start the model), every layer's attention and MLP run on all of them at once and
+/// their partial sums are added to the residual stream here, and the first computes the
+/// logits (where the layers end the model).
+fn step_rows(
+    shares: &mut [Box<dyn Stage>],
+    seqs: &[SeqStep],
+    hidden: Option<Vec<f32>>,
+) -> Result<StageOutput> {
+    let mut begun = 0;
+    let out = run_rows(shares, seqs, hidden, &mut begun);
+    for s in &mut shares[..begun] {
+        s.end_rows(seqs, out.is_ok());
+    }
+    out
+}
+
+fn run_rows(
+    shares: &mut [Box<dyn Stage>],
+    seqs: &[SeqStep],
+    hidden: Option<Vec<f32>>,
+    begun: &mut usize,
+) -> Result<StageOutput> {
+    for s in shares.iter_mut() {
+        s.begin_rows(seqs)?;
+        *begun += 1;
+    }
+    let part = shares[0].part().clone();
+    let mut x = match hidden {
+        Some(h) => h,
+        None => hidden_of(shares[0].step_rows(seqs, Sublayer::Embed, None)?)?,
+    };
+    for l in part.layers.clone() {
+        for sub in [Sublayer::Attention(l), Sublayer::Mlp(l)] {
+            let partials = on_each(shares, |s| s.step_rows(seqs, sub, Some(&x)))?;
+            for p in partials {
+                if p.len() != x.len() {
+                    return Err(Error::options(
+                        "hidden",
+                        format!("a partial sum of {} values for {}", p.len(), x.len()),
+                    ));
+                }
+                for (xi, pi) in x.iter_mut().zip(p) {
+                    *xi += pi;
+                }
+            }
+        }
+    }
+    match part.heads() {
+        true => shares[0].step_rows(seqs, Sublayer::Head, Some(&x)),
+        false => Ok(StageOutput::Hidden(x)),
+    }
+}
+
+/// `f` on every stage at once (each device on a thread of its own), their hidden outputs in
+/// the stages' order.
+fn on_each(
+    stages: &mut [Box<dyn Stage>],
+    f: impl Fn(&mut dyn Stage) -> Result<StageOutput> + Sync,
+) -> Result<Vec<Vec<f32>>> {
+    let (first, rest) = stages.split_first_mut().expect("a row split has devices");
+    let f = &f;
+    let outs: Vec<Result<StageOutput>> = std::thread::scope(|scope| {
+        let others: Vec<_> = rest
+            .iter_mut()
+            .map(|s| scope.spawn(move || f(s.as_mut())))
+            .collect();
+        let mut outs = vec![f(first.as_mut())];
+        for h in others {
+            outs.push(
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        outs
+    });
+    outs.into_iter().map(|o| hidden_of(o?)).collect()
+}
+
+fn hidden_of(out: StageOutput) -> Result<Vec<f32>> {
+    match out {
+        StageOutput::Hidden(h) => Ok(h),
+        StageOutput::Logits(_) => Err(Error::options(
+            "split",
+            "a row split's piece returned logits where the residual stream was due",
+        )),
     }
 }
 

@@ -152,6 +152,7 @@ mod tests {
             weight_bytes: 3 << 20,
             kv_bytes: 1 << 20,
             busy_ns: 0,
+            shard: None,
         }
     }
 

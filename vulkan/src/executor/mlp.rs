@@ -46,7 +46,7 @@ impl VkModel {
         let post = w.ffn_post_norm.as_ref();
         let (out, accumulate) = match post {
             Some(_) => (&s.xn, false),
-            None => (&s.x, true),
+            None => (&s.x, !at.partial),
         };
         match &w.mlp {
             Mlp::Dense { gate_up, down } => {

@@ -15,6 +15,7 @@ mod kernels;
 mod mlp;
 mod plan;
 mod policy;
+mod rows;
 mod step;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,7 +27,7 @@ use hearth_model::kv::KvBudget;
 use hearth_model::{
     check_step, forward_steps, Backend, BatchedBackend, Error, Layer, Logits, Matrix, ModelConfig,
     Part, PlacedPart, Profile, ProgressFn, Projection, Result, SeqStep, Stage, StageOutput,
-    WeightReader,
+    Sublayer, WeightReader,
 };
 
 pub use self::policy::FETCH_KERNELS;
@@ -143,7 +144,10 @@ struct MoeScratch {
 
 pub struct VkModel {
     device: Arc<Device>,
+    /// The model as the kernels run it: a row split's share of the heads and units.
     config: ModelConfig,
+    /// The whole model's (what callers see).
+    whole_config: ModelConfig,
     /// The layers held, with the embedding and head where they start and end the model.
     part: Part,
     /// [n_vocab, n_embd], where the part embeds tokens or ends the model with a head tied
@@ -175,6 +179,8 @@ pub struct VkModel {
     policy: Box<dyn KvPolicy>,
     /// Time spent in stage steps since load (a split model's report).
     busy_ns: u64,
+    /// A row split's step under way.
+    rows_step: Option<rows::RowsStep>,
 }
 
 /// What `--profile` has timed since load.
@@ -207,9 +213,37 @@ impl VkModel {
         layers: Option<std::ops::Range<usize>>,
         progress: &mut ProgressFn,
     ) -> Result<Self> {
-        let config = ModelConfig::from_resolved(file, model)?;
+        let n_layer = ModelConfig::from_resolved(file, model)?.n_layer;
+        let part = Part::of(layers, n_layer)?;
+        Self::load_stage(device, file, model, options, part, progress)
+    }
+
+    /// Loads `part`: its layers, or where it holds a row split's share, the share's heads and
+    /// units of each.
+    pub fn load_stage(
+        device: &Arc<Device>,
+        file: &GgufFile,
+        model: &ResolvedModel,
+        options: VkModelOptions,
+        part: Part,
+        progress: &mut ProgressFn,
+    ) -> Result<Self> {
+        let whole_config = ModelConfig::from_resolved(file, model)?;
+        if part.n_layer != whole_config.n_layer {
+            return Err(Error::options(
+                "layers",
+                format!(
+                    "a part of {} layers for a model of {}",
+                    part.n_layer, whole_config.n_layer
+                ),
+            ));
+        }
+        // A row split's share runs as a model of its heads and units.
+        let config = match &part.shard {
+            Some(shard) => shard.config(&whole_config),
+            None => whole_config.clone(),
+        };
         let c = &config;
-        let part = Part::of(layers, c.n_layer)?;
         if let Some(x) = &c.experts {
             hearth_kernels::check_experts(x).map_err(|what| hearth_model::Error::Unsupported {
                 path: file.path().to_path_buf(),
@@ -227,7 +261,7 @@ impl VkModel {
             .min((max_range / (c.n_vocab as u64 * 4)).max(1) as usize)
             .max(1);
 
-        let mut reader = WeightReader::for_part(file, model, c, &part, progress);
+        let mut reader = WeightReader::for_part(file, model, &whole_config, &part, progress);
         let mut weight_bytes: Vec<(WeightFormat, u64)> = Vec::new();
         // Each format's kernels are built on a thread of their own while the weights load. A
         // CPU device translates and optimizes a pipeline's SPIR-V when it is created (lavapipe
@@ -274,7 +308,11 @@ impl VkModel {
                         let uploads = w.runs.into_iter().enumerate();
                         uploads.map(|(i, run)| upload(&name(i), run)).collect()
                     };
-                    layers.push(reader.layer(l)?.try_map(matrix, vector)?);
+                    let w = match &part.shard {
+                        Some(shard) => shard.layer(&whole_config, l, reader.layer(l)?)?,
+                        None => reader.layer(l)?,
+                    };
+                    layers.push(w.try_map(matrix, vector)?);
                 }
                 let output_norm = match part.heads() {
                     true => Some(Buffer::from_slice(
@@ -335,14 +373,15 @@ impl VkModel {
             logits: match part.heads() {
                 true => Buffer::new(
                     device,
-                    BufferDesc::readback("logits", (chunk * c.n_vocab * 4) as u64),
+                    BufferDesc::readback("logits", (chunk * c.n_vocab.max(c.n_embd) * 4) as u64),
                 )?,
                 false => Buffer::new(
                     device,
                     BufferDesc::readback("hidden out", (chunk * c.n_embd * 4) as u64),
                 )?,
             },
-            hidden_in: match part.embeds() {
+            // A row split's share takes the residual stream for every piece of a step.
+            hidden_in: match part.embeds() && part.shard.is_none() {
                 true => None,
                 false => Some(Buffer::new(
                     device,
@@ -382,6 +421,7 @@ impl VkModel {
         Ok(Self {
             device: device.clone(),
             config,
+            whole_config,
             part,
             token_embd,
             output_norm,
@@ -398,6 +438,7 @@ impl VkModel {
             fetch_alongside: (0, 0),
             policy: Box::new(Dense),
             busy_ns: 0,
+            rows_step: None,
         })
     }
 
@@ -505,7 +546,7 @@ fn kv_shape(
 
 impl Backend for VkModel {
     fn config(&self) -> &ModelConfig {
-        &self.config
+        &self.whole_config
     }
 
     fn as_batched_mut(&mut self) -> Option<&mut dyn BatchedBackend> {
@@ -643,6 +684,29 @@ impl Stage for VkModel {
         out
     }
 
+    fn begin_rows(&mut self, seqs: &[SeqStep]) -> Result<()> {
+        let start = std::time::Instant::now();
+        let out = VkModel::begin_rows(self, seqs);
+        self.busy_ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn step_rows(
+        &mut self,
+        seqs: &[SeqStep],
+        sub: Sublayer,
+        hidden: Option<&[f32]>,
+    ) -> Result<StageOutput> {
+        let start = std::time::Instant::now();
+        let out = VkModel::step_rows(self, seqs, sub, hidden);
+        self.busy_ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn end_rows(&mut self, seqs: &[SeqStep], ok: bool) {
+        VkModel::end_rows(self, seqs, ok)
+    }
+
     fn into_backend(self: Box<Self>) -> Box<dyn Backend + Send> {
         self
     }
@@ -657,6 +721,7 @@ impl Stage for VkModel {
             weight_bytes: self.weight_bytes(),
             kv_bytes: self.kv_bytes(),
             busy_ns: self.busy_ns,
+            shard: self.part.shard.clone(),
         }
     }
 }

@@ -22,7 +22,38 @@ use hearth_model::{check_hidden, check_step, StageOutput};
 use hearth_model::{Error, Result};
 
 /// Where each sequence's requested logits land among the logits rows: (first row, rows).
-type Spans = Vec<(usize, usize)>;
+pub(super) type Spans = Vec<(usize, usize)>;
+
+/// A step's tokens as the executor runs them, after they were appended to their rows.
+pub(super) struct PreparedStep {
+    /// Token ids in the step's order (decode runs first).
+    pub ids: Vec<u32>,
+    /// Where each token goes in the cache and rotates.
+    pub steps: Vec<StepToken>,
+    pub runs: Vec<Run>,
+    /// Blocks shared with another row, copied before the step writes to them.
+    pub copies: Vec<BlockCopy>,
+}
+
+impl PreparedStep {
+    /// The rows back at their lengths before the step.
+    pub fn undo(&self, kv: &mut hearth_kernels::kv::KvCache, seqs: &[SeqStep]) {
+        for r in &self.runs {
+            kv.truncate(seqs[r.seq].row, r.len);
+        }
+    }
+}
+
+/// Each sequence's first row in `seqs` order, where hidden states cross.
+fn seq_starts(seqs: &[SeqStep]) -> Vec<usize> {
+    seqs.iter()
+        .scan(0, |t0, s| {
+            let first = *t0;
+            *t0 += s.tokens.len();
+            Some(first)
+        })
+        .collect()
+}
 
 impl VkModel {
     /// Runs one step over several sequences (at most `max_step_tokens` tokens in all) in one
@@ -40,6 +71,19 @@ impl VkModel {
     /// residual stream, in the same order, where they do not end it.
     pub fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
         check_hidden(&self.part, seqs, hidden, self.config.n_embd)?;
+        let step = self.prepare_step(seqs)?;
+        let result = self.record_step(&step, seqs, hidden);
+        if result.is_err() {
+            // Nothing was written: the rows go back to their old lengths.
+            step.undo(&mut self.kv, seqs);
+        }
+        result
+    }
+
+    /// Checks a step and appends its tokens to their rows: their ids and cache places in the
+    /// step's order, decode runs first, and the blocks to copy before it runs. Nothing is
+    /// appended where it fails.
+    pub(super) fn prepare_step(&mut self, seqs: &[SeqStep]) -> Result<PreparedStep> {
         let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if n > self.chunk {
             return Err(Error::options(
@@ -65,10 +109,12 @@ impl VkModel {
         // longer run gets a prefill-attention dispatch of its own.
         let mut order: Vec<usize> = (0..seqs.len()).collect();
         order.sort_by_key(|&i| seqs[i].tokens.len() > DECODE_MAX_TOKENS);
-        let mut ids = Vec::with_capacity(n);
-        let mut steps = Vec::with_capacity(n);
-        let mut runs = Vec::with_capacity(seqs.len());
-        let mut copies = Vec::new();
+        let mut step = PreparedStep {
+            ids: Vec::with_capacity(n),
+            steps: Vec::with_capacity(n),
+            runs: Vec::with_capacity(seqs.len()),
+            copies: Vec::new(),
+        };
         let before: Vec<(usize, usize)> = seqs
             .iter()
             .map(|s| (self.kv.len(s.row), self.position(s.row)))
@@ -77,34 +123,27 @@ impl VkModel {
         // parts of a split model keep each position in the same block.
         for s in seqs {
             // Counted above, so this cannot run out.
-            copies.extend(self.kv.append(s.row, s.tokens.len())?);
+            step.copies.extend(self.kv.append(s.row, s.tokens.len())?);
         }
         for &i in &order {
             let s = &seqs[i];
             let (len, pos) = before[i];
-            runs.push(Run {
+            step.runs.push(Run {
                 seq: i,
-                t0: ids.len(),
+                t0: step.ids.len(),
                 tokens: s.tokens.len(),
                 len,
             });
             for (j, &id) in s.tokens.iter().enumerate() {
-                ids.push(id);
-                steps.push(StepToken {
+                step.ids.push(id);
+                step.steps.push(StepToken {
                     beam: s.beam.unwrap_or(NO_BEAM),
                     rope_pos: (pos + j) as u32,
                     ..StepToken::new(s.row as u32, (len + j) as u32)
                 });
             }
         }
-        let result = self.record_step(&ids, &steps, &runs, seqs, &copies, hidden);
-        if result.is_err() {
-            // Nothing was written: the rows go back to their old lengths.
-            for r in &runs {
-                self.kv.truncate(seqs[r.seq].row, r.len);
-            }
-        }
-        result
+        Ok(step)
     }
 
     /// The next token's position in `row`'s sequence: its entries, and more once its pool has
@@ -115,19 +154,15 @@ impl VkModel {
 
     fn record_step(
         &mut self,
-        ids: &[u32],
-        steps: &[StepToken],
-        runs: &[Run],
+        step: &PreparedStep,
         seqs: &[SeqStep],
-        copies: &[BlockCopy],
         hidden: Option<&[f32]>,
     ) -> Result<StageOutput> {
-        self.kv.sync_tables()?;
-        self.scratch.ids.upload(0, ids)?;
+        let (ids, steps, runs, copies) = (&step.ids, &step.steps, &step.runs, &step.copies);
+        self.upload_step(step)?;
         if let (Some(h), Some(buffer)) = (hidden, &self.scratch.hidden_in) {
             buffer.upload(0, h)?;
         }
-        self.scratch.steps.upload(0, steps)?;
         let plan = self.plan_step(steps, runs);
         let view = StepView {
             runs,
@@ -136,47 +171,12 @@ impl VkModel {
             n_layer: self.config.n_layer,
         };
         self.policy.plan(&view)?;
-        let mut rec = if self.profile.is_some() {
-            Recorder::timed(&self.device)?
-        } else {
-            Recorder::new(&self.device)?
-        };
+        let mut rec = self.recorder()?;
         self.kv.record_copies(&mut rec, copies)?;
         self.policy.record_start(&mut rec)?;
-        let c = &self.config;
-        let s = &self.scratch;
-        // Each sequence's first row in `seqs` order, where hidden states cross.
-        let seq_t0: Vec<usize> = seqs
-            .iter()
-            .scan(0, |t0, s| {
-                let first = *t0;
-                *t0 += s.tokens.len();
-                Some(first)
-            })
-            .collect();
-        let row_bytes = c.n_embd as u64 * 4;
-        match (&s.hidden_in, &self.token_embd) {
-            (Some(hidden_in), _) => {
-                // Into the step's order: decode runs first.
-                for r in runs {
-                    let (src, dst) = (seq_t0[r.seq] as u64, r.t0 as u64);
-                    let bytes = r.tokens as u64 * row_bytes;
-                    rec.copy(hidden_in, src * row_bytes, &s.x, dst * row_bytes, bytes)?;
-                }
-            }
-            (None, Some(token_embd)) => {
-                let embed = &self.kernels.of(token_embd.format).embed;
-                let args = EmbedArgs {
-                    table: &token_embd.buffer,
-                    ids: &s.ids,
-                    out: &s.x,
-                    tokens: ids.len() as u32,
-                    vocab: c.n_vocab as u32,
-                    dim: c.n_embd as u32,
-                    scale: c.embd_scale.unwrap_or(1.0),
-                };
-                embed.record(&mut rec, args)?;
-            }
+        match (hidden, &self.token_embd) {
+            (Some(_), _) => self.record_hidden_in(&mut rec, runs, seqs)?,
+            (None, Some(_)) => self.record_embed(&mut rec, ids.len())?,
             (None, None) => return Err(self.part.not_whole()),
         }
         let first = self.part.layers.start;
@@ -184,12 +184,7 @@ impl VkModel {
             self.record_layer(&mut rec, l, first, &plan)?;
         }
         if !self.part.heads() {
-            // The residual stream back in `seqs` order, for the next executor.
-            for r in runs {
-                let (src, dst) = (r.t0 as u64, seq_t0[r.seq] as u64);
-                let bytes = r.tokens as u64 * row_bytes;
-                rec.copy(&s.x, src * row_bytes, &s.logits, dst * row_bytes, bytes)?;
-            }
+            self.record_hidden_out(&mut rec, runs, seqs)?;
             let done = rec.submit()?;
             self.policy.end_step(&view)?;
             self.account_step(&done);
@@ -200,6 +195,87 @@ impl VkModel {
         let done = rec.submit()?;
         self.policy.end_step(&view)?;
         self.account_step(&done);
+        self.read_logits(&spans)
+    }
+
+    /// A command buffer for a step, timed when profiling.
+    pub(super) fn recorder(&self) -> Result<Recorder<'_>> {
+        Ok(match self.profile.is_some() {
+            true => Recorder::timed(&self.device)?,
+            false => Recorder::new(&self.device)?,
+        })
+    }
+
+    /// The step's ids, token places and block tables onto the device, before it is recorded.
+    pub(super) fn upload_step(&mut self, step: &PreparedStep) -> Result<()> {
+        self.kv.sync_tables()?;
+        self.scratch.ids.upload(0, &step.ids)?;
+        self.scratch.steps.upload(0, &step.steps)?;
+        Ok(())
+    }
+
+    /// The token embedding of the step's tokens into x.
+    pub(super) fn record_embed<'a>(&'a self, rec: &mut Recorder<'a>, tokens: usize) -> Result<()> {
+        let (c, s) = (&self.config, &self.scratch);
+        let Some(token_embd) = &self.token_embd else {
+            return Err(self.part.not_whole());
+        };
+        let embed = &self.kernels.of(token_embd.format).embed;
+        let args = EmbedArgs {
+            table: &token_embd.buffer,
+            ids: &s.ids,
+            out: &s.x,
+            tokens: tokens as u32,
+            vocab: c.n_vocab as u32,
+            dim: c.n_embd as u32,
+            scale: c.embd_scale.unwrap_or(1.0),
+        };
+        Ok(embed.record(rec, args)?)
+    }
+
+    /// The residual stream uploaded to `hidden_in` (in `seqs` order) into x, in the step's
+    /// order: decode runs first.
+    pub(super) fn record_hidden_in<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        runs: &[Run],
+        seqs: &[SeqStep],
+    ) -> Result<()> {
+        let s = &self.scratch;
+        let Some(hidden_in) = &s.hidden_in else {
+            return Err(Error::options("hidden", "this part embeds its own tokens"));
+        };
+        let row_bytes = self.config.n_embd as u64 * 4;
+        let seq_t0 = seq_starts(seqs);
+        for r in runs {
+            let (src, dst) = (seq_t0[r.seq] as u64, r.t0 as u64);
+            let bytes = r.tokens as u64 * row_bytes;
+            rec.copy(hidden_in, src * row_bytes, &s.x, dst * row_bytes, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// x back in `seqs` order into the read-back buffer, for the host.
+    pub(super) fn record_hidden_out<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        runs: &[Run],
+        seqs: &[SeqStep],
+    ) -> Result<()> {
+        let s = &self.scratch;
+        let row_bytes = self.config.n_embd as u64 * 4;
+        let seq_t0 = seq_starts(seqs);
+        for r in runs {
+            let (src, dst) = (r.t0 as u64, seq_t0[r.seq] as u64);
+            let bytes = r.tokens as u64 * row_bytes;
+            rec.copy(&s.x, src * row_bytes, &s.logits, dst * row_bytes, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// The logits the step computed, each sequence's `spans` rows, soft-capped where the
+    /// model caps them.
+    pub(super) fn read_logits(&self, spans: &Spans) -> Result<StageOutput> {
         let n_vocab = self.config.n_vocab;
         let out_rows: usize = spans.iter().map(|&(_, count)| count).sum();
         let mut logits: Vec<f32> = self.scratch.logits.download(out_rows * n_vocab)?;
@@ -216,7 +292,7 @@ impl VkModel {
     }
 
     /// Which kernels the step's runs take, before the KV policy plans its part.
-    fn plan_step<'s>(&self, steps: &'s [StepToken], runs: &[Run]) -> StepPlan<'s> {
+    pub(super) fn plan_step<'s>(&self, steps: &'s [StepToken], runs: &[Run]) -> StepPlan<'s> {
         // Decode tokens come first: every run of at most DECODE_MAX_TOKENS.
         let decode_tokens: usize = runs.iter().filter(|r| r.decodes()).map(|r| r.tokens).sum();
         let longest = steps[..decode_tokens]
@@ -249,7 +325,23 @@ impl VkModel {
         first: usize,
         plan: &'a StepPlan,
     ) -> Result<()> {
-        let at = RecordingLayer {
+        let at = self.at_layer(l, first, plan, false);
+        let mut beside = self.policy.beside(rec, &at)?;
+        self.record_attention(rec, &at, &mut beside)?;
+        self.record_mlp(rec, &at, &mut beside)?;
+        beside.finish(rec)
+    }
+
+    /// What the kernels of layer `l` read, the executor's first layer being `first`;
+    /// `partial` for a row split's share of it.
+    pub(super) fn at_layer<'a>(
+        &'a self,
+        l: usize,
+        first: usize,
+        plan: &'a StepPlan,
+        partial: bool,
+    ) -> RecordingLayer<'a> {
+        RecordingLayer {
             l,
             first,
             config: &self.config,
@@ -264,16 +356,24 @@ impl VkModel {
             global_rope_table: &self.rope_table,
             plan,
             fused: plan.fused && self.policy.fuses_append(l),
-        };
-        let mut beside = self.policy.beside(rec, &at)?;
-        self.record_qkv(rec, &at)?;
-        self.record_rope_append(rec, &at, &mut beside)?;
-        self.policy.attention(rec, &at)?;
+            partial,
+        }
+    }
+
+    /// The attention block of a layer: its norm and QKV projection, RoPE and the K/V
+    /// append, attention as the KV policy runs it, and the output projection.
+    pub(super) fn record_attention<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        at: &RecordingLayer<'a>,
+        beside: &mut Beside<'a>,
+    ) -> Result<()> {
+        self.record_qkv(rec, at)?;
+        self.record_rope_append(rec, at, beside)?;
+        self.policy.attention(rec, at)?;
         beside.step(rec)?;
-        self.record_output(rec, &at)?;
-        beside.step(rec)?;
-        self.record_mlp(rec, &at, &mut beside)?;
-        beside.finish(rec)
+        self.record_output(rec, at)?;
+        beside.step(rec)
     }
 
     /// The layer's norm and QKV projection, x into qkv, with the q/k/v biases and the
@@ -353,7 +453,7 @@ impl VkModel {
         // Without a post-norm the product adds to x itself; with one it lands in xn first.
         let (out, accumulate) = match post {
             Some(_) => (&s.xn, false),
-            None => (&s.x, true),
+            None => (&s.x, !at.partial),
         };
         let shape = (c.n_embd as u32, c.attn_dim() as u32);
         self.record_projection(rec, at, &w.wo, (&s.att, out), shape, accumulate)?;
@@ -411,7 +511,7 @@ impl VkModel {
 
     /// The final norm and the output head over the rows of x whose logits the sequences want,
     /// in the order of `seqs`; returns where each sequence's rows land.
-    fn record_logits<'a>(
+    pub(super) fn record_logits<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         runs: &[Run],
@@ -488,7 +588,7 @@ impl VkModel {
     }
 
     /// After the step ran: the fetch kernels' grouping, and the profile.
-    fn account_step(&mut self, done: &Completed) {
+    pub(super) fn account_step(&mut self, done: &Completed) {
         let (n, shared) = done.alongside(&FETCH_KERNELS);
         self.fetch_alongside.0 += n;
         self.fetch_alongside.1 += shared;

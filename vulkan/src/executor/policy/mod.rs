@@ -168,6 +168,9 @@ pub(super) struct RecordingLayer<'a> {
     pub plan: &'a StepPlan<'a>,
     /// The decode attention stores the step's K/V itself (`KvPolicy::fuses_append`).
     pub fused: bool,
+    /// A row split's share of the layer: the attention and MLP outputs replace x instead of
+    /// adding to it, a partial sum for the host to add up.
+    pub partial: bool,
 }
 
 impl<'a> RecordingLayer<'a> {
