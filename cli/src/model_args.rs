@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_cpu::Activations;
-use hearth_engine::split::GpuLayers;
+use hearth_engine::split::{GpuLayers, SplitMode};
 use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_model::kv::infinigen::evict::PoolCapacity;
 use hearth_model::kv::KvBudget;
@@ -140,10 +140,21 @@ pub struct SplitArgs {
     /// consecutive layers and their KV cache.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub devices: Vec<usize>,
-    /// Each device's share of the GPU layers (`3,1`) [default: by each device's free
-    /// memory].
+    /// Each device's share of the GPU layers (`3,1`), or with --split-mode row of each
+    /// layer's heads and MLP units [default: by each device's free memory].
     #[arg(long, value_delimiter = ',', value_name = "SHARES")]
     pub tensor_split: Vec<f64>,
+    /// How the GPU layers divide among --devices: `layer` (each device a run of whole
+    /// layers), `row` (every layer's KV heads and MLP units divided among all of them, the
+    /// partial sums added on the host twice a layer), or `row:N` (rows within groups of N
+    /// devices, runs of layers across the groups).
+    #[arg(
+        long,
+        visible_alias = "sm",
+        value_name = "layer|row|row:N",
+        default_value = "layer"
+    )]
+    pub split_mode: SplitMode,
     /// Device memory the model may take on each device, in bytes (`6GiB`) [default: what
     /// the device has free, less 512 MiB].
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
@@ -342,6 +353,7 @@ impl RunArgs {
             gpu_layers: self.split.gpu_layers,
             devices: self.split.devices.clone(),
             tensor_split: self.split.tensor_split.clone(),
+            split_mode: self.split.split_mode,
             gpu_memory: self.split.gpu_memory,
             pipeline_cache: self.dir.pipeline_cache(),
             chat_template: match &self.chat_template_file {

@@ -25,7 +25,7 @@ use hearth_reference::CpuModel;
 use hearth_vulkan::VkModelOptions;
 
 use crate::split::plan::{CacheSizes, LayerPlan};
-use crate::split::{self, GpuLayers};
+use crate::split::{self, GpuLayers, SplitMode};
 
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +83,9 @@ pub struct EngineOptions {
     pub devices: Vec<usize>,
     /// Each device's share of the GPU layers (`--tensor-split 3,1`); empty: by free memory.
     pub tensor_split: Vec<f64>,
+    /// Whole layers on each device, or every layer divided by rows among them
+    /// (`--split-mode`).
+    pub split_mode: SplitMode,
     /// Device memory the model may take on each device (`--gpu-memory`); `None`: what the
     /// device has free, less some headroom.
     pub gpu_memory: Option<u64>,
@@ -172,6 +175,7 @@ impl Default for EngineOptions {
             gpu_layers: None,
             devices: Vec::new(),
             tensor_split: Vec::new(),
+            split_mode: SplitMode::Layer,
             gpu_memory: None,
             pipeline_cache: None,
             chat_template: None,
@@ -356,6 +360,7 @@ impl Engine {
                 let split_options = split::load::SplitOptions {
                     gpu_layers: options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX)),
                     shares: &options.tensor_split,
+                    mode: options.split_mode,
                     gpu_memory: options.gpu_memory,
                     sizes: cache_sizes(options, n_ctx, kv_budget),
                     cpu: cpu_options,
@@ -459,13 +464,13 @@ impl Engine {
                 let devices = split::load::open_devices(options)?;
                 let rooms = split::load::rooms(&devices, options.gpu_memory);
                 let gpu = options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX));
-                sizer.plan(gpu, &rooms, &options.tensor_split)
+                sizer.plan(gpu, &rooms, &options.tensor_split, options.split_mode)
             }
             _ if splits => Err(hearth_model::Error::options(
                 "gpu-layers",
                 "--device cpu runs every layer on the CPU",
             )),
-            _ => sizer.plan(GpuLayers::Count(0), &[], &[]),
+            _ => sizer.plan(GpuLayers::Count(0), &[], &[], SplitMode::Layer),
         }
     }
 

@@ -7,7 +7,8 @@
 //! Each test runs on the Vulkan executor (module `vulkan`) and on the native CPU executor
 //! (`cpu`, with f32 activations, whose results the copying reference meets; `cpu_q8` runs the
 //! batching tests with the default 8-bit activations too), and on a model split between
-//! them (`split`: the first layer on the CPU executor, the second on the Vulkan device).
+//! them (`split`: the first layer on the CPU executor, the second on the Vulkan device;
+//! `rows`: the second divided by rows between two devices, lavapipe opened twice).
 //! Outside CI a machine without a Vulkan device skips the Vulkan and split ones; in CI a
 //! missing device fails them.
 
@@ -21,7 +22,7 @@ use hearth_engine::sample::SamplerParams;
 use hearth_engine::sched::{RequestId, RequestParams, Scheduler, TokenEvent};
 use hearth_engine::session::{FinishReason, GenerateParams};
 use hearth_engine::speculative::Speculative;
-use hearth_engine::split::GpuLayers;
+use hearth_engine::split::{GpuLayers, SplitMode};
 use hearth_engine::Error;
 use hearth_engine::{BackendKind, Engine, EngineOptions};
 use hearth_kernels::vk::{Device, DeviceDesc};
@@ -60,6 +61,18 @@ fn on_split(test: fn()) {
     test();
 }
 
+thread_local! {
+    /// The Vulkan layers are divided by rows between two devices (lavapipe opened twice).
+    static ROWS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `test` with the tiny model's first layer on the CPU executor (f32 activations) and
+/// its second divided by rows between two devices.
+fn on_rows(test: fn()) {
+    ROWS.set(true);
+    on_split(test);
+}
+
 fn have_device() -> bool {
     BACKEND.get().0 != BackendKind::Vulkan
         || hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_some()
@@ -68,10 +81,16 @@ fn have_device() -> bool {
 fn engine(n_seq: usize, n_ctx: usize, ubatch: usize, kv_budget: Option<KvBudget>) -> Engine {
     let file = TINY.build_random("tiny", Format::Q8, 7).unwrap();
     let (backend, activations, gpu_layers) = BACKEND.get();
+    let (devices, split_mode) = match ROWS.get() {
+        true => (vec![0, 0], SplitMode::Row { group: 0 }),
+        false => (Vec::new(), SplitMode::Layer),
+    };
     let options = EngineOptions {
         backend,
         activations,
         gpu_layers,
+        devices,
+        split_mode,
         validate: true,
         n_ctx: Some(n_ctx),
         n_seq,
@@ -827,5 +846,59 @@ mod split {
     #[test]
     fn the_engine_reports_kv_blocks() {
         super::on_split(super::the_engine_reports_kv_blocks);
+    }
+}
+
+/// Every test on a model whose first layer runs on the CPU executor and whose second is
+/// divided by rows between two devices.
+mod rows {
+    #[test]
+    fn speculative_sequences_get_what_decoding_gives() {
+        super::on_rows(super::speculative_sequences_get_what_decoding_gives);
+    }
+
+    #[test]
+    fn continuous_batching_gives_each_request_what_it_gets_alone() {
+        super::on_rows(super::continuous_batching_gives_each_request_what_it_gets_alone);
+    }
+
+    #[test]
+    fn running_out_of_blocks_preempts_and_recomputes() {
+        super::on_rows(super::running_out_of_blocks_preempts_and_recomputes);
+    }
+
+    #[test]
+    fn finished_sequences_are_released_while_others_run() {
+        super::on_rows(super::finished_sequences_are_released_while_others_run);
+    }
+
+    #[test]
+    fn completions_of_one_prompt_share_its_blocks() {
+        super::on_rows(super::completions_of_one_prompt_share_its_blocks);
+    }
+
+    #[test]
+    fn a_follow_up_turn_reuses_the_cached_conversation() {
+        super::on_rows(super::a_follow_up_turn_reuses_the_cached_conversation);
+    }
+
+    #[test]
+    fn impossible_requests_are_refused_and_cancelled_ones_end() {
+        super::on_rows(super::impossible_requests_are_refused_and_cancelled_ones_end);
+    }
+
+    #[test]
+    fn beam_search_is_greedy_at_width_one_and_matches_the_copying_reference() {
+        super::on_rows(super::beam_search_is_greedy_at_width_one_and_matches_the_copying_reference);
+    }
+
+    #[test]
+    fn impossible_steps_are_refused_and_change_nothing() {
+        super::on_rows(super::impossible_steps_are_refused_and_change_nothing);
+    }
+
+    #[test]
+    fn the_engine_reports_kv_blocks() {
+        super::on_rows(super::the_engine_reports_kv_blocks);
     }
 }

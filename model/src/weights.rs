@@ -294,12 +294,36 @@ impl<'a> WeightReader<'a> {
 
 /// Bytes of `file`'s tensors that `part` holds, as the file stores them: what loading it
 /// takes, before any executor's own layout.
+/// A row split's share counts its fraction of the heads' and units' matrices.
 pub fn part_file_bytes(file: &GgufFile, model: &ResolvedModel, part: &Part) -> u64 {
-    part_tensor_names(model, part)
+    let bytes = |n: &str| file.tensor(n).map_or(0, |i| i.n_bytes);
+    let whole: u64 = part_tensor_names(model, part)
         .iter()
-        .filter_map(|n| file.tensor(n))
-        .map(|i| i.n_bytes)
-        .sum()
+        .map(|n| bytes(n))
+        .sum();
+    let Some(shard) = &part.shard else {
+        return whole;
+    };
+    let Ok(config) = ModelConfig::from_resolved(file, model) else {
+        return whole;
+    };
+    let (heads, units) = shard.fractions(&config);
+    // What the share does not hold of each layer's divided matrices.
+    let mut left_out = 0.0;
+    for l in &model.tensors.layers[part.layers.clone()] {
+        let attention: u64 = qkv_tensor_names(l).iter().map(|n| bytes(n)).sum::<u64>()
+            + bytes(&l.attn_output.weight);
+        let mlp: u64 = match &l.mlp {
+            MlpTensors::Dense { gate, up, down } => {
+                gate.as_ref().map_or(0, |g| bytes(&g.weight))
+                    + bytes(&up.weight)
+                    + bytes(&down.weight)
+            }
+            MlpTensors::Experts { .. } => 0,
+        };
+        left_out += attention as f64 * (1.0 - heads) + mlp as f64 * (1.0 - units);
+    }
+    whole.saturating_sub(left_out.round() as u64)
 }
 
 /// The tensors `part` reads: its layers', the token embedding where it embeds, the final
@@ -347,10 +371,21 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             }
         }
     }
+    names.extend(qkv_tensor_names(l));
+    let norms = [&l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm];
+    for n in norms.into_iter().flatten() {
+        names.push(&n.weight);
+    }
+    names
+}
+
+/// The q, k and v projections' weights and biases.
+fn qkv_tensor_names(l: &LayerTensors) -> Vec<&str> {
+    let mut names = Vec::new();
     match &l.qkv {
         QkvTensors::Separate { q, k, v } => {
             for p in [q, k, v] {
-                names.push(&p.weight);
+                names.push(p.weight.as_str());
                 names.extend(p.bias.as_deref());
             }
         }
@@ -358,10 +393,6 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             names.push(&qkv.weight);
             names.extend(qkv.bias.as_deref());
         }
-    }
-    let norms = [&l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm];
-    for n in norms.into_iter().flatten() {
-        names.push(&n.weight);
     }
     names
 }

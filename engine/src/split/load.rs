@@ -8,11 +8,11 @@ use hearth_cpu::{CpuOptions, NativeModel};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_kernels::WeightFormat;
 use hearth_model::kv::{KvBudget, BLOCK_TOKENS};
-use hearth_model::{Backend, ModelConfig, ProgressFn, Result, Stage};
+use hearth_model::{Backend, ModelConfig, Part, ProgressFn, Result, Stage};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_vulkan::{VkModel, VkModelOptions};
 
-use super::plan::{CacheSizes, DeviceRoom, Executor, GpuLayers, LayerPlan, Sizer};
+use super::plan::{CacheSizes, DeviceRoom, Executor, GpuLayers, LayerPlan, Sizer, SplitMode};
 use super::Split;
 use crate::EngineOptions;
 
@@ -34,6 +34,8 @@ pub struct SplitOptions<'a> {
     pub gpu_layers: GpuLayers,
     /// Each device's share of the GPU layers; empty: by free memory.
     pub shares: &'a [f64],
+    /// Whole layers on each device, or layers divided by rows.
+    pub mode: SplitMode,
     /// Bytes each device may hold; `None`: its free memory less [`HEADROOM`].
     pub gpu_memory: Option<u64>,
     pub sizes: CacheSizes,
@@ -58,7 +60,7 @@ pub fn load(
         config,
         sizes: options.sizes,
     };
-    let plan = sizer.plan(options.gpu_layers, &rooms, options.shares)?;
+    let plan = sizer.plan(options.gpu_layers, &rooms, options.shares, options.mode)?;
     tracing::info!(
         "{} of {} layers on the GPU ({}): {}",
         plan.gpu_layers(),
@@ -95,7 +97,11 @@ pub fn load(
                     kv_budget: part_budget,
                     ..options.vulkan
                 };
-                let m = VkModel::load_part(device, file, model, vk, layers, progress)?;
+                let part = match whole {
+                    true => Part::whole(config.n_layer),
+                    false => part.part(config.n_layer)?,
+                };
+                let m = VkModel::load_stage(device, file, model, vk, part, progress)?;
                 names.push(device.info().name.clone());
                 add_formats(&mut formats, m.weight_formats());
                 stages.push(Box::new(m));

@@ -8,7 +8,7 @@
 pub mod load;
 pub mod plan;
 
-pub use plan::GpuLayers;
+pub use plan::{GpuLayers, SplitMode};
 
 use hearth_model::kv::{KvTables, KvUsage};
 use std::ops::Range;

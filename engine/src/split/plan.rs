@@ -15,7 +15,8 @@ use std::ops::Range;
 use std::str::FromStr;
 
 use hearth_model::kv::{blocks_for, blocks_in_budget, KvBudget, KvPlacement, KvShape, KvType};
-use hearth_model::{part_file_bytes, Error, ModelConfig, Part, Result};
+use hearth_model::{part_file_bytes, CutBlocks, Error, ModelConfig, Part, Result, Shard};
+use hearth_models::spec::MlpTensors;
 use hearth_models::{GgufFile, ResolvedModel};
 use serde::Serialize;
 
@@ -50,6 +51,62 @@ impl fmt::Display for GpuLayers {
             GpuLayers::Count(usize::MAX) => f.write_str("all"),
             GpuLayers::Count(n) => write!(f, "{n}"),
             GpuLayers::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// How the GPU layers divide among several devices (`--split-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// Each device holds a run of whole layers (llama.cpp's `-sm layer`).
+    #[default]
+    Layer,
+    /// Every layer's heads and MLP units divided among the devices of a group (llama.cpp's
+    /// `-sm row`), runs of layers among the groups of `group` devices (Inferflow's hybrid
+    /// partition); `group` 0: all the devices in one group.
+    Row { group: usize },
+}
+
+impl SplitMode {
+    /// The devices (by place) that share each run of layers.
+    fn groups(self, devices: usize) -> Vec<Range<usize>> {
+        let size = match self {
+            SplitMode::Layer => 1,
+            SplitMode::Row { group: 0 } => devices.max(1),
+            SplitMode::Row { group } => group,
+        };
+        (0..devices)
+            .step_by(size)
+            .map(|start| start..(start + size).min(devices))
+            .collect()
+    }
+}
+
+impl FromStr for SplitMode {
+    type Err = String;
+
+    /// `layer`, `row`, or `row:N` (groups of N devices).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "layer" | "none" => Ok(SplitMode::Layer),
+            "row" => Ok(SplitMode::Row { group: 0 }),
+            other => match other.strip_prefix("row:").map(str::parse) {
+                Some(Ok(group)) if group >= 1 => Ok(SplitMode::Row { group }),
+                _ => Err(format!(
+                    "{s:?}: expected layer, row, or row:N (N devices to a group)"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for SplitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SplitMode::Layer => f.write_str("layer"),
+            SplitMode::Row { group: 0 } => f.write_str("row"),
+            SplitMode::Row { group } => write!(f, "row:{group}"),
         }
     }
 }
@@ -98,8 +155,18 @@ pub struct PlannedPart {
     /// "cpu" or "vulkan:N" (N the device's index).
     pub name: String,
     pub layers: Range<usize>,
+    /// Its share of the layers' heads and units where they are divided by rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
     /// Memory it takes: the device's, or system memory on the CPU.
     pub bytes: DeviceBytes,
+}
+
+impl PlannedPart {
+    /// What it holds, as an executor loads it.
+    pub fn part(&self, n_layer: usize) -> Result<Part> {
+        Ok(Part::new(self.layers.clone(), n_layer)?.with_shard(self.shard.clone()))
+    }
 }
 
 /// The plan: parts in the order of their layers, the KV pool's blocks every part keeps, and
@@ -117,6 +184,7 @@ impl LayerPlan {
         self.parts
             .iter()
             .filter(|p| p.executor != Executor::Cpu)
+            .filter(|p| p.shard.as_ref().is_none_or(|s| s.index == 0))
             .map(|p| p.layers.len())
             .sum()
     }
@@ -131,8 +199,15 @@ impl LayerPlan {
                     Executor::Cpu => String::new(),
                     Executor::Vulkan(_) => format!(" ({})", p.bytes),
                 };
+                let share = match &p.shard {
+                    Some(s) => format!(
+                        ", KV heads {}..{}, MLP units {}..{}",
+                        s.kv_heads.start, s.kv_heads.end, s.ff.start, s.ff.end
+                    ),
+                    None => String::new(),
+                };
                 format!(
-                    "{}: layers {}..{}{room}",
+                    "{}: layers {}..{}{share}{room}",
                     p.name, p.layers.start, p.layers.end
                 )
             })
@@ -205,8 +280,20 @@ impl Sizer<'_> {
 
     /// Device bytes of layers `layers` with `blocks` KV blocks.
     pub fn bytes(&self, layers: Range<usize>, blocks: usize) -> Result<DeviceBytes> {
-        let c = self.config;
-        let part = Part::new(layers, c.n_layer)?;
+        self.part_bytes(&Part::new(layers, self.config.n_layer)?, blocks)
+    }
+
+    /// Device bytes of `part` (whole layers, or a row split's share) with `blocks` KV blocks.
+    pub fn part_bytes(&self, part: &Part, blocks: usize) -> Result<DeviceBytes> {
+        let shared;
+        let c = match &part.shard {
+            Some(shard) => {
+                shared = shard.config(self.config);
+                &shared
+            }
+            None => self.config,
+        };
+        let part = part.clone();
         let s = &self.sizes;
         let shape = KvShape {
             n_layer: part.len(),
@@ -217,7 +304,11 @@ impl Sizer<'_> {
             KvPlacement::Host => 0,
         };
         // The step's activations (the Vulkan executor's scratch), and the RoPE table.
-        let out = if part.heads() { c.n_vocab } else { c.n_embd };
+        let out = if part.heads() {
+            c.n_vocab.max(c.n_embd)
+        } else {
+            c.n_embd
+        };
         let per_token = 4 * c.n_embd + c.qkv_dim() + c.attn_dim() + 3 * c.n_ff + out;
         let experts = c
             .experts
@@ -237,6 +328,7 @@ impl Sizer<'_> {
         gpu: GpuLayers,
         devices: &[DeviceRoom],
         shares: &[f64],
+        mode: SplitMode,
     ) -> Result<LayerPlan> {
         let n_layer = self.config.n_layer;
         let kv_blocks = self.kv_blocks(devices)?;
@@ -265,7 +357,7 @@ impl Sizer<'_> {
                 // The most layers whose division fits every device.
                 let mut fits = 0;
                 for n in 1..=n_layer {
-                    let parts = self.divide(n, devices, &shares, kv_blocks)?;
+                    let parts = self.divide(n, devices, &shares, mode, kv_blocks)?;
                     if self.overflow(&parts, devices).is_some() {
                         break;
                     }
@@ -274,7 +366,7 @@ impl Sizer<'_> {
                 fits
             }
         };
-        let mut parts = self.divide(count, devices, &shares, kv_blocks)?;
+        let mut parts = self.divide(count, devices, &shares, mode, kv_blocks)?;
         let mut kv_blocks = kv_blocks;
         if let ([part], true) = (&mut parts[..], self.sizes.kv_fills_room) {
             if let Executor::Vulkan(slot) = part.executor {
@@ -283,7 +375,7 @@ impl Sizer<'_> {
             }
         }
         if let Some((part, room)) = self.overflow(&parts, devices) {
-            return Err(self.out_of_memory(part, room, gpu, devices, &shares));
+            return Err(self.out_of_memory(part, room, gpu, devices, (&shares, mode)));
         }
         Ok(LayerPlan {
             parts,
@@ -301,12 +393,15 @@ impl Sizer<'_> {
         Ok((1 + left / per_block.max(1)).min(most as u64).max(1) as usize)
     }
 
-    /// `count` last layers divided among `devices` by `shares` after the CPU's.
+    /// `count` last layers divided among `devices` by `shares` after the CPU's: among
+    /// groups of devices as `mode` makes them, a group's layers whole on its one device or
+    /// divided by rows among several.
     fn divide(
         &self,
         count: usize,
         devices: &[DeviceRoom],
         shares: &[f64],
+        mode: SplitMode,
         kv_blocks: usize,
     ) -> Result<Vec<PlannedPart>> {
         let n_layer = self.config.n_layer;
@@ -317,32 +412,68 @@ impl Sizer<'_> {
                 executor: Executor::Cpu,
                 name: "cpu".to_string(),
                 layers: 0..first_gpu,
+                shard: None,
                 bytes: self.bytes(0..first_gpu, kv_blocks)?,
             });
         }
         let total: f64 = shares.iter().sum();
+        let groups = mode.groups(devices.len());
         let mut start = first_gpu;
         let mut cumulative = 0.0;
-        for (slot, (d, share)) in devices.iter().zip(shares).enumerate() {
-            cumulative += share;
-            let end = match slot + 1 == devices.len() {
+        for (g, members) in groups.iter().enumerate() {
+            cumulative += shares[members.clone()].iter().sum::<f64>();
+            let end = match g + 1 == groups.len() {
                 true => n_layer,
                 false => first_gpu + (count as f64 * cumulative / total).round() as usize,
             };
             let end = end.min(n_layer);
-            if end > start {
+            if end <= start {
+                continue;
+            }
+            let layers = start..end;
+            start = end;
+            let shards = match members.len() {
+                1 => vec![None],
+                _ => Shard::divide(self.config, &shares[members.clone()], self.cut_blocks())?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+            };
+            for (slot, shard) in members.clone().zip(shards) {
+                let part = Part::new(layers.clone(), n_layer)?.with_shard(shard.clone());
                 parts.push(PlannedPart {
                     executor: Executor::Vulkan(slot),
-                    name: format!("vulkan:{}", d.index),
-                    layers: start..end,
-                    bytes: self.bytes(start..end, kv_blocks)?,
+                    name: format!("vulkan:{}", devices[slot].index),
+                    layers: layers.clone(),
+                    shard,
+                    bytes: self.part_bytes(&part, kv_blocks)?,
                 });
-                start = end;
             }
         }
         // Rounding leaves nothing over: the last share ends at the last layer.
         debug_assert_eq!(start, n_layer);
         Ok(parts)
+    }
+
+    /// The blocks a row split cuts on: the largest of the output and down projections'
+    /// blocks over the layers, as the file stores them.
+    fn cut_blocks(&self) -> CutBlocks {
+        let block = |name: &str| {
+            self.file
+                .tensor(name)
+                .map_or(1, |t| t.ggml_type.block_size() as usize)
+        };
+        let mut blocks = CutBlocks {
+            attn_output: 1,
+            down: 1,
+        };
+        for l in &self.model.tensors.layers {
+            blocks.attn_output = blocks.attn_output.max(block(&l.attn_output.weight));
+            if let MlpTensors::Dense { down, .. } = &l.mlp {
+                blocks.down = blocks.down.max(block(&down.weight));
+            }
+        }
+        blocks
     }
 
     /// The first part that does not fit its device.
@@ -366,10 +497,10 @@ impl Sizer<'_> {
         room: &DeviceRoom,
         asked: GpuLayers,
         devices: &[DeviceRoom],
-        shares: &[f64],
+        (shares, mode): (&[f64], SplitMode),
     ) -> Error {
         let fits = self
-            .plan(GpuLayers::Auto, devices, shares)
+            .plan(GpuLayers::Auto, devices, shares, mode)
             .map(|p| p.gpu_layers())
             .unwrap_or(0);
         let n_layer = self.config.n_layer;
@@ -451,12 +582,19 @@ mod tests {
     fn gpu_layers_are_the_last_and_shares_divide_them() {
         with_sizer(|s| {
             let big = [room(0, u64::MAX / 4), room(1, u64::MAX / 4)];
-            let plan = s.plan(GpuLayers::Count(4), &big[..1], &[]).unwrap();
+            let plan = s
+                .plan(GpuLayers::Count(4), &big[..1], &[], SplitMode::Layer)
+                .unwrap();
             let want = [("cpu".to_string(), 0..4), ("vulkan:0".to_string(), 4..8)];
             assert_eq!(layers(&plan), want);
             assert_eq!(plan.kv_blocks, 8);
             let plan = s
-                .plan(GpuLayers::Count(usize::MAX), &big, &[3.0, 1.0])
+                .plan(
+                    GpuLayers::Count(usize::MAX),
+                    &big,
+                    &[3.0, 1.0],
+                    SplitMode::Layer,
+                )
                 .unwrap();
             let want = [
                 ("vulkan:0".to_string(), 0..6),
@@ -465,9 +603,13 @@ mod tests {
             assert_eq!(layers(&plan), want);
             // Only the part that ends the model holds the head: the larger scratch.
             assert!(plan.parts[1].bytes.scratch > plan.parts[0].bytes.scratch);
-            let plan = s.plan(GpuLayers::Count(0), &big[..1], &[]).unwrap();
+            let plan = s
+                .plan(GpuLayers::Count(0), &big[..1], &[], SplitMode::Layer)
+                .unwrap();
             assert_eq!(layers(&plan), [("cpu".to_string(), 0..8)]);
-            let err = s.plan(GpuLayers::Count(2), &big, &[1.0]).unwrap_err();
+            let err = s
+                .plan(GpuLayers::Count(2), &big, &[1.0], SplitMode::Layer)
+                .unwrap_err();
             assert!(err.to_string().contains("1 shares for 2 devices"), "{err}");
         });
     }
@@ -479,15 +621,90 @@ mod tests {
             let per_layer = s.bytes(6..8, 8).unwrap().total() - one;
             // Room for the head and two more layers on one device.
             let rooms = [room(0, one + 2 * per_layer + per_layer / 2)];
-            let plan = s.plan(GpuLayers::Auto, &rooms, &[]).unwrap();
+            let plan = s
+                .plan(GpuLayers::Auto, &rooms, &[], SplitMode::Layer)
+                .unwrap();
             assert_eq!(plan.gpu_layers(), 3);
-            let err = s.plan(GpuLayers::Count(5), &rooms, &[]).unwrap_err();
+            let err = s
+                .plan(GpuLayers::Count(5), &rooms, &[], SplitMode::Layer)
+                .unwrap_err();
             assert!(matches!(err, Error::DeviceMemory { .. }), "{err}");
             assert!(err.to_string().contains("3 layers fit"), "{err}");
             // Nothing fits: every layer on the CPU.
-            let plan = s.plan(GpuLayers::Auto, &[room(0, 1)], &[]).unwrap();
+            let plan = s
+                .plan(GpuLayers::Auto, &[room(0, 1)], &[], SplitMode::Layer)
+                .unwrap();
             assert_eq!(plan.gpu_layers(), 0);
         });
+    }
+
+    #[test]
+    fn row_splits_divide_every_layer_among_a_group() {
+        with_sizer(|s| {
+            let big = [
+                room(0, u64::MAX / 4),
+                room(1, u64::MAX / 4),
+                room(2, u64::MAX / 4),
+            ];
+            let all = GpuLayers::Count(usize::MAX);
+            let row = SplitMode::Row { group: 0 };
+            let plan = s.plan(all, &big[..2], &[], row).unwrap();
+            let want = [
+                ("vulkan:0".to_string(), 0..8),
+                ("vulkan:1".to_string(), 0..8),
+            ];
+            assert_eq!(layers(&plan), want);
+            assert_eq!(plan.gpu_layers(), 8);
+            let shards: Vec<_> = plan
+                .parts
+                .iter()
+                .map(|p| p.shard.clone().unwrap())
+                .collect();
+            assert_eq!(
+                (shards[0].kv_heads.clone(), shards[1].kv_heads.clone()),
+                (0..1, 1..2)
+            );
+            assert_eq!(
+                (shards[0].ff.clone(), shards[1].ff.clone()),
+                (0..64, 64..128)
+            );
+            // Each holds half the layers' matrices; the first, the embedding and the head.
+            let whole = s.bytes(0..8, 8).unwrap();
+            let (a, b) = (plan.parts[0].bytes, plan.parts[1].bytes);
+            assert!(
+                b.weights < whole.weights / 2 + whole.weights / 20,
+                "{b:?} {whole:?}"
+            );
+            assert!(a.weights > b.weights && a.kv == b.kv && a.kv * 2 == whole.kv);
+            // Hybrid: the CPU's layers, then two devices sharing rows, then one whole.
+            let hybrid = SplitMode::Row { group: 2 };
+            let plan = s
+                .plan(GpuLayers::Count(6), &big, &[1.0, 1.0, 1.0], hybrid)
+                .unwrap();
+            let want = [
+                ("cpu".to_string(), 0..2),
+                ("vulkan:0".to_string(), 2..6),
+                ("vulkan:1".to_string(), 2..6),
+                ("vulkan:2".to_string(), 6..8),
+            ];
+            assert_eq!(layers(&plan), want);
+            assert_eq!(plan.gpu_layers(), 6);
+            assert!(plan
+                .describe()
+                .contains("vulkan:1: layers 2..6, KV heads 1..2"));
+            // Three devices for two KV heads cannot each hold one.
+            let err = s.plan(all, &big, &[], row).unwrap_err().to_string();
+            assert!(err.contains("3 devices for 2 KV heads"), "{err}");
+        });
+    }
+
+    #[test]
+    fn split_modes_parse() {
+        assert_eq!("row".parse(), Ok(SplitMode::Row { group: 0 }));
+        assert_eq!("row:2".parse(), Ok(SplitMode::Row { group: 2 }));
+        assert_eq!("LAYER".parse(), Ok(SplitMode::Layer));
+        assert!("row:0".parse::<SplitMode>().is_err());
+        assert_eq!(SplitMode::Row { group: 2 }.to_string(), "row:2");
     }
 
     #[test]

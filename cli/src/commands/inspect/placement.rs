@@ -35,6 +35,7 @@ pub fn run(path: &Path, device: &DeviceChoice, ask: &PlacementAsk, format: Forma
         gpu_layers: ask.split.gpu_layers,
         devices: ask.split.devices.clone(),
         tensor_split: ask.split.tensor_split.clone(),
+        split_mode: ask.split.split_mode,
         gpu_memory: ask.split.gpu_memory,
         ..EngineOptions::default()
     };
