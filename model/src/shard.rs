@@ -64,7 +64,10 @@ impl Shard {
             ));
         }
         let count = shares.len();
-        if count < 2 || shares.iter().any(|&s| !(s >= 0.0)) || shares.iter().sum::<f64>() <= 0.0 {
+        if count < 2
+            || shares.iter().any(|&s| s.is_nan() || s < 0.0)
+            || shares.iter().sum::<f64>() <= 0.0
+        {
             return Err(Error::options(
                 "tensor-split",
                 "a row split needs two or more devices, with shares not all zero",

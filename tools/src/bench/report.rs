@@ -102,8 +102,11 @@ pub struct PartTime {
     /// Its time per step (per token generated in tg, per prompt in pp), milliseconds, the
     /// crossing of the hidden state to or from host memory included.
     pub ms_per_step: f64,
-    /// Its share of the test's time.
+    /// Its share of the test's time (a row split's devices run at once, so theirs overlap).
     pub share: f64,
+    /// Its share of the layers' heads and units, where they are divided by rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<hearth_model::Shard>,
 }
 
 impl BenchRow {
@@ -313,6 +316,7 @@ impl Context<'_> {
                 kv_bytes: p.kv_bytes,
                 ms_per_step: ns / 1e6 / steps as f64,
                 share: if total > 0.0 { ns / total } else { 0.0 },
+                shard: p.shard.clone(),
             })
             .collect()
     }

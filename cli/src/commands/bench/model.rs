@@ -264,8 +264,12 @@ fn parts_lines(placement: &PlacementReport) -> String {
             .parts
             .iter()
             .map(|p| {
+                let share = match &p.shard {
+                    Some(s) => format!(" (KV heads {}..{})", s.kv_heads.start, s.kv_heads.end),
+                    None => String::new(),
+                };
                 format!(
-                    "{} layers {}..{} {:.2} ms ({:.0}%)",
+                    "{} layers {}..{}{share} {:.2} ms ({:.0}%)",
                     p.executor,
                     p.layers[0],
                     p.layers[1],

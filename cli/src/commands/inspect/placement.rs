@@ -53,28 +53,39 @@ pub fn run(path: &Path, device: &DeviceChoice, ask: &PlacementAsk, format: Forma
 
 fn table(plan: &LayerPlan) -> String {
     let mut out = String::new();
-    let n_layer: usize = plan.parts.iter().map(|p| p.layers.len()).sum();
+    let n_layer = plan.parts.iter().map(|p| p.layers.end).max().unwrap_or(0);
     let _ = writeln!(
         out,
         "{} of {n_layer} layers on Vulkan devices; KV pool of {} blocks per part",
         plan.gpu_layers(),
         plan.kv_blocks
     );
+    let rows = plan.parts.iter().any(|p| p.shard.is_some());
+    let share_header = if rows { "  share" } else { "" };
     let _ = writeln!(
         out,
-        "{:<10} {:>8} {:>10} {:>6} {:>11} {:>11} {:>11} {:>11}",
+        "{:<10} {:>8} {:>10} {:>6} {:>11} {:>11} {:>11} {:>11}{share_header}",
         "part", "layers", "embedding", "head", "weights", "KV cache", "scratch", "total"
     );
-    for (i, p) in plan.parts.iter().enumerate() {
+    for p in &plan.parts {
         let yes = |b: bool| if b { "yes" } else { "" };
         let b = p.bytes;
+        // The first of a row split's devices embeds and computes the logits.
+        let leads = p.shard.as_ref().is_none_or(|s| s.index == 0);
+        let share = match &p.shard {
+            Some(s) => format!(
+                "  KV heads {}..{}, MLP units {}..{}",
+                s.kv_heads.start, s.kv_heads.end, s.ff.start, s.ff.end
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{:<10} {:>8} {:>10} {:>6} {:>11} {:>11} {:>11} {:>11}",
+            "{:<10} {:>8} {:>10} {:>6} {:>11} {:>11} {:>11} {:>11}{share}",
             p.name,
             format!("{}..{}", p.layers.start, p.layers.end),
-            yes(i == 0),
-            yes(p.layers.end == n_layer),
+            yes(p.layers.start == 0 && leads),
+            yes(p.layers.end == n_layer && leads),
             size(b.weights),
             size(b.kv),
             size(b.scratch),
