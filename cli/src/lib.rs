@@ -76,6 +76,10 @@ enum Command {
     /// Write man pages into a folder.
     #[command(hide = true)]
     Man(completions::ManArgs),
+    /// Render chat templates for `hearth serve` in this process, its memory capped: a JSON
+    /// line in, a JSON line out (see hearth_models::chat_sandbox).
+    #[command(hide = true)]
+    TemplateWorker,
 }
 
 /// `--version`'s long form: the version, the commit, the Vulkan version and what compiled
@@ -178,6 +182,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Imatrix(args) => imatrix::run(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
+        Command::TemplateWorker => Ok(hearth_models::chat_sandbox::serve_worker()?),
     }
 }
 

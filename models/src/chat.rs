@@ -224,8 +224,11 @@ impl ChatTemplate {
 
     /// Renders a conversation into a prompt string. Errors (including the template's own
     /// `raise_exception`) name the template line.
+    ///
+    /// Where a [`sandbox`](crate::chat_sandbox) is set up (the server sets one up), a
+    /// template that came with the model renders in its worker process, whose memory is
+    /// capped: a template that grows a string without end fails there, not here.
     pub fn render(&self, messages: &[ChatMessage], options: &ChatOptions) -> Result<String> {
-        let template = self.env.get_template(NAME).map_err(template_error)?;
         let context = Context {
             messages,
             add_generation_prompt: options.add_generation_prompt,
@@ -233,6 +236,15 @@ impl ChatTemplate {
             eos_token: &options.eos_token,
             tools: options.tools.as_ref(),
         };
+        match crate::chat_sandbox::installed() {
+            Some(sandbox) if !self.is_fallback => sandbox.render(&self.source, &context),
+            _ => self.render_context(context),
+        }
+    }
+
+    /// Renders with `context` as the template's variables (in this process).
+    pub(crate) fn render_context(&self, context: impl Serialize) -> Result<String> {
+        let template = self.env.get_template(NAME).map_err(template_error)?;
         let mut out = Capped(Vec::new());
         // A template is the model file's code: should the engine panic on it (minijinja 2.24
         // overflows on a backwards slice that starts before its stop, which a debug build

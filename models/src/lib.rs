@@ -39,6 +39,7 @@
 //! ```
 
 pub mod chat;
+pub mod chat_sandbox;
 pub mod chat_text;
 pub mod error;
 pub mod ggml_type;

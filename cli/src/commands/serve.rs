@@ -71,6 +71,14 @@ pub struct ServeArgs {
 const WARM_UP: &str = "A short request that runs the prompt and decode kernels once.";
 
 pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
+    // The model's chat template is code from the model file: it renders in a worker whose
+    // memory is capped, so a template that grows without end fails its request, not the
+    // server.
+    #[cfg(unix)]
+    match std::env::current_exe() {
+        Ok(exe) => hearth_models::chat_sandbox::confine(exe, vec!["template-worker".into()]),
+        Err(e) => tracing::warn!("chat templates render in the server itself: {e}"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
