@@ -18,7 +18,7 @@ use hearth_engine::Placement;
 
 use commands::{
     bench, chat, completions, convert, devices, generate, imatrix, inspect, perplexity, quantize,
-    serve, tokenize,
+    serve, tokenize, tune,
 };
 
 #[derive(clap::Parser)]
@@ -71,6 +71,9 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Write an importance matrix of a model over a text, for `quantize --imatrix`.
     Imatrix(imatrix::ImatrixArgs),
+    /// Time the kernels' variants on a device for a model and keep the fastest for later
+    /// runs (a quick tune also happens on a model's first load; --no-tune skips it).
+    Tune(tune::TuneArgs),
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Write man pages into a folder.
@@ -180,6 +183,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Convert(args) => convert::run(args),
         Command::Serve(args) => serve::run(args, choice),
         Command::Imatrix(args) => imatrix::run(args),
+        Command::Tune(args) => tune::run(args, choice),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
         Command::TemplateWorker => Ok(hearth_models::chat_sandbox::serve_worker()?),

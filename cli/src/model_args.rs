@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use hearth_cpu::Activations;
 use hearth_engine::split::{GpuLayers, SplitMode};
+use hearth_engine::tune::TuneSetting;
 use hearth_engine::{BackendKind, Engine, EngineOptions, H2oOptions, InfinigenOptions};
 use hearth_model::kv::infinigen::evict::PoolCapacity;
 use hearth_model::kv::KvBudget;
@@ -36,7 +37,7 @@ impl ModelArgs {
 }
 
 /// Where `-m NAME` looks for models; shared by every command that takes a model.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Default)]
 pub struct ModelsDirArg {
     /// Directory of installed models [default: ~/.cache/hearth/models].
     #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
@@ -63,6 +64,16 @@ impl ModelsDirArg {
         Some(hearth_models::default_pipeline_cache_dir(Path::new(&home)))
     }
 
+    /// Where kernel tunings are kept: `~/.cache/hearth/tuning`, or none where `HEARTH_TUNE`
+    /// is `0` or there is no home directory.
+    pub fn tuning_dir(&self) -> Option<PathBuf> {
+        if std::env::var_os("HEARTH_TUNE").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
+        Some(hearth_models::default_tuning_dir(Path::new(&home)))
+    }
+
     /// A model path for `name`: a path as given, or a model in the models directory.
     pub fn resolve(&self, name: &str) -> Result<PathBuf> {
         let dir = self.dir();
@@ -78,6 +89,10 @@ pub struct RunArgs {
     /// Run on the plain f32 CPU reference (slow; for checking results).
     #[arg(long)]
     pub cpu: bool,
+    /// Keep every kernel's default shape: no tune of an untuned device on the first load
+    /// of a model, and no kept tuning used (`hearth tune` tunes on demand).
+    #[arg(long)]
+    pub no_tune: bool,
     /// The CPU executor's worker threads; default: one per core.
     #[arg(long, short = 't', value_name = "N")]
     pub threads: Option<usize>,
@@ -356,6 +371,14 @@ impl RunArgs {
             split_mode: self.split.split_mode,
             gpu_memory: self.split.gpu_memory,
             pipeline_cache: self.dir.pipeline_cache(),
+            tuning: match self.no_tune {
+                true => None,
+                false => self.dir.tuning_dir().map(|dir| TuneSetting {
+                    dir,
+                    tune_missing: true,
+                    budget: hearth_engine::tune::QUICK_BUDGET,
+                }),
+            },
             chat_template: match &self.chat_template_file {
                 Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                     hearth_engine::Error::options(

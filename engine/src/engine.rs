@@ -26,6 +26,7 @@ use hearth_vulkan::VkModelOptions;
 
 use crate::split::plan::{CacheSizes, LayerPlan};
 use crate::split::{self, GpuLayers, SplitMode};
+use crate::tune::{self, TuneSetting};
 
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,6 +95,9 @@ pub struct EngineOptions {
     pub pipeline_cache: Option<PathBuf>,
     /// A chat template (Jinja source) in place of the file's (`--chat-template-file`).
     pub chat_template: Option<String>,
+    /// Where the devices' kernel tunings are kept, and whether an untuned device is tuned
+    /// for the model before it loads; `None`: every kernel takes its default shape.
+    pub tuning: Option<TuneSetting>,
 }
 
 /// InfiniGen's settings as the user gives them (`--ig-*`, `--calibration`).
@@ -179,6 +183,7 @@ impl Default for EngineOptions {
             gpu_memory: None,
             pipeline_cache: None,
             chat_template: None,
+            tuning: None,
         }
     }
 }
@@ -205,6 +210,8 @@ pub struct ModelInfo {
     pub backend: BackendKind,
     /// Where the layers went (one part unless the model is split).
     pub layer_plan: Option<LayerPlan>,
+    /// The tuned kernel shapes its devices use (empty: every kernel's default).
+    pub kernel_variants: Vec<tune::KernelVariant>,
 }
 
 pub struct Engine {
@@ -352,11 +359,19 @@ impl Engine {
             activations: options.activations,
         };
         let splits = options.gpu_layers.is_some() || options.devices.len() > 1;
+        let mut kernel_variants = Vec::new();
         let (mut backend, device, weight_formats, layer_plan): Loaded = match options.backend {
             BackendKind::Vulkan => {
                 // Every load onto a device is planned, so that a model too large for it is
                 // refused before anything is read.
                 let devices = split::load::open_devices(options)?;
+                if let Some(setting) = &options.tuning {
+                    let products = tune::products(&file, &model, &config);
+                    for d in &devices {
+                        tune::prepare(d, &products, setting);
+                    }
+                }
+                kernel_variants = devices.iter().flat_map(|d| tune::in_use(d)).collect();
                 let split_options = split::load::SplitOptions {
                     gpu_layers: options.gpu_layers.unwrap_or(GpuLayers::Count(usize::MAX)),
                     shares: &options.tensor_split,
@@ -431,6 +446,7 @@ impl Engine {
             kv_type: options.kv_type,
             backend: options.backend,
             layer_plan,
+            kernel_variants,
         };
         Ok(Self {
             info,

@@ -14,6 +14,7 @@ pub mod service;
 pub mod session;
 pub mod speculative;
 pub mod split;
+pub mod tune;
 
 pub use engine::*;
 pub use hearth_model::{Error, Result};

@@ -21,6 +21,7 @@ mod pipe;
 mod qkv_adjust;
 #[cfg(test)]
 mod shaped;
+pub mod tune;
 
 pub mod kv;
 #[doc(hidden)]
@@ -44,6 +45,7 @@ pub use moe::{check_experts, max_tiles, slots_per_token, MoeCombine, MoeRoute, R
 pub use norm::{LayerNorm, NormShape, RmsNorm};
 pub(crate) use pipe::Pipe;
 pub use qkv_adjust::{QkvAdjust, QkvAdjustArgs, QkvHeads};
+pub use tune::MatvecVariant;
 
 use std::sync::Arc;
 

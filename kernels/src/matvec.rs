@@ -122,6 +122,33 @@ struct Shape {
 }
 
 impl Shape {
+    /// The knobs a tuner may turn.
+    fn variant(&self) -> MatvecVariant {
+        MatvecVariant {
+            units: self.units,
+            lane_chunks: self.lane_chunks,
+            rb: self.rb,
+        }
+    }
+
+    /// Takes `v`'s knobs where they fit this shape and `device`: the subgroup shape's units
+    /// and chunks, the lane shape's rows per lane.
+    fn apply(&mut self, v: MatvecVariant, device: &Device) {
+        match self.lane_rows {
+            true => {
+                self.rb = v.rb.clamp(1, 64);
+                self.max_rows = self.max_rows.max(self.rb);
+            }
+            false => {
+                let subgroup = device.info().subgroup.size.max(1);
+                let most = device.info().limits.max_workgroup_invocations / subgroup;
+                self.units = v.units.clamp(1, most.max(1));
+                self.workgroup = self.units * subgroup;
+                self.lane_chunks = v.lane_chunks.clamp(1, 8);
+            }
+        }
+    }
+
     /// Rows per unit: a multiple of `rb`.
     fn rows_per_unit(&self, m: u32) -> u32 {
         // Saturating: GPUs set no target (u32::MAX) and take min_rows.
@@ -168,6 +195,8 @@ fn gpu_lane_chunks(format: WeightFormat) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
+pub use crate::tune::MatvecVariant;
+
 pub struct Matvec {
     pipe: Pipe,
     format: WeightFormat,
@@ -179,8 +208,75 @@ pub struct Matvec {
 impl Matvec {
     /// A product for up to `tokens` tokens per pass over the weights (more are done in further
     /// passes): 1 for decode, up to 8 for a decode batch; on CPU devices a prompt chunk uses 16.
+    /// The device's tuned shape for `format` and `tokens` where a tuner chose one.
     pub fn new(device: &Device, format: WeightFormat, tokens: u32) -> Result<Self> {
-        Self::with_shape(device, format, Self::shape(device, format, tokens), false)
+        let tuned = device.tuning().matvec(format, tokens);
+        Self::with_variant(device, format, tokens, tuned)
+    }
+
+    /// A product of the shape `variant` gives (the default shape for `None`).
+    pub fn with_variant(
+        device: &Device,
+        format: WeightFormat,
+        tokens: u32,
+        variant: Option<MatvecVariant>,
+    ) -> Result<Self> {
+        let mut shape = Self::shape(device, format, tokens);
+        if let Some(v) = variant {
+            shape.apply(v, device);
+        }
+        Self::with_shape(device, format, shape, false)
+    }
+
+    /// The shape a product of `format` over `tokens` takes untuned.
+    pub fn default_variant(device: &Device, format: WeightFormat, tokens: u32) -> MatvecVariant {
+        Self::shape(device, format, tokens).variant()
+    }
+
+    /// The variants worth measuring for `format` over `tokens` on `device`, the default first;
+    /// `full` adds the wider search.
+    pub fn variants(
+        device: &Device,
+        format: WeightFormat,
+        tokens: u32,
+        full: bool,
+    ) -> Vec<MatvecVariant> {
+        let base = Self::default_variant(device, format, tokens);
+        let mut out = vec![base];
+        let mut add = |v: MatvecVariant| {
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        };
+        match Self::shape(device, format, tokens).lane_rows {
+            // Rows a lane shares each broadcast block of x with (see `rows_per_lane`).
+            true => {
+                let rbs: &[u32] = if full {
+                    &[4, 8, 12, 16, 24, 32]
+                } else {
+                    &[8, 16, 24]
+                };
+                for &rb in rbs {
+                    add(MatvecVariant { rb, ..base });
+                }
+            }
+            // Chunks a lane loads per turn, and subgroups per workgroup.
+            false => {
+                let max_units = device.info().limits.max_workgroup_invocations
+                    / device.info().subgroup.size.max(1);
+                let units: &[u32] = if full { &[2, 4, 8, 16] } else { &[base.units] };
+                for &u in units.iter().filter(|&&u| u <= max_units) {
+                    for chunks in [1, 2, 4, 8] {
+                        add(MatvecVariant {
+                            units: u,
+                            lane_chunks: chunks,
+                            ..base
+                        });
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// A mixture of experts' product (`record_experts`), `tokens` slots of an expert per pass.
@@ -265,6 +361,11 @@ impl Matvec {
 
     pub fn format(&self) -> WeightFormat {
         self.format
+    }
+
+    /// The shape it runs in.
+    pub fn variant(&self) -> MatvecVariant {
+        self.shape.variant()
     }
 
     /// Tokens (or expert slots) per pass over the weights.

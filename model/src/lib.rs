@@ -25,4 +25,4 @@ pub use layer::{Layer, LayerWeights, Mlp, SharedMlp};
 pub use matrix::{fitting_format, import_format, min_row_block, Matrix, Projection};
 pub use shard::{CutBlocks, Shard};
 pub use stage::{check_hidden, Part, PlacedPart, Stage, StageOutput, Sublayer};
-pub use weights::{part_file_bytes, LoadProgress, ProgressFn, WeightReader};
+pub use weights::{load_format, part_file_bytes, LoadProgress, ProgressFn, WeightReader};

@@ -117,19 +117,7 @@ impl<'a> WeightReader<'a> {
     pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let (id, data) = self.view(name, rows, cols)?;
         let stored = Format::from_gguf_id(id);
-        let preferred = match (stored, BlockType::from_ggml_id(id)) {
-            (Some(f), _) => f,
-            (None, Some(ty)) => import_format(ty),
-            (None, None) => {
-                return Err(self.fail(name, format!("tensor type id {id} cannot be loaded")))
-            }
-        };
-        let Some(format) = fitting_format(preferred, cols) else {
-            return Err(self.fail(
-                name,
-                format!("rows of {cols} values: the kernels need a multiple of 32"),
-            ));
-        };
+        let format = load_format(id, cols).map_err(|why| self.fail(name, why))?;
         if stored == Some(format) {
             return Ok(Matrix {
                 format,
@@ -395,6 +383,18 @@ fn qkv_tensor_names(l: &LayerTensors) -> Vec<&str> {
         }
     }
     names
+}
+
+/// The format a tensor of GGUF type `id` with rows of `cols` values loads as: its own where
+/// Hearth has it and its blocks fit the rows, else the one that keeps it best.
+pub fn load_format(id: u32, cols: usize) -> std::result::Result<Format, String> {
+    let preferred = match (Format::from_gguf_id(id), BlockType::from_ggml_id(id)) {
+        (Some(f), _) => f,
+        (None, Some(ty)) => import_format(ty),
+        (None, None) => return Err(format!("tensor type id {id} cannot be loaded")),
+    };
+    fitting_format(preferred, cols)
+        .ok_or_else(|| format!("rows of {cols} values: the kernels need a multiple of 32"))
 }
 
 /// Dequantizes a tensor of any type the file may hold: a Hearth format or a GGUF type.

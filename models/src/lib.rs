@@ -58,8 +58,8 @@ pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
 pub use hf::{open_model, HfFolder};
 pub use resolve::{
-    default_models_dir, default_pipeline_cache_dir, list_models, resolve_model, ModelEntry,
-    ModelFormat,
+    default_models_dir, default_pipeline_cache_dir, default_tuning_dir, list_models, resolve_model,
+    ModelEntry, ModelFormat,
 };
 pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};

@@ -21,6 +21,11 @@ pub fn default_pipeline_cache_dir(home: &Path) -> PathBuf {
     home.join(".cache").join("hearth").join("pipelines")
 }
 
+/// Where devices' kernel tunings are kept: `~/.cache/hearth/tuning`.
+pub fn default_tuning_dir(home: &Path) -> PathBuf {
+    home.join(".cache").join("hearth").join("tuning")
+}
+
 /// How a model is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelFormat {

@@ -56,12 +56,33 @@ pub fn run(args: &DevicesArgs, choice: &crate::DeviceChoice) -> Result<()> {
                 None if devices.vulkan.is_empty() => out.push_str("no Vulkan devices found\n"),
                 None => {}
             }
+            let dir = crate::model_args::ModelsDirArg::default().tuning_dir();
             for d in &devices.vulkan {
                 print_device(&mut out, d);
+                out.push_str(&format!("    tuned         {}\n", tuned(dir.as_deref(), d)));
             }
         }
     }
     crate::output::emit(&out)
+}
+
+/// Whether `hearth tune` (or a first load) kept a tuning for this device and driver.
+fn tuned(dir: Option<&std::path::Path>, d: &DeviceInfo) -> String {
+    let kept = dir.and_then(|dir| hearth_kernels::tune::Tuning::load(dir, d));
+    match kept {
+        Some(t) if !t.choices().is_empty() => {
+            let changed = t
+                .matvec
+                .iter()
+                .filter(|e| Some(&e.chosen) != e.tried.first().map(|x| &x.0));
+            format!(
+                "yes, {} products ({} off their default shape)",
+                t.matvec.len(),
+                changed.count()
+            )
+        }
+        _ => "no (hearth tune -m MODEL)".into(),
+    }
 }
 
 fn yes(b: bool) -> &'static str {

@@ -12,3 +12,4 @@ pub mod perplexity;
 pub mod quantize;
 pub mod serve;
 pub mod tokenize;
+pub mod tune;

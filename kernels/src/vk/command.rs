@@ -415,6 +415,21 @@ impl<'a> Recorder<'a> {
         Ok(())
     }
 
+    /// Records zeroing the whole of `dst`.
+    pub fn fill_zero(&mut self, dst: &'a Buffer) -> Result<()> {
+        self.barrier_before_command(&[], &[dst.raw]);
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE);
+        // SAFETY: the buffer is alive for the recorder's lifetime; WHOLE_SIZE stays within it.
+        unsafe {
+            self.device
+                .raw
+                .cmd_fill_buffer(self.cmd, dst.raw, 0, vk::WHOLE_SIZE, 0)
+        };
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+        self.labels.push("fill");
+        Ok(())
+    }
+
     pub fn device(&self) -> &'a Device {
         self.device
     }

@@ -74,6 +74,8 @@ pub struct Device {
     /// ([`keep_pipelines_in`](Self::keep_pipelines_in)).
     cache_file: Mutex<Option<(std::path::PathBuf, usize)>>,
     descriptors: DescriptorCache,
+    /// The matrix-vector product shapes a tuner chose here (see `crate::tune`).
+    tuned: Mutex<crate::tune::Choices>,
 }
 
 impl Device {
@@ -190,6 +192,7 @@ impl Device {
             driver_cache,
             cache_file: Mutex::new(None),
             descriptors: DescriptorCache::default(),
+            tuned: Mutex::new(crate::tune::Choices::default()),
         }))
     }
 
@@ -218,6 +221,16 @@ impl Device {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Products built from now on take the shapes in `choices` where they name one.
+    pub fn use_tuning(&self, choices: crate::tune::Choices) {
+        *lock(&self.tuned) = choices;
+    }
+
+    /// The shapes a tuner chose on this device (empty: untuned).
+    pub fn tuning(&self) -> crate::tune::Choices {
+        lock(&self.tuned).clone()
     }
 
     /// Validation messages logged since the last call (empty without the validation layer).

@@ -87,6 +87,10 @@ pub struct BenchRow {
     /// time per step; empty for a model on one executor.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartTime>,
+    /// The tuned kernel shapes in use (`hearth tune`); empty where every kernel runs its
+    /// default.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_variants: Vec<hearth_engine::tune::KernelVariant>,
 }
 
 /// One executor's share of a split model's test.
@@ -287,6 +291,7 @@ impl Context<'_> {
             ig_fetch_ms_per_token: fetch(m.fetch_ns),
             ig_fetch_overlap_ms_per_token: fetch(m.fetch_overlap_ns),
             parts: self.parts(t, m),
+            kernel_variants: info.kernel_variants.clone(),
         }
     }
 
