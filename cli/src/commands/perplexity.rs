@@ -1,7 +1,7 @@
 //! `hearth perplexity`: perplexity of a text, computed as llama.cpp's llama-perplexity does:
 //! the text is cut into non-overlapping windows of `ctx` tokens, each evaluated from an empty
-//! cache, and only the second half of each window is scored (those tokens have at least
-//! ctx/2 tokens of context).
+//! cache with BOS in place of its first token where the model adds BOS, and only the second
+//! half of each window is scored (those tokens have at least ctx/2 tokens of context).
 
 use std::path::PathBuf;
 
@@ -59,6 +59,11 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     }
     let n_vocab = engine.info().config.n_vocab;
     let first = args.ctx / 2;
+    // As llama-perplexity does: a model that adds BOS gets it in place of each window's first
+    // token, so that every window starts as its text would (the stream itself starts with
+    // one already).
+    let special = engine.tokenizer().special();
+    let bos = special.bos.filter(|_| special.add_bos);
     let decode = args.decode
         || matches!(
             args.model.run.offload()?,
@@ -68,9 +73,9 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     let mut per_window = Vec::with_capacity(windows);
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     for w in 0..windows {
-        let window = &tokens[w * args.ctx..(w + 1) * args.ctx];
+        let window = window(&tokens, w, args.ctx, bos);
         let backend = engine.session_mut().fresh_backend();
-        let logits = window_logits(backend, window, first, decode)?;
+        let logits = window_logits(backend, &window, first, decode)?;
         let mut window_nll = 0f64;
         // Row j predicts token first + j + 1.
         for i in first..args.ctx - 1 {
@@ -141,6 +146,15 @@ pub fn run(args: &PerplexityArgs, device: &DeviceChoice) -> Result<()> {
     }
 }
 
+/// Window `w` of `ctx` tokens, with `bos` in place of its first token where given.
+fn window(tokens: &[u32], w: usize, ctx: usize, bos: Option<u32>) -> Vec<u32> {
+    let mut window = tokens[w * ctx..(w + 1) * ctx].to_vec();
+    if let Some(bos) = bos {
+        window[0] = bos;
+    }
+    window
+}
+
 /// Logits predicting tokens first+1..len of `window`, one row each: from one pass over the
 /// window, or (`decode`) from a pass over window[..=first] and then one step per token.
 fn window_logits(
@@ -166,4 +180,17 @@ fn log_softmax_at(row: &[f32], target: usize) -> f64 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
     row[target] as f64 - max - sum.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_start_with_bos_where_the_model_adds_it() {
+        let tokens: Vec<u32> = (1..=9).collect();
+        assert_eq!(window(&tokens, 1, 4, Some(1)), [1, 6, 7, 8]);
+        assert_eq!(window(&tokens, 1, 4, None), [5, 6, 7, 8]);
+        assert_eq!(window(&tokens, 0, 4, Some(1)), [1, 2, 3, 4]);
+    }
 }
