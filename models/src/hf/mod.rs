@@ -22,6 +22,7 @@ mod meta;
 mod metadata;
 mod rope;
 mod sentencepiece;
+mod spm_json;
 mod tensors;
 mod vocab;
 

@@ -12,11 +12,11 @@ use crate::error::{Error, Result};
 /// A piece's kind, numbered as SentencePiece and GGUF's `tokenizer.ggml.token_type` both
 /// number them.
 pub(crate) const NORMAL: i32 = 1;
-#[cfg(test)]
 pub(crate) const UNKNOWN: i32 = 2;
 pub(crate) const CONTROL: i32 = 3;
 pub(crate) const USER_DEFINED: i32 = 4;
 pub(crate) const UNUSED: i32 = 5;
+pub(crate) const BYTE: i32 = 6;
 
 pub(crate) struct Piece {
     pub text: String,

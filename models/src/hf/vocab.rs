@@ -3,8 +3,9 @@
 //!
 //! - `tokenizer.model` present: SentencePiece (`llama`): its pieces, scores and kinds, then the
 //!   added tokens of `added_tokens.json` and `tokenizer_config.json`;
-//! - otherwise `tokenizer.json`'s byte-level BPE (`gpt2`): the vocabulary and added tokens by
-//!   id, the merges, and the pre-tokenizer named from its split pattern;
+//! - otherwise `tokenizer.json`: a SentencePiece-style BPE (byte fallback) as `llama`, its
+//!   merges turned into scores (`spm_json`); a byte-level BPE as `gpt2`: the vocabulary and
+//!   added tokens by id, the merges, and the pre-tokenizer named from its split pattern;
 //! - either way, ids past the tokenizer up to the model's `vocab_size` are `[PAD{id}]`;
 //! - special tokens from `tokenizer_config.json` (else `config.json`'s ids), whether BOS and
 //!   EOS are added from the post-processor, and the chat template.
@@ -16,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::config::Config;
 use super::sentencepiece::{self, SentencePieceModel};
+use super::spm_json;
 use crate::error::{Error, Result};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -87,13 +89,26 @@ pub(crate) fn vocabulary(
             )
         })?;
         let source = json_path.display().to_string();
-        let bpe = byte_level_vocab(&source, tokenizer, &added, n_vocab)?;
-        n_tokens = bpe.tokens.len();
-        set("model", MetaValue::String("gpt2".into()));
-        set("pre", MetaValue::String(bpe.pre.into()));
-        set("tokens", MetaValue::Array(MetaArray::String(bpe.tokens)));
-        set("token_type", MetaValue::Array(MetaArray::I32(bpe.kinds)));
-        set("merges", MetaValue::Array(MetaArray::String(bpe.merges)));
+        if spm_json::is_sentencepiece_bpe(tokenizer) {
+            let spm = spm_json::vocab(&source, tokenizer, &added, n_vocab)?;
+            n_tokens = spm.tokens.len();
+            set("model", MetaValue::String("llama".into()));
+            set("pre", MetaValue::String("default".into()));
+            set("tokens", MetaValue::Array(MetaArray::String(spm.tokens)));
+            set("scores", MetaValue::Array(MetaArray::F32(spm.scores)));
+            set("token_type", MetaValue::Array(MetaArray::I32(spm.kinds)));
+            if !spm.add_space_prefix {
+                set("add_space_prefix", MetaValue::Bool(false));
+            }
+        } else {
+            let bpe = byte_level_vocab(&source, tokenizer, &added, n_vocab)?;
+            n_tokens = bpe.tokens.len();
+            set("model", MetaValue::String("gpt2".into()));
+            set("pre", MetaValue::String(bpe.pre.into()));
+            set("tokens", MetaValue::Array(MetaArray::String(bpe.tokens)));
+            set("token_type", MetaValue::Array(MetaArray::I32(bpe.kinds)));
+            set("merges", MetaValue::Array(MetaArray::String(bpe.merges)));
+        }
     }
 
     let specials = Specials::find(tokenizer.as_ref(), tokenizer_config.as_ref(), &added);
