@@ -183,7 +183,8 @@ impl From<Matrix> for Projection {
 }
 
 /// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants) stay as they are; BF16 goes to F16.
+/// Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants) stay as they are; BF16 goes to F16; IQ4_NL, IQ4_XS,
+/// TQ1_0, TQ2_0 and MXFP4 to Q8.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
     if let Some(native) = ty.format() {
@@ -193,6 +194,9 @@ pub fn import_format(ty: BlockType) -> Format {
         F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
             Format::F16
         }
+        // Formats without kernels yet: 8 bits keep their values to within a level of 1/127
+        // of each 32's largest, at twice the memory.
+        IQ4_NL | IQ4_XS | TQ1_0 | TQ2_0 | MXFP4 => Format::Q8,
     }
 }
 
@@ -291,6 +295,15 @@ mod tests {
             (BlockType::Q6_K, Format::Q6_K),
         ] {
             assert_eq!(import_format(ty), f, "{ty} loads as it is");
+        }
+        for ty in [
+            BlockType::IQ4_NL,
+            BlockType::IQ4_XS,
+            BlockType::TQ1_0,
+            BlockType::TQ2_0,
+            BlockType::MXFP4,
+        ] {
+            assert_eq!(import_format(ty), Format::Q8, "{ty} converts at load");
         }
     }
 }

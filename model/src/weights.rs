@@ -391,7 +391,13 @@ pub fn load_format(id: u32, cols: usize) -> std::result::Result<Format, String> 
     let preferred = match (Format::from_gguf_id(id), BlockType::from_ggml_id(id)) {
         (Some(f), _) => f,
         (None, Some(ty)) => import_format(ty),
-        (None, None) => return Err(format!("tensor type id {id} cannot be loaded")),
+        (None, None) => {
+            let name = hearth_models::GgmlType::from_id(id).map_or("unknown", |t| t.name());
+            return Err(format!(
+                "tensors of type {name} (id {id}) cannot be loaded yet; IQ4_NL, IQ4_XS, \
+                 TQ1_0, TQ2_0, MXFP4, the legacy types and the k-quants can"
+            ));
+        }
     };
     fitting_format(preferred, cols)
         .ok_or_else(|| format!("rows of {cols} values: the kernels need a multiple of 32"))

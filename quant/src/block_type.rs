@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{formats, Format};
+use crate::{formats, ggml, Format};
 
 /// A tensor element type this crate can dequantize. Names follow ggml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,14 +21,20 @@ pub enum BlockType {
     Q4_K,
     Q5_K,
     Q6_K,
+    IQ4_NL,
+    IQ4_XS,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
 }
 
 impl BlockType {
     /// Every type, in GGUF id order.
-    pub const ALL: [BlockType; 13] = {
+    pub const ALL: [BlockType; 18] = {
         use BlockType::*;
         [
-            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16,
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+            BF16, TQ1_0, TQ2_0, MXFP4,
         ]
     };
 
@@ -54,7 +60,12 @@ impl BlockType {
             Q4_K => 12,
             Q5_K => 13,
             Q6_K => 14,
+            IQ4_NL => 20,
+            IQ4_XS => 23,
             BF16 => 30,
+            TQ1_0 => 34,
+            TQ2_0 => 35,
+            MXFP4 => 39,
         })
     }
 
@@ -75,6 +86,11 @@ impl BlockType {
             Q4_K => "Q4_K",
             Q5_K => "Q5_K",
             Q6_K => "Q6_K",
+            IQ4_NL => "IQ4_NL",
+            IQ4_XS => "IQ4_XS",
+            TQ1_0 => "TQ1_0",
+            TQ2_0 => "TQ2_0",
+            MXFP4 => "MXFP4",
         }
     }
 
@@ -83,8 +99,8 @@ impl BlockType {
         use BlockType::*;
         match self {
             F32 | F16 | BF16 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => formats::kquant::QK_K,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4 => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 => formats::kquant::QK_K,
         }
     }
 
@@ -105,6 +121,11 @@ impl BlockType {
             Q4_K => size_of::<formats::q4_k::BlockQ4_K>(),
             Q5_K => size_of::<formats::q5_k::BlockQ5_K>(),
             Q6_K => size_of::<formats::q6_k::BlockQ6_K>(),
+            IQ4_NL => size_of::<ggml::iq4::BlockIq4Nl>(),
+            IQ4_XS => size_of::<ggml::iq4::BlockIq4Xs>(),
+            TQ1_0 => size_of::<ggml::ternary::BlockTq1_0>(),
+            TQ2_0 => size_of::<ggml::ternary::BlockTq2_0>(),
+            MXFP4 => size_of::<ggml::mxfp4::BlockMxfp4>(),
         }
     }
 

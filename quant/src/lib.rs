@@ -83,6 +83,11 @@ pub fn dequantize(ty: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
         Q4_K => for_each_block(bytes, out, formats::q4_k::BlockQ4_K::dequantize),
         Q5_K => for_each_block(bytes, out, formats::q5_k::BlockQ5_K::dequantize),
         Q6_K => for_each_block(bytes, out, formats::q6_k::BlockQ6_K::dequantize),
+        IQ4_NL => for_each_block(bytes, out, ggml::iq4::BlockIq4Nl::dequantize),
+        IQ4_XS => for_each_block(bytes, out, ggml::iq4::BlockIq4Xs::dequantize),
+        TQ1_0 => for_each_block(bytes, out, ggml::ternary::BlockTq1_0::dequantize),
+        TQ2_0 => for_each_block(bytes, out, ggml::ternary::BlockTq2_0::dequantize),
+        MXFP4 => for_each_block(bytes, out, ggml::mxfp4::BlockMxfp4::dequantize),
     }
     Ok(())
 }
@@ -163,6 +168,11 @@ mod tests {
             (BlockType::Q4_K, 256, 144),
             (BlockType::Q5_K, 256, 176),
             (BlockType::Q6_K, 256, 210),
+            (BlockType::IQ4_NL, 32, 18),
+            (BlockType::IQ4_XS, 256, 136),
+            (BlockType::TQ1_0, 256, 54),
+            (BlockType::TQ2_0, 256, 66),
+            (BlockType::MXFP4, 32, 17),
         ];
         assert_eq!(table.len(), BlockType::ALL.len());
         for (ty, size, bytes) in table {

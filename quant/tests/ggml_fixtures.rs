@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use hearth_quant::dequantize_ggml;
 
 /// Each fixture's type name and GGUF id.
-const TYPES: [(&str, u32); 11] = [
+const TYPES: [(&str, u32); 16] = [
     ("Q4_0", 2),
     ("Q4_1", 3),
     ("Q5_0", 6),
@@ -20,6 +20,11 @@ const TYPES: [(&str, u32); 11] = [
     ("Q5_K", 13),
     ("Q6_K", 14),
     ("BF16", 30),
+    ("IQ4_NL", 20),
+    ("IQ4_XS", 23),
+    ("TQ1_0", 34),
+    ("TQ2_0", 35),
+    ("MXFP4", 39),
 ];
 
 fn fixture(name: &str) -> Vec<u8> {
