@@ -37,7 +37,7 @@ impl ModelArgs {
 }
 
 /// Where `-m NAME` looks for models; shared by every command that takes a model.
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Debug)]
 pub struct ModelsDirArg {
     /// Directory of installed models [default: ~/.cache/hearth/models].
     #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
@@ -62,16 +62,6 @@ impl ModelsDirArg {
         }
         let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
         Some(hearth_models::default_pipeline_cache_dir(Path::new(&home)))
-    }
-
-    /// Where kernel tunings are kept: `~/.cache/hearth/tuning`, or none where `HEARTH_TUNE`
-    /// is `0` or there is no home directory.
-    pub fn tuning_dir(&self) -> Option<PathBuf> {
-        if std::env::var_os("HEARTH_TUNE").is_some_and(|v| v == "0") {
-            return None;
-        }
-        let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
-        Some(hearth_models::default_tuning_dir(Path::new(&home)))
     }
 
     /// A model path for `name`: a path as given, or a model in the models directory.
@@ -373,7 +363,7 @@ impl RunArgs {
             pipeline_cache: self.dir.pipeline_cache(),
             tuning: match self.no_tune {
                 true => None,
-                false => self.dir.tuning_dir().map(|dir| TuneSetting {
+                false => hearth_models::user_tuning_dir().map(|dir| TuneSetting {
                     dir,
                     tune_missing: true,
                     budget: hearth_engine::tune::QUICK_BUDGET,

@@ -91,6 +91,11 @@ impl LoadRequest {
             infinigen: (self.kv_offload == KvOffload::Infinigen).then(|| self.infinigen.options()),
             gpu_layers: self.gpu_layers,
             pipeline_cache: pipeline_cache_dir(),
+            tuning: hearth_models::user_tuning_dir().map(|dir| hearth_engine::tune::TuneSetting {
+                dir,
+                tune_missing: true,
+                budget: hearth_engine::tune::QUICK_BUDGET,
+            }),
             ..EngineOptions::default()
         };
         let placement = match (self.gpu_layers, self.placement) {

@@ -59,7 +59,7 @@ pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorVie
 pub use hf::{open_model, HfFolder};
 pub use resolve::{
     default_models_dir, default_pipeline_cache_dir, default_tuning_dir, list_models, resolve_model,
-    ModelEntry, ModelFormat,
+    user_tuning_dir, ModelEntry, ModelFormat,
 };
 pub use safetensors::SafetensorsWeights;
 pub use spec::{resolve_gguf, resolve_with, HyperParams, ModelSpec, ResolvedModel};

@@ -26,6 +26,16 @@ pub fn default_tuning_dir(home: &Path) -> PathBuf {
     home.join(".cache").join("hearth").join("tuning")
 }
 
+/// This user's tuning directory ([`default_tuning_dir`]), or none where `HEARTH_TUNE` is `0`
+/// or there is no home directory.
+pub fn user_tuning_dir() -> Option<PathBuf> {
+    if std::env::var_os("HEARTH_TUNE").is_some_and(|v| v == "0") {
+        return None;
+    }
+    let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
+    Some(default_tuning_dir(Path::new(&home)))
+}
+
 /// How a model is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelFormat {

@@ -56,7 +56,7 @@ pub fn run(args: &DevicesArgs, choice: &crate::DeviceChoice) -> Result<()> {
                 None if devices.vulkan.is_empty() => out.push_str("no Vulkan devices found\n"),
                 None => {}
             }
-            let dir = crate::model_args::ModelsDirArg::default().tuning_dir();
+            let dir = hearth_models::user_tuning_dir();
             for d in &devices.vulkan {
                 print_device(&mut out, d);
                 out.push_str(&format!("    tuned         {}\n", tuned(dir.as_deref(), d)));

@@ -61,9 +61,7 @@ pub fn run(args: &TuneArgs, choice: &DeviceChoice) -> Result<()> {
     let config = ModelConfig::from_resolved(&file, &model)?;
     let products = hearth_engine::tune::products(&file, &model, &config);
     let device = choice.open()?;
-    let dir = args
-        .models
-        .tuning_dir()
+    let dir = hearth_models::user_tuning_dir()
         .context("no home directory to keep the tuning in (or HEARTH_TUNE=0)")?;
     let info = device.info();
     let mut tuning = Tuning::load(&dir, info).unwrap_or_else(|| Tuning::for_device(info));
