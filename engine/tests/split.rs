@@ -61,20 +61,23 @@ fn cpu_part(file: &GgufFile, model: &ResolvedModel, layers: Option<Range<usize>>
     NativeModel::load_part(file, model, options, layers, &mut |_| true).unwrap()
 }
 
+fn vk_options() -> VkModelOptions {
+    VkModelOptions {
+        n_ctx: N_CTX,
+        n_seq: N_SEQ,
+        kv_budget: Some(KV),
+        max_chunk: 64,
+        ..VkModelOptions::default()
+    }
+}
+
 fn vk_part(
     device: &Arc<Device>,
     file: &GgufFile,
     model: &ResolvedModel,
     layers: Option<Range<usize>>,
 ) -> VkModel {
-    let options = VkModelOptions {
-        n_ctx: N_CTX,
-        n_seq: N_SEQ,
-        kv_budget: Some(KV),
-        max_chunk: 64,
-        ..VkModelOptions::default()
-    };
-    VkModel::load_part(device, file, model, options, layers, &mut |_| true).unwrap()
+    VkModel::load_part(device, file, model, vk_options(), layers, &mut |_| true).unwrap()
 }
 
 /// A prompt of `len` tokens, different for each `seed`.
@@ -179,17 +182,10 @@ fn vk_share(
     layers: Range<usize>,
     shard: Shard,
 ) -> VkModel {
-    let options = VkModelOptions {
-        n_ctx: N_CTX,
-        n_seq: N_SEQ,
-        kv_budget: Some(KV),
-        max_chunk: 64,
-        ..VkModelOptions::default()
-    };
     let part = Part::new(layers, SHAPE.n_layer)
         .unwrap()
         .with_shard(Some(shard));
-    VkModel::load_stage(device, file, model, options, part, &mut |_| true).unwrap()
+    VkModel::load_stage(device, file, model, vk_options(), part, &mut |_| true).unwrap()
 }
 
 #[test]

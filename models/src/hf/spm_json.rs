@@ -42,30 +42,10 @@ pub(super) fn vocab(
         .get("model")
         .and_then(Value::as_object)
         .ok_or_else(|| bad("no `model`".into()))?;
-    let vocab = model
-        .get("vocab")
-        .and_then(Value::as_object)
-        .ok_or_else(|| bad("no `model.vocab`".into()))?;
     let add_space_prefix = space_prefix(tokenizer).map_err(bad)?;
-    let mut by_id: HashMap<u32, (&str, Option<bool>)> = HashMap::new();
-    for (token, id) in vocab {
-        if let Some(id) = id.as_u64().and_then(|i| u32::try_from(i).ok()) {
-            by_id.insert(id, (token, None));
-        }
-    }
-    for (id, token, special) in added {
-        by_id.insert(*id, (token, Some(*special)));
-    }
-    let largest = by_id.keys().max().map_or(0, |&m| m as usize + 1);
-    if n_vocab != 0 && largest > n_vocab {
-        return Err(bad(format!(
-            "token id {} is past the model's vocab_size {n_vocab}",
-            largest - 1
-        )));
-    }
+    let (by_id, n) = super::vocab::tokens_by_id(source, model, added, n_vocab)?;
     let ranks = merge_ranks(model).map_err(bad)?;
     let unk = model.get("unk_token").and_then(Value::as_str);
-    let n = n_vocab.max(largest);
     let lowest = -(ranks.len() as f32) - 1.0;
     let mut out = SpmJsonVocab {
         tokens: Vec::with_capacity(n),
