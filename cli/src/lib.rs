@@ -186,7 +186,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Tune(args) => tune::run(args, choice),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
-        Command::TemplateWorker => Ok(hearth_models::chat_sandbox::serve_worker()?),
+        Command::TemplateWorker => Ok(hearth_models::chat::serve_template_worker()?),
     }
 }
 

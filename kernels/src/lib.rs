@@ -22,6 +22,7 @@ mod qkv_adjust;
 #[cfg(test)]
 mod shaped;
 pub mod tune;
+mod variants;
 
 pub mod kv;
 #[doc(hidden)]
@@ -45,7 +46,7 @@ pub use moe::{check_experts, max_tiles, slots_per_token, MoeCombine, MoeRoute, R
 pub use norm::{LayerNorm, NormShape, RmsNorm};
 pub(crate) use pipe::Pipe;
 pub use qkv_adjust::{QkvAdjust, QkvAdjustArgs, QkvHeads};
-pub use tune::MatvecVariant;
+pub use variants::{Choices, MatvecVariant};
 
 use std::sync::Arc;
 

@@ -195,7 +195,7 @@ fn gpu_lane_chunks(format: WeightFormat) -> u32 {
 /// Lanes the lane-per-row shape needs: a block's x is spread over eight lanes' vec4s.
 const LANE_ROWS_MIN_SUBGROUP: u32 = 8;
 
-pub use crate::tune::MatvecVariant;
+pub use crate::variants::MatvecVariant;
 
 pub struct Matvec {
     pipe: Pipe,

@@ -6,55 +6,18 @@
 //! defaults. Choices are kept per device, driver and kernel build in the user's cache
 //! directory; a changed driver or kernel is tuned again.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::variants::{Choices, MatvecVariant};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceInfo, Recorder, Result, VkError};
 use crate::{Matvec, MatvecArgs, WeightFormat};
 
 /// A variant must beat the default by this fraction to be chosen: timing noise is not speed.
 pub const MARGIN: f64 = 0.03;
-
-/// The knobs of a matrix-vector product's shape (see `matvec::Shape`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct MatvecVariant {
-    /// Units per workgroup: subgroups on GPUs (lanes on CPU devices, not tuned).
-    pub units: u32,
-    /// 8-value chunks a GPU lane loads per turn.
-    pub lane_chunks: u32,
-    /// Rows a CPU device's lane shares each block of x with.
-    pub rb: u32,
-}
-
-/// What a device uses: a variant per format and tokens per pass.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Choices {
-    matvec: BTreeMap<(String, u32), MatvecVariant>,
-}
-
-impl Choices {
-    pub fn matvec(&self, format: WeightFormat, tokens: u32) -> Option<MatvecVariant> {
-        self.matvec
-            .get(&(format.name().to_string(), tokens))
-            .copied()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.matvec.is_empty()
-    }
-
-    /// (format, tokens, variant) for reports.
-    pub fn list(&self) -> Vec<(String, u32, MatvecVariant)> {
-        self.matvec
-            .iter()
-            .map(|((f, t), v)| (f.clone(), *t, *v))
-            .collect()
-    }
-}
 
 /// One product the tuner measured.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -177,7 +140,7 @@ impl Tuning {
                 .find(|f| f.name() == e.format)
                 .is_some_and(|&f| kernel_hash(f) == e.kernel);
             if current {
-                c.matvec.insert((e.format.clone(), e.tokens), e.chosen);
+                c.set_matvec(&e.format, e.tokens, e.chosen);
             }
         }
         c

@@ -283,6 +283,20 @@ impl ChatTemplate {
     }
 }
 
+/// `hearth template-worker`: renders templates for a server in this process, its memory
+/// capped (see [`crate::chat_sandbox`]), keeping the last template compiled (a server renders
+/// one template for every request).
+pub fn serve_template_worker() -> std::io::Result<()> {
+    let mut compiled: Option<(String, ChatTemplate)> = None;
+    crate::chat_sandbox::serve_worker(move |source, context| {
+        if compiled.as_ref().is_none_or(|(s, _)| s != source) {
+            compiled = Some((source.to_string(), ChatTemplate::new(source)?));
+        }
+        let (_, template) = compiled.as_ref().expect("compiled above");
+        template.render_context(context)
+    })
+}
+
 fn template_error(e: minijinja::Error) -> Error {
     let message = match e.detail() {
         Some(detail) => format!("{}: {detail}", e.kind()),

@@ -7,7 +7,7 @@
 //! starts a new worker.
 //!
 //! The worker is this program started again with an argument that makes it serve renders
-//! ([`serve_worker`]): one JSON line in (the template's source and its variables), one JSON
+//! ([`serve_template_worker`](crate::chat::serve_template_worker)): one JSON line in (the template's source and its variables), one JSON
 //! line out (the prompt, or the template's error). The server sets it up ([`confine`]);
 //! elsewhere, and on systems without `setrlimit`, templates render in the process.
 
@@ -18,7 +18,6 @@ use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 
 /// The worker's address space: room for long conversations and their prompt (the output
@@ -166,17 +165,21 @@ impl Drop for Sandbox {
 }
 
 /// The worker's loop: caps this process's memory at [`WORKER_MEMORY`], then renders each
-/// request line from stdin to a reply line on stdout until stdin closes.
-pub fn serve_worker() -> std::io::Result<()> {
+/// request line from stdin with `render` (a template's source and its variables) to a reply
+/// line on stdout until stdin closes.
+pub(crate) fn serve_worker(
+    mut render: impl FnMut(&str, serde_json::Value) -> Result<String>,
+) -> std::io::Result<()> {
     cap_memory()?;
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
-    // The last template compiled: a server renders one template for every request.
-    let mut compiled: Option<(String, ChatTemplate)> = None;
     for line in stdin.lines() {
         let line = line?;
         let reply = match serde_json::from_str::<Incoming>(&line) {
-            Ok(req) => render_request(&mut compiled, &req.source, req.context),
+            Ok(req) => match render(&req.source, req.context) {
+                Ok(prompt) => Reply::Prompt(prompt),
+                Err(e) => failed(e),
+            },
             Err(e) => Reply::Failed {
                 line: None,
                 message: format!("a request the template worker cannot read: {e}"),
@@ -188,25 +191,6 @@ pub fn serve_worker() -> std::io::Result<()> {
         stdout.flush()?;
     }
     Ok(())
-}
-
-fn render_request(
-    compiled: &mut Option<(String, ChatTemplate)>,
-    source: &str,
-    context: serde_json::Value,
-) -> Reply {
-    let fresh = compiled.as_ref().is_none_or(|(s, _)| s != source);
-    if fresh {
-        match ChatTemplate::new(source) {
-            Ok(t) => *compiled = Some((source.to_string(), t)),
-            Err(e) => return failed(e),
-        }
-    }
-    let (_, template) = compiled.as_ref().expect("compiled above");
-    match template.render_context(context) {
-        Ok(prompt) => Reply::Prompt(prompt),
-        Err(e) => failed(e),
-    }
 }
 
 fn failed(e: Error) -> Reply {

@@ -74,8 +74,8 @@ pub struct Device {
     /// ([`keep_pipelines_in`](Self::keep_pipelines_in)).
     cache_file: Mutex<Option<(std::path::PathBuf, usize)>>,
     descriptors: DescriptorCache,
-    /// The matrix-vector product shapes a tuner chose here (see `crate::tune`).
-    tuned: Mutex<crate::tune::Choices>,
+    /// The matrix-vector product shapes a tuner chose here (see `crate::variants`).
+    tuned: Mutex<crate::variants::Choices>,
 }
 
 impl Device {
@@ -192,7 +192,7 @@ impl Device {
             driver_cache,
             cache_file: Mutex::new(None),
             descriptors: DescriptorCache::default(),
-            tuned: Mutex::new(crate::tune::Choices::default()),
+            tuned: Mutex::new(crate::variants::Choices::default()),
         }))
     }
 
@@ -224,12 +224,12 @@ impl Device {
     }
 
     /// Products built from now on take the shapes in `choices` where they name one.
-    pub fn use_tuning(&self, choices: crate::tune::Choices) {
+    pub fn use_tuning(&self, choices: crate::variants::Choices) {
         *lock(&self.tuned) = choices;
     }
 
     /// The shapes a tuner chose on this device (empty: untuned).
-    pub fn tuning(&self) -> crate::tune::Choices {
+    pub fn tuning(&self) -> crate::variants::Choices {
         lock(&self.tuned).clone()
     }
 

@@ -24,6 +24,7 @@ mod rope;
 mod sentencepiece;
 mod spm_json;
 mod tensors;
+mod token_ids;
 mod vocab;
 
 use std::path::{Path, PathBuf};

@@ -43,7 +43,7 @@ pub(super) fn vocab(
         .and_then(Value::as_object)
         .ok_or_else(|| bad("no `model`".into()))?;
     let add_space_prefix = space_prefix(tokenizer).map_err(bad)?;
-    let (by_id, n) = super::vocab::tokens_by_id(source, model, added, n_vocab)?;
+    let (by_id, n) = super::token_ids::tokens_by_id(source, model, added, n_vocab)?;
     let ranks = merge_ranks(model).map_err(bad)?;
     let unk = model.get("unk_token").and_then(Value::as_str);
     let lowest = -(ranks.len() as f32) - 1.0;
