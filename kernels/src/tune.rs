@@ -100,8 +100,8 @@ impl Tuning {
         std::fs::create_dir_all(dir)?;
         let info_file = file_in(dir, self.vendor_id, self.device_id, &self.driver);
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        // Whole or not at all: another process may read it meanwhile.
-        let tmp = info_file.with_extension("json.tmp");
+        // Whole or not at all: another process may read it, or write its own, meanwhile.
+        let tmp = info_file.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, &info_file)?;
         Ok(info_file)
