@@ -60,7 +60,7 @@ impl Shard {
         if let Some(why) = Self::refusal(c) {
             return Err(Error::options(
                 "split",
-                format!("a row split cannot divide {why}; use --split layer"),
+                format!("a row split cannot divide {why}; use --split-mode layer"),
             ));
         }
         let count = shares.len();
@@ -161,7 +161,12 @@ impl Shard {
                     down: down.columns(f).ok_or_else(|| refused("of ffn_down"))?,
                 }
             }
-            Mlp::Experts { .. } => return Err(Error::options("split", "experts")),
+            Mlp::Experts { .. } => {
+                return Err(Error::options(
+                    "split",
+                    format!("layer {l}: a mixture of experts cannot be divided by rows"),
+                ))
+            }
         };
         Ok(LayerWeights {
             wqkv: w.wqkv.take_rows(&qkv_rows),
@@ -176,12 +181,15 @@ impl Shard {
             ..w
         })
     }
+}
 
-    /// "heads 0..2 of 4, ff 0..768 of 1536", for plans and reports.
-    pub fn describe(&self, c: &ModelConfig) -> String {
-        format!(
-            "KV heads {}..{} of {}, MLP units {}..{} of {}",
-            self.kv_heads.start, self.kv_heads.end, c.n_head_kv, self.ff.start, self.ff.end, c.n_ff
+/// "KV heads 0..2, MLP units 0..768", for plans and reports.
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KV heads {}..{}, MLP units {}..{}",
+            self.kv_heads.start, self.kv_heads.end, self.ff.start, self.ff.end
         )
     }
 }

@@ -145,7 +145,7 @@ pub trait Stage: BatchedBackend + Send {
     }
     /// The row split's step is over; where it failed (`ok` false) the rows go back to their
     /// lengths before it.
-    fn end_rows(&mut self, _seqs: &[SeqStep], _ok: bool) {}
+    fn end_rows(&mut self, _ok: bool) {}
     /// This executor as a plain backend (a part that holds the whole model).
     fn into_backend(self: Box<Self>) -> Box<dyn crate::Backend + Send>;
 }

@@ -154,7 +154,7 @@ fn step_rows(
     let mut begun = 0;
     let out = run_rows(shares, seqs, hidden, &mut begun);
     for s in &mut shares[..begun] {
-        s.end_rows(seqs, out.is_ok());
+        s.end_rows(out.is_ok());
     }
     out
 }

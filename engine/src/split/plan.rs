@@ -200,10 +200,7 @@ impl LayerPlan {
                     Executor::Vulkan(_) => format!(" ({})", p.bytes),
                 };
                 let share = match &p.shard {
-                    Some(s) => format!(
-                        ", KV heads {}..{}, MLP units {}..{}",
-                        s.kv_heads.start, s.kv_heads.end, s.ff.start, s.ff.end
-                    ),
+                    Some(s) => format!(", {s}"),
                     None => String::new(),
                 };
                 format!(
@@ -293,7 +290,6 @@ impl Sizer<'_> {
             }
             None => self.config,
         };
-        let part = part.clone();
         let s = &self.sizes;
         let shape = KvShape {
             n_layer: part.len(),
@@ -315,7 +311,7 @@ impl Sizer<'_> {
             .map_or(0, |x| x.used * (3 * x.n_ff + c.n_embd + 2));
         let scratch = (s.chunk * (per_token + experts) * 4 + s.n_ctx * c.head_dim * 4) as u64;
         Ok(DeviceBytes {
-            weights: part_file_bytes(self.file, self.model, &part),
+            weights: part_file_bytes(self.file, self.model, part),
             kv,
             scratch,
         })

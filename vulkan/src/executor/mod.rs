@@ -505,6 +505,14 @@ impl VkModel {
         }
     }
 
+    /// `f` on this executor, its time added to the time its steps took (a split's report).
+    fn timed<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = f(self);
+        self.busy_ns += start.elapsed().as_nanos() as u64;
+        out
+    }
+
     /// Most tokens one [`step_batch`](Self::step_batch) takes.
     pub fn max_step_tokens(&self) -> usize {
         self.chunk
@@ -680,17 +688,11 @@ impl Stage for VkModel {
     }
 
     fn step_stage(&mut self, seqs: &[SeqStep], hidden: Option<&[f32]>) -> Result<StageOutput> {
-        let start = std::time::Instant::now();
-        let out = VkModel::step_stage(self, seqs, hidden);
-        self.busy_ns += start.elapsed().as_nanos() as u64;
-        out
+        self.timed(|m| VkModel::step_stage(m, seqs, hidden))
     }
 
     fn begin_rows(&mut self, seqs: &[SeqStep]) -> Result<()> {
-        let start = std::time::Instant::now();
-        let out = VkModel::begin_rows(self, seqs);
-        self.busy_ns += start.elapsed().as_nanos() as u64;
-        out
+        self.timed(|m| VkModel::begin_rows(m, seqs))
     }
 
     fn step_rows(
@@ -699,14 +701,11 @@ impl Stage for VkModel {
         sub: Sublayer,
         hidden: Option<&[f32]>,
     ) -> Result<StageOutput> {
-        let start = std::time::Instant::now();
-        let out = VkModel::step_rows(self, seqs, sub, hidden);
-        self.busy_ns += start.elapsed().as_nanos() as u64;
-        out
+        self.timed(|m| VkModel::step_rows(m, seqs, sub, hidden))
     }
 
-    fn end_rows(&mut self, seqs: &[SeqStep], ok: bool) {
-        VkModel::end_rows(self, seqs, ok)
+    fn end_rows(&mut self, ok: bool) {
+        VkModel::end_rows(self, ok)
     }
 
     fn into_backend(self: Box<Self>) -> Box<dyn Backend + Send> {

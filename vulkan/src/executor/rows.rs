@@ -1,4 +1,4 @@
-//! The Vulkan executor's share of a row split (`--split row`): a step's tokens are appended
+//! The Vulkan executor's share of a row split (`--split-mode row`): a step's tokens are appended
 //! once ([`Stage::begin_rows`](hearth_model::Stage::begin_rows)), then each piece of the
 //! step is a submission of its own: the embedding, each layer's attention and MLP over this
 //! device's heads and units (their partial sums, for the host to add to the residual stream),
@@ -26,11 +26,11 @@ impl VkModel {
         }
         // A step left unfinished (its driver failed between pieces) is taken back first.
         if let Some(old) = self.rows_step.take() {
-            old.step.undo(&mut self.kv, seqs);
+            old.step.undo(&mut self.kv);
         }
         let step = self.prepare_step(seqs)?;
         if let Err(e) = self.upload_step(&step) {
-            step.undo(&mut self.kv, seqs);
+            step.undo(&mut self.kv);
             return Err(e);
         }
         self.rows_step = Some(RowsStep {
@@ -54,10 +54,10 @@ impl VkModel {
         out
     }
 
-    pub(super) fn end_rows(&mut self, seqs: &[SeqStep], ok: bool) {
+    pub(super) fn end_rows(&mut self, ok: bool) {
         if let Some(pending) = self.rows_step.take() {
             if !ok {
-                pending.step.undo(&mut self.kv, seqs);
+                pending.step.undo(&mut self.kv);
             }
         }
     }

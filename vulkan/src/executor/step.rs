@@ -33,13 +33,15 @@ pub(super) struct PreparedStep {
     pub runs: Vec<Run>,
     /// Blocks shared with another row, copied before the step writes to them.
     pub copies: Vec<BlockCopy>,
+    /// Each sequence's row and its length before the step, in the order of `seqs`.
+    pub rows: Vec<(usize, usize)>,
 }
 
 impl PreparedStep {
     /// The rows back at their lengths before the step.
-    pub fn undo(&self, kv: &mut hearth_kernels::kv::KvCache, seqs: &[SeqStep]) {
-        for r in &self.runs {
-            kv.truncate(seqs[r.seq].row, r.len);
+    pub fn undo(&self, kv: &mut hearth_kernels::kv::KvCache) {
+        for &(row, len) in &self.rows {
+            kv.truncate(row, len);
         }
     }
 }
@@ -75,7 +77,7 @@ impl VkModel {
         let result = self.record_step(&step, seqs, hidden);
         if result.is_err() {
             // Nothing was written: the rows go back to their old lengths.
-            step.undo(&mut self.kv, seqs);
+            step.undo(&mut self.kv);
         }
         result
     }
@@ -114,6 +116,7 @@ impl VkModel {
             steps: Vec::with_capacity(n),
             runs: Vec::with_capacity(seqs.len()),
             copies: Vec::new(),
+            rows: seqs.iter().map(|s| (s.row, self.kv.len(s.row))).collect(),
         };
         let before: Vec<(usize, usize)> = seqs
             .iter()

@@ -265,7 +265,7 @@ fn parts_lines(placement: &PlacementReport) -> String {
             .iter()
             .map(|p| {
                 let share = match &p.shard {
-                    Some(s) => format!(" (KV heads {}..{})", s.kv_heads.start, s.kv_heads.end),
+                    Some(s) => format!(" ({s})"),
                     None => String::new(),
                 };
                 format!(

@@ -73,10 +73,7 @@ fn table(plan: &LayerPlan) -> String {
         // The first of a row split's devices embeds and computes the logits.
         let leads = p.shard.as_ref().is_none_or(|s| s.index == 0);
         let share = match &p.shard {
-            Some(s) => format!(
-                "  KV heads {}..{}, MLP units {}..{}",
-                s.kv_heads.start, s.kv_heads.end, s.ff.start, s.ff.end
-            ),
+            Some(s) => format!("  {s}"),
             None => String::new(),
         };
         let _ = writeln!(
