@@ -7,6 +7,7 @@ pub mod act;
 // The SIMD kernels and their dispatch call intrinsics; each unsafe block says why it is sound.
 #[allow(unsafe_code)]
 pub mod dot;
+mod encoder;
 mod executor;
 pub mod interleave;
 pub mod isa;
@@ -16,6 +17,7 @@ pub mod product;
 pub mod weights;
 
 pub use act::Activations;
+pub use encoder::NativeEncoder;
 pub use executor::{default_threads, CpuOptions, NativeModel};
 
 pub use isa::Isa;

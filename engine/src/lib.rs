@@ -1,10 +1,11 @@
 //! Hearth's engine: a model file loaded onto an executor (the Vulkan one, or the CPU
 //! reference) with its tokenizer and chat template ([`Engine`]), one conversation's generation
 //! loop (`session`), sampling (`sample`), continuous batching (`sched`), beam search
-//! (`beam_search`), and the engine on a thread of its own taking requests from the server,
-//! the chat and the app (`service`).
+//! (`beam_search`), the engine on a thread of its own taking requests from the server,
+//! the chat and the app (`service`), and embedding models ([`Embedder`], `embed`).
 
 pub mod beam_search;
+pub mod embed;
 mod engine;
 pub mod grammar;
 pub mod placement;
@@ -16,6 +17,7 @@ pub mod speculative;
 pub mod split;
 pub mod tune;
 
+pub use embed::Embedder;
 pub use engine::*;
 pub use hearth_model::{Error, Result};
 pub use placement::Placement;

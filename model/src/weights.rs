@@ -28,50 +28,36 @@ pub struct LoadProgress<'a> {
 /// Called as loading advances; returning `false` cancels the load.
 pub type ProgressFn<'a> = dyn FnMut(LoadProgress) -> bool + 'a;
 
-/// Reads tensors of one file, tracking progress.
-pub struct WeightReader<'a> {
+/// Reads tensors of one file by name, checking shapes and reporting progress.
+pub struct TensorReader<'a> {
     file: &'a GgufFile,
-    model: &'a ResolvedModel,
-    config: &'a ModelConfig,
     done: u64,
     total: u64,
     progress: &'a mut ProgressFn<'a>,
 }
 
-impl<'a> WeightReader<'a> {
-    pub fn new(
-        file: &'a GgufFile,
-        model: &'a ResolvedModel,
-        config: &'a ModelConfig,
-        progress: &'a mut ProgressFn<'a>,
-    ) -> Self {
-        Self::for_part(file, model, config, &Part::whole(config.n_layer), progress)
-    }
-
-    /// A reader of `part`'s tensors only: progress counts what that part reads.
-    pub fn for_part(
-        file: &'a GgufFile,
-        model: &'a ResolvedModel,
-        config: &'a ModelConfig,
-        part: &Part,
-        progress: &'a mut ProgressFn<'a>,
-    ) -> Self {
-        let total = part_tensor_names(model, part)
+impl<'a> TensorReader<'a> {
+    /// A reader whose progress counts `names` (those the file has) as the whole load.
+    pub fn new(file: &'a GgufFile, names: &[&str], progress: &'a mut ProgressFn<'a>) -> Self {
+        let total = names
             .iter()
             .filter_map(|n| file.tensor(n))
             .map(|i| i.n_bytes)
             .sum();
         Self {
             file,
-            model,
-            config,
             done: 0,
             total,
             progress,
         }
     }
 
-    fn fail(&self, name: &str, reason: String) -> Error {
+    pub fn file(&self) -> &'a GgufFile {
+        self.file
+    }
+
+    /// An error about tensor `name`.
+    pub fn fail(&self, name: &str, reason: String) -> Error {
         Error::Tensor {
             path: self.file.path().to_path_buf(),
             tensor: name.to_string(),
@@ -131,6 +117,68 @@ impl<'a> WeightReader<'a> {
         Matrix::quantize(format, rows, cols, &values).map_err(|e| self.fail(name, e.to_string()))
     }
 
+    /// Reports the end of loading.
+    pub fn finish(&mut self) -> Result<()> {
+        let done = (self.progress)(LoadProgress {
+            tensor: "",
+            done_bytes: self.total,
+            total_bytes: self.total,
+        });
+        if done {
+            Ok(())
+        } else {
+            Err(Error::Cancelled)
+        }
+    }
+}
+
+/// Reads a decoder's weights, block by block, in the executors' layout.
+pub struct WeightReader<'a> {
+    tensors: TensorReader<'a>,
+    model: &'a ResolvedModel,
+    config: &'a ModelConfig,
+}
+
+impl<'a> WeightReader<'a> {
+    pub fn new(
+        file: &'a GgufFile,
+        model: &'a ResolvedModel,
+        config: &'a ModelConfig,
+        progress: &'a mut ProgressFn<'a>,
+    ) -> Self {
+        Self::for_part(file, model, config, &Part::whole(config.n_layer), progress)
+    }
+
+    /// A reader of `part`'s tensors only: progress counts what that part reads.
+    pub fn for_part(
+        file: &'a GgufFile,
+        model: &'a ResolvedModel,
+        config: &'a ModelConfig,
+        part: &Part,
+        progress: &'a mut ProgressFn<'a>,
+    ) -> Self {
+        let names = part_tensor_names(model, part);
+        Self {
+            tensors: TensorReader::new(file, &names, progress),
+            model,
+            config,
+        }
+    }
+
+    fn fail(&self, name: &str, reason: String) -> Error {
+        self.tensors.fail(name, reason)
+    }
+
+    /// A tensor of `rows` x `cols` values as f32 (norm gains and other small vectors).
+    pub fn vector(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        self.tensors.vector(name, rows, cols)
+    }
+
+    /// A [rows, cols] weight matrix, packed as the device will hold it.
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        self.tensors.matrix(name, rows, cols)
+    }
+
     pub fn token_embd(&mut self) -> Result<Matrix> {
         // Copying the `&'a` references out of `self` lets tensor names borrow from the model
         // while `self` is borrowed mutably.
@@ -140,7 +188,11 @@ impl<'a> WeightReader<'a> {
 
     pub fn output_norm(&mut self) -> Result<Vec<f32>> {
         let (c, t) = (self.config, &self.model.tensors);
-        self.vector(&t.output_norm.weight, 1, c.n_embd)
+        let norm = t.output_norm.as_ref().ok_or_else(|| Error::Unsupported {
+            path: self.tensors.file().path().to_path_buf(),
+            what: "a decoder without a final norm".into(),
+        })?;
+        self.vector(&norm.weight, 1, c.n_embd)
     }
 
     /// The output head, or `None` when it is the token embedding (tied).
@@ -207,7 +259,7 @@ impl<'a> WeightReader<'a> {
                     (None, GateUpLayout::Fused) => self.matrix(&up.weight, 2 * c.n_ff, e)?.into(),
                     (None, GateUpLayout::Separate) => {
                         return Err(Error::Unsupported {
-                            path: self.file.path().to_path_buf(),
+                            path: self.tensors.file().path().to_path_buf(),
                             what: format!("layer {layer} without a gate projection"),
                         })
                     }
@@ -267,16 +319,7 @@ impl<'a> WeightReader<'a> {
 
     /// Reports the end of loading.
     pub fn finish(&mut self) -> Result<()> {
-        let done = (self.progress)(LoadProgress {
-            tensor: "",
-            done_bytes: self.total,
-            total_bytes: self.total,
-        });
-        if done {
-            Ok(())
-        } else {
-            Err(Error::Cancelled)
-        }
+        self.tensors.finish()
     }
 }
 
@@ -323,7 +366,7 @@ fn part_tensor_names<'m>(model: &'m ResolvedModel, part: &Part) -> Vec<&'m str> 
         names.push(&t.token_embd);
     }
     if part.heads() {
-        names.push(&t.output_norm.weight);
+        names.extend(t.output_norm.as_ref().map(|n| n.weight.as_str()));
         if !t.tied_embeddings {
             names.push(&t.output);
         }

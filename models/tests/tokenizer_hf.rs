@@ -56,3 +56,35 @@ fn missing_or_broken_tokenizer_json_names_the_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The folder converted to GGUF (`bert`, phantom-space pieces) tokenizes as Python
+/// `tokenizers` does with the folder's own tokenizer.json: [CLS] ... [SEP], lowercased,
+/// accents stripped, punctuation apart, continuations found.
+#[test]
+fn minilm_converted_to_gguf_tokenizes_as_its_tokenizer_json() {
+    let Some(dir) = hearth_testkit::model(hearth_testkit::MINILM) else {
+        return;
+    };
+    let file = hearth_models::open_model(&dir).unwrap();
+    let tok = hearth_models::Tokenizer::from_gguf(&file).unwrap();
+    assert_eq!(
+        tok.kind(),
+        hearth_models::tokenizer::TokenizerKind::WordPiece
+    );
+    assert_eq!(tok.vocab_size(), 30522);
+    let fixture: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+    for case in fixture["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        // The fixture pads to a fixed length; the mask marks the text's tokens.
+        let mask = case["attention_mask"].as_array().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(mask)
+            .filter(|(_, m)| m.as_u64() == Some(1))
+            .map(|(v, _)| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode(text), want, "{text:?}");
+    }
+}

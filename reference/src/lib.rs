@@ -4,12 +4,14 @@
 //! against, which depend on it only for their tests; the engine also runs it (`--cpu`), and
 //! the importance matrix and InfiniGen's skew matrices are computed on it.
 
+pub mod encoder;
 pub mod forward;
 mod matmul;
 pub mod moe;
 pub mod ops;
 mod policy;
 
+pub use encoder::RefEncoder;
 pub use forward::{CpuKvState, CpuModel};
 
 use forward::CpuLayer;

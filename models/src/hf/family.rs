@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::spec::{shipped_specs, HfSpec};
+use crate::spec::{shipped_specs, HfSpec, NetworkType};
 
 /// A family as `config.json` names it (`[hf].classes`) and as GGUF files know it.
 pub(crate) struct Family {
@@ -16,6 +16,8 @@ pub(crate) struct Family {
     pub arch: String,
     /// How its folders convert.
     pub hf: HfSpec,
+    /// Decoder or encoder: which tensor names its folders use.
+    pub network: NetworkType,
 }
 
 /// The families, in the order the specs ship.
@@ -34,6 +36,7 @@ pub(crate) fn families() -> Result<&'static [Family]> {
                 spec: spec.name,
                 arch,
                 hf,
+                network: spec.network,
             })
         })
         .collect();

@@ -5,6 +5,7 @@
 use super::config::Config;
 use super::meta::Meta;
 use crate::error::{Error, Result};
+use crate::gguf::MetaValue;
 
 /// Writes a family's own `{arch}.*` keys from its `config.json`.
 type Hook = fn(&Config, &mut Meta) -> Result<()>;
@@ -17,6 +18,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("gemma2", gemma2),
     ("gemma3", gemma3),
     ("phi3", phi3),
+    ("bert", bert),
 ];
 
 /// Runs the hook called `name`; a name no hook has is an error of the spec that gives it.
@@ -121,6 +123,69 @@ fn phi3(c: &Config, m: &mut Meta) -> Result<()> {
         m.f32("rope.scaling.attn_factor", attn);
     }
     Ok(())
+}
+
+/// Full attention, LayerNorm's epsilon, and the pooling a sentence-transformers folder asks
+/// for (`modules.json`'s Pooling module), in llama.cpp's numbering: 1 mean, 2 first token
+/// (CLS), 3 last token.
+fn bert(c: &Config, m: &mut Meta) -> Result<()> {
+    m.set("attention.causal", MetaValue::Bool(false));
+    m.f32(
+        "attention.layer_norm_epsilon",
+        c.f64("layer_norm_eps")?.unwrap_or(1e-12),
+    );
+    if let Some(pooling) = sentence_pooling(c)? {
+        m.u32("pooling_type", pooling)?;
+    }
+    Ok(())
+}
+
+fn sentence_pooling(c: &Config) -> Result<Option<u64>> {
+    let Some(dir) = c.path.parent() else {
+        return Ok(None);
+    };
+    let read = |path: &std::path::Path| -> Result<Option<serde_json::Value>> {
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| Error::metadata(path, "(file)", format!("not JSON: {e}")))
+    };
+    let modules_path = dir.join("modules.json");
+    let Some(modules) = read(&modules_path)? else {
+        return Ok(None);
+    };
+    let pooling_dir = modules.as_array().into_iter().flatten().find_map(|m| {
+        let ty = m.get("type")?.as_str()?;
+        ty.ends_with("Pooling")
+            .then(|| m.get("path")?.as_str().map(String::from))?
+    });
+    let Some(pooling_dir) = pooling_dir else {
+        return Ok(None);
+    };
+    let config_path = dir.join(pooling_dir).join("config.json");
+    let Some(pooling) = read(&config_path)? else {
+        return Ok(None);
+    };
+    let on = |key: &str| pooling.get(key).and_then(|v| v.as_bool()) == Some(true);
+    let mode = pooling.get("pooling_mode").and_then(|v| v.as_str());
+    Ok(Some(
+        if on("pooling_mode_mean_tokens") || mode == Some("mean") {
+            1
+        } else if on("pooling_mode_cls_token") || mode == Some("cls") {
+            2
+        } else if on("pooling_mode_lasttoken") || mode == Some("lasttoken") {
+            3
+        } else {
+            return Err(Error::metadata(
+                &config_path,
+                "pooling_mode",
+                "none of mean, cls and lasttoken (the poolings Hearth runs)",
+            ));
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! - `vocab` and `sentencepiece`: the vocabulary, special tokens and chat template.
 
 mod config;
+mod encoder_names;
 mod family;
 mod hooks;
 mod meta;
@@ -26,6 +27,7 @@ mod spm_json;
 mod tensors;
 mod token_ids;
 mod vocab;
+mod wordpiece;
 
 use std::path::{Path, PathBuf};
 

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use hearth_quant::BlockType;
 
 use super::config::Config;
+use super::encoder_names::{encoder_name, EncoderName};
 use crate::error::{Error, Result};
 use crate::ggml_type::GgmlType;
 use crate::safetensors::{Element, SafeTensorInfo, SafetensorsWeights};
+use crate::spec::NetworkType;
 
 /// One GGUF tensor, ready for the writer.
 pub(crate) struct Converted<'a> {
@@ -51,7 +53,14 @@ enum Target {
 }
 
 /// Where a Hugging Face tensor goes; `None` for a name this converter does not know.
-fn target(name: &str, post_attention_is_post_norm: bool) -> Option<Target> {
+fn target(name: &str, post_attention_is_post_norm: bool, encoder: bool) -> Option<Target> {
+    if encoder {
+        return encoder_name(name).map(|n| match n {
+            EncoderName::Global(g) => Target::Global(g),
+            EncoderName::Layer(l, g) => Target::Layer(l, g),
+            EncoderName::Skip => Target::Skip,
+        });
+    }
     if name.ends_with("rotary_emb.inv_freq")
         || [
             "vision_tower",
@@ -209,6 +218,7 @@ pub(crate) fn tensors<'a>(
         .tensors()
         .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
     let tied = config.tied_embeddings();
+    let encoder = family.network == NetworkType::EncoderOnly;
     let n_layer = config.n_layer()? as usize;
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;
@@ -218,8 +228,11 @@ pub(crate) fn tensors<'a>(
     for (name, info) in weights.tensors() {
         let file = weights.file_of(info);
         let bad = |reason: String| Error::tensor(file, name, reason);
-        let target = target(name, post_norm)
+        let target = target(name, post_norm, encoder)
             .ok_or_else(|| bad(format!("no GGUF name for it in a {} model", family.arch)))?;
+        if matches!(target, Target::Skip) {
+            continue;
+        }
         let ty = ggml_type(&info.element).ok_or_else(|| {
             bad(format!(
                 "{} values (f32, f16 and bf16 convert)",
@@ -444,7 +457,8 @@ fn check_shapes(config: &Config, tensors: &[(usize, Converted<'_>)]) -> Result<(
         }
     }
     let n_layer = config.n_layer()?;
-    if n_layer > 0 && shape(&format!("blk.{}.attn_norm.weight", n_layer - 1)).is_none() {
+    let last = format!("blk.{}.", n_layer.saturating_sub(1));
+    if n_layer > 0 && !tensors.iter().any(|(_, t)| t.name.starts_with(&last)) {
         return Err(contradiction(
             config,
             "num_hidden_layers",
@@ -501,7 +515,7 @@ mod tests {
 
     #[test]
     fn names_map_as_llama_cpp_maps_them() {
-        let layer = |name: &str, post: bool| match target(name, post) {
+        let layer = |name: &str, post: bool| match target(name, post, false) {
             Some(Target::Layer(l, g)) => Some(format!("blk.{l}.{g}")),
             _ => None,
         };
@@ -522,7 +536,11 @@ mod tests {
             Some("blk.0.attn_q_norm.weight")
         );
         assert!(matches!(
-            target("model.layers.1.block_sparse_moe.experts.7.w2.weight", false),
+            target(
+                "model.layers.1.block_sparse_moe.experts.7.w2.weight",
+                false,
+                false
+            ),
             Some(Target::Expert {
                 layer: 1,
                 part: Part::Down,
@@ -530,9 +548,9 @@ mod tests {
             })
         ));
         assert!(matches!(
-            target("model.vision_tower.blocks.0.attn.weight", false),
+            target("model.vision_tower.blocks.0.attn.weight", false, false),
             Some(Target::Skip)
         ));
-        assert!(target("model.layers.0.mystery.weight", false).is_none());
+        assert!(target("model.layers.0.mystery.weight", false, false).is_none());
     }
 }

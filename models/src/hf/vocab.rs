@@ -5,7 +5,8 @@
 //!   added tokens of `added_tokens.json` and `tokenizer_config.json`;
 //! - otherwise `tokenizer.json`: a SentencePiece-style BPE (byte fallback) as `llama`, its
 //!   merges turned into scores (`spm_json`); a byte-level BPE as `gpt2`: the vocabulary and
-//!   added tokens by id, the merges, and the pre-tokenizer named from its split pattern;
+//!   added tokens by id, the merges, and the pre-tokenizer named from its split pattern; a
+//!   WordPiece model as `bert` (`wordpiece`);
 //! - either way, ids past the tokenizer up to the model's `vocab_size` are `[PAD{id}]`;
 //! - special tokens from `tokenizer_config.json` (else `config.json`'s ids), whether BOS and
 //!   EOS are added from the post-processor, and the chat template.
@@ -19,6 +20,7 @@ use super::config::Config;
 use super::sentencepiece::{self, SentencePieceModel};
 use super::spm_json;
 use super::token_ids::tokens_by_id;
+use super::wordpiece;
 use crate::error::{Error, Result};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -90,7 +92,20 @@ pub(crate) fn vocabulary(
             )
         })?;
         let source = json_path.display().to_string();
-        if spm_json::is_sentencepiece_bpe(tokenizer) {
+        if wordpiece::is_wordpiece(tokenizer) {
+            let wpm = wordpiece::vocab(&source, tokenizer, &added, n_vocab)?;
+            n_tokens = wpm.tokens.len();
+            set("model", MetaValue::String("bert".into()));
+            set("pre", MetaValue::String("default".into()));
+            set("tokens", MetaValue::Array(MetaArray::String(wpm.tokens)));
+            set("token_type", MetaValue::Array(MetaArray::I32(wpm.kinds)));
+            // BERT's segment embeddings: sentence A and sentence B.
+            let types = config.u64("type_vocab_size")?.unwrap_or(1);
+            set(
+                "token_type_count",
+                MetaValue::U32(types.min(u32::MAX as u64) as u32),
+            );
+        } else if spm_json::is_sentencepiece_bpe(tokenizer) {
             let spm = spm_json::vocab(&source, tokenizer, &added, n_vocab)?;
             n_tokens = spm.tokens.len();
             set("model", MetaValue::String("llama".into()));

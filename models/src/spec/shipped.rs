@@ -15,6 +15,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("gemma3.toml", include_str!("../../specs/gemma3.toml")),
     ("phi3.toml", include_str!("../../specs/phi3.toml")),
     ("olmoe.toml", include_str!("../../specs/olmoe.toml")),
+    ("bert.toml", include_str!("../../specs/bert.toml")),
 ];
 
 /// Every shipped spec, parsed.

@@ -12,7 +12,13 @@ pub const LAYER_PLACEHOLDER: &str = "{layer}";
 pub struct TensorNames {
     pub token_embd: String,
     pub position_embd: Option<String>,
-    pub output_norm: String,
+    /// [n_embd, n_token_types]: segment embeddings added to the token embeddings (BERT's
+    /// token types).
+    pub token_types: Option<String>,
+    /// The norm of the summed embeddings before the first block (BERT).
+    pub embd_norm: Option<String>,
+    /// The norm after the last block; decoders have one, post-norm encoders none.
+    pub output_norm: Option<String>,
     pub output: Option<String>,
     /// RoPE frequency divisors, one per rotated pair, where the file has them (Llama 3.1's
     /// `rope_freqs.weight`).

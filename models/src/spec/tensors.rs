@@ -90,7 +90,12 @@ pub struct ModelTensors {
     pub token_embd: String,
     /// [n_embd, n_ctx_train], for learned positions.
     pub position_embd: Option<String>,
-    pub output_norm: NormTensors,
+    /// [n_embd, n_token_types], where the spec names it and the file has it.
+    pub token_types: Option<String>,
+    /// The norm of the embeddings before the first block (BERT).
+    pub embd_norm: Option<NormTensors>,
+    /// The norm after the last block, where the network has one (every decoder).
+    pub output_norm: Option<NormTensors>,
     /// [n_embd, n_vocab]; equal to `token_embd` when the embeddings are tied.
     pub output: String,
     pub tied_embeddings: bool,
@@ -124,7 +129,30 @@ impl ModelSpec {
             }
             _ => None,
         };
-        let output_norm = c.norm(&names.output_norm, e, layer_norm, "n_embd")?;
+        let token_types = match names
+            .token_types
+            .as_ref()
+            .filter(|n| c.file.tensor(n).is_some())
+        {
+            Some(n) => {
+                // Their count is the tensor's: BERT has two, RoBERTa one.
+                let count = c
+                    .file
+                    .tensor(n)
+                    .and_then(|t| t.shape.get(1).copied())
+                    .unwrap_or(0);
+                Some(c.require(n, &[e, count.max(1)], "n_embd x token types")?)
+            }
+            None => None,
+        };
+        let embd_norm = match &names.embd_norm {
+            Some(n) => Some(c.norm(n, e, layer_norm, "n_embd")?),
+            None => None,
+        };
+        let output_norm = match &names.output_norm {
+            Some(n) => Some(c.norm(n, e, layer_norm, "n_embd")?),
+            None => None,
+        };
         let rope_freqs = match (hp.rope, &names.rope_freqs) {
             (Some(r), Some(n)) if c.file.tensor(n).is_some() => {
                 Some(c.require(n, &[r.dims as u64 / 2], "rope dimensions / 2")?)
@@ -287,6 +315,8 @@ impl ModelSpec {
         Ok(ModelTensors {
             token_embd,
             position_embd,
+            token_types,
+            embd_norm,
             output_norm,
             output,
             tied_embeddings: tied,

@@ -2,8 +2,8 @@
 //! on it: tensor names for every atom that needs them, and names that can be derived.
 
 use super::{
-    GateUpLayout, MlpKind, ModelSpec, NormKind, NormPlacement, PositionSpec, QkvLayout,
-    TiedEmbeddings, LAYER_PLACEHOLDER,
+    GateUpLayout, MlpKind, ModelSpec, NetworkType, NormKind, NormPlacement, PositionSpec,
+    QkvLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
 };
 use crate::error::{Error, Result};
 
@@ -120,6 +120,9 @@ impl ModelSpec {
         if matches!(self.position, PositionSpec::Learned) && t.position_embd.is_none() {
             return bad("learned positions need tensors.position_embd".into());
         }
+        if self.network == NetworkType::DecoderOnly && t.output_norm.is_none() {
+            return bad("a decoder needs tensors.output_norm".into());
+        }
         if self.tied_embeddings != TiedEmbeddings::Always && t.output.is_none() {
             return bad("untied embeddings need tensors.output".into());
         }
@@ -130,7 +133,8 @@ impl ModelSpec {
         if needs_bias {
             let names = per_layer.iter().filter_map(|(_, n)| *n);
             if let Some(n) = names
-                .chain([&t.output_norm])
+                .chain(t.output_norm.iter())
+                .chain(t.embd_norm.iter())
                 .find(|n| !n.ends_with(".weight"))
             {
                 return bad(format!(

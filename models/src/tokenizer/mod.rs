@@ -1,5 +1,5 @@
-//! Tokenizers stored in GGUF metadata (`tokenizer.ggml.*`): byte-level BPE (`gpt2`) and
-//! SentencePiece BPE (`llama`), with special tokens matched before BPE; streaming
+//! Tokenizers stored in GGUF metadata (`tokenizer.ggml.*`): byte-level BPE (`gpt2`),
+//! SentencePiece BPE (`llama`) and WordPiece (`bert`), with special tokens matched before BPE; streaming
 //! detokenization ([`StreamDecoder`]); and Hugging Face `tokenizer.json` files
 //! ([`HfTokenizer`], e.g. WordPiece for BERT-style embedding models).
 
@@ -10,6 +10,7 @@ mod pretok;
 mod special;
 mod spm;
 mod stream;
+mod wpm;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use self::bpe::BpeModel;
 use self::bytelevel::ByteLevel;
 use self::special::{Fragment, SpecialMatcher};
 use self::spm::{SpmModel, SPACE_MARK};
+use self::wpm::WpmModel;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 
@@ -77,6 +79,8 @@ pub enum TokenizerKind {
     ByteLevelBpe,
     /// SentencePiece BPE with byte fallback (`llama`).
     SentencePieceBpe,
+    /// BERT's WordPiece (`bert`).
+    WordPiece,
 }
 
 /// How to encode.
@@ -101,6 +105,7 @@ impl Default for EncodeOptions {
 enum Model {
     Bpe(BpeModel),
     Spm(SpmModel),
+    Wpm(WpmModel),
 }
 
 /// A tokenizer built from GGUF metadata.
@@ -146,11 +151,14 @@ impl Tokenizer {
         let kind = match model_name {
             "gpt2" => TokenizerKind::ByteLevelBpe,
             "llama" => TokenizerKind::SentencePieceBpe,
+            "bert" => TokenizerKind::WordPiece,
             other => {
                 return Err(Error::metadata(
                     path,
                     model_key,
-                    format!("tokenizer model `{other}` is not supported (gpt2 and llama are)"),
+                    format!(
+                        "tokenizer model `{other}` is not supported (gpt2, llama and bert are)"
+                    ),
                 ))
             }
         };
@@ -207,15 +215,34 @@ impl Tokenizer {
                 None
             }
         };
-        let special = SpecialTokens {
-            bos: id_key("tokenizer.ggml.bos_token_id")?.or(default_id(1)),
-            eos: id_key("tokenizer.ggml.eos_token_id")?.or(default_id(2)),
-            eot: id_key("tokenizer.ggml.eot_token_id")?,
-            unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(0)),
-            pad: id_key("tokenizer.ggml.padding_token_id")?,
-            add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
-            add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
-            add_space_prefix: file.get("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+        let wpm = kind == TokenizerKind::WordPiece;
+        let named = |piece: &str| ids.get(piece).copied().filter(|_| wpm);
+        let special = match wpm {
+            // [CLS] text [SEP], as llama.cpp and transformers frame every WordPiece input.
+            true => SpecialTokens {
+                bos: id_key("tokenizer.ggml.cls_token_id")?
+                    .or(id_key("tokenizer.ggml.bos_token_id")?)
+                    .or(named("[CLS]")),
+                eos: id_key("tokenizer.ggml.seperator_token_id")?
+                    .or(id_key("tokenizer.ggml.eos_token_id")?)
+                    .or(named("[SEP]")),
+                eot: None,
+                unk: id_key("tokenizer.ggml.unknown_token_id")?.or(named("[UNK]")),
+                pad: id_key("tokenizer.ggml.padding_token_id")?,
+                add_bos: true,
+                add_eos: true,
+                add_space_prefix: false,
+            },
+            false => SpecialTokens {
+                bos: id_key("tokenizer.ggml.bos_token_id")?.or(default_id(1)),
+                eos: id_key("tokenizer.ggml.eos_token_id")?.or(default_id(2)),
+                eot: id_key("tokenizer.ggml.eot_token_id")?,
+                unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(0)),
+                pad: id_key("tokenizer.ggml.padding_token_id")?,
+                add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
+                add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+                add_space_prefix: file.get("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+            },
         };
 
         // An end-of-turn marker is markup even where the file types it user-defined (older
@@ -267,6 +294,14 @@ impl Tokenizer {
                     None => vec![0.0; n],
                 };
                 Model::Spm(SpmModel::new(&ids, scores))
+            }
+            TokenizerKind::WordPiece => {
+                let unk = special
+                    .unk
+                    .map_or("[UNK]", |id| pieces[id as usize].as_str());
+                let wpm = WpmModel::new(&pieces, &types, unk)
+                    .map_err(|e| Error::metadata(path, "tokenizer.ggml.tokens", e))?;
+                Model::Wpm(wpm)
             }
         };
 
@@ -404,6 +439,7 @@ impl Tokenizer {
                                 .extend(t.chars().map(|c| if c == ' ' { SPACE_MARK } else { c }));
                             spm.encode(&escaped, &self.ids, self.special.unk, &mut out);
                         }
+                        Model::Wpm(wpm) => wpm.encode(t, &mut out),
                     }
                     after_special = false;
                 }
@@ -466,6 +502,7 @@ impl Tokenizer {
         match self.model {
             Model::Bpe(_) => TokenizerKind::ByteLevelBpe,
             Model::Spm(_) => TokenizerKind::SentencePieceBpe,
+            Model::Wpm(_) => TokenizerKind::WordPiece,
         }
     }
 
@@ -508,6 +545,7 @@ fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> V
                     .map(|b| vec![b])
                     .unwrap_or_else(|| p.as_bytes().to_vec()),
                 (TokenizerKind::SentencePieceBpe, _) => p.replace(SPACE_MARK, " ").into_bytes(),
+                (TokenizerKind::WordPiece, _) => wpm::piece_bytes(p),
             };
             bytes.into_boxed_slice()
         })
