@@ -17,8 +17,8 @@ use hearth_cpu::Isa;
 use hearth_engine::Placement;
 
 use commands::{
-    bench, chat, completions, convert, devices, generate, imatrix, inspect, perplexity, quantize,
-    serve, tokenize, tune,
+    bench, chat, completions, convert, devices, embed, generate, imatrix, inspect, perplexity,
+    quantize, serve, tokenize, tune,
 };
 
 #[derive(clap::Parser)]
@@ -62,6 +62,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Print the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
+    /// Sentence embeddings from an encoder model (all-MiniLM, BGE, E5): one unit-length
+    /// vector per text.
+    Embed(embed::EmbedArgs),
     /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
     Quantize(quantize::QuantizeArgs),
     /// Serve the model over OpenAI's HTTP API (chat, completions, models), with
@@ -179,6 +182,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Perplexity(args) => perplexity::run(args, choice),
         Command::Inspect(args) => inspect::run(args, choice),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Embed(args) => embed::run(args, choice),
         Command::Quantize(args) => quantize::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Serve(args) => serve::run(args, choice),

@@ -388,21 +388,7 @@ impl RunArgs {
             };
             placement.apply(&mut options);
         }
-        let bar = ProgressBar::new(0).with_style(
-            ProgressStyle::with_template(
-                "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        let engine = load(&options, &mut |p| {
-            bar.set_length(p.total_bytes);
-            bar.set_position(p.done_bytes);
-            bar.set_message(p.tensor.to_string());
-            true
-        });
-        bar.finish_and_clear();
+        let engine = with_load_bar(|progress| load(&options, progress));
         // Say what `auto` chose: the user asked Hearth to decide.
         if let (Ok(e), Some(GpuLayers::Auto)) = (&engine, self.split.gpu_layers) {
             if let Some(plan) = &e.info().layer_plan {
@@ -453,4 +439,25 @@ mod tests {
         assert!(parse_kv_budget("lots").is_err());
         assert!(parse_kv_budget("0").is_err());
     }
+}
+
+/// Runs `load` with a progress bar of the bytes read on stderr (hidden when stderr is not a
+/// terminal).
+pub fn with_load_bar<T>(load: impl FnOnce(&mut ProgressFn) -> T) -> T {
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template(
+            "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let loaded = load(&mut |p| {
+        bar.set_length(p.total_bytes);
+        bar.set_position(p.done_bytes);
+        bar.set_message(p.tensor.to_string());
+        true
+    });
+    bar.finish_and_clear();
+    loaded
 }

@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use hearth_cpu::{CpuOptions, NativeEncoder};
-use hearth_model::encoder::{l2_normalize, pool, Encoder, EncoderInput, Pooling};
+pub use hearth_model::encoder::{l2_normalize, Pooling};
+
+use hearth_model::encoder::{pool, Encoder, EncoderInput};
 use hearth_model::{Error, ProgressFn, Result};
 use hearth_models::{resolve_with, GgufFile, ResolvedModel, Tokenizer};
 use hearth_reference::RefEncoder;

@@ -186,7 +186,8 @@ impl ModelConfig {
         };
         if spec.network != NetworkType::DecoderOnly {
             return Err(unsupported(format!(
-                "network `{:?}` (text generation needs a decoder-only model)",
+                "network `{}` (text generation needs a decoder-only model; `hearth embed` \
+                 and `hearth serve` run encoders)",
                 spec.network
             )));
         }

@@ -19,12 +19,13 @@ mod routes;
 use hearth_engine::speculative::Speculative;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use hearth_engine::service::{Handle, Observer};
+use hearth_engine::Embedder;
 use hearth_models::{ChatTemplate, Tokenizer};
 
 pub use metrics::Metrics;
@@ -119,10 +120,43 @@ impl Model {
     }
 }
 
+/// An embedding model served by `/v1/embeddings`, beside the chat model or alone.
+pub struct EmbeddingModel {
+    /// One request embeds at a time; its texts run as one batch.
+    pub embedder: Arc<Mutex<Embedder>>,
+    /// The model's id in `/v1/models`.
+    pub id: String,
+    pub aliases: Vec<String>,
+    pub created: u64,
+    /// Whether it is the only model served (no chat model follows).
+    pub alone: bool,
+}
+
+impl EmbeddingModel {
+    pub fn new(embedder: Embedder, id: String, aliases: Vec<String>, alone: bool) -> Self {
+        Self {
+            embedder: Arc::new(Mutex::new(embedder)),
+            id,
+            aliases,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            alone,
+        }
+    }
+
+    /// Whether a request's `model` names this one.
+    pub fn named(&self, name: &str) -> bool {
+        name == self.id || self.aliases.iter().any(|a| a == name)
+    }
+}
+
 /// What the handlers share.
 pub struct AppState {
     /// Set once the model has loaded; until then the model routes answer 503.
     model: OnceLock<Model>,
+    /// Set once an embedding model has loaded, where the server runs one.
+    embedder: OnceLock<EmbeddingModel>,
     pub metrics: Arc<Metrics>,
     pub options: ServerOptions,
     next_id: AtomicU64,
@@ -132,6 +166,7 @@ impl AppState {
     pub fn new(options: ServerOptions) -> Arc<Self> {
         Arc::new(Self {
             model: OnceLock::new(),
+            embedder: OnceLock::new(),
             metrics: Arc::new(Metrics::new()),
             options,
             next_id: AtomicU64::new(1),
@@ -148,6 +183,15 @@ impl AppState {
 
     pub fn model(&self) -> Option<&Model> {
         self.model.get()
+    }
+
+    /// Serves `model` at `/v1/embeddings` from now on (once; later calls are ignored).
+    pub fn set_embedder(&self, model: EmbeddingModel) {
+        let _ = self.embedder.set(model);
+    }
+
+    pub fn embedder(&self) -> Option<&EmbeddingModel> {
+        self.embedder.get()
     }
 }
 

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completions;
 pub mod convert;
 pub mod devices;
+pub mod embed;
 pub mod generate;
 pub mod imatrix;
 pub mod inspect;

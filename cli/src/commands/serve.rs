@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hearth_engine::service::{Service, ServiceOptions};
-use hearth_server::{AppState, Model, ServerOptions};
+use hearth_server::{AppState, EmbeddingModel, Model, ServerOptions};
 
 use crate::draft_args::DraftArgs;
 use crate::model_args::ModelArgs;
@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// The model's id in /v1/models [default: the -m argument].
     #[arg(long, value_name = "NAME")]
     alias: Option<String>,
+    /// An embedding model (BERT-style: all-MiniLM, BGE, E5) served at /v1/embeddings beside
+    /// the chat model. An embedding model given as -m is served alone.
+    #[arg(long, value_name = "MODEL")]
+    embedding_model: Option<String>,
 }
 
 /// The warm-up's prompt: several tokens, so that a prompt chunk and a decode step both run.
@@ -114,9 +118,31 @@ pub fn run(args: &ServeArgs, device: &DeviceChoice) -> Result<()> {
     })
 }
 
-/// Loads the model for `--parallel` sequences and starts the engine's service over it.
+/// Loads the model for `--parallel` sequences and starts the engine's service over it; an
+/// embedding model (`--embedding-model`, or an encoder as `-m`) goes to /v1/embeddings.
 fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()> {
     let path = args.model.run.dir.resolve(&args.model.model)?;
+    let spec = match &args.model.run.spec {
+        Some(p) => Some(hearth_models::ModelSpec::from_file(p)?),
+        None => None,
+    };
+    if hearth_engine::embed::is_encoder(&path, spec.as_ref())? {
+        if args.embedding_model.is_some() {
+            anyhow::bail!(
+                "`{}` is an embedding model: serve it alone with -m, or beside a chat model \
+                 with --embedding-model",
+                args.model.model
+            );
+        }
+        let id = args
+            .alias
+            .clone()
+            .unwrap_or_else(|| args.model.model.clone());
+        return load_embedder(args, &args.model.model, id, true, device, state);
+    }
+    if let Some(name) = &args.embedding_model {
+        load_embedder(args, name, name.clone(), false, device, state)?;
+    }
     let parallel = args.parallel.max(1);
     let cache = args.model.run.cache(args.ctx_size, parallel)?;
     let mut engine = args.model.run.load(&args.model.model, device, cache)?;
@@ -143,6 +169,41 @@ fn load(args: &ServeArgs, device: &DeviceChoice, state: &AppState) -> Result<()>
         .unwrap_or_else(|| args.model.model.clone());
     let model = Model::new(handle, tools, id, aliases, n_ctx);
     state.set_model(model.with_speculative(args.draft.speculative()?));
+    Ok(())
+}
+
+/// Loads the embedding model `name` and serves it at /v1/embeddings as `id`.
+fn load_embedder(
+    args: &ServeArgs,
+    name: &str,
+    id: String,
+    alone: bool,
+    device: &DeviceChoice,
+    state: &AppState,
+) -> Result<()> {
+    let run = &args.model.run;
+    let path = run.dir.resolve(name)?;
+    let options = hearth_engine::EngineOptions {
+        backend: match run.cpu {
+            true => hearth_engine::BackendKind::Reference,
+            false => hearth_engine::BackendKind::Cpu,
+        },
+        threads: run.threads,
+        activations: run.activations,
+        isa: device.isa,
+        ..hearth_engine::EngineOptions::default()
+    };
+    let embedder = crate::model_args::with_load_bar(|progress| {
+        hearth_engine::Embedder::load(&path, &options, progress)
+    })
+    .with_context(|| format!("loading {}", path.display()))?;
+    let mut aliases = vec![stem(&path), embedder.info().name.clone()];
+    aliases.retain(|a| !a.is_empty() && *a != id);
+    eprintln!(
+        "hearth serve: embedding model `{id}` ({} dimensions) at /v1/embeddings",
+        embedder.info().dims
+    );
+    state.set_embedder(EmbeddingModel::new(embedder, id, aliases, alone));
     Ok(())
 }
 

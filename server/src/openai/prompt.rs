@@ -27,37 +27,39 @@ const FORMS: &str =
 
 impl Prompt {
     pub fn parse(value: &Value) -> Result<Self, Invalid> {
+        Self::parse_field(value, "prompt", MAX_COMPLETIONS)
+    }
+
+    /// The same forms in field `field` (`/v1/embeddings`' `input`), at most `max` of them.
+    pub fn parse_field(value: &Value, field: &str, max: usize) -> Result<Self, Invalid> {
         let parts = match value {
             Value::String(s) => vec![PromptPart::Text(s.clone())],
             Value::Array(items) if items.is_empty() => {
                 return Err(invalid(
-                    "prompt",
-                    "prompt is an empty array; give at least one prompt",
+                    field,
+                    format!("{field} is an empty array; give at least one {field}"),
                 ))
             }
             // An array of numbers is one prompt of token ids.
             Value::Array(items) if items[0].is_number() => {
-                vec![PromptPart::Tokens(tokens(items, "prompt")?)]
+                vec![PromptPart::Tokens(tokens(items, field)?)]
             }
             Value::Array(items) => items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| part(item, i))
+                .map(|(i, item)| part(item, field, i))
                 .collect::<Result<_, _>>()?,
             other => {
                 return Err(invalid(
-                    "prompt",
-                    format!("prompt is {}; it must be {FORMS}", kind(other)),
+                    field,
+                    format!("{field} is {}; it must be {FORMS}", kind(other)),
                 ))
             }
         };
-        if parts.len() > MAX_COMPLETIONS {
+        if parts.len() > max {
             return Err(invalid(
-                "prompt",
-                format!(
-                    "{} prompts; at most {MAX_COMPLETIONS} per request",
-                    parts.len()
-                ),
+                field,
+                format!("{} {field}s; at most {max} per request", parts.len()),
             ));
         }
         Ok(Self(parts))
@@ -65,8 +67,8 @@ impl Prompt {
 }
 
 /// Item `i` of an array of prompts.
-fn part(item: &Value, i: usize) -> Result<PromptPart, Invalid> {
-    let param = format!("prompt[{i}]");
+fn part(item: &Value, field: &str, i: usize) -> Result<PromptPart, Invalid> {
+    let param = format!("{field}[{i}]");
     match item {
         Value::String(s) => Ok(PromptPart::Text(s.clone())),
         Value::Array(ids) if ids.is_empty() => Err(invalid(
@@ -77,8 +79,7 @@ fn part(item: &Value, i: usize) -> Result<PromptPart, Invalid> {
         other => Err(invalid(
             param.clone(),
             format!(
-                "{param} is {}; in an array of prompts each must be a string or an array of \
-                 token ids",
+                "{param} is {}; in an array each must be a string or an array of token ids",
                 kind(other)
             ),
         )),
@@ -95,7 +96,7 @@ fn tokens(ids: &[Value], param: &str) -> Result<Vec<u32>, Invalid> {
                     format!("{param}[{i}]"),
                     format!(
                         "{param}[{i}] is {}; a token id is a whole number from 0 to \
-                             4294967295 (a prompt is {FORMS})",
+                             4294967295 (each is {FORMS})",
                         id
                     ),
                 )

@@ -19,9 +19,10 @@ use crate::openai::Health;
     )
 )]
 pub async fn health(State(state): State<Shared>) -> Response {
-    match state.model() {
-        Some(_) => Json(Health { status: "ok" }).into_response(),
-        None => (
+    let ready = state.model().is_some() || state.embedder().is_some_and(|em| em.alone);
+    match ready {
+        true => Json(Health { status: "ok" }).into_response(),
+        false => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(Health { status: "loading" }),
         )

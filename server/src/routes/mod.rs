@@ -3,7 +3,8 @@
 //! - `completions.rs`: `/v1/chat/completions` and `/v1/completions`: a prompt handed to the
 //!   service (`submit.rs`), answered whole (`collect.rs`) or streamed (`stream.rs`), in the
 //!   shapes both share (`answer.rs`);
-//! - `models.rs`: `/v1/models`, `/v1/embeddings`, and which model a request may name;
+//! - `models.rs`: `/v1/models` and which model a request may name;
+//! - `embeddings.rs`: `/v1/embeddings`;
 //! - `health.rs`: `/health`, `/metrics` and the count of answers behind it;
 //! - `openapi.rs`: `/openapi.json`, the API's description derived from its types;
 //! - `auth.rs`: the API key;
@@ -15,6 +16,7 @@ mod auth;
 mod body;
 mod collect;
 mod completions;
+mod embeddings;
 mod error;
 mod health;
 mod models;
@@ -41,7 +43,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/models/{id}", get(models::model))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
-        .route("/v1/embeddings", post(models::embeddings))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .layer(from_fn_with_state(state.clone(), auth::authorize));
     Router::new()
         .route("/health", get(health::health))

@@ -1,5 +1,4 @@
-//! The model served: `/v1/models`, `/v1/models/{id}`, `/v1/embeddings` (refused: this
-//! server runs decoders), and which model a request may name.
+//! The models served: `/v1/models`, `/v1/models/{id}`, and which model a request may name.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -11,8 +10,17 @@ use super::Shared;
 use crate::openai::{ErrorBody, ModelCard, ModelList, Sampling};
 use crate::{AppState, Model};
 
-/// The model, or 503 while it loads.
+/// The model, or 503 while it loads (400 where the server runs an embedding model alone).
 pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
+    if let Some(em) = state.embedder().filter(|em| em.alone) {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` is an embedding model, the only one served here: use /v1/embeddings",
+                em.id
+            ),
+        ));
+    }
     state.model().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -32,8 +40,18 @@ pub fn loaded(state: &AppState) -> Result<&Model, ApiError> {
     security(("bearer" = []))
 )]
 pub async fn models(State(state): State<Shared>) -> Result<Response, ApiError> {
-    let m = loaded(&state)?;
-    Ok(Json(ModelList::one(&m.id, m.created)).into_response())
+    let mut list = ModelList {
+        object: "list",
+        data: Vec::new(),
+    };
+    if let Some(em) = state.embedder() {
+        list.data.push(ModelCard::new(&em.id, em.created));
+    }
+    if list.data.is_empty() || state.embedder().is_some_and(|em| !em.alone) {
+        let m = loaded(&state)?;
+        list.data.insert(0, ModelCard::new(&m.id, m.created));
+    }
+    Ok(Json(list).into_response())
 }
 
 /// The model by its id or one of its aliases; 404 for any other.
@@ -53,6 +71,9 @@ pub async fn model(
     State(state): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    if let Some(em) = state.embedder().filter(|em| em.named(&id)) {
+        return Ok(Json(ModelCard::new(&em.id, em.created)).into_response());
+    }
     let m = loaded(&state)?;
     if id != m.id && !m.aliases.contains(&id) {
         return Err(not_served(m, &id));
@@ -66,17 +87,6 @@ fn not_served(m: &Model, name: &str) -> ApiError {
         message: format!("model `{name}` is not served here; `{}` is", m.id),
         param: Some("model".into()),
     }
-}
-
-pub async fn embeddings(State(state): State<Shared>) -> ApiError {
-    let what = match state.model() {
-        Some(m) => format!("`{}` is a decoder-only language model", m.id),
-        None => "the model is still loading".into(),
-    };
-    ApiError::invalid(
-        "model",
-        format!("{what}; embeddings need an encoder model, which this server does not run"),
-    )
 }
 
 /// The model a request names must be this one (any name when it names none).

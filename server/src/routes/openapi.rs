@@ -1,6 +1,5 @@
 //! `/openapi.json`: the API's OpenAPI description, derived from the request and response
 //! types and each handler's annotation, so it cannot drift from what the server takes.
-//! `/v1/embeddings`, which only refuses, is left out.
 
 use std::sync::OnceLock;
 
@@ -9,18 +8,19 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{completions, health, models};
+use super::{completions, embeddings, health, models};
 use crate::openai;
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Hearth",
-        description = "OpenAI's chat and completion API over a local model."
+        description = "OpenAI's chat, completion and embeddings API over local models."
     ),
     paths(
         completions::chat,
         completions::completions,
+        embeddings::embeddings,
         models::models,
         models::model,
         health::health,
@@ -31,6 +31,7 @@ use crate::openai;
         openai::ChatRequest,
         openai::CompletionRequest,
         openai::Completion,
+        openai::EmbeddingList,
         openai::ErrorBody,
     )),
     modifiers(&Bearer)

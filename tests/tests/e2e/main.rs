@@ -4,6 +4,7 @@
 //! perplexity digits the project keeps fixed.
 
 mod convert;
+mod embed;
 mod files;
 mod generate;
 mod perplexity;

@@ -680,3 +680,51 @@ fn the_kubernetes_manifests_validate() {
     );
     std::fs::remove_dir_all(bad).ok();
 }
+
+/// all-MiniLM-L6-v2 through the official `openai` package
+/// (`scripts/pytools/openai_embeddings_check.py`): served alone (`-m`), where chat is refused,
+/// and beside the chat model (`--embedding-model`), where both answer.
+#[test]
+fn the_openai_python_client_embeds() {
+    let Some(minilm) = hearth_testkit::model(hearth_testkit::MINILM) else {
+        return;
+    };
+    let minilm = minilm.to_str().expect("a UTF-8 path").to_owned();
+    let Some(python) = hearth_testkit::tools_python() else {
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts/pytools/openai_embeddings_check.py");
+    let check = |server: &Server, model: &str, mode: &str| {
+        let out = Command::new(&python)
+            .arg(&script)
+            .args([&format!("http://{}/v1", server.addr), KEY, model, mode])
+            .output()
+            .expect("python runs");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(report.contains("ok: meaning orders them"), "{report}");
+    };
+    let alone = start(&minilm, &["--alias", "minilm"]);
+    check(&alone, "minilm", "alone");
+    drop(alone);
+    let Some(chat) = smollm2() else { return };
+    let beside = start(&chat, &["--embedding-model", &minilm, "-c", "256"]);
+    check(&beside, &minilm, "beside");
+    let (status, body) = request(
+        &beside.addr,
+        "POST",
+        "/v1/completions",
+        Some(KEY),
+        json!({ "prompt": PROMPT, "max_tokens": 12, "temperature": 0 })
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["choices"][0]["text"], GREEDY_TEXT);
+}

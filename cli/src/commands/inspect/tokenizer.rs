@@ -9,6 +9,7 @@ pub(super) fn write_tokenizer(out: &mut String, t: &Tokenizer) -> std::fmt::Resu
     let kind = match t.kind() {
         TokenizerKind::ByteLevelBpe => "byte-level BPE (gpt2)",
         TokenizerKind::SentencePieceBpe => "SentencePiece BPE (llama)",
+        TokenizerKind::WordPiece => "WordPiece (bert)",
     };
     let pre = t
         .pre_tokenizer()
@@ -55,6 +56,7 @@ pub(super) fn tokenizer_json(t: &Tokenizer) -> Value {
         "kind": match t.kind() {
             TokenizerKind::ByteLevelBpe => "gpt2",
             TokenizerKind::SentencePieceBpe => "llama",
+            TokenizerKind::WordPiece => "bert",
         },
         "pre": t.pre_tokenizer(),
         "vocab_size": t.vocab_size(),
