@@ -4,7 +4,8 @@
 //! one task per text and head over that text's tokens only.
 
 use hearth_model::encoder::{
-    check_batch, read_encoder, Encoder, EncoderConfig, EncoderInput, EncoderWeights, Norm,
+    check_batch, read_encoder, ClassifierHead, Encoder, EncoderConfig, EncoderInput,
+    EncoderWeights, Norm,
 };
 use hearth_model::{Error, ProgressFn, Result};
 use hearth_models::{GgufFile, ResolvedModel};
@@ -144,6 +145,10 @@ impl NativeEncoder {
 impl Encoder for NativeEncoder {
     fn config(&self) -> &EncoderConfig {
         &self.config
+    }
+
+    fn head(&self) -> Option<&ClassifierHead> {
+        self.weights.head.as_ref()
     }
 
     fn encode(&mut self, batch: &[EncoderInput]) -> Result<Vec<Vec<f32>>> {

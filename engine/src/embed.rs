@@ -199,6 +199,87 @@ impl Embedder {
     }
 }
 
+impl Embedder {
+    /// Whether the model scores query-document pairs (a cross-encoder: a classifier head).
+    pub fn reranks(&self) -> bool {
+        self.encoder.head().is_some()
+    }
+
+    /// `query` and `document` as a cross-encoder reads them: [CLS] query [SEP] document
+    /// [SEP], token types 0 then 1, the longer part cut a token at a time while the pair is
+    /// longer than the model reads (transformers' `longest_first`).
+    pub fn tokenize_pair(&self, query: &str, document: &str) -> EncoderInput {
+        let opts = hearth_models::EncodeOptions {
+            add_special: false,
+            parse_special: false,
+        };
+        let mut q = self.tokenizer.encode_with(query, opts);
+        let mut d = self.tokenizer.encode_with(document, opts);
+        let max = self.info.max_tokens.saturating_sub(3);
+        while q.len() + d.len() > max {
+            match q.len() > d.len() {
+                true => q.pop(),
+                false => d.pop(),
+            };
+        }
+        let s = self.tokenizer.special();
+        let (cls, sep) = (s.bos.into_iter(), s.eos.into_iter());
+        let first: Vec<u32> = cls.chain(q).chain(sep.clone()).collect();
+        let second: Vec<u32> = d.into_iter().chain(sep).collect();
+        let types = [vec![0; first.len()], vec![1; second.len()]].concat();
+        EncoderInput {
+            tokens: [first, second].concat(),
+            types,
+        }
+    }
+
+    /// Each document's relevance to `query`: the classifier's first output (a logit: higher
+    /// is more relevant), in the documents' order. A model without a classifier head is an
+    /// error.
+    pub fn rerank(&mut self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
+        if !self.reranks() {
+            return Err(Error::options(
+                "model",
+                format!(
+                    "`{}` has no classifier head: reranking needs a cross-encoder",
+                    self.info.name
+                ),
+            ));
+        }
+        let pairs: Vec<EncoderInput> = documents
+            .iter()
+            .map(|d| self.tokenize_pair(query, d))
+            .collect();
+        self.score(&pairs)
+    }
+
+    /// The classifier's first output for each input (token types as given).
+    pub fn score(&mut self, inputs: &[EncoderInput]) -> Result<Vec<f32>> {
+        let e = self.info.dims;
+        let mut scores = Vec::with_capacity(inputs.len());
+        let mut start = 0;
+        while start < inputs.len() {
+            // Batches of up to BATCH_TOKENS tokens, at least one input each.
+            let mut end = start + 1;
+            let mut tokens = inputs[start].tokens.len();
+            while end < inputs.len() && tokens + inputs[end].tokens.len() <= BATCH_TOKENS {
+                tokens += inputs[end].tokens.len();
+                end += 1;
+            }
+            let states = self.encoder.encode(&inputs[start..end])?;
+            let head = self.encoder.head().ok_or_else(|| {
+                Error::options("model", "reranking needs a cross-encoder's classifier head")
+            })?;
+            for s in states {
+                let first = &s[..e.min(s.len())];
+                scores.push(head.classify(first).first().copied().unwrap_or(0.0));
+            }
+            start = end;
+        }
+        Ok(scores)
+    }
+}
+
 /// The cosine similarity of two vectors.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();

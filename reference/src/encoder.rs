@@ -3,7 +3,8 @@
 //! native executor's and the devices' encoders are tested against.
 
 use hearth_model::encoder::{
-    check_batch, read_encoder, Encoder, EncoderConfig, EncoderInput, EncoderWeights, Norm,
+    check_batch, read_encoder, ClassifierHead, Encoder, EncoderConfig, EncoderInput,
+    EncoderWeights, Norm,
 };
 use hearth_model::{ProgressFn, Result};
 use hearth_models::{GgufFile, ResolvedModel};
@@ -82,6 +83,10 @@ impl RefEncoder {
 impl Encoder for RefEncoder {
     fn config(&self) -> &EncoderConfig {
         &self.config
+    }
+
+    fn head(&self) -> Option<&ClassifierHead> {
+        self.weights.head.as_ref()
     }
 
     fn encode(&mut self, batch: &[EncoderInput]) -> Result<Vec<Vec<f32>>> {

@@ -49,6 +49,9 @@ pub struct EncoderConfig {
     /// How a text's token states become one vector (`{arch}.pooling_type`; mean where the
     /// file says nothing).
     pub pooling: Pooling,
+    /// Outputs of the classifier head over the first token (a cross-encoder's scores), where
+    /// the model has one.
+    pub n_labels: Option<usize>,
 }
 
 impl EncoderConfig {
@@ -153,6 +156,10 @@ impl EncoderConfig {
             norm_eps: h.norm_eps,
             act,
             pooling,
+            n_labels: t.cls_output.as_ref().and_then(|l| {
+                let shape = &file.tensor(&l.weight)?.shape;
+                Some(shape.get(1).copied().unwrap_or(1) as usize)
+            }),
         })
     }
 }

@@ -14,7 +14,7 @@ mod weights;
 
 pub use config::{EncoderActivation, EncoderConfig};
 pub use pool::{l2_normalize, pool, Pooling};
-pub use weights::{read_encoder, EncoderLayer, EncoderWeights, Norm};
+pub use weights::{read_encoder, ClassifierHead, EncoderLayer, EncoderWeights, Norm};
 
 use crate::error::Result;
 
@@ -34,6 +34,8 @@ pub trait Encoder {
     /// the order given. Texts of different lengths run in one step; none sees another's
     /// tokens.
     fn encode(&mut self, batch: &[EncoderInput]) -> Result<Vec<Vec<f32>>>;
+    /// The classifier head, where the model has one (cross-encoders).
+    fn head(&self) -> Option<&ClassifierHead>;
 }
 
 /// Checks a batch against the model: lengths within the learned positions, ids within the

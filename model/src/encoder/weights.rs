@@ -56,6 +56,36 @@ impl<M, V> EncoderLayer<M, V> {
     }
 }
 
+/// A cross-encoder's head over the first token's state, in f32 (it is small).
+pub struct ClassifierHead {
+    /// [n_embd, n_embd] and its bias, then tanh (BERT's pooler), where the model has it.
+    pub dense: Option<(Vec<f32>, Vec<f32>)>,
+    /// [n_labels, n_embd] and its bias.
+    pub out: (Vec<f32>, Vec<f32>),
+}
+
+impl ClassifierHead {
+    /// The labels' logits for a first token's state `x` ([n_embd]).
+    pub fn classify(&self, x: &[f32]) -> Vec<f32> {
+        let linear = |(w, b): &(Vec<f32>, Vec<f32>), x: &[f32]| -> Vec<f32> {
+            w.chunks_exact(x.len())
+                .zip(b)
+                .map(|(row, &b)| {
+                    let dot: f64 = row.iter().zip(x).map(|(&a, &v)| a as f64 * v as f64).sum();
+                    (dot + b as f64) as f32
+                })
+                .collect()
+        };
+        match &self.dense {
+            Some(dense) => {
+                let pooled: Vec<f32> = linear(dense, x).into_iter().map(f32::tanh).collect();
+                linear(&self.out, &pooled)
+            }
+            None => linear(&self.out, x),
+        }
+    }
+}
+
 /// The whole encoder as the file holds it.
 pub struct EncoderWeights<M> {
     /// [n_vocab, n_embd], rows gathered one by one.
@@ -66,6 +96,8 @@ pub struct EncoderWeights<M> {
     pub token_types: Vec<f32>,
     pub embd_norm: Norm<Vec<f32>>,
     pub layers: Vec<EncoderLayer<M, Vec<f32>>>,
+    /// A cross-encoder's classifier, where the model has one.
+    pub head: Option<ClassifierHead>,
 }
 
 impl<M> EncoderWeights<M> {
@@ -87,6 +119,7 @@ impl<M> EncoderWeights<M> {
             position_embd: self.position_embd,
             token_types: self.token_types,
             embd_norm: self.embd_norm,
+            head: self.head,
             layers: self
                 .layers
                 .into_iter()
@@ -154,6 +187,20 @@ pub fn read_encoder<'a>(
             ffn_norm: norm(&mut r, &lt.ffn_norm, e)?,
         });
     }
+    let head = match (&t.cls_output, c.n_labels) {
+        (Some(out), Some(labels)) => {
+            let dense = match &t.cls {
+                Some(l) => Some((r.vector(&l.weight, e, e)?, bias(&mut r, l, e)?)),
+                None => None,
+            };
+            let out = (
+                r.vector(&out.weight, labels, e)?,
+                bias(&mut r, out, labels)?,
+            );
+            Some(ClassifierHead { dense, out })
+        }
+        _ => None,
+    };
     r.finish()?;
     Ok(EncoderWeights {
         token_embd,
@@ -161,6 +208,7 @@ pub fn read_encoder<'a>(
         token_types,
         embd_norm,
         layers,
+        head,
     })
 }
 
@@ -196,6 +244,9 @@ fn tensor_names(model: &ResolvedModel) -> Vec<&str> {
     names.extend(t.token_types.as_deref());
     if let Some(n) = &t.embd_norm {
         names.extend(norms(n).into_iter().flatten());
+    }
+    for l in [&t.cls, &t.cls_output].into_iter().flatten() {
+        names.extend(linear(l).into_iter().flatten());
     }
     for l in &t.layers {
         if let QkvTensors::Separate { q, k, v } = &l.qkv {

@@ -1,7 +1,8 @@
 //! BERT's tensor names (BertModel, BertForMaskedLM, BertForSequenceClassification) as
 //! llama.cpp's converter renames them: embeddings, their norm and token types, and each
-//! layer's attention, post-norms and ungated MLP. The pooler and the masked-LM head are
-//! dropped, as llama.cpp drops them.
+//! layer's attention, post-norms and ungated MLP. The masked-LM head is dropped, and so is
+//! the pooler of an embedding model, as llama.cpp drops them; a cross-encoder's pooler (its
+//! classifier's first layer, which llama.cpp's converter drops too) is kept as `cls`.
 
 /// Where a BERT tensor goes.
 pub(crate) enum EncoderName {
@@ -10,8 +11,8 @@ pub(crate) enum EncoderName {
     Skip,
 }
 
-/// `None` for a name that is not BERT's.
-pub(crate) fn encoder_name(name: &str) -> Option<EncoderName> {
+/// `None` for a name that is not BERT's; `classifier`: the checkpoint has a classifier head.
+pub(crate) fn encoder_name(name: &str, classifier: bool) -> Option<EncoderName> {
     let name = name.strip_prefix("bert.").unwrap_or(name);
     // Checkpoints from TensorFlow keep LayerNorm's gamma and beta.
     let name = match (name.strip_suffix(".gamma"), name.strip_suffix(".beta")) {
@@ -20,6 +21,11 @@ pub(crate) fn encoder_name(name: &str) -> Option<EncoderName> {
         _ => name.to_string(),
     };
     let name = name.as_str();
+    match name {
+        "pooler.dense.weight" if classifier => return Some(EncoderName::Global("cls.weight")),
+        "pooler.dense.bias" if classifier => return Some(EncoderName::Global("cls.bias")),
+        _ => {}
+    }
     if name == "embeddings.position_ids"
         || name.starts_with("pooler.")
         || name.starts_with("cls.predictions")

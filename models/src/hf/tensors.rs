@@ -41,6 +41,13 @@ impl Part {
     }
 }
 
+/// Whether the folder holds an encoder, and one with a classifier head.
+#[derive(Clone, Copy)]
+enum Encoder {
+    No,
+    Yes { classifier: bool },
+}
+
 enum Target {
     Global(&'static str),
     Layer(usize, &'static str),
@@ -53,9 +60,9 @@ enum Target {
 }
 
 /// Where a Hugging Face tensor goes; `None` for a name this converter does not know.
-fn target(name: &str, post_attention_is_post_norm: bool, encoder: bool) -> Option<Target> {
-    if encoder {
-        return encoder_name(name).map(|n| match n {
+fn target(name: &str, post_attention_is_post_norm: bool, encoder: Encoder) -> Option<Target> {
+    if let Encoder::Yes { classifier } = encoder {
+        return encoder_name(name, classifier).map(|n| match n {
             EncoderName::Global(g) => Target::Global(g),
             EncoderName::Layer(l, g) => Target::Layer(l, g),
             EncoderName::Skip => Target::Skip,
@@ -218,7 +225,14 @@ pub(crate) fn tensors<'a>(
         .tensors()
         .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
     let tied = config.tied_embeddings();
-    let encoder = family.network == NetworkType::EncoderOnly;
+    let encoder = match family.network {
+        NetworkType::EncoderOnly => Encoder::Yes {
+            classifier: weights
+                .tensors()
+                .any(|(n, _)| n.ends_with("classifier.weight")),
+        },
+        _ => Encoder::No,
+    };
     let n_layer = config.n_layer()? as usize;
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;
@@ -515,7 +529,7 @@ mod tests {
 
     #[test]
     fn names_map_as_llama_cpp_maps_them() {
-        let layer = |name: &str, post: bool| match target(name, post, false) {
+        let layer = |name: &str, post: bool| match target(name, post, Encoder::No) {
             Some(Target::Layer(l, g)) => Some(format!("blk.{l}.{g}")),
             _ => None,
         };
@@ -548,9 +562,13 @@ mod tests {
             })
         ));
         assert!(matches!(
-            target("model.vision_tower.blocks.0.attn.weight", false, false),
+            target(
+                "model.vision_tower.blocks.0.attn.weight",
+                false,
+                Encoder::No
+            ),
             Some(Target::Skip)
         ));
-        assert!(target("model.layers.0.mystery.weight", false, false).is_none());
+        assert!(target("model.layers.0.mystery.weight", false, Encoder::No).is_none());
     }
 }

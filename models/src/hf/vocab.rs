@@ -99,12 +99,7 @@ pub(crate) fn vocabulary(
             set("pre", MetaValue::String("default".into()));
             set("tokens", MetaValue::Array(MetaArray::String(wpm.tokens)));
             set("token_type", MetaValue::Array(MetaArray::I32(wpm.kinds)));
-            // BERT's segment embeddings: sentence A and sentence B.
-            let types = config.u64("type_vocab_size")?.unwrap_or(1);
-            set(
-                "token_type_count",
-                MetaValue::U32(types.min(u32::MAX as u64) as u32),
-            );
+            set("normalizer.lowercase", MetaValue::Bool(wpm.lowercase));
         } else if spm_json::is_sentencepiece_bpe(tokenizer) {
             let spm = spm_json::vocab(&source, tokenizer, &added, n_vocab)?;
             n_tokens = spm.tokens.len();

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 pub(super) struct WordPieceVocab {
     pub tokens: Vec<String>,
     pub kinds: Vec<i32>,
+    /// Whether the normalizer lowercases (an uncased model).
+    pub lowercase: bool,
 }
 
 /// Whether tokenizer.json's model is WordPiece.
@@ -49,5 +51,14 @@ pub(super) fn vocab(
         tokens.push(token);
         kinds.push(kind);
     }
-    Ok(WordPieceVocab { tokens, kinds })
+    let normalizer = tokenizer.get("normalizer").and_then(Value::as_object);
+    let lowercase = normalizer
+        .and_then(|n| n.get("lowercase"))
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    Ok(WordPieceVocab {
+        tokens,
+        kinds,
+        lowercase,
+    })
 }

@@ -19,6 +19,11 @@ pub struct TensorNames {
     pub embd_norm: Option<String>,
     /// The norm after the last block; decoders have one, post-norm encoders none.
     pub output_norm: Option<String>,
+    /// A classifier head over the first token's state (cross-encoders), where the file has
+    /// one: `cls` ([n_embd, n_embd], then tanh: BERT's pooler) and `cls_output`
+    /// ([n_embd, n_labels]).
+    pub cls: Option<String>,
+    pub cls_output: Option<String>,
     pub output: Option<String>,
     /// RoPE frequency divisors, one per rotated pair, where the file has them (Llama 3.1's
     /// `rope_freqs.weight`).

@@ -96,6 +96,10 @@ pub struct ModelTensors {
     pub embd_norm: Option<NormTensors>,
     /// The norm after the last block, where the network has one (every decoder).
     pub output_norm: Option<NormTensors>,
+    /// A classifier head's dense layer and tanh (BERT's pooler), where the file has one.
+    pub cls: Option<Linear>,
+    /// A classifier head's output layer, [n_embd, n_labels], where the file has one.
+    pub cls_output: Option<Linear>,
     /// [n_embd, n_vocab]; equal to `token_embd` when the embeddings are tied.
     pub output: String,
     pub tied_embeddings: bool,
@@ -160,6 +164,17 @@ impl ModelSpec {
             _ => None,
         };
         let in_file = |n: &Option<String>| n.clone().filter(|n| c.file.tensor(n).is_some());
+        let cls = match in_file(&names.cls) {
+            Some(n) => Some(c.linear(&n, e, e, true)?),
+            None => None,
+        };
+        let cls_output = match in_file(&names.cls_output) {
+            Some(n) => {
+                let labels = c.file.tensor(&n).and_then(|t| t.shape.get(1).copied());
+                Some(c.linear(&n, e, labels.unwrap_or(1).max(1), true)?)
+            }
+            None => None,
+        };
         let rope_factors = match (hp.rope, in_file(&names.rope_factors_long)) {
             (Some(r), Some(long)) => {
                 let short = names.rope_factors_short.clone().unwrap_or_default();
@@ -318,6 +333,8 @@ impl ModelSpec {
             token_types,
             embd_norm,
             output_norm,
+            cls,
+            cls_output,
             output,
             tied_embeddings: tied,
             rope_freqs,

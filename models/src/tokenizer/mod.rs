@@ -299,7 +299,11 @@ impl Tokenizer {
                 let unk = special
                     .unk
                     .map_or("[UNK]", |id| pieces[id as usize].as_str());
-                let wpm = WpmModel::new(&pieces, &types, unk)
+                // llama.cpp's files say whether the model is cased; older ones are uncased.
+                let lowercase = file
+                    .get::<bool>("tokenizer.ggml.normalizer.lowercase")?
+                    .unwrap_or(true);
+                let wpm = WpmModel::new(&pieces, &types, unk, lowercase)
                     .map_err(|e| Error::metadata(path, "tokenizer.ggml.tokens", e))?;
                 Model::Wpm(wpm)
             }

@@ -26,8 +26,14 @@ pub(super) struct WpmModel {
 }
 
 impl WpmModel {
-    /// The model over GGUF's phantom-space `pieces`; `unk` is the unknown token's piece.
-    pub fn new(pieces: &[String], types: &[TokenType], unk: &str) -> Result<Self, String> {
+    /// The model over GGUF's phantom-space `pieces`; `unk` is the unknown token's piece;
+    /// `lowercase` lowercases and strips accents (uncased models, and llama.cpp's default).
+    pub fn new(
+        pieces: &[String],
+        types: &[TokenType],
+        unk: &str,
+        lowercase: bool,
+    ) -> Result<Self, String> {
         let vocab = pieces
             .iter()
             .zip(types)
@@ -40,9 +46,8 @@ impl WpmModel {
             .build()
             .map_err(|e| e.to_string())?;
         Ok(Self {
-            // Clean text, CJK characters apart, accents stripped with lowercasing: what
-            // llama.cpp does for every WordPiece file.
-            normalizer: BertNormalizer::new(true, true, None, true),
+            // Clean text, CJK characters apart, accents stripped with lowercasing.
+            normalizer: BertNormalizer::new(true, true, None, lowercase),
             model,
         })
     }
