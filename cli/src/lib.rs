@@ -18,7 +18,7 @@ use hearth_engine::Placement;
 
 use commands::{
     bench, chat, completions, convert, devices, embed, generate, imatrix, inspect, perplexity,
-    quantize, serve, tokenize, tune,
+    quantize, rerank, serve, tokenize, tune,
 };
 
 #[derive(clap::Parser)]
@@ -65,6 +65,8 @@ enum Command {
     /// Sentence embeddings from an encoder model (all-MiniLM, BGE, E5): one unit-length
     /// vector per text.
     Embed(embed::EmbedArgs),
+    /// Order documents by their relevance to a query with a cross-encoder.
+    Rerank(rerank::RerankArgs),
     /// Write a copy of a model with its weights in another format (Q3H, Q4, Q8, ...).
     Quantize(quantize::QuantizeArgs),
     /// Serve the model over OpenAI's HTTP API (chat, completions, models), with
@@ -183,6 +185,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Inspect(args) => inspect::run(args, choice),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Embed(args) => embed::run(args, choice),
+        Command::Rerank(args) => rerank::run(args, choice),
         Command::Quantize(args) => quantize::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Serve(args) => serve::run(args, choice),

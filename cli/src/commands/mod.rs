@@ -11,6 +11,7 @@ pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
+pub mod rerank;
 pub mod serve;
 pub mod tokenize;
 pub mod tune;

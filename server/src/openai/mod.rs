@@ -3,7 +3,7 @@
 //! `prompt.rs`, whole numbers as JSON Schema counts them in `whole.rs`, what one request may
 //! ask for in `bounds.rs` and the 400 that names a field in `invalid.rs`), and the
 //! responses, stream chunks and errors the server gives (`response.rs`); `/v1/embeddings`'
-//! request and response (`embeddings.rs`).
+//! request and response (`embeddings.rs`); `/v1/rerank`'s (`rerank.rs`).
 
 mod bounds;
 mod embeddings;
@@ -11,6 +11,7 @@ mod invalid;
 mod messages;
 mod prompt;
 mod request;
+mod rerank;
 mod response;
 mod tools;
 mod whole;
@@ -20,5 +21,6 @@ pub use invalid::Invalid;
 pub use messages::Message;
 pub use prompt::{Prompt, PromptPart};
 pub use request::*;
+pub use rerank::*;
 pub use response::*;
 pub use tools::{ToolChoice, ToolRequest};

@@ -5,6 +5,7 @@
 //!   shapes both share (`answer.rs`);
 //! - `models.rs`: `/v1/models` and which model a request may name;
 //! - `embeddings.rs`: `/v1/embeddings`;
+//! - `rerank.rs`: `/v1/rerank` (and llama.cpp's `/rerank`, `/v1/reranking`);
 //! - `health.rs`: `/health`, `/metrics` and the count of answers behind it;
 //! - `openapi.rs`: `/openapi.json`, the API's description derived from its types;
 //! - `auth.rs`: the API key;
@@ -21,6 +22,7 @@ mod error;
 mod health;
 mod models;
 mod openapi;
+mod rerank;
 mod stream;
 mod submit;
 
@@ -44,6 +46,9 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/v1/reranking", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .layer(from_fn_with_state(state.clone(), auth::authorize));
     Router::new()
         .route("/health", get(health::health))

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{completions, embeddings, health, models};
+use super::{completions, embeddings, health, models, rerank};
 use crate::openai;
 
 #[derive(OpenApi)]
@@ -21,6 +21,7 @@ use crate::openai;
         completions::chat,
         completions::completions,
         embeddings::embeddings,
+        rerank::rerank,
         models::models,
         models::model,
         health::health,
@@ -32,6 +33,7 @@ use crate::openai;
         openai::CompletionRequest,
         openai::Completion,
         openai::EmbeddingList,
+        openai::RerankList,
         openai::ErrorBody,
     )),
     modifiers(&Bearer)

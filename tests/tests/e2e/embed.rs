@@ -66,3 +66,42 @@ fn embed_errors_say_what_to_do() {
     let err = error_of(&["generate", "-m", &model, "-p", "hello", "-n", "4"]);
     assert!(err.contains("hearth embed"), "{err}");
 }
+
+/// `hearth rerank` with the conformance suite's random-weight cross-encoder: documents in
+/// the order of transformers' scores, with those scores; an embedding model is refused.
+#[test]
+fn rerank_prints_documents_by_relevance() {
+    let Some(dir) = hearth_testkit::conformance_model("bert-rerank") else {
+        return;
+    };
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let cases = reference["cases"].as_array().unwrap();
+    let hf = dir.join("hf");
+    let mut args = vec![
+        "rerank",
+        "-m",
+        hf.to_str().unwrap(),
+        "-q",
+        reference["query"].as_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    args.extend(cases.iter().map(|c| c["document"].as_str().unwrap()));
+    let out = json_of(&args);
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results.len(), cases.len());
+    let mut last = f64::INFINITY;
+    for r in results {
+        let score = r["relevance_score"].as_f64().unwrap();
+        let want = cases[r["index"].as_u64().unwrap() as usize]["score"]
+            .as_f64()
+            .unwrap();
+        assert!((score - want).abs() < 1e-4 && score <= last, "{out}");
+        last = score;
+    }
+    let Some(model) = minilm() else { return };
+    let err = error_of(&["rerank", "-m", &model, "-q", "q", "d"]);
+    assert!(err.contains("cross-encoder"), "{err}");
+}

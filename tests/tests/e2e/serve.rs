@@ -728,3 +728,64 @@ fn the_openai_python_client_embeds() {
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["choices"][0]["text"], GREEDY_TEXT);
 }
+
+/// A cross-encoder served alone (the conformance suite's random-weight one, made by
+/// transformers): `/v1/rerank` orders the documents by transformers' scores, honours `top_n`
+/// and `return_documents`, and answers at llama.cpp's `/rerank` too; bad requests name the
+/// field.
+#[test]
+fn rerank_orders_documents_as_transformers_scores_them() {
+    let Some(dir) = hearth_testkit::conformance_model("bert-rerank") else {
+        return;
+    };
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let cases = reference["cases"].as_array().unwrap();
+    let docs: Vec<&str> = cases
+        .iter()
+        .map(|c| c["document"].as_str().unwrap())
+        .collect();
+    let want: Vec<f64> = cases.iter().map(|c| c["score"].as_f64().unwrap()).collect();
+    let hf = dir.join("hf");
+    let server = start(hf.to_str().unwrap(), &["--alias", "ranker"]);
+    let ask = |path: &str, body: Value| {
+        let (status, text) = request(
+            &server.addr,
+            "POST",
+            path,
+            Some(KEY),
+            body.to_string().as_bytes(),
+        );
+        (status, serde_json::from_str::<Value>(&text).unwrap())
+    };
+    let body = json!({ "model": "ranker", "query": reference["query"], "documents": docs,
+                       "top_n": 3, "return_documents": true });
+    let (status, answer) = ask("/v1/rerank", body.clone());
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    let mut order: Vec<usize> = (0..want.len()).collect();
+    order.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+    for (r, &i) in results.iter().zip(&order) {
+        assert_eq!(r["index"], i, "{answer}");
+        let score = r["relevance_score"].as_f64().unwrap();
+        assert!(
+            (score - want[i]).abs() < 1e-4,
+            "{score} against {}",
+            want[i]
+        );
+        assert_eq!(r["document"]["text"], docs[i]);
+    }
+    assert!(answer["usage"]["prompt_tokens"].as_u64().unwrap() > 20);
+    let (status, same) = ask("/rerank", body);
+    assert_eq!((status, &same["results"]), (200, &answer["results"]));
+    let (status, bad) = ask("/v1/rerank", json!({ "query": "q", "documents": [] }));
+    assert_eq!(status, 400);
+    assert_eq!(bad["error"]["param"], "documents");
+    let (status, bad) = ask(
+        "/v1/rerank",
+        json!({ "model": "other", "query": "q", "documents": ["d"] }),
+    );
+    assert_eq!(status, 404, "{bad}");
+}
