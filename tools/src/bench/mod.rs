@@ -7,8 +7,10 @@
 //! - [`bench_serving`]: throughput and latency of a stream of requests served by continuous
 //!   and by static batching;
 //! - [`bench_kernels`]: the kernels' speed on a device, beside the memory bandwidth that
-//!   bounds them.
+//!   bounds them;
+//! - [`bench_embed`]: an embedding model's sentences per second at each batch size.
 
+pub mod embed;
 pub mod kernels;
 pub mod model;
 mod params;
@@ -16,6 +18,7 @@ pub mod report;
 pub mod serving;
 mod stats;
 
+pub use embed::{bench_embed, EmbedBenchParams, EmbedBenchRow};
 pub use kernels::{bench_kernels, KernelBenchParams, KernelReport, KernelRow};
 pub use model::{bench_model, ModelBenchParams, ModelSource, Test};
 pub use report::{BenchRow, KvSummary, PlacementReport};
