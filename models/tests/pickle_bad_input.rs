@@ -11,7 +11,10 @@ use hearth_models::pickle::{read_checkpoint, Dtype};
 
 const PATH: &str = "/models/x/pytorch_model.bin";
 
-fn read(file: &[u8]) -> Result<Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, String> {
+/// A tensor read: name, type, shape and bytes.
+type Read = (String, Dtype, Vec<usize>, Vec<u8>);
+
+fn read(file: &[u8]) -> Result<Vec<Read>, String> {
     let tensors = read_checkpoint(Path::new(PATH), file).map_err(|e| e.to_string())?;
     Ok(tensors
         .into_iter()
@@ -21,7 +24,7 @@ fn read(file: &[u8]) -> Result<Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, String
 
 /// The error reading `file`, which must name the file.
 fn refusal(file: &[u8]) -> String {
-    let err = read(file).err().expect("refused");
+    let err = read(file).expect_err("refused");
     assert!(err.starts_with(PATH), "{err}");
     err
 }

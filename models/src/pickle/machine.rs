@@ -436,7 +436,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A new object in the arena.
-    fn new(&mut self, object: Object) -> Step<Value> {
+    fn create(&mut self, object: Object) -> Step<Value> {
         if self.objects.len() >= MAX_OBJECTS {
             return Err(format!("more than {MAX_OBJECTS} objects"));
         }
@@ -446,7 +446,7 @@ impl<'a> Machine<'a> {
 
     /// A new object, pushed.
     fn alloc(&mut self, object: Object) -> Step<()> {
-        let value = self.new(object)?;
+        let value = self.create(object)?;
         self.push(value)
     }
 
@@ -547,7 +547,7 @@ impl<'a> Machine<'a> {
                 if !args.is_empty() {
                     return Err(wrong("arguments"));
                 }
-                self.new(Object::Dict(Vec::new()))
+                self.create(Object::Dict(Vec::new()))
             }
             Global::RebuildTensor | Global::RebuildTensorV2 => {
                 let arity = match global {
@@ -558,7 +558,7 @@ impl<'a> Machine<'a> {
                     return Err(wrong(&format!("{} arguments", args.len())));
                 }
                 let tensor = self.tensor(&args).map_err(|e| wrong(&e))?;
-                self.new(Object::Tensor(tensor))
+                self.create(Object::Tensor(tensor))
             }
             Global::RebuildParameter => match args.as_slice() {
                 [data, _, _] if matches!(self.object(*data), Some(Object::Tensor(_))) => Ok(*data),
