@@ -665,3 +665,66 @@ fn pairs(items: Vec<Value>) -> Step<Vec<(Value, Value)>> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ops: &[u8]) -> Result<Pickled, String> {
+        unpickle(&[&[PROTO, 2], ops, &[STOP]].concat())
+    }
+
+    #[test]
+    fn ints_of_every_width_sign_extend() {
+        let cases: [(&[u8], i64); 6] = [
+            (&[BININT1, 0xff], 255),
+            (&[BININT2, 0xff, 0xff], 65535),
+            (&[BININT, 0xff, 0xff, 0xff, 0xff], -1),
+            (&[LONG1, 0], 0),
+            (&[LONG1, 1, 0x80], -128),
+            (&[LONG1, 2, 0x80, 0x00], 128),
+        ];
+        for (ops, want) in cases {
+            assert_eq!(run(ops).unwrap().root, Value::Int(want), "{ops:?}");
+        }
+        let wide = run(&[LONG1, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        assert!(matches!(wide.object(wide.root), Some(Object::BigInt(b)) if b.len() == 9));
+    }
+
+    #[test]
+    fn a_memoized_list_is_the_list_appended_to_later() {
+        // [] memoized, appended to, then fetched: one list, holding the item.
+        let p = run(&[EMPTY_LIST, BINPUT, 0, BININT1, 7, APPEND, POP, BINGET, 0]).unwrap();
+        match p.object(p.root) {
+            Some(Object::List(items)) => assert_eq!(items, &[Value::Int(7)]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_below_a_mark_are_out_of_reach_until_it_closes() {
+        assert_eq!(
+            run(&[BININT1, 3, NONE, MARK, POP, POP]).unwrap().root,
+            Value::Int(3)
+        );
+        let err = run(&[NONE, MARK, DUP]).unwrap_err();
+        assert!(err.contains("stack underflow"), "{err}");
+        let p = run(&[NONE, MARK, NEWTRUE, NEWFALSE, TUPLE]).unwrap();
+        match p.object(p.root) {
+            Some(Object::Tuple(items)) => {
+                assert_eq!(items, &[Value::Bool(true), Value::Bool(false)])
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_frame_or_string_past_the_end_is_refused_before_reading() {
+        let err = run(&[FRAME, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]).unwrap_err();
+        assert!(err.contains("runs past the end"), "{err}");
+        let err = run(&[BINUNICODE8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap_err();
+        assert!(err.contains("truncated"), "{err}");
+        let err = run(&[BINUNICODE, 2, 0, 0, 0, 0xc3, 0x28]).unwrap_err();
+        assert!(err.contains("not UTF-8"), "{err}");
+    }
+}
