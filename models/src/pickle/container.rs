@@ -20,7 +20,8 @@ use std::ops::Range;
 
 use zip::{CompressionMethod, ZipArchive};
 
-use super::machine::{unpickle, Object, Pickled, Value};
+use super::machine::unpickle;
+use super::value::{Object, Pickled, Value};
 
 /// A checkpoint's pickle and the bytes of each storage it declares.
 pub(super) struct Loaded {

@@ -10,6 +10,7 @@
 //!
 //! - `opcodes`: the opcodes and their names;
 //! - `globals`: the allow-list and the storage classes' element types;
+//! - `value`: what a pickle builds, objects in an arena;
 //! - `machine`: the interpreter, bounded in stack, nesting, memo and objects;
 //! - `container`: the zip layout (torch 1.6 and later) and the legacy one;
 //! - `tensor`: the state dict as named tensors.
@@ -19,6 +20,7 @@ mod globals;
 mod machine;
 mod opcodes;
 mod tensor;
+mod value;
 
 use std::collections::BTreeMap;
 use std::path::Path;

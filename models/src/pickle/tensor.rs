@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::container::Loaded;
 use super::globals::Dtype;
-use super::machine::{Object, TensorDecl};
+use super::value::{Object, TensorDecl};
 use crate::error::{Error, Result};
 
 /// One tensor of a checkpoint.
