@@ -142,6 +142,11 @@ impl SafetensorsWeights {
         let mut shards = Vec::with_capacity(files.len());
         let mut tensors = BTreeMap::new();
         for (i, name) in files.iter().enumerate() {
+            // An index names files beside it, never a path out of the folder.
+            if Path::new(name).file_name() != Some(name.as_ref()) {
+                let reason = format!("shard `{name}` is not a file name in the folder");
+                return Err(safetensors_error(&index_path, reason));
+            }
             let path = dir.join(name);
             if !path.is_file() {
                 let reason = match &placed {
