@@ -37,6 +37,11 @@ pub enum Error {
     /// A safetensors weight file or its index is missing or malformed.
     #[error("{}: {reason}", path.display())]
     Safetensors { path: PathBuf, reason: String },
+    /// A PyTorch checkpoint (`.bin`) is malformed, or asks for what a data-only reader
+    /// refuses (a global outside the allow-list, an opcode it does not read); `reason` names
+    /// the entry or pickle, the byte, and the global or storage.
+    #[error("{}: {reason}", path.display())]
+    Checkpoint { path: PathBuf, reason: String },
     /// A tensor the model spec requires is missing or disagrees with the spec.
     #[error("{}: tensor `{tensor}`: {reason}", path.display())]
     Tensor {

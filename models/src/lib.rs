@@ -10,6 +10,7 @@
 //!   that message text stays text.
 //! - [`resolve`]: finding a model by name in the models directory.
 //! - [`hf`]: Hugging Face folders (safetensors and tokenizer files) converted to GGUF.
+//! - [`pickle`]: PyTorch checkpoints (`pytorch_model.bin`) read as data, never executed.
 //! - [`synthetic`]: GGUF files of a given shape, built in memory, for benchmarks and tests.
 //!
 //! Loading a GGUF model for execution:
@@ -45,6 +46,7 @@ pub mod error;
 pub mod ggml_type;
 pub mod gguf;
 pub mod hf;
+pub mod pickle;
 pub mod resolve;
 pub mod safetensors;
 pub mod spec;

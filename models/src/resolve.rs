@@ -70,9 +70,7 @@ pub fn list_models(dir: &Path) -> Result<Vec<ModelEntry>> {
             continue;
         }
         let (name, format) = if path.is_dir() {
-            let weights = path.join("model.safetensors").is_file()
-                || path.join("model.safetensors.index.json").is_file();
-            if !(path.join("config.json").is_file() && weights) {
+            if !crate::hf::is_model_folder(&path) {
                 continue;
             }
             (file_name.to_string(), ModelFormat::SafetensorsDir)

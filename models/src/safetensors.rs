@@ -1,6 +1,10 @@
 //! Hugging Face weights in a model directory: one `model.safetensors`, or the shards that
-//! `model.safetensors.index.json` lists. Each file is memory-mapped and its header parsed by
-//! the `safetensors` crate; a tensor is its dtype, its shape and a slice of the mapped bytes.
+//! `model.safetensors.index.json` lists; where neither is present, PyTorch checkpoints in the
+//! same arrangement (`pytorch_model.bin`, or `pytorch_model.bin.index.json` and its shards),
+//! as transformers prefers safetensors when a folder has both. Each file is memory-mapped and
+//! read by its own reader (the `safetensors` crate's header parser, or [`crate::pickle`]);
+//! either way a tensor is its dtype, its shape and a slice of the mapped bytes, so what
+//! converts the folder never knows which kind of file it came from.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -12,10 +16,46 @@ use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::pickle::{self, Dtype as PickleDtype};
 
 /// The single-file name, and the index of a sharded model.
 pub const SINGLE: &str = "model.safetensors";
 pub const INDEX: &str = "model.safetensors.index.json";
+
+/// Whether `dir` holds weights [`SafetensorsWeights::open`] reads: safetensors or PyTorch
+/// checkpoints, one file or an index.
+pub fn has_weights(dir: &Path) -> bool {
+    [SINGLE, INDEX, pickle::SINGLE, pickle::INDEX]
+        .iter()
+        .any(|name| dir.join(name).is_file())
+}
+
+/// The kind of file a folder's weights are in.
+#[derive(Clone, Copy)]
+enum Format {
+    Safetensors,
+    Pickle,
+}
+
+impl Format {
+    /// Safetensors where the folder has them, else PyTorch checkpoints where it has those.
+    fn of(dir: &Path) -> Format {
+        let has = |name: &str| dir.join(name).is_file();
+        if !has(SINGLE) && !has(INDEX) && (has(pickle::SINGLE) || has(pickle::INDEX)) {
+            Format::Pickle
+        } else {
+            Format::Safetensors
+        }
+    }
+
+    /// The single file's name and the index's.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Format::Safetensors => (SINGLE, INDEX),
+            Format::Pickle => (pickle::SINGLE, pickle::INDEX),
+        }
+    }
+}
 
 /// A tensor's element type, as far as Hearth reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +75,15 @@ impl Element {
             Dtype::F16 => Element::F16,
             Dtype::BF16 => Element::BF16,
             other => Element::Other(format!("{other:?}")),
+        }
+    }
+
+    fn of_pickle(dtype: PickleDtype) -> Self {
+        match dtype {
+            PickleDtype::F32 => Element::F32,
+            PickleDtype::F16 => Element::F16,
+            PickleDtype::BF16 => Element::BF16,
+            other => Element::Other(other.name().to_string()),
         }
     }
 
@@ -58,7 +107,8 @@ pub struct SafeTensorInfo {
     bytes: Range<usize>,
 }
 
-/// A model directory's safetensors weights, memory-mapped.
+/// A model directory's weights, memory-mapped: safetensors, or PyTorch checkpoints where the
+/// folder has no safetensors.
 pub struct SafetensorsWeights {
     shards: Vec<(PathBuf, Mmap)>,
     tensors: BTreeMap<String, SafeTensorInfo>,
@@ -70,11 +120,14 @@ struct Index {
 }
 
 impl SafetensorsWeights {
-    /// Opens `dir`'s weights: the shards its index lists, else `model.safetensors`. A shard
-    /// that the index names but the directory lacks, a tensor the index places in a shard
-    /// that does not hold it, and a file that is not safetensors are errors naming the file.
+    /// Opens `dir`'s weights: the shards its index lists, else the single file (safetensors
+    /// first, then PyTorch checkpoints). A shard that the index names but the directory lacks,
+    /// a tensor the index places in a shard that does not hold it, and a file that is not what
+    /// its name says are errors naming the file.
     pub fn open(dir: &Path) -> Result<Self> {
-        let index_path = dir.join(INDEX);
+        let format = Format::of(dir);
+        let (single, index_name) = format.names();
+        let index_path = dir.join(index_name);
         let (files, placed) = if index_path.is_file() {
             let text = std::fs::read(&index_path).map_err(|e| Error::io(&index_path, e))?;
             let index: Index = serde_json::from_slice(&text)
@@ -84,16 +137,25 @@ impl SafetensorsWeights {
             files.dedup();
             (files, Some(index.weight_map))
         } else {
-            (vec![SINGLE.to_string()], None)
+            (vec![single.to_string()], None)
         };
         let mut shards = Vec::with_capacity(files.len());
         let mut tensors = BTreeMap::new();
         for (i, name) in files.iter().enumerate() {
+            // An index names files beside it, never a path out of the folder.
+            if Path::new(name).file_name() != Some(name.as_ref()) {
+                let reason = format!("shard `{name}` is not a file name in the folder");
+                return Err(safetensors_error(&index_path, reason));
+            }
             let path = dir.join(name);
             if !path.is_file() {
                 let reason = match &placed {
-                    Some(_) => format!("shard `{name}`, which {INDEX} lists, is missing"),
-                    None => format!("neither {SINGLE} nor {INDEX} is here"),
+                    Some(_) => format!("shard `{name}`, which {index_name} lists, is missing"),
+                    None => format!(
+                        "no weights: neither {SINGLE} nor {INDEX} is here (nor {} or {})",
+                        pickle::SINGLE,
+                        pickle::INDEX
+                    ),
                 };
                 return Err(safetensors_error(dir, reason));
             }
@@ -102,17 +164,11 @@ impl SafetensorsWeights {
             // SAFETY: the map is read-only and lives as long as `self`; a file changed under
             // it by another process shows up as wrong values, not as memory unsafety here.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-            let parsed = SafeTensors::deserialize(&map)
-                .map_err(|e| safetensors_error(&path, format!("not a safetensors file: {e}")))?;
-            let base = map.as_ptr() as usize;
-            for (tensor, view) in parsed.tensors() {
-                let start = view.data().as_ptr() as usize - base;
-                let info = SafeTensorInfo {
-                    element: Element::of(view.dtype()),
-                    shape: view.shape().to_vec(),
-                    shard: i,
-                    bytes: start..start + view.data().len(),
-                };
+            let found = match format {
+                Format::Safetensors => safetensors_tensors(&path, &map, i)?,
+                Format::Pickle => pickle_tensors(&path, &map, i)?,
+            };
+            for (tensor, info) in found {
                 if tensors.insert(tensor.clone(), info).is_some() {
                     return Err(safetensors_error(
                         &path,
@@ -159,6 +215,43 @@ impl SafetensorsWeights {
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.shards.iter().map(|(p, _)| p.as_path())
     }
+}
+
+/// The tensors of the safetensors file `map`, shard `shard` of the folder.
+fn safetensors_tensors(
+    path: &Path,
+    map: &[u8],
+    shard: usize,
+) -> Result<Vec<(String, SafeTensorInfo)>> {
+    let parsed = SafeTensors::deserialize(map)
+        .map_err(|e| safetensors_error(path, format!("not a safetensors file: {e}")))?;
+    let base = map.as_ptr() as usize;
+    let tensors = parsed.tensors().into_iter().map(|(tensor, view)| {
+        let start = view.data().as_ptr() as usize - base;
+        let info = SafeTensorInfo {
+            element: Element::of(view.dtype()),
+            shape: view.shape().to_vec(),
+            shard,
+            bytes: start..start + view.data().len(),
+        };
+        (tensor, info)
+    });
+    Ok(tensors.collect())
+}
+
+/// The tensors of the PyTorch checkpoint `map`, shard `shard` of the folder.
+fn pickle_tensors(path: &Path, map: &[u8], shard: usize) -> Result<Vec<(String, SafeTensorInfo)>> {
+    let tensors = pickle::read_checkpoint(path, map)?;
+    let tensors = tensors.into_iter().map(|(name, t)| {
+        let info = SafeTensorInfo {
+            element: Element::of_pickle(t.dtype),
+            shape: t.shape,
+            shard,
+            bytes: t.bytes,
+        };
+        (name, info)
+    });
+    Ok(tensors.collect())
 }
 
 fn safetensors_error(path: &Path, reason: String) -> Error {

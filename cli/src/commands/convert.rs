@@ -33,8 +33,8 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     let dir = args.models.resolve(&args.dir)?;
     if !is_model_folder(&dir) {
         bail!(
-            "{} is not a Hugging Face model folder (config.json beside model.safetensors or \
-             model.safetensors.index.json)",
+            "{} is not a Hugging Face model folder (config.json beside model.safetensors, \
+             model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json)",
             dir.display()
         );
     }

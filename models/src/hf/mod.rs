@@ -47,12 +47,10 @@ pub fn open_model(path: &Path) -> Result<GgufFile> {
     }
 }
 
-/// Whether `path` is a Hugging Face model folder: `config.json` beside safetensors weights.
+/// Whether `path` is a Hugging Face model folder: `config.json` beside safetensors weights
+/// or PyTorch checkpoints (`pytorch_model.bin`), one file or an index.
 pub fn is_model_folder(path: &Path) -> bool {
-    path.is_dir()
-        && path.join("config.json").is_file()
-        && (path.join(crate::safetensors::SINGLE).is_file()
-            || path.join(crate::safetensors::INDEX).is_file())
+    path.is_dir() && path.join("config.json").is_file() && crate::safetensors::has_weights(path)
 }
 
 /// `general.architecture` for the folder at `dir` when it is a model folder of a family Hearth

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod torch_pickle;
+
 /// A fresh, empty scratch directory under the system temp dir for one test.
 pub fn scratch_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hearth-models-{test}-{}", std::process::id()));
