@@ -15,8 +15,9 @@ use hearth_model::encoder::{pool, Encoder, EncoderInput};
 use hearth_model::{Error, ProgressFn, Result};
 use hearth_models::{resolve_with, GgufFile, ResolvedModel, Tokenizer};
 use hearth_reference::RefEncoder;
+use hearth_vulkan::VkEncoder;
 
-use crate::{BackendKind, EngineOptions};
+use crate::{BackendKind, EngineOptions, Placement};
 
 /// Most tokens one step of the executor takes.
 pub const BATCH_TOKENS: usize = 8192;
@@ -50,9 +51,11 @@ pub fn is_encoder(path: &Path, spec: Option<&hearth_models::ModelSpec>) -> Resul
 }
 
 impl Embedder {
-    /// Opens `path` and loads its encoder onto the executor `options` name. Encoders run on
-    /// the native CPU executor, or the CPU reference; a Vulkan choice runs on the CPU
-    /// executor, which the device string says.
+    /// Opens `path` and loads its encoder onto the executor `options` name: the native CPU
+    /// executor, the CPU reference, or a Vulkan device. A Vulkan choice naming no device runs
+    /// on the best device where one is a GPU, and on the CPU executor where the only Vulkan
+    /// devices are CPUs (as [`Placement::default_for_host`] chooses); the device string says
+    /// which.
     pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
         let file = hearth_models::open_model(path)?;
         Self::load_file(file, options, progress)
@@ -70,6 +73,15 @@ impl Embedder {
                 Box::new(RefEncoder::load(&file, &model, progress)?),
                 "CPU reference".into(),
             ),
+            BackendKind::Vulkan if on_device(options) => {
+                // An encoder runs on one device: the first one named.
+                let devices = crate::split::load::open_devices(options)?;
+                let Some(device) = devices.into_iter().next() else {
+                    return Err(Error::options("device", "no Vulkan device to open"));
+                };
+                let m = VkEncoder::load(&device, &file, &model, progress)?;
+                (Box::new(m), device.info().name.clone())
+            }
             BackendKind::Cpu | BackendKind::Vulkan => {
                 let cpu = CpuOptions {
                     threads: options.threads,
@@ -197,6 +209,14 @@ impl Embedder {
         }
         Ok(())
     }
+}
+
+/// Whether a Vulkan choice runs on a device: one it names, or without one, the best where
+/// some device is a GPU.
+fn on_device(options: &EngineOptions) -> bool {
+    options.device.is_some()
+        || !options.devices.is_empty()
+        || Placement::default_for_host() != Placement::Cpu
 }
 
 /// The cosine similarity of two vectors.
