@@ -77,10 +77,7 @@ fn assert_states_close(got: &[Vec<f32>], want: &[Vec<f32>], tolerance: f32, what
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.len(), w.len(), "{what}: text {i}'s states");
         let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
-        let diff = g
-            .iter()
-            .zip(w)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let diff = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(
             diff <= tolerance * scale,
             "{what}: text {i} differs by {diff} (largest {scale})"
@@ -103,7 +100,10 @@ fn minilm_hidden_states_match_the_reference() {
     let want = reference.encode(&batch).unwrap();
     let got = vk.encode(&batch).unwrap();
     let worst = assert_states_close(&got, &want, 1e-4, "MiniLM f32");
-    eprintln!("MiniLM on {}: worst difference {worst:e} relative", dev.info().name);
+    eprintln!(
+        "MiniLM on {}: worst difference {worst:e} relative",
+        dev.info().name
+    );
     // One text alone gets the states it gets in the batch.
     let alone = vk.encode(&batch[2..3]).unwrap();
     assert_states_close(&alone, &got[2..3], 1e-5, "alone");
@@ -141,7 +141,10 @@ fn minilm_embeddings_on_vulkan_match_sentence_transformers() {
         assert!(sim >= 1.0 - 1e-4, "{:?}: cosine {sim}", c["text"]);
         worst = worst.min(sim);
     }
-    eprintln!("MiniLM embeddings on {}: cosine >= {worst}", m.info().device);
+    eprintln!(
+        "MiniLM embeddings on {}: cosine >= {worst}",
+        m.info().device
+    );
 }
 
 /// MiniLM's matrices quantized in memory, Q8_0 and Q4_K (whose 256-value blocks fit only the
@@ -159,8 +162,8 @@ fn quantized_minilm_matches_the_reference() {
     let dev = device(index);
     let batch = batch();
     for format in [Format::Q8, Format::Q4_K] {
-        let quantized = quantize_in_memory(&file, &QuantizeOptions::new(format), &mut |_| true)
-            .unwrap();
+        let quantized =
+            quantize_in_memory(&file, &QuantizeOptions::new(format), &mut |_| true).unwrap();
         let model = resolve_with(&quantized, None).unwrap();
         let mut vk = VkEncoder::load(&dev, &quantized, &model, &mut |_| true).unwrap();
         let mut reference = RefEncoder::load(&quantized, &model, &mut |_| true).unwrap();
