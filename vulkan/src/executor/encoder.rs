@@ -345,7 +345,10 @@ impl Encoder for VkEncoder {
         while start < batch.len() {
             let mut end = start;
             let mut tokens = 0;
-            while end < batch.len() && tokens + batch[end].tokens.len() <= self.max_step {
+            // At least one text a step (none is longer than a step: see `max_step_tokens`).
+            while end < batch.len()
+                && (end == start || tokens + batch[end].tokens.len() <= self.max_step)
+            {
                 tokens += batch[end].tokens.len();
                 end += 1;
             }
