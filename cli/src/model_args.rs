@@ -414,6 +414,27 @@ pub(crate) fn parse_format(s: &str) -> std::result::Result<Format, String> {
         .ok_or_else(|| format!("unknown format `{s}`; valid formats: {}", valid_formats()))
 }
 
+/// Runs `load` with a progress bar of the bytes read on stderr (hidden when stderr is not a
+/// terminal).
+pub fn with_load_bar<T>(load: impl FnOnce(&mut ProgressFn) -> T) -> T {
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template(
+            "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let loaded = load(&mut |p| {
+        bar.set_length(p.total_bytes);
+        bar.set_position(p.done_bytes);
+        bar.set_message(p.tensor.to_string());
+        true
+    });
+    bar.finish_and_clear();
+    loaded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,25 +460,4 @@ mod tests {
         assert!(parse_kv_budget("lots").is_err());
         assert!(parse_kv_budget("0").is_err());
     }
-}
-
-/// Runs `load` with a progress bar of the bytes read on stderr (hidden when stderr is not a
-/// terminal).
-pub fn with_load_bar<T>(load: impl FnOnce(&mut ProgressFn) -> T) -> T {
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template(
-            "loading {msg:24!} [{bar:30}] {bytes}/{total_bytes} ({elapsed})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let loaded = load(&mut |p| {
-        bar.set_length(p.total_bytes);
-        bar.set_position(p.done_bytes);
-        bar.set_message(p.tensor.to_string());
-        true
-    });
-    bar.finish_and_clear();
-    loaded
 }

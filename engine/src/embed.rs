@@ -15,6 +15,7 @@ use hearth_model::encoder::{pool, Encoder, EncoderInput};
 use hearth_model::{Error, ProgressFn, Result};
 use hearth_models::{resolve_with, GgufFile, ResolvedModel, Tokenizer};
 use hearth_reference::RefEncoder;
+use hearth_vulkan::VkEncoder;
 
 use crate::{BackendKind, EngineOptions};
 
@@ -50,9 +51,10 @@ pub fn is_encoder(path: &Path, spec: Option<&hearth_models::ModelSpec>) -> Resul
 }
 
 impl Embedder {
-    /// Opens `path` and loads its encoder onto the executor `options` name. Encoders run on
-    /// the native CPU executor, or the CPU reference; a Vulkan choice runs on the CPU
-    /// executor, which the device string says.
+    /// Opens `path` and loads its encoder onto the executor `options` name: the native CPU
+    /// executor, the CPU reference, or a Vulkan device (`options.device`, else the best;
+    /// frontends choose between the CPU executor and a device with
+    /// [`Placement`](crate::Placement), as for decoders).
     pub fn load(path: &Path, options: &EngineOptions, progress: &mut ProgressFn) -> Result<Self> {
         let file = hearth_models::open_model(path)?;
         Self::load_file(file, options, progress)
@@ -70,7 +72,16 @@ impl Embedder {
                 Box::new(RefEncoder::load(&file, &model, progress)?),
                 "CPU reference".into(),
             ),
-            BackendKind::Cpu | BackendKind::Vulkan => {
+            BackendKind::Vulkan => {
+                // An encoder runs on one device: the first one named.
+                let devices = crate::split::load::open_devices(options)?;
+                let Some(device) = devices.into_iter().next() else {
+                    return Err(Error::options("device", "no Vulkan device to open"));
+                };
+                let m = VkEncoder::load(&device, &file, &model, progress)?;
+                (Box::new(m), device.info().name.clone())
+            }
+            BackendKind::Cpu => {
                 let cpu = CpuOptions {
                     threads: options.threads,
                     isa: options.isa,

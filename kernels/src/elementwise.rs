@@ -1,10 +1,12 @@
-//! Elementwise kernels: gated activations (SwiGLU, GeGLU) and GELU.
+//! Elementwise kernels: gated activations (SwiGLU, GeGLU), and a bias with an activation
+//! (an encoder's linear layers).
 
 use bytemuck::{Pod, Zeroable};
-use hearth_shaders::{GELU, SWIGLU};
+use hearth_shaders::{BIAS_ACT, SWIGLU};
 
 use super::Pipe;
 use crate::vk::{Buffer, Device, Recorder, Result};
+use hearth_model::encoder::EncoderActivation;
 use hearth_model::ops::GatedAct;
 
 #[repr(C)]
@@ -77,34 +79,42 @@ impl SwiGlu {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct GeluPush {
+struct BiasActPush {
     n: u32,
-    exact: u32,
+    cols: u32,
+    act: u32,
 }
 
-pub struct Gelu(Pipe);
+/// A linear layer's output finished in place: its bias added, then an activation.
+pub struct BiasAct(Pipe);
 
-impl Gelu {
+impl BiasAct {
     pub fn new(device: &Device) -> Result<Self> {
-        Pipe::new(device, GELU).map(Self)
+        Pipe::new(device, BIAS_ACT).map(Self)
     }
 
-    /// y = gelu(x) over `n` elements; `exact` picks the erf form over the tanh approximation.
+    /// y = act(y + bias) for y [rows, cols] and bias [cols]; `act` `None` adds the bias only.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        x: &'a Buffer,
         y: &'a Buffer,
-        n: u32,
-        exact: bool,
+        bias: &'a Buffer,
+        (rows, cols): (u32, u32),
+        act: Option<EncoderActivation>,
     ) -> Result<()> {
-        let bytes = n as u64 * 4;
-        let push = GeluPush {
-            n,
-            exact: exact as u32,
+        let n = rows as u64 * cols as u64;
+        let push = BiasActPush {
+            n: n as u32,
+            cols,
+            act: match act {
+                None => 0,
+                Some(EncoderActivation::Gelu) => 1,
+                Some(EncoderActivation::GeluTanh) => 2,
+                Some(EncoderActivation::Relu) => 3,
+            },
         };
-        self.0
-            .dispatch_items(rec, [("x", x, bytes), ("y", y, bytes)], &push, n as u64)
+        let bindings = [("y", y, n * 4), ("bias", bias, cols as u64 * 4)];
+        self.0.dispatch_items(rec, bindings, &push, n)
     }
 }
 
@@ -138,22 +148,36 @@ mod tests {
     }
 
     #[test]
-    fn gelu_matches_reference_in_both_forms() {
+    fn bias_act_matches_reference_for_every_activation() {
         let Some(dev) = device() else { return };
-        let kernel = Gelu::new(&dev).unwrap();
-        for exact in [true, false] {
-            for &n in SIZES {
+        let kernel = BiasAct::new(&dev).unwrap();
+        let acts = [
+            None,
+            Some(EncoderActivation::Gelu),
+            Some(EncoderActivation::GeluTanh),
+            Some(EncoderActivation::Relu),
+        ];
+        for act in acts {
+            for &(rows, cols) in &[(1, 1), (3, 7), (1, 97), (5, 384), (2, 1536), (1, 65_537)] {
                 // Wide range: the tanh form must not overflow for large |x|.
-                let x = random(n, 10, 30.0);
-                let (xb, yb) = (upload(&dev, &x), zeros(&dev, n));
+                let (y, bias) = (random(rows * cols, 10, 30.0), random(cols, 11, 2.0));
+                let (yb, bb) = (upload(&dev, &y), upload(&dev, &bias));
+                let shape = (rows as u32, cols as u32);
                 run(&dev, |rec| {
-                    kernel.record(rec, &xb, &yb, n as u32, exact).unwrap()
+                    kernel.record(rec, &yb, &bb, shape, act).unwrap()
                 });
-                let want = ops::gelu(&x, exact);
+                let mut want: Vec<f32> = y
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| v + bias[i % cols])
+                    .collect();
+                if let Some(act) = act {
+                    act.apply(&mut want);
+                }
                 // The erf approximation is good to 1.5e-7 absolute.
                 assert_close(
-                    &format!("gelu exact={exact} {n}"),
-                    &yb.download(n).unwrap(),
+                    &format!("bias_act {act:?} {rows}x{cols}"),
+                    &yb.download(rows * cols).unwrap(),
                     &want,
                     |i| 2e-6 * want[i].abs() + 1e-6,
                 );

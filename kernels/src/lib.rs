@@ -6,6 +6,7 @@
 //! the Vulkan executor (`hearth-vulkan`) composes these into a model's step.
 
 mod attention;
+mod attn_encoder;
 mod bandwidth;
 mod build_info;
 mod dequant;
@@ -34,10 +35,11 @@ pub mod vk;
 pub use attention::{
     AttnDecode, AttnIo, AttnPrefill, AttnShape, RopeKv, RopeSpec, RopeTable, Scores, StepToken,
 };
+pub use attn_encoder::{AttnEncoder, EncoderAttnIo, TextSpan};
 pub use bandwidth::ReadBandwidth;
 pub use build_info::build_info;
 pub use dequant::Dequant;
-pub use elementwise::{Gelu, SwiGlu};
+pub use elementwise::{BiasAct, SwiGlu};
 pub use embed::{Embed, EmbedArgs};
 pub use kv::{KvCache, KvLayer};
 pub use matmul::{Matmul, MatmulArgs, TILE as MATMUL_TILE};

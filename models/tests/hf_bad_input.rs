@@ -239,11 +239,11 @@ fn a_missing_expert_is_named() {
 #[test]
 fn unknown_families_tensors_and_types_are_named() {
     let mut c = config(false);
-    c["architectures"] = json!(["BertModel"]);
-    let f = folder("bert", &c, &tensors(false));
+    c["architectures"] = json!(["T5ForConditionalGeneration"]);
+    let f = folder("t5", &c, &tensors(false));
     let err = error(&f);
     assert!(
-        err.contains("BertModel")
+        err.contains("T5ForConditionalGeneration")
             && err.contains("LlamaForCausalLM")
             && err.contains("config.json"),
         "{err}"
@@ -271,11 +271,11 @@ fn a_folder_without_a_tokenizer_or_with_a_foreign_one_is_named() {
     let err = error(&f);
     assert!(err.contains("tokenizer.model nor tokenizer.json"), "{err}");
 
-    let wordpiece = json!({"model": {"type": "WordPiece", "vocab": {"a": 0}}});
-    std::fs::write(f.dir.join("tokenizer.json"), wordpiece.to_string()).unwrap();
+    let unigram = json!({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}});
+    std::fs::write(f.dir.join("tokenizer.json"), unigram.to_string()).unwrap();
     let err = error(&f);
     assert!(
-        err.contains("tokenizer.json") && err.contains("WordPiece"),
+        err.contains("tokenizer.json") && err.contains("Unigram"),
         "{err}"
     );
 

@@ -101,3 +101,64 @@ families!(
     llama3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, longrope, mistral, mixtral, qwen2moe,
     qwen3moe, olmoe
 );
+
+/// BERT folders against llama.cpp's conversions (`scripts/conformance/encoders.py`):
+/// all-MiniLM-L6-v2 as scripts/setup installs it, and a random-weight cross-encoder. Every
+/// tensor llama.cpp writes is here with the same bytes, and every `bert.*` and tokenizer
+/// value it writes is here too (but the pre-tokenizer's name, which WordPiece does not read).
+/// The cross-encoder keeps its pooler (`cls.weight`, `cls.bias`), which llama.cpp's
+/// converter drops though transformers' BertForSequenceClassification applies it.
+#[test]
+fn bert_folders_convert_as_llama_cpp_converts_them() {
+    let Some(minilm) = hearth_testkit::model(hearth_testkit::MINILM) else {
+        return;
+    };
+    let Some(minilm_gguf) = hearth_testkit::conformance_model("bert-minilm") else {
+        return;
+    };
+    let Some(rerank) = hearth_testkit::conformance_model("bert-rerank") else {
+        return;
+    };
+    for (folder, gguf, ours_only) in [
+        (minilm, minilm_gguf.join("model.gguf"), &[][..]),
+        (
+            rerank.join("hf"),
+            rerank.join("model.gguf"),
+            &["cls.weight", "cls.bias"][..],
+        ),
+    ] {
+        let theirs = GgufFile::open(&gguf).unwrap();
+        let ours = HfFolder::open(&folder).unwrap().to_gguf_file().unwrap();
+        for (key, want) in theirs.metadata().iter() {
+            let compared = key.starts_with("bert.") || key.starts_with("tokenizer.");
+            if !compared || key == "tokenizer.ggml.pre" || UNUSED_BY_DECODERS.contains(&key) {
+                continue;
+            }
+            let got = ours.metadata().get(key);
+            assert!(
+                got == Some(want),
+                "{}: `{key}` is {}, llama.cpp wrote {}",
+                folder.display(),
+                got.map_or("absent".into(), short),
+                short(want)
+            );
+        }
+        let mut names: Vec<&str> = theirs.tensors().iter().map(|t| t.name.as_str()).collect();
+        names.extend(ours_only);
+        names.sort();
+        let mut our_names: Vec<&str> = ours.tensors().iter().map(|t| t.name.as_str()).collect();
+        our_names.sort();
+        assert_eq!(our_names, names, "{}", folder.display());
+        for t in theirs.tensors() {
+            let o = ours.tensor(&t.name).unwrap();
+            assert_eq!(
+                (o.ggml_type, &o.shape),
+                (t.ggml_type, &t.shape),
+                "{}",
+                t.name
+            );
+            let same = ours.tensor_data(o).unwrap() == theirs.tensor_data(t).unwrap();
+            assert!(same, "{}: {} bytes differ", folder.display(), t.name);
+        }
+    }
+}

@@ -56,11 +56,8 @@ pub fn run(args: &EmbedArgs, choice: &DeviceChoice) -> Result<()> {
     if texts.is_empty() {
         bail!("no text to embed: give texts, --file FILE, or lines on standard input");
     }
-    let options = EngineOptions {
-        backend: match args.cpu {
-            true => BackendKind::Reference,
-            false => BackendKind::Cpu,
-        },
+    let mut options = EngineOptions {
+        backend: BackendKind::Reference,
         threads: args.threads,
         activations: args.activations,
         isa: choice.isa,
@@ -70,6 +67,10 @@ pub fn run(args: &EmbedArgs, choice: &DeviceChoice) -> Result<()> {
         },
         ..EngineOptions::default()
     };
+    // The device --device names, or the host's default (the CPU executor on CPU-only hosts).
+    if !args.cpu {
+        choice.placement().apply(&mut options);
+    }
     let mut embedder = with_load_bar(|progress| Embedder::load(&path, &options, progress))
         .with_context(|| format!("loading {}", path.display()))?;
     let ids: Vec<Vec<u32>> = texts.iter().map(|t| embedder.tokenize(t)).collect();

@@ -57,16 +57,17 @@ pub fn run(args: &RerankArgs, choice: &DeviceChoice) -> Result<()> {
     if documents.is_empty() {
         bail!("no documents to rank: give them as arguments or --file FILE");
     }
-    let options = EngineOptions {
-        backend: match args.cpu {
-            true => BackendKind::Reference,
-            false => BackendKind::Cpu,
-        },
+    let mut options = EngineOptions {
+        backend: BackendKind::Reference,
         threads: args.threads,
         activations: args.activations,
         isa: choice.isa,
         ..EngineOptions::default()
     };
+    // The device --device names, or the host's default (the CPU executor on CPU-only hosts).
+    if !args.cpu {
+        choice.placement().apply(&mut options);
+    }
     let mut model = with_load_bar(|progress| Embedder::load(&path, &options, progress))
         .with_context(|| format!("loading {}", path.display()))?;
     let docs: Vec<&str> = documents.iter().map(String::as_str).collect();

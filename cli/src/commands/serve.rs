@@ -183,16 +183,17 @@ fn load_embedder(
 ) -> Result<()> {
     let run = &args.model.run;
     let path = run.dir.resolve(name)?;
-    let options = hearth_engine::EngineOptions {
-        backend: match run.cpu {
-            true => hearth_engine::BackendKind::Reference,
-            false => hearth_engine::BackendKind::Cpu,
-        },
+    let mut options = hearth_engine::EngineOptions {
+        backend: hearth_engine::BackendKind::Reference,
         threads: run.threads,
         activations: run.activations,
         isa: device.isa,
         ..hearth_engine::EngineOptions::default()
     };
+    // The device --device names, or the host's default (the CPU executor on CPU-only hosts).
+    if !run.cpu {
+        device.placement().apply(&mut options);
+    }
     let embedder = crate::model_args::with_load_bar(|progress| {
         hearth_engine::Embedder::load(&path, &options, progress)
     })

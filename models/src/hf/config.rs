@@ -49,6 +49,11 @@ impl Config {
         self.json.get(key).filter(|v| !v.is_null())
     }
 
+    /// A key's JSON value as it is, where present.
+    pub fn json(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+
     pub fn u64(&self, key: &str) -> Result<Option<u64>> {
         match self.get(key) {
             None => Ok(None),

@@ -137,6 +137,21 @@ fn bert(c: &Config, m: &mut Meta) -> Result<()> {
     if let Some(pooling) = sentence_pooling(c)? {
         m.u32("pooling_type", pooling)?;
     }
+    // A classifier's labels, unless they are the two placeholders transformers makes up.
+    if let Some(serde_json::Value::Object(labels)) = c.json("id2label") {
+        let mut by_id: Vec<(u64, String)> = labels
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_str()?.to_string())))
+            .collect();
+        by_id.sort();
+        let names: Vec<String> = by_id.into_iter().map(|(_, v)| v).collect();
+        if !(names.len() == 2 && names[0] == "LABEL_0") {
+            m.set(
+                "classifier.output_labels",
+                MetaValue::Array(crate::gguf::MetaArray::String(names)),
+            );
+        }
+    }
     Ok(())
 }
 

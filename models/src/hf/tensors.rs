@@ -553,7 +553,7 @@ mod tests {
             target(
                 "model.layers.1.block_sparse_moe.experts.7.w2.weight",
                 false,
-                false
+                Encoder::No
             ),
             Some(Target::Expert {
                 layer: 1,

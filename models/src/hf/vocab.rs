@@ -100,6 +100,12 @@ pub(crate) fn vocabulary(
             set("tokens", MetaValue::Array(MetaArray::String(wpm.tokens)));
             set("token_type", MetaValue::Array(MetaArray::I32(wpm.kinds)));
             set("normalizer.lowercase", MetaValue::Bool(wpm.lowercase));
+            // BERT's segments: sentence A and sentence B.
+            let types = config.u64("type_vocab_size")?.unwrap_or(1);
+            set(
+                "token_type_count",
+                MetaValue::U32(types.min(u32::MAX as u64) as u32),
+            );
         } else if spm_json::is_sentencepiece_bpe(tokenizer) {
             let spm = spm_json::vocab(&source, tokenizer, &added, n_vocab)?;
             n_tokens = spm.tokens.len();
@@ -122,7 +128,17 @@ pub(crate) fn vocabulary(
         }
     }
 
-    let specials = Specials::find(tokenizer.as_ref(), tokenizer_config.as_ref(), &added);
+    let mut specials = Specials::find(tokenizer.as_ref(), tokenizer_config.as_ref(), &added);
+    if tokenizer.as_ref().is_some_and(wordpiece::is_wordpiece) {
+        // [CLS] text [SEP], as llama.cpp's converter reads BERT's post-processor: the
+        // classifier token plays BOS, the separator EOS.
+        for (role, token) in [("bos", "cls"), ("eos", "sep")] {
+            if let Some(&id) = specials.ids.get(token) {
+                specials.ids.entry(role).or_insert(id);
+            }
+        }
+        specials.add = vec![("bos", true), ("eos", true), ("sep", false)];
+    }
     for (name, key) in SPECIAL {
         let id = specials
             .ids
@@ -269,7 +285,8 @@ fn byte_level_vocab(
     let kind = model.get("type").and_then(Value::as_str).unwrap_or("?");
     if kind != "BPE" {
         return Err(bad(format!(
-            "a {kind} model; Hearth converts BPE tokenizers (or SentencePiece from tokenizer.model)"
+            "a {kind} model; Hearth converts BPE and WordPiece tokenizers (or SentencePiece \
+             from tokenizer.model)"
         )));
     }
     let (by_id, n) = tokens_by_id(source, model, added, n_vocab)?;

@@ -4,3 +4,18 @@ float gelu_tanh(float v) {
     float u = clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0);
     return 0.5 * v * (1.0 + tanh(u));
 }
+
+// Abramowitz & Stegun 7.1.26: |error| < 1.5e-7. GLSL has no erf.
+float erf_approx(float v) {
+    float s = sign(v);
+    float a = abs(v);
+    float t = 1.0 / (1.0 + 0.3275911 * a);
+    float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
+               + t * (-1.453152027 + t * 1.061405429))));
+    return s * (1.0 - poly * exp(-a * a));
+}
+
+// GELU as x * Phi(x), with erf (BERT's `gelu`).
+float gelu_erf(float v) {
+    return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
+}

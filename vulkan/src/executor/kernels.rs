@@ -116,10 +116,15 @@ impl FormatKernels {
     }
 }
 
-pub(super) struct Kernels {
+/// The products over weight matrices: each format's kernels, and the choice between them.
+pub(super) struct Products {
     pub(super) formats: HashMap<WeightFormat, FormatKernels>,
     /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
     pub(super) matvec_prefill: bool,
+}
+
+pub(super) struct Kernels {
+    pub(super) products: Products,
     pub(super) rmsnorm: RmsNorm,
     /// For models with q/k/v biases or a query/key norm.
     pub(super) qkv_adjust: Option<QkvAdjust>,
@@ -138,8 +143,7 @@ impl Kernels {
         let group = (c.n_head / c.n_head_kv.max(1)) as u32;
         let hd = c.head_dim as u32;
         Ok(Self {
-            formats: HashMap::new(),
-            matvec_prefill: device.info().kind == DeviceKind::Cpu,
+            products: Products::new(device),
             rmsnorm: RmsNorm::new(device)?,
             qkv_adjust: match c.qkv_bias || c.qk_norm {
                 true => Some(QkvAdjust::new(device)?),
@@ -154,6 +158,40 @@ impl Kernels {
                 None => None,
             },
         })
+    }
+
+    pub(super) fn of(&self, format: WeightFormat) -> &FormatKernels {
+        self.products.of(format)
+    }
+
+    /// See [`Products::matvec`].
+    pub(super) fn matvec<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &'a [DeviceMatrix],
+        args: MatvecArgs<'a>,
+    ) -> Result<()> {
+        self.products.matvec(rec, w, args)
+    }
+
+    /// See [`Products::matmul`].
+    pub(super) fn matmul<'a>(
+        &self,
+        rec: &mut Recorder<'a>,
+        w: &'a [DeviceMatrix],
+        args: MatmulArgs<'a>,
+    ) -> Result<()> {
+        self.products.matmul(rec, w, args)
+    }
+}
+
+impl Products {
+    /// No formats yet: they are filled as the weights load.
+    pub(super) fn new(device: &Device) -> Self {
+        Self {
+            formats: HashMap::new(),
+            matvec_prefill: device.info().kind == DeviceKind::Cpu,
+        }
     }
 
     pub(super) fn of(&self, format: WeightFormat) -> &FormatKernels {

@@ -11,6 +11,7 @@
 //! kernels; CPU devices keep the matvec kernel for prefill too, with several tokens sharing
 //! each pass over the weights, in chunks of at most `chunk` tokens.
 
+mod encoder;
 mod kernels;
 mod mlp;
 mod plan;
@@ -30,6 +31,7 @@ use hearth_model::{
     Sublayer, WeightReader,
 };
 
+pub use self::encoder::VkEncoder;
 pub use self::policy::FETCH_KERNELS;
 
 use self::kernels::{FormatKernels, Kernels};
@@ -350,7 +352,7 @@ impl VkModel {
         };
 
         let mut kernels = kernels?;
-        kernels.formats = formats;
+        kernels.products.formats = formats;
         let f32s = |name: &str, n: usize| {
             Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
         };

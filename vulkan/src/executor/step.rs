@@ -309,7 +309,7 @@ impl VkModel {
             decode_tokens,
             longest,
             fused,
-            streaming: steps.len() <= DECODE_MAX_TOKENS || self.kernels.matvec_prefill,
+            streaming: steps.len() <= DECODE_MAX_TOKENS || self.kernels.products.matvec_prefill,
             prefill: runs
                 .iter()
                 .filter(|r| !r.decodes())

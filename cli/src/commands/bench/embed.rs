@@ -36,13 +36,14 @@ pub struct BenchEmbedArgs {
 
 pub fn run(args: &BenchEmbedArgs, choice: &DeviceChoice) -> Result<()> {
     let path = args.models.resolve(&args.model)?;
-    let options = EngineOptions {
-        backend: BackendKind::Cpu,
+    let mut options = EngineOptions {
+        backend: BackendKind::Reference,
         threads: args.threads,
         activations: args.activations,
         isa: choice.isa,
         ..EngineOptions::default()
     };
+    choice.placement().apply(&mut options);
     let mut embedder = with_load_bar(|progress| Embedder::load(&path, &options, progress))
         .with_context(|| format!("loading {}", path.display()))?;
     let params = EmbedBenchParams {
