@@ -3,6 +3,8 @@
 //! the whole batch (the panel and `gemm` paths of [`crate::product`]), while attention runs
 //! one task per text and head over that text's tokens only.
 
+mod act;
+
 use hearth_model::encoder::{
     check_batch, read_encoder, ClassifierHead, Encoder, EncoderConfig, EncoderInput,
     EncoderWeights, Norm,
@@ -130,7 +132,8 @@ impl NativeEncoder {
             add(&mut x, &o);
             layernorm(&mut x, &l.attn_norm, e, c.norm_eps);
             let mut up = self.linear(&l.up, &l.up_bias, &x, e, &mut work);
-            up.par_chunks_mut(c.n_ff).for_each(|row| c.act.apply(row));
+            up.par_chunks_mut(c.n_ff)
+                .for_each(|row| act::apply(c.act, row));
             let down = self.linear(&l.down, &l.down_bias, &up, c.n_ff, &mut work);
             add(&mut x, &down);
             layernorm(&mut x, &l.ffn_norm, e, c.norm_eps);
