@@ -206,3 +206,78 @@ fn a_cross_encoder_scores_pairs_as_transformers_does() {
     let err = minilm.rerank(query, &docs).unwrap_err();
     assert!(err.to_string().contains("cross-encoder"), "{err}");
 }
+
+/// all-MiniLM-L6-v2 converted, rebuilt without tensor `skip` and with `edit` applied to its
+/// metadata: a broken embedding model.
+fn broken_minilm(
+    skip: &str,
+    edit: impl FnOnce(&mut hearth_models::GgufWriter),
+) -> Option<hearth_models::GgufFile> {
+    use hearth_models::{GgufFile, GgufWriter};
+    let dir = hearth_testkit::model(hearth_testkit::MINILM)?;
+    let file = hearth_models::open_model(&dir).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in file.metadata().iter() {
+        w.set_metadata(key, value.clone());
+    }
+    for t in file.tensors().iter().filter(|t| t.name != skip) {
+        let data = file.tensor_data(t).unwrap();
+        w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
+    }
+    edit(&mut w);
+    Some(GgufFile::from_bytes(std::path::Path::new("broken.gguf"), w.to_bytes().unwrap()).unwrap())
+}
+
+/// A broken embedding model is an error naming the key or tensor at fault, never a panic.
+#[test]
+fn broken_embedding_models_are_refused_by_name() {
+    use hearth_models::MetaValue;
+    let options = EngineOptions {
+        backend: BackendKind::Cpu,
+        ..EngineOptions::default()
+    };
+    let refused =
+        |file: hearth_models::GgufFile| match Embedder::load_file(file, &options, &mut |_| true) {
+            Ok(_) => panic!("loaded"),
+            Err(e) => e.to_string(),
+        };
+    let cases: Vec<(&str, Box<dyn FnOnce(&mut hearth_models::GgufWriter)>, &str)> = vec![
+        (
+            "",
+            Box::new(|w| w.set_metadata("bert.pooling_type", MetaValue::U32(9))),
+            "bert.pooling_type",
+        ),
+        (
+            "token_embd_norm.weight",
+            Box::new(|_| {}),
+            "token_embd_norm.weight",
+        ),
+        (
+            "blk.3.attn_output_norm.bias",
+            Box::new(|_| {}),
+            "blk.3.attn_output_norm.bias",
+        ),
+        (
+            "",
+            Box::new(|w| w.set_metadata("bert.context_length", MetaValue::U32(1024))),
+            "position_embd.weight",
+        ),
+        (
+            "",
+            Box::new(|w| w.set_metadata("tokenizer.ggml.model", MetaValue::String("t5".into()))),
+            "tokenizer.ggml.model",
+        ),
+        (
+            "",
+            Box::new(|w| w.set_metadata("tokenizer.ggml.cls_token_id", MetaValue::U32(99_999))),
+            "tokenizer.ggml.cls_token_id",
+        ),
+    ];
+    for (skip, edit, named) in cases {
+        let Some(file) = broken_minilm(skip, edit) else {
+            return;
+        };
+        let err = refused(file);
+        assert!(err.contains(named), "{named}: {err}");
+    }
+}
