@@ -4,6 +4,7 @@
 
 mod commands;
 mod draft_args;
+mod encoder_args;
 mod grammar_args;
 mod model_args;
 mod output;

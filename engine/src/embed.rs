@@ -95,14 +95,7 @@ impl Embedder {
         };
         let c = encoder.config();
         let path = file.path().to_path_buf();
-        let name = file
-            .get::<&str>("general.name")?
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
+        let name = crate::engine::model_name(&file)?;
         let info = EmbedderInfo {
             path,
             name,
@@ -289,6 +282,14 @@ impl Embedder {
         }
         Ok(scores)
     }
+}
+
+/// The indices of `scores`, highest score first, at most `top_n` of them.
+pub fn ranking(scores: &[f32], top_n: Option<usize>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    order.truncate(top_n.unwrap_or(order.len()));
+    order
 }
 
 /// The cosine similarity of two vectors.

@@ -425,14 +425,7 @@ impl Engine {
             let skew = &skew;
             backend.set_kv_policy(KvPolicyChoice::Infinigen { skew, params })?;
         }
-        let name = file
-            .get::<&str>("general.name")?
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
+        let name = model_name(&file)?;
         let info = ModelInfo {
             path: path.to_path_buf(),
             name,
@@ -693,4 +686,16 @@ fn skew_for(
         tracing::warn!("could not cache the skew matrices: {e}");
     }
     Ok(skew)
+}
+
+/// The model's name: `general.name`, else the file's (or folder's) name without extension.
+pub(crate) fn model_name(file: &GgufFile) -> Result<String> {
+    Ok(match file.get::<&str>("general.name")? {
+        Some(name) => name.to_string(),
+        None => file
+            .path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    })
 }

@@ -228,6 +228,9 @@ fn broken_minilm(
     Some(GgufFile::from_bytes(std::path::Path::new("broken.gguf"), w.to_bytes().unwrap()).unwrap())
 }
 
+/// A change to a file's metadata.
+type Edit = Box<dyn FnOnce(&mut hearth_models::GgufWriter)>;
+
 /// A broken embedding model is an error naming the key or tensor at fault, never a panic.
 #[test]
 fn broken_embedding_models_are_refused_by_name() {
@@ -241,7 +244,7 @@ fn broken_embedding_models_are_refused_by_name() {
             Ok(_) => panic!("loaded"),
             Err(e) => e.to_string(),
         };
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut hearth_models::GgufWriter)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "",
             Box::new(|w| w.set_metadata("bert.pooling_type", MetaValue::U32(9))),

@@ -182,22 +182,15 @@ fn load_embedder(
     state: &AppState,
 ) -> Result<()> {
     let run = &args.model.run;
-    let path = run.dir.resolve(name)?;
-    let mut options = hearth_engine::EngineOptions {
-        backend: hearth_engine::BackendKind::Reference,
-        threads: run.threads,
-        activations: run.activations,
-        isa: device.isa,
-        ..hearth_engine::EngineOptions::default()
-    };
-    // The device --device names, or the host's default (the CPU executor on CPU-only hosts).
-    if !run.cpu {
-        device.placement().apply(&mut options);
-    }
-    let embedder = crate::model_args::with_load_bar(|progress| {
-        hearth_engine::Embedder::load(&path, &options, progress)
-    })
-    .with_context(|| format!("loading {}", path.display()))?;
+    let options = crate::encoder_args::embedder_options(
+        run.cpu,
+        run.threads,
+        run.activations,
+        run.spec.as_deref(),
+        device,
+    )?;
+    let embedder = crate::encoder_args::load_embedder(&run.dir, name, &options)?;
+    let path = embedder.info().path.clone();
     let mut aliases = vec![stem(&path), embedder.info().name.clone()];
     aliases.retain(|a| !a.is_empty() && *a != id);
     eprintln!(

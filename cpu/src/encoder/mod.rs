@@ -9,13 +9,13 @@ use hearth_model::encoder::{
     check_batch, read_encoder, ClassifierHead, Encoder, EncoderConfig, EncoderInput,
     EncoderWeights, Norm,
 };
-use hearth_model::{Error, ProgressFn, Result};
+use hearth_model::{ProgressFn, Result};
 use hearth_models::{GgufFile, ResolvedModel};
 use rayon::prelude::*;
 
 use crate::act::{ActQ8, Activations};
 use crate::dot::Kernels;
-use crate::executor::{default_threads, CpuOptions};
+use crate::executor::{kernels_and_pool, CpuOptions};
 use crate::interleave::ROWS;
 use crate::isa::Isa;
 use crate::product::{project, Input, Output};
@@ -45,16 +45,7 @@ impl NativeEncoder {
         progress: &mut ProgressFn,
     ) -> Result<Self> {
         let config = EncoderConfig::from_resolved(file, model)?;
-        let kernels = Kernels::new(options.isa.unwrap_or_else(Isa::best))?;
-        let threads = options.threads.unwrap_or_else(default_threads);
-        if threads == 0 {
-            return Err(Error::options("threads", "must be at least 1"));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("hearth-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::options("threads", e.to_string()))?;
+        let (kernels, pool) = kernels_and_pool(&options)?;
         let mode = options.activations;
         let weights = read_encoder(file, model, &config, progress)?;
         let weights = pool.install(|| {

@@ -66,6 +66,22 @@ impl Default for CpuOptions {
     }
 }
 
+/// The kernels of the instruction set `options` names (else the best) and a pool of its
+/// worker threads (else one per core).
+pub(crate) fn kernels_and_pool(options: &CpuOptions) -> Result<(Kernels, rayon::ThreadPool)> {
+    let kernels = Kernels::new(options.isa.unwrap_or_else(Isa::best))?;
+    let threads = options.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        return Err(Error::options("threads", "must be at least 1"));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("hearth-cpu-{i}"))
+        .build()
+        .map_err(|e| Error::options("threads", e.to_string()))?;
+    Ok((kernels, pool))
+}
+
 /// Worker threads by default: one per core the process may run on.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -129,20 +145,7 @@ impl NativeModel {
             return Err(Error::options("n_ctx", "must be at least 1"));
         }
         hearth_model::kv::check_kv_type(options.kv_type, c.head_dim)?;
-        let isa = match options.isa {
-            Some(isa) => isa,
-            None => Isa::best(),
-        };
-        let kernels = Kernels::new(isa)?;
-        let threads = options.threads.unwrap_or_else(default_threads);
-        if threads == 0 {
-            return Err(Error::options("threads", "must be at least 1"));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("hearth-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::options("threads", e.to_string()))?;
+        let (kernels, pool) = kernels_and_pool(&options)?;
 
         let mut reader = WeightReader::for_part(file, model, c, &part, progress);
         let mut weight_bytes: Vec<(Format, u64)> = Vec::new();

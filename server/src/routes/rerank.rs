@@ -65,9 +65,7 @@ pub async fn rerank(State(state): State<Shared>, body: Body) -> Result<Response,
         let scores = e
             .score(&pairs)
             .map_err(|err| ApiError::invalid("documents", err.to_string()))?;
-        let mut order: Vec<usize> = (0..scores.len()).collect();
-        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-        order.truncate(request.top_n.unwrap_or(order.len()));
+        let order = hearth_engine::embed::ranking(&scores, request.top_n);
         let mut documents = request.documents;
         let results = order
             .into_iter()
