@@ -210,8 +210,9 @@ impl Embedder {
     }
 
     /// `query` and `document` as a cross-encoder reads them: [CLS] query [SEP] document
-    /// [SEP], token types 0 then 1, the longer part cut a token at a time while the pair is
-    /// longer than the model reads (transformers' `longest_first`).
+    /// [SEP] with token types 0 then 1, or for a model of one token type (RoBERTa) <s> query
+    /// </s></s> document </s>, all 0; the longer part cut a token at a time while the pair
+    /// is longer than the model reads (transformers' `longest_first`).
     pub fn tokenize_pair(&self, query: &str, document: &str) -> EncoderInput {
         let opts = hearth_models::EncodeOptions {
             add_special: false,
@@ -219,7 +220,11 @@ impl Embedder {
         };
         let mut q = self.tokenizer.encode_with(query, opts);
         let mut d = self.tokenizer.encode_with(document, opts);
-        let max = self.info.max_tokens.saturating_sub(3);
+        let segments = self.encoder.config().n_token_types > 1;
+        let max = self
+            .info
+            .max_tokens
+            .saturating_sub(if segments { 3 } else { 4 });
         while q.len() + d.len() > max {
             match q.len() > d.len() {
                 true => q.pop(),
@@ -229,8 +234,15 @@ impl Embedder {
         let s = self.tokenizer.special();
         let (cls, sep) = (s.bos.into_iter(), s.eos.into_iter());
         let first: Vec<u32> = cls.chain(q).chain(sep.clone()).collect();
-        let second: Vec<u32> = d.into_iter().chain(sep).collect();
-        let types = [vec![0; first.len()], vec![1; second.len()]].concat();
+        let second: Vec<u32> = match segments {
+            true => d.into_iter().chain(sep).collect(),
+            false => sep.clone().chain(d).chain(sep).collect(),
+        };
+        let types = [
+            vec![0; first.len()],
+            vec![u32::from(segments); second.len()],
+        ]
+        .concat();
         EncoderInput {
             tokens: [first, second].concat(),
             types,

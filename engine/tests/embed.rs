@@ -284,3 +284,62 @@ fn broken_embedding_models_are_refused_by_name() {
         assert!(err.contains(named), "{named}: {err}");
     }
 }
+
+/// Random-weight RoBERTa models made by transformers (`scripts/conformance/encoders.py`,
+/// GPT-2's byte-level BPE numbered as RoBERTa numbers it): <s> text </s> with positions past
+/// the padding row; mean-pooled vectors within cosine 1 - 1e-5 of transformers'; a
+/// cross-encoder's pairs (<s> query </s></s> document </s>, one token type) and its scores
+/// (a dense layer, tanh, the output layer) within 1e-4.
+#[test]
+fn roberta_encoders_match_transformers() {
+    let (Some(embed), Some(rerank)) = (
+        hearth_testkit::conformance_model("roberta-embed"),
+        hearth_testkit::conformance_model("roberta-rerank"),
+    ) else {
+        return;
+    };
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap()
+    };
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        let a = v.as_array().unwrap();
+        a.iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
+    let options = EngineOptions {
+        backend: BackendKind::Cpu,
+        activations: Activations::F32,
+        ..EngineOptions::default()
+    };
+    let reference = read(&embed);
+    let mut m = Embedder::load(&embed.join("hf"), &options, &mut |_| true).unwrap();
+    for c in reference["cases"].as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        assert_eq!(m.tokenize(text), ids(&c["ids"]), "{text:?}");
+        let want: Vec<f32> = c["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let sim = cosine(&m.embed(&[text]).unwrap()[0], &want);
+        assert!(sim >= 1.0 - 1e-5, "{text:?}: cosine {sim}");
+    }
+    let reference = read(&rerank);
+    let query = reference["query"].as_str().unwrap();
+    let mut m = Embedder::load(&rerank.join("hf"), &options, &mut |_| true).unwrap();
+    assert!(m.reranks());
+    let cases = reference["cases"].as_array().unwrap();
+    let docs: Vec<&str> = cases
+        .iter()
+        .map(|c| c["document"].as_str().unwrap())
+        .collect();
+    for (c, d) in cases.iter().zip(&docs) {
+        let pair = m.tokenize_pair(query, d);
+        assert_eq!(pair.tokens, ids(&c["ids"]), "{d:?}");
+        assert_eq!(pair.types, ids(&c["types"]), "{d:?}");
+    }
+    for (c, s) in cases.iter().zip(m.rerank(query, &docs).unwrap()) {
+        let want = c["score"].as_f64().unwrap() as f32;
+        assert!((s - want).abs() < 1e-4, "{s} against {want}");
+    }
+}

@@ -7,6 +7,12 @@
     bert-rerank/model.gguf      llama.cpp's conversion of it
     bert-rerank/reference.json  query-document pairs: their ids, token types and
                                 transformers' scores
+    roberta-embed/, roberta-rerank/
+                                hf/ and reference.json for RoBERTa (RobertaModel, mean-pooled
+                                and normalized; RobertaForSequenceClassification), with
+                                GPT-2's byte-level BPE vocabulary numbered as RoBERTa numbers
+                                it (llama.cpp's converter names pre-tokenizers by their
+                                vocabulary's hash, which a made-up one has not: no GGUF)
 
     python encoders.py LLAMA_CPP_SRC OUT MODELS_DIR
 """
@@ -20,7 +26,15 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+    RobertaModel,
+    RobertaTokenizerFast,
+)
 
 SEED = 1234
 QUERY = "What is the capital of France?"
@@ -108,10 +122,86 @@ def rerank(llama_src: Path, out: Path, models: Path) -> None:
     (target / "stamp").write_text(tag)
 
 
+def roberta_tokenizer(llama_src: Path, target: Path):
+    """RoBERTa's tokenizer over GPT-2's byte-level BPE (llama.cpp's ggml-vocab-gpt-2.gguf):
+    <s>, <pad>, </s>, <unk> first, as RoBERTa numbers them, GPT-2's tokens after, <mask> last."""
+    vocab = llama_src / "models" / "ggml-vocab-gpt-2.gguf"
+    gpt2 = AutoTokenizer.from_pretrained(vocab.parent, gguf_file=vocab.name)
+    model = json.loads(gpt2.backend_tokenizer.to_str())["model"]
+    ids = {t: i + 4 for t, i in sorted(model["vocab"].items(), key=lambda kv: kv[1])}
+    ids = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **ids}
+    ids["<mask>"] = len(ids)
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return RobertaTokenizerFast(vocab=ids, merges=merges)
+
+
+def roberta_config(tokenizer) -> RobertaConfig:
+    return RobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, num_labels=1,
+    )
+
+
+def randomize(model) -> None:
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "LayerNorm.weight" in name:
+                p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+            elif p.dim() == 1 and name.endswith("bias"):
+                p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
+
+
+def roberta(llama_src: Path, out: Path) -> None:
+    texts = ["A man is eating food.", "Ünïcödé and emoji 🦙", "x"]
+    target = out / "roberta-embed"
+    if not up_to_date(target, stamp("roberta-embed")):
+        tokenizer = roberta_tokenizer(llama_src, target)
+        hf = target / "hf"
+        tokenizer.save_pretrained(hf)
+        torch.manual_seed(SEED)
+        model = RobertaModel(roberta_config(tokenizer), add_pooling_layer=False).eval()
+        randomize(model)
+        model.save_pretrained(hf, safe_serialization=True)
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            states = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+        pooled = (states * mask).sum(1) / mask.sum(1)
+        pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        cases = []
+        for i, text in enumerate(texts):
+            keep = [v for v, m in zip(batch["input_ids"][i].tolist(),
+                                      batch["attention_mask"][i].tolist()) if m]
+            cases.append(dict(text=text, ids=keep, embedding=pooled[i].tolist()))
+        (target / "reference.json").write_text(json.dumps(dict(cases=cases)))
+        (target / "stamp").write_text(stamp("roberta-embed"))
+    target = out / "roberta-rerank"
+    if not up_to_date(target, stamp("roberta-rerank")):
+        tokenizer = roberta_tokenizer(llama_src, target)
+        hf = target / "hf"
+        tokenizer.save_pretrained(hf)
+        torch.manual_seed(SEED + 1)
+        model = RobertaForSequenceClassification(roberta_config(tokenizer)).eval()
+        randomize(model)
+        model.save_pretrained(hf, safe_serialization=True)
+        pairs = tokenizer([QUERY] * len(DOCUMENTS), DOCUMENTS, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            scores = model(**pairs).logits[:, 0].tolist()
+        cases = []
+        for i, doc in enumerate(DOCUMENTS):
+            mask = pairs["attention_mask"][i].tolist()
+            keep = [v for v, m in zip(pairs["input_ids"][i].tolist(), mask) if m]
+            cases.append(dict(document=doc, ids=keep, types=[0] * len(keep), score=scores[i]))
+        (target / "reference.json").write_text(json.dumps(dict(query=QUERY, cases=cases)))
+        (target / "stamp").write_text(stamp("roberta-rerank"))
+
+
 def main() -> None:
     llama_src, out, models = (Path(a) for a in sys.argv[1:4])
     minilm(llama_src, out, models)
     rerank(llama_src, out, models)
+    roberta(llama_src, out)
 
 
 if __name__ == "__main__":

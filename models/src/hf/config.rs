@@ -14,6 +14,8 @@ pub(crate) struct Config {
     pub path: PathBuf,
     json: Map<String, Value>,
     pub family: &'static Family,
+    /// The class of `architectures` that picked the family.
+    pub class: String,
     /// RoPE's parameters for global layers and, where they differ, for local ones.
     rope: Map<String, Value>,
     rope_local: Option<Map<String, Value>>,
@@ -31,6 +33,10 @@ impl Config {
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let family = Family::serving(&path, &classes)?;
+        let class = classes
+            .iter()
+            .find(|c| family.hf.classes.iter().any(|k| k == *c))
+            .map_or(String::new(), |c| c.to_string());
         let mut json = top.clone();
         if let Some(Value::Object(text)) = top.get("text_config") {
             json.extend(text.clone());
@@ -40,6 +46,7 @@ impl Config {
             path,
             json,
             family,
+            class,
             rope,
             rope_local,
         })
@@ -47,6 +54,15 @@ impl Config {
 
     fn get(&self, key: &str) -> Option<&Value> {
         self.json.get(key).filter(|v| !v.is_null())
+    }
+
+    /// Rows of a RoBERTa's learned positions before its first position: positions count
+    /// from `pad_token_id + 1`, and llama.cpp's converter drops the rows below.
+    pub fn position_offset(&self) -> Result<Option<u64>> {
+        if !self.class.starts_with("Roberta") {
+            return Ok(None);
+        }
+        Ok(self.u64("pad_token_id")?.map(|pad| pad + 1))
     }
 
     /// A key's JSON value as it is, where present.

@@ -1,5 +1,5 @@
-//! BERT's tensor names (BertModel, BertForMaskedLM, BertForSequenceClassification) as
-//! llama.cpp's converter renames them: embeddings, their norm and token types, and each
+//! BERT's tensor names (BertModel, BertForMaskedLM, BertForSequenceClassification, and
+//! RoBERTa's, which are BERT's under `roberta.`) as llama.cpp's converter renames them: embeddings, their norm and token types, and each
 //! layer's attention, post-norms and ungated MLP. The masked-LM head is dropped, and so is
 //! the pooler of an embedding model, as llama.cpp drops them; a cross-encoder's pooler (its
 //! classifier's first layer, which llama.cpp's converter drops too) is kept as `cls`.
@@ -13,7 +13,10 @@ pub(crate) enum EncoderName {
 
 /// `None` for a name that is not BERT's; `classifier`: the checkpoint has a classifier head.
 pub(crate) fn encoder_name(name: &str, classifier: bool) -> Option<EncoderName> {
-    let name = name.strip_prefix("bert.").unwrap_or(name);
+    let name = ["bert.", "roberta."]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+        .unwrap_or(name);
     // Checkpoints from TensorFlow keep LayerNorm's gamma and beta.
     let name = match (name.strip_suffix(".gamma"), name.strip_suffix(".beta")) {
         (Some(stem), _) => format!("{stem}.weight"),
@@ -29,6 +32,7 @@ pub(crate) fn encoder_name(name: &str, classifier: bool) -> Option<EncoderName> 
     if name == "embeddings.position_ids"
         || name.starts_with("pooler.")
         || name.starts_with("cls.predictions")
+        || name.starts_with("lm_head.")
         || name.starts_with("cls.seq_relationship")
     {
         return Some(EncoderName::Skip);
@@ -39,9 +43,12 @@ pub(crate) fn encoder_name(name: &str, classifier: bool) -> Option<EncoderName> 
         "embeddings.token_type_embeddings.weight" => "token_types.weight",
         "embeddings.LayerNorm.weight" => "token_embd_norm.weight",
         "embeddings.LayerNorm.bias" => "token_embd_norm.bias",
-        // A cross-encoder's score: one linear layer over the pooled first token.
-        "classifier.weight" => "cls.output.weight",
-        "classifier.bias" => "cls.output.bias",
+        // A cross-encoder's score: one linear layer over the pooled first token (BERT), or a
+        // dense layer, tanh and the output layer (RoBERTa's classification head).
+        "classifier.weight" | "classifier.out_proj.weight" => "cls.output.weight",
+        "classifier.bias" | "classifier.out_proj.bias" => "cls.output.bias",
+        "classifier.dense.weight" => "cls.weight",
+        "classifier.dense.bias" => "cls.bias",
         _ => "",
     };
     if !global.is_empty() {

@@ -125,11 +125,15 @@ fn phi3(c: &Config, m: &mut Meta) -> Result<()> {
     Ok(())
 }
 
-/// Full attention, LayerNorm's epsilon, and the pooling a sentence-transformers folder asks
+/// Full attention, LayerNorm's epsilon, RoBERTa's positions past its padding row, and the
+/// pooling a sentence-transformers folder asks
 /// for (`modules.json`'s Pooling module), in llama.cpp's numbering: 1 mean, 2 first token
 /// (CLS), 3 last token.
 fn bert(c: &Config, m: &mut Meta) -> Result<()> {
     m.set("attention.causal", MetaValue::Bool(false));
+    if let (Some(offset), Some(n)) = (c.position_offset()?, c.u64("max_position_embeddings")?) {
+        m.u32("context_length", n.saturating_sub(offset))?;
+    }
     m.f32(
         "attention.layer_norm_epsilon",
         c.f64("layer_norm_eps")?.unwrap_or(1e-12),

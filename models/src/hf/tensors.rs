@@ -225,6 +225,7 @@ pub(crate) fn tensors<'a>(
         .tensors()
         .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
     let tied = config.tied_embeddings();
+    let position_offset = config.position_offset()?;
     let encoder = match family.network {
         NetworkType::EncoderOnly => Encoder::Yes {
             classifier: weights
@@ -294,6 +295,16 @@ pub(crate) fn tensors<'a>(
                 slots[expert] = Some((name, info));
                 continue;
             }
+        };
+        // RoBERTa's positions start past its padding row: the rows below go, as llama.cpp's
+        // converter drops them.
+        let (shape, bytes) = match (gguf.as_str(), position_offset) {
+            ("position_embd.weight", Some(offset)) if shape.len() == 2 && offset < shape[1] => {
+                let row = bytes.len() / shape[1].max(1) as usize;
+                let kept = vec![shape[0], shape[1] - offset];
+                (kept, &bytes[offset as usize * row..])
+            }
+            _ => (shape, bytes),
         };
         let is_vector = shape.len() == 1;
         let data: Cow<'a, [u8]> = if is_vector {

@@ -423,6 +423,12 @@ impl Specials {
                     set_default(&mut add, "bos", false);
                     set_default(&mut add, "eos", false);
                 }
+                // <s> text </s>, and </s></s> between a pair's texts (gguf-py's reading).
+                Some("RobertaProcessing") => {
+                    set(&mut add, "bos", true);
+                    set(&mut add, "eos", true);
+                    set(&mut add, "sep", true);
+                }
                 Some("TemplateProcessing") => {
                     let list = |k: &str| p.get(k).and_then(Value::as_array).cloned();
                     let single = list("single").unwrap_or_default();
