@@ -1,4 +1,4 @@
-//! A Hugging Face folder: its config, tokenizer and safetensors weights.
+//! A Hugging Face folder: its config, tokenizer and weights (safetensors or PyTorch's).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -36,6 +36,12 @@ pub(super) fn inspect_directory(path: &Path, format: Format) -> Result<()> {
                 .into_owned()
         })
         .collect();
+    // The weights' container: safetensors, or PyTorch's pickled checkpoints.
+    let pickled = files.iter().all(|f| f.ends_with(".bin"));
+    let (kind, described) = match pickled {
+        true => ("pytorch-dir", "PyTorch checkpoint directory"),
+        false => ("safetensors-dir", "safetensors directory"),
+    };
     if format == Format::Json {
         let tensors: Vec<Value> = weights
             .tensors()
@@ -50,7 +56,7 @@ pub(super) fn inspect_directory(path: &Path, format: Format) -> Result<()> {
             .collect();
         let report = json!({
             "path": path,
-            "format": "safetensors-dir",
+            "format": kind,
             "files": files,
             "tensors": tensors,
             "config": config,
@@ -69,7 +75,7 @@ pub(super) fn inspect_directory(path: &Path, format: Format) -> Result<()> {
     writeln!(out, "model         {}", path.display())?;
     writeln!(
         out,
-        "format        safetensors directory, {} tensors in {}",
+        "format        {described}, {} tensors in {}",
         weights.tensors().count(),
         files.join(", ")
     )?;
