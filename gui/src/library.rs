@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_models::hf::{converted_architecture, HfFolder};
+use hearth_models::hf::{converted_decoder, HfFolder};
 use hearth_models::safetensors::Element;
 use hearth_models::{list_models, GgufFile, ModelFormat};
 
@@ -164,7 +164,7 @@ pub fn scan(dir: &Path) -> Result<Vec<LibraryEntry>, String> {
         .into_iter()
         .filter(|m| match m.format {
             ModelFormat::Gguf => true,
-            ModelFormat::SafetensorsDir => converted_architecture(&m.path).is_some(),
+            ModelFormat::SafetensorsDir => converted_decoder(&m.path).is_some(),
         })
         .map(|m| LibraryEntry {
             card: ModelCard::read(&m.path).map_err(|e| e.to_string()),
@@ -225,7 +225,7 @@ mod tests {
     }
 
     /// A Hugging Face folder (the qwen2 conformance model) is a row with its card; a folder of
-    /// a family Hearth does not run (BERT) is no row.
+    /// an embedding model (BERT) is no row: the app chats.
     #[test]
     fn folders_of_families_hearth_runs_are_rows() {
         let Some(model) = hearth_testkit::conformance_model("qwen2") else {

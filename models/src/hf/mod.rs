@@ -53,15 +53,21 @@ pub fn is_model_folder(path: &Path) -> bool {
     path.is_dir() && path.join("config.json").is_file() && crate::safetensors::has_weights(path)
 }
 
-/// `general.architecture` for the folder at `dir` when it is a model folder of a family Hearth
-/// converts (read from `config.json` alone), else `None`: what a model list shows.
-pub fn converted_architecture(dir: &Path) -> Option<&'static str> {
+/// `general.architecture` for the folder at `dir` when it is a model folder of a text
+/// generator Hearth converts (a decoder, not an embedding model; read from `config.json`
+/// alone), else `None`: what a chat app lists.
+pub fn converted_decoder(dir: &Path) -> Option<&'static str> {
+    converted_family(dir)
+        .filter(|f| f.network == crate::spec::NetworkType::DecoderOnly)
+        .map(|f| f.arch.as_str())
+}
+
+/// The family of the model folder at `dir`, read from `config.json` alone.
+fn converted_family(dir: &Path) -> Option<&'static family::Family> {
     if !is_model_folder(dir) {
         return None;
     }
-    config::Config::read(dir)
-        .ok()
-        .map(|c| c.family.arch.as_str())
+    config::Config::read(dir).ok().map(|c| c.family)
 }
 
 /// An open model folder.
