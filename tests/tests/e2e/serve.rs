@@ -285,7 +285,10 @@ fn the_server_answers_as_generate_does_and_refuses_what_it_should() {
     }
     let (s, b) = post(addr, "/v1/embeddings", &json!({ "input": "hi" }));
     assert!(
-        b["error"]["message"].as_str().unwrap().contains("encoder"),
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--embedding-model"),
         "{b}"
     );
     assert_eq!(s, 400);
