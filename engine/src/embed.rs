@@ -158,46 +158,50 @@ impl Embedder {
     /// One vector per token list (used as given, cut to the model's positions), unit length
     /// when `normalize`.
     pub fn embed_tokens(&mut self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(inputs.len());
-        let mut batch: Vec<EncoderInput> = Vec::new();
-        let mut tokens = 0;
+        let mut batch = Vec::with_capacity(inputs.len());
         for (i, ids) in inputs.iter().enumerate() {
             if ids.is_empty() {
                 return Err(Error::options("input", format!("text {i} has no tokens")));
             }
             let mut ids = ids.clone();
             self.truncate(&mut ids);
-            if tokens + ids.len() > BATCH_TOKENS && !batch.is_empty() {
-                self.run(&batch, normalize, &mut out)?;
-                batch.clear();
-                tokens = 0;
-            }
-            tokens += ids.len();
             batch.push(EncoderInput {
                 tokens: ids,
                 types: Vec::new(),
             });
         }
-        if !batch.is_empty() {
-            self.run(&batch, normalize, &mut out)?;
-        }
-        Ok(out)
-    }
-
-    fn run(
-        &mut self,
-        batch: &[EncoderInput],
-        normalize: bool,
-        out: &mut Vec<Vec<f32>>,
-    ) -> Result<()> {
-        let states = self.encoder.encode(batch)?;
         let (e, pooling) = (self.info.dims, self.info.pooling);
-        for s in states {
-            let mut v = pool(&s, e, pooling);
+        let mut out = Vec::with_capacity(inputs.len());
+        self.encode_batched(&batch, |states| {
+            let mut v = pool(&states, e, pooling);
             if normalize {
                 l2_normalize(&mut v);
             }
             out.push(v);
+        })?;
+        Ok(out)
+    }
+
+    /// Each input's hidden states in turn, in order: the inputs run in steps of up to
+    /// [`BATCH_TOKENS`] tokens, at least one input a step, so that only a step's states are
+    /// held at once.
+    fn encode_batched(
+        &mut self,
+        inputs: &[EncoderInput],
+        mut each: impl FnMut(Vec<f32>),
+    ) -> Result<()> {
+        let mut start = 0;
+        while start < inputs.len() {
+            let mut end = start + 1;
+            let mut tokens = inputs[start].tokens.len();
+            while end < inputs.len() && tokens + inputs[end].tokens.len() <= BATCH_TOKENS {
+                tokens += inputs[end].tokens.len();
+                end += 1;
+            }
+            for states in self.encoder.encode(&inputs[start..end])? {
+                each(states);
+            }
+            start = end;
         }
         Ok(())
     }
@@ -272,27 +276,17 @@ impl Embedder {
     /// The classifier's first output for each input (token types as given).
     pub fn score(&mut self, inputs: &[EncoderInput]) -> Result<Vec<f32>> {
         let e = self.info.dims;
-        let mut scores = Vec::with_capacity(inputs.len());
-        let mut start = 0;
-        while start < inputs.len() {
-            // Batches of up to BATCH_TOKENS tokens, at least one input each.
-            let mut end = start + 1;
-            let mut tokens = inputs[start].tokens.len();
-            while end < inputs.len() && tokens + inputs[end].tokens.len() <= BATCH_TOKENS {
-                tokens += inputs[end].tokens.len();
-                end += 1;
-            }
-            let states = self.encoder.encode(&inputs[start..end])?;
-            let head = self.encoder.head().ok_or_else(|| {
-                Error::options("model", "reranking needs a cross-encoder's classifier head")
-            })?;
-            for s in states {
-                let first = &s[..e.min(s.len())];
-                scores.push(head.classify(first).first().copied().unwrap_or(0.0));
-            }
-            start = end;
-        }
-        Ok(scores)
+        let mut firsts = Vec::with_capacity(inputs.len());
+        self.encode_batched(inputs, |states| {
+            firsts.push(states[..e.min(states.len())].to_vec())
+        })?;
+        let head = self.encoder.head().ok_or_else(|| {
+            Error::options("model", "reranking needs a cross-encoder's classifier head")
+        })?;
+        Ok(firsts
+            .iter()
+            .map(|first| head.classify(first).first().copied().unwrap_or(0.0))
+            .collect())
     }
 }
 
