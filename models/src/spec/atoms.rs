@@ -11,7 +11,8 @@ pub enum NetworkType {
     DecoderOnly,
     /// Bidirectional encoder (BERT, MiniLM).
     EncoderOnly,
-    /// Encoder plus cross-attending decoder (T5). Parsed, not yet resolvable.
+    /// Encoder plus cross-attending decoder (T5): `tensors.seq2seq` names the encoder's
+    /// blocks and the decoder's cross-attention.
     EncoderDecoder,
 }
 
@@ -97,7 +98,20 @@ pub enum PositionSpec {
     Learned,
     /// Fixed sine/cosine table (the original Transformer).
     Sinusoidal,
+    /// A learned bias per head on each query-key score, looked up by the distance between
+    /// the two positions in `{arch}.attention.relative_buckets_count` log-spaced buckets
+    /// (T5): exact up to half the buckets, logarithmic up to `max_distance`, the last bucket
+    /// beyond. Encoders count distances both ways (half the buckets each way), decoders only
+    /// backwards.
+    RelativeBuckets {
+        #[serde(default = "default_max_distance")]
+        max_distance: u32,
+    },
     None,
+}
+
+fn default_max_distance() -> u32 {
+    128
 }
 
 fn default_rope_base() -> f32 {
@@ -133,6 +147,11 @@ pub struct AttentionSpec {
     pub qk_norm_over: QkNormOver,
     /// Causal mask (decoders) or full attention (encoders).
     pub causal: bool,
+    /// A fixed factor on query-key scores where the family's differs from 1 / sqrt(head_dim)
+    /// and its files carry none (T5: 1, its initialization having folded the scale into the
+    /// query weights).
+    #[serde(default)]
+    pub scale: Option<f32>,
     /// Where the file gives a window (`{arch}.attention.sliding_window`), which layers use it:
     /// of each run of `window_period` layers, all but the last attend only to the window's
     /// most recent positions (Gemma 2: 2, Gemma 3: 6; 1, the default, windows every layer, as
@@ -203,6 +222,10 @@ pub struct MlpSpec {
     /// first (Phi-3), rather than `ffn_gate` and `ffn_up`.
     #[serde(default)]
     pub gate_up: GateUpLayout,
+    /// A gated MLP whose file may lack `ffn_gate`: such a file's MLP is ungated, with this
+    /// activation (T5 v1.0 is ReLU's plain MLP; v1.1 and Flan-T5 gate GELU).
+    #[serde(default)]
+    pub ungated_activation: Option<Activation>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -270,6 +293,7 @@ impl PositionSpec {
             PositionSpec::Rope { .. } => "rope",
             PositionSpec::Learned => "learned",
             PositionSpec::Sinusoidal => "sinusoidal",
+            PositionSpec::RelativeBuckets { .. } => "relative-buckets",
             PositionSpec::None => "none",
         }
     }

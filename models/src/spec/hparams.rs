@@ -1,7 +1,7 @@
 //! The hyperparameters a spec reads from a file's `{arch}.*` metadata: the counts that size
 //! every buffer, the vocabulary, the norm's epsilon, attention's scale and soft-caps.
 
-use super::{Experts, ModelSpec, NormKind, RopeParams, SlidingWindow};
+use super::{Experts, ModelSpec, NetworkType, NormKind, PositionSpec, RopeParams, SlidingWindow};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 
@@ -34,6 +34,29 @@ pub struct HyperParams {
     pub final_softcap: Option<f32>,
     /// A mixture of experts in every block's MLP, where the file has experts.
     pub experts: Option<Experts>,
+    /// Relative position buckets, where the position embedding is relative (T5).
+    pub relative: Option<RelativeBuckets>,
+    /// An encoder-decoder network's encoder, where the network is one; `n_layer` then counts
+    /// the decoder's blocks.
+    pub seq2seq: Option<Seq2SeqParams>,
+}
+
+/// T5's relative positions: how many buckets, and the distance past which all share one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelativeBuckets {
+    pub buckets: usize,
+    pub max_distance: usize,
+}
+
+/// What an encoder-decoder network adds to the hyperparameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seq2SeqParams {
+    /// The encoder's blocks (`{arch}.block_count`; the decoder's are
+    /// `{arch}.decoder_block_count`, as many where absent).
+    pub n_encoder_layer: usize,
+    /// The token the decoder starts from (`{arch}.decoder_start_token_id`; T5's pad, 0,
+    /// where absent).
+    pub decoder_start: u32,
 }
 
 impl ModelSpec {
@@ -45,7 +68,31 @@ impl ModelSpec {
             positive(k)?.ok_or_else(|| Error::metadata(path, k, "missing"))
         };
 
-        let n_layer = required(&key("block_count"))?;
+        let block_count = required(&key("block_count"))?;
+        let encoder_decoder = self.network == NetworkType::EncoderDecoder;
+        let n_layer = match encoder_decoder {
+            true => positive(&key("decoder_block_count"))?.unwrap_or(block_count),
+            false => block_count,
+        };
+        let seq2seq = match encoder_decoder {
+            true => Some(Seq2SeqParams {
+                n_encoder_layer: block_count,
+                decoder_start: file
+                    .get::<u32>(&key("decoder_start_token_id"))?
+                    .unwrap_or(0),
+            }),
+            false => None,
+        };
+        let relative = match self.position {
+            PositionSpec::RelativeBuckets { max_distance } => {
+                let k = key("attention.relative_buckets_count");
+                Some(RelativeBuckets {
+                    buckets: positive(&k)?.ok_or_else(|| Error::metadata(path, &k, "missing"))?,
+                    max_distance: max_distance as usize,
+                })
+            }
+            _ => None,
+        };
         let n_embd = required(&key("embedding_length"))?;
         let n_ff = required(&key("feed_forward_length"))?;
         let head_count = key("attention.head_count");
@@ -150,14 +197,18 @@ impl ModelSpec {
             norm_eps,
             rope,
             sliding_window,
-            attn_scale: positive_f32(&key("attention.scale"))?.or_else(|| {
-                let widths = &self.attention.width_scaled_block_counts;
-                let by_width = widths.contains(&(n_layer as u32));
-                by_width.then(|| 1.0 / (n_embd as f32 / n_head as f32).sqrt())
-            }),
+            attn_scale: positive_f32(&key("attention.scale"))?
+                .or(self.attention.scale)
+                .or_else(|| {
+                    let widths = &self.attention.width_scaled_block_counts;
+                    let by_width = widths.contains(&(n_layer as u32));
+                    by_width.then(|| 1.0 / (n_embd as f32 / n_head as f32).sqrt())
+                }),
             attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
             final_softcap: positive_f32(&key("final_logit_softcapping"))?,
             experts,
+            relative,
+            seq2seq,
         })
     }
 }

@@ -36,13 +36,14 @@ pub use atoms::{
 };
 pub use conversion::HfSpec;
 pub use experts::{Experts, SharedExpert};
-pub use hparams::HyperParams;
+pub use hparams::{HyperParams, RelativeBuckets, Seq2SeqParams};
 pub use resolved::{resolve_gguf, resolve_with, ResolvedModel};
 pub use rope::{RopeParams, RopeScaling, Yarn};
 pub use shipped::{known_architectures, shipped_specs, spec_for_architecture};
-pub use tensor_names::{LayerTensorNames, TensorNames, LAYER_PLACEHOLDER};
+pub use tensor_names::{LayerTensorNames, Seq2SeqTensorNames, TensorNames, LAYER_PLACEHOLDER};
 pub use tensors::{
-    LayerTensors, Linear, MlpTensors, ModelTensors, NormTensors, QkvTensors, SharedExpertTensors,
+    CrossAttentionTensors, LayerTensors, Linear, MlpTensors, ModelTensors, NormTensors, QkvTensors,
+    Seq2SeqTensors, SharedExpertTensors,
 };
 pub use window::SlidingWindow;
 

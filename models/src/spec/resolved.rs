@@ -5,9 +5,7 @@
 use std::collections::HashSet;
 
 use super::checker::Checker;
-use super::{
-    known_architectures, spec_for_architecture, HyperParams, ModelSpec, ModelTensors, NetworkType,
-};
+use super::{known_architectures, spec_for_architecture, HyperParams, ModelSpec, ModelTensors};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 
@@ -39,12 +37,6 @@ impl ModelSpec {
     /// Reads the hyperparameters from the file's `{arch}.*` metadata and checks every tensor
     /// this spec needs against the file's tensor index.
     pub fn resolve_gguf(&self, file: &GgufFile) -> Result<ResolvedModel> {
-        if self.network == NetworkType::EncoderDecoder {
-            return Err(Error::spec(
-                &self.name,
-                "encoder-decoder networks cannot be resolved yet",
-            ));
-        }
         let arch = file.architecture()?.to_string();
         let hparams = self.gguf_hparams(file, &arch)?;
         let mut checker = Checker {

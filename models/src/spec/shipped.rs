@@ -16,6 +16,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("phi3.toml", include_str!("../../specs/phi3.toml")),
     ("olmoe.toml", include_str!("../../specs/olmoe.toml")),
     ("bert.toml", include_str!("../../specs/bert.toml")),
+    ("t5.toml", include_str!("../../specs/t5.toml")),
 ];
 
 /// Every shipped spec, parsed.

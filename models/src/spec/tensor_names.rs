@@ -32,7 +32,31 @@ pub struct TensorNames {
     /// one (`{arch}.rope.scaling.original_context_length`), the short set otherwise.
     pub rope_factors_long: Option<String>,
     pub rope_factors_short: Option<String>,
+    /// The decoder's blocks (an encoder's, for an encoder-only network).
     pub layer: LayerTensorNames,
+    /// An encoder-decoder network's encoder and cross-attention.
+    pub seq2seq: Option<Seq2SeqTensorNames>,
+}
+
+/// What an encoder-decoder network (T5) has beyond a decoder's tensors.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seq2SeqTensorNames {
+    /// The encoder's blocks (`ffn_gate` where the decoder's has one).
+    pub encoder_layer: LayerTensorNames,
+    /// The norm after the encoder's last block.
+    pub encoder_norm: String,
+    /// Relative position biases ([n_head, buckets], `{layer}` in the name): layer 0 has one
+    /// and later layers reuse it unless the file gives them their own (UMT5 does).
+    pub encoder_relative_bias: Option<String>,
+    pub decoder_relative_bias: Option<String>,
+    /// Each decoder block's attention over the encoder's output: its pre-norm, then q from
+    /// the decoder's state, k and v from the encoder's, and the output projection.
+    pub cross_norm: String,
+    pub cross_q: String,
+    pub cross_k: String,
+    pub cross_v: String,
+    pub cross_output: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]

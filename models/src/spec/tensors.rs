@@ -3,8 +3,8 @@
 
 use super::checker::Checker;
 use super::{
-    GateUpLayout, HyperParams, MlpKind, ModelSpec, NormKind, NormPlacement, PositionSpec,
-    QkNormOver, QkvLayout, TiedEmbeddings, LAYER_PLACEHOLDER,
+    GateUpLayout, HyperParams, LayerTensorNames, MlpKind, ModelSpec, NormKind, NormPlacement,
+    PositionSpec, QkNormOver, QkvLayout, Seq2SeqTensorNames, TiedEmbeddings, LAYER_PLACEHOLDER,
 };
 use crate::error::{Error, Result};
 
@@ -108,7 +108,34 @@ pub struct ModelTensors {
     pub rope_freqs: Option<String>,
     /// LongRoPE's (long, short) divisors, [rope dims / 2] each, where the file has both.
     pub rope_factors: Option<(String, String)>,
+    /// The decoder's blocks (an encoder's, for an encoder-only network).
     pub layers: Vec<LayerTensors>,
+    /// An encoder-decoder network's encoder and cross-attention.
+    pub seq2seq: Option<Seq2SeqTensors>,
+}
+
+/// What an encoder-decoder network has beyond its decoder's blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seq2SeqTensors {
+    pub encoder_layers: Vec<LayerTensors>,
+    pub encoder_norm: NormTensors,
+    /// Each encoder block's relative position bias ([n_head, buckets]): its own, or the first
+    /// block's; empty where the position embedding is not relative.
+    pub encoder_relative_bias: Vec<String>,
+    /// Each decoder block's, likewise.
+    pub decoder_relative_bias: Vec<String>,
+    /// Each decoder block's cross-attention.
+    pub cross: Vec<CrossAttentionTensors>,
+}
+
+/// A decoder block's attention over the encoder's output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrossAttentionTensors {
+    pub norm: NormTensors,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub output: Linear,
 }
 
 impl ModelSpec {
@@ -119,11 +146,6 @@ impl ModelSpec {
     ) -> Result<ModelTensors> {
         let names = &self.tensors;
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
-        // Each factor fits u32, so the products fit u64; the sum saturates rather than wraps.
-        let q_dim = hp.n_head as u64 * hp.head_dim as u64;
-        let kv_dim = hp.n_head_kv as u64 * hp.head_dim as u64;
-        let qkv_dim = q_dim.saturating_add(kv_dim.saturating_mul(2));
-        let ff = hp.n_ff as u64;
         let layer_norm = self.norm.kind == NormKind::Layer;
 
         let token_embd = c.require(&names.token_embd, &[e, v], "n_embd x n_vocab")?;
@@ -198,135 +220,16 @@ impl ModelSpec {
             (false, None) => return Err(Error::spec(&self.name, "no output tensor named")),
         };
 
-        let l = &names.layer;
-        let (attn_bias, out_bias, mlp_bias) = (
-            self.attention.bias,
-            self.attention.output_bias,
-            self.mlp.bias,
-        );
         // block_count comes from the file: never size an allocation by it alone.
-        let mut layers = Vec::with_capacity(hp.n_layer.min(c.file.tensors().len()));
+        let cap = |n: usize| n.min(c.file.tensors().len());
+        let mut layers = Vec::with_capacity(cap(hp.n_layer));
         for i in 0..hp.n_layer {
-            let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
-            let named = |pattern: &Option<String>| -> Result<String> {
-                pattern
-                    .as_deref()
-                    .map(name)
-                    .ok_or_else(|| Error::spec(&self.name, "tensor name missing"))
-            };
-            let qkv = match self.attention.qkv {
-                QkvLayout::Separate => QkvTensors::Separate {
-                    q: c.linear(&named(&l.attn_q)?, e, q_dim, attn_bias)?,
-                    k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
-                    v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
-                },
-                QkvLayout::Fused => {
-                    QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
-                }
-            };
-            let hd = hp.head_dim as u64;
-            let whole = self.attention.qk_norm_over == QkNormOver::Projection;
-            let head_norm = |c: &mut Checker<'_>, pattern: &Option<String>, heads: u64| {
-                let (n, meaning) = match whole {
-                    true => (heads * hd, "heads x head_dim"),
-                    false => (hd, "head_dim"),
-                };
-                match self.attention.qk_norm {
-                    Some(kind) => Ok(Some(c.norm(
-                        &named(pattern)?,
-                        n,
-                        kind == NormKind::Layer,
-                        meaning,
-                    )?)),
-                    None => Ok(None),
-                }
-            };
-            let q_norm = head_norm(c, &l.attn_q_norm, hp.n_head as u64)?;
-            let k_norm = head_norm(c, &l.attn_k_norm, hp.n_head_kv as u64)?;
-            let fused = self.mlp.gate_up == GateUpLayout::Fused;
-            let mlp = match hp.experts {
-                Some(x) => {
-                    let (n, ffx) = (x.count as u64, x.n_ff as u64);
-                    let stacked = "n_embd x n_ff_exp x n_expert";
-                    MlpTensors::Experts {
-                        router: c.require(
-                            &named(&l.ffn_gate_inp)?,
-                            &[e, n],
-                            "n_embd x n_expert",
-                        )?,
-                        gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
-                        up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,
-                        down: c.require(
-                            &named(&l.ffn_down_exps)?,
-                            &[ffx, e, n],
-                            "n_ff_exp x n_embd x n_expert",
-                        )?,
-                        shared: match x.shared {
-                            Some(sh) => {
-                                let ffs = sh.n_ff as u64;
-                                Some(SharedExpertTensors {
-                                    gate: c.require(
-                                        &named(&l.ffn_gate_shexp)?,
-                                        &[e, ffs],
-                                        "n_embd x n_ff_shexp",
-                                    )?,
-                                    up: c.require(
-                                        &named(&l.ffn_up_shexp)?,
-                                        &[e, ffs],
-                                        "n_embd x n_ff_shexp",
-                                    )?,
-                                    down: c.require(
-                                        &named(&l.ffn_down_shexp)?,
-                                        &[ffs, e],
-                                        "n_ff_shexp x n_embd",
-                                    )?,
-                                    gate_inp: match sh.gated {
-                                        true => Some(c.require(
-                                            &named(&l.ffn_gate_inp_shexp)?,
-                                            &[e],
-                                            "n_embd",
-                                        )?),
-                                        false => None,
-                                    },
-                                })
-                            }
-                            None => None,
-                        },
-                    }
-                }
-                None => MlpTensors::Dense {
-                    gate: match self.mlp.kind {
-                        MlpKind::Gated if !fused => {
-                            Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
-                        }
-                        _ => None,
-                    },
-                    up: c.linear(
-                        &name(&l.ffn_up),
-                        e,
-                        if fused { 2 * ff } else { ff },
-                        mlp_bias,
-                    )?,
-                    down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
-                },
-            };
-            let sandwich = self.norm.placement == NormPlacement::Sandwich;
-            let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
-                true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
-                false => Ok(None),
-            };
-            layers.push(LayerTensors {
-                attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm, "n_embd")?,
-                qkv,
-                q_norm,
-                k_norm,
-                attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
-                attn_post_norm: post_norm(c, &l.attn_post_norm)?,
-                ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
-                ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
-                mlp,
-            });
+            layers.push(self.layer_tensors(&names.layer, i, hp, c)?);
         }
+        let seq2seq = match (&names.seq2seq, hp.seq2seq) {
+            (Some(n), Some(p)) => Some(self.seq2seq_tensors(n, p.n_encoder_layer, hp, c)?),
+            _ => None,
+        };
         Ok(ModelTensors {
             token_embd,
             position_embd,
@@ -340,6 +243,207 @@ impl ModelSpec {
             rope_freqs,
             rope_factors,
             layers,
+            seq2seq,
+        })
+    }
+
+    /// The tensors of block `i` named by `l`.
+    fn layer_tensors(
+        &self,
+        l: &LayerTensorNames,
+        i: usize,
+        hp: &HyperParams,
+        c: &mut Checker<'_>,
+    ) -> Result<LayerTensors> {
+        let e = hp.n_embd as u64;
+        let q_dim = hp.n_head as u64 * hp.head_dim as u64;
+        let kv_dim = hp.n_head_kv as u64 * hp.head_dim as u64;
+        let qkv_dim = q_dim.saturating_add(kv_dim.saturating_mul(2));
+        let ff = hp.n_ff as u64;
+        let layer_norm = self.norm.kind == NormKind::Layer;
+        let (attn_bias, out_bias, mlp_bias) = (
+            self.attention.bias,
+            self.attention.output_bias,
+            self.mlp.bias,
+        );
+        let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
+        let named = |pattern: &Option<String>| -> Result<String> {
+            pattern
+                .as_deref()
+                .map(name)
+                .ok_or_else(|| Error::spec(&self.name, "tensor name missing"))
+        };
+        let qkv = match self.attention.qkv {
+            QkvLayout::Separate => QkvTensors::Separate {
+                q: c.linear(&named(&l.attn_q)?, e, q_dim, attn_bias)?,
+                k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
+                v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
+            },
+            QkvLayout::Fused => {
+                QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
+            }
+        };
+        let hd = hp.head_dim as u64;
+        let whole = self.attention.qk_norm_over == QkNormOver::Projection;
+        let head_norm = |c: &mut Checker<'_>, pattern: &Option<String>, heads: u64| {
+            let (n, meaning) = match whole {
+                true => (heads * hd, "heads x head_dim"),
+                false => (hd, "head_dim"),
+            };
+            match self.attention.qk_norm {
+                Some(kind) => Ok(Some(c.norm(
+                    &named(pattern)?,
+                    n,
+                    kind == NormKind::Layer,
+                    meaning,
+                )?)),
+                None => Ok(None),
+            }
+        };
+        let q_norm = head_norm(c, &l.attn_q_norm, hp.n_head as u64)?;
+        let k_norm = head_norm(c, &l.attn_k_norm, hp.n_head_kv as u64)?;
+        let fused = self.mlp.gate_up == GateUpLayout::Fused;
+        let mlp = match hp.experts {
+            Some(x) => {
+                let (n, ffx) = (x.count as u64, x.n_ff as u64);
+                let stacked = "n_embd x n_ff_exp x n_expert";
+                MlpTensors::Experts {
+                    router: c.require(&named(&l.ffn_gate_inp)?, &[e, n], "n_embd x n_expert")?,
+                    gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
+                    up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,
+                    down: c.require(
+                        &named(&l.ffn_down_exps)?,
+                        &[ffx, e, n],
+                        "n_ff_exp x n_embd x n_expert",
+                    )?,
+                    shared: match x.shared {
+                        Some(sh) => {
+                            let ffs = sh.n_ff as u64;
+                            Some(SharedExpertTensors {
+                                gate: c.require(
+                                    &named(&l.ffn_gate_shexp)?,
+                                    &[e, ffs],
+                                    "n_embd x n_ff_shexp",
+                                )?,
+                                up: c.require(
+                                    &named(&l.ffn_up_shexp)?,
+                                    &[e, ffs],
+                                    "n_embd x n_ff_shexp",
+                                )?,
+                                down: c.require(
+                                    &named(&l.ffn_down_shexp)?,
+                                    &[ffs, e],
+                                    "n_ff_shexp x n_embd",
+                                )?,
+                                gate_inp: match sh.gated {
+                                    true => Some(c.require(
+                                        &named(&l.ffn_gate_inp_shexp)?,
+                                        &[e],
+                                        "n_embd",
+                                    )?),
+                                    false => None,
+                                },
+                            })
+                        }
+                        None => None,
+                    },
+                }
+            }
+            None => MlpTensors::Dense {
+                gate: match self.mlp.kind {
+                    // T5 v1.0's files have no gate (`mlp.ungated_activation`).
+                    MlpKind::Gated
+                        if self.mlp.ungated_activation.is_some()
+                            && c.file.tensor(&named(&l.ffn_gate)?).is_none() =>
+                    {
+                        None
+                    }
+                    MlpKind::Gated if !fused => {
+                        Some(c.linear(&named(&l.ffn_gate)?, e, ff, mlp_bias)?)
+                    }
+                    _ => None,
+                },
+                up: c.linear(
+                    &name(&l.ffn_up),
+                    e,
+                    if fused { 2 * ff } else { ff },
+                    mlp_bias,
+                )?,
+                down: c.linear(&name(&l.ffn_down), ff, e, mlp_bias)?,
+            },
+        };
+        let sandwich = self.norm.placement == NormPlacement::Sandwich;
+        let post_norm = |c: &mut Checker<'_>, pattern: &Option<String>| match sandwich {
+            true => Ok(Some(c.norm(&named(pattern)?, e, layer_norm, "n_embd")?)),
+            false => Ok(None),
+        };
+        Ok(LayerTensors {
+            attn_norm: c.norm(&name(&l.attn_norm), e, layer_norm, "n_embd")?,
+            qkv,
+            q_norm,
+            k_norm,
+            attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+            attn_post_norm: post_norm(c, &l.attn_post_norm)?,
+            ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
+            ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,
+            mlp,
+        })
+    }
+
+    /// The encoder's `n_encoder` blocks, its norm, the relative biases and each decoder
+    /// block's cross-attention.
+    fn seq2seq_tensors(
+        &self,
+        n: &Seq2SeqTensorNames,
+        n_encoder: usize,
+        hp: &HyperParams,
+        c: &mut Checker<'_>,
+    ) -> Result<Seq2SeqTensors> {
+        let e = hp.n_embd as u64;
+        let q_dim = hp.n_head as u64 * hp.head_dim as u64;
+        let kv_dim = hp.n_head_kv as u64 * hp.head_dim as u64;
+        let layer_norm = self.norm.kind == NormKind::Layer;
+        let cap = |n: usize| n.min(c.file.tensors().len());
+        let mut encoder_layers = Vec::with_capacity(cap(n_encoder));
+        for i in 0..n_encoder {
+            encoder_layers.push(self.layer_tensors(&n.encoder_layer, i, hp, c)?);
+        }
+        let encoder_norm = c.norm(&n.encoder_norm, e, layer_norm, "n_embd")?;
+        let buckets = hp.relative.map(|r| r.buckets as u64);
+        let relative = |c: &mut Checker<'_>, pattern: &Option<String>, count: usize| {
+            let (Some(buckets), Some(pattern)) = (buckets, pattern) else {
+                return Ok(Vec::new());
+            };
+            let name = |i: usize| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
+            let shape = [hp.n_head as u64, buckets];
+            let first = c.require(&name(0), &shape, "n_head x relative buckets")?;
+            (0..count)
+                .map(|i| match c.file.tensor(&name(i)) {
+                    Some(_) if i > 0 => c.require(&name(i), &shape, "n_head x relative buckets"),
+                    _ => Ok(first.clone()),
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let encoder_relative_bias = relative(c, &n.encoder_relative_bias, n_encoder)?;
+        let decoder_relative_bias = relative(c, &n.decoder_relative_bias, hp.n_layer)?;
+        let mut cross = Vec::with_capacity(cap(hp.n_layer));
+        for i in 0..hp.n_layer {
+            let name = |pattern: &str| pattern.replace(LAYER_PLACEHOLDER, &i.to_string());
+            let (attn_bias, out_bias) = (self.attention.bias, self.attention.output_bias);
+            cross.push(CrossAttentionTensors {
+                norm: c.norm(&name(&n.cross_norm), e, layer_norm, "n_embd")?,
+                q: c.linear(&name(&n.cross_q), e, q_dim, attn_bias)?,
+                k: c.linear(&name(&n.cross_k), e, kv_dim, attn_bias)?,
+                v: c.linear(&name(&n.cross_v), e, kv_dim, attn_bias)?,
+                output: c.linear(&name(&n.cross_output), q_dim, e, out_bias)?,
+            });
+        }
+        Ok(Seq2SeqTensors {
+            encoder_layers,
+            encoder_norm,
+            encoder_relative_bias,
+            decoder_relative_bias,
+            cross,
         })
     }
 }

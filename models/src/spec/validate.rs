@@ -120,7 +120,21 @@ impl ModelSpec {
         if matches!(self.position, PositionSpec::Learned) && t.position_embd.is_none() {
             return bad("learned positions need tensors.position_embd".into());
         }
-        if self.network == NetworkType::DecoderOnly && t.output_norm.is_none() {
+        if (self.network == NetworkType::EncoderDecoder) != t.seq2seq.is_some() {
+            return bad("tensors.seq2seq is for, and needed by, an encoder-decoder network".into());
+        }
+        if let Some(s) = &t.seq2seq {
+            let relative = matches!(self.position, PositionSpec::RelativeBuckets { .. });
+            if relative && (s.encoder_relative_bias.is_none() || s.decoder_relative_bias.is_none())
+            {
+                return bad(
+                    "relative positions need tensors.seq2seq.encoder_relative_bias and \
+                     decoder_relative_bias"
+                        .into(),
+                );
+            }
+        }
+        if self.network != NetworkType::EncoderOnly && t.output_norm.is_none() {
             return bad("a decoder needs tensors.output_norm".into());
         }
         if self.tied_embeddings != TiedEmbeddings::Always && t.output.is_none() {
