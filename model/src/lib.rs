@@ -15,6 +15,7 @@ mod layer;
 mod matrix;
 pub mod ops;
 pub mod quantize;
+pub mod seq2seq;
 mod shard;
 mod stage;
 mod weights;

@@ -10,8 +10,10 @@ mod matmul;
 pub mod moe;
 pub mod ops;
 mod policy;
+pub mod seq2seq;
 
 pub use encoder::RefEncoder;
 pub use forward::{CpuKvState, CpuModel};
+pub use seq2seq::{load_seq2seq, RefSeq2Seq};
 
 use forward::CpuLayer;
