@@ -14,6 +14,7 @@ pub mod isa;
 pub mod levels;
 pub mod panel;
 pub mod product;
+mod seq2seq;
 pub mod weights;
 
 pub use act::Activations;
@@ -21,3 +22,4 @@ pub use encoder::NativeEncoder;
 pub use executor::{default_threads, CpuOptions, NativeModel};
 
 pub use isa::Isa;
+pub use seq2seq::{NativeProduct, NativeSeq2Seq};
