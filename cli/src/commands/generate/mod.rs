@@ -1,4 +1,7 @@
-//! `hearth generate`: complete a prompt, streaming the text to stdout.
+//! `hearth generate`: complete a prompt, streaming the text to stdout; an encoder-decoder's
+//! prompt is its input (`seq2seq`).
+
+mod seq2seq;
 
 use std::io::Write as _;
 
@@ -62,6 +65,14 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
+    let path = args.model.run.dir.resolve(&args.model.model)?;
+    let spec = match &args.model.run.spec {
+        Some(p) => Some(hearth_models::ModelSpec::from_file(p)?),
+        None => None,
+    };
+    if hearth_engine::seq2seq::is_seq2seq(&path, spec.as_ref())? {
+        return seq2seq::run(args, device);
+    }
     if let Some(width) = args.beams {
         if args.draft.draft.is_some() {
             anyhow::bail!(
