@@ -147,7 +147,9 @@ impl Seq2SeqEngine {
             max_tokens: Some(limit),
             ..params.clone()
         };
-        bounded.check(&self.tokenizer, &prompt, limit + 1, n_vocab)?;
+        // The start token and every generated token but the last pass the decoder.
+        let positions = self.model.config().decoder_positions();
+        bounded.check(&self.tokenizer, &prompt, positions + 1, n_vocab)?;
         let t0 = Instant::now();
         let memory = self.model.encode(input)?;
         self.model.begin(0, &memory)?;
@@ -191,6 +193,21 @@ impl Seq2SeqEngine {
     pub fn beam_search(&mut self, input: &[u32], params: &BeamParams) -> Result<Vec<Hypothesis>> {
         params.validate()?;
         let width = params.width;
+        let most = self.model.rows() / 2;
+        if width > most {
+            return Err(Error::options(
+                "beams",
+                format!("{width} beams; an encoder-decoder keeps at most {most}"),
+            ));
+        }
+        let positions = self.model.config().decoder_positions();
+        if params.max_tokens > positions {
+            return Err(Error::ContextFull {
+                needed: params.max_tokens,
+                used: 0,
+                n_ctx: positions,
+            });
+        }
         let start = self.model.config().decoder_start;
         let memory = self.model.encode(input)?;
         self.model.begin(0, &memory)?;

@@ -42,6 +42,12 @@ pub struct Seq2SeqConfig {
 }
 
 impl Seq2SeqConfig {
+    /// Positions a decoder row holds: relative positions read any length, so four times
+    /// what the model was trained on, and at least 2048.
+    pub fn decoder_positions(&self) -> usize {
+        (4 * self.n_ctx_train).max(2048)
+    }
+
     /// Width of the attention's heads together.
     pub fn attn_dim(&self) -> usize {
         self.n_head * self.head_dim

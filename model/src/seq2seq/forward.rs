@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hearth_models::spec::Activation;
 
 use super::buckets;
+use super::cache::PagedCache;
 use super::config::Seq2SeqConfig;
 use super::weights::{Seq2SeqBlock, Seq2SeqWeights};
 use super::{check_tokens, Seq2Seq};
@@ -20,32 +21,47 @@ pub trait Product: Send + Sync {
     fn product(&self, x: &[f32], n: usize) -> Vec<f32>;
 }
 
-/// One decoder sequence: each block's keys and values so far ([len, attn_dim] each) and its
-/// cross-attention's keys and values over the encoder's output ([n_mem, 2 attn_dim]: k then
-/// v), shared between forks.
-#[derive(Clone)]
-struct Row {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
-    cross: Arc<Vec<Vec<f32>>>,
+/// A decoder row's cross-attention keys and values over its encoder output, per block
+/// ([n_mem, 2 attn_dim]: k then v), shared between forks.
+struct Cross {
+    kv: Vec<Vec<f32>>,
     n_mem: usize,
-    len: usize,
 }
+
+/// Decoder rows: enough for a beam search of 16 beams and their forks.
+pub const DECODER_ROWS: usize = 32;
 
 /// An encoder-decoder with its decoder rows.
 pub struct Seq2SeqModel<M> {
     config: Seq2SeqConfig,
     weights: Seq2SeqWeights<M>,
-    rows: Vec<Option<Row>>,
+    /// Each row's encoder output, where the row holds a sequence.
+    cross: Vec<Option<Arc<Cross>>>,
+    cache: PagedCache,
 }
 
 impl<M: Product> Seq2SeqModel<M> {
+    /// The model with [`DECODER_ROWS`] decoder rows of up to
+    /// [`decoder_positions`](Seq2SeqConfig::decoder_positions) positions each.
     pub fn new(config: Seq2SeqConfig, weights: Seq2SeqWeights<M>) -> Self {
+        let cache = PagedCache::new(
+            weights.decoder.len(),
+            config.n_head,
+            config.head_dim,
+            DECODER_ROWS,
+            config.decoder_positions(),
+        );
         Self {
             config,
             weights,
-            rows: Vec::new(),
+            cross: (0..DECODER_ROWS).map(|_| None).collect(),
+            cache,
         }
+    }
+
+    /// Blocks of the decoder's paged cache in use.
+    pub fn blocks_used(&self) -> usize {
+        self.cache.blocks_used()
     }
 
     pub fn weights(&self) -> &Seq2SeqWeights<M> {
@@ -61,11 +77,22 @@ impl<M: Product> Seq2SeqModel<M> {
         x
     }
 
-    fn row(&self, row: usize) -> Result<&Row> {
-        self.rows
+    fn cross(&self, row: usize) -> Result<Arc<Cross>> {
+        self.cross
             .get(row)
-            .and_then(Option::as_ref)
+            .cloned()
+            .flatten()
             .ok_or_else(|| Error::options("row", format!("decoder row {row} has no sequence")))
+    }
+
+    fn check_row(&self, row: usize) -> Result<()> {
+        match row < DECODER_ROWS {
+            true => Ok(()),
+            false => Err(Error::options(
+                "row",
+                format!("decoder row {row}: the model has {DECODER_ROWS}"),
+            )),
+        }
     }
 
     /// The MLP's output for `h` ([n, n_embd]).
@@ -137,34 +164,28 @@ impl<M: Product> Seq2Seq for Seq2SeqModel<M> {
                 None => Vec::new(),
             })
             .collect();
-        let layers = self.weights.decoder.len();
-        if self.rows.len() <= row {
-            self.rows.resize(row + 1, None);
-        }
-        self.rows[row] = Some(Row {
-            keys: vec![Vec::new(); layers],
-            values: vec![Vec::new(); layers],
-            cross: Arc::new(cross),
-            n_mem,
-            len: 0,
-        });
+        self.check_row(row)?;
+        self.cache.clear(row);
+        self.cross[row] = Some(Arc::new(Cross { kv: cross, n_mem }));
         Ok(())
     }
 
     fn decode(&mut self, row: usize, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         check_tokens(&self.config, "tokens", tokens)?;
-        let mut state = self.row(row)?.clone();
+        let cross = self.cross(row)?;
+        let p0 = self.cache.len(row);
+        self.cache.append(row, tokens.len())?;
         let c = &self.config;
-        let (n, a, p0) = (tokens.len(), c.attn_dim(), state.len);
+        let (n, a) = (tokens.len(), c.attn_dim());
         let heads = Heads::of(c);
         let mut x = self.embed(tokens);
         for (l, b) in self.weights.decoder.iter().enumerate() {
             let h = self.norm(&x, &b.attn_norm);
             let qkv = b.wqkv.product(&h, n);
-            for t in qkv.chunks_exact(3 * a) {
-                state.keys[l].extend_from_slice(&t[a..2 * a]);
-                state.values[l].extend_from_slice(&t[2 * a..]);
+            for (i, t) in qkv.chunks_exact(3 * a).enumerate() {
+                self.cache.write(l, row, p0 + i, &t[a..2 * a], &t[2 * a..]);
             }
+            let (keys_so_far, values_so_far) = self.cache.gather(l, row);
             let keys = p0 + n;
             let bias = buckets::bias(
                 &b.relative_bias,
@@ -177,8 +198,8 @@ impl<M: Product> Seq2Seq for Seq2SeqModel<M> {
             );
             let ctx = heads.attend(
                 (&qkv, 3 * a, 0),
-                (&state.keys[l], a, 0),
-                (&state.values[l], a, 0),
+                (&keys_so_far, a, 0),
+                (&values_so_far, a, 0),
                 keys,
                 Some(&bias),
                 Some(p0),
@@ -187,12 +208,12 @@ impl<M: Product> Seq2Seq for Seq2SeqModel<M> {
             if let Some(cw) = &b.cross {
                 let h = self.norm(&x, &cw.norm);
                 let q = cw.wq.product(&h, n);
-                let kv = &state.cross[l];
+                let kv = &cross.kv[l];
                 let ctx = heads.attend(
                     (&q, a, 0),
                     (kv, 2 * a, 0),
                     (kv, 2 * a, a),
-                    state.n_mem,
+                    cross.n_mem,
                     None,
                     None,
                 );
@@ -201,7 +222,6 @@ impl<M: Product> Seq2Seq for Seq2SeqModel<M> {
             let h = self.norm(&x, &b.ffn_norm);
             add(&mut x, &self.mlp(b, &h, n));
         }
-        state.len += n;
         let e = c.n_embd;
         let last = match logits {
             Logits::Last => &x[(n - 1) * e..],
@@ -212,28 +232,33 @@ impl<M: Product> Seq2Seq for Seq2SeqModel<M> {
             let s = 1.0 / (e as f32).sqrt();
             h.iter_mut().for_each(|v| *v *= s);
         }
-        let out = self.weights.output.product(&h, h.len() / e);
-        self.rows[row] = Some(state);
-        Ok(out)
+        Ok(self.weights.output.product(&h, h.len() / e))
     }
 
     fn fork(&mut self, src: usize, dst: usize) -> Result<()> {
-        let copy = self.row(src)?.clone();
-        if self.rows.len() <= dst {
-            self.rows.resize(dst + 1, None);
-        }
-        self.rows[dst] = Some(copy);
+        let cross = self.cross(src)?;
+        self.check_row(dst)?;
+        self.cache.fork(src, dst);
+        self.cross[dst] = Some(cross);
         Ok(())
     }
 
     fn len(&self, row: usize) -> usize {
-        self.row(row).map_or(0, |r| r.len)
+        match self.cross.get(row) {
+            Some(Some(_)) => self.cache.len(row),
+            _ => 0,
+        }
     }
 
     fn end(&mut self, row: usize) {
-        if let Some(r) = self.rows.get_mut(row) {
-            *r = None;
+        if row < DECODER_ROWS {
+            self.cache.clear(row);
+            self.cross[row] = None;
         }
+    }
+
+    fn rows(&self) -> usize {
+        self.cache.rows()
     }
 }
 

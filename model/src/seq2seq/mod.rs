@@ -5,18 +5,19 @@
 //! - [`Seq2SeqConfig`]: the shape and atoms, checked against what the executors run;
 //! - [`Seq2SeqWeights`] and [`read_seq2seq`]: the weights, packed as the file holds them;
 //! - [`buckets`]: T5's relative position buckets;
-//! - [`Seq2SeqModel`]: the forward pass on the host over any matrix [`Product`], with a
-//!   decoder cache per row (the reference and the native CPU executor run it with their own
-//!   products);
+//! - [`Seq2SeqModel`]: the forward pass on the host over any matrix [`Product`], the
+//!   decoder's self-attention over a paged cache whose rows beams fork (the reference and
+//!   the native CPU executor run it with their own products);
 //! - [`Seq2Seq`]: what an executor offers the engine.
 
 pub mod buckets;
+mod cache;
 mod config;
 mod forward;
 mod weights;
 
 pub use config::{Seq2SeqConfig, Seq2SeqMlp};
-pub use forward::{Product, Seq2SeqModel};
+pub use forward::{Product, Seq2SeqModel, DECODER_ROWS};
 pub use weights::{read_seq2seq, CrossWeights, Seq2SeqBlock, Seq2SeqWeights};
 
 use crate::backend::Logits;
@@ -40,6 +41,8 @@ pub trait Seq2Seq: Send {
     fn len(&self, row: usize) -> usize;
     /// Forgets `row`'s sequence.
     fn end(&mut self, row: usize);
+    /// Decoder rows (sequences at once: a beam search needs twice its width).
+    fn rows(&self) -> usize;
 }
 
 /// Checks an input against the model: some tokens, each within the vocabulary.
