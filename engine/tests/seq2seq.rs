@@ -73,7 +73,7 @@ fn matches_transformers(model: &mut dyn Seq2Seq, r: &Reference, bound: f32) {
 }
 
 fn each_model(mut f: impl FnMut(&str, &Path, &Reference)) {
-    for name in ["t5-gated", "t5-relu"] {
+    for name in ["t5-flan", "t5-v1"] {
         let Some(dir) = hearth_testkit::conformance_model(name) else {
             return;
         };

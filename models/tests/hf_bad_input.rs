@@ -239,11 +239,11 @@ fn a_missing_expert_is_named() {
 #[test]
 fn unknown_families_tensors_and_types_are_named() {
     let mut c = config(false);
-    c["architectures"] = json!(["T5ForConditionalGeneration"]);
-    let f = folder("t5", &c, &tensors(false));
+    c["architectures"] = json!(["BartForConditionalGeneration"]);
+    let f = folder("bart", &c, &tensors(false));
     let err = error(&f);
     assert!(
-        err.contains("T5ForConditionalGeneration")
+        err.contains("BartForConditionalGeneration")
             && err.contains("LlamaForCausalLM")
             && err.contains("config.json"),
         "{err}"

@@ -162,3 +162,82 @@ fn bert_folders_convert_as_llama_cpp_converts_them() {
         }
     }
 }
+
+/// T5 folders against llama.cpp's conversions (`scripts/conformance/seq2seq.py`): Flan-T5's
+/// shape (gated GELU, its own lm_head, f32, the shared embeddings stored three times) and T5
+/// v1.0's (ReLU, tied output, bf16, no `n_positions`), each with 3 encoder and 2 decoder
+/// blocks and a SentencePiece Unigram `spiece.model`. Every key and tensor is the same, both
+/// ways, but the file's name and size label; v1.0's PyTorch checkpoint twin converts to the
+/// same file as its safetensors.
+#[test]
+fn t5_folders_convert_as_llama_cpp_converts_them() {
+    let Some(flan) = hearth_testkit::conformance_model("t5-flan") else {
+        return;
+    };
+    let Some(v1) = hearth_testkit::conformance_model("t5-v1") else {
+        return;
+    };
+    for dir in [&flan, &v1] {
+        let theirs = GgufFile::open(dir.join("model.gguf")).unwrap();
+        let ours = HfFolder::open(&dir.join("hf"))
+            .unwrap()
+            .to_gguf_file()
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        same_files(&dir.display().to_string(), &ours, &theirs);
+        assert_eq!(
+            ours.metadata().get("tokenizer.ggml.model"),
+            Some(&MetaValue::String("t5".into()))
+        );
+    }
+    let bin = v1.join("hf-bin");
+    let from_bin = HfFolder::open(&bin).unwrap().to_gguf_file().unwrap();
+    let from_safetensors = HfFolder::open(&v1.join("hf"))
+        .unwrap()
+        .to_gguf_file()
+        .unwrap();
+    same_files(&bin.display().to_string(), &from_bin, &from_safetensors);
+}
+
+/// Every key (but those naming the file) and every tensor of `want` in `got` with the same
+/// value, type, shape and bytes, and nothing more.
+fn same_files(what: &str, got: &GgufFile, want: &GgufFile) {
+    let keys = |f: &GgufFile| -> Vec<String> {
+        let mut k: Vec<String> = f
+            .metadata()
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .filter(|k| !NAMING.contains(&k.as_str()))
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(got), keys(want), "{what}: metadata keys");
+    for (key, value) in want.metadata().iter() {
+        if !NAMING.contains(&key) {
+            let v = got.metadata().get(key);
+            assert!(
+                v == Some(value),
+                "{what}: `{key}` is {}, llama.cpp wrote {}",
+                v.map_or("absent".into(), short),
+                short(value)
+            );
+        }
+    }
+    let names = |f: &GgufFile| -> Vec<String> {
+        let mut n: Vec<String> = f.tensors().iter().map(|t| t.name.clone()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(got), names(want), "{what}: tensor names");
+    for t in want.tensors() {
+        let o = got.tensor(&t.name).unwrap();
+        assert_eq!(
+            (o.ggml_type, &o.shape),
+            (t.ggml_type, &t.shape),
+            "{what}: {}",
+            t.name
+        );
+        let same = got.tensor_data(o).unwrap() == want.tensor_data(t).unwrap();
+        assert!(same, "{what}: {} bytes differ", t.name);
+    }
+}

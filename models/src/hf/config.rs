@@ -9,6 +9,12 @@ use super::family::Family;
 use super::rope::Llama3Rope;
 use crate::error::{Error, Result};
 
+/// The names of the model's width, heads and blocks: transformers' standard ones, then T5's
+/// (which its `attribute_map` maps to them).
+pub const N_EMBD: &[&str] = &["hidden_size", "d_model"];
+pub const N_HEAD: &[&str] = &["num_attention_heads", "num_heads"];
+pub const N_LAYER: &[&str] = &["num_hidden_layers", "num_layers"];
+
 /// A parsed `config.json`; for a multimodal checkpoint, its `text_config` over the top level.
 pub(crate) struct Config {
     pub path: PathBuf,
@@ -130,24 +136,52 @@ impl Config {
         }
     }
 
-    /// Query and key width per head: `head_dim`, else the width over the heads.
+    /// The first of `keys` present, else an error naming the first.
+    pub fn require_any(&self, keys: &[&str]) -> Result<u64> {
+        self.u64_any(keys)?
+            .ok_or_else(|| Error::metadata(&self.path, keys[0], "missing"))
+    }
+
+    /// The first of `keys` that `config.json` has, else the first: the name a message about
+    /// that value gives it.
+    pub fn named<'k>(&self, keys: &[&'k str]) -> &'k str {
+        keys.iter()
+            .find(|k| self.get(k).is_some())
+            .unwrap_or(&keys[0])
+    }
+
+    /// Query and key width per head: `head_dim` (T5's `d_kv`), else the width over the heads.
     pub fn head_dim(&self) -> Result<u64> {
-        match self.u64("head_dim")? {
+        match self.u64_any(&["head_dim", "d_kv"])? {
             Some(d) => Ok(d),
-            None => Ok(self.require_u64("hidden_size")? / self.n_head()?.max(1)),
+            None => Ok(self.n_embd()? / self.n_head()?.max(1)),
         }
     }
 
+    pub fn n_embd(&self) -> Result<u64> {
+        self.require_any(N_EMBD)
+    }
+
     pub fn n_head(&self) -> Result<u64> {
-        self.require_u64("num_attention_heads")
+        self.require_any(N_HEAD)
     }
 
     pub fn n_head_kv(&self) -> Result<u64> {
         Ok(self.u64("num_key_value_heads")?.unwrap_or(self.n_head()?))
     }
 
+    /// The blocks: a decoder's, an encoder's, or an encoder-decoder's encoder blocks.
     pub fn n_layer(&self) -> Result<u64> {
-        self.require_u64("num_hidden_layers")
+        self.require_any(N_LAYER)
+    }
+
+    /// An encoder-decoder's decoder blocks: `num_decoder_layers`, else as many as the
+    /// encoder's (transformers' default).
+    pub fn n_decoder_layer(&self) -> Result<u64> {
+        match self.u64("num_decoder_layers")? {
+            Some(n) => Ok(n),
+            None => self.n_layer(),
+        }
     }
 
     pub fn n_experts(&self) -> Result<Option<u64>> {

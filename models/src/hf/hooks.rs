@@ -19,6 +19,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("gemma3", gemma3),
     ("phi3", phi3),
     ("bert", bert),
+    ("t5", t5),
 ];
 
 /// Runs the hook called `name`; a name no hook has is an error of the spec that gives it.
@@ -156,6 +157,34 @@ fn bert(c: &Config, m: &mut Meta) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// Every key of an encoder-decoder (no shared ones: T5's config names its sizes its own way),
+/// as llama.cpp's `T5Model` writes them, in its order. transformers' defaults stand in for
+/// keys a config leaves out (llama.cpp's converter reads the config through transformers),
+/// except the context: 512 where `n_positions` is absent, as llama.cpp assumes. A config
+/// without `decoder_start_token_id` (transformers 5 keeps it in generation_config.json) starts
+/// the decoder from the padding token, as T5 does; llama.cpp's converter refuses one.
+fn t5(c: &Config, m: &mut Meta) -> Result<()> {
+    m.u32("context_length", c.u64("n_positions")?.unwrap_or(512))?;
+    m.u32("embedding_length", c.n_embd()?)?;
+    m.u32("feed_forward_length", c.require_u64("d_ff")?)?;
+    m.u32("block_count", c.n_layer()?)?;
+    m.u32("decoder_block_count", c.n_decoder_layer()?)?;
+    m.u32("attention.head_count", c.n_head()?)?;
+    m.u32("attention.key_length", c.head_dim()?)?;
+    m.u32("attention.value_length", c.head_dim()?)?;
+    // T5's norms are RMSNorm; llama.cpp writes the epsilon under both names.
+    let eps = c.f64("layer_norm_epsilon")?.unwrap_or(1e-6);
+    m.f32("attention.layer_norm_epsilon", eps);
+    m.u32(
+        "attention.relative_buckets_count",
+        c.u64("relative_attention_num_buckets")?.unwrap_or(32),
+    )?;
+    m.f32("attention.layer_norm_rms_epsilon", eps);
+    let start = c.u64_any(&["decoder_start_token_id", "pad_token_id"])?;
+    m.u32("decoder_start_token_id", start.unwrap_or(0))?;
     Ok(())
 }
 

@@ -1,24 +1,37 @@
-//! The metadata of a converted file: the `{arch}.*` keys every family shares, read from
-//! `config.json`, then those of the family's conversion hook.
+//! The metadata of a converted file: the `{arch}.*` keys every decoder and encoder family
+//! shares, read from `config.json`, then those of the family's conversion hook.
 
 use super::config::Config;
 use super::hooks;
 use super::meta::Meta;
 use crate::error::{Error, Result};
 use crate::gguf::MetaValue;
+use crate::spec::NetworkType;
 
-/// The keys every family shares (llama.cpp's `TextModel.set_gguf_parameters`), then the
-/// family's own, which its spec's hook writes.
+/// The keys every decoder and encoder family shares, then the family's own, which its spec's
+/// hook writes. An encoder-decoder's hook writes every key: llama.cpp's T5 converter writes
+/// its own set in place of the shared one.
 pub(crate) fn metadata(config: &Config) -> Result<Meta> {
     let mut m = Meta {
         arch: config.family.arch.as_str(),
         entries: Vec::new(),
     };
+    if config.family.network != NetworkType::EncoderDecoder {
+        shared(config, &mut m)?;
+    }
+    if let Some(hook) = &config.family.hf.hook {
+        hooks::run(hook, config, &mut m)?;
+    }
+    Ok(m)
+}
+
+/// llama.cpp's `TextModel.set_gguf_parameters`.
+fn shared(config: &Config, m: &mut Meta) -> Result<()> {
     m.u32("block_count", config.n_layer()?)?;
     if let Some(n) = config.u64("max_position_embeddings")? {
         m.u32("context_length", n)?;
     }
-    m.u32("embedding_length", config.require_u64("hidden_size")?)?;
+    m.u32("embedding_length", config.n_embd()?)?;
     if let Some(n) = config.u64("intermediate_size")? {
         m.u32("feed_forward_length", n)?;
     }
@@ -75,8 +88,5 @@ pub(crate) fn metadata(config: &Config) -> Result<Meta> {
         m.u32("attention.key_length", d)?;
         m.u32("attention.value_length", d)?;
     }
-    if let Some(hook) = &config.family.hf.hook {
-        hooks::run(hook, config, &mut m)?;
-    }
-    Ok(m)
+    Ok(())
 }

@@ -12,8 +12,10 @@
 //! - `family`: the families, derived from the shipped specs' `[hf]` tables;
 //! - `config`: `config.json`, its family (`architectures`) and the hyperparameters;
 //! - `metadata` and `hooks`: the `{arch}.*` keys, common and each family's own;
-//! - `tensors`: names, layouts, stacked experts, computed RoPE tensors;
-//! - `vocab` and `sentencepiece`: the vocabulary, special tokens and chat template.
+//! - `tensors`: names (`encoder_names` for BERT's, `t5_names` for T5's), layouts, stacked
+//!   experts, computed RoPE tensors; `shapes`: the config's sizes against them;
+//! - `vocab` and `sentencepiece`: the vocabulary, special tokens and chat template
+//!   (`unigram`: T5's SentencePiece Unigram vocabulary).
 
 mod config;
 mod encoder_names;
@@ -23,9 +25,12 @@ mod meta;
 mod metadata;
 mod rope;
 mod sentencepiece;
+mod shapes;
 mod spm_json;
+mod t5_names;
 mod tensors;
 mod token_ids;
+mod unigram;
 mod vocab;
 mod wordpiece;
 

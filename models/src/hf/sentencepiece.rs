@@ -1,6 +1,7 @@
-//! `tokenizer.model`: a SentencePiece `ModelProto` (protocol buffers), read for what a GGUF
-//! vocabulary holds: each piece with its score and type, and whether the normalizer prepends
-//! a space to every text.
+//! `tokenizer.model` or `spiece.model`: a SentencePiece `ModelProto` (protocol buffers), read
+//! for what a GGUF vocabulary holds: each piece with its score and type, the trainer's model
+//! type (Unigram or BPE), and the normalizer's settings: whether it prepends a space to every
+//! text, whether it collapses runs of spaces, and its compiled character map.
 //!
 //! Only the fields used are decoded; every other field is skipped by its wire type, so models
 //! from any SentencePiece version read.
@@ -24,10 +25,29 @@ pub(crate) struct Piece {
     pub kind: i32,
 }
 
+/// `TrainerSpec.model_type`: how the pieces segment a text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ModelType {
+    /// The most likely segmentation under the pieces' scores (T5's, mT5's); SentencePiece's
+    /// default.
+    Unigram,
+    /// Merges in the order of the pieces' scores (Llama's, Gemma's).
+    Bpe,
+    /// Whole words or single characters.
+    Other(u64),
+}
+
 pub(crate) struct SentencePieceModel {
     pub pieces: Vec<Piece>,
+    pub model_type: ModelType,
     /// `NormalizerSpec.add_dummy_prefix` (true when absent, as in SentencePiece).
     pub add_dummy_prefix: bool,
+    /// `NormalizerSpec.remove_extra_whitespaces`: leading, trailing and repeated spaces go
+    /// (true when absent).
+    pub remove_extra_whitespaces: bool,
+    /// `NormalizerSpec.precompiled_charsmap`: the normalization rules (NFKC and the like)
+    /// compiled into a double-array trie and its replacement strings; empty for none.
+    pub precompiled_charsmap: Vec<u8>,
 }
 
 impl SentencePieceModel {
@@ -36,15 +56,32 @@ impl SentencePieceModel {
         let bad = |reason: &str| Error::tokenizer(path.display().to_string(), reason.to_string());
         let mut model = SentencePieceModel {
             pieces: Vec::new(),
+            model_type: ModelType::Unigram,
             add_dummy_prefix: true,
+            remove_extra_whitespaces: true,
+            precompiled_charsmap: Vec::new(),
         };
         for field in Fields::new(&bytes) {
             match field.map_err(bad)? {
                 (1, Wire::Bytes(piece)) => model.pieces.push(read_piece(piece).map_err(bad)?),
+                (2, Wire::Bytes(trainer)) => {
+                    for f in Fields::new(trainer) {
+                        if let (3, Wire::Varint(v)) = f.map_err(bad)? {
+                            model.model_type = match v {
+                                1 => ModelType::Unigram,
+                                2 => ModelType::Bpe,
+                                other => ModelType::Other(other),
+                            };
+                        }
+                    }
+                }
                 (3, Wire::Bytes(normalizer)) => {
                     for f in Fields::new(normalizer) {
-                        if let (3, Wire::Varint(v)) = f.map_err(bad)? {
-                            model.add_dummy_prefix = v != 0;
+                        match f.map_err(bad)? {
+                            (2, Wire::Bytes(map)) => model.precompiled_charsmap = map.to_vec(),
+                            (3, Wire::Varint(v)) => model.add_dummy_prefix = v != 0,
+                            (4, Wire::Varint(v)) => model.remove_extra_whitespaces = v != 0,
+                            _ => {}
                         }
                     }
                 }
@@ -187,18 +224,24 @@ mod tests {
     }
 
     #[test]
-    fn pieces_scores_kinds_and_the_dummy_prefix_read() {
+    fn pieces_scores_kinds_and_the_normalizer_read() {
         let mut m = Vec::new();
         bytes_field(1, &piece("<unk>", 0.0, Some(2)), &mut m);
         bytes_field(1, &piece("▁the", -3.5, None), &mut m);
-        // A trainer spec (field 2) to skip, with a varint and a fixed64 inside.
+        // A trainer spec (field 2): BPE, and fields to skip (a varint and a fixed64).
         let mut trainer = Vec::new();
+        varint(3 << 3, &mut trainer);
+        varint(2, &mut trainer);
         varint(7 << 3, &mut trainer);
         varint(300, &mut trainer);
         varint(9 << 3 | 1, &mut trainer);
         trainer.extend_from_slice(&[0; 8]);
         bytes_field(2, &trainer, &mut m);
+        // A normalizer's name (skipped), its map, no dummy prefix; remove_extra_whitespaces
+        // left to its default.
         let mut normalizer = Vec::new();
+        bytes_field(1, b"nmt_nfkc", &mut normalizer);
+        bytes_field(2, &[7, 0, 0, 0, 1, 2, 3], &mut normalizer);
         varint(3 << 3, &mut normalizer);
         varint(0, &mut normalizer);
         bytes_field(3, &normalizer, &mut m);
@@ -219,6 +262,9 @@ mod tests {
             ("▁the", -3.5, NORMAL)
         );
         assert!(!model.add_dummy_prefix);
+        assert!(model.remove_extra_whitespaces);
+        assert_eq!(model.model_type, ModelType::Bpe);
+        assert_eq!(model.precompiled_charsmap, [7, 0, 0, 0, 1, 2, 3]);
 
         // Truncated and foreign files are errors naming the file.
         std::fs::write(&path, &m[..m.len() - 3]).unwrap();

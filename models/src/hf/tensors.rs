@@ -1,16 +1,19 @@
-//! The weights: Hugging Face names to GGUF's, shapes reversed (GGUF lists the fastest-varying
-//! dimension first), and the layouts llama.cpp's files differ in: Q and K rows interleaved for
-//! "llama" files, Gemma's norm gains stored plus one, experts stacked into one tensor per
-//! layer, 1-D tensors in f32, and RoPE tensors computed from `config.json`. Everything else is
-//! borrowed from the mapped files, not copied.
+//! The weights: Hugging Face names to GGUF's (a decoder's here, an encoder's in
+//! `encoder_names`, an encoder-decoder's in `t5_names`), shapes reversed (GGUF lists the
+//! fastest-varying dimension first), and the layouts llama.cpp's files differ in: Q and K rows
+//! interleaved for "llama" files, Gemma's norm gains stored plus one, experts stacked into one
+//! tensor per layer, 1-D tensors in f32, and RoPE tensors computed from `config.json`.
+//! Everything else is borrowed from the mapped files, not copied.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use hearth_quant::BlockType;
 
-use super::config::Config;
+use super::config::{Config, N_LAYER};
 use super::encoder_names::{encoder_name, EncoderName};
+use super::shapes::{check_shapes, contradiction, Blocks};
+use super::t5_names::{first_embedding, t5_name, Stack, T5Name};
 use crate::error::{Error, Result};
 use crate::ggml_type::GgmlType;
 use crate::safetensors::{Element, SafeTensorInfo, SafetensorsWeights};
@@ -41,16 +44,22 @@ impl Part {
     }
 }
 
-/// Whether the folder holds an encoder, and one with a classifier head.
+/// Which names the folder's tensors have: a decoder's, an encoder's (and whether it has a
+/// classifier head), or an encoder-decoder's.
 #[derive(Clone, Copy)]
-enum Encoder {
-    No,
-    Yes { classifier: bool },
+enum Network {
+    Decoder,
+    Encoder { classifier: bool },
+    EncoderDecoder,
 }
 
 enum Target {
     Global(&'static str),
     Layer(usize, &'static str),
+    /// A block of an encoder-decoder's encoder or decoder.
+    Block(Stack, usize, &'static str),
+    /// A copy of an encoder-decoder's shared embeddings.
+    SharedEmbedding,
     Expert {
         layer: usize,
         part: Part,
@@ -60,13 +69,23 @@ enum Target {
 }
 
 /// Where a Hugging Face tensor goes; `None` for a name this converter does not know.
-fn target(name: &str, post_attention_is_post_norm: bool, encoder: Encoder) -> Option<Target> {
-    if let Encoder::Yes { classifier } = encoder {
-        return encoder_name(name, classifier).map(|n| match n {
-            EncoderName::Global(g) => Target::Global(g),
-            EncoderName::Layer(l, g) => Target::Layer(l, g),
-            EncoderName::Skip => Target::Skip,
-        });
+fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Option<Target> {
+    match network {
+        Network::Encoder { classifier } => {
+            return encoder_name(name, classifier).map(|n| match n {
+                EncoderName::Global(g) => Target::Global(g),
+                EncoderName::Layer(l, g) => Target::Layer(l, g),
+                EncoderName::Skip => Target::Skip,
+            });
+        }
+        Network::EncoderDecoder => {
+            return t5_name(name).map(|n| match n {
+                T5Name::Embedding => Target::SharedEmbedding,
+                T5Name::Global(g) => Target::Global(g),
+                T5Name::Block(stack, l, g) => Target::Block(stack, l, g),
+            });
+        }
+        Network::Decoder => {}
     }
     if name.ends_with("rotary_emb.inv_freq")
         || [
@@ -224,17 +243,25 @@ pub(crate) fn tensors<'a>(
     let post_norm = weights
         .tensors()
         .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
-    let tied = config.tied_embeddings();
     let position_offset = config.position_offset()?;
-    let encoder = match family.network {
-        NetworkType::EncoderOnly => Encoder::Yes {
+    let network = match family.network {
+        NetworkType::EncoderOnly => Network::Encoder {
             classifier: weights
                 .tensors()
                 .any(|(n, _)| n.ends_with("classifier.weight")),
         },
-        _ => Encoder::No,
+        NetworkType::EncoderDecoder => Network::EncoderDecoder,
+        NetworkType::DecoderOnly => Network::Decoder,
+    };
+    // A tied output is the embeddings; T5's converter keeps an lm_head whatever the config
+    // says (T5 v1.0's checkpoints may store the embeddings' copy there).
+    let drop_output = config.tied_embeddings() && !matches!(network, Network::EncoderDecoder);
+    let shared = match network {
+        Network::EncoderDecoder => first_embedding(weights),
+        _ => None,
     };
     let n_layer = config.n_layer()? as usize;
+    let n_decoder_layer = config.n_decoder_layer()? as usize;
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;
     let mut out: Vec<(usize, Converted<'a>)> = Vec::new();
@@ -243,7 +270,7 @@ pub(crate) fn tensors<'a>(
     for (name, info) in weights.tensors() {
         let file = weights.file_of(info);
         let bad = |reason: String| Error::tensor(file, name, reason);
-        let target = target(name, post_norm, encoder)
+        let target = target(name, post_norm, network)
             .ok_or_else(|| bad(format!("no GGUF name for it in a {} model", family.arch)))?;
         if matches!(target, Target::Skip) {
             continue;
@@ -258,7 +285,9 @@ pub(crate) fn tensors<'a>(
         let bytes = weights.bytes(info);
         let (order, gguf) = match target {
             Target::Skip => continue,
-            Target::Global("output.weight") if tied => continue,
+            Target::Global("output.weight") if drop_output => continue,
+            Target::SharedEmbedding if shared != Some(name) => continue,
+            Target::SharedEmbedding => (0, "token_embd.weight".to_string()),
             Target::Global(g) => (
                 if g == "token_embd.weight" {
                     0
@@ -271,11 +300,26 @@ pub(crate) fn tensors<'a>(
                 if l >= n_layer {
                     return Err(contradiction(
                         config,
-                        "num_hidden_layers",
+                        config.named(N_LAYER),
                         format!("{n_layer}, but tensor `{name}` is in layer {l}"),
                     ));
                 }
                 (l + 1, format!("blk.{l}.{g}"))
+            }
+            // The encoder's blocks, then the decoder's.
+            Target::Block(stack, l, g) => {
+                let (n, key, order) = match stack {
+                    Stack::Encoder => (n_layer, config.named(N_LAYER), l + 1),
+                    Stack::Decoder => (n_decoder_layer, "num_decoder_layers", n_layer + l + 1),
+                };
+                if l >= n {
+                    return Err(contradiction(
+                        config,
+                        key,
+                        format!("{n}, but tensor `{name}` is in block {l}"),
+                    ));
+                }
+                (order, format!("{}.{l}.{g}", stack.prefix()))
             }
             Target::Expert {
                 layer,
@@ -396,7 +440,24 @@ pub(crate) fn tensors<'a>(
             },
         ));
     }
-    check_shapes(config, &out)?;
+    let (blocks, embeddings) = match network {
+        Network::EncoderDecoder => (
+            vec![
+                Blocks::new("enc.blk", n_layer, config.named(N_LAYER)),
+                Blocks::new("dec.blk", n_decoder_layer, "num_decoder_layers"),
+            ],
+            "shared.weight",
+        ),
+        _ => (
+            vec![Blocks::new("blk", n_layer, config.named(N_LAYER))],
+            "model.embed_tokens.weight",
+        ),
+    };
+    let found: Vec<(&str, &[u64])> = out
+        .iter()
+        .map(|(_, t)| (t.name.as_str(), t.shape.as_slice()))
+        .collect();
+    check_shapes(config, &found, &blocks, embeddings)?;
     out.sort_by_key(|t| t.0);
     Ok(out.into_iter().map(|(_, t)| t).collect())
 }
@@ -437,92 +498,6 @@ fn computed(config: &Config) -> Result<Vec<(&'static str, Vec<f32>)>> {
     Ok(out)
 }
 
-fn contradiction(config: &Config, key: &str, reason: String) -> Error {
-    Error::metadata(
-        &config.path,
-        key,
-        format!("contradicts the weights: {reason}"),
-    )
-}
-
-/// `config.json`'s sizes against the tensors that embody them, so that a wrong config names
-/// the key rather than surfacing later as a shape error.
-fn check_shapes(config: &Config, tensors: &[(usize, Converted<'_>)]) -> Result<()> {
-    let shape = |name: &str| {
-        tensors
-            .iter()
-            .find(|(_, t)| t.name == name)
-            .map(|(_, t)| t.shape.clone())
-    };
-    let embd = shape("token_embd.weight").ok_or_else(|| {
-        Error::tensor(
-            &config.path,
-            "model.embed_tokens.weight",
-            "missing from the weights",
-        )
-    })?;
-    let hidden = config.require_u64("hidden_size")?;
-    if embd[0] != hidden {
-        return Err(contradiction(
-            config,
-            "hidden_size",
-            format!("{hidden}, but the embeddings are {} wide", embd[0]),
-        ));
-    }
-    if let Some(v) = config.u64("vocab_size")? {
-        if embd.get(1) != Some(&v) {
-            return Err(contradiction(
-                config,
-                "vocab_size",
-                format!(
-                    "{v}, but the embeddings have {} rows",
-                    embd.get(1).unwrap_or(&0)
-                ),
-            ));
-        }
-    }
-    let n_layer = config.n_layer()?;
-    let last = format!("blk.{}.", n_layer.saturating_sub(1));
-    if n_layer > 0 && !tensors.iter().any(|(_, t)| t.name.starts_with(&last)) {
-        return Err(contradiction(
-            config,
-            "num_hidden_layers",
-            format!("{n_layer}, but layer {} has no weights", n_layer - 1),
-        ));
-    }
-    let head_dim = config.head_dim()?;
-    let derived = match config.u64("head_dim")? {
-        Some(_) => "",
-        None => " (hidden_size / num_attention_heads)",
-    };
-    for (tensor, key, heads) in [
-        (
-            "blk.0.attn_q.weight",
-            "num_attention_heads",
-            config.n_head()?,
-        ),
-        (
-            "blk.0.attn_k.weight",
-            "num_key_value_heads",
-            config.n_head_kv()?,
-        ),
-    ] {
-        if let Some(s) = shape(tensor) {
-            if s.get(1) != Some(&(heads * head_dim)) {
-                return Err(contradiction(
-                    config,
-                    key,
-                    format!(
-                        "{heads} heads of {head_dim}{derived}, but `{tensor}` has {} rows",
-                        s.get(1).unwrap_or(&0)
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,7 +515,7 @@ mod tests {
 
     #[test]
     fn names_map_as_llama_cpp_maps_them() {
-        let layer = |name: &str, post: bool| match target(name, post, Encoder::No) {
+        let layer = |name: &str, post: bool| match target(name, post, Network::Decoder) {
             Some(Target::Layer(l, g)) => Some(format!("blk.{l}.{g}")),
             _ => None,
         };
@@ -564,7 +539,7 @@ mod tests {
             target(
                 "model.layers.1.block_sparse_moe.experts.7.w2.weight",
                 false,
-                Encoder::No
+                Network::Decoder
             ),
             Some(Target::Expert {
                 layer: 1,
@@ -576,10 +551,10 @@ mod tests {
             target(
                 "model.vision_tower.blocks.0.attn.weight",
                 false,
-                Encoder::No
+                Network::Decoder
             ),
             Some(Target::Skip)
         ));
-        assert!(target("model.layers.0.mystery.weight", false, Encoder::No).is_none());
+        assert!(target("model.layers.0.mystery.weight", false, Network::Decoder).is_none());
     }
 }

@@ -1,8 +1,10 @@
 //! A Hugging Face tokenizer as a GGUF vocabulary (`tokenizer.ggml.*`), built as llama.cpp's
 //! converter builds it, so that Hearth's own tokenizers read it as they read a converted file:
 //!
-//! - `tokenizer.model` present: SentencePiece (`llama`): its pieces, scores and kinds, then the
-//!   added tokens of `added_tokens.json` and `tokenizer_config.json`;
+//! - `tokenizer.model` (else `spiece.model`) present: SentencePiece. A Unigram model (T5's) is
+//!   `t5`: its pieces, scores and kinds, the normalizer's settings, and `added_tokens.json`
+//!   (`unigram`); a BPE model is `llama`: its pieces, scores and kinds, then the added tokens
+//!   of `added_tokens.json` and `tokenizer_config.json`;
 //! - otherwise `tokenizer.json`: a SentencePiece-style BPE (byte fallback) as `llama`, its
 //!   merges turned into scores (`spm_json`); a byte-level BPE as `gpt2`: the vocabulary and
 //!   added tokens by id, the merges, and the pre-tokenizer named from its split pattern; a
@@ -17,10 +19,10 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::config::Config;
-use super::sentencepiece::{self, SentencePieceModel};
+use super::sentencepiece::{self, ModelType, SentencePieceModel};
 use super::spm_json;
 use super::token_ids::tokens_by_id;
-use super::wordpiece;
+use super::{unigram, wordpiece};
 use crate::error::{Error, Result};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -63,13 +65,39 @@ pub(crate) fn vocabulary(
     let mut out: Vec<(String, MetaValue)> = Vec::new();
     let mut set = |key: &str, value: MetaValue| out.push((format!("tokenizer.ggml.{key}"), value));
 
-    let spm_path = dir.join("tokenizer.model");
+    // T5's folders name the model `spiece.model`.
+    let spm_path = ["tokenizer.model", "spiece.model"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file());
+    let spm = spm_path
+        .map(|path| SentencePieceModel::read(&path))
+        .transpose()?;
     let n_tokens;
-    if spm_path.is_file() {
-        let model = SentencePieceModel::read(&spm_path)?;
+    if let Some(model) = spm.as_ref().filter(|m| m.model_type == ModelType::Unigram) {
+        let added_json = read_json(&dir.join("added_tokens.json"))?;
+        let ugm = unigram::vocab(model, added_json.as_ref(), n_vocab);
+        n_tokens = ugm.tokens.len();
+        set("model", MetaValue::String("t5".into()));
+        set("pre", MetaValue::String("default".into()));
+        set("tokens", MetaValue::Array(MetaArray::String(ugm.tokens)));
+        set("scores", MetaValue::Array(MetaArray::F32(ugm.scores)));
+        set("token_type", MetaValue::Array(MetaArray::I32(ugm.kinds)));
+        set("add_space_prefix", MetaValue::Bool(model.add_dummy_prefix));
+        set(
+            "remove_extra_whitespaces",
+            MetaValue::Bool(model.remove_extra_whitespaces),
+        );
+        if !model.precompiled_charsmap.is_empty() {
+            set(
+                "precompiled_charsmap",
+                MetaValue::Array(MetaArray::U8(model.precompiled_charsmap.clone())),
+            );
+        }
+    } else if let Some(model) = &spm {
         let (tokens, scores, kinds) = sentencepiece_vocab(
             dir,
-            &model,
+            model,
             config,
             tokenizer_config.as_ref(),
             &added,
@@ -88,7 +116,7 @@ pub(crate) fn vocabulary(
         let tokenizer = tokenizer.as_ref().ok_or_else(|| {
             Error::tokenizer(
                 dir.display().to_string(),
-                "neither tokenizer.model nor tokenizer.json is here",
+                "neither tokenizer.model nor tokenizer.json is here (nor T5's spiece.model)",
             )
         })?;
         let source = json_path.display().to_string();
@@ -437,26 +465,15 @@ impl Specials {
                         if let Some(first) = &first {
                             set(&mut add, "bos", Some(first) == bos.as_ref());
                         }
-                        if let Some(last) = special_id(&single[single.len() - 1]) {
-                            set(&mut add, "eos", Some(&last) == eos.as_ref());
+                        let last = special_id(&single[single.len() - 1]);
+                        if let Some(last) = &last {
+                            set(&mut add, "eos", Some(last) == eos.as_ref());
                         }
-                        // Between the pair's sequences: a separator only if it is one.
-                        if let Some(pair) = list("pair") {
-                            let start = usize::from(first.is_some());
-                            let middle: Vec<&Value> = pair
-                                .iter()
-                                .skip(start + 1)
-                                .take_while(|v| v.get("Sequence").is_none())
-                                .collect();
-                            let sep = content("sep");
-                            let is_sep =
-                                middle
-                                    .first()
-                                    .and_then(|v| special_id(v))
-                                    .is_some_and(|id| {
-                                        Some(&id) == sep.as_ref() || Some(&id) == eos.as_ref()
-                                    });
-                            set(&mut add, "sep", is_sep);
+                        let pair = list("pair").unwrap_or_default();
+                        let ends = [first.as_deref(), last.as_deref()];
+                        let enders = [content("sep"), eos.clone()];
+                        if let Some(sep) = pair_separator(&pair, ends, &enders) {
+                            set(&mut add, "sep", sep);
                         }
                     }
                 }
@@ -472,6 +489,37 @@ impl Specials {
         }
         Specials { ids, add }
     }
+}
+
+/// Whether a pair template adds a separator of its own between its sequences, read as
+/// gguf-py reads it: past the single template's first and last special tokens, `A`, one or
+/// two special tokens, `B`; the first counts only where the single template ends in no
+/// special token (else it is that one, EOS after A), the second always. `None` where the
+/// template is not of that shape. `enders`: the separator's and EOS's text.
+fn pair_separator(
+    pair: &[Value],
+    [first, last]: [Option<&str>; 2],
+    enders: &[Option<String>; 2],
+) -> Option<bool> {
+    fn special(v: &Value) -> Option<&str> {
+        v.get("SpecialToken")?.get("id")?.as_str()
+    }
+    fn sequence(v: &Value) -> Option<&str> {
+        v.get("Sequence")?.get("id")?.as_str()
+    }
+    let start = usize::from(first.is_some() && pair.first().and_then(special) == first);
+    let stop = pair.len() - usize::from(last.is_some() && pair.last().and_then(special) == last);
+    let inner = pair.get(start..stop)?;
+    if inner.len() < 3
+        || sequence(&inner[0]) != Some("A")
+        || sequence(&inner[inner.len() - 1]) != Some("B")
+    {
+        return None;
+    }
+    let middle = &inner[1..inner.len() - 1];
+    let ends_text =
+        |v: &Value| special(v).is_some_and(|id| enders.iter().any(|e| e.as_deref() == Some(id)));
+    Some((ends_text(&middle[0]) && last.is_none()) || (middle.len() == 2 && ends_text(&middle[1])))
 }
 
 fn set(add: &mut Vec<(&'static str, bool)>, name: &'static str, value: bool) {
