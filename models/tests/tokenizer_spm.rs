@@ -188,11 +188,11 @@ fn inconsistent_metadata_names_the_key() {
         "{err}"
     );
 
-    w.set_metadata("tokenizer.ggml.model", MetaValue::String("t5".into()));
+    w.set_metadata("tokenizer.ggml.model", MetaValue::String("rwkv".into()));
     let file = GgufFile::from_bytes("spm.gguf", w.to_bytes().unwrap()).unwrap();
     let err = Tokenizer::from_gguf(&file).err().unwrap().to_string();
     assert!(
-        err.contains("`tokenizer.ggml.model`") && err.contains("t5"),
+        err.contains("`tokenizer.ggml.model`") && err.contains("rwkv"),
         "{err}"
     );
 }

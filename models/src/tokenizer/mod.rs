@@ -1,15 +1,18 @@
 //! Tokenizers stored in GGUF metadata (`tokenizer.ggml.*`): byte-level BPE (`gpt2`),
-//! SentencePiece BPE (`llama`) and WordPiece (`bert`), with special tokens matched before BPE; streaming
-//! detokenization ([`StreamDecoder`]); and Hugging Face `tokenizer.json` files
-//! ([`HfTokenizer`], e.g. WordPiece for BERT-style embedding models).
+//! SentencePiece BPE (`llama`), SentencePiece Unigram (`t5`) and WordPiece (`bert`), with
+//! special tokens matched before the model; streaming detokenization ([`StreamDecoder`]); and
+//! Hugging Face `tokenizer.json` files ([`HfTokenizer`], e.g. WordPiece for BERT-style
+//! embedding models).
 
 mod bpe;
 mod bytelevel;
+mod charsmap;
 mod hf;
 mod pretok;
 mod special;
 mod spm;
 mod stream;
+mod ugm;
 mod wpm;
 
 use std::any::Any;
@@ -23,11 +26,13 @@ pub use stream::StreamDecoder;
 
 use self::bpe::BpeModel;
 use self::bytelevel::ByteLevel;
+use self::charsmap::Charsmap;
 use self::special::{Fragment, SpecialMatcher};
 use self::spm::{SpmModel, SPACE_MARK};
+use self::ugm::UgmModel;
 use self::wpm::WpmModel;
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, MetaArray};
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +84,8 @@ pub enum TokenizerKind {
     ByteLevelBpe,
     /// SentencePiece BPE with byte fallback (`llama`).
     SentencePieceBpe,
+    /// SentencePiece Unigram (`t5`: T5, mT5, XLM-RoBERTa).
+    Unigram,
     /// BERT's WordPiece (`bert`).
     WordPiece,
 }
@@ -105,6 +112,7 @@ impl Default for EncodeOptions {
 enum Model {
     Bpe(BpeModel),
     Spm(SpmModel),
+    Ugm(UgmModel),
     Wpm(WpmModel),
 }
 
@@ -124,6 +132,9 @@ pub struct Tokenizer {
     end_of_generation: Vec<u32>,
     all_specials: Option<SpecialMatcher>,
     user_defined: Option<SpecialMatcher>,
+    /// Decoding drops the space that starts the text and follows each special token (the
+    /// space prefix SentencePiece's encoders add).
+    strips_space_prefix: bool,
     /// What crates above build once from this vocabulary and keep beside it (the engine's
     /// index for grammars), one value per type, built on first use: see [`Tokenizer::derived`].
     derived: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
@@ -151,13 +162,14 @@ impl Tokenizer {
         let kind = match model_name {
             "gpt2" => TokenizerKind::ByteLevelBpe,
             "llama" => TokenizerKind::SentencePieceBpe,
+            "t5" => TokenizerKind::Unigram,
             "bert" => TokenizerKind::WordPiece,
             other => {
                 return Err(Error::metadata(
                     path,
                     model_key,
                     format!(
-                        "tokenizer model `{other}` is not supported (gpt2, llama and bert are)"
+                        "tokenizer model `{other}` is not supported (gpt2, llama, t5 and bert are)"
                     ),
                 ))
             }
@@ -207,14 +219,15 @@ impl Tokenizer {
             }
         };
         let spm = kind == TokenizerKind::SentencePieceBpe;
-        // Defaults follow llama.cpp: SentencePiece files predate these keys.
-        let default_id = |id: u32| {
-            if spm && (id as usize) < n {
-                Some(id)
-            } else {
-                None
-            }
+        let ugm = kind == TokenizerKind::Unigram;
+        // Defaults follow llama.cpp: SentencePiece files predate these keys, and T5's
+        // converter leaves T5's ids (pad 0, eos 1, unk 2) to them.
+        let [bos, eos, unk, pad] = match kind {
+            TokenizerKind::SentencePieceBpe => [Some(1), Some(2), Some(0), None],
+            TokenizerKind::Unigram => [None, Some(1), Some(2), Some(0)],
+            _ => [None; 4],
         };
+        let default_id = |id: Option<u32>| id.filter(|&id| (id as usize) < n);
         let wpm = kind == TokenizerKind::WordPiece;
         let named = |piece: &str| ids.get(piece).copied().filter(|_| wpm);
         let special = match wpm {
@@ -234,14 +247,16 @@ impl Tokenizer {
                 add_space_prefix: false,
             },
             false => SpecialTokens {
-                bos: id_key("tokenizer.ggml.bos_token_id")?.or(default_id(1)),
-                eos: id_key("tokenizer.ggml.eos_token_id")?.or(default_id(2)),
+                bos: id_key("tokenizer.ggml.bos_token_id")?.or(default_id(bos)),
+                eos: id_key("tokenizer.ggml.eos_token_id")?.or(default_id(eos)),
                 eot: id_key("tokenizer.ggml.eot_token_id")?,
-                unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(0)),
-                pad: id_key("tokenizer.ggml.padding_token_id")?,
+                unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(unk)),
+                pad: id_key("tokenizer.ggml.padding_token_id")?.or(default_id(pad)),
                 add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
-                add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
-                add_space_prefix: file.get("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+                add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(ugm),
+                add_space_prefix: file
+                    .get("tokenizer.ggml.add_space_prefix")?
+                    .unwrap_or(spm || ugm),
             },
         };
 
@@ -259,6 +274,11 @@ impl Tokenizer {
         }
 
         let pre: Option<String> = file.get::<&str>("tokenizer.ggml.pre")?.map(String::from);
+        // As llama.cpp: files without the key keep whitespace as it is.
+        let remove_extra_whitespaces = ugm
+            && file
+                .get("tokenizer.ggml.remove_extra_whitespaces")?
+                .unwrap_or(false);
         let model = match kind {
             TokenizerKind::ByteLevelBpe => {
                 let pre_tok = pretok::PreTokenizer::named(pre.as_deref()).ok_or_else(|| {
@@ -295,6 +315,46 @@ impl Tokenizer {
                 };
                 Model::Spm(SpmModel::new(&ids, scores))
             }
+            TokenizerKind::Unigram => {
+                let scores_key = "tokenizer.ggml.scores";
+                let scores: &[f32] = file.require(scores_key)?;
+                check_len(scores_key, scores.len())?;
+                let unk_key = "tokenizer.ggml.unknown_token_id";
+                let unk = special.unk.ok_or_else(|| {
+                    Error::metadata(
+                        path,
+                        unk_key,
+                        format!("missing, and the {n} tokens have no id 2 (T5's)"),
+                    )
+                })?;
+                let charsmap_key = "tokenizer.ggml.precompiled_charsmap";
+                let charsmap = match file.get::<&MetaArray>(charsmap_key)? {
+                    None => None,
+                    Some(MetaArray::U8(b)) if b.is_empty() => None,
+                    Some(MetaArray::U8(b)) => Some(Charsmap::parse(b)),
+                    // llama.cpp reads i8 as well.
+                    Some(MetaArray::I8(b)) => {
+                        let b: Vec<u8> = b.iter().map(|&v| v as u8).collect();
+                        (!b.is_empty()).then(|| Charsmap::parse(&b))
+                    }
+                    Some(other) => Some(Err(format!(
+                        "expected an array of u8, found an array of {}",
+                        other.elem_type().name()
+                    ))),
+                }
+                .transpose()
+                .map_err(|e| Error::metadata(path, charsmap_key, e))?;
+                let ugm = UgmModel::new(
+                    &pieces,
+                    &types,
+                    scores,
+                    unk,
+                    charsmap,
+                    remove_extra_whitespaces,
+                )
+                .map_err(|e| Error::metadata(path, unk_key, e))?;
+                Model::Ugm(ugm)
+            }
             TokenizerKind::WordPiece => {
                 let unk = special
                     .unk
@@ -309,6 +369,10 @@ impl Tokenizer {
             }
         };
 
+        // SentencePiece's decoder drops the space prefix where its normalizer adds one, or
+        // where it trims the text's ends.
+        let strips_space_prefix =
+            ((spm || ugm) && special.add_space_prefix) || remove_extra_whitespaces;
         let bytes = token_bytes(kind, &pieces, &types);
         let specials = |only_user_defined: bool| {
             SpecialMatcher::new(
@@ -328,6 +392,7 @@ impl Tokenizer {
             pre,
             all_specials: specials(false),
             user_defined: specials(true),
+            strips_space_prefix,
             pieces,
             types,
             ids,
@@ -443,6 +508,9 @@ impl Tokenizer {
                                 .extend(t.chars().map(|c| if c == ' ' { SPACE_MARK } else { c }));
                             spm.encode(&escaped, &self.ids, self.special.unk, &mut out);
                         }
+                        Model::Ugm(ugm) => {
+                            ugm.encode(t, self.special.add_space_prefix && after_special, &mut out)
+                        }
                         Model::Wpm(wpm) => wpm.encode(t, &mut out),
                     }
                     after_special = false;
@@ -506,8 +574,15 @@ impl Tokenizer {
         match self.model {
             Model::Bpe(_) => TokenizerKind::ByteLevelBpe,
             Model::Spm(_) => TokenizerKind::SentencePieceBpe,
+            Model::Ugm(_) => TokenizerKind::Unigram,
             Model::Wpm(_) => TokenizerKind::WordPiece,
         }
+    }
+
+    /// Whether decoding drops the space prefix at the start of the text and after each
+    /// special token.
+    pub(crate) fn strips_space_prefix(&self) -> bool {
+        self.strips_space_prefix
     }
 
     /// `tokenizer.ggml.pre`, if the file names one.
@@ -545,10 +620,14 @@ fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> V
             let bytes = match (kind, t) {
                 (_, t) if t.is_special() => p.as_bytes().to_vec(),
                 (TokenizerKind::ByteLevelBpe, _) => byte_level.decode(p),
-                (TokenizerKind::SentencePieceBpe, TokenType::Byte) => parse_byte_token(p)
-                    .map(|b| vec![b])
-                    .unwrap_or_else(|| p.as_bytes().to_vec()),
-                (TokenizerKind::SentencePieceBpe, _) => p.replace(SPACE_MARK, " ").into_bytes(),
+                (TokenizerKind::SentencePieceBpe | TokenizerKind::Unigram, TokenType::Byte) => {
+                    parse_byte_token(p)
+                        .map(|b| vec![b])
+                        .unwrap_or_else(|| p.as_bytes().to_vec())
+                }
+                (TokenizerKind::SentencePieceBpe | TokenizerKind::Unigram, _) => {
+                    p.replace(SPACE_MARK, " ").into_bytes()
+                }
                 (TokenizerKind::WordPiece, _) => wpm::piece_bytes(p),
             };
             bytes.into_boxed_slice()

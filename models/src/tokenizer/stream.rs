@@ -6,7 +6,7 @@
 
 #[cfg(doc)]
 use super::TokenType;
-use super::{Tokenizer, TokenizerKind};
+use super::Tokenizer;
 
 /// Decodes one sequence token by token. It keeps no reference to the tokenizer, so a runtime
 /// can hold one per request next to a shared tokenizer.
@@ -33,8 +33,7 @@ impl StreamDecoder {
     /// Decodes token `id` and returns the text that is now complete (often empty while a
     /// multi-byte character is being assembled).
     pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
-        let strips_prefix = tokenizer.kind() == TokenizerKind::SentencePieceBpe
-            && tokenizer.special().add_space_prefix;
+        let strips_prefix = tokenizer.strips_space_prefix();
         let Some(bytes) = tokenizer.token_bytes(id) else {
             self.pending.extend_from_slice("\u{FFFD}".as_bytes());
             return self.drain();
