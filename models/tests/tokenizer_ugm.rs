@@ -136,6 +136,15 @@ fn markup_as_t5_frames_it() {
     assert_eq!(tok.encode("Hello world"), framed);
     assert_eq!(tok.decode(&framed, true), "Hello world");
     assert_eq!(tok.decode(&framed, false), "Hello world</s>");
+    // The unused rows past the pieces (`[PAD{i}]`) spell nothing in generated text.
+    let unused = (tok.vocab_size() - 1) as u32;
+    assert_eq!(
+        tok.token_type(unused),
+        Some(hearth_models::tokenizer::TokenType::Unused)
+    );
+    let mut padded = hello.ids.clone();
+    padded.push(unused);
+    assert_eq!(tok.decode(&padded, true), "Hello world");
 
     // Parsing markup, Hearth reads `</s>` in text as transformers does.
     let parse = EncodeOptions {

@@ -4,9 +4,7 @@
 //! replacement character mid-word, and the pieces it emits concatenate to exactly what
 //! [`Tokenizer::decode`] returns for the whole sequence.
 
-#[cfg(doc)]
-use super::TokenType;
-use super::Tokenizer;
+use super::{TokenType, Tokenizer};
 
 /// Decodes one sequence token by token. It keeps no reference to the tokenizer, so a runtime
 /// can hold one per request next to a shared tokenizer.
@@ -39,6 +37,10 @@ impl StreamDecoder {
             return self.drain();
         };
         let kind = tokenizer.token_type(id);
+        // Unused rows (T5's `[PAD{i}]` past its pieces) spell no text, as in llama.cpp.
+        if self.skip_special && kind == Some(TokenType::Unused) {
+            return String::new();
+        }
         if kind.is_some_and(|t| t.is_special()) {
             // The encoder adds a space prefix after every special token.
             self.at_word_start = true;
