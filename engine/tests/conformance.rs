@@ -186,6 +186,13 @@ fn llama3_rope_factors_are_the_converters() {
     assert!(written.iter().any(|&f| f > 1.0 && f < 8.0));
 }
 
+/// Granite 3.x: the multipliers on scores, embeddings, residual branches and logits (run as
+/// a stream divided by the residual multiplier, norms' epsilon divided by its square).
+#[test]
+fn granite_matches_transformers() {
+    check_family("granite");
+}
+
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");

@@ -68,8 +68,11 @@ pub struct ModelConfig {
     pub attn_softcap: Option<f32>,
     /// Logits likewise (Gemma 2).
     pub logit_softcap: Option<f32>,
-    /// A factor on the token embeddings (Gemma: sqrt(n_embd)).
+    /// A factor on the token embeddings (Gemma: sqrt(n_embd); Granite: its embedding
+    /// multiplier over its residual multiplier, see `from_resolved`).
     pub embd_scale: Option<f32>,
+    /// The logits' divisor (Granite's `logits_scaling`), folded into the final norm's gain.
+    pub logit_scale: Option<f32>,
     /// RMSNorms of the attention and MLP outputs before their residual adds (Gemma 2).
     pub post_norms: bool,
     /// The gated MLP's activation.
@@ -276,6 +279,31 @@ impl ModelConfig {
             }),
             None => None,
         };
+        // Granite adds each branch's output times r to the residual stream. Every block and
+        // the output read the stream through an RMSNorm, which ignores its scale but for the
+        // epsilon: so the stream is run divided by r, unscaled adds, with the embeddings
+        // divided by r and every norm's epsilon by r squared. Exact, and no executor needs a
+        // step of its own.
+        let spec_scale = spec.embedding_scale.map(|s| match s {
+            EmbeddingScale::SqrtNEmbd => (h.n_embd as f32).sqrt(),
+        });
+        let embd = match (spec_scale, h.embedding_multiplier) {
+            (Some(a), Some(b)) => Some(a * b),
+            (a, b) => a.or(b),
+        };
+        let (embd_scale, norm_eps) = match h.residual_scale {
+            None => (embd, h.norm_eps),
+            Some(r) => {
+                if a.qk_norm.is_some() || spec.norm.placement == NormPlacement::Sandwich {
+                    return Err(unsupported(
+                        "a residual multiplier with query/key norms or norms after each block \
+                         (the stream's scale would reach them)"
+                            .into(),
+                    ));
+                }
+                (Some(embd.unwrap_or(1.0) / r), h.norm_eps / (r * r))
+            }
+        };
         Ok(Self {
             n_layer: h.n_layer,
             n_embd: h.n_embd,
@@ -285,7 +313,7 @@ impl ModelConfig {
             head_dim: h.head_dim,
             n_vocab: h.n_vocab,
             n_ctx_train: h.n_ctx_train,
-            norm_eps: h.norm_eps,
+            norm_eps,
             rope,
             rope_factors,
             long_rope,
@@ -296,9 +324,8 @@ impl ModelConfig {
             attn_scale: h.attn_scale.unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
             attn_softcap: h.attn_softcap,
             logit_softcap: h.final_softcap,
-            embd_scale: spec.embedding_scale.map(|s| match s {
-                EmbeddingScale::SqrtNEmbd => (h.n_embd as f32).sqrt(),
-            }),
+            embd_scale,
+            logit_scale: h.logit_scale,
             post_norms: spec.norm.placement == NormPlacement::Sandwich,
             mlp_act,
             experts: h.experts,
@@ -338,6 +365,7 @@ impl ModelConfig {
             attn_softcap: None,
             logit_softcap: None,
             embd_scale: None,
+            logit_scale: None,
             post_norms: false,
             mlp_act: ops::GatedAct::Silu,
             experts: None,

@@ -192,7 +192,12 @@ impl<'a> WeightReader<'a> {
             path: self.tensors.file().path().to_path_buf(),
             what: "a decoder without a final norm".into(),
         })?;
-        self.vector(&norm.weight, 1, c.n_embd)
+        let mut gain = self.vector(&norm.weight, 1, c.n_embd)?;
+        // Logits divided by Granite's scale: the head is linear in the norm's output.
+        if let Some(s) = c.logit_scale {
+            gain.iter_mut().for_each(|g| *g /= s);
+        }
+        Ok(gain)
     }
 
     /// The output head, or `None` when it is the token embedding (tied).

@@ -77,6 +77,23 @@ FAMILIES = {
             ),
         ),
     ),
+    # Granite 3.x: Llama's block with its multipliers on the scores (in place of 1/sqrt(32)),
+    # the embeddings, each branch's output before its residual add, and (dividing) the
+    # logits; tied embeddings as the small sizes ship. Multipliers away from 1 so that a
+    # missing one shows.
+    "granite": dict(
+        model_type="granite",
+        vocab="llama-bpe",
+        config=dict(
+            BASE,
+            tie_word_embeddings=True,
+            attention_multiplier=0.0625,
+            embedding_multiplier=12.0,
+            residual_multiplier=0.22,
+            logits_scaling=8.0,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
     # Qwen2 / Qwen2.5: biases on q, k and v; tied embeddings as the small sizes ship.
     "qwen2": dict(
         model_type="qwen2",

@@ -13,6 +13,7 @@ type Hook = fn(&Config, &mut Meta) -> Result<()>;
 /// Every hook, by the name specs give it.
 const HOOKS: &[(&str, Hook)] = &[
     ("llama", llama),
+    ("granite", granite),
     ("qwen2moe", qwen2moe),
     ("qwen3moe", qwen3moe),
     ("gemma2", gemma2),
@@ -50,6 +51,25 @@ fn llama(c: &Config, m: &mut Meta) -> Result<()> {
     // Mistral 7B's window; llama.cpp's converter drops it, transformers honours it.
     if let Some(w) = c.u64("sliding_window")?.filter(|&w| w > 0) {
         m.u32("attention.sliding_window", w)?;
+    }
+    Ok(())
+}
+
+/// Llama's keys and Granite's multipliers: on the scores, the embeddings, each branch's
+/// output and (dividing) the logits.
+fn granite(c: &Config, m: &mut Meta) -> Result<()> {
+    llama(c, m)?;
+    let keys = [
+        ("attention_multiplier", "attention.scale"),
+        ("embedding_multiplier", "embedding_scale"),
+        ("residual_multiplier", "residual_scale"),
+        ("logits_scaling", "logit_scale"),
+    ];
+    for (hf, gguf) in keys {
+        // llama.cpp's converter writes none that is 0 or absent.
+        if let Some(v) = c.f64(hf)?.filter(|&v| v != 0.0) {
+            m.f32(gguf, v);
+        }
     }
     Ok(())
 }

@@ -34,6 +34,12 @@ pub struct HyperParams {
     pub final_softcap: Option<f32>,
     /// A mixture of experts in every block's MLP, where the file has experts.
     pub experts: Option<Experts>,
+    /// Granite's multipliers, where the file gives them: on the token embeddings
+    /// (`{arch}.embedding_scale`), on each branch's output before its residual add
+    /// (`{arch}.residual_scale`), and the divisor of the logits (`{arch}.logit_scale`).
+    pub embedding_multiplier: Option<f32>,
+    pub residual_scale: Option<f32>,
+    pub logit_scale: Option<f32>,
     /// Relative position buckets, where the position embedding is relative (T5).
     pub relative: Option<RelativeBuckets>,
     /// An encoder-decoder network's encoder, where the network is one; `n_layer` then counts
@@ -207,6 +213,9 @@ impl ModelSpec {
             attn_softcap: positive_f32(&key("attn_logit_softcapping"))?,
             final_softcap: positive_f32(&key("final_logit_softcapping"))?,
             experts,
+            embedding_multiplier: positive_f32(&key("embedding_scale"))?,
+            residual_scale: positive_f32(&key("residual_scale"))?,
+            logit_scale: positive_f32(&key("logit_scale"))?,
             relative,
             seq2seq,
         })

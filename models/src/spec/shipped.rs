@@ -7,6 +7,7 @@ use crate::error::Result;
 /// The specs shipped with Hearth: (file name, TOML text).
 pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
+    ("granite.toml", include_str!("../../specs/granite.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
     ("qwen2moe.toml", include_str!("../../specs/qwen2moe.toml")),
