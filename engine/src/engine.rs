@@ -322,6 +322,13 @@ impl Engine {
                 "infinigen and h2o cannot run together",
             ));
         }
+        if options.infinigen.is_some() && config.nope_period.is_some() {
+            return Err(hearth_model::Error::options(
+                "kv-offload",
+                "infinigen speculates every layer's keys as rotated, and this model has layers \
+                 without RoPE (use full or h2o)",
+            ));
+        }
         let ig_params = options
             .infinigen
             .as_ref()

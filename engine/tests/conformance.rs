@@ -193,6 +193,34 @@ fn granite_matches_transformers() {
     check_family("granite");
 }
 
+/// SmolLM3: its fourth layer rotates nothing. InfiniGen, which speculates every layer's
+/// keys as rotated, refuses it with the reason; H2O runs.
+#[test]
+fn smollm3_matches_transformers() {
+    check_family("smollm3");
+    let Some(dir) = hearth_testkit::conformance_model("smollm3") else {
+        return;
+    };
+    let options = EngineOptions {
+        backend: BackendKind::Reference,
+        infinigen: Some(hearth_engine::InfinigenOptions::default()),
+        ..EngineOptions::default()
+    };
+    let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
+        .err()
+        .expect("infinigen refuses layers without RoPE");
+    assert!(err.to_string().contains("without RoPE"), "{err}");
+    let options = EngineOptions {
+        backend: BackendKind::Reference,
+        h2o: Some(hearth_engine::H2oOptions::default()),
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true).unwrap();
+    let tokens = engine.tokenize("Hello there, how are you?");
+    let backend = engine.session_mut().fresh_backend();
+    assert!(backend.forward(&tokens, Logits::Last).is_ok());
+}
+
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");

@@ -68,6 +68,8 @@ pub struct ModelConfig {
     pub attn_softcap: Option<f32>,
     /// Logits likewise (Gemma 2).
     pub logit_softcap: Option<f32>,
+    /// Of each run of this many layers, the last rotates nothing (SmolLM3: 4).
+    pub nope_period: Option<usize>,
     /// A factor on the token embeddings (Gemma: sqrt(n_embd); Granite: its embedding
     /// multiplier over its residual multiplier, see `from_resolved`).
     pub embd_scale: Option<f32>,
@@ -142,6 +144,14 @@ impl ModelConfig {
         let r = self.rope?;
         let base = r.local_base.filter(|_| self.sliding_window.is_some())?;
         Some(ops::rope_table(n_ctx, r.dims, base as f64))
+    }
+
+    /// Layer `l`'s rotary embedding: the model's, or none on its layers without one.
+    pub fn rope_at(&self, l: usize) -> Option<Rope> {
+        match self.nope_period {
+            Some(n) if (l + 1) % n == 0 => None,
+            _ => self.rope,
+        }
     }
 
     /// Whether layer `l` rotates with the local table ([`local_rope_table`](Self::local_rope_table)).
@@ -324,6 +334,10 @@ impl ModelConfig {
             attn_scale: h.attn_scale.unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
             attn_softcap: h.attn_softcap,
             logit_softcap: h.final_softcap,
+            nope_period: match spec.position {
+                PositionSpec::Rope { nope_period, .. } => nope_period.map(|n| n.max(1) as usize),
+                _ => None,
+            },
             embd_scale,
             logit_scale: h.logit_scale,
             post_norms: spec.norm.placement == NormPlacement::Sandwich,
@@ -364,6 +378,7 @@ impl ModelConfig {
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             attn_softcap: None,
             logit_softcap: None,
+            nope_period: None,
             embd_scale: None,
             logit_scale: None,
             post_norms: false,

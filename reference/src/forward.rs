@@ -339,7 +339,7 @@ impl CpuModel {
         let rows = qkv.len() / c.qkv_dim();
         for (t, row) in qkv.chunks_mut(c.qkv_dim()).enumerate() {
             let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
-            if let Some(r) = c.rope {
+            if let Some(r) = c.rope_at(l) {
                 let pos = [(pos0 + t) as u32];
                 let heads = c.n_head + c.n_head_kv;
                 let table = layer_rope_table(c, l, &self.rope_table, &self.local_rope_table);

@@ -94,6 +94,18 @@ FAMILIES = {
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
         ),
     ),
+    # SmolLM3: Llama's block with every fourth layer rotating nothing (four layers here, so
+    # that the last is one); tied embeddings as SmolLM3-3B ships.
+    "smollm3": dict(
+        model_type="smollm3",
+        vocab="llama-bpe",
+        config=dict(
+            BASE,
+            num_hidden_layers=4,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
     # Qwen2 / Qwen2.5: biases on q, k and v; tied embeddings as the small sizes ship.
     "qwen2": dict(
         model_type="qwen2",

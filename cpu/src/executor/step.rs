@@ -130,7 +130,7 @@ impl NativeModel {
             for (t, row) in w.qkv.chunks_mut(c.qkv_dim()).enumerate() {
                 let at = &tokens[t];
                 let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
-                if let Some(r) = c.rope {
+                if let Some(r) = c.rope_at(l) {
                     let pos = [at.pos as u32];
                     let heads = c.n_head + c.n_head_kv;
                     ops::rope(qk, &pos, heads, hd, r.dims, r.layout, table);

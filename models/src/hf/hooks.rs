@@ -2,6 +2,8 @@
 //! function named by its spec's `hf.hook` (`models/specs/*.toml`). A family whose folders
 //! need nothing more names none.
 
+use std::path::Path;
+
 use super::config::Config;
 use super::meta::Meta;
 use crate::error::{Error, Result};
@@ -14,6 +16,7 @@ type Hook = fn(&Config, &mut Meta) -> Result<()>;
 const HOOKS: &[(&str, Hook)] = &[
     ("llama", llama),
     ("granite", granite),
+    ("smollm3", smollm3),
     ("qwen2moe", qwen2moe),
     ("qwen3moe", qwen3moe),
     ("gemma2", gemma2),
@@ -44,15 +47,20 @@ fn unknown(spec: &str, name: &str) -> Error {
 
 /// The vocabulary's size, RoPE's dimensions, and Mistral's window.
 fn llama(c: &Config, m: &mut Meta) -> Result<()> {
-    if let Some(n) = c.u64("vocab_size")? {
-        m.u32("vocab_size", n)?;
-    }
-    m.u32("rope.dimension_count", c.head_dim()?)?;
+    llama_sizes(c, m)?;
     // Mistral 7B's window; llama.cpp's converter drops it, transformers honours it.
     if let Some(w) = c.u64("sliding_window")?.filter(|&w| w > 0) {
         m.u32("attention.sliding_window", w)?;
     }
     Ok(())
+}
+
+/// The vocabulary's size and RoPE's dimensions.
+fn llama_sizes(c: &Config, m: &mut Meta) -> Result<()> {
+    if let Some(n) = c.u64("vocab_size")? {
+        m.u32("vocab_size", n)?;
+    }
+    m.u32("rope.dimension_count", c.head_dim()?)
 }
 
 /// Llama's keys and Granite's multipliers: on the scores, the embeddings, each branch's
@@ -72,6 +80,35 @@ fn granite(c: &Config, m: &mut Meta) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Llama's keys. The layers without RoPE are not in llama.cpp's file (every fourth, fixed):
+/// a folder whose `no_rope_layers` says otherwise, or that windows its attention, is refused
+/// rather than converted into a file that runs another network.
+fn smollm3(c: &Config, m: &mut Meta) -> Result<()> {
+    let bad = |what: String| Error::metadata(Path::new("config.json"), "no_rope_layers", what);
+    if let Some(list) = c.json("no_rope_layers").and_then(|v| v.as_array()) {
+        for (i, v) in list.iter().enumerate() {
+            let rotates = v
+                .as_u64()
+                .ok_or_else(|| bad(format!("entry {i} is not 0 or 1")))?;
+            if (rotates == 1) != ((i + 1) % 4 != 0) {
+                return Err(bad(format!(
+                    "layer {i} {} RoPE; Hearth, as llama.cpp, runs every fourth layer without \
+                     it and the others with it",
+                    if rotates == 1 { "has" } else { "lacks" }
+                )));
+            }
+        }
+    }
+    if c.bool("use_sliding_window") == Some(true) {
+        return Err(Error::metadata(
+            Path::new("config.json"),
+            "use_sliding_window",
+            "is true; SmolLM3's windowed layers are not converted",
+        ));
+    }
+    llama_sizes(c, m)
 }
 
 /// Qwen3-MoE's keys and the shared expert's width.

@@ -93,6 +93,10 @@ pub enum PositionSpec {
         /// file gives it. Without either, local layers rotate as global ones do.
         #[serde(default)]
         local_base_default: Option<f32>,
+        /// Of each run of this many layers, the last has no rotary embedding at all (SmolLM3:
+        /// 4, as llama.cpp fixes it; its files carry nothing).
+        #[serde(default)]
+        nope_period: Option<u32>,
     },
     /// A learned table added to the token embeddings (`tensors.position_embd`).
     Learned,

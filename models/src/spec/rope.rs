@@ -72,6 +72,7 @@ impl ModelSpec {
             layout,
             base_default,
             local_base_default,
+            ..
         } = self.position
         else {
             return Ok(None);

@@ -8,6 +8,7 @@ use crate::error::Result;
 pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
     ("granite.toml", include_str!("../../specs/granite.toml")),
+    ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
     ("qwen2moe.toml", include_str!("../../specs/qwen2moe.toml")),
@@ -60,6 +61,7 @@ mod tests {
                 layout: RopeLayout::Gptj,
                 base_default: 10_000.0,
                 local_base_default: None,
+                nope_period: None,
             }
         );
         assert_eq!(llama.mlp.kind, MlpKind::Gated);

@@ -438,7 +438,7 @@ impl VkModel {
         let before = rec.len();
         let rope = RopeTable {
             table: at.rope_table,
-            spec: rope_spec(c),
+            spec: rope_spec(c, at.l),
         };
         at.kernels
             .rope_kv

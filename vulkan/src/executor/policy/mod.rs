@@ -184,7 +184,7 @@ impl<'a> RecordingLayer<'a> {
     }
 
     pub fn rope(&self) -> RopeSpec {
-        rope_spec(self.config)
+        rope_spec(self.config, self.l)
     }
 
     /// Floats per token in `qkv`.
@@ -210,9 +210,10 @@ impl<'a> RecordingLayer<'a> {
     }
 }
 
-pub(super) fn rope_spec(c: &ModelConfig) -> RopeSpec {
+/// Layer `l`'s rotation (none: `rot_dim` 0).
+pub(super) fn rope_spec(c: &ModelConfig, l: usize) -> RopeSpec {
     RopeSpec {
-        rot_dim: c.rope.map_or(0, |r| r.dims as u32),
+        rot_dim: c.rope_at(l).map_or(0, |r| r.dims as u32),
         layout: c
             .rope
             .map_or(hearth_model::ops::RopeLayout::Neox, |r| r.layout),

@@ -3,7 +3,7 @@
 //! selected K/V into a scratch, recorded in pieces between the previous layer's kernels.
 
 use super::VkInfinigen;
-use crate::executor::policy::{Beside, Interleaved, RecordingLayer};
+use crate::executor::policy::{rope_spec, Beside, Interleaved, RecordingLayer};
 use hearth_kernels::infinigen::{GatherArgs, IgBatch, QueryAt, SelectArgs, SpeculateArgs};
 use hearth_kernels::kv::KvLayer;
 use hearth_kernels::vk::{Buffer, Recorder};
@@ -62,7 +62,7 @@ impl VkInfinigen {
             l: next_l,
             kv: at.kv.layer(next_l),
             table: at.global_rope_table,
-            rope: at.rope(),
+            rope: rope_spec(c, next_l),
             batch: self.batch(),
             done: 0,
         }))
