@@ -221,6 +221,12 @@ fn smollm3_matches_transformers() {
     assert!(backend.forward(&tokens, Logits::Last).is_ok());
 }
 
+/// Phi-4-mini: partial rotary (24 of 32 dimensions), tied embeddings.
+#[test]
+fn phi4mini_matches_transformers() {
+    check_family("phi4mini");
+}
+
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");

@@ -98,8 +98,8 @@ macro_rules! families {
 }
 
 families!(
-    llama3, granite, smollm3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, longrope, mistral, mixtral,
-    qwen2moe, qwen3moe, olmoe
+    llama3, granite, smollm3, qwen2, yarn, qwen3, gemma2, gemma3, phi3, phi4mini, longrope,
+    mistral, mixtral, qwen2moe, qwen3moe, olmoe
 );
 
 /// BERT folders against llama.cpp's conversions (`scripts/conformance/encoders.py`):

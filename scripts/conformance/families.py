@@ -235,6 +235,21 @@ FAMILIES = {
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
         ),
     ),
+    # Phi-4-mini: Phi-3's block rotating three quarters of each head (24 of 32 dimensions),
+    # with grouped-query attention and the output tied to the embeddings.
+    "phi4mini": dict(
+        PHI3_VOCAB,
+        model_type="phi3",
+        config=dict(
+            BASE,
+            **PHI3_IDS,
+            tie_word_embeddings=True,
+            original_max_position_embeddings=256,
+            partial_rotary_factor=0.75,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                 partial_rotary_factor=0.75),
+        ),
+    ),
     # LongRoPE (Phi-3 128k, Phi-3.5 mini): per-pair divisors, the long set for a context past
     # the original 32 (transformers switches when the sequence does; 80 positions here, and
     # Hearth picks by its context of 128), and cos and sin scaled by sqrt(1 + ln(8) / ln(32)).
