@@ -227,6 +227,13 @@ fn phi4mini_matches_transformers() {
     check_family("phi4mini");
 }
 
+/// GLM-4: q/k/v biases, half of each head rotated in adjacent pairs, sandwich norms, fused
+/// gate and up.
+#[test]
+fn glm4_matches_transformers() {
+    check_family("glm4");
+}
+
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");

@@ -168,6 +168,11 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
         tokenizer, n_vocab = sentencepiece_tokenizer(vocab, hf, spec)
     else:
         tokenizer = AutoTokenizer.from_pretrained(vocab.parent, gguf_file=vocab.name)
+        from tokenizers import AddedToken
+
+        tokenizer.add_tokens([
+            AddedToken(t, special=True, normalized=False) for t in spec.get("added_tokens", [])
+        ])
         n_vocab = len(tokenizer)
     tokenizer.save_pretrained(hf)
 

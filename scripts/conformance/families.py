@@ -17,6 +17,8 @@ A family may also give:
     norm_init       the range the 1-D norm parameters are drawn from (default 0.5 to 1.5)
     router_init     the range a mixture-of-experts router's weights (mlp.gate.weight) are
                     drawn from, in place of transformers' normal(0, initializer_range)
+    added_tokens    tokens added to the vocabulary file's tokenizer (special), where the
+                    family's converter looks them up
     gguf_runs       False where llama.cpp's file leaves out something transformers runs (it
                     is then checked as a conversion only, the folder against the logits);
                     recorded in reference.json
@@ -104,6 +106,22 @@ FAMILIES = {
             num_hidden_layers=4,
             tie_word_embeddings=True,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
+    # GLM-4: q/k/v biases, half of each head rotated in adjacent pairs, norms after each
+    # branch as well as before, gate and up in one matrix. llama.cpp's converter looks up
+    # GLM's <|endoftext|> and <|user|> in the tokenizer: Qwen2's vocabulary has the first.
+    "glm4": dict(
+        model_type="glm4",
+        vocab="qwen2",
+        added_tokens=["<|user|>"],
+        config=dict(
+            BASE,
+            head_dim=32,
+            attention_bias=True,
+            partial_rotary_factor=0.5,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                 partial_rotary_factor=0.5),
         ),
     ),
     # Qwen2 / Qwen2.5: biases on q, k and v; tied embeddings as the small sizes ship.

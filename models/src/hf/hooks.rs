@@ -17,6 +17,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("llama", llama),
     ("granite", granite),
     ("smollm3", smollm3),
+    ("glm4", glm4),
     ("qwen2moe", qwen2moe),
     ("qwen3moe", qwen3moe),
     ("gemma2", gemma2),
@@ -109,6 +110,15 @@ fn smollm3(c: &Config, m: &mut Meta) -> Result<()> {
         ));
     }
     llama_sizes(c, m)
+}
+
+/// The rotated dimensions: half of each head unless `partial_rotary_factor` says otherwise.
+fn glm4(c: &Config, m: &mut Meta) -> Result<()> {
+    let partial = c.rope_f64("partial_rotary_factor")?.unwrap_or(0.5);
+    m.u32(
+        "rope.dimension_count",
+        (c.head_dim()? as f64 * partial) as u64,
+    )
 }
 
 /// Qwen3-MoE's keys and the shared expert's width.

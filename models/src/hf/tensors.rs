@@ -160,6 +160,9 @@ fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Op
         "post_attention_layernorm.weight" => "ffn_norm.weight",
         "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
         "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+        // GLM-4 normalizes each branch's output too, by these names.
+        "post_self_attn_layernorm.weight" => "post_attention_norm.weight",
+        "post_mlp_layernorm.weight" => "post_ffw_norm.weight",
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.q_proj.bias" => "attn_q.bias",
         "self_attn.k_proj.weight" => "attn_k.weight",

@@ -167,6 +167,26 @@ pub(crate) fn vocabulary(
         }
         specials.add = vec![("bos", true), ("eos", true), ("sep", false)];
     }
+    // Roles the family's converter sets by a token's text.
+    let mut by_text: Vec<(&str, u32)> = Vec::new();
+    for (role, text) in &config.family.hf.special_tokens {
+        let Some(&(id, ..)) = added.iter().find(|(_, t, _)| t == text) else {
+            return Err(Error::metadata(
+                &dir.join("tokenizer.json"),
+                "added_tokens",
+                format!("has no {text:?}, the family's {role} token"),
+            ));
+        };
+        match SPECIAL.iter().find(|(name, _)| name == role) {
+            Some((name, _)) => {
+                specials.ids.insert(name, id);
+            }
+            None => by_text.push((role, id)),
+        }
+    }
+    for (role, id) in by_text {
+        set(&format!("{role}_token_id"), MetaValue::U32(id));
+    }
     for (name, key) in SPECIAL {
         let id = specials
             .ids

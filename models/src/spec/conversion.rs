@@ -20,6 +20,10 @@ pub struct HfSpec {
     /// or not (Phi-3's converter).
     #[serde(default)]
     pub added_tokens_from_tokenizer_json: bool,
+    /// Special tokens the family's converter sets by their text (role: `bos`, `eos`, `unk`,
+    /// `eot`), over what the tokenizer files say: GLM-4's `<|endoftext|>` and `<|user|>`.
+    #[serde(default)]
+    pub special_tokens: std::collections::BTreeMap<String, String>,
     /// The conversion hook that writes metadata beyond the common keys, by its name in
     /// `models/src/hf/hooks.rs`.
     #[serde(default)]

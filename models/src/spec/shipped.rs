@@ -9,6 +9,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
     ("granite.toml", include_str!("../../specs/granite.toml")),
     ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
+    ("glm4.toml", include_str!("../../specs/glm4.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
     ("qwen2moe.toml", include_str!("../../specs/qwen2moe.toml")),
