@@ -7,9 +7,6 @@ use crate::error::Result;
 /// The specs shipped with Hearth: (file name, TOML text).
 pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("llama.toml", include_str!("../../specs/llama.toml")),
-    ("granite.toml", include_str!("../../specs/granite.toml")),
-    ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
-    ("glm4.toml", include_str!("../../specs/glm4.toml")),
     ("qwen2.toml", include_str!("../../specs/qwen2.toml")),
     ("qwen3.toml", include_str!("../../specs/qwen3.toml")),
     ("qwen2moe.toml", include_str!("../../specs/qwen2moe.toml")),
@@ -20,6 +17,9 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("olmoe.toml", include_str!("../../specs/olmoe.toml")),
     ("bert.toml", include_str!("../../specs/bert.toml")),
     ("t5.toml", include_str!("../../specs/t5.toml")),
+    ("granite.toml", include_str!("../../specs/granite.toml")),
+    ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
+    ("glm4.toml", include_str!("../../specs/glm4.toml")),
 ];
 
 /// Every shipped spec, parsed.
