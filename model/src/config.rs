@@ -197,12 +197,22 @@ impl ModelConfig {
             path: path.to_path_buf(),
             what,
         };
-        if spec.network != NetworkType::DecoderOnly {
-            return Err(unsupported(format!(
-                "network `{}` (text generation needs a decoder-only model; `hearth embed` \
-                 and `hearth serve` run encoders)",
-                spec.network
-            )));
+        match spec.network {
+            NetworkType::DecoderOnly => {}
+            NetworkType::EncoderOnly => {
+                return Err(unsupported(
+                    "network `encoder-only` (text generation needs a decoder; `hearth embed`, \
+                     `hearth rerank` and `hearth serve` run encoders)"
+                        .into(),
+                ))
+            }
+            NetworkType::EncoderDecoder => {
+                return Err(unsupported(
+                    "network `encoder-decoder` here (`hearth generate` runs encoder-decoders; \
+                     chat and the server do not yet)"
+                        .into(),
+                ))
+            }
         }
         if spec.norm.kind != NormKind::Rms || spec.norm.placement == NormPlacement::Post {
             return Err(unsupported(format!(
