@@ -267,7 +267,7 @@ fn broken_embedding_models_are_refused_by_name() {
         ),
         (
             "",
-            Box::new(|w| w.set_metadata("tokenizer.ggml.model", MetaValue::String("t5".into()))),
+            Box::new(|w| w.set_metadata("tokenizer.ggml.model", MetaValue::String("rwkv".into()))),
             "tokenizer.ggml.model",
         ),
         (
