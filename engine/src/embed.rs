@@ -214,9 +214,9 @@ impl Embedder {
     }
 
     /// `query` and `document` as a cross-encoder reads them: [CLS] query [SEP] document
-    /// [SEP] with token types 0 then 1, or for a model of one token type (RoBERTa) <s> query
-    /// </s></s> document </s>, all 0; the longer part cut a token at a time while the pair
-    /// is longer than the model reads (transformers' `longest_first`).
+    /// [SEP] with token types 0 then 1, or for a model of one token type (RoBERTa,
+    /// XLM-RoBERTa) <s> query </s></s> document </s>, all 0; cut to the model's positions as
+    /// transformers cuts a pair (`longest_first`, `pair_lengths`).
     pub fn tokenize_pair(&self, query: &str, document: &str) -> EncoderInput {
         let opts = hearth_models::EncodeOptions {
             add_special: false,
@@ -229,12 +229,9 @@ impl Embedder {
             .info
             .max_tokens
             .saturating_sub(if segments { 3 } else { 4 });
-        while q.len() + d.len() > max {
-            match q.len() > d.len() {
-                true => q.pop(),
-                false => d.pop(),
-            };
-        }
+        let (nq, nd) = pair_lengths(q.len(), d.len(), max);
+        q.truncate(nq);
+        d.truncate(nd);
         let s = self.tokenizer.special();
         let (cls, sep) = (s.bos.into_iter(), s.eos.into_iter());
         let first: Vec<u32> = cls.chain(q).chain(sep.clone()).collect();
@@ -290,6 +287,26 @@ impl Embedder {
     }
 }
 
+/// How many of a pair's tokens (`a` of the first text, `b` of the second) are kept when at most
+/// `max` fit, as the `tokenizers` crate's `longest_first` keeps them (transformers' tokenizers
+/// run it): where the shorter fits in half, it stays whole and the longer is cut to the rest;
+/// else each gets half, and the longer one (the second, where they are as long) the odd token.
+fn pair_lengths(a: usize, b: usize, max: usize) -> (usize, usize) {
+    if a + b <= max {
+        return (a, b);
+    }
+    let short = a.min(b);
+    let (short, long) = match 2 * short <= max {
+        true => (short, max - short),
+        false => (max / 2, max / 2 + max % 2),
+    };
+    if a > b {
+        (long, short)
+    } else {
+        (short, long)
+    }
+}
+
 /// The indices of `scores`, highest score first, at most `top_n` of them.
 pub fn ranking(scores: &[f32], top_n: Option<usize>) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
@@ -307,4 +324,24 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
         return 0.0;
     }
     (dot / (na * nb)) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pair_lengths;
+
+    /// `tokenizers`' `longest_first` on a pair: nothing cut where it fits; the longer cut
+    /// where the shorter fits in half; else halves, the odd token to the longer part, or to
+    /// the second where they are as long.
+    #[test]
+    fn pairs_are_cut_as_tokenizers_cuts_them() {
+        assert_eq!(pair_lengths(10, 20, 30), (10, 20));
+        assert_eq!(pair_lengths(10, 300, 125), (10, 115));
+        assert_eq!(pair_lengths(300, 10, 125), (115, 10));
+        assert_eq!(pair_lengths(62, 300, 124), (62, 62));
+        assert_eq!(pair_lengths(300, 300, 125), (62, 63));
+        assert_eq!(pair_lengths(280, 300, 509), (254, 255));
+        assert_eq!(pair_lengths(300, 280, 509), (255, 254));
+        assert_eq!(pair_lengths(5, 5, 0), (0, 0));
+    }
 }

@@ -271,11 +271,11 @@ fn a_folder_without_a_tokenizer_or_with_a_foreign_one_is_named() {
     let err = error(&f);
     assert!(err.contains("tokenizer.model nor tokenizer.json"), "{err}");
 
-    let unigram = json!({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}});
-    std::fs::write(f.dir.join("tokenizer.json"), unigram.to_string()).unwrap();
+    let word_level = json!({"model": {"type": "WordLevel", "vocab": {"a": 0}}});
+    std::fs::write(f.dir.join("tokenizer.json"), word_level.to_string()).unwrap();
     let err = error(&f);
     assert!(
-        err.contains("tokenizer.json") && err.contains("Unigram"),
+        err.contains("tokenizer.json") && err.contains("WordLevel"),
         "{err}"
     );
 

@@ -163,6 +163,95 @@ fn bert_folders_convert_as_llama_cpp_converts_them() {
     }
 }
 
+/// XLM-RoBERTa folders against llama.cpp's conversions (`scripts/conformance/encoders.py`):
+/// a random-weight XLMRobertaModel (its pooler dropped; sentence-transformers' mean pooling)
+/// and an XLMRobertaForSequenceClassification, each with a SentencePiece Unigram
+/// `sentencepiece.bpe.model` that the conversion numbers as fairseq does; and the first without
+/// that file, its vocabulary read from tokenizer.json. Every key and tensor llama.cpp writes is
+/// here with the same value and bytes, and the other way round, but for:
+/// - `tokenizer.ggml.cls_token_id`, which Hearth writes and gguf-py has no writer for;
+/// - `bert.attention.head_count_kv`, which Hearth writes for every family (the head count here,
+///   what llama.cpp reads where the key is absent) and llama.cpp's converter only where
+///   config.json has `num_key_value_heads`;
+/// - from tokenizer.json, `tokenizer.ggml.remove_extra_whitespaces`: llama.cpp's converter reads
+///   `clean_up_tokenization_spaces` (a decoding option, false in transformers 5 where the folder
+///   does not set it), Hearth whether the tokenizer's steps collapse runs of spaces (here its
+///   `WhitespaceSplit` pre-tokenizer does: true), so that the file tokenizes as the folder does.
+#[test]
+fn xlm_roberta_folders_convert_as_llama_cpp_converts_them() {
+    let Some(embed) = hearth_testkit::conformance_model("xlmr-embed") else {
+        return;
+    };
+    let Some(rerank) = hearth_testkit::conformance_model("xlmr-rerank") else {
+        return;
+    };
+    let cls = "tokenizer.ggml.cls_token_id";
+    let kv = "bert.attention.head_count_kv";
+    let spaces = "tokenizer.ggml.remove_extra_whitespaces";
+    for (folder, gguf, differ) in [
+        (embed.join("hf"), embed.join("model.gguf"), &[cls, kv][..]),
+        (rerank.join("hf"), rerank.join("model.gguf"), &[cls, kv][..]),
+        (
+            embed.join("hf-json"),
+            embed.join("model-json.gguf"),
+            &[cls, kv, spaces][..],
+        ),
+    ] {
+        let what = folder.display().to_string();
+        let theirs = GgufFile::open(&gguf).unwrap();
+        let ours = HfFolder::open(&folder)
+            .unwrap()
+            .to_gguf_file()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let keys = |f: &GgufFile| -> Vec<String> {
+            let mut k: Vec<String> = f
+                .metadata()
+                .iter()
+                .map(|(k, _)| k.to_string())
+                .filter(|k| !NAMING.contains(&k.as_str()) && !differ.contains(&k.as_str()))
+                .collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&ours), keys(&theirs), "{what}: metadata keys");
+        for (key, want) in theirs.metadata().iter() {
+            if NAMING.contains(&key) || differ.contains(&key) {
+                continue;
+            }
+            let got = ours.metadata().get(key);
+            assert!(
+                got == Some(want),
+                "{what}: `{key}` is {}, llama.cpp wrote {}",
+                got.map_or("absent".into(), short),
+                short(want)
+            );
+        }
+        let model = ours.metadata().get("tokenizer.ggml.model");
+        assert_eq!(model, Some(&MetaValue::String("t5".into())), "{what}");
+        assert_eq!(ours.metadata().get(cls), Some(&MetaValue::U32(0)), "{what}");
+        if differ.contains(&spaces) {
+            assert_eq!(ours.metadata().get(spaces), Some(&MetaValue::Bool(true)));
+        }
+        let names = |f: &GgufFile| -> Vec<String> {
+            let mut n: Vec<String> = f.tensors().iter().map(|t| t.name.clone()).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&ours), names(&theirs), "{what}: tensor names");
+        for t in theirs.tensors() {
+            let o = ours.tensor(&t.name).unwrap();
+            assert_eq!(
+                (o.ggml_type, &o.shape),
+                (t.ggml_type, &t.shape),
+                "{what}: {}",
+                t.name
+            );
+            let same = ours.tensor_data(o).unwrap() == theirs.tensor_data(t).unwrap();
+            assert!(same, "{what}: {} bytes differ", t.name);
+        }
+    }
+}
+
 /// T5 folders against llama.cpp's conversions (`scripts/conformance/seq2seq.py`): Flan-T5's
 /// shape (gated GELU, its own lm_head, f32, the shared embeddings stored three times) and T5
 /// v1.0's (ReLU, tied output, bf16, no `n_positions`), each with 3 encoder and 2 decoder

@@ -13,16 +13,35 @@
                                 GPT-2's byte-level BPE vocabulary numbered as RoBERTa numbers
                                 it (llama.cpp's converter names pre-tokenizers by their
                                 vocabulary's hash, which a made-up one has not: no GGUF)
+    xlmr-embed/, xlmr-rerank/   the same for XLM-RoBERTa (XLMRobertaModel with
+                                sentence-transformers' mean pooling, normalized;
+                                XLMRobertaForSequenceClassification, one label), with a
+                                SentencePiece Unigram model trained here as XLM-R's is (unk 0,
+                                bos 1, eos 2, nmt_nfkc), saved as sentencepiece.bpe.model beside
+                                the tokenizer files transformers' XLMRobertaTokenizer writes
+                                (fairseq's numbering: <s> <pad> </s> <unk>, the pieces, <mask>);
+                                model.gguf: llama.cpp's conversion of hf/ (its XLM-R vocabulary
+                                needs no pre-tokenizer name)
+    xlmr-embed/hf-json/         hf/ without sentencepiece.bpe.model: the vocabulary from
+                                tokenizer.json alone; model-json.gguf: llama.cpp's conversion
 
     python encoders.py LLAMA_CPP_SRC OUT MODELS_DIR
 """
 
+import argparse
+import collections
 import hashlib
 import json
+import re
 import shutil
+import string
 import subprocess
 import sys
+import tempfile
+import textwrap
 from pathlib import Path
+
+import sentencepiece
 
 import torch
 import transformers
@@ -34,6 +53,10 @@ from transformers import (
     RobertaForSequenceClassification,
     RobertaModel,
     RobertaTokenizerFast,
+    XLMRobertaConfig,
+    XLMRobertaForSequenceClassification,
+    XLMRobertaModel,
+    XLMRobertaTokenizer,
 )
 
 SEED = 1234
@@ -197,11 +220,150 @@ def roberta(llama_src: Path, out: Path) -> None:
         (target / "stamp").write_text(stamp("roberta-rerank"))
 
 
+# XLM-RoBERTa's tokenizer is trained on the stdlib's docstrings and these lines: accents,
+# CJK, emoji, digits, runs of spaces. Hangul is not among them: it is unknown to the model.
+XLMR_CORPUS = """Ünïcödé – 日本語のテキスト and emoji 🦙🔥
+Le café est très bon à Paris, dit-elle en 2026. Où est la gare ?
+Der schnelle braune Fuchs springt über den faulen Hund. Straße, Größe.
+巴黎是法国的首都。东京是日本的首都。
+Москва — столица России.
+   leading spaces, trailing   and 12345 numbers: 3.14159, 2,718.
+"""
+# Texts to embed: accents, CJK, an unknown script, runs of spaces, a single letter, full-width
+# forms NFKC folds, and one longer than the model's 128 positions (cut, </s> kept).
+XLMR_TEXTS = [
+    "A man is eating food.",
+    "Le café à Paris: naïve Größe, Ünïcödé – ok",
+    "巴黎是法国的首都。日本語のテキスト",
+    "안녕하세요 and Москва",
+    "emoji 🦙🔥 and   runs   of spaces  ",
+    "x",
+    "ＡＢＣ１２３ full-width",
+    " ".join(["The quick brown fox jumps over the lazy dog."] * 30),
+]
+XLMR_DOCUMENTS = DOCUMENTS + [
+    "Paris est la capitale de la France ; 巴黎是法国的首都。",
+    " ".join(["Paris is a large city in France with many museums."] * 30),
+]
+# A pair whose parts are both longer than half the positions: transformers cuts both.
+XLMR_LONG_QUERY = " ".join(["Which city is the capital of France, and why?"] * 12)
+
+
+def xlmr_tokenizer(hf: Path) -> XLMRobertaTokenizer:
+    """Trains hf/sentencepiece.bpe.model as XLM-R's was trained (Unigram, <unk> <s> </s>
+    first, nmt_nfkc), and writes the files transformers' XLMRobertaTokenizer makes of it."""
+    corpus = "\n".join(m.__doc__ for m in (collections, json, argparse, string, textwrap, re))
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "corpus.txt"
+        text.write_text(corpus + "\n" + XLMR_CORPUS)
+        sentencepiece.SentencePieceTrainer.train(
+            input=str(text), model_prefix=str(Path(tmp) / "sp"), vocab_size=400,
+            model_type="unigram", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+            character_coverage=1.0, normalization_rule_name="nmt_nfkc", num_threads=1,
+            minloglevel=2,
+        )
+        hf.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(tmp) / "sp.model", hf / "sentencepiece.bpe.model")
+    # transformers 5 builds the tokenizer from the folder's sentencepiece.bpe.model.
+    tokenizer = XLMRobertaTokenizer.from_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    return tokenizer
+
+
+def xlmr_config(tokenizer, **kwargs) -> XLMRobertaConfig:
+    return XLMRobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, **kwargs,
+    )
+
+
+def unit_products(model) -> None:
+    """Norm gains and biases away from their defaults (randomize), and every linear layer's
+    matrix drawn so that its products have about unit variance: with transformers' 0.02 the
+    classifier's scores differ by less than the bounds the tests hold them to."""
+    randomize(model)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0.0, module.in_features ** -0.5)
+
+
+def xlmr(llama_src: Path, out: Path) -> None:
+    target = out / "xlmr-embed"
+    if not up_to_date(target, stamp("xlmr-embed")):
+        hf = target / "hf"
+        shutil.rmtree(hf, ignore_errors=True)
+        tokenizer = xlmr_tokenizer(hf)
+        torch.manual_seed(SEED + 2)
+        # With its pooler, as multilingual-e5's checkpoints have one (the conversion drops it).
+        model = XLMRobertaModel(xlmr_config(tokenizer)).eval()
+        unit_products(model)
+        model.save_pretrained(hf, safe_serialization=True)
+        (hf / "modules.json").write_text(json.dumps([
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling",
+             "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize",
+             "type": "sentence_transformers.models.Normalize"},
+        ]))
+        (hf / "1_Pooling").mkdir(exist_ok=True)
+        (hf / "1_Pooling" / "config.json").write_text(json.dumps(
+            {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+        convert(llama_src, hf, target / "model.gguf")
+        hf_json = target / "hf-json"
+        shutil.rmtree(hf_json, ignore_errors=True)
+        shutil.copytree(hf, hf_json)
+        (hf_json / "sentencepiece.bpe.model").unlink()
+        convert(llama_src, hf_json, target / "model-json.gguf")
+        batch = tokenizer(XLMR_TEXTS, padding=True, truncation=True, max_length=128,
+                          return_tensors="pt")
+        with torch.no_grad():
+            states = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+        pooled = (states * mask).sum(1) / mask.sum(1)
+        pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        cases = []
+        for i, text in enumerate(XLMR_TEXTS):
+            keep = [v for v, m in zip(batch["input_ids"][i].tolist(),
+                                      batch["attention_mask"][i].tolist()) if m]
+            cases.append(dict(text=text, ids=keep, embedding=pooled[i].tolist()))
+        (target / "reference.json").write_text(json.dumps(dict(
+            cases=cases, transformers=transformers.__version__, torch=torch.__version__)))
+        (target / "stamp").write_text(stamp("xlmr-embed"))
+    target = out / "xlmr-rerank"
+    if not up_to_date(target, stamp("xlmr-rerank")):
+        hf = target / "hf"
+        shutil.rmtree(hf, ignore_errors=True)
+        tokenizer = xlmr_tokenizer(hf)
+        torch.manual_seed(SEED + 3)
+        model = XLMRobertaForSequenceClassification(xlmr_config(tokenizer, num_labels=1)).eval()
+        unit_products(model)
+        model.save_pretrained(hf, safe_serialization=True)
+        convert(llama_src, hf, target / "model.gguf")
+        queries = [QUERY] * len(XLMR_DOCUMENTS) + [XLMR_LONG_QUERY]
+        documents = XLMR_DOCUMENTS + [XLMR_DOCUMENTS[-1]]
+        pairs = tokenizer(queries, documents, padding=True, truncation=True, max_length=128,
+                          return_tensors="pt")
+        with torch.no_grad():
+            scores = model(**pairs).logits[:, 0].tolist()
+        cases = []
+        for i, (query, doc) in enumerate(zip(queries, documents)):
+            mask = pairs["attention_mask"][i].tolist()
+            keep = [v for v, m in zip(pairs["input_ids"][i].tolist(), mask) if m]
+            cases.append(dict(query=query, document=doc, ids=keep, types=[0] * len(keep),
+                              score=scores[i]))
+        (target / "reference.json").write_text(json.dumps(dict(
+            cases=cases, transformers=transformers.__version__, torch=torch.__version__)))
+        (target / "stamp").write_text(stamp("xlmr-rerank"))
+
+
 def main() -> None:
     llama_src, out, models = (Path(a) for a in sys.argv[1:4])
     minilm(llama_src, out, models)
     rerank(llama_src, out, models)
     roberta(llama_src, out)
+    xlmr(llama_src, out)
 
 
 if __name__ == "__main__":

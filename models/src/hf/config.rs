@@ -62,10 +62,13 @@ impl Config {
         self.json.get(key).filter(|v| !v.is_null())
     }
 
-    /// Rows of a RoBERTa's learned positions before its first position: positions count
-    /// from `pad_token_id + 1`, and llama.cpp's converter drops the rows below.
+    /// Rows of a RoBERTa's (or XLM-RoBERTa's) learned positions before its first position:
+    /// positions count from `pad_token_id + 1`, and llama.cpp's converter drops the rows below.
     pub fn position_offset(&self) -> Result<Option<u64>> {
-        if !self.class.starts_with("Roberta") {
+        if !["Roberta", "XLMRoberta"]
+            .iter()
+            .any(|p| self.class.starts_with(p))
+        {
             return Ok(None);
         }
         Ok(self.u64("pad_token_id")?.map(|pad| pad + 1))

@@ -1,6 +1,7 @@
 //! BERT's tensor names (BertModel, BertForMaskedLM, BertForSequenceClassification, and
-//! RoBERTa's, which are BERT's under `roberta.`) as llama.cpp's converter renames them: embeddings, their norm and token types, and each
-//! layer's attention, post-norms and ungated MLP. The masked-LM head is dropped, and so is
+//! RoBERTa's and XLM-RoBERTa's, which are BERT's under `roberta.`) as llama.cpp's converter
+//! renames them: embeddings, their norm and token types, and each layer's attention,
+//! post-norms and ungated MLP. The masked-LM head is dropped, and so is
 //! the pooler of an embedding model, as llama.cpp drops them; a cross-encoder's pooler (its
 //! classifier's first layer, which llama.cpp's converter drops too) is kept as `cls`.
 

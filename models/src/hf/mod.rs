@@ -15,7 +15,8 @@
 //! - `tensors`: names (`encoder_names` for BERT's, `t5_names` for T5's), layouts, stacked
 //!   experts, computed RoPE tensors; `shapes`: the config's sizes against them;
 //! - `vocab` and `sentencepiece`: the vocabulary, special tokens and chat template
-//!   (`unigram`: T5's SentencePiece Unigram vocabulary).
+//!   (`unigram`: a SentencePiece Unigram vocabulary, T5's or XLM-RoBERTa's; `unigram_json`: one
+//!   from tokenizer.json)
 
 mod config;
 mod encoder_names;
@@ -31,6 +32,7 @@ mod t5_names;
 mod tensors;
 mod token_ids;
 mod unigram;
+mod unigram_json;
 mod vocab;
 mod wordpiece;
 

@@ -5,10 +5,13 @@
 //!   `t5`: its pieces, scores and kinds, the normalizer's settings, and `added_tokens.json`
 //!   (`unigram`); a BPE model is `llama`: its pieces, scores and kinds, then the added tokens
 //!   of `added_tokens.json` and `tokenizer_config.json`;
+//! - `sentencepiece.bpe.model` present (XLM-RoBERTa's): a Unigram model numbered as fairseq
+//!   numbers it, as `t5` (`unigram`);
 //! - otherwise `tokenizer.json`: a SentencePiece-style BPE (byte fallback) as `llama`, its
-//!   merges turned into scores (`spm_json`); a byte-level BPE as `gpt2`: the vocabulary and
-//!   added tokens by id, the merges, and the pre-tokenizer named from its split pattern; a
-//!   WordPiece model as `bert` (`wordpiece`);
+//!   merges turned into scores (`spm_json`); a Unigram model as `t5` (`unigram_json`); a
+//!   byte-level BPE as `gpt2`: the vocabulary and added tokens by id, the merges, and the
+//!   pre-tokenizer named from its split pattern; a WordPiece model as `bert` (`wordpiece`);
+//! - an encoder's count of token types (`type_vocab_size`);
 //! - either way, ids past the tokenizer up to the model's `vocab_size` are `[PAD{id}]`;
 //! - special tokens from `tokenizer_config.json` (else `config.json`'s ids), whether BOS and
 //!   EOS are added from the post-processor, and the chat template.
@@ -22,14 +25,33 @@ use super::config::Config;
 use super::sentencepiece::{self, ModelType, SentencePieceModel};
 use super::spm_json;
 use super::token_ids::tokens_by_id;
-use super::{unigram, wordpiece};
+use super::unigram::UnigramVocab;
+use super::{unigram, unigram_json, wordpiece};
 use crate::error::{Error, Result};
 use crate::gguf::{MetaArray, MetaValue};
+use crate::spec::NetworkType;
 
 /// Hugging Face's split patterns (as tokenizer.json spells them) and the name llama.cpp gives
 /// each; Hearth's BPE pre-tokenizer implements these names.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// How a SentencePiece model's ids become the vocabulary's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Numbering {
+    /// As SentencePiece numbers them.
+    SentencePiece,
+    /// As fairseq numbers them: `<s>`, `<pad>`, `</s>`, `<unk>` first.
+    Fairseq,
+}
+
+/// Where a folder's SentencePiece model is, in the order looked for: most folders name it
+/// `tokenizer.model`, T5's `spiece.model`, XLM-RoBERTa's (fairseq's) `sentencepiece.bpe.model`.
+const SENTENCEPIECE_FILES: [(&str, Numbering); 3] = [
+    ("tokenizer.model", Numbering::SentencePiece),
+    ("spiece.model", Numbering::SentencePiece),
+    ("sentencepiece.bpe.model", Numbering::Fairseq),
+];
 
 /// The special tokens a GGUF file names, by tokenizer_config.json's name and GGUF's key.
 const SPECIAL: [(&str, &str); 7] = [
@@ -65,36 +87,38 @@ pub(crate) fn vocabulary(
     let mut out: Vec<(String, MetaValue)> = Vec::new();
     let mut set = |key: &str, value: MetaValue| out.push((format!("tokenizer.ggml.{key}"), value));
 
-    // T5's folders name the model `spiece.model`.
-    let spm_path = ["tokenizer.model", "spiece.model"]
+    let spm_path = SENTENCEPIECE_FILES
         .iter()
-        .map(|name| dir.join(name))
-        .find(|path| path.is_file());
-    let spm = spm_path
-        .map(|path| SentencePieceModel::read(&path))
-        .transpose()?;
-    let n_tokens;
-    if let Some(model) = spm.as_ref().filter(|m| m.model_type == ModelType::Unigram) {
-        let added_json = read_json(&dir.join("added_tokens.json"))?;
-        let ugm = unigram::vocab(model, added_json.as_ref(), n_vocab);
-        n_tokens = ugm.tokens.len();
-        set("model", MetaValue::String("t5".into()));
-        set("pre", MetaValue::String("default".into()));
-        set("tokens", MetaValue::Array(MetaArray::String(ugm.tokens)));
-        set("scores", MetaValue::Array(MetaArray::F32(ugm.scores)));
-        set("token_type", MetaValue::Array(MetaArray::I32(ugm.kinds)));
-        set("add_space_prefix", MetaValue::Bool(model.add_dummy_prefix));
-        set(
-            "remove_extra_whitespaces",
-            MetaValue::Bool(model.remove_extra_whitespaces),
-        );
-        if !model.precompiled_charsmap.is_empty() {
-            set(
-                "precompiled_charsmap",
-                MetaValue::Array(MetaArray::U8(model.precompiled_charsmap.clone())),
-            );
+        .map(|&(name, numbering)| (dir.join(name), numbering))
+        .find(|(path, _)| path.is_file());
+    let spm = match spm_path {
+        Some((path, numbering)) => {
+            let model = SentencePieceModel::read(&path)?;
+            if numbering == Numbering::Fairseq && model.model_type != ModelType::Unigram {
+                return Err(Error::tokenizer(
+                    path.display().to_string(),
+                    "not a Unigram model: Hearth converts fairseq's numbering for Unigram \
+                     models (XLM-RoBERTa's) only",
+                ));
+            }
+            Some((model, numbering))
         }
-    } else if let Some(model) = &spm {
+        None => None,
+    };
+    let n_tokens;
+    if let Some((model, numbering)) = spm
+        .as_ref()
+        .filter(|(m, _)| m.model_type == ModelType::Unigram)
+    {
+        let ugm = match numbering {
+            Numbering::SentencePiece => {
+                let added_json = read_json(&dir.join("added_tokens.json"))?;
+                unigram::vocab(model, added_json.as_ref(), n_vocab)
+            }
+            Numbering::Fairseq => unigram::fairseq_vocab(model, n_vocab),
+        };
+        n_tokens = unigram_keys(ugm, &mut set);
+    } else if let Some((model, _)) = &spm {
         let (tokens, scores, kinds) = sentencepiece_vocab(
             dir,
             model,
@@ -116,7 +140,8 @@ pub(crate) fn vocabulary(
         let tokenizer = tokenizer.as_ref().ok_or_else(|| {
             Error::tokenizer(
                 dir.display().to_string(),
-                "neither tokenizer.model nor tokenizer.json is here (nor T5's spiece.model)",
+                "neither tokenizer.model nor tokenizer.json is here (nor T5's spiece.model, \
+                 nor XLM-RoBERTa's sentencepiece.bpe.model)",
             )
         })?;
         let source = json_path.display().to_string();
@@ -128,12 +153,17 @@ pub(crate) fn vocabulary(
             set("tokens", MetaValue::Array(MetaArray::String(wpm.tokens)));
             set("token_type", MetaValue::Array(MetaArray::I32(wpm.kinds)));
             set("normalizer.lowercase", MetaValue::Bool(wpm.lowercase));
-            // BERT's segments: sentence A and sentence B.
-            let types = config.u64("type_vocab_size")?.unwrap_or(1);
-            set(
-                "token_type_count",
-                MetaValue::U32(types.min(u32::MAX as u64) as u32),
-            );
+        } else if unigram_json::is_unigram(tokenizer) {
+            let specials = special_texts(tokenizer_config.as_ref());
+            let ugm = unigram_json::vocab(
+                &source,
+                tokenizer,
+                tokenizer_config.as_ref(),
+                &specials,
+                &added,
+                n_vocab,
+            )?;
+            n_tokens = unigram_keys(ugm, &mut set);
         } else if spm_json::is_sentencepiece_bpe(tokenizer) {
             let spm = spm_json::vocab(&source, tokenizer, &added, n_vocab)?;
             n_tokens = spm.tokens.len();
@@ -154,6 +184,15 @@ pub(crate) fn vocabulary(
             set("token_type", MetaValue::Array(MetaArray::I32(bpe.kinds)));
             set("merges", MetaValue::Array(MetaArray::String(bpe.merges)));
         }
+    }
+
+    if config.family.network == NetworkType::EncoderOnly {
+        // BERT's segments (sentence A and sentence B); one for RoBERTa's kind.
+        let types = config.u64("type_vocab_size")?.unwrap_or(1);
+        set(
+            "token_type_count",
+            MetaValue::U32(types.min(u32::MAX as u64) as u32),
+        );
     }
 
     let mut specials = Specials::find(tokenizer.as_ref(), tokenizer_config.as_ref(), &added);
@@ -207,6 +246,30 @@ pub(crate) fn vocabulary(
         ));
     }
     Ok(out)
+}
+
+/// A Unigram vocabulary's `tokenizer.ggml.*` keys, in the order llama.cpp's converter writes
+/// them; returns the vocabulary's length.
+fn unigram_keys(ugm: UnigramVocab, set: &mut impl FnMut(&str, MetaValue)) -> usize {
+    let n = ugm.tokens.len();
+    let norm = ugm.normalizer;
+    set("model", MetaValue::String("t5".into()));
+    set("pre", MetaValue::String("default".into()));
+    set("tokens", MetaValue::Array(MetaArray::String(ugm.tokens)));
+    set("scores", MetaValue::Array(MetaArray::F32(ugm.scores)));
+    set("token_type", MetaValue::Array(MetaArray::I32(ugm.kinds)));
+    set("add_space_prefix", MetaValue::Bool(norm.add_space_prefix));
+    set(
+        "remove_extra_whitespaces",
+        MetaValue::Bool(norm.remove_extra_whitespaces),
+    );
+    if !norm.charsmap.is_empty() {
+        set(
+            "precompiled_charsmap",
+            MetaValue::Array(MetaArray::U8(norm.charsmap)),
+        );
+    }
+    n
 }
 
 /// tokenizer.json's added tokens: (id, content, special).
@@ -333,8 +396,8 @@ fn byte_level_vocab(
     let kind = model.get("type").and_then(Value::as_str).unwrap_or("?");
     if kind != "BPE" {
         return Err(bad(format!(
-            "a {kind} model; Hearth converts BPE and WordPiece tokenizers (or SentencePiece \
-             from tokenizer.model)"
+            "a {kind} model; Hearth converts BPE, WordPiece and Unigram tokenizers (or \
+             SentencePiece from tokenizer.model)"
         )));
     }
     let (by_id, n) = tokens_by_id(source, model, added, n_vocab)?;
@@ -417,6 +480,35 @@ fn pre_tokenizer_name(pre: Option<&Value>, ignore_merges: bool) -> Option<&'stat
     }
 }
 
+/// The text tokenizer_config.json gives the special token `name` (`bos` for `bos_token`).
+fn special_content(config: Option<&Map<String, Value>>, name: &str) -> Option<String> {
+    token_content(config?.get(&format!("{name}_token"))?)
+}
+
+/// A token as tokenizer_config.json writes one: its text, or an object with its `content`.
+fn token_content(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => Some(o.get("content")?.as_str()?.to_string()),
+        _ => None,
+    }
+}
+
+/// Every text tokenizer_config.json names as a special token: the named ones (`bos_token`
+/// and the like) and the extra ones (`additional_special_tokens`, `extra_special_tokens`):
+/// transformers' `all_special_tokens`.
+fn special_texts(config: Option<&Map<String, Value>>) -> Vec<String> {
+    let named = SPECIAL
+        .iter()
+        .filter_map(|(name, _)| special_content(config, name));
+    let extra = ["additional_special_tokens", "extra_special_tokens"]
+        .iter()
+        .filter_map(|key| config?.get(*key)?.as_array())
+        .flatten()
+        .filter_map(token_content);
+    named.chain(extra).collect()
+}
+
 fn config_token_id(config: &Config, name: &str) -> Option<u32> {
     config
         .u64(&format!("{name}_token_id"))
@@ -437,13 +529,7 @@ impl Specials {
         config: Option<&Map<String, Value>>,
         added: &[(u32, String, bool)],
     ) -> Self {
-        let content = |name: &str| -> Option<String> {
-            match config?.get(&format!("{name}_token"))? {
-                Value::String(s) => Some(s.clone()),
-                Value::Object(o) => Some(o.get("content")?.as_str()?.to_string()),
-                _ => None,
-            }
-        };
+        let content = |name: &str| special_content(config, name);
         let mut ids = HashMap::new();
         for (name, _) in SPECIAL {
             let id = content(name)
