@@ -65,12 +65,7 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
-    let path = args.model.run.dir.resolve(&args.model.model)?;
-    let spec = match &args.model.run.spec {
-        Some(p) => Some(hearth_models::ModelSpec::from_file(p)?),
-        None => None,
-    };
-    if hearth_engine::seq2seq::is_seq2seq(&path, spec.as_ref())? {
+    if is_seq2seq(args) {
         return seq2seq::run(args, device);
     }
     if let Some(width) = args.beams {
@@ -163,6 +158,23 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
         crate::output::emit_json(&out)?;
     }
     Ok(())
+}
+
+/// Whether `-m` names an encoder-decoder. A model that cannot be found or read is left to
+/// the decoder's path, which checks the options first and then reports it.
+fn is_seq2seq(args: &GenerateArgs) -> bool {
+    let run = &args.model.run;
+    let Ok(path) = run.dir.resolve(&args.model.model) else {
+        return false;
+    };
+    let spec = match &run.spec {
+        Some(p) => match hearth_models::ModelSpec::from_file(p) {
+            Ok(spec) => Some(spec),
+            Err(_) => return false,
+        },
+        None => None,
+    };
+    hearth_engine::seq2seq::is_seq2seq(&path, spec.as_ref()).unwrap_or(false)
 }
 
 /// `--beams W`: beam search over the indirect KV cache (W cache rows).
