@@ -6,6 +6,7 @@ mod commands;
 mod draft_args;
 mod encoder_args;
 mod grammar_args;
+mod hub;
 mod model_args;
 mod output;
 mod sampling_args;
@@ -19,7 +20,7 @@ use hearth_engine::Placement;
 
 use commands::{
     bench, chat, completions, convert, devices, embed, generate, imatrix, inspect, perplexity,
-    quantize, rerank, serve, tokenize, tune,
+    pull, quantize, rerank, serve, tokenize, tune,
 };
 
 #[derive(clap::Parser)]
@@ -75,6 +76,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Write a Hugging Face folder (config.json, safetensors, tokenizer) as a GGUF file.
     Convert(convert::ConvertArgs),
+    /// Download a model from the Hugging Face hub into the models directory:
+    /// ORG/REPO[:QUANT], a GGUF file or a Hugging Face folder (resumable, checked against
+    /// the hub's checksums).
+    Pull(pull::PullArgs),
     /// Write an importance matrix of a model over a text, for `quantize --imatrix`.
     Imatrix(imatrix::ImatrixArgs),
     /// Time the kernels' variants on a device for a model and keep the fastest for later
@@ -189,6 +194,7 @@ fn run(command: &Command, choice: &DeviceChoice) -> Result<()> {
         Command::Rerank(args) => rerank::run(args, choice),
         Command::Quantize(args) => quantize::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Pull(args) => pull::run(args),
         Command::Serve(args) => serve::run(args, choice),
         Command::Imatrix(args) => imatrix::run(args),
         Command::Tune(args) => tune::run(args, choice),

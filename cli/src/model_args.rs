@@ -13,6 +13,7 @@ use hearth_model::kv::infinigen::evict::PoolCapacity;
 use hearth_model::kv::KvBudget;
 use hearth_model::kv::{KvPlacement, KvType};
 use hearth_model::ProgressFn;
+use hearth_models::hub::ModelRef;
 use hearth_models::ModelSpec;
 use hearth_quant::Format;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -21,7 +22,8 @@ use crate::DeviceChoice;
 
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// Model: a path, or a name in the models directory (`smollm2-135m-instruct`).
+    /// Model: a path, a name in the models directory (`smollm2-135m-instruct`), or a
+    /// Hugging Face hub name that `hearth pull` fetched (`ORG/REPO[:QUANT]`; see --pull).
     #[arg(short = 'm', long)]
     pub model: String,
     #[command(flatten)]
@@ -42,6 +44,10 @@ pub struct ModelsDirArg {
     /// Directory of installed models [default: ~/.cache/hearth/models].
     #[arg(long, env = "HEARTH_MODELS", value_name = "DIR")]
     pub models_dir: Option<PathBuf>,
+    /// Pull a model named ORG/REPO[:QUANT] from the Hugging Face hub where it is not in the
+    /// models directory yet (as `hearth pull` does).
+    #[arg(long)]
+    pub pull: bool,
 }
 
 impl ModelsDirArg {
@@ -64,10 +70,30 @@ impl ModelsDirArg {
         Some(hearth_models::default_pipeline_cache_dir(Path::new(&home)))
     }
 
-    /// A model path for `name`: a path as given, or a model in the models directory.
+    /// A model path for `name`: a path as given, a model in the models directory, or a hub
+    /// name (`ORG/REPO[:QUANT]`) pulled before, or now where `--pull` asks.
     pub fn resolve(&self, name: &str) -> Result<PathBuf> {
         let dir = self.dir();
-        hearth_models::resolve_model(name, &dir).with_context(|| format!("finding model `{name}`"))
+        let hub_name = ModelRef::parse(name).filter(|_| !Path::new(name).exists());
+        if let Some(model) = &hub_name {
+            if let Some(path) = hearth_models::hub::find_pulled(model, &dir) {
+                return Ok(path);
+            }
+            if self.pull {
+                let pulled = crate::hub::pull(model, &dir)?;
+                eprintln!("pulled {model} into {}", pulled.path.display());
+                return Ok(pulled.path);
+            }
+        }
+        let found = hearth_models::resolve_model(name, &dir);
+        match hub_name {
+            Some(model) if found.is_err() => found.with_context(|| {
+                format!(
+                    "`{model}` is not pulled yet: add --pull, or run `hearth pull {model}` first"
+                )
+            }),
+            _ => found.with_context(|| format!("finding model `{name}`")),
+        }
     }
 }
 

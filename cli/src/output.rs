@@ -62,6 +62,17 @@ pub fn step_bar(len: u64, what: &str) -> ProgressBar {
     )
 }
 
+/// A progress bar for bytes (a download), hidden when stderr is not a terminal.
+pub fn bytes_bar(len: u64, what: &str) -> ProgressBar {
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&format!(
+            "{what} [{{bar:30}}] {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}, eta {{eta}})"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    )
+}
+
 /// Prints the per-kernel GPU time of a profiled run to stderr, largest first.
 pub fn print_profile(engine: &Engine) {
     let profile = engine.session().backend().profile();

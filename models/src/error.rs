@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong reading a model file, resolving its spec, tokenizing or
-/// rendering a chat template.
+/// Everything that can go wrong reading a model file, resolving its spec, tokenizing,
+/// rendering a chat template or pulling a model from the hub.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -91,6 +91,51 @@ pub enum Error {
         dir: PathBuf,
         candidates: Vec<PathBuf>,
     },
+    /// The hub has no repository of that name, or refused to list it (a private or gated
+    /// one, without a token that may read it).
+    #[error(
+        "{repo}: no such repository on the hub ({url}: status {status}){}",
+        if *token_sent {
+            "; if it is private, the token sent may not read it"
+        } else {
+            "; if it is private or gated, a token is needed (HF_TOKEN)"
+        }
+    )]
+    HubRepoNotFound {
+        repo: String,
+        url: String,
+        status: u16,
+        token_sent: bool,
+    },
+    /// The repository has no GGUF file of the quantization asked for; `available` lists
+    /// what it has (`Q4_K_M: Model-Q4_K_M.gguf`).
+    #[error(
+        "{repo} has no GGUF file of quantization `{quant}`; {}",
+        list_quants(available)
+    )]
+    HubQuantNotFound {
+        repo: String,
+        quant: String,
+        available: Vec<String>,
+    },
+    /// A pull cannot go on: the repository holds no model Hearth pulls, its listing is
+    /// malformed, a file of the same name is in the way.
+    #[error("{repo}: {reason}")]
+    Hub { repo: String, reason: String },
+    /// An HTTP request failed or was answered with an error.
+    #[error("{url}: {reason}")]
+    Http { url: String, reason: String },
+    /// A downloaded file is not the one the hub lists: its checksum differs.
+    #[error(
+        "{file} ({url}): checksum mismatch: the hub lists {expected}, the download has \
+         {actual}; the partial file was removed"
+    )]
+    Checksum {
+        file: String,
+        url: String,
+        expected: String,
+        actual: String,
+    },
 }
 
 impl Error {
@@ -131,6 +176,20 @@ impl Error {
         }
     }
 
+    pub(crate) fn hub(repo: &str, reason: impl Into<String>) -> Self {
+        Error::Hub {
+            repo: repo.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn http(url: &str, reason: impl Into<String>) -> Self {
+        Error::Http {
+            url: url.to_string(),
+            reason: reason.into(),
+        }
+    }
+
     pub(crate) fn tokenizer(source_name: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Tokenizer {
             source_name: source_name.into(),
@@ -151,6 +210,14 @@ fn list_available(available: &[String]) -> String {
         s.push_str(name);
     }
     s
+}
+
+fn list_quants(available: &[String]) -> String {
+    if available.is_empty() {
+        "it holds no GGUF model files".to_string()
+    } else {
+        format!("it has: {}", available.join(", "))
+    }
 }
 
 fn list_paths(paths: &[PathBuf]) -> String {

@@ -9,6 +9,7 @@
 //! - [`chat`]: chat templates rendered with minijinja; [`chat_text`]: a chat tokenized so
 //!   that message text stays text.
 //! - [`resolve`]: finding a model by name in the models directory.
+//! - [`hub`]: pulling a model by name (`ORG/REPO[:QUANT]`) from the Hugging Face hub into it.
 //! - [`hf`]: Hugging Face folders (safetensors and tokenizer files) converted to GGUF.
 //! - [`pickle`]: PyTorch checkpoints (`pytorch_model.bin`) read as data, never executed.
 //! - [`synthetic`]: GGUF files of a given shape, built in memory, for benchmarks and tests.
@@ -46,6 +47,7 @@ pub mod error;
 pub mod ggml_type;
 pub mod gguf;
 pub mod hf;
+pub mod hub;
 pub mod pickle;
 pub mod resolve;
 pub mod safetensors;

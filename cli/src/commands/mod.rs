@@ -10,6 +10,7 @@ pub mod generate;
 pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
+pub mod pull;
 pub mod quantize;
 pub mod rerank;
 pub mod serve;

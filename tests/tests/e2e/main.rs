@@ -8,6 +8,7 @@ mod embed;
 mod files;
 mod generate;
 mod perplexity;
+mod pull;
 mod seq2seq;
 mod serve;
 

@@ -1,0 +1,66 @@
+//! Pulling a model from the Hugging Face hub for `hearth pull` and `-m ORG/REPO --pull`: the
+//! hub's address and token from the environment, a progress bar per file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use hearth_models::hub::{self, HubOptions, ModelRef, PullEvent, Pulled};
+use indicatif::ProgressBar;
+
+use crate::output;
+
+/// The hub's address (`HF_ENDPOINT`) and a token: `HF_TOKEN`, else the file `HF_TOKEN_PATH`
+/// names, else `$HF_HOME/token` or `~/.cache/huggingface/token` (where `huggingface-cli
+/// login` keeps it).
+pub fn options() -> HubOptions {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let token = var("HF_TOKEN").or_else(|| {
+        let path = match var("HF_TOKEN_PATH") {
+            Some(path) => PathBuf::from(path),
+            None => {
+                let home = std::env::var_os("HOME")
+                    .or_else(|| std::env::var_os("USERPROFILE"))
+                    .unwrap_or_default();
+                let hf_home = var("HF_HOME").map(PathBuf::from);
+                hub::token_path(Path::new(&home), hf_home.as_deref())
+            }
+        };
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    });
+    HubOptions {
+        endpoint: var("HF_ENDPOINT").unwrap_or_else(|| hub::DEFAULT_ENDPOINT.to_string()),
+        token: token.map(|t| t.trim().to_string()),
+        ..HubOptions::default()
+    }
+}
+
+/// Pulls `model` into `models_dir`, a progress bar per file on stderr (hidden when stderr is
+/// not a terminal).
+pub fn pull(model: &ModelRef, models_dir: &Path) -> Result<Pulled> {
+    let mut bar: Option<ProgressBar> = None;
+    let pulled = hub::pull(&options(), model, models_dir, &mut |event| match event {
+        PullEvent::Start { file, size, done } => {
+            let b = output::bytes_bar(size, file);
+            b.set_position(done);
+            bar = Some(b);
+        }
+        PullEvent::Progress { done } => {
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        }
+        PullEvent::Finish => {
+            if let Some(b) = bar.take() {
+                b.finish_and_clear();
+            }
+        }
+    });
+    // A pull that failed halfway says how far it came in its error.
+    if let Some(b) = bar.take() {
+        b.finish_and_clear();
+    }
+    pulled.with_context(|| format!("pulling {model} into {}", models_dir.display()))
+}
