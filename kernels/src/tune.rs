@@ -337,6 +337,37 @@ mod tests {
     }
 
     #[test]
+    fn the_integer_dot_product_is_timed_against_the_default() {
+        let Some(dev) = crate::testing::device() else {
+            return;
+        };
+        if !dev.info().arithmetic.integer_dot_product {
+            return;
+        }
+        let format = WeightFormat::Q4_0;
+        let products = [Product {
+            format,
+            tokens: 1,
+            shapes: vec![[64, 512]],
+        }];
+        let options = TuneOptions {
+            full: false,
+            budget: Duration::from_secs(600),
+        };
+        let mut tuning = Tuning::for_device(dev.info());
+        tuning.tune(&dev, &products, options, &mut |_| {}).unwrap();
+        let entry = &tuning.matvec[0];
+        let default = Matvec::default_variant(&dev, format, 1);
+        assert_eq!(entry.tried[0].0, default);
+        let idot = Matvec::idot_variant(&dev, format);
+        let timed = entry.tried.iter().find(|t| t.0 == idot);
+        assert!(timed.is_some_and(|t| t.1 > 0.0), "{:?}", entry.tried);
+        // Chosen only by measurement: the default, or what beat it by the margin.
+        assert_eq!(entry.chosen, choose(&entry.tried));
+        crate::testing::finish(&dev);
+    }
+
+    #[test]
     fn a_variant_is_chosen_only_when_it_measured_faster() {
         // The fastest, well past the margin.
         assert_eq!(
