@@ -301,7 +301,7 @@ fn idot_folds_residual_gating_and_output_columns() {
 }
 
 #[test]
-fn idot_without_rounded_x_is_an_error_and_the_tuner_tries_it() {
+fn idot_without_rounded_x_is_an_error_and_tunes_try_it() {
     let Some(dev) = idot_device() else { return };
     let format = WeightFormat::Q4_K;
     let v = Matvec::idot_variant(&dev, format);
@@ -318,8 +318,12 @@ fn idot_without_rounded_x_is_an_error_and_the_tuner_tries_it() {
         "{err}"
     );
     drop(rec);
-    // Second in the quick list, after the default; never for the float formats.
-    assert_eq!(Matvec::variants(&dev, format, 1, false)[1], v);
+    // Second after the default in a full tune, and in a quick one where the driver says it
+    // is accelerated; never for the float formats.
+    assert_eq!(Matvec::variants(&dev, format, 1, true)[1], v);
+    let quick = Matvec::variants(&dev, format, 1, false);
+    let accelerated = dev.info().arithmetic.integer_dot_product_accelerated;
+    assert_eq!(quick.contains(&v), accelerated, "{quick:?}");
     let f16 = Matvec::variants(&dev, WeightFormat::F16, 1, true);
     assert!(f16.iter().all(|v| !v.idot));
     finish(&dev);

@@ -337,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn the_integer_dot_product_is_timed_against_the_default() {
+    fn the_integer_dot_product_is_timed_with_its_rounding() {
         let Some(dev) = crate::testing::device() else {
             return;
         };
@@ -345,25 +345,26 @@ mod tests {
             return;
         }
         let format = WeightFormat::Q4_0;
-        let products = [Product {
+        let product = Product {
             format,
             tokens: 1,
-            shapes: vec![[64, 512]],
-        }];
-        let options = TuneOptions {
-            full: false,
-            budget: Duration::from_secs(600),
+            shapes: vec![[64, 512], [96, 256]],
         };
-        let mut tuning = Tuning::for_device(dev.info());
-        tuning.tune(&dev, &products, options, &mut |_| {}).unwrap();
-        let entry = &tuning.matvec[0];
-        let default = Matvec::default_variant(&dev, format, 1);
-        assert_eq!(entry.tried[0].0, default);
+        // What a tune builds for a format: the default, then (in a full tune) the
+        // integer-dot product.
+        let variants = Matvec::variants(&dev, format, 1, true);
         let idot = Matvec::idot_variant(&dev, format);
-        let timed = entry.tried.iter().find(|t| t.0 == idot);
-        assert!(timed.is_some_and(|t| t.1 > 0.0), "{:?}", entry.tried);
-        // Chosen only by measurement: the default, or what beat it by the margin.
-        assert_eq!(entry.chosen, choose(&entry.tried));
+        assert_eq!(
+            variants[..2],
+            [Matvec::default_variant(&dev, format, 1), idot]
+        );
+        let built: Vec<(MatvecVariant, Matvec)> = variants[..2]
+            .iter()
+            .map(|&v| (v, Matvec::with_variant(&dev, format, 1, Some(v)).unwrap()))
+            .collect();
+        assert!(!built[0].1.reads_q8() && built[1].1.reads_q8());
+        let times = time_products(&dev, &product, &built).unwrap();
+        assert!(times.iter().all(|&t| t > 0.0 && t.is_finite()), "{times:?}");
         crate::testing::finish(&dev);
     }
 
