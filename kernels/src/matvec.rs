@@ -160,7 +160,7 @@ impl Shape {
 
     /// Takes `v`'s knobs where they fit this shape, `format` and `device`: the subgroup
     /// shape's units and chunks, the lane shape's rows per lane, or the integer-dot shape
-    /// where the device has integer dot products (else `v` keeps the shape it found).
+    /// where the device has integer dot products (else the shape stays as it was).
     fn apply(&mut self, v: MatvecVariant, device: &Device, format: WeightFormat) {
         if v.idot {
             if Matvec::has_idot(device, format) {

@@ -225,20 +225,21 @@ impl Products {
         rec: &mut Recorder<'a>,
         args: &MatvecArgs<'a>,
     ) -> Result<&'a Buffer> {
-        if self.q8.get().is_none() {
-            let device = &self.device;
-            let built = (
-                QuantizeQ8::new(device)?,
-                Buffer::new(
-                    device,
-                    BufferDesc::device_local("x rounded to 8 bits", self.q8_bytes.max(4)),
-                )?,
-            );
-            // Only this executor's thread records, so nothing else fills it meanwhile.
-            let _ = self.q8.set(built);
-        }
-        let Some((quantize, out)) = self.q8.get() else {
-            unreachable!("set above")
+        let (quantize, out) = match self.q8.get() {
+            Some(built) => built,
+            None => {
+                let device = &self.device;
+                let bytes = self.q8_bytes.max(4);
+                let built = (
+                    QuantizeQ8::new(device)?,
+                    Buffer::new(
+                        device,
+                        BufferDesc::device_local("x rounded to 8 bits", bytes),
+                    )?,
+                );
+                // Should two recordings race here, the first one's is kept.
+                self.q8.get_or_init(|| built)
+            }
         };
         let rounding = QuantizeArgs {
             x: args.x,
