@@ -32,6 +32,7 @@ const VARIANTS: &[(&str, &str, &str)] = &[
     ("h2o_update", "h2o_update.comp", ""),
     ("moe_route", "moe_route.comp", ""),
     ("moe_combine", "moe_combine.comp", ""),
+    ("quantize_q8", "quantize_q8.comp", ""),
 ];
 
 /// Name suffixes of variants compiled with a macro defined, and the macro:
@@ -75,6 +76,21 @@ const FORMAT_KERNELS: &[(&str, &str, &str, &str)] = &[
         "Whole-tensor dequantization to f32",
     ),
 ];
+
+/// Kernels compiled only for the formats whose values are integer levels times a scale (plus
+/// a base), every format but F32 and F16: (field, source in glsl/, what it does). Each is an
+/// `Option<Kernel>` field of `FormatKernels`, `None` for the float formats; the variant of
+/// format `f` is named `<source stem>_<f's module>`.
+const LEVEL_KERNELS: &[(&str, &str, &str)] = &[(
+    "matvec_idot",
+    "matvec_idot.comp",
+    "The product over 8-bit activations with integer dot products",
+)];
+
+/// Whether `format` stores integer levels (the `LEVEL_KERNELS` are compiled for it).
+fn has_levels(format: Format) -> bool {
+    format.block_size() > 1
+}
 
 /// Kernels compiled once per KV cache type, each a field of `KvKernels`: (field, source in
 /// glsl/, suffix from `SUFFIXES` or ""). The variant for type `t` is
@@ -124,6 +140,17 @@ fn main() {
     for &(_, source, suffix, _) in FORMAT_KERNELS {
         for format in Format::ALL {
             let name = variant_name(source, suffix, format.module());
+            variants.push((
+                name,
+                source.to_string(),
+                format.module().to_string(),
+                String::new(),
+            ));
+        }
+    }
+    for &(_, source, _) in LEVEL_KERNELS {
+        for format in Format::ALL.into_iter().filter(|&f| has_levels(f)) {
+            let name = variant_name(source, "", format.module());
             variants.push((
                 name,
                 source.to_string(),
@@ -258,6 +285,13 @@ fn write_format_kernels(out: &mut String) {
         )
         .unwrap();
     }
+    for &(field, source, doc) in LEVEL_KERNELS {
+        writeln!(
+            out,
+            "    /// {doc}: glsl/{source} (`None` for the float formats).\n    pub {field}: Option<Kernel>,"
+        )
+        .unwrap();
+    }
     out.push_str("}\n\n");
     out.push_str("/// The kernels compiled for `format`.\n");
     out.push_str(
@@ -274,6 +308,15 @@ fn write_format_kernels(out: &mut String) {
         for &(field, source, suffix, _) in FORMAT_KERNELS {
             let ident = variant_name(source, suffix, format.module()).to_uppercase();
             writeln!(out, "            {field}: {ident},").unwrap();
+        }
+        for &(field, source, _) in LEVEL_KERNELS {
+            match has_levels(format) {
+                true => {
+                    let ident = variant_name(source, "", format.module()).to_uppercase();
+                    writeln!(out, "            {field}: Some({ident}),").unwrap();
+                }
+                false => writeln!(out, "            {field}: None,").unwrap(),
+            }
         }
         out.push_str("        },\n");
     }

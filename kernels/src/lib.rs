@@ -5,6 +5,7 @@
 //! is an error naming the kernel and binding, never a stray read. Nothing here knows a model:
 //! the Vulkan executor (`hearth-vulkan`) composes these into a model's step.
 
+mod act_q8;
 mod attention;
 mod attn_encoder;
 mod bandwidth;
@@ -13,6 +14,8 @@ mod dequant;
 mod elementwise;
 mod embed;
 pub mod h2o;
+#[cfg(test)]
+mod idot_tests;
 pub mod infinigen;
 mod matmul;
 mod matvec;
@@ -32,6 +35,7 @@ pub mod testing;
 #[allow(unsafe_code)]
 pub mod vk;
 
+pub use act_q8::{q8_act_bytes, ActQ8Host, QuantizeArgs, QuantizeQ8, Q8_ACT_BLOCK};
 pub use attention::{
     AttnDecode, AttnIo, AttnPrefill, AttnShape, RopeKv, RopeSpec, RopeTable, Scores, StepToken,
 };

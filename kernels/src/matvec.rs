@@ -1,8 +1,11 @@
 //! Weight-streaming matrix product: y[t] = W x[t] for a few tokens (decode), or for a whole
-//! prompt chunk on CPU devices (prefill), in any weight format.
+//! prompt chunk on CPU devices (prefill), in any weight format; and, where the device has
+//! integer dot products, the same over x rounded to 8-bit blocks (the `idot` variant,
+//! `matvec_idot.comp`), which a tuner chooses only where it measured faster.
 
 use bytemuck::{Pod, Zeroable};
 
+use super::act_q8::{q8_act_bytes, q8_act_ds_at};
 use super::{
     check_sizes, format_kernels, has_wide_loads, matrix_bytes, wide_by_address, OutputCols, Pipe,
     WeightFormat,
@@ -31,6 +34,21 @@ struct MatvecPush {
     g_addr: u64,
 }
 
+/// The push constants of `matvec_idot.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct IdotPush {
+    m: u32,
+    k: u32,
+    flags: u32,
+    n: u32,
+    rows: u32,
+    y_first: u32,
+    y_width: u32,
+    /// Where the blocks' (d, s) start in the rounded activations, in 8-byte pairs.
+    ds_at: u32,
+}
+
 const NORM: u32 = 1;
 const ACCUMULATE: u32 = 2;
 const GATED: u32 = 4;
@@ -57,6 +75,10 @@ pub struct MatvecArgs<'a> {
     pub gated: Option<GatedAct>,
     /// Where the rows land in y.
     pub cols: OutputCols,
+    /// x (normed where `norm` says) rounded to 8-bit blocks by `QuantizeQ8`, laid out from
+    /// the buffer's start as `q8_act_bytes(batch, k)` says: what a product that reads 8-bit
+    /// activations (`Matvec::reads_q8`) reads in place of x and the norm. Others ignore it.
+    pub x_q8: Option<&'a Buffer>,
 }
 
 impl<'a> MatvecArgs<'a> {
@@ -73,6 +95,7 @@ impl<'a> MatvecArgs<'a> {
             accumulate: false,
             gated: None,
             cols: OutputCols::default(),
+            x_q8: None,
         }
     }
 }
@@ -114,6 +137,9 @@ struct Shape {
     units: u32,
     /// 8-value chunks a lane loads per turn before it uses any (subgroup per row; 1 otherwise).
     lane_chunks: u32,
+    /// The integer-dot product over x rounded to 8-bit blocks (`matvec_idot.comp`): subgroup
+    /// per row, `rb` rows a subgroup together.
+    idot: bool,
     /// Rows per unit are chosen per matrix to give about this many workgroups, within
     /// `min_rows..=max_rows`.
     target_groups: u32,
@@ -128,12 +154,20 @@ impl Shape {
             units: self.units,
             lane_chunks: self.lane_chunks,
             rb: self.rb,
+            idot: self.idot,
         }
     }
 
-    /// Takes `v`'s knobs where they fit this shape and `device`: the subgroup shape's units
-    /// and chunks, the lane shape's rows per lane.
-    fn apply(&mut self, v: MatvecVariant, device: &Device) {
+    /// Takes `v`'s knobs where they fit this shape, `format` and `device`: the subgroup
+    /// shape's units and chunks, the lane shape's rows per lane, or the integer-dot shape
+    /// where the device has integer dot products (else the shape stays as it was).
+    fn apply(&mut self, v: MatvecVariant, device: &Device, format: WeightFormat) {
+        if v.idot {
+            if Matvec::has_idot(device, format) {
+                *self = Self::idot(device, self.tokens, v);
+            }
+            return;
+        }
         match self.lane_rows {
             true => {
                 self.rb = v.rb.clamp(1, 64);
@@ -146,6 +180,29 @@ impl Shape {
                 self.workgroup = self.units * subgroup;
                 self.lane_chunks = v.lane_chunks.clamp(1, 8);
             }
+        }
+    }
+
+    /// The integer-dot shape with `v`'s units, chunks and rows together, within the device's
+    /// limits.
+    fn idot(device: &Device, tokens: u32, v: MatvecVariant) -> Self {
+        let subgroup = device.info().subgroup.size.max(1);
+        let most = device.info().limits.max_workgroup_invocations / subgroup;
+        let units = v.units.clamp(1, most.max(1));
+        let rb = v.rb.clamp(1, 8);
+        Shape {
+            workgroup: units * subgroup,
+            tokens,
+            lane_rows: false,
+            rb,
+            wide: false,
+            by_address: false,
+            units,
+            lane_chunks: v.lane_chunks.clamp(1, 8),
+            idot: true,
+            target_groups: u32::MAX,
+            min_rows: rb,
+            max_rows: rb,
         }
     }
 
@@ -223,9 +280,28 @@ impl Matvec {
     ) -> Result<Self> {
         let mut shape = Self::shape(device, format, tokens);
         if let Some(v) = variant {
-            shape.apply(v, device);
+            shape.apply(v, device, format);
         }
         Self::with_shape(device, format, shape, false)
+    }
+
+    /// Whether `device` runs `format`'s integer-dot product: it has integer dot products
+    /// and the format stores integer levels.
+    pub fn has_idot(device: &Device, format: WeightFormat) -> bool {
+        device.info().arithmetic.integer_dot_product && format_kernels(format).matvec_idot.is_some()
+    }
+
+    /// The integer-dot shape a tuner tries first: GPUs' default subgroups per workgroup and
+    /// chunks per turn, one row a subgroup.
+    pub fn idot_variant(device: &Device, format: WeightFormat) -> MatvecVariant {
+        let subgroup = device.info().subgroup.size.max(1);
+        let units = (8 * subgroup).min(device.info().limits.max_workgroup_invocations) / subgroup;
+        MatvecVariant {
+            units: units.max(1),
+            lane_chunks: gpu_lane_chunks(format),
+            rb: 1,
+            idot: true,
+        }
     }
 
     /// The shape a product of `format` over `tokens` takes untuned.
@@ -248,6 +324,15 @@ impl Matvec {
                 out.push(v);
             }
         };
+        // The integer-dot product next to the default: in a full tune wherever the device
+        // has it, in a quick one where its driver says it is accelerated (lavapipe emulates
+        // it, at 5-20 times the default's time).
+        let accelerated = device.info().arithmetic.integer_dot_product_accelerated;
+        let idot = (Self::has_idot(device, format) && (full || accelerated))
+            .then(|| Self::idot_variant(device, format));
+        if let Some(v) = idot {
+            add(v);
+        }
         match Self::shape(device, format, tokens).lane_rows {
             // Rows a lane shares each broadcast block of x with (see `rows_per_lane`).
             true => {
@@ -273,6 +358,22 @@ impl Matvec {
                             ..base
                         });
                     }
+                }
+            }
+        }
+        // Rows a subgroup takes together, sharing each load of x, and chunks per turn.
+        if let Some(v) = idot {
+            let (chunks, rbs): (&[u32], &[u32]) = match full {
+                true => (&[1, 2, 4, 8], &[1, 2, 4]),
+                false => (&[v.lane_chunks], &[2]),
+            };
+            for &lane_chunks in chunks {
+                for &rb in rbs {
+                    add(MatvecVariant {
+                        lane_chunks,
+                        rb,
+                        ..v
+                    });
                 }
             }
         }
@@ -304,6 +405,7 @@ impl Matvec {
                 by_address: wide_by_address(),
                 units: subgroup,
                 lane_chunks: 1,
+                idot: false,
                 target_groups: 32,
                 min_rows: 1,
                 max_rows: 48,
@@ -323,6 +425,7 @@ impl Matvec {
                     by_address: false,
                     units: workgroup / subgroup,
                     lane_chunks: gpu_lane_chunks(format),
+                    idot: false,
                     target_groups: u32::MAX,
                     min_rows: 1,
                     max_rows: 1,
@@ -337,6 +440,22 @@ impl Matvec {
         shape: Shape,
         experts: bool,
     ) -> Result<Self> {
+        let kernels = format_kernels(format);
+        if shape.idot {
+            let Some(kernel) = kernels.matvec_idot.filter(|_| !experts) else {
+                return Err(VkError::Kernel {
+                    kernel: kernels.matvec.name,
+                    message: format!("no integer-dot product for {format} (or for experts)"),
+                });
+            };
+            let spec = [shape.workgroup, shape.tokens, shape.lane_chunks, shape.rb];
+            return Ok(Self {
+                pipe: Pipe::specialized(device, kernel, &spec)?,
+                format,
+                shape,
+                experts,
+            });
+        }
         let spec = [
             shape.workgroup,
             shape.tokens,
@@ -345,7 +464,6 @@ impl Matvec {
             shape.by_address as u32,
             shape.lane_chunks,
         ];
-        let kernels = format_kernels(format);
         let kernel = match (experts, shape.wide && shape.lane_rows) {
             (true, _) => kernels.matvec_experts,
             (false, true) => kernels.matvec_wide,
@@ -373,6 +491,11 @@ impl Matvec {
         self.shape.tokens
     }
 
+    /// Whether it reads x rounded to 8-bit blocks (`MatvecArgs::x_q8`) rather than x.
+    pub fn reads_q8(&self) -> bool {
+        self.shape.idot
+    }
+
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, a: MatvecArgs<'a>) -> Result<()> {
         self.record_with(rec, a, None)
     }
@@ -394,6 +517,9 @@ impl Matvec {
         a: MatvecArgs<'a>,
         slots: Option<ExpertSlots<'a>>,
     ) -> Result<()> {
+        if self.shape.idot {
+            return self.record_idot(rec, a);
+        }
         let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
         let expert_rows = if a.gated.is_some() { 2 * m } else { m };
         let name = self.pipe.name;
@@ -483,6 +609,64 @@ impl Matvec {
             None => rec.dispatch(&self.pipe, &[a.w, a.x, a.y, gain], &push, groups),
         }
     }
+
+    /// The integer-dot product: reads `a.x_q8` (normed as `a.norm` says when it was rounded)
+    /// in place of x.
+    fn record_idot<'a>(&self, rec: &mut Recorder<'a>, a: MatvecArgs<'a>) -> Result<()> {
+        let name = self.pipe.name;
+        let Some(xq) = a.x_q8 else {
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: "reads x rounded to 8-bit blocks (QuantizeQ8): none given".into(),
+            });
+        };
+        let (m, k, batch) = (a.m as u64, a.k as u64, a.batch as u64);
+        let w_rows = if a.gated.is_some() { 2 * m } else { m };
+        let width = a.cols.width_for(name, a.m)?;
+        check_sizes(
+            name,
+            &[
+                ("w", a.w, matrix_bytes(name, self.format, w_rows, k)?),
+                ("x_q8", xq, q8_act_bytes(a.batch, a.k)),
+                ("y", a.y, batch * width as u64 * 4),
+            ],
+        )?;
+        if w_rows * k > u32::MAX as u64 || batch * k > u32::MAX as u64 {
+            return Err(VkError::Kernel {
+                kernel: name,
+                message: format!("{w_rows}x{k} weights or {batch}x{k} inputs exceed 2^32 values"),
+            });
+        }
+        if a.m == 0 || a.batch == 0 {
+            return Ok(());
+        }
+        let mut flags = 0;
+        if a.accumulate {
+            flags |= ACCUMULATE;
+        }
+        match a.gated {
+            Some(GatedAct::Silu) => flags |= GATED,
+            Some(GatedAct::GeluTanh) => flags |= GATED | GELU,
+            None => {}
+        }
+        let rows = self.shape.rows_per_unit(a.m);
+        let push = IdotPush {
+            m: a.m,
+            k: a.k,
+            flags,
+            n: a.batch,
+            rows,
+            y_first: a.cols.first,
+            y_width: width,
+            ds_at: q8_act_ds_at(a.batch, a.k),
+        };
+        let groups = [
+            a.m.div_ceil(self.shape.units * rows),
+            a.batch.div_ceil(self.shape.tokens),
+            1,
+        ];
+        rec.dispatch(&self.pipe, &[a.w, xq, a.y, xq], &push, groups)
+    }
 }
 
 #[cfg(test)]
@@ -512,6 +696,7 @@ pub(crate) mod tests {
             by_address: true,
             units: subgroup,
             lane_chunks: 1,
+            idot: false,
             target_groups: 2,
             min_rows: 1,
             max_rows: 4,
@@ -528,6 +713,7 @@ pub(crate) mod tests {
                 WeightFormat::Q4 | WeightFormat::Q2_K => gpu_lane_chunks(format),
                 _ => 1,
             },
+            idot: false,
             target_groups: 4,
             min_rows: 1,
             max_rows: 2,

@@ -1,6 +1,8 @@
 //! Matrix-vector products tuned to the device at hand. Each product's kernel takes its shape
 //! as specialization constants (rows a lane shares x with on CPU devices; subgroups per
-//! workgroup and chunks a lane loads per turn on GPUs), and the best shape differs by device.
+//! workgroup and chunks a lane loads per turn on GPUs), and the best shape differs by device;
+//! where the device has integer dot products, the product over x rounded to 8-bit blocks
+//! (`idot`) is tried too, timed with the rounding it needs.
 //! The tuner times the variants worth trying on the model's own matrices and keeps one only
 //! where it measured faster than the default by a margin, so no device gets slower than its
 //! defaults. Choices are kept per device, driver and kernel build in the user's cache
@@ -14,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::variants::{Choices, MatvecVariant};
 use crate::vk::{Buffer, BufferDesc, Device, DeviceInfo, Recorder, Result, VkError};
-use crate::{Matvec, MatvecArgs, WeightFormat};
+use crate::{q8_act_bytes, Matvec, MatvecArgs, QuantizeArgs, QuantizeQ8, WeightFormat};
 
 /// A variant must beat the default by this fraction to be chosen: timing noise is not speed.
 pub const MARGIN: f64 = 0.03;
@@ -220,7 +222,9 @@ pub fn choose(tried: &[(MatvecVariant, f64)]) -> MatvecVariant {
 const ROUNDS: usize = 5;
 
 /// Microseconds each of `built` takes over `p`'s shapes: the best of [`ROUNDS`] alternated
-/// rounds (the first only warms), each a submission of several dispatches per shape.
+/// rounds (the first only warms), each a submission of several dispatches per shape. An
+/// integer-dot product is timed with the rounding of x before it, as a step pays it once per
+/// input (one product, or the runs of one matrix).
 fn time_products(
     device: &Arc<Device>,
     p: &Product,
@@ -239,11 +243,16 @@ fn time_products(
         let w = buffer("tune w", row as u64 * m as u64)?;
         let x = buffer("tune x", (p.tokens * k * 4) as u64)?;
         let y = buffer("tune y", (p.tokens * m * 4) as u64)?;
-        operands.push((m, k, w, x, y));
+        let xq = buffer("tune x q8", q8_act_bytes(p.tokens, k))?;
+        operands.push((m, k, w, x, y, xq));
     }
+    let quantize = match built.iter().any(|(_, mv)| mv.reads_q8()) {
+        true => Some(QuantizeQ8::new(device)?),
+        false => None,
+    };
     // Zeroed weights: the time of a product does not depend on its values.
     let mut rec = Recorder::new(device)?;
-    for (_, _, w, x, _) in &operands {
+    for (_, _, w, x, _, _) in &operands {
         rec.fill_zero(w)?;
         rec.fill_zero(x)?;
     }
@@ -253,10 +262,22 @@ fn time_products(
     for round in 0..ROUNDS {
         for (i, (_, matvec)) in built.iter().enumerate() {
             let mut total = 0.0;
-            for (m, k, w, x, y) in &operands {
+            for (m, k, w, x, y, xq) in &operands {
                 let mut rec = Recorder::new(device)?;
                 for _ in 0..DISPATCHES {
-                    matvec.record(&mut rec, MatvecArgs::plain(w, x, y, *m, *k, p.tokens))?;
+                    let mut args = MatvecArgs::plain(w, x, y, *m, *k, p.tokens);
+                    if let (true, Some(quantize)) = (matvec.reads_q8(), &quantize) {
+                        let rounding = QuantizeArgs {
+                            x,
+                            norm: None,
+                            out: xq,
+                            k: *k,
+                            tokens: p.tokens,
+                        };
+                        quantize.record(&mut rec, rounding)?;
+                        args.x_q8 = Some(xq);
+                    }
+                    matvec.record(&mut rec, args)?;
                     rec.barrier();
                 }
                 total += rec.submit()?.wall.as_secs_f64() * 1e6 / DISPATCHES as f64;
@@ -277,9 +298,16 @@ fn file_in(dir: &Path, vendor_id: u32, device_id: u32, driver: &str) -> PathBuf 
     ))
 }
 
-/// The matrix-vector kernel's build for `format`, as a short hex string.
+/// The build of the matrix-vector kernels a tune of `format` measures (the product, and the
+/// integer-dot product with the rounding of x where the format has one), as a short hex
+/// string.
 pub fn kernel_hash(format: WeightFormat) -> String {
-    let spirv = crate::format_kernels(format).matvec.spirv;
+    let kernels = crate::format_kernels(format);
+    let mut spirv = kernels.matvec.spirv.to_vec();
+    if let Some(idot) = kernels.matvec_idot {
+        spirv.extend_from_slice(idot.spirv);
+        spirv.extend_from_slice(hearth_shaders::QUANTIZE_Q8.spirv);
+    }
     let bytes: Vec<u8> = spirv.iter().flat_map(|w| w.to_le_bytes()).collect();
     hex(hash(&bytes))
 }
@@ -304,7 +332,40 @@ mod tests {
             units: 8,
             lane_chunks: 1,
             rb,
+            idot: false,
         }
+    }
+
+    #[test]
+    fn the_integer_dot_product_is_timed_with_its_rounding() {
+        let Some(dev) = crate::testing::device() else {
+            return;
+        };
+        if !dev.info().arithmetic.integer_dot_product {
+            return;
+        }
+        let format = WeightFormat::Q4_0;
+        let product = Product {
+            format,
+            tokens: 1,
+            shapes: vec![[64, 512], [96, 256]],
+        };
+        // What a tune builds for a format: the default, then (in a full tune) the
+        // integer-dot product.
+        let variants = Matvec::variants(&dev, format, 1, true);
+        let idot = Matvec::idot_variant(&dev, format);
+        assert_eq!(
+            variants[..2],
+            [Matvec::default_variant(&dev, format, 1), idot]
+        );
+        let built: Vec<(MatvecVariant, Matvec)> = variants[..2]
+            .iter()
+            .map(|&v| (v, Matvec::with_variant(&dev, format, 1, Some(v)).unwrap()))
+            .collect();
+        assert!(!built[0].1.reads_q8() && built[1].1.reads_q8());
+        let times = time_products(&dev, &product, &built).unwrap();
+        assert!(times.iter().all(|&t| t > 0.0 && t.is_finite()), "{times:?}");
+        crate::testing::finish(&dev);
     }
 
     #[test]

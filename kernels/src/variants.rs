@@ -14,8 +14,14 @@ pub struct MatvecVariant {
     pub units: u32,
     /// 8-value chunks a GPU lane loads per turn.
     pub lane_chunks: u32,
-    /// Rows a CPU device's lane shares each block of x with.
+    /// Rows a CPU device's lane shares each block of x with; in the integer-dot product, rows
+    /// a subgroup computes together, sharing each load of x.
     pub rb: u32,
+    /// The product over x rounded to 8-bit blocks with integer dot products
+    /// (`matvec_idot.comp`, subgroup per row) rather than over f32 x. Absent in tunings kept
+    /// before it existed: false.
+    #[serde(default)]
+    pub idot: bool,
 }
 
 /// What a device uses: a variant per format and tokens per pass.

@@ -50,6 +50,16 @@ mod tests {
             assert_eq!(k.embed.name, format!("embed_{m}"));
             assert_eq!(k.dequant.name, format!("dequant_{m}"));
         }
+        for format in Format::ALL {
+            let idot = format_kernels(format).matvec_idot;
+            match format {
+                Format::F32 | Format::F16 => assert_eq!(idot, None),
+                _ => assert_eq!(
+                    idot.map(|k| k.name.to_string()),
+                    Some(format!("matvec_idot_{}", format.module()))
+                ),
+            }
+        }
         assert_eq!(format_kernels(Format::F16).matvec, MATVEC_F16);
         assert_eq!(format_kernels(Format::Q4B64).matvec_wide, MATVEC_Q4B64_WIDE);
     }

@@ -58,7 +58,13 @@ pub struct ArithmeticCaps {
     pub shader_int64: bool,
     pub storage_buffer_8bit: bool,
     pub storage_buffer_16bit: bool,
+    /// Dot products of packed 8-bit integers in shaders (`VK_KHR_shader_integer_dot_product`,
+    /// which Hearth enables: it asks for Vulkan 1.2): the `matvec_idot` kernels.
     pub integer_dot_product: bool,
+    /// The driver says packed 8-bit signed dot products run faster than the arithmetic they
+    /// stand for (`integerDotProduct4x8BitPackedSignedAccelerated`): a quick tune tries the
+    /// `matvec_idot` kernels only then (lavapipe emulates them).
+    pub integer_dot_product_accelerated: bool,
     pub cooperative_matrix: bool,
     /// Buffers read through 64-bit addresses in shaders (the `_wide` kernel variants).
     pub buffer_device_address: bool,
@@ -220,6 +226,8 @@ pub(crate) fn query(
         let mut v11 = vk::PhysicalDeviceVulkan11Properties::default();
         let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let has_idot_ext = has_ext(ash::khr::shader_integer_dot_product::NAME);
+        let mut idot_props = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
         let mut props2 = vk::PhysicalDeviceProperties2::default()
             .push_next(&mut v11)
             .push_next(&mut driver);
@@ -228,16 +236,19 @@ pub(crate) fn query(
         if has_size_control {
             props2 = props2.push_next(&mut size_control);
         }
+        if has_idot_ext {
+            props2 = props2.push_next(&mut idot_props);
+        }
         raw.get_physical_device_properties2(physical, &mut props2);
 
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
-        let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut idot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
         let mut features2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
-        if api >= vk::API_VERSION_1_3 {
-            features2 = features2.push_next(&mut f13);
+        if has_idot_ext {
+            features2 = features2.push_next(&mut idot);
         }
         raw.get_physical_device_features2(physical, &mut features2);
         let shader_int64 = features2.features.shader_int64 != 0;
@@ -332,8 +343,10 @@ pub(crate) fn query(
                 shader_int64,
                 storage_buffer_8bit: f12.storage_buffer8_bit_access != 0,
                 storage_buffer_16bit: f11.storage_buffer16_bit_access != 0,
-                integer_dot_product: f13.shader_integer_dot_product != 0
-                    || has_ext(ash::khr::shader_integer_dot_product::NAME),
+                integer_dot_product: has_idot_ext && idot.shader_integer_dot_product != 0,
+                integer_dot_product_accelerated: has_idot_ext
+                    && idot.shader_integer_dot_product != 0
+                    && idot_props.integer_dot_product4x8_bit_packed_signed_accelerated != 0,
                 cooperative_matrix: has_ext(ash::khr::cooperative_matrix::NAME),
                 buffer_device_address: f12.buffer_device_address != 0,
             },

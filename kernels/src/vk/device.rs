@@ -134,18 +134,28 @@ impl Device {
         let extensions = unsafe { instance.raw.enumerate_device_extension_properties(physical) }
             .call("vkEnumerateDeviceExtensionProperties")?;
         let subset = c"VK_KHR_portability_subset";
-        let ext_names: Vec<*const std::ffi::c_char> = extensions
+        let mut ext_names: Vec<*const std::ffi::c_char> = extensions
             .iter()
             .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == subset))
             .then_some(subset.as_ptr())
             .into_iter()
             .collect();
-        let create = vk::DeviceCreateInfo::default()
+        // The integer-dot products (`matvec_idot`) need the extension and its feature: the
+        // device is made for Vulkan 1.2, where both are the extension's.
+        let mut idot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
+        if a.integer_dot_product {
+            ext_names.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
+        }
+        let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_extension_names(&ext_names)
             .enabled_features(&base)
             .push_next(&mut f11)
             .push_next(&mut f12);
+        if a.integer_dot_product {
+            create = create.push_next(&mut idot);
+        }
         // SAFETY: only features and extensions the device reported are enabled, and every
         // pointer in `create` refers to locals that outlive the call.
         let raw = unsafe { instance.raw.create_device(physical, &create, None) }

@@ -1,5 +1,8 @@
 //! How fast the kernels run on a device, next to the memory bandwidth they are bounded by
-//! (the device's streaming read, and the host CPU's).
+//! (the device's streaming read, and the host CPU's). Each format's matrix-vector product
+//! runs in its default shape (`matvec_<format>`) and, where the device has integer dot
+//! products, beside it over x rounded to 8-bit blocks (`matvec_idot_<format>`, the product
+//! alone; the rounding it needs once per input is the `quantize_q8` row of the same width).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +11,8 @@ use serde::Serialize;
 
 use hearth_kernels::vk::{Buffer, Completed, Device, Recorder};
 use hearth_kernels::{
-    weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, ReadBandwidth, WeightFormat,
+    q8_act_bytes, weight_buffer, Matmul, MatmulArgs, Matvec, MatvecArgs, OutputCols, QuantizeArgs,
+    QuantizeQ8, ReadBandwidth, WeightFormat,
 };
 use hearth_model::{Error, Result};
 
@@ -118,10 +122,20 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
         rows.push(dispatch_cost(device, &name, reps)?);
     }
     for format in WeightFormat::ALL {
-        if !wanted(&kernel_name("matvec", format)) {
+        let idot = Matvec::has_idot(device, format) && wanted(&kernel_name("matvec_idot", format));
+        if !wanted(&kernel_name("matvec", format)) && !idot {
             continue;
         }
-        let kernel = Matvec::new(device, format, 1)?;
+        let default = Matvec::with_variant(device, format, 1, None)?;
+        let idot = match idot {
+            true => Some(Matvec::with_variant(
+                device,
+                format,
+                1,
+                Some(Matvec::idot_variant(device, format)),
+            )?),
+            false => None,
+        };
         for shape in matvec_shapes(format, limit) {
             let (m, k) = match shape {
                 Ok(shape) => shape,
@@ -130,14 +144,39 @@ pub fn bench_kernels(device: &Arc<Device>, params: &KernelBenchParams) -> Result
                     continue;
                 }
             };
-            let seconds = matvec_seconds(device, &kernel, (m, k), reps)?;
+            let flops = 2 * m as u64 * k as u64;
+            if wanted(&kernel_name("matvec", format)) {
+                let work = Work {
+                    bytes: matrix_bytes(format, m, k) + k as u64 * 4,
+                    flops,
+                    seconds: matvec_seconds(device, &default, (m, k), reps)?,
+                };
+                let kernel = kernel_name("matvec", format);
+                rows.push(KernelRow::new(&kernel, format!("{m}x{k}"), &name, work));
+            }
+            if let Some(kernel) = &idot {
+                let work = Work {
+                    bytes: matrix_bytes(format, m, k) + q8_act_bytes(1, k),
+                    flops,
+                    seconds: matvec_seconds(device, kernel, (m, k), reps)?,
+                };
+                let kernel = kernel_name("matvec_idot", format);
+                rows.push(KernelRow::new(&kernel, format!("{m}x{k}"), &name, work));
+            }
+        }
+    }
+    if wanted("quantize_q8") && device.info().arithmetic.integer_dot_product {
+        let kernel = QuantizeQ8::new(device)?;
+        let mut widths: Vec<u32> = MATVEC_SHAPES.iter().map(|&(_, k)| k).collect();
+        widths.sort_unstable();
+        widths.dedup();
+        for k in widths {
             let work = Work {
-                bytes: matrix_bytes(format, m, k) + k as u64 * 4,
-                flops: 2 * m as u64 * k as u64,
-                seconds,
+                bytes: k as u64 * 4 + q8_act_bytes(1, k),
+                flops: 0,
+                seconds: quantize_seconds(device, &kernel, k, reps)?,
             };
-            let kernel = kernel_name("matvec", format);
-            rows.push(KernelRow::new(&kernel, format!("{m}x{k}"), &name, work));
+            rows.push(KernelRow::new("quantize_q8", format!("1x{k}"), &name, work));
         }
     }
     for format in WeightFormat::ALL {
@@ -277,7 +316,8 @@ fn device_read_bandwidth(device: &Arc<Device>, name: &str, reps: usize) -> Resul
     Ok(KernelRow::new("read_bandwidth", shape, name, work))
 }
 
-/// Median time of one decode product (one token) of an [m, k] matrix with `kernel`.
+/// Median time of one decode product (one token) of an [m, k] matrix with `kernel`; one that
+/// reads x rounded to 8 bits has it rounded once beforehand, outside the time.
 fn matvec_seconds(
     device: &Arc<Device>,
     kernel: &Matvec,
@@ -285,11 +325,50 @@ fn matvec_seconds(
     reps: usize,
 ) -> Result<f64> {
     let w = weights(device, kernel.format(), m as usize, k as usize)?;
-    let x = Buffer::from_slice(device, "x", &vec![0.5f32; k as usize])?;
+    let x = Buffer::from_slice(device, "x", &x_values(k))?;
     let y = Buffer::from_slice(device, "y", &vec![0f32; m as usize])?;
+    let xq = Buffer::from_slice(device, "x q8", &vec![0u8; q8_act_bytes(1, k) as usize])?;
+    let x_q8 = match kernel.reads_q8() {
+        true => {
+            let mut rec = Recorder::new(device)?;
+            QuantizeQ8::new(device)?.record(&mut rec, rounding(&x, &xq, k))?;
+            rec.submit()?;
+            Some(&xq)
+        }
+        false => None,
+    };
     median_seconds(device, reps, |rec| {
-        kernel.record(rec, MatvecArgs::plain(&w, &x, &y, m, k, 1))
+        let args = MatvecArgs {
+            x_q8,
+            ..MatvecArgs::plain(&w, &x, &y, m, k, 1)
+        };
+        kernel.record(rec, args)
     })
+}
+
+/// One token's x of `k` values: varied, so that its blocks round to varied levels.
+fn x_values(k: u32) -> Vec<f32> {
+    (0..k)
+        .map(|i| ((i as usize * 7_919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+/// x ([1, k]) rounded into `xq`.
+fn rounding<'a>(x: &'a Buffer, xq: &'a Buffer, k: u32) -> QuantizeArgs<'a> {
+    QuantizeArgs {
+        x,
+        norm: None,
+        out: xq,
+        k,
+        tokens: 1,
+    }
+}
+
+/// Median time of rounding one token's x of `k` values to 8-bit blocks.
+fn quantize_seconds(device: &Arc<Device>, kernel: &QuantizeQ8, k: u32, reps: usize) -> Result<f64> {
+    let x = Buffer::from_slice(device, "x", &x_values(k))?;
+    let xq = Buffer::from_slice(device, "x q8", &vec![0u8; q8_act_bytes(1, k) as usize])?;
+    median_seconds(device, reps, |rec| kernel.record(rec, rounding(&x, &xq, k)))
 }
 
 /// The fixed cost of one dispatch: a Q4 product of one block per row and eight rows, whose
@@ -299,7 +378,7 @@ fn matvec_seconds(
 fn dispatch_cost(device: &Arc<Device>, name: &str, reps: usize) -> Result<KernelRow> {
     let (m, k) = (8u32, 32u32);
     let format = WeightFormat::Q4;
-    let kernel = Matvec::new(device, format, 1)?;
+    let kernel = Matvec::with_variant(device, format, 1, None)?;
     let work = Work {
         bytes: matrix_bytes(format, m, k) + k as u64 * 4,
         flops: 2 * m as u64 * k as u64,
@@ -380,5 +459,34 @@ mod tests {
         let report = bench_kernels(&device, &params).unwrap();
         assert_eq!(report.rows.len(), 1);
         assert!(report.rows[0].time_us > 0.0);
+    }
+
+    #[test]
+    fn the_integer_dot_product_runs_beside_the_default() {
+        let Some(device) = device() else { return };
+        if !device.info().arithmetic.integer_dot_product {
+            return;
+        }
+        let params = KernelBenchParams {
+            reps: 1,
+            tokens: 16,
+            only: Some("matvec_idot_q4_0".into()),
+        };
+        let report = bench_kernels(&device, &params).unwrap();
+        let shapes: Vec<&str> = report.rows.iter().map(|r| r.shape.as_str()).collect();
+        assert_eq!(
+            shapes,
+            [
+                "4096x4096",
+                "4096x11008",
+                "3072x576",
+                "576x1536",
+                "49152x576"
+            ]
+        );
+        assert!(report
+            .rows
+            .iter()
+            .all(|r| r.kernel == "matvec_idot_q4_0" && r.time_us > 0.0));
     }
 }

@@ -178,7 +178,8 @@ impl VkEncoder {
                     ffn_norm: norm(&name("ffn_norm"), &l.ffn_norm)?,
                 });
             }
-            let mut products = Products::new(device);
+            let widest = c.n_embd.max(c.attn_dim()).max(c.n_ff);
+            let mut products = Products::new(device, max_step, widest);
             for (format, handle) in building {
                 let built = handle
                     .join()

@@ -1,15 +1,18 @@
 //! The kernels a model runs: per weight format, the products that read its matrices (one
-//! token, decode batches, prompt chunks, and tiled matmul), and the ones that read no weights.
+//! token, decode batches, prompt chunks, and tiled matmul), and the ones that read no weights;
+//! and, where a tuner chose integer-dot products, the one rounding of each product's input to
+//! 8-bit blocks that they read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use super::DeviceMatrix;
 use hearth_kernels::kv::KvType;
-use hearth_kernels::vk::{Device, DeviceKind, Recorder, VkError};
+use hearth_kernels::vk::{Buffer, BufferDesc, Device, DeviceKind, Recorder, VkError};
 use hearth_kernels::{
-    AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs, MoeCombine, MoeRoute,
-    OutputCols, QkvAdjust, RmsNorm, RopeKv, SwiGlu, WeightFormat,
+    q8_act_bytes, AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs,
+    MoeCombine, MoeRoute, OutputCols, QkvAdjust, QuantizeArgs, QuantizeQ8, RmsNorm, RopeKv, SwiGlu,
+    WeightFormat,
 };
 use hearth_model::ModelConfig;
 use hearth_model::Result;
@@ -121,6 +124,12 @@ pub(super) struct Products {
     pub(super) formats: HashMap<WeightFormat, FormatKernels>,
     /// Prefill through matvec (CPU devices) rather than matmul (GPUs).
     pub(super) matvec_prefill: bool,
+    /// Where the tuner chose integer-dot products (`Matvec::reads_q8`): the rounding of x to
+    /// 8-bit blocks and the buffer it rounds into, built when a product first needs them.
+    q8: OnceLock<(QuantizeQ8, Buffer)>,
+    /// Bytes that buffer holds: the most tokens a product takes, of the widest input.
+    q8_bytes: u64,
+    device: Arc<Device>,
 }
 
 pub(super) struct Kernels {
@@ -138,12 +147,23 @@ pub(super) struct Kernels {
 
 impl Kernels {
     /// The kernels that read no weights; `formats` is filled as the weights load.
-    pub(super) fn new(device: &Arc<Device>, c: &ModelConfig, kv_type: KvType) -> Result<Self> {
+    /// `tokens`: the most a step takes.
+    pub(super) fn new(
+        device: &Arc<Device>,
+        c: &ModelConfig,
+        kv_type: KvType,
+        tokens: usize,
+    ) -> Result<Self> {
         // Query heads sharing each KV head.
         let group = (c.n_head / c.n_head_kv.max(1)) as u32;
         let hd = c.head_dim as u32;
+        // The widest input a product reads: x, attention's output, or an MLP's hidden values.
+        let experts = c
+            .experts
+            .map_or(0, |x| x.n_ff.max(x.shared.map_or(0, |sh| sh.n_ff)));
+        let widest = c.n_embd.max(c.attn_dim()).max(c.n_ff).max(experts);
         Ok(Self {
-            products: Products::new(device),
+            products: Products::new(device, tokens, widest),
             rmsnorm: RmsNorm::new(device)?,
             qkv_adjust: match c.qkv_bias || c.qk_norm {
                 true => Some(QkvAdjust::new(device)?),
@@ -166,7 +186,7 @@ impl Kernels {
 
     /// See [`Products::matvec`].
     pub(super) fn matvec<'a>(
-        &self,
+        &'a self,
         rec: &mut Recorder<'a>,
         w: &'a [DeviceMatrix],
         args: MatvecArgs<'a>,
@@ -186,12 +206,50 @@ impl Kernels {
 }
 
 impl Products {
-    /// No formats yet: they are filled as the weights load.
-    pub(super) fn new(device: &Device) -> Self {
+    /// No formats yet: they are filled as the weights load. Products take at most `tokens`
+    /// vectors of at most `widest` values.
+    pub(super) fn new(device: &Arc<Device>, tokens: usize, widest: usize) -> Self {
         Self {
             formats: HashMap::new(),
             matvec_prefill: device.info().kind == DeviceKind::Cpu,
+            q8: OnceLock::new(),
+            q8_bytes: q8_act_bytes(tokens as u32, widest as u32),
+            device: device.clone(),
         }
+    }
+
+    /// Rounds the product's input (normed as `args.norm` says) to 8-bit blocks, once for
+    /// every run that reads it so.
+    fn round_input<'a>(
+        &'a self,
+        rec: &mut Recorder<'a>,
+        args: &MatvecArgs<'a>,
+    ) -> Result<&'a Buffer> {
+        let (quantize, out) = match self.q8.get() {
+            Some(built) => built,
+            None => {
+                let device = &self.device;
+                let bytes = self.q8_bytes.max(4);
+                let built = (
+                    QuantizeQ8::new(device)?,
+                    Buffer::new(
+                        device,
+                        BufferDesc::device_local("x rounded to 8 bits", bytes),
+                    )?,
+                );
+                // Should two recordings race here, the first one's is kept.
+                self.q8.get_or_init(|| built)
+            }
+        };
+        let rounding = QuantizeArgs {
+            x: args.x,
+            norm: args.norm,
+            out,
+            k: args.k,
+            tokens: args.batch,
+        };
+        quantize.record(rec, rounding)?;
+        Ok(out)
     }
 
     pub(super) fn of(&self, format: WeightFormat) -> &FormatKernels {
@@ -205,25 +263,35 @@ impl Products {
     /// per pass fit the step: one, a decode batch's, or a prompt chunk's. A gated product
     /// reads gate and up rows together, so its matrix must be one run of 2 `args.m` rows.
     pub(super) fn matvec<'a>(
-        &self,
+        &'a self,
         rec: &mut Recorder<'a>,
         w: &'a [DeviceMatrix],
         args: MatvecArgs<'a>,
     ) -> Result<()> {
         check_runs("matvec", w, args.m, args.gated.is_some())?;
         let width = args.cols.width_for("matvec", args.m)?;
-        let mut first = args.cols.first;
+        let mut kernels = Vec::with_capacity(w.len());
         let mut left = args.m;
         for run in w {
             if left == 0 {
                 break;
             }
             let f = self.of(run.format);
-            let kernel = match (args.batch, &f.matvec_prompt) {
+            kernels.push(match (args.batch, &f.matvec_prompt) {
                 (1, _) => &f.matvec,
                 (batch, Some(prompt)) if batch as usize > DECODE_MAX_TOKENS => prompt,
                 (batch, _) => f.batch_kernel(rec.device(), batch)?,
-            };
+            });
+            left = left.saturating_sub(run.rows);
+        }
+        // Runs whose tuned kernel reads x rounded to 8-bit blocks share one rounding.
+        let x_q8 = match kernels.iter().any(|k| k.reads_q8()) {
+            true => Some(self.round_input(rec, &args)?),
+            false => None,
+        };
+        let mut first = args.cols.first;
+        let mut left = args.m;
+        for (run, kernel) in w.iter().zip(kernels) {
             let m = if args.gated.is_some() {
                 args.m
             } else {
@@ -234,6 +302,7 @@ impl Products {
                 w: &run.buffer,
                 m,
                 cols,
+                x_q8,
                 ..args
             };
             kernel.record(rec, run_args)?;

@@ -271,7 +271,7 @@ impl VkModel {
         // another, held up every start by over a second.
         let (token_embd, output, layers, output_norm, formats, kernels) =
             std::thread::scope(|s| {
-                let common = s.spawn(|| Kernels::new(device, c, options.kv_type));
+                let common = s.spawn(|| Kernels::new(device, c, options.kv_type, chunk));
                 let mut building = Vec::new();
                 let mut upload = |name: &str, w: Matrix| -> Result<DeviceMatrix> {
                     w.tally_into(&mut weight_bytes);

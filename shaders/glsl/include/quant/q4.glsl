@@ -16,4 +16,13 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     hi = vec4(bytes_field(blk[at + 1], shift, 0xFu));
 }
 
+// The same levels as bytes (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    uint at = 1 + 2 * (j & 1);
+    uint shift = 4 * (j >> 1);
+    lo = (blk[at] >> shift) & 0x0F0F0F0Fu;
+    hi = (blk[at + 1] >> shift) & 0x0F0F0F0Fu;
+}
+
 #include "quant/block.glsl"

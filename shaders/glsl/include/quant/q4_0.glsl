@@ -22,4 +22,13 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     hi = vec4(bytes_field(block_bytes4(blk, at + 4), shift, 0xFu)) - 8.0;
 }
 
+// The same levels as signed bytes (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    uint at = 2 + 8 * (j & 1);
+    uint shift = 4 * (j >> 1);
+    lo = bytes_minus((block_bytes4(blk, at) >> shift) & 0x0F0F0F0Fu, 8u);
+    hi = bytes_minus((block_bytes4(blk, at + 4) >> shift) & 0x0F0F0F0Fu, 8u);
+}
+
 #include "quant/block.glsl"

@@ -35,4 +35,11 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     kq_levels8(blk[2 * j], blk[2 * j + 1], lo, hi);
 }
 
+// The levels as bytes, as block_load left them (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    lo = blk[2 * j];
+    hi = blk[2 * j + 1];
+}
+
 #include "quant/block.glsl"

@@ -26,4 +26,16 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     hi = vec4(bytes_field(block_bytes4(blk, at + 4), shift, 0xFu) | high_hi) - 16.0;
 }
 
+// The same levels as signed bytes (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    uint at = 6 + 8 * (j & 1);
+    uint shift = 4 * (j >> 1);
+    uint high = block_bytes4(blk, 2) >> (8 * j);
+    uint qlo = ((block_bytes4(blk, at) >> shift) & 0x0F0F0F0Fu) | nibble_high_bits(high);
+    uint qhi = ((block_bytes4(blk, at + 4) >> shift) & 0x0F0F0F0Fu) | nibble_high_bits(high >> 4);
+    lo = bytes_minus(qlo, 16u);
+    hi = bytes_minus(qhi, 16u);
+}
+
 #include "quant/block.glsl"

@@ -21,4 +21,14 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     hi = vec4(bytes_field(blk[at + 1], shift, 0xFu) | high_hi);
 }
 
+// The same levels as bytes (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    uint at = 2 + 2 * (j & 1);
+    uint shift = 4 * (j >> 1);
+    uint high = blk[1] >> (8 * j);
+    lo = ((blk[at] >> shift) & 0x0F0F0F0Fu) | nibble_high_bits(high);
+    hi = ((blk[at + 1] >> shift) & 0x0F0F0F0Fu) | nibble_high_bits(high >> 4);
+}
+
 #include "quant/block.glsl"

@@ -42,4 +42,11 @@ void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     hi -= 32.0;
 }
 
+// The levels as signed bytes: block_load's bytes less 32 (ilevels.glsl).
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
+    lo = bytes_minus(blk[2 * j], 32u);
+    hi = bytes_minus(blk[2 * j + 1], 32u);
+}
+
 #include "quant/block.glsl"

@@ -20,13 +20,22 @@ vec4 signed_bytes(uint v) {
 }
 
 // Chunk j is bytes 2 + 8j .. +8 of the block: the high half of word 2j, word 2j + 1 and the
-// low half of word 2j + 2.
-void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
+// low half of word 2j + 2. The bytes are the levels as signed bytes already.
+#define HAS_ILEVELS
+void block_ilevels8(Block blk, uint j, out uint lo, out uint hi) {
     uint a = block_word(blk, 2 * j);
     uint c = block_word(blk, 2 * j + 1);
     uint e = block_word(blk, 2 * j + 2);
-    lo = signed_bytes((a >> 16) | (c << 16));
-    hi = signed_bytes((c >> 16) | (e << 16));
+    lo = (a >> 16) | (c << 16);
+    hi = (c >> 16) | (e << 16);
+}
+
+void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
+    uint a;
+    uint b;
+    block_ilevels8(blk, j, a, b);
+    lo = signed_bytes(a);
+    hi = signed_bytes(b);
 }
 
 #include "quant/block.glsl"
