@@ -6,7 +6,7 @@ mod seq2seq;
 use std::io::Write as _;
 
 use anyhow::Result;
-use hearth_engine::sample::beam_scores::BeamParams;
+use hearth_engine::sample::beam_scores::{BeamParams, Hypothesis};
 use hearth_engine::session::GenerateParams;
 use hearth_model::kv::infinigen::IgStats;
 use hearth_model::kv::policy::KvPolicyKind;
@@ -194,42 +194,70 @@ fn run_beams(args: &GenerateArgs, device: &DeviceChoice, width: usize) -> Result
     let hypotheses = engine.beam_search(&prompt, &params)?;
     let elapsed = start.elapsed();
     crate::output::print_profile(&engine);
+    let done = BeamsDone {
+        width,
+        elapsed,
+        prompt_tokens: prompt.len(),
+        device: &engine.info().device,
+    };
+    print_beams(args.format, &hypotheses, engine.tokenizer(), &done)?;
+    Ok(())
+}
+
+/// A finished beam search, for printing.
+struct BeamsDone<'a> {
+    width: usize,
+    elapsed: std::time::Duration,
+    prompt_tokens: usize,
+    device: &'a str,
+}
+
+/// The best hypothesis's text (table), or every hypothesis with its scores (JSON); each
+/// hypothesis's text ends before its end-of-generation token.
+fn print_beams(
+    format: Format,
+    hypotheses: &[Hypothesis],
+    tokenizer: &hearth_models::Tokenizer,
+    done: &BeamsDone,
+) -> Result<()> {
     let text = |tokens: &[u32]| {
-        let tokenizer = engine.tokenizer();
         let end = tokens
             .iter()
             .position(|&t| tokenizer.is_end_of_generation(t))
             .unwrap_or(tokens.len());
         tokenizer.decode(&tokens[..end], true)
     };
-    if args.format == Format::Table {
+    if format == Format::Table {
         let best = hypotheses
             .first()
             .map(|h| text(&h.tokens))
             .unwrap_or_default();
         println!("{best}");
         eprintln!(
-            "beam search: {width} beams, {} hypotheses, {:.1} s ({})",
+            "beam search: {} beams, {} hypotheses, {:.1} s ({})",
+            done.width,
             hypotheses.len(),
-            elapsed.as_secs_f64(),
-            engine.info().device
+            done.elapsed.as_secs_f64(),
+            done.device
         );
-    } else {
-        let out: Vec<_> = hypotheses
-            .iter()
-            .map(|h| {
-                json!({
-                    "text": text(&h.tokens),
-                    "tokens": h.tokens,
-                    "logprob": h.logprob,
-                    "score": h.score,
-                })
-            })
-            .collect();
-        let out = json!({ "hypotheses": out, "prompt_tokens": prompt.len(), "device": engine.info().device });
-        crate::output::emit_json(&out)?;
+        return Ok(());
     }
-    Ok(())
+    let out: Vec<_> = hypotheses
+        .iter()
+        .map(|h| {
+            json!({
+                "text": text(&h.tokens),
+                "tokens": h.tokens,
+                "logprob": h.logprob,
+                "score": h.score,
+            })
+        })
+        .collect();
+    crate::output::emit_json(&json!({
+        "hypotheses": out,
+        "prompt_tokens": done.prompt_tokens,
+        "device": done.device,
+    }))
 }
 
 /// What InfiniGen fetched so far, when it runs.

@@ -9,7 +9,7 @@ use hearth_engine::session::GenerateParams;
 use hearth_engine::Seq2SeqEngine;
 use serde_json::json;
 
-use super::GenerateArgs;
+use super::{print_beams, BeamsDone, GenerateArgs};
 use crate::encoder_args::embedder_options;
 use crate::model_args::with_load_bar;
 use crate::output::Format;
@@ -99,41 +99,11 @@ fn beams(
     let start = std::time::Instant::now();
     let hypotheses = engine.beam_search(input, &params)?;
     let elapsed = start.elapsed();
-    let tokenizer = engine.tokenizer();
-    let text = |tokens: &[u32]| {
-        let end = tokens
-            .iter()
-            .position(|&t| tokenizer.is_end_of_generation(t))
-            .unwrap_or(tokens.len());
-        tokenizer.decode(&tokens[..end], true)
+    let done = BeamsDone {
+        width,
+        elapsed,
+        prompt_tokens: input.len(),
+        device: &engine.info().device,
     };
-    if args.format == Format::Table {
-        println!(
-            "{}",
-            hypotheses
-                .first()
-                .map(|h| text(&h.tokens))
-                .unwrap_or_default()
-        );
-        eprintln!(
-            "beam search: {width} beams, {} hypotheses, {:.1} s ({})",
-            hypotheses.len(),
-            elapsed.as_secs_f64(),
-            engine.info().device
-        );
-    } else {
-        let out: Vec<_> = hypotheses
-            .iter()
-            .map(|h| {
-                json!({
-                    "text": text(&h.tokens),
-                    "tokens": h.tokens,
-                    "logprob": h.logprob,
-                    "score": h.score,
-                })
-            })
-            .collect();
-        crate::output::emit_json(&json!({ "hypotheses": out, "device": engine.info().device }))?;
-    }
-    Ok(())
+    print_beams(args.format, &hypotheses, engine.tokenizer(), &done)
 }
