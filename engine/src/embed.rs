@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_cpu::{CpuOptions, NativeEncoder};
+use hearth_cpu::NativeEncoder;
 pub use hearth_model::encoder::{l2_normalize, Pooling};
 
 use hearth_model::encoder::{pool, Encoder, EncoderInput};
@@ -82,12 +82,7 @@ impl Embedder {
                 (Box::new(m), device.info().name.clone())
             }
             BackendKind::Cpu => {
-                let cpu = CpuOptions {
-                    threads: options.threads,
-                    isa: options.isa,
-                    activations: options.activations,
-                    ..CpuOptions::default()
-                };
+                let cpu = options.cpu_compute();
                 let m = NativeEncoder::load(&file, &model, cpu, progress)?;
                 let device = format!("CPU ({}, {} threads)", m.isa(), m.threads());
                 (Box::new(m), device)

@@ -156,6 +156,19 @@ impl H2oOptions {
     }
 }
 
+impl EngineOptions {
+    /// The native CPU executor's options for a model without a KV cache of its own (an
+    /// encoder's, an encoder-decoder's): the threads, instruction set and activations.
+    pub(crate) fn cpu_compute(&self) -> CpuOptions {
+        CpuOptions {
+            threads: self.threads,
+            isa: self.isa,
+            activations: self.activations,
+            ..CpuOptions::default()
+        }
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {

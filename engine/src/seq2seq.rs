@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hearth_cpu::{CpuOptions, NativeSeq2Seq};
+use hearth_cpu::NativeSeq2Seq;
 use hearth_model::seq2seq::Seq2Seq;
 use hearth_model::{Logits, ProgressFn};
 use hearth_models::{resolve_with, GgufFile, ResolvedModel, Tokenizer};
@@ -78,12 +78,7 @@ impl Seq2SeqEngine {
                 "CPU reference".into(),
             ),
             kind => {
-                let cpu = CpuOptions {
-                    threads: options.threads,
-                    isa: options.isa,
-                    activations: options.activations,
-                    ..CpuOptions::default()
-                };
+                let cpu = options.cpu_compute();
                 let m = NativeSeq2Seq::load(&file, &model, cpu, progress)?;
                 let mut device = format!("CPU ({}, {} threads)", m.isa, m.threads);
                 if kind == BackendKind::Vulkan {
