@@ -51,6 +51,30 @@ pub(crate) struct SentencePieceModel {
 }
 
 impl SentencePieceModel {
+    /// The pieces as llama.cpp's converters lay them out over `n_vocab` rows (0: as many as
+    /// the pieces): each piece's text, score and kind (`kind_of` its SentencePiece type),
+    /// the rows past them `[PAD{i}]` of score -10000, unused.
+    pub fn padded(
+        &self,
+        n_vocab: usize,
+        kind_of: fn(i32) -> i32,
+    ) -> (Vec<String>, Vec<f32>, Vec<i32>) {
+        let n = if n_vocab == 0 {
+            self.pieces.len()
+        } else {
+            n_vocab
+        };
+        let mut tokens: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
+        let mut scores = vec![-10000.0f32; n];
+        let mut kinds = vec![UNUSED; n];
+        for (i, p) in self.pieces.iter().take(n).enumerate() {
+            tokens[i] = p.text.clone();
+            scores[i] = p.score;
+            kinds[i] = kind_of(p.kind);
+        }
+        (tokens, scores, kinds)
+    }
+
     pub fn read(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let bad = |reason: &str| Error::tokenizer(path.display().to_string(), reason.to_string());

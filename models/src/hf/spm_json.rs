@@ -146,7 +146,7 @@ fn space_prefix(tokenizer: &Map<String, Value>) -> std::result::Result<bool, Str
 }
 
 /// A step, or a `Sequence`'s steps; none for null.
-fn steps(v: Option<&Value>) -> Vec<&Value> {
+pub(super) fn steps(v: Option<&Value>) -> Vec<&Value> {
     match v {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => match kind(v) {
@@ -160,7 +160,8 @@ fn steps(v: Option<&Value>) -> Vec<&Value> {
     }
 }
 
-fn kind(v: &Value) -> &str {
+/// A tokenizer.json step's `type`.
+pub(super) fn kind(v: &Value) -> &str {
     v.get("type").and_then(Value::as_str).unwrap_or("?")
 }
 

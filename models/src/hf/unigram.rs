@@ -52,19 +52,8 @@ pub(super) fn vocab(
     added: Option<&Map<String, Value>>,
     n_vocab: usize,
 ) -> UnigramVocab {
-    let n = if n_vocab == 0 {
-        model.pieces.len()
-    } else {
-        n_vocab
-    };
-    let mut tokens: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
-    let mut scores = vec![-10000.0f32; n];
-    let mut kinds = vec![sentencepiece::UNUSED; n];
-    for (i, p) in model.pieces.iter().take(n).enumerate() {
-        tokens[i] = p.text.clone();
-        scores[i] = p.score;
-        kinds[i] = processor_kind(p.kind);
-    }
+    let (mut tokens, mut scores, mut kinds) = model.padded(n_vocab, processor_kind);
+    let n = tokens.len();
     for (text, id) in added.into_iter().flatten() {
         match id.as_u64().map(|id| id as usize) {
             Some(id) if id < n => {

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use super::sentencepiece::{CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED};
+use super::spm_json::{kind, steps};
 use super::unigram::{Normalizer, UnigramVocab};
 use crate::error::{Error, Result};
 
@@ -153,25 +154,6 @@ fn normalizer(
         remove_extra_whitespaces: collapses,
         charsmap,
     })
-}
-
-/// A step, or a `Sequence`'s steps; none for null.
-fn steps(v: Option<&Value>) -> Vec<&Value> {
-    match v {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => match kind(v) {
-            "Sequence" => ["normalizers", "pretokenizers"]
-                .iter()
-                .find_map(|k| v.get(*k).and_then(Value::as_array))
-                .map(|list| list.iter().collect())
-                .unwrap_or_default(),
-            _ => vec![v],
-        },
-    }
-}
-
-fn kind(v: &Value) -> &str {
-    v.get("type").and_then(Value::as_str).unwrap_or("?")
 }
 
 /// `Replace(/ {2,}/ -> "▁")`: runs of spaces become one.

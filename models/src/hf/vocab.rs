@@ -307,19 +307,8 @@ fn sentencepiece_vocab(
     added: &[(u32, String, bool)],
     n_vocab: usize,
 ) -> Result<SpmVocab> {
-    let n = if n_vocab == 0 {
-        model.pieces.len()
-    } else {
-        n_vocab
-    };
-    let mut tokens: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
-    let mut scores = vec![-10000.0f32; n];
-    let mut kinds = vec![sentencepiece::UNUSED; n];
-    for (i, p) in model.pieces.iter().take(n).enumerate() {
-        tokens[i] = p.text.clone();
-        scores[i] = p.score;
-        kinds[i] = p.kind;
-    }
+    let (mut tokens, mut scores, mut kinds) = model.padded(n_vocab, |kind| kind);
+    let n = tokens.len();
     let mut put = |id: usize, text: String, kind: i32| {
         if id < n {
             tokens[id] = text;
