@@ -46,8 +46,7 @@ pub struct Embedder {
 /// Whether the model at `path` (a GGUF file or a Hugging Face folder) is an encoder, which
 /// [`Embedder`] loads, rather than a decoder, which [`crate::Engine`] loads.
 pub fn is_encoder(path: &Path, spec: Option<&hearth_models::ModelSpec>) -> Result<bool> {
-    let file = hearth_models::open_model(path)?;
-    Ok(resolve_with(&file, spec)?.spec.network == hearth_models::spec::NetworkType::EncoderOnly)
+    Ok(hearth_models::model_network(path, spec)? == hearth_models::spec::NetworkType::EncoderOnly)
 }
 
 impl Embedder {

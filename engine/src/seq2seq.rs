@@ -20,8 +20,8 @@ use crate::{Error, Result};
 
 /// Whether the model at `path` is an encoder-decoder (read from its spec alone).
 pub fn is_seq2seq(path: &Path, spec: Option<&hearth_models::ModelSpec>) -> Result<bool> {
-    let file = hearth_models::open_model(path)?;
-    Ok(resolve_with(&file, spec)?.spec.network == hearth_models::spec::NetworkType::EncoderDecoder)
+    let network = hearth_models::model_network(path, spec)?;
+    Ok(network == hearth_models::spec::NetworkType::EncoderDecoder)
 }
 
 /// What was loaded, for display.

@@ -60,7 +60,7 @@ pub use chat::{ChatMessage, ChatOptions, ChatTemplate, FunctionCall, ToolCall};
 pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue, TensorInfo, TensorView};
-pub use hf::{open_model, HfFolder};
+pub use hf::{model_network, open_model, HfFolder};
 pub use resolve::{
     default_models_dir, default_pipeline_cache_dir, default_tuning_dir, list_models, resolve_model,
     user_tuning_dir, ModelEntry, ModelFormat,

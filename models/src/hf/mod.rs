@@ -43,6 +43,7 @@ pub use rope::Llama3Rope;
 use crate::error::Result;
 use crate::gguf::{GgufFile, GgufWriter, MetaValue};
 use crate::safetensors::SafetensorsWeights;
+use crate::spec::{ModelSpec, NetworkType};
 
 /// Opens a model for loading: a GGUF file, memory-mapped, or a Hugging Face folder,
 /// converted in memory.
@@ -52,6 +53,17 @@ pub fn open_model(path: &Path) -> Result<GgufFile> {
     } else {
         GgufFile::open(path)
     }
+}
+
+/// The network of the model at `path` (decoder, encoder, encoder-decoder), resolved with
+/// `spec` where given, else the shipped spec. A folder without a spec of the user's is read
+/// from `config.json` alone, not converted: frontends ask this before loading.
+pub fn model_network(path: &Path, spec: Option<&ModelSpec>) -> Result<NetworkType> {
+    if spec.is_none() && is_model_folder(path) {
+        return Ok(config::Config::read(path)?.family.network);
+    }
+    let file = open_model(path)?;
+    Ok(crate::spec::resolve_with(&file, spec)?.spec.network)
 }
 
 /// Whether `path` is a Hugging Face model folder: `config.json` beside safetensors weights
@@ -65,7 +77,7 @@ pub fn is_model_folder(path: &Path) -> bool {
 /// alone), else `None`: what a chat app lists.
 pub fn converted_decoder(dir: &Path) -> Option<&'static str> {
     converted_family(dir)
-        .filter(|f| f.network == crate::spec::NetworkType::DecoderOnly)
+        .filter(|f| f.network == NetworkType::DecoderOnly)
         .map(|f| f.arch.as_str())
 }
 
