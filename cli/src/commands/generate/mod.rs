@@ -6,8 +6,10 @@ mod seq2seq;
 use std::io::Write as _;
 
 use anyhow::Result;
+use hearth_engine::grammar::GrammarSpec;
 use hearth_engine::sample::beam_scores::{BeamParams, Hypothesis};
 use hearth_engine::session::GenerateParams;
+use hearth_engine::speculative::Speculative;
 use hearth_model::kv::infinigen::IgStats;
 use hearth_model::kv::policy::KvPolicyKind;
 use serde_json::json;
@@ -64,6 +66,38 @@ pub struct GenerateArgs {
     format: Format,
 }
 
+impl GenerateArgs {
+    /// The request the length, sampling and stop options make.
+    fn params(
+        &self,
+        speculative: Option<Speculative>,
+        grammar: Option<GrammarSpec>,
+    ) -> GenerateParams {
+        GenerateParams {
+            max_tokens: usize::try_from(self.n_predict).ok(),
+            sampler: self.sampling.params(),
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            logprobs: None,
+            speculative,
+            grammar,
+        }
+    }
+}
+
+/// Generated text to stdout as it comes, where `stream`. A closed pipe ends generation
+/// quietly.
+fn stream_to(stream: bool) -> impl FnMut(&str) -> bool {
+    let mut stdout = std::io::stdout();
+    move |text| {
+        !stream
+            || stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+                .is_ok()
+    }
+}
+
 pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
     if is_seq2seq(args) {
         return seq2seq::run(args, device);
@@ -84,25 +118,10 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
     let mut engine = args.model.load(device, args.ctx_size)?;
     args.draft.load(&mut engine, &args.model.run, device)?;
     let prompt = engine.tokenize(&args.prompt);
-    let params = GenerateParams {
-        max_tokens: usize::try_from(args.n_predict).ok(),
-        sampler: args.sampling.params(),
-        stop: args.stop.clone(),
-        ignore_eos: args.ignore_eos,
-        logprobs: None,
-        speculative,
-        grammar,
-    };
+    let params = args.params(speculative, grammar);
     let stream = args.format == Format::Table;
     let mut stdout = std::io::stdout();
-    let generation = engine.generate(&prompt, &params, &mut |text| {
-        // A closed pipe ends generation quietly.
-        !stream
-            || stdout
-                .write_all(text.as_bytes())
-                .and_then(|_| stdout.flush())
-                .is_ok()
-    })?;
+    let generation = engine.generate(&prompt, &params, &mut stream_to(stream))?;
     crate::output::print_profile(&engine);
     let t = &generation.timings;
     if stream {

@@ -5,11 +5,10 @@ use std::io::Write as _;
 
 use anyhow::{Context, Result};
 use hearth_engine::sample::beam_scores::BeamParams;
-use hearth_engine::session::GenerateParams;
 use hearth_engine::Seq2SeqEngine;
 use serde_json::json;
 
-use super::{print_beams, BeamsDone, GenerateArgs};
+use super::{print_beams, stream_to, BeamsDone, GenerateArgs};
 use crate::encoder_args::embedder_options;
 use crate::model_args::with_load_bar;
 use crate::output::Format;
@@ -34,27 +33,12 @@ pub fn run(args: &GenerateArgs, device: &DeviceChoice) -> Result<()> {
     if let Some(width) = args.beams {
         return beams(args, &mut engine, &input, width);
     }
-    let params = GenerateParams {
-        max_tokens: usize::try_from(args.n_predict).ok(),
-        sampler: args.sampling.params(),
-        stop: args.stop.clone(),
-        ignore_eos: args.ignore_eos,
-        logprobs: None,
-        speculative: None,
-        grammar: args.grammar.spec()?,
-    };
+    let params = args.params(None, args.grammar.spec()?);
     let stream = args.format == Format::Table;
-    let mut stdout = std::io::stdout();
-    let out = engine.generate(&input, &params, &mut |text| {
-        !stream
-            || stdout
-                .write_all(text.as_bytes())
-                .and_then(|_| stdout.flush())
-                .is_ok()
-    })?;
+    let out = engine.generate(&input, &params, &mut stream_to(stream))?;
     let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     if stream {
-        let _ = writeln!(stdout);
+        let _ = writeln!(std::io::stdout());
         eprintln!(
             "input: {} tokens, {:.1} tokens/s; generated: {} tokens, {:.1} tokens/s ({})",
             out.input_tokens,
