@@ -12,7 +12,7 @@ use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_model::{LoadProgress, Logits, Mlp, ModelConfig, WeightReader};
 use hearth_models::synthetic::Shape;
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter};
-use hearth_quant::Format;
+use hearth_quant::{BlockType, Format};
 
 /// [`Shape::TINY`] with 128 tokens of context.
 const TINY: Shape = Shape {
@@ -165,4 +165,147 @@ fn mixed_formats_compute_as_the_cpu_reference_on_vulkan() {
     let (got, want) = (run(&mut engine), run(&mut reference));
     assert_eq!(got.len(), (prompt.len() + 3) * TINY.n_vocab);
     hearth_testkit::assert_logits_close(&got, &want, 1e-3, "mixed formats");
+}
+
+/// [`TINY`] widened so every matrix row is whole 256-value blocks, as the i-quants need.
+const WIDE: Shape = Shape {
+    n_embd: 256,
+    n_ff: 512,
+    ..TINY
+};
+
+/// The GGUF types Hearth converts at load (to Q8), in the order the model's matrices take
+/// them.
+const CONVERTED: [BlockType; 12] = [
+    BlockType::IQ1_S,
+    BlockType::IQ1_M,
+    BlockType::IQ2_XXS,
+    BlockType::IQ2_XS,
+    BlockType::IQ2_S,
+    BlockType::IQ3_XXS,
+    BlockType::IQ3_S,
+    BlockType::IQ4_NL,
+    BlockType::IQ4_XS,
+    BlockType::TQ1_0,
+    BlockType::TQ2_0,
+    BlockType::MXFP4,
+];
+
+/// Random blocks of `ty` for `values` values, each block's scale set to about `scale` (the
+/// other bytes are uniform, which every one of these types decodes to finite values).
+fn random_blocks(ty: BlockType, values: usize, scale: f32, seed: &mut u64) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..ty.bytes_for(values).unwrap())
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed >> 24) as u8
+        })
+        .collect();
+    let d = hearth_quant::Half::from_f32(scale).to_bits();
+    for block in bytes.chunks_exact_mut(ty.block_bytes()) {
+        match ty {
+            BlockType::TQ1_0 => block[52..54].copy_from_slice(&d.to_le_bytes()),
+            BlockType::TQ2_0 => block[64..66].copy_from_slice(&d.to_le_bytes()),
+            // A shared power-of-two exponent: 2^-7.
+            BlockType::MXFP4 => block[0] = 120,
+            // The f16 is the top nibbles of the four scale words (bytes 48..56).
+            BlockType::IQ1_M => {
+                for i in 0..4 {
+                    let top = ((d >> (4 * i)) & 0xF) as u8;
+                    block[49 + 2 * i] = (block[49 + 2 * i] & 0x0F) | top << 4;
+                }
+            }
+            _ => block[0..2].copy_from_slice(&d.to_le_bytes()),
+        }
+    }
+    bytes
+}
+
+/// A random model whose matrices are random blocks of the converted types, one type per
+/// matrix in turn, and the same model with each matrix dequantized to F32.
+fn converted_files() -> (GgufFile, GgufFile) {
+    let source = WIDE.build_random("converted", Format::F32, 12).unwrap();
+    let (mut packed, mut plain) = (GgufWriter::new(), GgufWriter::new());
+    for (key, value) in source.metadata().iter() {
+        packed.set_metadata(key, value.clone());
+        plain.set_metadata(key, value.clone());
+    }
+    let (mut seed, mut next) = (0x9E37_79B9_7F4A_7C15u64, 0);
+    for info in source.tensors() {
+        let data = source.tensor_data(info).unwrap().to_vec();
+        if info.shape.len() == 1 {
+            packed
+                .add_tensor(&info.name, GgmlType::F32, &info.shape, data.clone())
+                .unwrap();
+            plain
+                .add_tensor(&info.name, GgmlType::F32, &info.shape, data)
+                .unwrap();
+            continue;
+        }
+        let ty = CONVERTED[next % CONVERTED.len()];
+        next += 1;
+        let values = data.len() / 4;
+        let blocks = random_blocks(ty, values, 0.004, &mut seed);
+        let mut f32s = vec![0.0f32; values];
+        hearth_quant::dequantize(ty, &blocks, &mut f32s).unwrap();
+        let id = GgmlType::from_id(ty.ggml_id().unwrap()).unwrap();
+        packed
+            .add_tensor(&info.name, id, &info.shape, blocks)
+            .unwrap();
+        let bytes: Vec<u8> = f32s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        plain
+            .add_tensor(&info.name, GgmlType::F32, &info.shape, bytes)
+            .unwrap();
+    }
+    let file = |w: GgufWriter, name: &str| {
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        GgufFile::from_bytes(name, bytes).unwrap()
+    };
+    (
+        file(packed, "converted.gguf"),
+        file(plain, "dequantized.gguf"),
+    )
+}
+
+#[test]
+fn converted_types_load_and_compute_as_their_dequantized_values() {
+    let (packed, plain) = converted_files();
+    let load = |file| {
+        let options = EngineOptions {
+            backend: BackendKind::Reference,
+            n_ctx: Some(64),
+            ..EngineOptions::default()
+        };
+        Engine::load_file(file, &options, &mut |_| true).unwrap()
+    };
+    let (mut engine, mut want) = (load(packed), load(plain));
+    // Every matrix is Q8 once loaded.
+    let formats: Vec<Format> = engine
+        .info()
+        .weight_formats
+        .iter()
+        .map(|&(f, _)| f)
+        .collect();
+    eprintln!("{formats:?}");
+    let prompt: Vec<u32> = (1..24).collect();
+    let run = |e: &mut Engine| {
+        e.session_mut()
+            .fresh_backend()
+            .forward(&prompt, Logits::All)
+            .unwrap()
+    };
+    let (got, want) = (run(&mut engine), run(&mut want));
+    let largest = want.iter().fold(0f32, |m, l| m.max(l.abs()));
+    let diff = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    eprintln!(
+        "converted types: logits within {diff} of the dequantized model's (largest {largest})"
+    );
+    // Q8 holds each weight to within half a level of 1/127 of its 32's largest; over two
+    // layers of random weights that moves the logits by 1.6% of the largest.
+    hearth_testkit::assert_logits_close(&got, &want, 3e-2, "converted types");
 }

@@ -183,7 +183,7 @@ impl From<Matrix> for Projection {
 }
 
 /// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants) stay as they are; BF16 goes to F16; IQ4_NL, IQ4_XS,
+/// Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants) stay as they are; BF16 goes to F16; the i-quants,
 /// TQ1_0, TQ2_0 and MXFP4 to Q8.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
@@ -196,7 +196,8 @@ pub fn import_format(ty: BlockType) -> Format {
         }
         // Formats without kernels yet: 8 bits keep their values to within a level of 1/127
         // of each 32's largest, at twice the memory.
-        IQ4_NL | IQ4_XS | TQ1_0 | TQ2_0 | MXFP4 => Format::Q8,
+        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ4_NL | IQ4_XS | TQ1_0
+        | TQ2_0 | MXFP4 => Format::Q8,
     }
 }
 
@@ -297,6 +298,13 @@ mod tests {
             assert_eq!(import_format(ty), f, "{ty} loads as it is");
         }
         for ty in [
+            BlockType::IQ1_S,
+            BlockType::IQ1_M,
+            BlockType::IQ2_XXS,
+            BlockType::IQ2_XS,
+            BlockType::IQ2_S,
+            BlockType::IQ3_XXS,
+            BlockType::IQ3_S,
             BlockType::IQ4_NL,
             BlockType::IQ4_XS,
             BlockType::TQ1_0,

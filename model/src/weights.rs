@@ -442,8 +442,8 @@ pub fn load_format(id: u32, cols: usize) -> std::result::Result<Format, String> 
         (None, None) => {
             let name = hearth_models::GgmlType::from_id(id).map_or("unknown", |t| t.name());
             return Err(format!(
-                "tensors of type {name} (id {id}) cannot be loaded yet; IQ4_NL, IQ4_XS, \
-                 TQ1_0, TQ2_0, MXFP4, the legacy types and the k-quants can"
+                "tensors of type {name} (id {id}) cannot be loaded; the float types, the \
+                 legacy types, the k-quants, the i-quants, TQ1_0, TQ2_0 and MXFP4 can"
             ));
         }
     };

@@ -21,8 +21,15 @@ pub enum BlockType {
     Q4_K,
     Q5_K,
     Q6_K,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ1_S,
     IQ4_NL,
+    IQ3_S,
+    IQ2_S,
     IQ4_XS,
+    IQ1_M,
     TQ1_0,
     TQ2_0,
     MXFP4,
@@ -30,11 +37,11 @@ pub enum BlockType {
 
 impl BlockType {
     /// Every type, in GGUF id order.
-    pub const ALL: [BlockType; 18] = {
+    pub const ALL: [BlockType; 25] = {
         use BlockType::*;
         [
-            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
-            BF16, TQ1_0, TQ2_0, MXFP4,
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS,
+            IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4,
         ]
     };
 
@@ -60,8 +67,15 @@ impl BlockType {
             Q4_K => 12,
             Q5_K => 13,
             Q6_K => 14,
+            IQ2_XXS => 16,
+            IQ2_XS => 17,
+            IQ3_XXS => 18,
+            IQ1_S => 19,
             IQ4_NL => 20,
+            IQ3_S => 21,
+            IQ2_S => 22,
             IQ4_XS => 23,
+            IQ1_M => 29,
             BF16 => 30,
             TQ1_0 => 34,
             TQ2_0 => 35,
@@ -86,8 +100,15 @@ impl BlockType {
             Q4_K => "Q4_K",
             Q5_K => "Q5_K",
             Q6_K => "Q6_K",
+            IQ2_XXS => "IQ2_XXS",
+            IQ2_XS => "IQ2_XS",
+            IQ3_XXS => "IQ3_XXS",
+            IQ1_S => "IQ1_S",
             IQ4_NL => "IQ4_NL",
+            IQ3_S => "IQ3_S",
+            IQ2_S => "IQ2_S",
             IQ4_XS => "IQ4_XS",
+            IQ1_M => "IQ1_M",
             TQ1_0 => "TQ1_0",
             TQ2_0 => "TQ2_0",
             MXFP4 => "MXFP4",
@@ -100,7 +121,8 @@ impl BlockType {
         match self {
             F32 | F16 | BF16 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | MXFP4 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 => formats::kquant::QK_K,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S
+            | IQ1_S | IQ1_M | IQ4_XS | TQ1_0 | TQ2_0 => formats::kquant::QK_K,
         }
     }
 
@@ -121,6 +143,13 @@ impl BlockType {
             Q4_K => size_of::<formats::q4_k::BlockQ4_K>(),
             Q5_K => size_of::<formats::q5_k::BlockQ5_K>(),
             Q6_K => size_of::<formats::q6_k::BlockQ6_K>(),
+            IQ2_XXS => size_of::<ggml::iq2::BlockIq2Xxs>(),
+            IQ2_XS => size_of::<ggml::iq2::BlockIq2Xs>(),
+            IQ2_S => size_of::<ggml::iq2::BlockIq2S>(),
+            IQ3_XXS => size_of::<ggml::iq3::BlockIq3Xxs>(),
+            IQ3_S => size_of::<ggml::iq3::BlockIq3S>(),
+            IQ1_S => size_of::<ggml::iq1::BlockIq1S>(),
+            IQ1_M => size_of::<ggml::iq1::BlockIq1M>(),
             IQ4_NL => size_of::<ggml::iq4::BlockIq4Nl>(),
             IQ4_XS => size_of::<ggml::iq4::BlockIq4Xs>(),
             TQ1_0 => size_of::<ggml::ternary::BlockTq1_0>(),

@@ -83,6 +83,13 @@ pub fn dequantize(ty: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
         Q4_K => for_each_block(bytes, out, formats::q4_k::BlockQ4_K::dequantize),
         Q5_K => for_each_block(bytes, out, formats::q5_k::BlockQ5_K::dequantize),
         Q6_K => for_each_block(bytes, out, formats::q6_k::BlockQ6_K::dequantize),
+        IQ2_XXS => for_each_block(bytes, out, ggml::iq2::BlockIq2Xxs::dequantize),
+        IQ2_XS => for_each_block(bytes, out, ggml::iq2::BlockIq2Xs::dequantize),
+        IQ2_S => for_each_block(bytes, out, ggml::iq2::BlockIq2S::dequantize),
+        IQ3_XXS => for_each_block(bytes, out, ggml::iq3::BlockIq3Xxs::dequantize),
+        IQ3_S => for_each_block(bytes, out, ggml::iq3::BlockIq3S::dequantize),
+        IQ1_S => for_each_block(bytes, out, ggml::iq1::BlockIq1S::dequantize),
+        IQ1_M => for_each_block(bytes, out, ggml::iq1::BlockIq1M::dequantize),
         IQ4_NL => for_each_block(bytes, out, ggml::iq4::BlockIq4Nl::dequantize),
         IQ4_XS => for_each_block(bytes, out, ggml::iq4::BlockIq4Xs::dequantize),
         TQ1_0 => for_each_block(bytes, out, ggml::ternary::BlockTq1_0::dequantize),
@@ -168,6 +175,13 @@ mod tests {
             (BlockType::Q4_K, 256, 144),
             (BlockType::Q5_K, 256, 176),
             (BlockType::Q6_K, 256, 210),
+            (BlockType::IQ2_XXS, 256, 66),
+            (BlockType::IQ2_XS, 256, 74),
+            (BlockType::IQ3_XXS, 256, 98),
+            (BlockType::IQ1_S, 256, 50),
+            (BlockType::IQ3_S, 256, 110),
+            (BlockType::IQ2_S, 256, 82),
+            (BlockType::IQ1_M, 256, 56),
             (BlockType::IQ4_NL, 32, 18),
             (BlockType::IQ4_XS, 256, 136),
             (BlockType::TQ1_0, 256, 54),
@@ -186,7 +200,7 @@ mod tests {
     #[test]
     fn unknown_ids_are_unsupported() {
         let mut out = [0.0; 32];
-        for id in [4, 9, 15, 16, 31, 1000] {
+        for id in [4, 9, 15, 31, 1000] {
             let err = dequantize_ggml(id, &[0; 36], &mut out).unwrap_err();
             assert_eq!(err, Error::Unsupported { id });
             assert!(err.to_string().contains(&id.to_string()));

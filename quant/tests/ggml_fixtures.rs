@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use hearth_quant::dequantize_ggml;
 
 /// Each fixture's type name and GGUF id.
-const TYPES: [(&str, u32); 16] = [
+const TYPES: [(&str, u32); 23] = [
     ("Q4_0", 2),
     ("Q4_1", 3),
     ("Q5_0", 6),
@@ -25,6 +25,13 @@ const TYPES: [(&str, u32); 16] = [
     ("TQ1_0", 34),
     ("TQ2_0", 35),
     ("MXFP4", 39),
+    ("IQ2_XXS", 16),
+    ("IQ2_XS", 17),
+    ("IQ2_S", 22),
+    ("IQ3_XXS", 18),
+    ("IQ3_S", 21),
+    ("IQ1_S", 19),
+    ("IQ1_M", 29),
 ];
 
 fn fixture(name: &str) -> Vec<u8> {

@@ -1,5 +1,5 @@
-//! GGUF tensor types Hearth reads but does not keep: BF16, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 and
-//! MXFP4. They are dequantized at load and requantized into one of Hearth's
+//! GGUF tensor types Hearth reads but does not keep: BF16, the i-quants (IQ1_S through IQ4_XS),
+//! TQ1_0, TQ2_0 and MXFP4. They are dequantized at load and requantized into one of Hearth's
 //! [`formats`](crate::formats).
 //!
 //! One module per type: the block struct, laid out as ggml's `block_<type>` in
@@ -7,6 +7,11 @@
 //! operation for operation so the values are bit-identical.
 
 pub mod bf16;
+pub mod iq1;
+pub mod iq2;
+pub mod iq3;
 pub mod iq4;
+mod iq_grid;
+mod iq_grids;
 pub mod mxfp4;
 pub mod ternary;
