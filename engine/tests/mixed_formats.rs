@@ -174,8 +174,8 @@ const WIDE: Shape = Shape {
     ..TINY
 };
 
-/// The GGUF types Hearth converts at load (to Q8), in the order the model's matrices take
-/// them.
+/// The GGUF types Hearth converts at load (to Q8), and IQ4_NL, which it loads as it is, in
+/// the order the model's matrices take them.
 const CONVERTED: [BlockType; 12] = [
     BlockType::IQ1_S,
     BlockType::IQ1_M,
@@ -280,15 +280,21 @@ fn converted_types_load_and_compute_as_their_dequantized_values() {
         };
         Engine::load_file(file, &options, &mut |_| true).unwrap()
     };
+    // Every matrix is Q8 once read, but IQ4_NL's, which stay as they are.
+    let model = resolve_gguf(&packed).unwrap();
+    let config = ModelConfig::from_resolved(&packed, &model).unwrap();
+    let mut progress = |_: LoadProgress| true;
+    let mut reader = WeightReader::new(&packed, &model, &config, &mut progress);
+    for info in packed.tensors().iter().filter(|i| i.shape.len() == 2) {
+        let (cols, rows) = (info.shape[0] as usize, info.shape[1] as usize);
+        let m = reader.matrix(&info.name, rows, cols).unwrap();
+        let want = match info.ggml_type {
+            GgmlType::IQ4_NL => Format::IQ4_NL,
+            _ => Format::Q8,
+        };
+        assert_eq!(m.format, want, "{} ({})", info.name, info.ggml_type);
+    }
     let (mut engine, mut want) = (load(packed), load(plain));
-    // Every matrix is Q8 once loaded.
-    let formats: Vec<Format> = engine
-        .info()
-        .weight_formats
-        .iter()
-        .map(|&(f, _)| f)
-        .collect();
-    eprintln!("{formats:?}");
     let prompt: Vec<u32> = (1..24).collect();
     let run = |e: &mut Engine| {
         e.session_mut()

@@ -780,7 +780,10 @@ pub(crate) mod tests {
             let ggml_own = format.is_k_quant()
                 || matches!(
                     format,
-                    WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q5_1
+                    WeightFormat::Q4_0
+                        | WeightFormat::Q5_0
+                        | WeightFormat::Q5_1
+                        | WeightFormat::IQ4_NL
                 );
             // GGUF's own formats: the wide lane shape (what CPU devices run) and, for those
             // listed above, the subgroup shape; their unpacking is the same in every shape.

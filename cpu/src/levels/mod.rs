@@ -11,6 +11,7 @@
 
 use hearth_quant::Format;
 
+mod iq4_nl;
 mod q2;
 mod q2_k;
 mod q3;
@@ -48,7 +49,7 @@ pub const fn group_width(format: Format) -> usize {
 pub const fn has_base(format: Format) -> bool {
     !matches!(
         format,
-        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K
+        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K | Format::IQ4_NL
     )
 }
 
@@ -83,6 +84,7 @@ pub fn unpacker(format: Format) -> Option<Unpack> {
         Format::Q4_K => q4_k::unpack,
         Format::Q5_K => q5_k::unpack,
         Format::Q6_K => q6_k::unpack,
+        Format::IQ4_NL => iq4_nl::unpack,
     })
 }
 

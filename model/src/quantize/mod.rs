@@ -156,6 +156,7 @@ fn llama_file_type(format: Format) -> Option<u32> {
         Format::Q8 => Some(7),
         Format::Q5_0 => Some(8),
         Format::Q5_1 => Some(9),
+        Format::IQ4_NL => Some(25),
         _ => None,
     }
 }

@@ -30,7 +30,7 @@ pub fn sub_blocks<const N: usize>(src: &[f32; QK_K]) -> impl Iterator<Item = &[f
 }
 
 /// The sub-block's largest magnitude and the value that has it (the first, on ties).
-fn signed_max(x: &[f32]) -> (f32, f32) {
+pub(crate) fn signed_max(x: &[f32]) -> (f32, f32) {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
         if v.abs() > amax {

@@ -33,6 +33,7 @@
 //! | Q4_K | 256 | 144 | 4.5 | 0..=15 | 12 (GGUF's) |
 //! | Q5_K | 256 | 176 | 5.5 | 0..=31 | 13 (GGUF's) |
 //! | Q6_K | 256 | 210 | 6.5625 | -32..=31 | 14 (GGUF's) |
+//! | IQ4_NL | 32 | 18 | 4.5 | 16 fixed levels, -127..=113 | 20 (GGUF's) |
 //!
 //! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
@@ -172,6 +173,7 @@ formats! {
     Q4_K:     q4_k,   q4_k::BlockQ4_K,    12;
     Q5_K:     q5_k,   q5_k::BlockQ5_K,    13;
     Q6_K:     q6_k,   q6_k::BlockQ6_K,    14;
+    IQ4_NL:   iq4_nl, iq4_nl::BlockIq4Nl, 20;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -301,13 +303,13 @@ impl Format {
     }
 
     /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants and
-    /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, and Q4 as GGUF's
-    /// Q4_1).
+    /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, Q4 as GGUF's
+    /// Q4_1, and IQ4_NL).
     pub const fn uses_importance(self) -> bool {
         self.is_k_quant()
             || matches!(
                 self,
-                Format::Q4_0 | Format::Q5_0 | Format::Q5_1 | Format::Q4
+                Format::Q4_0 | Format::Q5_0 | Format::Q5_1 | Format::Q4 | Format::IQ4_NL
             )
     }
 
@@ -404,6 +406,12 @@ impl Format {
                     dst,
                     importance,
                     q5_1::BlockQ5_1::quantize_with_weights,
+                ),
+                Format::IQ4_NL => weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    iq4_nl::BlockIq4Nl::quantize_importance,
                 ),
                 _ => self.encode(src, dst, Rounding::Search),
             }
