@@ -469,7 +469,7 @@ mod tests {
         repo[4].size = 5;
         repo[5].size = 7;
         let quants = quant_files(&repo);
-        let rows: Vec<(&str, Option<&str>, u64, Option<u32>, bool)> = quants
+        let rows: Vec<_> = quants
             .iter()
             .map(|q| {
                 (
