@@ -1,7 +1,7 @@
 //! Pulling a model from the Hugging Face hub for `hearth pull` and `-m ORG/REPO --pull`: the
 //! hub's address and token from the environment, a progress bar per file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use hearth_models::hub::{self, HubOptions, ModelRef, PullEvent, Pulled};
@@ -13,28 +13,10 @@ use crate::output;
 /// names, else `$HF_HOME/token` or `~/.cache/huggingface/token` (where `huggingface-cli
 /// login` keeps it).
 pub fn options() -> HubOptions {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let token = var("HF_TOKEN").or_else(|| {
-        let path = match var("HF_TOKEN_PATH") {
-            Some(path) => PathBuf::from(path),
-            None => {
-                let home = std::env::var_os("HOME")
-                    .or_else(|| std::env::var_os("USERPROFILE"))
-                    .unwrap_or_default();
-                let hf_home = var("HF_HOME").map(PathBuf::from);
-                hub::token_path(Path::new(&home), hf_home.as_deref())
-            }
-        };
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-    });
-    HubOptions {
-        endpoint: var("HF_ENDPOINT").unwrap_or_else(|| hub::DEFAULT_ENDPOINT.to_string()),
-        token: token.map(|t| t.trim().to_string()),
-        ..HubOptions::default()
-    }
+    let home = std::env::var_os("HOME")
+        .or_else(|| std::env::var_os("USERPROFILE"))
+        .unwrap_or_default();
+    HubOptions::from_vars(|name| std::env::var(name).ok(), Path::new(&home))
 }
 
 /// Pulls `model` into `models_dir`, a progress bar per file on stderr (hidden when stderr is

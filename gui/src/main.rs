@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         data_dir,
         open_model,
         list_devices: true,
+        hub: hearth_models::hub::HubOptions::from_vars(|name| std::env::var(name).ok(), &home),
     };
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()

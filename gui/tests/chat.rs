@@ -36,6 +36,7 @@ fn harness(models_dir: &Path, data_dir: &Path) -> Harness<'static, App> {
         data_dir: data_dir.to_path_buf(),
         open_model: None,
         list_devices: true,
+        hub: hearth_models::hub::HubOptions::default(),
     });
     Harness::builder()
         .with_size([1100.0, 1000.0])

@@ -125,6 +125,20 @@ pub enum Error {
     /// An HTTP request failed or was answered with an error.
     #[error("{url}: {reason}")]
     Http { url: String, reason: String },
+    /// A pull was cancelled. A file cut off midway keeps its bytes in its `.part`, which
+    /// the next pull continues.
+    #[error(
+        "{file}: download cancelled after {kept} of {size} bytes; {} keeps them, and pulling \
+         again resumes there",
+        part.display()
+    )]
+    PullCancelled {
+        /// `ORG/REPO/PATH`.
+        file: String,
+        part: PathBuf,
+        kept: u64,
+        size: u64,
+    },
     /// A downloaded file is not the one the hub lists: its checksum differs.
     #[error(
         "{file} ({url}): checksum mismatch: the hub lists {expected}, the download has \

@@ -1,324 +1,25 @@
-//! `hub::pull` against a local server shaped like the Hugging Face hub: the API's tree
-//! listing (in pages), `resolve/main/...` redirected to where the bytes are, ranges, a file
-//! whose listed checksum is wrong, connections dropped halfway through a body.
+//! `hub::pull` and `hub::search` against testkit's local server shaped like the Hugging Face
+//! hub: the API's tree listing (in pages), `resolve/main/...` redirected to where the bytes
+//! are, ranges, a file whose listed checksum is wrong, connections dropped halfway through a
+//! body, the model search, and pulls cancelled midway.
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hearth_models::hub::{self, HubOptions, ModelRef, PullEvent};
 use hearth_models::{list_models, open_model, resolve_model, Error, GgufFile, ModelFormat};
-use sha1::Sha1;
-use sha2::{Digest, Sha256};
+use hearth_testkit::hub::{Hub, Seen};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch_llama");
 
-/// A file the hub serves.
-#[derive(Clone)]
-struct File {
-    bytes: Vec<u8>,
-    /// Stored in LFS (listed with a SHA-256, sent through a redirect).
-    lfs: bool,
-    /// Listed with the checksum of other bytes.
-    wrong_checksum: bool,
-}
-
-/// One request the server saw.
-#[derive(Clone, Debug)]
-struct Seen {
-    path: String,
-    range: Option<String>,
-    authorization: Option<String>,
-}
-
-#[derive(Default)]
-struct State {
-    /// `ORG/REPO` -> its files by path, in listing order.
-    repos: HashMap<String, Vec<(String, File)>>,
-    /// Bodies to cut halfway, by file path: how many more times.
-    drops: HashMap<String, usize>,
-    /// Files whose ranges the server ignores (sending them whole, status 200).
-    no_ranges: Vec<String>,
-    seen: Vec<Seen>,
-    /// `http://HOST:PORT` of the LFS files.
-    cdn: String,
-}
-
-/// A hub on 127.0.0.1, and where it sends LFS files on to (127.0.0.2 where the loopback
-/// takes it, as Linux's does: another host): a thread each, one request per connection.
-struct Hub {
-    endpoint: String,
-    /// `http://HOST:PORT` of the LFS files.
-    cdn: String,
-    state: Arc<Mutex<State>>,
-}
-
-impl Hub {
-    fn start() -> Hub {
-        let state = Arc::new(Mutex::new(State::default()));
-        let listen = |listener: TcpListener| {
-            let addr = format!("http://{}", listener.local_addr().unwrap());
-            let shared = state.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    let Ok(stream) = stream else { continue };
-                    let _ = serve(stream, &shared);
-                }
-            });
-            addr
-        };
-        let endpoint = listen(TcpListener::bind("127.0.0.1:0").unwrap());
-        let cdn = TcpListener::bind("127.0.0.2:0")
-            .or_else(|_| TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let cdn = listen(cdn);
-        state.lock().unwrap().cdn = cdn.clone();
-        Hub {
-            endpoint,
-            cdn,
-            state,
-        }
+fn options(hub: &Hub, retries: u32) -> HubOptions {
+    HubOptions {
+        endpoint: hub.endpoint.clone(),
+        token: Some("hf_secret".into()),
+        retries,
     }
-
-    fn add(&self, repo: &str, path: &str, bytes: Vec<u8>, lfs: bool) {
-        let file = File {
-            bytes,
-            lfs,
-            wrong_checksum: false,
-        };
-        let mut state = self.state.lock().unwrap();
-        state
-            .repos
-            .entry(repo.to_string())
-            .or_default()
-            .push((path.to_string(), file));
-    }
-
-    fn file_mut(&self, repo: &str, path: &str, f: impl FnOnce(&mut File)) {
-        let mut state = self.state.lock().unwrap();
-        let files = state.repos.get_mut(repo).unwrap();
-        f(&mut files.iter_mut().find(|(p, _)| p == path).unwrap().1);
-    }
-
-    fn drop_next(&self, path: &str, times: usize) {
-        self.state
-            .lock()
-            .unwrap()
-            .drops
-            .insert(path.to_string(), times);
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        std::mem::take(&mut self.state.lock().unwrap().seen)
-    }
-
-    fn options(&self, retries: u32) -> HubOptions {
-        HubOptions {
-            endpoint: self.endpoint.clone(),
-            token: Some("hf_secret".into()),
-            retries,
-        }
-    }
-}
-
-fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let target = line.split(' ').nth(1).unwrap_or("/").to_string();
-    let mut headers = HashMap::new();
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h)?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let mut state = state.lock().unwrap();
-    state.seen.push(Seen {
-        path: target.clone(),
-        range: headers.get("range").cloned(),
-        authorization: headers.get("authorization").cloned(),
-    });
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let mut out = stream;
-    if let Some(rest) = path.strip_prefix("/api/models/") {
-        let repo = rest.strip_suffix("/tree/main").unwrap_or("");
-        let Some(files) = repo_files(&state, repo) else {
-            // The hub answers 401 to a repository it does not show an anonymous caller, and
-            // 404 otherwise; both mean "not found" here.
-            let status = if repo.starts_with("private") {
-                401
-            } else {
-                404
-            };
-            return respond(
-                &mut out,
-                status,
-                &[],
-                br#"{"error":"Repository not found"}"#,
-            );
-        };
-        // Two pages: the second one's files after a cursor, as the hub's Link header chains.
-        let half = files.len() / 2;
-        let (page, link) = if query.contains("cursor=2") {
-            (&files[half..], None)
-        } else {
-            let next = format!(
-                "<http://{}/api/models/{repo}/tree/main?recursive=true&cursor=2>; rel=\"next\"",
-                headers.get("host").cloned().unwrap_or_default()
-            );
-            (&files[..half], Some(next))
-        };
-        let body = listing(page);
-        let link_header = link.map(|l| ("Link".to_string(), l));
-        return respond(&mut out, 200, link_header.as_slice(), body.as_bytes());
-    }
-    // `/{org}/{repo}/resolve/main/{path}`, or `/cdn/{org}/{repo}/{path}` where LFS files go.
-    let (cdn, rest) = match path.strip_prefix("/cdn/") {
-        Some(rest) => (true, rest),
-        None => (false, path.trim_start_matches('/')),
-    };
-    let mut parts = rest.splitn(3, '/');
-    let repo = format!(
-        "{}/{}",
-        parts.next().unwrap_or(""),
-        parts.next().unwrap_or("")
-    );
-    let file_path = parts.next().unwrap_or("");
-    let file_path = if cdn {
-        file_path.to_string()
-    } else {
-        match file_path.strip_prefix("resolve/main/") {
-            Some(p) => p.to_string(),
-            None => return respond(&mut out, 404, &[], b"not found"),
-        }
-    };
-    let Some(file) = repo_files(&state, &repo)
-        .and_then(|files| files.iter().find(|(p, _)| *p == file_path))
-        .map(|(_, f)| f.clone())
-    else {
-        return respond(&mut out, 404, &[], b"Entry not found");
-    };
-    if file.lfs && !cdn {
-        let location = (
-            "Location".to_string(),
-            format!("{}/cdn/{repo}/{file_path}", state.cdn),
-        );
-        return respond(&mut out, 302, &[location], b"");
-    }
-    let total = file.bytes.len();
-    let from = headers
-        .get("range")
-        .filter(|_| !state.no_ranges.contains(&file_path))
-        .and_then(|r| r.strip_prefix("bytes="))
-        .and_then(|r| r.strip_suffix('-'))
-        .and_then(|r| r.parse::<usize>().ok());
-    let (status, body, extra) = match from {
-        Some(from) if from >= total => return respond(&mut out, 416, &[], b""),
-        Some(from) => (
-            206,
-            &file.bytes[from..],
-            vec![(
-                "Content-Range".to_string(),
-                format!("bytes {from}-{}/{total}", total - 1),
-            )],
-        ),
-        None => (200, &file.bytes[..], vec![]),
-    };
-    let drop = match state.drops.get_mut(&file_path) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            true
-        }
-        _ => false,
-    };
-    if drop {
-        // The whole length announced, half of it sent, the connection closed.
-        head(&mut out, status, &extra, body.len())?;
-        out.write_all(&body[..body.len() / 2])?;
-        out.flush()?;
-        return out.shutdown(std::net::Shutdown::Both);
-    }
-    respond(&mut out, status, &extra, body)
-}
-
-/// A repository's files: names match in any case, as on the hub.
-fn repo_files<'a>(state: &'a State, repo: &str) -> Option<&'a Vec<(String, File)>> {
-    state
-        .repos
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(repo))
-        .map(|(_, files)| files)
-}
-
-fn head(
-    out: &mut TcpStream,
-    status: u16,
-    headers: &[(String, String)],
-    len: usize,
-) -> std::io::Result<()> {
-    let mut text = format!("HTTP/1.1 {status} X\r\nContent-Length: {len}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        text.push_str(&format!("{k}: {v}\r\n"));
-    }
-    text.push_str("\r\n");
-    out.write_all(text.as_bytes())
-}
-
-fn respond(
-    out: &mut TcpStream,
-    status: u16,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> std::io::Result<()> {
-    head(out, status, headers, body.len())?;
-    out.write_all(body)?;
-    out.flush()
-}
-
-/// A page of the hub's tree listing, as `api/models/{repo}/tree/main?recursive=true` sends
-/// it: git's blob id for every file, the LFS object's SHA-256 for LFS files.
-fn listing(files: &[(String, File)]) -> String {
-    let entries: Vec<serde_json::Value> = files
-        .iter()
-        .map(|(path, f)| {
-            let bytes: &[u8] = if f.wrong_checksum {
-                b"other bytes"
-            } else {
-                &f.bytes
-            };
-            let git = hex(&Sha1::new()
-                .chain_update(format!("blob {}\0", bytes.len()))
-                .chain_update(bytes)
-                .finalize());
-            let mut entry = serde_json::json!({
-                "type": "file", "oid": git, "size": f.bytes.len(), "path": path,
-            });
-            if f.lfs {
-                entry["lfs"] = serde_json::json!({
-                    "oid": hex(&Sha256::digest(bytes)), "size": f.bytes.len(), "pointerSize": 134,
-                });
-            }
-            entry
-        })
-        .chain(std::iter::once(serde_json::json!({
-            "type": "directory", "oid": "0".repeat(40), "size": 0, "path": "docs",
-        })))
-        .collect();
-    serde_json::to_string(&entries).unwrap()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A tiny Llama GGUF; `n_ff` tells two apart.
@@ -355,7 +56,7 @@ fn pull(
 ) -> hearth_models::Result<(hub::Pulled, Vec<String>)> {
     let mut events = Vec::new();
     let pulled = hub::pull(
-        &hub.options(retries),
+        &options(hub, retries),
         &ModelRef::parse(name).unwrap(),
         dir,
         &mut |e| match e {
@@ -590,7 +291,7 @@ fn a_server_that_ignores_the_range_sends_the_file_again() {
     gguf_repo(&hub);
     let dir = common::scratch_dir("hub-no-range");
     let file = "Tiny-Llama-Q4_K_M.gguf";
-    hub.state.lock().unwrap().no_ranges.push(file.into());
+    hub.ignore_ranges(file);
     hub.drop_next(file, 1);
     let (pulled, _) = pull(&hub, GGUF_REPO, &dir, 1).unwrap();
     assert_eq!(std::fs::read(&pulled.path).unwrap(), gguf(16));
@@ -687,5 +388,200 @@ fn a_file_in_the_way_is_never_overwritten() {
     let err = pull(&hub, GGUF_REPO, &dir, 0).unwrap_err();
     assert!(err.to_string().contains("is not the hub's"), "{err}");
     assert_eq!(std::fs::read(&mine).unwrap(), b"my own file");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_search_finds_gguf_repositories_most_downloaded_first() {
+    let hub = Hub::start();
+    gguf_repo(&hub);
+    hub.add(
+        "tiny/Tiny-Llama-Q2-GGUF",
+        "Tiny-Llama-Q2_K.gguf",
+        gguf(8),
+        true,
+    );
+    hub.add("tiny/tiny-llama", "config.json", b"{}".to_vec(), false);
+    hub.add("other/Other-GGUF", "Other-Q4_K_M.gguf", gguf(8), true);
+    hub.set_stats(GGUF_REPO, 10, 3);
+    hub.set_stats("tiny/Tiny-Llama-Q2-GGUF", 250, 1);
+
+    let hits = hub::search(&options(&hub, 0), "tiny llama", 20).unwrap();
+    assert_eq!(hits, [], "a space is no wildcard");
+    let hits = hub::search(&options(&hub, 0), "Tiny-Llama", 20).unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    // The folder holds no GGUF file: the filter leaves it out.
+    assert_eq!(ids, ["tiny/Tiny-Llama-Q2-GGUF", GGUF_REPO]);
+    assert_eq!((hits[0].downloads, hits[0].likes), (250, 1));
+    assert_eq!(hits[1].name(), "Tiny-Llama-GGUF");
+    assert!(hits[1].tags.iter().any(|t| t == "gguf"));
+    let seen = hub.seen();
+    assert_eq!(
+        seen[1].path,
+        "/api/models?search=Tiny-Llama&filter=gguf&sort=downloads&direction=-1&limit=20"
+    );
+    assert_eq!(seen[1].authorization.as_deref(), Some("Bearer hf_secret"));
+
+    let hits = hub::search(&options(&hub, 0), "llama", 1).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(
+        hub::search(&options(&hub, 0), "nothing like it", 5).unwrap(),
+        []
+    );
+
+    // A failing search names its request and what the hub said.
+    hub.fail_searches(Some(500));
+    let err = hub::search(&options(&hub, 0), "tiny", 5).unwrap_err();
+    assert!(matches!(err, Error::Http { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("{}/api/models?search=tiny&", hub.endpoint)),
+        "{text}"
+    );
+    assert!(
+        text.contains("the search answered status 500: Internal Error"),
+        "{text}"
+    );
+}
+
+#[test]
+fn quants_list_a_repositorys_gguf_files_with_the_default_marked() {
+    let hub = Hub::start();
+    gguf_repo(&hub);
+    let quants = hub::quants(&options(&hub, 0), GGUF_REPO).unwrap();
+    let rows: Vec<(&str, Option<&str>, u64, bool)> = quants
+        .iter()
+        .map(|q| (q.path.as_str(), q.quant.as_deref(), q.size, q.default))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                "Tiny-Llama-Q4_K_M.gguf",
+                Some("Q4_K_M"),
+                gguf(16).len() as u64,
+                true
+            ),
+            (
+                "Tiny-Llama-Q8_0.gguf",
+                Some("Q8_0"),
+                gguf(32).len() as u64,
+                false
+            ),
+        ]
+    );
+    let err = hub::quants(&options(&hub, 0), "nobody/nothing").unwrap_err();
+    assert!(matches!(err, Error::HubRepoNotFound { .. }), "{err}");
+}
+
+#[test]
+fn a_cancelled_pull_keeps_its_part_and_the_next_one_resumes() {
+    let hub = Hub::start();
+    gguf_repo(&hub);
+    let dir = common::scratch_dir("hub-cancel");
+    let file = "Tiny-Llama-Q8_0.gguf";
+    let size = gguf(32).len() as u64;
+    // The hub sends half the file, then waits: the quarter is always reached midway.
+    hub.hold(file, size as usize / 2);
+
+    // Cancelled once a quarter of the file is in.
+    let cancel = AtomicBool::new(false);
+    let err = hub::pull_file(
+        &options(&hub, 3),
+        GGUF_REPO,
+        file,
+        &dir,
+        &cancel,
+        &mut |e| {
+            if let PullEvent::Progress { done } = e {
+                if done >= size / 4 {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            }
+        },
+    )
+    .unwrap_err();
+    let Error::PullCancelled {
+        file: name,
+        part,
+        kept,
+        size: total,
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(name, &format!("{GGUF_REPO}/{file}"));
+    assert_eq!(*part, dir.join(format!(".{file}.part")));
+    assert!(*kept >= size / 4 && *kept <= size / 2, "{kept} of {size}");
+    assert_eq!(*total, size);
+    assert_eq!(std::fs::metadata(part).unwrap().len(), *kept);
+    assert!(!dir.join(file).exists(), "no half-written file");
+    assert!(
+        err.to_string().contains("pulling again resumes there"),
+        "{err}"
+    );
+    let model = ModelRef::parse("tiny/Tiny-Llama-GGUF:Q8_0").unwrap();
+    assert_eq!(hub::find_pulled(&model, &dir), None);
+
+    // The next pull asks for the rest, and the whole file has the hub's checksum.
+    let kept = *kept;
+    hub.release(file);
+    hub.seen();
+    let mut starts = Vec::new();
+    let pulled = hub::pull_file(
+        &options(&hub, 0),
+        GGUF_REPO,
+        file,
+        &dir,
+        &AtomicBool::new(false),
+        &mut |e| {
+            if let PullEvent::Start { done, .. } = e {
+                starts.push(done)
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(starts, [kept]);
+    assert_eq!(pulled.path, dir.join(file));
+    assert_eq!(pulled.downloaded, size - kept);
+    assert_eq!(
+        hearth_testkit::hub::sha256(&std::fs::read(&pulled.path).unwrap()),
+        hearth_testkit::hub::sha256(&gguf(32))
+    );
+    let ranges: Vec<String> = hub.seen().into_iter().filter_map(|s| s.range).collect();
+    assert_eq!(ranges.last(), Some(&format!("bytes={kept}-")));
+    assert_eq!(hidden_entries(&dir), Vec::<String>::new());
+    // Recorded under its quantization (not the bare name: Q4_K_M is the default).
+    assert_eq!(hub::find_pulled(&model, &dir), Some(pulled.path.clone()));
+    let bare = ModelRef::parse(GGUF_REPO).unwrap();
+    assert_eq!(hub::find_pulled(&bare, &dir), None);
+
+    // A flag set before the pull starts fetches nothing, and leaves nothing.
+    let cancel = AtomicBool::new(true);
+    let err = hub::pull_file(
+        &options(&hub, 0),
+        GGUF_REPO,
+        "Tiny-Llama-Q4_K_M.gguf",
+        &dir,
+        &cancel,
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::PullCancelled { kept: 0, .. }), "{err}");
+    assert!(!dir.join("Tiny-Llama-Q4_K_M.gguf").exists());
+    // A file that is not a model is refused by name.
+    let err = hub::pull_file(
+        &options(&hub, 0),
+        GGUF_REPO,
+        "mmproj-Tiny-Llama-f16.gguf",
+        &dir,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("is not a GGUF model file"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

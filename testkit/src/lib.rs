@@ -1,10 +1,13 @@
 //! What every test crate in the workspace shares: whether this is a CI run, where the installed
-//! test models are, and one way to skip a test for a missing device or model.
+//! test models are, one way to skip a test for a missing device or model, and a local server
+//! shaped like the Hugging Face hub ([`hub`]).
 //!
 //! Outside CI a test whose device or model is missing skips: it returns early, says so on
 //! stderr and appends a line to the skip log, which `make test` counts and prints. In CI
 //! (`CI` set to anything but empty or `false`) the same guard fails the test instead, so a CI
 //! run cannot pass without running everything.
+
+pub mod hub;
 
 use std::fmt::Display;
 use std::io::Write;

@@ -2,15 +2,18 @@
 //! state and call these actions; the inference thread (`worker`) does the work.
 //!
 //! The actions are split by what they act on: the model slot and its settings (`models`), the
-//! conversation (`chat`), the worker's events (`events`) and the look (`look`).
+//! conversation (`chat`), the worker's events (`events`), the Hugging Face hub's search and
+//! downloads (`hub`) and the look (`look`).
 
 mod chat;
 mod events;
+mod hub;
 mod look;
 mod models;
 mod serve;
 
 pub use events::finish_name;
+pub use hub::{Download, HubView};
 pub use look::style;
 pub use serve::Serving;
 
@@ -20,8 +23,10 @@ use std::time::{Duration, Instant};
 use hearth_engine::placement::CpuExecutorInfo;
 use hearth_kernels::vk::DeviceInfo;
 use hearth_model::kv::KvUsage;
+use hearth_models::hub::HubOptions;
 
 use crate::conversations::{Conversation, Message, Store};
+use crate::hub::Hub;
 use crate::library::{self, LibraryEntry, ModelCard};
 use crate::planner::Planner;
 use crate::settings::{ModelSettings, Preferences, ThemeChoice};
@@ -37,6 +42,8 @@ pub struct AppConfig {
     pub open_model: Option<PathBuf>,
     /// List Vulkan devices at start (tests turn it off to start faster).
     pub list_devices: bool,
+    /// Where the library searches for models and downloads them from.
+    pub hub: HubOptions,
 }
 
 /// The model slot.
@@ -123,12 +130,18 @@ pub struct App {
     pub notices: Vec<String>,
     pub view: View,
     pub show_settings: bool,
+    /// The library's search of the Hugging Face hub and its download.
+    pub hub: HubView,
     pub markdown: egui_commonmark::CommonMarkCache,
     /// Added to the seed so each answer samples afresh (regenerate gives a new answer).
     answers: u64,
     worker: Option<Worker>,
     /// Plans the GPU layers being edited; started when first asked.
     planner: Option<Planner>,
+    /// Searches and downloads; started when first asked.
+    hub_threads: Option<Hub>,
+    /// The window's context, once a frame has run: what background threads wake.
+    ctx: Option<egui::Context>,
     applied_theme: Option<ThemeChoice>,
 }
 
@@ -170,10 +183,13 @@ impl App {
             notices,
             view: View::Library,
             show_settings: false,
+            hub: HubView::default(),
             markdown: egui_commonmark::CommonMarkCache::default(),
             answers: 0,
             worker: None,
             planner: None,
+            hub_threads: None,
+            ctx: None,
             applied_theme: None,
         }
     }
@@ -185,6 +201,9 @@ impl App {
 
     /// Handles the inference thread's events; called at the start of every frame.
     pub fn poll(&mut self, ctx: &egui::Context) {
+        if self.ctx.is_none() {
+            self.ctx = Some(ctx.clone());
+        }
         if self.worker.is_none() {
             let ctx = ctx.clone();
             self.worker = Some(Worker::spawn(move || ctx.request_repaint()));
@@ -196,6 +215,7 @@ impl App {
         while let Some(event) = self.worker.as_ref().and_then(Worker::try_recv) {
             self.handle(event);
         }
+        self.poll_hub(ctx);
         if self.generating.is_some() {
             // Keep the tokens/s figure ticking between tokens.
             ctx.request_repaint_after(Duration::from_millis(250));
@@ -233,6 +253,7 @@ impl App {
         self.save_model_settings();
         self.worker = None;
         self.planner = None;
+        self.hub_threads = None;
     }
 }
 

@@ -89,6 +89,11 @@ impl App {
         }
     }
 
+    /// Whether a model is loading or answering: no other load may start.
+    pub fn busy(&self) -> bool {
+        matches!(self.model, ModelState::Loading { .. }) || self.generating.is_some()
+    }
+
     pub fn card(&self) -> Option<&ModelCard> {
         match &self.model {
             ModelState::Empty => None,

@@ -1,5 +1,5 @@
-//! The model library: models in the models directory, "Open file…", the device picker and
-//! loading progress.
+//! The model library: models in the models directory, "Open file…", the device picker,
+//! loading progress, and below them the search of the Hugging Face hub (`hub`).
 
 use std::path::PathBuf;
 
@@ -32,6 +32,9 @@ pub fn show(app: &mut App, ui: &mut egui::Ui) {
             });
             ui.add_space(10.0);
             table(app, ui);
+            ui.add_space(16.0);
+            ui.separator();
+            super::hub::show(app, ui);
         });
 }
 
@@ -126,10 +129,13 @@ fn table(app: &mut App, ui: &mut egui::Ui) {
         }
     };
     if entries.is_empty() {
-        ui.label("No models here yet. Use “Open file…” to load a GGUF file from anywhere.");
+        ui.label(
+            "No models here yet. Download one from Hugging Face below, or use “Open file…” to \
+             load a GGUF file from anywhere.",
+        );
         return;
     }
-    let busy = matches!(app.model, ModelState::Loading { .. }) || app.generating.is_some();
+    let busy = app.busy();
     let loaded = app.card().map(|c| c.path.clone());
     let mut load = None;
     egui::Grid::new("models")

@@ -2,6 +2,7 @@
 
 mod chat;
 mod gpu_layers;
+mod hub;
 mod library;
 mod settings;
 mod sidebar;

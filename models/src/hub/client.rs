@@ -79,9 +79,21 @@ impl Client {
 
 /// `path` with every byte outside URL-safe characters percent-encoded, `/` kept.
 fn encode_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+    encode(path, b"/")
+}
+
+/// `value` as one part of a query string: every byte outside URL-safe characters
+/// percent-encoded (`&`, `=`, `/` and spaces too).
+pub(super) fn encode_query_value(value: &str) -> String {
+    encode(value, b"")
+}
+
+/// `s` with every byte but letters, digits, `-_.~` and `keep` percent-encoded.
+fn encode(s: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') || keep.contains(&b)
+        {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -98,6 +110,7 @@ mod tests {
     fn paths_are_percent_encoded_but_their_slashes() {
         assert_eq!(encode_path("a/b c+d.gguf"), "a/b%20c%2Bd.gguf");
         assert_eq!(encode_path("é"), "%C3%A9");
+        assert_eq!(encode_query_value("qwen 3/8b&x=1"), "qwen%203%2F8b%26x%3D1");
     }
 
     #[test]

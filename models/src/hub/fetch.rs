@@ -3,11 +3,13 @@
 //! hashed as it arrives, and renamed to its name only once its checksum is the hub's.
 //!
 //! A part whose bytes hash wrong is removed rather than kept: some of its bytes are wrong
-//! and nothing says which, so resuming it would fail the same way every time.
+//! and nothing says which, so resuming it would fail the same way every time. A cancelled
+//! download stops between two reads and keeps its part, as a dropped connection does.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
@@ -21,16 +23,26 @@ use crate::error::{Error, Result};
 const CHUNK: usize = 1 << 20;
 
 /// Downloads `file` of `repo` to `dest` (see the module's doc); `retries` dropped
-/// connections are resumed before the pull gives up. Returns the bytes fetched.
+/// connections are resumed before the pull gives up, and `cancel`, once set, stops it
+/// between two reads ([`Error::PullCancelled`], the part kept). Returns the bytes fetched.
 pub(super) fn fetch(
     client: &Client,
     repo: &str,
     file: &RepoFile,
     dest: &Path,
     retries: u32,
+    cancel: &AtomicBool,
     progress: &mut dyn FnMut(PullEvent),
 ) -> Result<u64> {
     let part = part_path(dest);
+    if cancel.load(Ordering::Relaxed) {
+        return Err(Error::PullCancelled {
+            file: format!("{repo}/{}", file.path),
+            kept: std::fs::metadata(&part).map_or(0, |m| m.len()),
+            part,
+            size: file.size,
+        });
+    }
     let mut out = OpenOptions::new()
         .read(true)
         .write(true)
@@ -55,6 +67,8 @@ pub(super) fn fetch(
         have,
         hasher,
         fetched: 0,
+        cancel,
+        name: format!("{repo}/{}", file.path),
     };
     progress(PullEvent::Start {
         file: &file.path,
@@ -63,9 +77,11 @@ pub(super) fn fetch(
     });
     let mut dropped = 0;
     while download.have < download.size {
+        download.check_cancel().map_err(|_| download.cancelled())?;
         match download.receive(progress) {
             Ok(()) => {}
             Err(Attempt::Failed(e)) => return Err(e),
+            Err(Attempt::Cancelled) => return Err(download.cancelled()),
             Err(Attempt::Dropped(_)) if dropped < retries => dropped += 1,
             Err(Attempt::Dropped(reason)) => {
                 return Err(Error::http(
@@ -111,6 +127,8 @@ enum Attempt {
     Dropped(String),
     /// An answer that another try would not change.
     Failed(Error),
+    /// The pull was cancelled.
+    Cancelled,
 }
 
 /// A file on its way into its `.part`.
@@ -126,6 +144,10 @@ struct Download<'a> {
     hasher: Hasher,
     /// Bytes fetched by this pull.
     fetched: u64,
+    /// Set: stop between two reads.
+    cancel: &'a AtomicBool,
+    /// `ORG/REPO/PATH`, for the error a cancel is.
+    name: String,
 }
 
 impl Download<'_> {
@@ -199,11 +221,32 @@ impl Download<'_> {
             self.have += n as u64;
             self.fetched += n as u64;
             progress(PullEvent::Progress { done: self.have });
+            if self.have < self.size {
+                self.check_cancel()?;
+            }
         }
         if self.have < self.size {
             return Err(Attempt::Dropped("the connection closed early".into()));
         }
         Ok(())
+    }
+
+    /// [`Attempt::Cancelled`] once the pull is cancelled.
+    fn check_cancel(&self) -> Result<(), Attempt> {
+        match self.cancel.load(Ordering::Relaxed) {
+            true => Err(Attempt::Cancelled),
+            false => Ok(()),
+        }
+    }
+
+    /// The error a cancelled download ends with: what its part keeps.
+    fn cancelled(&self) -> Error {
+        Error::PullCancelled {
+            file: self.name.clone(),
+            part: self.part.clone(),
+            kept: self.have,
+            size: self.size,
+        }
     }
 
     fn failed(&self, reason: impl Into<String>) -> Attempt {

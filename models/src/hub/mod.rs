@@ -18,23 +18,33 @@
 //! 4. Records which file or folder the name became ([`record`]), so that `-m ORG/REPO:QUANT`
 //!    finds it again without the network.
 //!
+//! Besides pulls by name: [`search`] finds repositories holding GGUF files, [`quants`] lists
+//! a repository's GGUF files with their sizes and the one a pull without a quantization
+//! takes, and [`pull_file`] pulls one of them by its path, as the desktop app's library
+//! does.
+//!
 //! The crate reads no environment: the endpoint (`HF_ENDPOINT`) and the token (`HF_TOKEN`,
-//! `~/.cache/huggingface/token`) arrive in [`HubOptions`], progress through a callback.
+//! `~/.cache/huggingface/token`) arrive in [`HubOptions`], progress through a callback, and a
+//! pull stops where the caller sets its cancel flag ([`Error::PullCancelled`]: the file cut
+//! off keeps its `.part`, which the next pull continues).
 
 mod client;
 mod fetch;
 mod listing;
 mod record;
+mod search;
 mod select;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use crate::error::{Error, Result};
 use crate::resolve::ModelFormat;
 
 pub use listing::{Checksum, RepoFile};
-pub use select::quant_tag;
+pub use search::{search, SearchHit, MAX_RESULTS};
+pub use select::{quant_files, quant_tag, QuantFile};
 
 /// The public hub.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -62,6 +72,30 @@ impl Default for HubOptions {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             token: None,
             retries: 3,
+        }
+    }
+}
+
+impl HubOptions {
+    /// The options the environment gives, through `var` (which reads a variable, `None`
+    /// where unset): the hub's address `HF_ENDPOINT`, and a token: `HF_TOKEN`, else the
+    /// file `HF_TOKEN_PATH` names, else [`token_path`] under `home` (where
+    /// `huggingface-cli login` keeps it). Empty values count as unset.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, home: &Path) -> HubOptions {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let token = var("HF_TOKEN").or_else(|| {
+            let path = match var("HF_TOKEN_PATH") {
+                Some(path) => PathBuf::from(path),
+                None => token_path(home, var("HF_HOME").map(PathBuf::from).as_deref()),
+            };
+            std::fs::read_to_string(path).ok()
+        });
+        HubOptions {
+            endpoint: var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
+            token: token
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+            ..HubOptions::default()
         }
     }
 }
@@ -175,6 +209,18 @@ pub fn find_pulled(model: &ModelRef, models_dir: &Path) -> Option<PathBuf> {
     record::read(models_dir, model)
 }
 
+/// Every file of `repo` on the main branch, with its size and checksum. A repository the
+/// hub does not know (or will not show without a token) is [`Error::HubRepoNotFound`].
+pub fn list_files(options: &HubOptions, repo: &str) -> Result<Vec<RepoFile>> {
+    listing::list(&client::Client::new(options), repo)
+}
+
+/// The GGUF model files of `repo`, to choose a quantization from: [`quant_files`] of its
+/// listing. Empty for a repository of none (a Hugging Face folder, say).
+pub fn quants(options: &HubOptions, repo: &str) -> Result<Vec<QuantFile>> {
+    Ok(quant_files(&list_files(options, repo)?))
+}
+
 /// Pulls `model` into `models_dir` (created where missing): see the module's doc. A file
 /// that is there already is checked against the hub's checksum rather than fetched again; a
 /// file or folder of the same name that is not the hub's is an error, never overwritten.
@@ -184,109 +230,191 @@ pub fn pull(
     models_dir: &Path,
     progress: &mut dyn FnMut(PullEvent),
 ) -> Result<Pulled> {
+    pull_cancellable(
+        options,
+        model,
+        models_dir,
+        &AtomicBool::new(false),
+        progress,
+    )
+}
+
+/// [`pull`], stopped between two reads once `cancel` is set: [`Error::PullCancelled`], the
+/// file cut off kept in its `.part` (a folder's complete files in its staging folder), so
+/// that the next pull continues where this one stopped.
+pub fn pull_cancellable(
+    options: &HubOptions,
+    model: &ModelRef,
+    models_dir: &Path,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(PullEvent),
+) -> Result<Pulled> {
     std::fs::create_dir_all(models_dir).map_err(|e| Error::io(models_dir, e))?;
     let client = client::Client::new(options);
     let files = listing::list(&client, &model.repo)?;
+    let pull = Pull {
+        client: &client,
+        options,
+        cancel,
+        models_dir,
+    };
     let pulled = match select::choose(&model.repo, &files, model.quant.as_deref())? {
-        select::Choice::Gguf(file) => {
-            pull_gguf(&client, options, model, file, models_dir, progress)?
-        }
-        select::Choice::Folder(folder) => pull_folder(
-            &client, options, model, &files, &folder, models_dir, progress,
-        )?,
+        select::Choice::Gguf(file) => pull.gguf(&model.repo, file, progress)?,
+        select::Choice::Folder(folder) => pull.folder(model, &files, &folder, progress)?,
     };
     record::write(models_dir, model, &pulled.path)?;
     Ok(pulled)
 }
 
-/// One GGUF file, under its own name at the top of the models directory.
-fn pull_gguf(
-    client: &client::Client,
+/// Pulls the GGUF file at `path` of `repo` (one of its [`quants`]) into `models_dir`, as
+/// [`pull_cancellable`] pulls the file a name chooses. The names that choose this file (its
+/// quantization, and the bare repository where it is the default) are recorded, so that
+/// `-m ORG/REPO:QUANT` finds it again without the network.
+pub fn pull_file(
     options: &HubOptions,
-    model: &ModelRef,
-    file: &RepoFile,
+    repo: &str,
+    path: &str,
     models_dir: &Path,
+    cancel: &AtomicBool,
     progress: &mut dyn FnMut(PullEvent),
 ) -> Result<Pulled> {
-    let name = file.path.rsplit('/').next().unwrap_or(&file.path);
-    let dest = models_dir.join(local_name(&model.repo, name)?);
-    let downloaded = if dest.exists() {
-        if !fetch::matches(&dest, file)? {
+    std::fs::create_dir_all(models_dir).map_err(|e| Error::io(models_dir, e))?;
+    let client = client::Client::new(options);
+    let files = listing::list(&client, repo)?;
+    let file = select::choose_file(repo, &files, path)?;
+    let pull = Pull {
+        client: &client,
+        options,
+        cancel,
+        models_dir,
+    };
+    let pulled = pull.gguf(repo, file, progress)?;
+    for quant in [quant_tag(path), None] {
+        if select::takes(repo, &files, quant.as_deref(), path) {
+            let model = ModelRef {
+                repo: repo.to_string(),
+                quant,
+            };
+            record::write(models_dir, &model, &pulled.path)?;
+        }
+    }
+    Ok(pulled)
+}
+
+/// What every file of one pull shares.
+struct Pull<'a> {
+    client: &'a client::Client,
+    options: &'a HubOptions,
+    cancel: &'a AtomicBool,
+    models_dir: &'a Path,
+}
+
+impl Pull<'_> {
+    /// Downloads `file` of `repo` to `dest`: the bytes fetched.
+    fn fetch(
+        &self,
+        repo: &str,
+        file: &RepoFile,
+        dest: &Path,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<u64> {
+        fetch::fetch(
+            self.client,
+            repo,
+            file,
+            dest,
+            self.options.retries,
+            self.cancel,
+            progress,
+        )
+    }
+
+    /// One GGUF file, under its own name at the top of the models directory.
+    fn gguf(
+        &self,
+        repo: &str,
+        file: &RepoFile,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<Pulled> {
+        let models_dir = self.models_dir;
+        let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+        let dest = models_dir.join(local_name(repo, name)?);
+        let downloaded = if dest.exists() {
+            if !fetch::matches(&dest, file)? {
+                return Err(Error::hub(
+                    repo,
+                    format!(
+                        "{} exists and is not the hub's {} (its size or checksum differs); \
+                         move it away to pull",
+                        dest.display(),
+                        file.path
+                    ),
+                ));
+            }
+            0
+        } else {
+            self.fetch(repo, file, &dest, progress)?
+        };
+        Ok(Pulled {
+            path: dest,
+            format: ModelFormat::Gguf,
+            file: Some(file.path.clone()),
+            downloaded,
+        })
+    }
+
+    /// A Hugging Face folder, named as the repository: its files arrive in a hidden
+    /// `.NAME.part` folder, renamed once every file is complete, so that no half folder is
+    /// ever listed as a model.
+    fn folder(
+        &self,
+        model: &ModelRef,
+        files: &[RepoFile],
+        folder: &select::Folder,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<Pulled> {
+        let models_dir = self.models_dir;
+        let name = local_name(&model.repo, model.name())?;
+        let dest = models_dir.join(name);
+        let pulled = |downloaded| Pulled {
+            path: dest.clone(),
+            format: ModelFormat::SafetensorsDir,
+            file: None,
+            downloaded,
+        };
+        if dest.exists() {
+            if record::read(models_dir, model).as_deref() == Some(dest.as_path()) {
+                return Ok(pulled(0));
+            }
             return Err(Error::hub(
                 &model.repo,
                 format!(
-                    "{} exists and is not the hub's {} (its size or checksum differs); move it \
-                     away to pull",
+                    "{} exists and was not pulled from {}; move it away to pull",
                     dest.display(),
-                    file.path
+                    model.repo
                 ),
             ));
         }
-        0
-    } else {
-        fetch::fetch(client, &model.repo, file, &dest, options.retries, progress)?
-    };
-    Ok(Pulled {
-        path: dest,
-        format: ModelFormat::Gguf,
-        file: Some(file.path.clone()),
-        downloaded,
-    })
-}
-
-/// A Hugging Face folder, named as the repository: its files arrive in a hidden
-/// `.NAME.part` folder, renamed once every file is complete, so that no half folder is ever
-/// listed as a model.
-fn pull_folder(
-    client: &client::Client,
-    options: &HubOptions,
-    model: &ModelRef,
-    files: &[RepoFile],
-    folder: &select::Folder,
-    models_dir: &Path,
-    progress: &mut dyn FnMut(PullEvent),
-) -> Result<Pulled> {
-    let name = local_name(&model.repo, model.name())?;
-    let dest = models_dir.join(name);
-    let pulled = |downloaded| Pulled {
-        path: dest.clone(),
-        format: ModelFormat::SafetensorsDir,
-        file: None,
-        downloaded,
-    };
-    if dest.exists() {
-        if record::read(models_dir, model).as_deref() == Some(dest.as_path()) {
-            return Ok(pulled(0));
+        let staging = models_dir.join(format!(".{name}.part"));
+        std::fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+        let mut downloaded = 0;
+        let mut get = |file: &RepoFile, progress: &mut dyn FnMut(PullEvent)| -> Result<()> {
+            let path = staging.join(&file.path);
+            // A file in the staging folder was checked before its rename.
+            if !path.exists() {
+                downloaded += self.fetch(&model.repo, file, &path, progress)?;
+            }
+            Ok(())
+        };
+        for file in &folder.files {
+            get(file, progress)?;
         }
-        return Err(Error::hub(
-            &model.repo,
-            format!(
-                "{} exists and was not pulled from {}; move it away to pull",
-                dest.display(),
-                model.repo
-            ),
-        ));
-    }
-    let staging = models_dir.join(format!(".{name}.part"));
-    std::fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
-    let mut downloaded = 0;
-    let mut get = |file: &RepoFile, progress: &mut dyn FnMut(PullEvent)| -> Result<()> {
-        let path = staging.join(&file.path);
-        // A file in the staging folder was checked before its rename.
-        if !path.exists() {
-            downloaded +=
-                fetch::fetch(client, &model.repo, file, &path, options.retries, progress)?;
+        for file in select::weights(&model.repo, files, folder, &staging)? {
+            get(file, progress)?;
         }
-        Ok(())
-    };
-    for file in &folder.files {
-        get(file, progress)?;
+        std::fs::rename(&staging, &dest).map_err(|e| Error::io(&dest, e))?;
+        Ok(pulled(downloaded))
     }
-    for file in select::weights(&model.repo, files, folder, &staging)? {
-        get(file, progress)?;
-    }
-    std::fs::rename(&staging, &dest).map_err(|e| Error::io(&dest, e))?;
-    Ok(pulled(downloaded))
 }
 
 /// `name` as a file name in the models directory, refused where it could name another place
@@ -356,6 +484,26 @@ mod tests {
             token_path(home, Some(Path::new("/hf"))),
             Path::new("/hf/token")
         );
+    }
+
+    #[test]
+    fn options_come_from_the_variables_given() {
+        let dir = std::env::temp_dir().join(format!("hearth-hub-vars-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".cache/huggingface")).unwrap();
+        std::fs::write(dir.join(".cache/huggingface/token"), "hf_file\n").unwrap();
+        let none = |_: &str| None;
+        let options = HubOptions::from_vars(none, &dir);
+        assert_eq!(options.endpoint, DEFAULT_ENDPOINT);
+        assert_eq!(options.token.as_deref(), Some("hf_file"));
+        let vars = |name: &str| match name {
+            "HF_ENDPOINT" => Some("http://mirror".to_string()),
+            "HF_TOKEN" => Some(" hf_var ".to_string()),
+            _ => None,
+        };
+        let options = HubOptions::from_vars(vars, &dir);
+        assert_eq!(options.endpoint, "http://mirror");
+        assert_eq!(options.token.as_deref(), Some("hf_var"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -36,12 +36,7 @@ pub(super) fn choose<'a>(
     files: &'a [RepoFile],
     quant: Option<&str>,
 ) -> Result<Choice<'a>> {
-    // The first part of each model file: what llama.cpp offers (mmproj, imatrix, drafts are
-    // not models).
-    let models: Vec<&RepoFile> = files
-        .iter()
-        .filter(|f| is_model_gguf(&f.path) && split(&f.path).is_none_or(|(i, _)| i == 1))
-        .collect();
+    let models = model_files(files);
     let chosen = match quant {
         Some(q) => match models.iter().find(|f| has_tag(&f.path, q)) {
             Some(f) => *f,
@@ -62,12 +57,8 @@ pub(super) fn choose<'a>(
                 })
             }
         },
-        None => match DEFAULT_QUANTS
-            .iter()
-            .find_map(|q| models.iter().find(|f| has_tag(&f.path, q)))
-            .or(models.first())
-        {
-            Some(f) => *f,
+        None => match default_file(&models) {
+            Some(f) => f,
             None => {
                 return folder(files).map(Choice::Folder).ok_or_else(|| {
                     let listed: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
@@ -85,16 +76,107 @@ pub(super) fn choose<'a>(
         },
     };
     if let Some((_, count)) = split(&chosen.path) {
-        return Err(Error::hub(
-            repo,
-            format!(
-                "{} is split into {count} files, which Hearth does not load as one model; \
-                 merge them with llama.cpp's `llama-gguf-split --merge` and load the result",
-                chosen.path
-            ),
-        ));
+        return Err(split_refused(repo, &chosen.path, count));
     }
     Ok(Choice::Gguf(chosen))
+}
+
+/// The first part of each model file: what llama.cpp offers (mmproj, imatrix, drafts are
+/// not models).
+fn model_files(files: &[RepoFile]) -> Vec<&RepoFile> {
+    files
+        .iter()
+        .filter(|f| is_model_gguf(&f.path) && split(&f.path).is_none_or(|(i, _)| i == 1))
+        .collect()
+}
+
+/// The model file llama.cpp takes without a quantization: Q4_K_M, else Q8_0, else the first.
+fn default_file<'a>(models: &[&'a RepoFile]) -> Option<&'a RepoFile> {
+    DEFAULT_QUANTS
+        .iter()
+        .find_map(|q| models.iter().find(|f| has_tag(&f.path, q)))
+        .or(models.first())
+        .copied()
+}
+
+/// A GGUF model file of a repository, as a list of quantizations to choose from shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuantFile {
+    /// Its path in the repository (a split model's first part).
+    pub path: String,
+    /// The quantization its name gives (`Q4_K_M`), uppercase.
+    pub quant: Option<String>,
+    /// Bytes, every part of a split model together.
+    pub size: u64,
+    /// How many files a split model is in (`None`: one). Hearth does not load split models.
+    pub parts: Option<u32>,
+    /// The file a pull without a quantization takes, as llama.cpp's `-hf` chooses it.
+    pub default: bool,
+}
+
+/// The GGUF model files among a repository's `files`, in the listing's order (projectors,
+/// importance matrices and drafters left out).
+pub fn quant_files(files: &[RepoFile]) -> Vec<QuantFile> {
+    let models = model_files(files);
+    let default = default_file(&models).map(|f| f.path.as_str());
+    models
+        .iter()
+        .map(|f| {
+            let parts = split(&f.path).map(|(_, count)| count);
+            let size = match parts {
+                // Every part of the same model: the name but for its index.
+                Some(_) => {
+                    let stem = split_stem(&f.path);
+                    files
+                        .iter()
+                        .filter(|g| split(&g.path).is_some() && split_stem(&g.path) == stem)
+                        .map(|g| g.size)
+                        .sum()
+                }
+                None => f.size,
+            };
+            QuantFile {
+                path: f.path.clone(),
+                quant: quant_tag(&f.path),
+                size,
+                parts,
+                default: Some(f.path.as_str()) == default,
+            }
+        })
+        .collect()
+}
+
+/// The GGUF file at `path` in `files`, where it is a model file Hearth loads (one part).
+pub(super) fn choose_file<'a>(
+    repo: &str,
+    files: &'a [RepoFile],
+    path: &str,
+) -> Result<&'a RepoFile> {
+    let Some(file) = files.iter().find(|f| f.path == path) else {
+        return Err(Error::hub(repo, format!("holds no file `{path}`")));
+    };
+    if !is_model_gguf(path) {
+        return Err(Error::hub(repo, format!("{path} is not a GGUF model file")));
+    }
+    if let Some((_, count)) = split(path) {
+        return Err(split_refused(repo, path, count));
+    }
+    Ok(file)
+}
+
+fn split_refused(repo: &str, path: &str, count: u32) -> Error {
+    Error::hub(
+        repo,
+        format!(
+            "{path} is split into {count} files, which Hearth does not load as one model; \
+             merge them with llama.cpp's `llama-gguf-split --merge` and load the result"
+        ),
+    )
+}
+
+/// Whether a pull of `repo` with `quant` (or without one) takes the file at `path`.
+pub(super) fn takes(repo: &str, files: &[RepoFile], quant: Option<&str>, path: &str) -> bool {
+    matches!(choose(repo, files, quant), Ok(Choice::Gguf(f)) if f.path == path)
 }
 
 /// The weights of `folder`: the one file, or the shards its index names (read from the
@@ -214,6 +296,14 @@ fn split(path: &str) -> Option<(u32, u32)> {
         return None;
     }
     Some((index.parse().ok()?, count.parse().ok()?))
+}
+
+/// A split file's path without its `-00001-of-00003.gguf`.
+fn split_stem(path: &str) -> &str {
+    let stem = path.strip_suffix(".gguf").unwrap_or(path);
+    stem.rsplit_once("-of-")
+        .and_then(|(rest, _)| rest.rsplit_once('-'))
+        .map_or(stem, |(stem, _)| stem)
 }
 
 /// The quantization a GGUF file's name gives, uppercase: the last `-` or `.` separated part
@@ -364,6 +454,59 @@ mod tests {
         assert!(err.contains("without a quantization"), "{err}");
         let err = chosen(&["README.md"], None).unwrap_err().to_string();
         assert!(err.contains("its files: README.md"), "{err}");
+    }
+
+    #[test]
+    fn quant_files_mark_llama_cpps_default_and_sum_split_parts() {
+        let mut repo = files(&[
+            "README.md",
+            "M-Q2_K.gguf",
+            "M-Q4_K_M.gguf",
+            "mmproj-M-f16.gguf",
+            "Q8_0/M-Q8_0-00001-of-00002.gguf",
+            "Q8_0/M-Q8_0-00002-of-00002.gguf",
+        ]);
+        repo[4].size = 5;
+        repo[5].size = 7;
+        let quants = quant_files(&repo);
+        let rows: Vec<_> = quants
+            .iter()
+            .map(|q| {
+                (
+                    q.path.as_str(),
+                    q.quant.as_deref(),
+                    q.size,
+                    q.parts,
+                    q.default,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("M-Q2_K.gguf", Some("Q2_K"), 1, None, false),
+                ("M-Q4_K_M.gguf", Some("Q4_K_M"), 1, None, true),
+                (
+                    "Q8_0/M-Q8_0-00001-of-00002.gguf",
+                    Some("Q8_0"),
+                    12,
+                    Some(2),
+                    false
+                ),
+            ]
+        );
+        assert!(choose_file("o/r", &repo, "M-Q2_K.gguf").is_ok());
+        for refused in [
+            "mmproj-M-f16.gguf",
+            "README.md",
+            "missing.gguf",
+            &quants[2].path,
+        ] {
+            assert!(choose_file("o/r", &repo, refused).is_err(), "{refused}");
+        }
+        assert!(takes("o/r", &repo, None, "M-Q4_K_M.gguf"));
+        assert!(takes("o/r", &repo, Some("q2_k"), "M-Q2_K.gguf"));
+        assert!(!takes("o/r", &repo, Some("Q2_K"), "M-Q4_K_M.gguf"));
     }
 
     #[test]

@@ -3,12 +3,10 @@
 //! quantization lists those the repository has. (hearth-models' `hub_pull` tests cover
 //! redirects, resumes and checksums.)
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use sha1::{Digest, Sha1};
+use hearth_testkit::hub::Hub;
 
 use super::scratch;
 
@@ -19,61 +17,13 @@ const FILES: [(&str, &[u8]); 2] = [
     ("Tiny-Q8_0.gguf", b"not a model, Q8_0"),
 ];
 
-/// A hub serving `e2e/Tiny-GGUF` on 127.0.0.1 until the test process ends; its address.
-fn hub() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let path = line.split(' ').nth(1).unwrap_or("").to_string();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {}
-            let (status, body) = answer(&path);
-            let head = format!(
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body);
-        }
-    });
-    endpoint
-}
-
-/// The status and body for a request path: the tree listing (git blob ids, the files being
-/// small and not in LFS) and the files.
-fn answer(path: &str) -> (u16, Vec<u8>) {
-    if path.starts_with("/api/models/e2e/Tiny-GGUF/tree/main") {
-        let entries: Vec<String> = FILES
-            .iter()
-            .map(|(name, bytes)| {
-                format!(
-                    r#"{{"type":"file","oid":"{}","size":{},"path":"{name}"}}"#,
-                    git_blob_id(bytes),
-                    bytes.len()
-                )
-            })
-            .collect();
-        return (200, format!("[{}]", entries.join(",")).into_bytes());
-    }
+/// testkit's local hub, serving `e2e/Tiny-GGUF` until the test process ends.
+fn hub() -> Hub {
+    let hub = Hub::start();
     for (name, bytes) in FILES {
-        if path == format!("/e2e/Tiny-GGUF/resolve/main/{name}") {
-            return (200, bytes.to_vec());
-        }
+        hub.add("e2e/Tiny-GGUF", name, bytes.to_vec(), false);
     }
-    (404, b"{\"error\":\"Repository not found\"}".to_vec())
-}
-
-/// Git's blob id of `bytes`: what the hub lists for a file outside LFS.
-fn git_blob_id(bytes: &[u8]) -> String {
-    let digest = Sha1::new()
-        .chain_update(format!("blob {}\0", bytes.len()))
-        .chain_update(bytes)
-        .finalize();
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hub
 }
 
 fn hearth(endpoint: &str, dir: &Path, args: &[&str]) -> Output {
@@ -93,9 +43,10 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn a_pulled_model_is_found_by_its_hub_name() {
-    let endpoint = hub();
+    let hub = hub();
+    let endpoint = hub.endpoint.as_str();
     let dir = scratch("pull");
-    let out = hearth(&endpoint, &dir, &["pull", "e2e/Tiny-GGUF:q8_0"]);
+    let out = hearth(endpoint, &dir, &["pull", "e2e/Tiny-GGUF:q8_0"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let file = dir.join("Tiny-Q8_0.gguf");
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -103,7 +54,7 @@ fn a_pulled_model_is_found_by_its_hub_name() {
     assert_eq!(std::fs::read(&file).unwrap(), FILES[1].1);
 
     // `-m` (here `inspect`'s MODEL) by the hub name: the pulled file, which is no GGUF file.
-    let out = hearth(&endpoint, &dir, &["inspect", "e2e/Tiny-GGUF:Q8_0"]);
+    let out = hearth(endpoint, &dir, &["inspect", "e2e/Tiny-GGUF:Q8_0"]);
     let err = stderr(&out);
     assert!(
         err.contains(&file.display().to_string()) && err.contains("not a GGUF file"),
@@ -111,14 +62,14 @@ fn a_pulled_model_is_found_by_its_hub_name() {
     );
 
     // Not pulled yet: an error saying how, then `--pull` fetches llama.cpp's default.
-    let out = hearth(&endpoint, &dir, &["inspect", "e2e/Tiny-GGUF"]);
+    let out = hearth(endpoint, &dir, &["inspect", "e2e/Tiny-GGUF"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("is not pulled yet: add --pull"),
         "{}",
         stderr(&out)
     );
-    let out = hearth(&endpoint, &dir, &["inspect", "e2e/Tiny-GGUF", "--pull"]);
+    let out = hearth(endpoint, &dir, &["inspect", "e2e/Tiny-GGUF", "--pull"]);
     let err = stderr(&out);
     assert!(
         err.contains("Tiny-Q4_K_M.gguf") && err.contains("not a GGUF file"),
@@ -130,14 +81,14 @@ fn a_pulled_model_is_found_by_its_hub_name() {
     );
 
     // A quantization the repository lacks, and a repository the hub lacks.
-    let out = hearth(&endpoint, &dir, &["pull", "e2e/Tiny-GGUF:IQ1_S"]);
+    let out = hearth(endpoint, &dir, &["pull", "e2e/Tiny-GGUF:IQ1_S"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
         err.contains("it has: Q4_K_M (Tiny-Q4_K_M.gguf), Q8_0 (Tiny-Q8_0.gguf)"),
         "{err}"
     );
-    let out = hearth(&endpoint, &dir, &["pull", "e2e/Nothing"]);
+    let out = hearth(endpoint, &dir, &["pull", "e2e/Nothing"]);
     assert!(
         stderr(&out).contains("e2e/Nothing: no such repository"),
         "{}",
