@@ -3,7 +3,8 @@
 //! to GGUF with llama.cpp's own converter (so tensor names and metadata are those of real GGUF
 //! files), and records transformers' f32 logits at every position of a fixed token sequence:
 //! a 64-token prompt and 16 more tokens. Hearth runs the prompt as one step and the rest as 16
-//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference, and must match
+//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference (a family the
+//! Vulkan executor refuses: the reference and the native CPU executor), and must match
 //! at every position: the largest absolute difference of the logits and the largest KL
 //! divergence of the next-token distributions are printed and bounded.
 //!
@@ -13,6 +14,7 @@
 
 use std::path::Path;
 
+use hearth_cpu::Activations;
 use hearth_engine::{BackendKind, Engine, EngineOptions};
 use hearth_kernels::vk::{Device, DeviceDesc};
 use hearth_model::kv::KvType;
@@ -72,6 +74,21 @@ fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
 }
 
 fn check_family(name: &str) {
+    check_family_on(name, Executors::VulkanAndReference);
+}
+
+/// Which executors a family is checked on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Executors {
+    /// llama.cpp's file on Vulkan and the reference, and the folder on Vulkan (the folder on
+    /// the reference only where llama.cpp's file does not run).
+    VulkanAndReference,
+    /// Both files on the reference and on the native CPU executor (f32 activations), for a
+    /// family the Vulkan executor refuses.
+    Cpus,
+}
+
+fn check_family_on(name: &str, executors: Executors) {
     let Some(dir) = hearth_testkit::conformance_model(name) else {
         return;
     };
@@ -89,26 +106,36 @@ fn check_family(name: &str) {
     }
     // llama.cpp's GGUF file on both executors, and the Hugging Face folder it was converted
     // from, which Hearth converts itself as it loads.
-    let sources = match reference.gguf_runs {
-        true => vec![
+    let sources = match (executors, reference.gguf_runs) {
+        (Executors::VulkanAndReference, true) => vec![
             (BackendKind::Vulkan, "model.gguf"),
             (BackendKind::Reference, "model.gguf"),
             (BackendKind::Vulkan, "hf"),
         ],
-        false => vec![(BackendKind::Vulkan, "hf"), (BackendKind::Reference, "hf")],
+        (Executors::VulkanAndReference, false) => {
+            vec![(BackendKind::Vulkan, "hf"), (BackendKind::Reference, "hf")]
+        }
+        (Executors::Cpus, _) => vec![
+            (BackendKind::Reference, "model.gguf"),
+            (BackendKind::Cpu, "model.gguf"),
+            (BackendKind::Reference, "hf"),
+            (BackendKind::Cpu, "hf"),
+        ],
     };
     for (backend, source) in sources {
-        // The KV cache in f32, as transformers keeps it.
+        // The KV cache in f32, as transformers keeps it, and the native executor's products
+        // in f32.
         let options = EngineOptions {
             backend,
             n_ctx: Some(128),
             kv_type: KvType::F32,
+            activations: Activations::F32,
             ..EngineOptions::default()
         };
         let mut engine = Engine::load(Path::new(&dir.join(source)), &options, &mut |_| true)
             .unwrap_or_else(|e| panic!("{name} on {backend:?} from {source}: {e}"));
         assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
-        if backend == BackendKind::Vulkan {
+        if backend == BackendKind::Vulkan || executors == Executors::Cpus {
             // The tokenizer from the GGUF vocabulary, llama.cpp's or Hearth's conversion.
             for t in &reference.tokenized {
                 let opts = hearth_models::EncodeOptions {
@@ -311,4 +338,45 @@ fn olmoe_matches_transformers() {
 #[test]
 fn qwen3moe_matches_transformers() {
     check_family("qwen3moe");
+}
+
+/// GPT-OSS: four layers, local (window 24) and global in turn, a learned sink per head in
+/// every softmax, YaRN with its correction range unrounded, biases on q, k, v and o, and 2 of
+/// 4 experts per token with biases on the router and every product and the clamped SwiGLU.
+/// On the CPU executors; the Vulkan executor refuses it by name.
+#[test]
+fn gptoss_matches_transformers() {
+    check_family_on("gptoss", Executors::Cpus);
+    let Some(dir) = hearth_testkit::conformance_model("gptoss") else {
+        return;
+    };
+    if hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_none() {
+        return;
+    }
+    let options = EngineOptions {
+        backend: BackendKind::Vulkan,
+        ..EngineOptions::default()
+    };
+    let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
+        .err()
+        .expect("the Vulkan executor refuses attention sinks");
+    assert!(err.to_string().contains("attention sinks"), "{err}");
+    // InfiniGen and H2O refuse it too, with the reason.
+    for options in [
+        EngineOptions {
+            backend: BackendKind::Reference,
+            infinigen: Some(hearth_engine::InfinigenOptions::default()),
+            ..EngineOptions::default()
+        },
+        EngineOptions {
+            backend: BackendKind::Reference,
+            h2o: Some(hearth_engine::H2oOptions::default()),
+            ..EngineOptions::default()
+        },
+    ] {
+        let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
+            .err()
+            .expect("the KV policies refuse attention sinks");
+        assert!(err.to_string().contains("attention sinks"), "{err}");
+    }
 }

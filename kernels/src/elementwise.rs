@@ -5,7 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use hearth_shaders::{BIAS_ACT, SWIGLU};
 
 use super::Pipe;
-use crate::vk::{Buffer, Device, Recorder, Result};
+use crate::vk::{Buffer, Device, Recorder, Result, VkError};
 use hearth_model::encoder::EncoderActivation;
 use hearth_model::ops::GatedAct;
 
@@ -62,6 +62,12 @@ impl SwiGlu {
         cols: u32,
         act: GatedAct,
     ) -> Result<()> {
+        if act == GatedAct::SwigluOai {
+            return Err(VkError::Kernel {
+                kernel: SWIGLU.name,
+                message: "no variant for the clamped SwiGLU".into(),
+            });
+        }
         let n = tokens as u64 * cols as u64;
         let push = SwiGluPush {
             n: n as u32,

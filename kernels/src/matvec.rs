@@ -572,6 +572,7 @@ impl Matvec {
         match a.gated {
             Some(GatedAct::Silu) => flags |= GATED,
             Some(GatedAct::GeluTanh) => flags |= GATED | GELU,
+            Some(GatedAct::SwigluOai) => return Err(no_clamped_swiglu(self.pipe.name)),
             None => {}
         }
         let (gain, eps) = a.norm.unwrap_or((a.x, 0.0));
@@ -647,6 +648,7 @@ impl Matvec {
         match a.gated {
             Some(GatedAct::Silu) => flags |= GATED,
             Some(GatedAct::GeluTanh) => flags |= GATED | GELU,
+            Some(GatedAct::SwigluOai) => return Err(no_clamped_swiglu(self.pipe.name)),
             None => {}
         }
         let rows = self.shape.rows_per_unit(a.m);
@@ -666,6 +668,15 @@ impl Matvec {
             1,
         ];
         rec.dispatch(&self.pipe, &[a.w, xq, a.y, xq], &push, groups)
+    }
+}
+
+/// The clamped SwiGLU (GPT-OSS) has no variant of the gated products; executors refuse its
+/// models before recording one.
+fn no_clamped_swiglu(kernel: &'static str) -> VkError {
+    VkError::Kernel {
+        kernel,
+        message: "no variant for the clamped SwiGLU".into(),
     }
 }
 

@@ -70,6 +70,11 @@ pub struct ModelConfig {
     pub logit_softcap: Option<f32>,
     /// Of each run of this many layers, the last rotates nothing (SmolLM3: 4).
     pub nope_period: Option<usize>,
+    /// A learned sink logit per query head in every softmax's denominator (GPT-OSS):
+    /// `Layer::attn_sinks`.
+    pub attn_sinks: bool,
+    /// A bias on the attention's output projection (GPT-OSS): `Layer::wo_bias`.
+    pub attn_out_bias: bool,
     /// A factor on the token embeddings (Gemma: sqrt(n_embd); Granite: its embedding
     /// multiplier over its residual multiplier, see `from_resolved`).
     pub embd_scale: Option<f32>,
@@ -187,9 +192,10 @@ impl ModelConfig {
 
     /// Checks the spec's atoms against what this runtime executes: a decoder with RMSNorm
     /// before each block (and after it, sandwich-style), RoPE or no position embedding,
-    /// causal attention (q/k/v biases, a per-head query/key RMSNorm, local windows and
-    /// soft-capping allowed, no output bias) and a SiLU- or GELU-gated MLP. Anything else is
-    /// a clear error naming the atom.
+    /// causal attention (q/k/v and output biases, a per-head query/key RMSNorm, local
+    /// windows, soft-capping and sinks allowed) and a SiLU-, GELU- or clamped-SwiGLU-gated
+    /// MLP (biases only on a mixture of experts). Anything else is a clear error naming the
+    /// atom.
     pub fn from_resolved(file: &GgufFile, model: &ResolvedModel) -> Result<Self> {
         let path = file.path();
         let spec = &model.spec;
@@ -221,13 +227,16 @@ impl ModelConfig {
                 spec.norm.kind, spec.norm.placement
             )));
         }
-        let mlp_act = match (spec.mlp.kind, spec.activation, spec.mlp.bias) {
+        // Biases on a mixture of experts are its router's and its experts' (GPT-OSS).
+        let dense_bias = spec.mlp.bias && model.hparams.experts.is_none();
+        let mlp_act = match (spec.mlp.kind, spec.activation, dense_bias) {
             (MlpKind::Gated, Activation::Silu, false) => ops::GatedAct::Silu,
             (MlpKind::Gated, Activation::GeluTanh, false) => ops::GatedAct::GeluTanh,
+            (MlpKind::Gated, Activation::SwigluOai, false) => ops::GatedAct::SwigluOai,
             _ => {
                 return Err(unsupported(format!(
-                    "MLP `{}` with activation `{}`{} (SiLU- or GELU-tanh-gated MLPs without \
-                     bias are)",
+                    "MLP `{}` with activation `{}`{} (SiLU-, GELU-tanh- or clamped-SwiGLU-gated \
+                     MLPs without bias are, and mixtures of experts with biases)",
                     spec.mlp.kind,
                     spec.activation,
                     if spec.mlp.bias { " and bias" } else { "" }
@@ -235,10 +244,8 @@ impl ModelConfig {
             }
         };
         let a = &spec.attention;
-        if a.output_bias || !a.causal {
-            return Err(unsupported(
-                "attention with an output bias or without a causal mask".to_string(),
-            ));
+        if !a.causal {
+            return Err(unsupported("attention without a causal mask".to_string()));
         }
         if a.qk_norm.is_some_and(|k| k != NormKind::Rms) {
             return Err(unsupported(
@@ -348,6 +355,8 @@ impl ModelConfig {
                 PositionSpec::Rope { nope_period, .. } => nope_period.map(|n| n.max(1) as usize),
                 _ => None,
             },
+            attn_sinks: a.sinks,
+            attn_out_bias: a.output_bias,
             embd_scale,
             logit_scale: h.logit_scale,
             post_norms: spec.norm.placement == NormPlacement::Sandwich,
@@ -389,6 +398,8 @@ impl ModelConfig {
             attn_softcap: None,
             logit_softcap: None,
             nope_period: None,
+            attn_sinks: false,
+            attn_out_bias: false,
             embd_scale: None,
             logit_scale: None,
             post_norms: false,

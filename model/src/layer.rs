@@ -18,6 +18,11 @@ pub struct Layer<M, V> {
     pub k_norm: Option<V>,
     /// [n_embd, n_head * head_dim]
     pub wo: M,
+    /// [n_embd]: the output projection's bias, where the model has one (GPT-OSS).
+    pub wo_bias: Option<V>,
+    /// [n_head]: each query head's sink, a logit that joins its softmax's denominator and
+    /// has no value, where the model has them (GPT-OSS).
+    pub attn_sinks: Option<V>,
     /// [n_embd] each: norms of the attention and MLP outputs before their residual adds,
     /// where the model has them (Gemma 2).
     pub attn_post_norm: Option<V>,
@@ -25,6 +30,20 @@ pub struct Layer<M, V> {
     /// [n_embd]
     pub ffn_norm: V,
     pub mlp: Mlp<M>,
+    /// A mixture of experts' biases, where it has them (GPT-OSS).
+    pub expert_bias: Option<ExpertBias<V>>,
+}
+
+/// The biases of a mixture of experts' router and of every expert's products, in the rows'
+/// order of `Mlp::Experts`.
+pub struct ExpertBias<V> {
+    /// [n_expert]
+    pub router: V,
+    /// [n_expert * 2 n_ff_exp]: expert e's gate biases from e * 2 n_ff_exp, then its up
+    /// biases.
+    pub gate_up: V,
+    /// [n_expert * n_embd]
+    pub down: V,
 }
 
 /// A block's MLP: one gated MLP, or a mixture of experts.
@@ -98,6 +117,14 @@ impl<M, V> Layer<M, V> {
             q_norm: self.q_norm.map(|v| vector("attn_q_norm", v)).transpose()?,
             k_norm: self.k_norm.map(|v| vector("attn_k_norm", v)).transpose()?,
             wo: matrix("attn_output", self.wo)?,
+            wo_bias: self
+                .wo_bias
+                .map(|v| vector("attn_output_bias", v))
+                .transpose()?,
+            attn_sinks: self
+                .attn_sinks
+                .map(|v| vector("attn_sinks", v))
+                .transpose()?,
             attn_post_norm: self
                 .attn_post_norm
                 .map(|v| vector("attn_post_norm", v))
@@ -129,6 +156,14 @@ impl<M, V> Layer<M, V> {
                         None => None,
                     },
                 },
+            },
+            expert_bias: match self.expert_bias {
+                Some(b) => Some(ExpertBias {
+                    router: vector("ffn_gate_inp_bias", b.router)?,
+                    gate_up: vector("ffn_gate_up_exps_bias", b.gate_up)?,
+                    down: vector("ffn_down_exps_bias", b.down)?,
+                }),
+                None => None,
             },
         })
     }

@@ -48,8 +48,13 @@ pub fn yarn_freqs(freqs: &[f64], base: f64, y: &hearth_models::spec::Yarn) -> Ve
         let turns = y.original_context as f64 / (rotations * 2.0 * std::f64::consts::PI);
         dims * turns.ln() / (2.0 * base.ln())
     };
-    let low = pair_at(y.beta_fast as f64).floor().max(0.0);
-    let high = pair_at(y.beta_slow as f64).ceil().min(dims - 1.0);
+    // Rounded outward to whole pairs unless the model says not to (GPT-OSS).
+    let (low, high) = (pair_at(y.beta_fast as f64), pair_at(y.beta_slow as f64));
+    let (low, high) = match y.truncate {
+        true => (low.floor(), high.ceil()),
+        false => (low, high),
+    };
+    let (low, high) = (low.max(0.0), high.min(dims - 1.0));
     let span = (high - low).max(0.001);
     freqs
         .iter()
@@ -120,6 +125,37 @@ pub enum GatedAct {
     Silu,
     /// GeGLU with GELU's tanh approximation (Gemma).
     GeluTanh,
+    /// GPT-OSS's clamped SwiGLU: (clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g), g the gate
+    /// clamped above at 7 ([`swiglu_oai`]).
+    SwigluOai,
+}
+
+/// The clamped SwiGLU's gain inside the sigmoid and its clamp (GPT-OSS's `swiglu_alpha` and
+/// `swiglu_limit`, fixed as llama.cpp fixes them).
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
+
+/// GPT-OSS's clamped SwiGLU of one gate and up value.
+pub fn swiglu_oai(gate: f32, up: f32) -> f32 {
+    let g = gate.min(SWIGLU_OAI_LIMIT);
+    let u = up.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT);
+    let glu = g / (1.0 + (-g * SWIGLU_OAI_ALPHA).exp());
+    (u + 1.0) * glu
+}
+
+/// A softmax's probabilities in place, with a sink: a logit that joins the denominator and
+/// takes no share of the output (GPT-OSS's attention sinks; `None`: the plain softmax).
+pub fn softmax_with_sink(x: &mut [f32], sink: Option<f32>) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = sink.map_or(max, |s| max.max(s));
+    let mut sum = sink.map_or(0.0, |s| (s - max).exp());
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
 }
 
 impl GatedAct {
@@ -131,6 +167,11 @@ impl GatedAct {
                 .iter()
                 .zip(up)
                 .map(|(g, u)| g * u)
+                .collect(),
+            Self::SwigluOai => gate
+                .iter()
+                .zip(up)
+                .map(|(&g, &u)| swiglu_oai(g, u))
                 .collect(),
         }
     }
@@ -183,6 +224,13 @@ pub fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
                 .map(move |(&v, &g)| (v as f64 * scale * g as f64) as f32)
         })
         .collect()
+}
+
+/// Adds `bias` ([n]) to every row of `x` ([rows, n]).
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_mut(bias.len().max(1)) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
 }
 
 /// Applies `adjust` in place to `qkv`, rows of [n_head query heads | n_head_kv key heads |

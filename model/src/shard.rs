@@ -42,6 +42,8 @@ impl Shard {
     pub fn refusal(c: &ModelConfig) -> Option<&'static str> {
         if c.experts.is_some() {
             Some("a mixture of experts (its router needs every expert's rows)")
+        } else if c.attn_sinks || c.attn_out_bias {
+            Some("attention sinks or an output bias (per head, or once over the whole sum)")
         } else if c.post_norms {
             Some("post-norms (a norm of the whole attention or MLP output)")
         } else if c.qk_norm_whole {

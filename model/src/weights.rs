@@ -11,7 +11,7 @@ use hearth_quant::{BlockType, Format};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::layer::{LayerWeights, Mlp, SharedMlp};
+use crate::layer::{ExpertBias, LayerWeights, Mlp, SharedMlp};
 use crate::matrix::{fitting_format, import_format, Matrix, Projection};
 use crate::stage::Part;
 
@@ -277,6 +277,7 @@ impl<'a> WeightReader<'a> {
                 up,
                 down,
                 shared,
+                ..
             } => {
                 let x = c
                     .experts
@@ -308,6 +309,38 @@ impl<'a> WeightReader<'a> {
                 }
             }
         };
+        let expert_bias = match (&t.mlp, c.experts) {
+            (
+                MlpTensors::Experts {
+                    biases: Some(b), ..
+                },
+                Some(x),
+            ) => {
+                let gate = self.vector(&b.gate, x.count, x.n_ff)?;
+                let up = self.vector(&b.up, x.count, x.n_ff)?;
+                // Each expert's gate biases, then its up biases, as its rows are stacked.
+                let gate_up = gate
+                    .chunks(x.n_ff)
+                    .zip(up.chunks(x.n_ff))
+                    .flat_map(|(g, u)| g.iter().chain(u))
+                    .copied()
+                    .collect();
+                Some(ExpertBias {
+                    router: self.vector(&b.router, 1, x.count)?,
+                    gate_up,
+                    down: self.vector(&b.down, x.count, e)?,
+                })
+            }
+            _ => None,
+        };
+        let attn_sinks = match &t.attn_sinks {
+            Some(name) => Some(self.vector(name, 1, c.n_head)?),
+            None => None,
+        };
+        let wo_bias = match &t.attn_output.bias {
+            Some(name) => Some(self.vector(name, 1, e)?),
+            None => None,
+        };
         Ok(LayerWeights {
             attn_norm: self.vector(&t.attn_norm.weight, 1, e)?,
             wqkv,
@@ -315,10 +348,13 @@ impl<'a> WeightReader<'a> {
             q_norm,
             k_norm,
             wo: self.matrix(&t.attn_output.weight, e, c.attn_dim())?.into(),
+            wo_bias,
+            attn_sinks,
             attn_post_norm,
             ffn_post_norm,
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             mlp,
+            expert_bias,
         })
     }
 
@@ -388,6 +424,8 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
         &l.attn_output.weight,
         &l.ffn_norm.weight,
     ];
+    names.extend(l.attn_output.bias.as_deref());
+    names.extend(l.attn_sinks.as_deref());
     match &l.mlp {
         MlpTensors::Dense { gate, up, down } => {
             names.extend(gate.as_ref().map(|g| g.weight.as_str()));
@@ -399,8 +437,12 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             up,
             down,
             shared,
+            biases,
         } => {
             names.extend([router.as_str(), gate, up, down]);
+            if let Some(b) = biases {
+                names.extend([b.router.as_str(), &b.gate, &b.up, &b.down]);
+            }
             if let Some(sh) = shared {
                 names.extend([sh.gate.as_str(), &sh.up, &sh.down]);
                 names.extend(sh.gate_inp.as_deref());

@@ -1,6 +1,6 @@
 //! Hugging Face folders that are wrong: each conversion error names the file and the key or
-//! tensor at fault. The folders are tiny Llama and Mixtral shapes written here with the
-//! safetensors crate.
+//! tensor at fault. The folders are tiny Llama, Mixtral and GPT-OSS shapes written here with
+//! the safetensors crate (GPT-OSS's experts in MXFP4, checked value for value).
 
 use std::path::{Path, PathBuf};
 
@@ -289,4 +289,146 @@ fn a_folder_without_a_tokenizer_or_with_a_foreign_one_is_named() {
     std::fs::write(f.dir.join("config.json"), b"[1, 2]").unwrap();
     let err = error(&f);
     assert!(err.contains("config.json"), "{err}");
+}
+
+/// A one-layer GPT-OSS folder (width 32, 2 heads of 16 on 1 KV head, 2 experts of width 32)
+/// with its experts in MXFP4, as OpenAI ships them: `_blocks` (U8, [expert, out, in / 32,
+/// 16]) and `_scales` (U8, [expert, out, in / 32]), gate and up rows interleaved.
+fn gptoss_folder(name: &str, config_edit: impl FnOnce(&mut Value)) -> Folder {
+    let (h, ff, experts) = (32usize, 32usize, 2usize);
+    let mut config = json!({
+        "architectures": ["GptOssForCausalLM"],
+        "hidden_size": h,
+        "intermediate_size": ff,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "num_hidden_layers": 1,
+        "vocab_size": VOCAB,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 64,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0},
+        "layer_types": ["sliding_attention"],
+        "sliding_window": 4,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 1,
+        "swiglu_limit": 7.0,
+    });
+    config_edit(&mut config);
+    let l = "model.layers.0";
+    let mut floats: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![VOCAB, h]),
+        ("model.norm.weight".into(), vec![h]),
+        ("lm_head.weight".into(), vec![VOCAB, h]),
+        (format!("{l}.input_layernorm.weight"), vec![h]),
+        (format!("{l}.post_attention_layernorm.weight"), vec![h]),
+        (format!("{l}.self_attn.sinks"), vec![2]),
+        (format!("{l}.mlp.router.weight"), vec![experts, h]),
+        (format!("{l}.mlp.router.bias"), vec![experts]),
+        (
+            format!("{l}.mlp.experts.gate_up_proj_bias"),
+            vec![experts, 2 * ff],
+        ),
+        (format!("{l}.mlp.experts.down_proj_bias"), vec![experts, h]),
+    ];
+    for (p, out) in [("q", 32), ("k", 16), ("v", 16), ("o", h)] {
+        let inp = if p == "o" { 32 } else { h };
+        floats.push((format!("{l}.self_attn.{p}_proj.weight"), vec![out, inp]));
+        floats.push((format!("{l}.self_attn.{p}_proj.bias"), vec![out]));
+    }
+    let f = folder(name, &config, &floats);
+    // Rewritten with the MXFP4 tensors beside the float ones.
+    let float_data: Vec<Vec<u8>> = floats
+        .iter()
+        .map(|(_, s)| {
+            let n: usize = s.iter().product();
+            (0..n).map(value).flat_map(f32::to_le_bytes).collect()
+        })
+        .collect();
+    let mut u8s: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (part, out, inp) in [("gate_up_proj", 2 * ff, h), ("down_proj", h, ff)] {
+        let blocks = vec![experts, out, inp / 32, 16];
+        let scales = vec![experts, out, inp / 32];
+        let n: usize = blocks.iter().product();
+        let bytes = (0..n).map(|i| ((i * 37 + 11) % 256) as u8).collect();
+        u8s.push((format!("{l}.mlp.experts.{part}_blocks"), blocks, bytes));
+        let n: usize = scales.iter().product();
+        let bytes = (0..n).map(|i| 120 + (i % 10) as u8).collect();
+        u8s.push((format!("{l}.mlp.experts.{part}_scales"), scales, bytes));
+    }
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> = floats
+        .iter()
+        .zip(&float_data)
+        .map(|((name, shape), bytes)| {
+            let view = safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), bytes);
+            (name.clone(), view.unwrap())
+        })
+        .collect();
+    for (name, shape, bytes) in &u8s {
+        let view = safetensors::tensor::TensorView::new(Dtype::U8, shape.clone(), bytes);
+        views.push((name.clone(), view.unwrap()));
+    }
+    safetensors::serialize_to_file(views, &None, &f.dir.join("model.safetensors")).unwrap();
+    f
+}
+
+/// The e2m1 values, as transformers decodes OpenAI's nibbles.
+const FP4: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+#[test]
+fn gptoss_mxfp4_experts_keep_their_values_and_odd_constants_are_named() {
+    let f = gptoss_folder("gptoss", |_| {});
+    let gguf = HfFolder::open(&f.dir).unwrap().to_gguf_file().unwrap();
+    // The spec finds every tensor it names, sinks and expert biases included.
+    let model = hearth_models::resolve_gguf(&gguf).unwrap();
+    assert_eq!(model.hparams.n_layer, 1);
+    // What transformers computes from the folder's blocks: gate rows are the even rows of
+    // gate_up, up rows the odd ones.
+    let (blocks, scales) = (
+        |i: usize| ((i * 37 + 11) % 256) as u8,
+        |i: usize| 120 + (i % 10) as u8,
+    );
+    let hf_value = |e: usize, row: usize, rows: usize, k: usize, cols: usize| {
+        let at = (e * rows + row) * (cols / 32) + k / 32;
+        let byte = blocks(at * 16 + (k % 32) / 2);
+        let code = (byte >> (4 * (k % 2))) & 0x0F;
+        FP4[code as usize] * 2f32.powi(i32::from(scales(at)) - 127)
+    };
+    for (name, rows, cols, first, step) in [
+        ("blk.0.ffn_gate_exps.weight", 64, 32, 0, 2),
+        ("blk.0.ffn_up_exps.weight", 64, 32, 1, 2),
+        ("blk.0.ffn_down_exps.weight", 32, 32, 0, 1),
+    ] {
+        let t = gguf.tensor(name).unwrap();
+        assert_eq!(t.ggml_type.id(), 39, "{name}: MXFP4");
+        let kept = rows / step;
+        assert_eq!(t.shape, vec![cols as u64, kept as u64, 2], "{name}");
+        let data = gguf.tensor_data(t).unwrap();
+        for (b, block) in data.chunks_exact(17).enumerate() {
+            let mut qs = [0u8; 16];
+            qs.copy_from_slice(&block[1..]);
+            let mut got = [0f32; 32];
+            hearth_quant::ggml::mxfp4::BlockMxfp4 { e: block[0], qs }.dequantize(&mut got);
+            let (row, blk) = (b / (cols / 32), b % (cols / 32));
+            let (e, r) = (row / kept, row % kept);
+            for (j, &v) in got.iter().enumerate() {
+                let want = hf_value(e, first + r * step, rows, blk * 32 + j, cols);
+                assert_eq!(
+                    v,
+                    want,
+                    "{name}: expert {e}, row {r}, value {}",
+                    blk * 32 + j
+                );
+            }
+        }
+    }
+    // Constants, layer patterns and YaRN rounding the spec does not run are refused by key.
+    let f = gptoss_folder("gptoss-limit", |c| c["swiglu_limit"] = json!(8.0));
+    assert!(error(&f).contains("swiglu_limit"), "{}", error(&f));
+    let f = gptoss_folder("gptoss-layers", |c| {
+        c["layer_types"] = json!(["full_attention"]);
+    });
+    assert!(error(&f).contains("layer_types"), "{}", error(&f));
 }

@@ -249,7 +249,10 @@ impl Backend for CpuModel {
             if let Some(a) = &mut self.activations {
                 a.layers[l].attn_output.add(&att, c.attn_dim());
             }
-            let out = matmul(&att, &w.wo, e, c.attn_dim());
+            let mut out = matmul(&att, &w.wo, e, c.attn_dim());
+            if let Some(bias) = &w.wo_bias {
+                ops::add_bias(&mut out, bias);
+            }
             add_in_place(&mut x, &post_norm(out, &w.attn_post_norm, &c));
 
             // MLP block: down(act(gate(xn)) * up(xn)).
@@ -283,6 +286,7 @@ impl Backend for CpuModel {
                         gate_up,
                         down,
                         shared: shared.as_ref().map(|sh| (&sh.gate_up[..], &sh.down[..])),
+                        bias: w.expert_bias.as_ref(),
                     };
                     experts.forward(&xn, &c)
                 }

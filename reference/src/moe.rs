@@ -2,10 +2,10 @@
 //! run it, and their gated MLPs' outputs are summed with the router's weights (Mixtral,
 //! Qwen3-MoE), with a shared expert's output besides where the model has one (Qwen2-MoE).
 
-use hearth_model::ops::route;
+use hearth_model::ops::{add_bias, route};
 
 use super::matmul::matmul;
-use hearth_model::ModelConfig;
+use hearth_model::{ExpertBias, ModelConfig};
 
 /// One block's experts as f32: the router [n_expert, n_embd] (and the shared expert's gate
 /// row after it, where it has one), the stacked gate and up [n_expert * 2 n_ff_exp, n_embd]
@@ -16,6 +16,8 @@ pub(super) struct ExpertWeights<'a> {
     pub gate_up: &'a [f32],
     pub down: &'a [f32],
     pub shared: Option<(&'a [f32], &'a [f32])>,
+    /// The router's and every expert's biases, where the model has them (GPT-OSS).
+    pub bias: Option<&'a ExpertBias<Vec<f32>>>,
 }
 
 impl ExpertWeights<'_> {
@@ -26,7 +28,13 @@ impl ExpertWeights<'_> {
         };
         let e = c.n_embd;
         let width = x.router_rows();
-        let logits = matmul(xn, self.router, width, e); // (tokens, n_expert [+ 1])
+        let mut logits = matmul(xn, self.router, width, e); // (tokens, n_expert [+ 1])
+        if let Some(b) = self.bias {
+            // The router's bias covers the experts' rows only, never a shared expert's gate.
+            for row in logits.chunks_mut(width) {
+                add_bias(&mut row[..b.router.len()], &b.router);
+            }
+        }
         let mut out = vec![0f32; xn.len()];
         for ((row, logits), y) in xn
             .chunks(e)
@@ -36,7 +44,13 @@ impl ExpertWeights<'_> {
             for (expert, weight) in route(&logits[..x.count], &x) {
                 let gate_up = &self.gate_up[expert * 2 * x.n_ff * e..][..2 * x.n_ff * e];
                 let down = &self.down[expert * e * x.n_ff..][..e * x.n_ff];
-                add_gated_mlp(y, weight, row, (gate_up, down), x.n_ff, c);
+                let bias = self.bias.map(|b| {
+                    (
+                        &b.gate_up[expert * 2 * x.n_ff..][..2 * x.n_ff],
+                        &b.down[expert * e..][..e],
+                    )
+                });
+                add_gated_mlp(y, weight, row, (gate_up, down), bias, x.n_ff, c);
             }
             if let (Some(sh), Some(weights)) = (x.shared, self.shared) {
                 // The shared expert, scaled by the sigmoid of its gate's logit where it has one.
@@ -44,7 +58,7 @@ impl ExpertWeights<'_> {
                     true => 1.0 / (1.0 + (-logits[x.count]).exp()),
                     false => 1.0,
                 };
-                add_gated_mlp(y, weight, row, weights, sh.n_ff, c);
+                add_gated_mlp(y, weight, row, weights, None, sh.n_ff, c);
             }
         }
         out
@@ -52,20 +66,30 @@ impl ExpertWeights<'_> {
 }
 
 /// y += weight * down(act(gate x) * (up x)) for one token's x, with `gate_up` [2 n_ff, n_embd]
-/// (gate rows, then up rows) and `down` [n_embd, n_ff].
+/// (gate rows, then up rows) and `down` [n_embd, n_ff], and their biases where given
+/// ([2 n_ff] and [n_embd]).
+#[allow(clippy::too_many_arguments)]
 fn add_gated_mlp(
     y: &mut [f32],
     weight: f32,
     x: &[f32],
     (gate_up, down): (&[f32], &[f32]),
+    bias: Option<(&[f32], &[f32])>,
     n_ff: usize,
     c: &ModelConfig,
 ) {
     let e = c.n_embd;
-    let both = matmul(x, gate_up, 2 * n_ff, e);
+    let mut both = matmul(x, gate_up, 2 * n_ff, e);
+    if let Some((b, _)) = bias {
+        add_bias(&mut both, b);
+    }
     let (g, u) = both.split_at(n_ff);
     let hidden = c.mlp_act.apply(g, u);
-    for (y, v) in y.iter_mut().zip(matmul(&hidden, down, e, n_ff)) {
+    let mut out = matmul(&hidden, down, e, n_ff);
+    if let Some((_, b)) = bias {
+        add_bias(&mut out, b);
+    }
+    for (y, v) in y.iter_mut().zip(out) {
         *y += weight * v;
     }
 }

@@ -185,7 +185,11 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
     norm_low, norm_high = spec.get("norm_init", (0.5, 1.5))
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if "router_init" in spec and pname.endswith(ROUTERS):
+            inits = spec.get("init", {})
+            suffix = next((k for k in inits if pname.endswith(k)), None)
+            if suffix is not None:
+                p.copy_(torch.empty_like(p).uniform_(*inits[suffix]))
+            elif "router_init" in spec and pname.endswith(ROUTERS):
                 p.copy_(torch.empty_like(p).uniform_(*spec["router_init"]))
             elif p.dim() == 1 and "norm" in pname:
                 p.copy_(torch.empty_like(p).uniform_(norm_low, norm_high))

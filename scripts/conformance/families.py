@@ -19,6 +19,8 @@ A family may also give:
                     drawn from, in place of transformers' normal(0, initializer_range)
     added_tokens    tokens added to the vocabulary file's tokenizer (special), where the
                     family's converter looks them up
+    init            parameters drawn uniformly from a range of their own, by the end of their
+                    name: {suffix: (low, high)}, before every other rule
     gguf_runs       False where llama.cpp's file leaves out something transformers runs (it
                     is then checked as a conversion only, the folder against the logits);
                     recorded in reference.json
@@ -374,6 +376,45 @@ FAMILIES = {
             mlp_only_layers=[],
             norm_topk_prob=True,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+        ),
+    ),
+    # GPT-OSS: four layers, local (window 24, shorter than the 80 positions) and global in
+    # turn from the first; a learned sink per head in every softmax, drawn so that it weighs
+    # from little to most of a row; YaRN as gpt-oss ships it (factor 32 over 4096, beta 32
+    # and 1, the correction range not rounded: `truncate` false); biases on q, k, v and o, on
+    # the router and on every expert's gate, up and down; 2 of 4 experts per token, the
+    # softmax over the two picked logits; the clamped SwiGLU, with gate/up weights drawn wide
+    # enough that a few percent of gate and up values pass the limit of 7. Qwen2's vocabulary:
+    # llama.cpp ships no o200k vocabulary file (its pre-tokenizer is tested on its own).
+    "gptoss": dict(
+        model_type="gpt_oss",
+        vocab="qwen2",
+        init={
+            "self_attn.sinks": (-2.0, 3.0),
+            "mlp.router.weight": ROUTER_INIT,
+            "mlp.experts.gate_up_proj": (-0.5, 0.5),
+            "mlp.experts.gate_up_proj_bias": (-0.5, 0.5),
+            "mlp.experts.down_proj_bias": (-0.5, 0.5),
+        },
+        config=dict(
+            BASE,
+            num_hidden_layers=4,
+            head_dim=32,
+            intermediate_size=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=24,
+            max_position_embeddings=131072,
+            attention_bias=True,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=150000.0,
+                factor=32.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+                truncate=False,
+                original_max_position_embeddings=4096,
+            ),
         ),
     ),
 }

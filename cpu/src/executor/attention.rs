@@ -85,7 +85,8 @@ struct Stats {
 }
 
 /// Layer `l`'s attention of the step's tokens `at` ([n]) with queries in `qkv`
-/// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]). `staged` is scratch,
+/// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]), each query head's softmax
+/// with its sink logit in the denominator where the layer has `sinks` ([n_head]). `staged` is scratch,
 /// reused across steps: each task (a tile of tokens, one KV head, a part of the positions)
 /// writes its own part.
 #[allow(clippy::too_many_arguments)]
@@ -98,6 +99,7 @@ pub(super) fn attend(
     cache: &Cache,
     att: &mut [f32],
     staged: &mut Vec<f32>,
+    sinks: Option<&[f32]>,
 ) {
     let group = c.n_head / c.n_head_kv;
     let width = group * c.head_dim;
@@ -143,7 +145,7 @@ pub(super) fn attend(
         SCRATCH.with_borrow_mut(|s| attend_tile(k, c, l, &task, qkv, cache, out, st, s));
     });
     // Each token's query heads: the parts' sums, rescaled to the largest max, divided by the
-    // total.
+    // total, to which a sink adds its own exp and nothing to the sum of values.
     let hd = c.head_dim;
     let mut at = 0;
     for tile in &tiles {
@@ -151,11 +153,13 @@ pub(super) fn attend(
             for (i, t) in tile.clone().enumerate() {
                 for g in 0..group {
                     let stat = |p: usize| stats[(at + p * tile.len() + i) * group + g];
+                    let sink = sinks.map(|s| s[kvh * group + g]);
                     let max = (0..parts)
                         .map(|p| stat(p).max)
-                        .fold(f32::NEG_INFINITY, f32::max);
+                        .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
                     let scale = |p: usize| (stat(p).max - max).exp();
-                    let total: f32 = (0..parts).map(|p| stat(p).sum * scale(p)).sum();
+                    let total: f32 = (0..parts).map(|p| stat(p).sum * scale(p)).sum::<f32>()
+                        + sink.map_or(0.0, |s| (s - max).exp());
                     let out = &mut att[t * c.attn_dim() + kvh * width + g * hd..][..hd];
                     out.fill(0.0);
                     for p in 0..parts {

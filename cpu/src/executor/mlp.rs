@@ -19,8 +19,8 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
             gated(
                 k,
                 c,
-                (gate_up, 0..gate_up.rows()),
-                (down, 0..e),
+                (gate_up, 0..gate_up.rows(), None),
+                (down, 0..e, None),
                 xn,
                 w,
                 None,
@@ -42,6 +42,13 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
                 col0: 0,
             };
             project(k, router, &mut input, o, &mut w.transposed);
+            let bias = layer.expert_bias.as_ref();
+            if let Some(b) = bias {
+                // The experts' logits only, never a shared expert's gate.
+                for row in logits.chunks_mut(width) {
+                    ops::add_bias(&mut row[..x.count], &b.router);
+                }
+            }
             // Each expert's tokens and their weights.
             let mut by_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); x.count];
             for (t, logits) in logits.chunks(width).enumerate() {
@@ -61,7 +68,10 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
                 let ff = 2 * x.n_ff;
                 let gu = expert * ff..(expert + 1) * ff;
                 let dn = expert * e..(expert + 1) * e;
-                gated(k, c, (gate_up, gu), (down, dn), &rows, w, Some(picked));
+                let gu_bias = bias.map(|b| &b.gate_up[gu.clone()]);
+                let dn_bias = bias.map(|b| &b.down[dn.clone()]);
+                let (gu, dn) = ((gate_up, gu, gu_bias), (down, dn, dn_bias));
+                gated(k, c, gu, dn, &rows, w, Some(picked));
             }
             if let (Some(sh), Some(weights)) = (x.shared, shared) {
                 let gates: Vec<(usize, f32)> = (0..n)
@@ -74,24 +84,27 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
                         (t, weight)
                     })
                     .collect();
-                let gu = 0..weights.gate_up.rows();
-                let dn = 0..e;
-                let (gate_up, down) = (&weights.gate_up, &weights.down);
-                gated(k, c, (gate_up, gu), (down, dn), xn, w, Some(&gates));
+                let gu = (&weights.gate_up, 0..weights.gate_up.rows(), None);
+                let dn = (&weights.down, 0..e, None);
+                gated(k, c, gu, dn, xn, w, Some(&gates));
             }
         }
     }
 }
 
+/// Some rows of a projection, and their bias ([rows]) where they have one.
+type Rows<'a> = (&'a CpuProjection, std::ops::Range<usize>, Option<&'a [f32]>);
+
 /// `down(act(gate x) * up x)` for the rows of `x` ([n, n_embd]), rows `gate_up.1` of the gate/up
-/// projection (gate rows, then up rows) and `down.1` of the down projection. Added to
+/// projection (gate rows, then up rows) and `down.1` of the down projection, each plus its
+/// bias (`.2`, one value per row taken) where it has one. Added to
 /// `w.out`: whole for a dense MLP (`targets` `None`), or for each row `i` of `x` into token
 /// `targets[i].0`'s row times `targets[i].1`.
 fn gated(
     k: &Kernels,
     c: &ModelConfig,
-    gate_up: (&CpuProjection, std::ops::Range<usize>),
-    down: (&CpuProjection, std::ops::Range<usize>),
+    gate_up: Rows<'_>,
+    down: Rows<'_>,
     x: &[f32],
     w: &mut Work,
     targets: Option<&[(usize, f32)]>,
@@ -110,6 +123,9 @@ fn gated(
     let mut input = Input::new(x, e, &mut act, w.mode);
     project_rows(k, gate_up.0, gate_up.1, &mut input, o, &mut w.transposed);
     w.act = act;
+    if let Some(b) = gate_up.2 {
+        ops::add_bias(&mut w.gate_up, b);
+    }
     w.hidden.clear();
     for row in w.gate_up.chunks(ff2) {
         let (g, u) = row.split_at(n_ff);
@@ -125,6 +141,9 @@ fn gated(
                 col0: 0,
             };
             project_rows(k, down.0, down.1, &mut input, o, &mut w.transposed);
+            if let Some(b) = down.2 {
+                ops::add_bias(&mut w.out, b);
+            }
         }
         Some(targets) => {
             let mut part = vec![0f32; n * e];
@@ -134,6 +153,9 @@ fn gated(
                 col0: 0,
             };
             project_rows(k, down.0, down.1, &mut input, o, &mut w.transposed);
+            if let Some(b) = down.2 {
+                ops::add_bias(&mut part, b);
+            }
             for (&(t, weight), y) in targets.iter().zip(part.chunks(e)) {
                 for (o, v) in w.out[t * e..][..e].iter_mut().zip(y) {
                     *o += weight * v;

@@ -151,7 +151,18 @@ impl NativeModel {
                 v: &self.v[held],
                 beams: &beams,
             };
-            attention::attend(k, c, l, tokens, &w.qkv, &cache, &mut w.att, &mut w.staged);
+            let sinks = layer.attn_sinks.as_deref();
+            attention::attend(
+                k,
+                c,
+                l,
+                tokens,
+                &w.qkv,
+                &cache,
+                &mut w.att,
+                &mut w.staged,
+                sinks,
+            );
             w.out.resize(n * e, 0.0);
             let mut input = Input::new(&w.att, c.attn_dim(), &mut w.act, w.mode);
             let out = Output {
@@ -160,6 +171,9 @@ impl NativeModel {
                 col0: 0,
             };
             project(k, &layer.wo, &mut input, out, &mut w.transposed);
+            if let Some(bias) = &layer.wo_bias {
+                ops::add_bias(&mut w.out, bias);
+            }
             add_block_output(&mut w.x, &w.out, &layer.attn_post_norm, e, c.norm_eps);
 
             // MLP block.

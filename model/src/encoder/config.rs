@@ -110,7 +110,7 @@ impl EncoderConfig {
             Activation::Gelu => EncoderActivation::Gelu,
             Activation::GeluTanh => EncoderActivation::GeluTanh,
             Activation::Relu => EncoderActivation::Relu,
-            Activation::Silu => {
+            Activation::Silu | Activation::SwigluOai => {
                 return Err(unsupported("an encoder MLP with SiLU".into()));
             }
         };

@@ -48,6 +48,14 @@ impl KvPolicyChoice<'_> {
                 format!("{} {why}", self.kind()),
             ))
         };
+        // Neither speculates, selects nor evicts with a sink in the softmax's denominator.
+        if c.attn_sinks {
+            return refuse(
+                "does not run models with attention sinks (a learned logit in every softmax's \
+                 denominator, which its selection and scores leave out); use dense attention"
+                    .into(),
+            );
+        }
         // InfiniGen scores as dense attention does; H2O's kernels know the plain scale only.
         let plain_scale = (c.attn_scale - 1.0 / (c.head_dim as f32).sqrt()).abs() <= 1e-7;
         if matches!(self, Self::H2o(_)) && (c.attn_softcap.is_some() || !plain_scale) {

@@ -123,6 +123,11 @@ impl Seq2SeqConfig {
                 act: spec.mlp.ungated_activation.unwrap_or(spec.activation),
             },
         };
+        if mlp.act == Activation::SwigluOai {
+            return Err(unsupported(
+                "an encoder-decoder with the clamped SwiGLU".into(),
+            ));
+        }
         if mlp.act == Activation::Silu && !mlp.gated {
             return Err(unsupported("an ungated SiLU MLP".into()));
         }

@@ -329,6 +329,8 @@ fn activate(act: Activation, x: &[f32]) -> Vec<f32> {
         Activation::GeluTanh => gelu(x, false),
         Activation::Relu => x.iter().map(|v| v.max(0.0)).collect(),
         Activation::Silu => x.iter().map(|&v| crate::ops::silu(v)).collect(),
+        // Refused when the model is read (`Seq2SeqConfig`).
+        Activation::SwigluOai => x.to_vec(),
     }
 }
 

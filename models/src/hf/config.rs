@@ -122,6 +122,10 @@ impl Config {
         number(&self.path, &self.rope, key)
     }
 
+    pub fn rope_bool(&self, key: &str) -> Option<bool> {
+        self.rope.get(key).and_then(Value::as_bool)
+    }
+
     pub fn rope_type(&self) -> Option<&str> {
         self.rope.get("rope_type").and_then(Value::as_str)
     }

@@ -22,6 +22,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("qwen3moe", qwen3moe),
     ("gemma2", gemma2),
     ("gemma3", gemma3),
+    ("gptoss", gptoss),
     ("phi3", phi3),
     ("bert", bert),
     ("t5", t5),
@@ -147,6 +148,64 @@ fn gemma2(c: &Config, m: &mut Meta) -> Result<()> {
     }
     if let Some(w) = c.u64("sliding_window")? {
         m.u32("attention.sliding_window", w)?;
+    }
+    Ok(())
+}
+
+/// GPT-OSS: the window and the experts' width (`intermediate_size`). Its clamped SwiGLU's
+/// constants are fixed, as llama.cpp fixes them (its files carry none): a folder with others
+/// is refused rather than converted into a file that runs another network. Layers alternate
+/// local and global from the first, as `attention.window_period` runs them, and YaRN keeps
+/// its correction range unrounded: a folder whose `layer_types` or `truncate` says otherwise
+/// is refused too.
+fn gptoss(c: &Config, m: &mut Meta) -> Result<()> {
+    let path = Path::new("config.json");
+    for (key, fixed) in [("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)] {
+        match c.f64(key)? {
+            Some(v) if (v - fixed).abs() > 1e-6 => {
+                return Err(Error::metadata(
+                    path,
+                    key,
+                    format!("{v}; Hearth, as llama.cpp, runs GPT-OSS's SwiGLU with {fixed}"),
+                ))
+            }
+            _ => {}
+        }
+    }
+    if let Some(list) = c.json("layer_types").and_then(|v| v.as_array()) {
+        for (i, v) in list.iter().enumerate() {
+            let want = if i % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            };
+            if v.as_str() != Some(want) {
+                return Err(Error::metadata(
+                    path,
+                    "layer_types",
+                    format!(
+                        "layer {i} is {v}; Hearth, as llama.cpp, runs even layers with the \
+                         window and odd ones without"
+                    ),
+                ));
+            }
+        }
+    }
+    // GPT-OSS's YaRN does not round its correction range (`truncate` false), which the spec
+    // fixes (`position.yarn_truncate`): llama.cpp's files say nothing of it.
+    if c.rope_type() == Some("yarn") && c.rope_bool("truncate") != Some(false) {
+        return Err(Error::metadata(
+            path,
+            "rope_parameters.truncate",
+            "is not false; Hearth runs GPT-OSS's YaRN with its correction range unrounded",
+        ));
+    }
+    let window = c
+        .u64("sliding_window")?
+        .ok_or_else(|| Error::metadata(path, "sliding_window", "missing"))?;
+    m.u32("attention.sliding_window", window)?;
+    if let Some(n) = c.u64("intermediate_size")? {
+        m.u32("expert_feed_forward_length", n)?;
     }
     Ok(())
 }

@@ -65,7 +65,31 @@ enum Target {
         part: Part,
         expert: usize,
     },
+    /// A layer's experts in one tensor, as GPT-OSS stores them.
+    Fused(usize, FusedExperts),
     Skip,
+}
+
+/// GPT-OSS's experts, each tensor all of a layer's: gate and up in one, their columns
+/// interleaved (gate at even, up at odd), products stored transposed ([n_expert, in, out]),
+/// or the MXFP4 blocks and scales of the products stored [n_expert, out, in].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum FusedExperts {
+    /// [n_expert, n_embd, 2 n_ff]
+    GateUp,
+    /// [n_expert, 2 n_ff]
+    GateUpBias,
+    /// [n_expert, n_ff, n_embd]
+    Down,
+    /// [n_expert, n_embd]
+    DownBias,
+    /// MXFP4: [n_expert, 2 n_ff, n_embd / 32, 16] nibbles and [n_expert, 2 n_ff, n_embd / 32]
+    /// exponents, gate and up rows interleaved.
+    GateUpBlocks,
+    GateUpScales,
+    /// MXFP4: [n_expert, n_embd, n_ff / 32, 16] and [n_expert, n_embd, n_ff / 32].
+    DownBlocks,
+    DownScales,
 }
 
 /// Where a Hugging Face tensor goes; `None` for a name this converter does not know.
@@ -131,6 +155,20 @@ fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Op
             expert,
         })
     };
+    let fused = match rest {
+        "mlp.experts.gate_up_proj" => Some(FusedExperts::GateUp),
+        "mlp.experts.gate_up_proj_bias" => Some(FusedExperts::GateUpBias),
+        "mlp.experts.down_proj" => Some(FusedExperts::Down),
+        "mlp.experts.down_proj_bias" => Some(FusedExperts::DownBias),
+        "mlp.experts.gate_up_proj_blocks" => Some(FusedExperts::GateUpBlocks),
+        "mlp.experts.gate_up_proj_scales" => Some(FusedExperts::GateUpScales),
+        "mlp.experts.down_proj_blocks" => Some(FusedExperts::DownBlocks),
+        "mlp.experts.down_proj_scales" => Some(FusedExperts::DownScales),
+        _ => None,
+    };
+    if let Some(f) = fused {
+        return Some(Target::Fused(layer, f));
+    }
     if let Some(t) = expert(
         "mlp.experts.",
         [
@@ -179,7 +217,12 @@ fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Op
         "mlp.down_proj.weight" => "ffn_down.weight",
         // Phi-3: gate rows, then up rows.
         "mlp.gate_up_proj.weight" => "ffn_up.weight",
-        "mlp.gate.weight" | "block_sparse_moe.gate.weight" => "ffn_gate_inp.weight",
+        "mlp.gate.weight" | "block_sparse_moe.gate.weight" | "mlp.router.weight" => {
+            "ffn_gate_inp.weight"
+        }
+        // GPT-OSS: the router's bias, and each head's sink logit.
+        "mlp.router.bias" => "ffn_gate_inp.bias",
+        "self_attn.sinks" => "attn_sinks.weight",
         "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
         "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
         "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
@@ -243,9 +286,10 @@ pub(crate) fn tensors<'a>(
     config: &Config,
 ) -> Result<Vec<Converted<'a>>> {
     let family = config.family;
-    let post_norm = weights
-        .tensors()
-        .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
+    let post_norm = family.hf.post_attention_norm
+        || weights
+            .tensors()
+            .any(|(n, _)| n.contains("pre_feedforward_layernorm"));
     let position_offset = config.position_offset()?;
     let network = match family.network {
         NetworkType::EncoderOnly => Network::Encoder {
@@ -270,13 +314,26 @@ pub(crate) fn tensors<'a>(
     let mut out: Vec<(usize, Converted<'a>)> = Vec::new();
     let mut experts: BTreeMap<(usize, Part), Vec<Option<Named<'a>>>> = BTreeMap::new();
 
+    let mut fused: BTreeMap<(usize, FusedExperts), Named<'a>> = BTreeMap::new();
     for (name, info) in weights.tensors() {
         let file = weights.file_of(info);
         let bad = |reason: String| Error::tensor(file, name, reason);
         let target = target(name, post_norm, network)
             .ok_or_else(|| bad(format!("no GGUF name for it in a {} model", family.arch)))?;
-        if matches!(target, Target::Skip) {
-            continue;
+        match target {
+            Target::Skip => continue,
+            Target::Fused(layer, part) => {
+                if layer >= n_layer {
+                    return Err(contradiction(
+                        config,
+                        config.named(N_LAYER),
+                        format!("{n_layer}, but tensor `{name}` is in layer {layer}"),
+                    ));
+                }
+                fused.insert((layer, part), (name, info));
+                continue;
+            }
+            _ => {}
         }
         let ty = ggml_type(&info.element).ok_or_else(|| {
             bad(format!(
@@ -287,7 +344,7 @@ pub(crate) fn tensors<'a>(
         let shape: Vec<u64> = info.shape.iter().rev().map(|&d| d as u64).collect();
         let bytes = weights.bytes(info);
         let (order, gguf) = match target {
-            Target::Skip => continue,
+            Target::Skip | Target::Fused(..) => continue,
             Target::Global("output.weight") if drop_output => continue,
             Target::SharedEmbedding if shared != Some(name) => continue,
             Target::SharedEmbedding => (0, "token_embd.weight".to_string()),
@@ -432,6 +489,10 @@ pub(crate) fn tensors<'a>(
         ));
     }
 
+    for (layer, tensor) in fused_experts(weights, &fused)? {
+        out.push((layer + 1, tensor));
+    }
+
     for (name, values) in computed(config)? {
         out.push((
             0,
@@ -463,6 +524,155 @@ pub(crate) fn tensors<'a>(
     check_shapes(config, &found, &blocks, embeddings)?;
     out.sort_by_key(|t| t.0);
     Ok(out.into_iter().map(|(_, t)| t).collect())
+}
+
+/// GPT-OSS's experts as llama.cpp's converter writes them: gate and up apart (the even and
+/// the odd columns), each product [n_expert, out, in] (GGUF: in, out, n_expert), biases
+/// [n_expert, out]; MXFP4 blocks repacked into ggml's MXFP4.
+fn fused_experts<'a>(
+    weights: &'a SafetensorsWeights,
+    fused: &BTreeMap<(usize, FusedExperts), Named<'a>>,
+) -> Result<Vec<(usize, Converted<'a>)>> {
+    use FusedExperts::*;
+    let mut out = Vec::new();
+    for (&(layer, part), &(name, info)) in fused {
+        let file = weights.file_of(info);
+        let bad = |reason: String| Error::tensor(file, name, reason);
+        let bytes = weights.bytes(info);
+        let dims = &info.shape;
+        let gguf = |stem: &str, suffix: &str| format!("blk.{layer}.{stem}.{suffix}");
+        let float = || {
+            ggml_type(&info.element).ok_or_else(|| {
+                bad(format!(
+                    "{} values (f32, f16 and bf16 convert)",
+                    info.element.name()
+                ))
+            })
+        };
+        let rank = |n: usize| match dims.len() == n {
+            true => Ok(()),
+            false => Err(bad(format!("{dims:?} is not {n}-dimensional"))),
+        };
+        match part {
+            GateUp | Down => {
+                rank(3)?;
+                let ty = float()?;
+                let size = ty.bytes_for(1).unwrap_or(4) as usize;
+                let (experts, rows_in, cols) = (dims[0], dims[1], dims[2]);
+                // [e][in][out] to [e][out][in]: for gate/up, `pick` of every other column.
+                let picks: Vec<(&str, usize, usize)> = match part {
+                    GateUp => vec![("ffn_gate_exps", 0, 2), ("ffn_up_exps", 1, 2)],
+                    _ => vec![("ffn_down_exps", 0, 1)],
+                };
+                for (stem, first, step) in picks {
+                    let width = cols / step;
+                    let mut data = Vec::with_capacity(experts * width * rows_in * size);
+                    for e in 0..experts {
+                        let expert = &bytes[e * rows_in * cols * size..][..rows_in * cols * size];
+                        for o in 0..width {
+                            let col = first + o * step;
+                            for i in 0..rows_in {
+                                let at = (i * cols + col) * size;
+                                data.extend_from_slice(&expert[at..at + size]);
+                            }
+                        }
+                    }
+                    let shape = vec![rows_in as u64, width as u64, experts as u64];
+                    out.push((layer, converted(gguf(stem, "weight"), ty, shape, data)));
+                }
+            }
+            GateUpBias | DownBias => {
+                rank(2)?;
+                let ty = float()?;
+                let values = to_f32(ty, bytes);
+                let (experts, cols) = (dims[0], dims[1]);
+                let picks: Vec<(&str, usize, usize)> = match part {
+                    GateUpBias => vec![("ffn_gate_exps", 0, 2), ("ffn_up_exps", 1, 2)],
+                    _ => vec![("ffn_down_exps", 0, 1)],
+                };
+                for (stem, first, step) in picks {
+                    let width = cols / step;
+                    let picked: Vec<f32> = (0..experts)
+                        .flat_map(|e| (0..width).map(move |o| (e, o)))
+                        .map(|(e, o)| values[e * cols + first + o * step])
+                        .collect();
+                    let shape = vec![width as u64, experts as u64];
+                    let data = f32_bytes(&picked);
+                    out.push((
+                        layer,
+                        converted(gguf(stem, "bias"), GgmlType::F32, shape, data),
+                    ));
+                }
+            }
+            GateUpScales | DownScales => {
+                let blocks_part = match part {
+                    GateUpScales => GateUpBlocks,
+                    _ => DownBlocks,
+                };
+                let Some(&(_, blocks)) = fused.get(&(layer, blocks_part)) else {
+                    return Err(bad("MXFP4 scales without their blocks".into()));
+                };
+                rank(3)?;
+                let b = &blocks.shape;
+                if b.len() != 4 || b[..3] != dims[..] || b[3] != 16 {
+                    return Err(bad(format!(
+                        "{dims:?} scales for {b:?} blocks (each scale takes 16 bytes)"
+                    )));
+                }
+                let (experts, rows, per_row) = (dims[0], dims[1], dims[2]);
+                let nibbles = weights.bytes(blocks);
+                let picks: Vec<(&str, usize, usize)> = match part {
+                    GateUpScales => vec![("ffn_gate_exps", 0, 2), ("ffn_up_exps", 1, 2)],
+                    _ => vec![("ffn_down_exps", 0, 1)],
+                };
+                for (stem, first, step) in picks {
+                    let kept = rows / step;
+                    let mut data = Vec::with_capacity(experts * kept * per_row * 17);
+                    for e in 0..experts {
+                        for r in 0..kept {
+                            let row = e * rows + first + r * step;
+                            for blk in 0..per_row {
+                                let at = row * per_row + blk;
+                                data.push(bytes[at]);
+                                data.extend(mxfp4_nibbles(&nibbles[at * 16..][..16]));
+                            }
+                        }
+                    }
+                    let shape = vec![(per_row * 32) as u64, kept as u64, experts as u64];
+                    out.push((
+                        layer,
+                        converted(gguf(stem, "weight"), GgmlType::MXFP4, shape, data),
+                    ));
+                }
+            }
+            GateUpBlocks | DownBlocks => {
+                let scales_part = match part {
+                    GateUpBlocks => GateUpScales,
+                    _ => DownScales,
+                };
+                if !fused.contains_key(&(layer, scales_part)) {
+                    return Err(bad("MXFP4 blocks without their scales".into()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One block's 32 values of 4 bits as OpenAI stores them (byte j: value 2j in the low
+/// nibble, 2j + 1 in the high) in ggml's MXFP4 order (byte j: value j low, j + 16 high).
+fn mxfp4_nibbles(block: &[u8]) -> [u8; 16] {
+    let value = |k: usize| (block[k / 2] >> (4 * (k % 2))) & 0x0F;
+    std::array::from_fn(|j| value(j) | (value(j + 16) << 4))
+}
+
+fn converted<'a>(name: String, ty: GgmlType, shape: Vec<u64>, data: Vec<u8>) -> Converted<'a> {
+    Converted {
+        name,
+        ty,
+        shape,
+        data: Cow::Owned(data),
+    }
 }
 
 /// The tensors llama.cpp computes from `config.json`: Llama 3.1's frequency divisors and
@@ -504,6 +714,25 @@ fn computed(config: &Config) -> Result<Vec<(&'static str, Vec<f32>)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// OpenAI's MXFP4 blocks (value 2j in the low nibble of byte j, 2j + 1 in the high, as
+    /// transformers unpacks them) dequantize through ggml's layout to the same values.
+    #[test]
+    fn mxfp4_blocks_keep_their_values() {
+        use hearth_quant::ggml::mxfp4::{BlockMxfp4, LEVELS};
+        let codes: Vec<u8> = (0..32u8).map(|k| (k * 7 + 3) % 16).collect();
+        let openai: Vec<u8> = codes.chunks(2).map(|p| p[0] | (p[1] << 4)).collect();
+        let block = BlockMxfp4 {
+            e: 128,
+            qs: mxfp4_nibbles(&openai),
+        };
+        let mut out = [0f32; 32];
+        block.dequantize(&mut out);
+        for (k, (&v, &code)) in out.iter().zip(&codes).enumerate() {
+            // e = 128: a scale of 2, on levels that are the values doubled.
+            assert_eq!(v, f32::from(LEVELS[usize::from(code)]), "value {k}");
+        }
+    }
 
     #[test]
     fn permuting_interleaves_each_heads_halves() {

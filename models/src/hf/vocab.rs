@@ -35,6 +35,8 @@ use crate::spec::NetworkType;
 /// each; Hearth's BPE pre-tokenizer implements these names.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// o200k's (GPT-4o, GPT-OSS): llama.cpp's `gpt-4o`.
+const O200K_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// How a SentencePiece model's ids become the vocabulary's.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -428,8 +430,8 @@ fn byte_level_vocab(
     let pre =
         pre_tokenizer_name(tokenizer.get("pre_tokenizer"), ignore_merges).ok_or_else(|| {
             bad(format!(
-                "its pre-tokenizer is none Hearth implements (Llama 3's, Qwen2's, GPT-2's or \
-                 SmolLM's): {}",
+                "its pre-tokenizer is none Hearth implements (Llama 3's, Qwen2's, o200k's, \
+                 GPT-2's or SmolLM's): {}",
                 tokenizer.get("pre_tokenizer").unwrap_or(&Value::Null)
             ))
         })?;
@@ -462,6 +464,7 @@ fn pre_tokenizer_name(pre: Option<&Value>, ignore_merges: bool) -> Option<&'stat
                 LLAMA3_SPLIT if ignore_merges => Some("llama-bpe"),
                 LLAMA3_SPLIT => Some("smaug-bpe"),
                 QWEN2_SPLIT => Some("qwen2"),
+                O200K_SPLIT => Some("gpt-4o"),
                 _ => None,
             }
         }

@@ -25,6 +25,9 @@ pub enum Activation {
     /// GELU's tanh approximation (`gelu_pytorch_tanh`: Gemma).
     GeluTanh,
     Relu,
+    /// GPT-OSS's clamped SwiGLU: the gate clamped above at 7 and the up projection to
+    /// [-7, 7], then (up + 1) * gate * sigmoid(1.702 * gate). Gated MLPs (its experts) only.
+    SwigluOai,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -97,6 +100,11 @@ pub enum PositionSpec {
         /// 4, as llama.cpp fixes it; its files carry nothing).
         #[serde(default)]
         nope_period: Option<u32>,
+        /// Whether YaRN rounds its correction range outward to whole pairs (llama.cpp and
+        /// transformers' default: true). GPT-OSS's does not (`truncate: false`), and its
+        /// files do not say so.
+        #[serde(default)]
+        yarn_truncate: Option<bool>,
     },
     /// A learned table added to the token embeddings (`tensors.position_embd`).
     Learned,
@@ -171,6 +179,10 @@ pub struct AttentionSpec {
     /// llama.cpp tells those sizes by their block count too.
     #[serde(default)]
     pub width_scaled_block_counts: Vec<u32>,
+    /// A learned logit per query head that joins each softmax's denominator and has no value
+    /// (`tensors.layer.attn_sinks`, [n_head]: GPT-OSS's attention sinks).
+    #[serde(default)]
+    pub sinks: bool,
 }
 
 fn default_window_period() -> u32 {
@@ -274,7 +286,13 @@ atom_names! {
         EncoderOnly => "encoder-only",
         EncoderDecoder => "encoder-decoder",
     }
-    Activation { Silu => "silu", Gelu => "gelu", GeluTanh => "gelu-tanh", Relu => "relu" }
+    Activation {
+        Silu => "silu",
+        Gelu => "gelu",
+        GeluTanh => "gelu-tanh",
+        Relu => "relu",
+        SwigluOai => "swiglu-oai",
+    }
     NormKind { Rms => "rms", Layer => "layer" }
     QkNormOver { Head => "head", Projection => "projection" }
     NormPlacement { Pre => "pre", Post => "post", Sandwich => "sandwich" }

@@ -16,6 +16,11 @@ pub struct HfSpec {
     /// Norm gains are stored as offsets from 1 (Gemma: `weight + 1` multiplies).
     #[serde(default)]
     pub norm_plus_one: bool,
+    /// `post_attention_layernorm`, the MLP's pre-norm, is written as
+    /// `post_attention_norm.weight` rather than `ffn_norm.weight`, as llama.cpp names it for
+    /// GPT-OSS.
+    #[serde(default)]
+    pub post_attention_norm: bool,
     /// tokenizer.json's added tokens join the SentencePiece vocabulary as they are, special
     /// or not (Phi-3's converter).
     #[serde(default)]

@@ -42,8 +42,8 @@ pub use rope::{RopeParams, RopeScaling, Yarn};
 pub use shipped::{known_architectures, shipped_specs, spec_for_architecture};
 pub use tensor_names::{LayerTensorNames, Seq2SeqTensorNames, TensorNames, LAYER_PLACEHOLDER};
 pub use tensors::{
-    CrossAttentionTensors, LayerTensors, Linear, MlpTensors, ModelTensors, NormTensors, QkvTensors,
-    Seq2SeqTensors, SharedExpertTensors,
+    CrossAttentionTensors, ExpertBiases, LayerTensors, Linear, MlpTensors, ModelTensors,
+    NormTensors, QkvTensors, Seq2SeqTensors, SharedExpertTensors,
 };
 pub use window::SlidingWindow;
 

@@ -57,6 +57,9 @@ pub struct Yarn {
     /// The factor on cos and sin, so on every score twice over (`yarn_attn_factor`; 0.1
     /// ln(factor) + 1 without it).
     pub attn_factor: f32,
+    /// The correction range rounded outward to whole pairs (true but where the spec says
+    /// otherwise: `position.yarn_truncate`, GPT-OSS).
+    pub truncate: bool,
 }
 
 impl ModelSpec {
@@ -72,6 +75,7 @@ impl ModelSpec {
             layout,
             base_default,
             local_base_default,
+            yarn_truncate,
             ..
         } = self.position
         else {
@@ -99,7 +103,13 @@ impl ModelSpec {
                 format!("{dims} is not an even number up to the head dimension {head_dim}"),
             ));
         }
-        let scaling = rope_scaling(file, key, n_ctx_train)?;
+        let scaling = match rope_scaling(file, key, n_ctx_train)? {
+            RopeScaling::Yarn(y) => RopeScaling::Yarn(Yarn {
+                truncate: yarn_truncate.unwrap_or(true),
+                ..y
+            }),
+            other => other,
+        };
         let original_key = key("rope.scaling.original_context_length");
         let original_context = positive_count(file, &original_key)?.unwrap_or(n_ctx_train);
         let attn_key = key("rope.scaling.attn_factor");
@@ -188,6 +198,7 @@ fn rope_scaling(
                 ext_factor: optional("rope.scaling.yarn_ext_factor")?.unwrap_or(1.0),
                 attn_factor: optional("rope.scaling.yarn_attn_factor")?
                     .unwrap_or(0.1 * factor.ln() + 1.0),
+                truncate: true,
             })
         }
         "longrope" => RopeScaling::LongRope,

@@ -20,6 +20,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("granite.toml", include_str!("../../specs/granite.toml")),
     ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
     ("glm4.toml", include_str!("../../specs/glm4.toml")),
+    ("gptoss.toml", include_str!("../../specs/gptoss.toml")),
 ];
 
 /// Every shipped spec, parsed.
@@ -63,6 +64,7 @@ mod tests {
                 base_default: 10_000.0,
                 local_base_default: None,
                 nope_period: None,
+                yarn_truncate: None,
             }
         );
         assert_eq!(llama.mlp.kind, MlpKind::Gated);

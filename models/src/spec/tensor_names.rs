@@ -71,6 +71,8 @@ pub struct LayerTensorNames {
     pub attn_q_norm: Option<String>,
     pub attn_k_norm: Option<String>,
     pub attn_output: String,
+    /// Each query head's sink logit ([n_head]), for `attention.sinks`.
+    pub attn_sinks: Option<String>,
     /// The norm of the attention output before the residual add (`norm.placement =
     /// "sandwich"`).
     pub attn_post_norm: Option<String>,

@@ -42,6 +42,8 @@ pub struct LayerTensors {
     pub q_norm: Option<NormTensors>,
     pub k_norm: Option<NormTensors>,
     pub attn_output: Linear,
+    /// Each query head's sink logit ([n_head]), for `attention.sinks`.
+    pub attn_sinks: Option<String>,
     /// Norms of the attention and MLP outputs (`norm.placement = "sandwich"`).
     pub attn_post_norm: Option<NormTensors>,
     pub ffn_norm: NormTensors,
@@ -70,7 +72,19 @@ pub enum MlpTensors {
         down: String,
         /// The expert every token runs besides its routed ones.
         shared: Option<SharedExpertTensors>,
+        /// Biases of the router and of every expert's products, with `mlp.bias` (GPT-OSS).
+        biases: Option<ExpertBiases>,
     },
+}
+
+/// A mixture of experts' biases: the router's ([n_expert]) and each expert's gate and up
+/// ([n_ff_exp, n_expert]) and down ([n_embd, n_expert]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpertBiases {
+    pub router: String,
+    pub gate: String,
+    pub up: String,
+    pub down: String,
 }
 
 /// A shared expert's gated MLP, [n_embd, n_ff_shexp] gate and up and [n_ff_shexp, n_embd]
@@ -307,7 +321,26 @@ impl ModelSpec {
             Some(x) => {
                 let (n, ffx) = (x.count as u64, x.n_ff as u64);
                 let stacked = "n_embd x n_ff_exp x n_expert";
+                let bias =
+                    |c: &mut Checker<'_>, pattern: &Option<String>, shape: &[u64], meaning| {
+                        let weight = named(pattern)?;
+                        let name = weight
+                            .strip_suffix(".weight")
+                            .unwrap_or(&weight)
+                            .to_string();
+                        c.require(&format!("{name}.bias"), shape, meaning)
+                    };
+                let biases = match mlp_bias {
+                    true => Some(ExpertBiases {
+                        router: bias(c, &l.ffn_gate_inp, &[n], "n_expert")?,
+                        gate: bias(c, &l.ffn_gate_exps, &[ffx, n], "n_ff_exp x n_expert")?,
+                        up: bias(c, &l.ffn_up_exps, &[ffx, n], "n_ff_exp x n_expert")?,
+                        down: bias(c, &l.ffn_down_exps, &[e, n], "n_embd x n_expert")?,
+                    }),
+                    false => None,
+                };
                 MlpTensors::Experts {
+                    biases,
                     router: c.require(&named(&l.ffn_gate_inp)?, &[e, n], "n_embd x n_expert")?,
                     gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
                     up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,
@@ -383,6 +416,10 @@ impl ModelSpec {
             q_norm,
             k_norm,
             attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+            attn_sinks: match self.attention.sinks {
+                true => Some(c.require(&named(&l.attn_sinks)?, &[hp.n_head as u64], "n_head")?),
+                false => None,
+            },
             attn_post_norm: post_norm(c, &l.attn_post_norm)?,
             ffn_norm: c.norm(&name(&l.ffn_norm), e, layer_norm, "n_embd")?,
             ffn_post_norm: post_norm(c, &l.ffn_post_norm)?,

@@ -42,6 +42,7 @@ impl ModelSpec {
             ("ffn_up_shexp", l.ffn_up_shexp.as_ref()),
             ("ffn_down_shexp", l.ffn_down_shexp.as_ref()),
             ("ffn_gate_inp_shexp", l.ffn_gate_inp_shexp.as_ref()),
+            ("attn_sinks", l.attn_sinks.as_ref()),
         ];
         for (role, name) in per_layer {
             if let Some(name) = name {
@@ -66,6 +67,9 @@ impl ModelSpec {
         if self.attention.qk_norm.is_some() && (l.attn_q_norm.is_none() || l.attn_k_norm.is_none())
         {
             return bad("attention.qk_norm needs tensors.layer.attn_q_norm and attn_k_norm".into());
+        }
+        if self.attention.sinks && l.attn_sinks.is_none() {
+            return bad("attention.sinks needs tensors.layer.attn_sinks".into());
         }
         if self.norm.placement == NormPlacement::Sandwich
             && (l.attn_post_norm.is_none() || l.ffn_post_norm.is_none())

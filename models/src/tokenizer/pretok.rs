@@ -18,6 +18,11 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 /// Qwen2's pattern (Qwen2.5, Qwen3): Llama 3's with every digit a word of its own.
 const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|(\s+)";
 
+/// GPT-4o's pattern (o200k, GPT-OSS): a word is a run of capitals then lower-case letters (or
+/// the reverse) with a contraction kept on it, marks counting as letters either way; numbers
+/// in groups of up to three; punctuation takes trailing newlines and slashes.
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|(\s+)";
+
 /// `tokenizer.ggml.pre` values this module implements.
 pub(crate) const SUPPORTED: &[&str] = &[
     "default",
@@ -32,6 +37,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "pixtral",
     "qwen2",
     "deepseek-r1-qwen",
+    "gpt-4o",
 ];
 
 pub(crate) struct PreTokenizer {
@@ -59,6 +65,7 @@ impl PreTokenizer {
                 (false, LLAMA3)
             }
             "qwen2" | "deepseek-r1-qwen" => (false, QWEN2),
+            "gpt-4o" => (false, GPT4O),
             _ => return None,
         };
         let ignore_merges = matches!(
@@ -154,6 +161,22 @@ mod tests {
         assert_eq!(
             words("llama3", "I'LL pay 12345\n\n  now"),
             ["I", "'LL", " pay", " ", "123", "45", "\n\n", " ", " now"]
+        );
+    }
+
+    /// Checked against Python's `regex` module running the pattern with its look-ahead.
+    #[test]
+    fn gpt4o_keeps_contractions_and_cases_together() {
+        assert_eq!(
+            words("gpt-4o", "HelloWorld I'LL pay 12345\n\n  now/then!\n"),
+            [
+                "Hello", "World", " I'LL", " pay", " ", "123", "45", "\n\n", " ", " now", "/then",
+                "!\n"
+            ]
+        );
+        assert_eq!(
+            words("gpt-4o", "élan CAFÉs  x"),
+            ["élan", " CAFÉs", " ", " x"]
         );
     }
 

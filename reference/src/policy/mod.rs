@@ -129,7 +129,8 @@ pub(super) fn attend(
             if let Some(cap) = c.attn_softcap {
                 ops::softcap(&mut scores, cap);
             }
-            softmax_in_place(&mut scores);
+            let sink = at.weights.attn_sinks.as_ref().map(|s| s[h]);
+            ops::softmax_with_sink(&mut scores, sink);
             probs(kvh, &positions, &scores);
             let out = &mut att[t * c.attn_dim() + h * hd..][..hd];
             for (&p, &s) in positions.iter().zip(&scores) {
@@ -141,16 +142,4 @@ pub(super) fn attend(
         }
     }
     att
-}
-
-fn softmax_in_place(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    for v in x.iter_mut() {
-        *v /= sum;
-    }
 }

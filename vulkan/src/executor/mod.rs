@@ -252,6 +252,12 @@ impl VkModel {
                 what: format!("a mixture of {what} on the Vulkan executor"),
             })?;
         }
+        if let Some(what) = unsupported_atom(c) {
+            return Err(hearth_model::Error::Unsupported {
+                path: file.path().to_path_buf(),
+                what: format!("{what} on the Vulkan executor (the CPU executors run it)"),
+            });
+        }
         if options.n_ctx == 0 {
             return Err(hearth_model::Error::options("n_ctx", "must be at least 1"));
         }
@@ -314,6 +320,14 @@ impl VkModel {
                         Some(shard) => shard.layer(&whole_config, l, reader.layer(l)?)?,
                         None => reader.layer(l)?,
                     };
+                    if w.expert_bias.is_some() {
+                        return Err(hearth_model::Error::Unsupported {
+                            path: file.path().to_path_buf(),
+                            what: "biases on a mixture of experts on the Vulkan executor (the \
+                                   CPU executors run them)"
+                                .into(),
+                        });
+                    }
                     layers.push(w.try_map(matrix, vector)?);
                 }
                 let output_norm = match part.heads() {
@@ -518,6 +532,20 @@ impl VkModel {
     /// Most tokens one [`step_batch`](Self::step_batch) takes.
     pub fn max_step_tokens(&self) -> usize {
         self.chunk
+    }
+}
+
+/// An atom of `c` that no kernel computes, named: GPT-OSS's attention sinks, its output
+/// projection's bias and its clamped SwiGLU.
+fn unsupported_atom(c: &ModelConfig) -> Option<&'static str> {
+    if c.attn_sinks {
+        Some("attention sinks (a learned logit in each softmax's denominator)")
+    } else if c.attn_out_bias {
+        Some("a bias on the attention's output projection")
+    } else if c.mlp_act == hearth_model::ops::GatedAct::SwigluOai {
+        Some("the clamped SwiGLU")
+    } else {
+        None
     }
 }
 
