@@ -54,6 +54,7 @@ fn max_relative_rms(f: Format) -> f64 {
         Format::Q5_0 => 0.08,
         Format::Q4_0 => 0.15,
         Format::IQ4_NL => 0.12,
+        Format::IQ4_XS => 0.12,
         // The k-quants' RMS error over sigma on normal data (quant's round-trip test) is
         // Q6_K 0.018, Q5_K 0.036, Q4_K 0.072, Q3_K 0.15, Q2_K 0.30; rows they do not fit fall
         // back to the formats above, within these bounds too.
@@ -155,6 +156,7 @@ fn check_metadata(input: &GgufFile, output: &GgufFile, format: Format, mix_file_
         Format::Q5_0 => Some(8),
         Format::Q5_1 => Some(9),
         Format::IQ4_NL => Some(25),
+        Format::IQ4_XS => Some(30),
         _ => None,
     };
     assert_eq!(file_type, expected, "general.file_type for {format}");

@@ -73,7 +73,7 @@ mod tests {
             let kernel = Dequant::new(&dev, format).unwrap();
             // 7 blocks of 64 (odd, so Q8's 34-byte blocks end mid-word) plus special rows; 7
             // super-blocks of the k-quants (Q3_K's and Q6_K's odd ones are 2-byte aligned).
-            let n = 7 * if format.is_k_quant() { 256 } else { 64 };
+            let n = 7 * if format.is_super_block() { 256 } else { 64 };
             let mut values = random(n, 31, 2.0);
             values[3] = 40.0;
             values[70] = -0.0;
@@ -94,10 +94,10 @@ mod tests {
     /// reach scale and level patterns the quantizer does not make (negative and extreme
     /// sub-block scales, every high-bit mask). Every f16 field is a random finite value.
     #[test]
-    fn glsl_k_quants_are_bit_identical_on_random_bytes() {
+    fn glsl_super_blocks_are_bit_identical_on_random_bytes() {
         let Some(dev) = device() else { return };
         let mut state = 0x2545_F491_4F6C_DD1Du64;
-        for format in WeightFormat::ALL.into_iter().filter(|f| f.is_k_quant()) {
+        for format in WeightFormat::ALL.into_iter().filter(|f| f.is_super_block()) {
             let kernel = Dequant::new(&dev, format).unwrap();
             let n = 5 * 256;
             let mut packed: Vec<u8> = (0..format.bytes_for(n).unwrap())
@@ -113,6 +113,7 @@ mod tests {
                 WeightFormat::Q2_K => &[80, 82],
                 WeightFormat::Q3_K => &[108],
                 WeightFormat::Q4_K | WeightFormat::Q5_K => &[0, 2],
+                WeightFormat::IQ4_XS => &[0],
                 _ => &[208],
             };
             for block in packed.chunks_exact_mut(format.block_bytes()) {

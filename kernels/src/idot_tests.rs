@@ -175,7 +175,7 @@ fn idot_matches_reference_in_every_format_with_levels() {
                 | WeightFormat::Q2_K
                 | WeightFormat::Q6_K
         );
-        let last = if format.is_k_quant() { 7 } else { 70 };
+        let last = if format.is_super_block() { 7 } else { 70 };
         let counts: &[u32] = if wide { &[1, 4] } else { &[1] };
         for &tokens in counts {
             for v in variants(wide) {

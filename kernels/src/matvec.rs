@@ -785,10 +785,10 @@ pub(crate) mod tests {
             };
             // The k-quants' 256-value rows: k = 256, 768, 1280, 2304 and 1792 (1536 + 256)
             // rather than 70 super-blocks, which would make lavapipe's run long.
-            let last = if format.is_k_quant() { 7 } else { 70 };
+            let last = if format.is_super_block() { 7 } else { 70 };
             // GGUF's own formats share the token loops with the others: one and eight tokens
             // cover them, and keep this test's run on lavapipe to minutes.
-            let ggml_own = format.is_k_quant()
+            let ggml_own = format.is_super_block()
                 || matches!(
                     format,
                     WeightFormat::Q4_0

@@ -151,7 +151,7 @@ impl BlockType {
             IQ1_S => size_of::<ggml::iq1::BlockIq1S>(),
             IQ1_M => size_of::<ggml::iq1::BlockIq1M>(),
             IQ4_NL => size_of::<formats::iq4_nl::BlockIq4Nl>(),
-            IQ4_XS => size_of::<ggml::iq4::BlockIq4Xs>(),
+            IQ4_XS => size_of::<formats::iq4_xs::BlockIq4Xs>(),
             TQ1_0 => size_of::<ggml::ternary::BlockTq1_0>(),
             TQ2_0 => size_of::<ggml::ternary::BlockTq2_0>(),
             MXFP4 => size_of::<ggml::mxfp4::BlockMxfp4>(),

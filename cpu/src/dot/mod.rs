@@ -458,7 +458,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::AvxVnni => kernels!(x86_panel::avxvnni),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 if format == Format::Q8 => return None,
+            Isa::Avx2 if crate::levels::beyond_64(format) => return None,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => kernels!(x86_panel::avx2),
             #[cfg(target_arch = "aarch64")]

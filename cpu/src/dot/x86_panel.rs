@@ -5,7 +5,8 @@
 //! `vpmaddwd` (AVX2). The levels are loaded once for the `N` tokens.
 //!
 //! AVX2's `vpmaddubsw` saturates pairs of products at 16 bits: `2 * 255 * |level|` must fit,
-//! so levels beyond +-64 (the 8-bit formats) are not given to it (`Kernels::panel_dot`).
+//! so levels beyond +-64 (Q8's, the 4-bit i-quants' table) are not given to it
+//! (`Kernels::panel_dot`, `levels::beyond_64`).
 //!
 //! Every function here requires that the caller checked the CPU's features and the sizes:
 //! `p` consistent ([`Panel::is_consistent`]) with `p.group == G` and `p.lanes` the kernel's

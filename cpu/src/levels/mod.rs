@@ -12,6 +12,7 @@
 use hearth_quant::Format;
 
 mod iq4_nl;
+mod iq4_xs;
 mod q2;
 mod q2_k;
 mod q3;
@@ -53,6 +54,12 @@ pub const fn has_base(format: Format) -> bool {
     )
 }
 
+/// Whether `format`'s levels reach beyond +-64: Q8's 8-bit levels and the table of the 4-bit
+/// i-quants (-127..=113). Products that add pairs of byte products in 16 bits cannot take them.
+pub const fn beyond_64(format: Format) -> bool {
+    matches!(format, Format::Q8 | Format::IQ4_NL | Format::IQ4_XS)
+}
+
 /// One block's levels and per-16 `d` and `m`: slices of the block's length and of a
 /// sixteenth of it.
 pub struct BlockOut<'a> {
@@ -85,6 +92,7 @@ pub fn unpacker(format: Format) -> Option<Unpack> {
         Format::Q5_K => q5_k::unpack,
         Format::Q6_K => q6_k::unpack,
         Format::IQ4_NL => iq4_nl::unpack,
+        Format::IQ4_XS => iq4_xs::unpack,
     })
 }
 

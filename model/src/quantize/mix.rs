@@ -8,10 +8,11 @@
 //!   where its rows are not whole 256-value super-blocks; Q8_0 mixes keep it at Q8_0;
 //! - `attn_v`, which grouped-query attention makes small and sensitive, and `ffn_down` take
 //!   more bits in the mixes that name it, in some layers only: the first and last eighth and
-//!   every third one between ([`use_more_bits`]);
+//!   every third one between ([`use_more_bits`]), or the first eighth (the 4-bit i-quants'
+//!   `ffn_down` when no importance matrix guides it);
 //! - a matrix whose rows do not fit the chosen type's blocks falls back to a 32-value type of
-//!   at least as many bits (Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
-//!   Q8_0), else to F16.
+//!   at least as many bits (IQ4_XS to IQ4_NL, Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to
+//!   Q5_1, Q6_K to Q8_0), else to F16.
 
 use std::fmt;
 use std::str::FromStr;
@@ -37,15 +38,17 @@ pub enum Mix {
     Q5_0,
     Q5_1,
     Q8_0,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 impl Mix {
     /// Every mix, smallest first.
-    pub const ALL: [Mix; 15] = {
+    pub const ALL: [Mix; 17] = {
         use Mix::*;
         [
-            Q2_K_S, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_0, Q4_1, Q4_K_S, Q4_K_M, Q5_0, Q5_1, Q5_K_S,
-            Q5_K_M, Q6_K, Q8_0,
+            Q2_K_S, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, IQ4_XS, Q4_0, IQ4_NL, Q4_1, Q4_K_S, Q4_K_M, Q5_0,
+            Q5_1, Q5_K_S, Q5_K_M, Q6_K, Q8_0,
         ]
     };
 
@@ -68,6 +71,8 @@ impl Mix {
             Q5_0 => "Q5_0",
             Q5_1 => "Q5_1",
             Q8_0 => "Q8_0",
+            IQ4_NL => "IQ4_NL",
+            IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -97,6 +102,8 @@ impl Mix {
             Q5_K_M => 17,
             Q6_K => 18,
             Q2_K_S => 21,
+            IQ4_NL => 25,
+            IQ4_XS => 30,
         }
     }
 
@@ -114,6 +121,8 @@ impl Mix {
             Q5_0 => Format::Q5_0,
             Q5_1 => Format::Q5_1,
             Q8_0 => Format::Q8,
+            IQ4_NL => Format::IQ4_NL,
+            IQ4_XS => Format::IQ4_XS,
         }
     }
 
@@ -145,6 +154,7 @@ impl Mix {
                     Q3_K_L => Format::Q5_K,
                     Q4_K_M | Q5_K_M if more_bits(layer) => Format::Q6_K,
                     Q4_K_S if layer < 4 => Format::Q5_K,
+                    IQ4_NL | IQ4_XS if model.n_gqa >= 4 => Format::Q5_K,
                     _ => base,
                 }
             }
@@ -158,6 +168,7 @@ impl Mix {
                     Q3_K_L => Format::Q5_K,
                     Q4_K_M | Q5_K_M if more_bits(layer) => Format::Q6_K,
                     Q4_K_S if layer < n / 8 => Format::Q5_K,
+                    IQ4_NL | IQ4_XS if !model.imatrix && layer < n / 8 => Format::Q5_K,
                     // With an importance matrix, llama.cpp guards the first layers' ffn_down,
                     // which Q4_0 and Q5_0 quantize badly, with a base.
                     Q4_0 if model.imatrix && layer < n / 8 => Format::Q4,
@@ -207,6 +218,7 @@ pub fn fallback(format: Format, cols: usize) -> Format {
         return format;
     }
     let smaller = match format {
+        Format::IQ4_XS => Format::IQ4_NL,
         Format::Q2_K | Format::Q3_K => Format::Q4_0,
         Format::Q4_K => Format::Q5_0,
         Format::Q5_K => Format::Q5_1,
@@ -371,5 +383,20 @@ mod tests {
         assert_eq!(Mix::Q4_0.format_for(&down, &SMOLLM2), Format::Q4_0);
         assert_eq!(Mix::Q4_0.format_for(&down, &guided), Format::Q4);
         assert_eq!(Mix::Q5_0.format_for(&down, &guided), Format::Q5_1);
+        // IQ4_NL guards the first eighth's ffn_down with Q5_K only without a matrix, and
+        // attn_v where the grouped-query attention shares a head among four or more.
+        assert_eq!(Mix::IQ4_NL.format_for(&down, &SMOLLM2), Format::Q5_K);
+        assert_eq!(Mix::IQ4_NL.format_for(&down, &guided), Format::IQ4_NL);
+        assert_eq!(at(Mix::IQ4_NL, "blk.9.ffn_down.weight"), Format::IQ4_NL);
+        assert_eq!(at(Mix::IQ4_NL, "blk.9.attn_v.weight"), Format::IQ4_NL);
+        let grouped = MixModel {
+            n_gqa: 4,
+            ..SMOLLM2
+        };
+        let v = TensorRole::of("blk.9.attn_v.weight", 4096);
+        assert_eq!(Mix::IQ4_NL.format_for(&v, &grouped), Format::Q5_K);
+        assert_eq!(Mix::IQ4_XS.format_for(&down, &SMOLLM2), Format::Q5_K);
+        assert_eq!(at(Mix::IQ4_XS, "blk.9.ffn_up.weight"), Format::IQ4_XS);
+        assert_eq!(fallback(Format::IQ4_XS, 576), Format::IQ4_NL);
     }
 }

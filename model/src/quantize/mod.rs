@@ -157,6 +157,7 @@ fn llama_file_type(format: Format) -> Option<u32> {
         Format::Q5_0 => Some(8),
         Format::Q5_1 => Some(9),
         Format::IQ4_NL => Some(25),
+        Format::IQ4_XS => Some(30),
         _ => None,
     }
 }

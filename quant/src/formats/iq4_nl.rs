@@ -61,36 +61,10 @@ impl BlockIq4Nl {
         Self::quantize_with_weights(src, &weights)
     }
 
-    /// ggml's `quantize_row_iq4_nl_impl` for one block: the scale that maps the value of
-    /// largest magnitude to the outermost level, refitted by weighted least squares, then
-    /// fifteen scales around it, each with the levels nearest its values and refitted; the
-    /// best fit wins, and every value takes the level nearest it under the winning scale.
+    /// ggml's `quantize_row_iq4_nl_impl` for one block: the fitted scale ([`block_scale`]),
+    /// stored as f16, and every value takes the level nearest it under that scale.
     fn quantize_with_weights(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> Self {
-        let (amax, max) = signed_max(src);
-        if amax < GROUP_MAX_EPS {
-            return Self::pack(Half::from_f32(0.0), |_| nearest_level(0.0));
-        }
-        let outer = f32::from(LEVELS[0]);
-        // (sum w q x, sum w q^2) of the levels that the inverse scale `id` gives.
-        let sums = |id: f32| {
-            let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
-            for (&x, &w) in src.iter().zip(weights) {
-                let q = f32::from(LEVELS[usize::from(nearest_level(id * x))]);
-                sumqx += w * q * x;
-                sumq2 += w * q * q;
-            }
-            (sumqx, sumq2)
-        };
-        let (sumqx, sumq2) = sums(1.0 / (-max / outer));
-        let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-        let mut best = d * sumqx;
-        for itry in -TRIES..=TRIES {
-            let (sumqx, sumq2) = sums((itry + i32::from(LEVELS[0])) as f32 / max);
-            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
+        let d = block_scale(src, weights);
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         Self::pack(Half::from_f32(d), |j| nearest_level(id * src[j]))
     }
@@ -112,6 +86,40 @@ impl BlockIq4Nl {
     }
 }
 
+/// The scale of 32 values as ggml's `quantize_row_iq4_nl_impl` fits it (IQ4_NL's block scale,
+/// and IQ4_XS's before its 6-bit rounding): the scale that maps the value of largest
+/// magnitude to the outermost level, refitted by weighted least squares, then fifteen scales
+/// around it, each with the levels nearest its values and refitted; the best fit wins. Zero
+/// for a block whose largest magnitude is below [`GROUP_MAX_EPS`].
+pub(crate) fn block_scale(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> f32 {
+    let (amax, max) = signed_max(src);
+    if amax < GROUP_MAX_EPS {
+        return 0.0;
+    }
+    let outer = f32::from(LEVELS[0]);
+    // (sum w q x, sum w q^2) of the levels that the inverse scale `id` gives.
+    let sums = |id: f32| {
+        let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
+        for (&x, &w) in src.iter().zip(weights) {
+            let q = f32::from(LEVELS[usize::from(nearest_level(id * x))]);
+            sumqx += w * q * x;
+            sumq2 += w * q * q;
+        }
+        (sumqx, sumq2)
+    };
+    let (sumqx, sumq2) = sums(1.0 / (-max / outer));
+    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+    let mut best = d * sumqx;
+    for itry in -TRIES..=TRIES {
+        let (sumqx, sumq2) = sums((itry + i32::from(LEVELS[0])) as f32 / max);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    d
+}
+
 /// `out[j] = d * LEVELS[index j]` for 32 values packed in 16 bytes as IQ4_NL packs them.
 pub fn levels_times(d: f32, qs: &[u8], out: &mut [f32; BLOCK_LEN]) {
     let (lo, hi) = out.split_at_mut(16);
@@ -122,7 +130,7 @@ pub fn levels_times(d: f32, qs: &[u8], out: &mut [f32; BLOCK_LEN]) {
 }
 
 /// The index of the level nearest `x` (ggml's `best_index_int8`: the lower one on a tie).
-fn nearest_level(x: f32) -> u8 {
+pub(crate) fn nearest_level(x: f32) -> u8 {
     let last = LEVELS.len() - 1;
     if x <= f32::from(LEVELS[0]) {
         return 0;

@@ -34,6 +34,7 @@
 //! | Q5_K | 256 | 176 | 5.5 | 0..=31 | 13 (GGUF's) |
 //! | Q6_K | 256 | 210 | 6.5625 | -32..=31 | 14 (GGUF's) |
 //! | IQ4_NL | 32 | 18 | 4.5 | 16 fixed levels, -127..=113 | 20 (GGUF's) |
+//! | IQ4_XS | 256 | 136 | 4.25 | IQ4_NL's, a 6-bit scale per 32 | 23 (GGUF's) |
 //!
 //! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
@@ -174,6 +175,7 @@ formats! {
     Q5_K:     q5_k,   q5_k::BlockQ5_K,    13;
     Q6_K:     q6_k,   q6_k::BlockQ6_K,    14;
     IQ4_NL:   iq4_nl, iq4_nl::BlockIq4Nl, 20;
+    IQ4_XS:   iq4_xs, iq4_xs::BlockIq4Xs, 23;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -302,14 +304,26 @@ impl Format {
         )
     }
 
-    /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants and
+    /// Whether the format's blocks are 256-value super-blocks of 32-value (or 16-value)
+    /// sub-blocks with scales of their own: the k-quants and IQ4_XS. Kernels see each 32 of
+    /// a super-block as a block of its own.
+    pub const fn is_super_block(self) -> bool {
+        self.is_k_quant() || matches!(self, Format::IQ4_XS)
+    }
+
+    /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants,
     /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, Q4 as GGUF's
-    /// Q4_1, and IQ4_NL).
+    /// Q4_1) and the 4-bit i-quants (IQ4_NL, IQ4_XS).
     pub const fn uses_importance(self) -> bool {
         self.is_k_quant()
             || matches!(
                 self,
-                Format::Q4_0 | Format::Q5_0 | Format::Q5_1 | Format::Q4 | Format::IQ4_NL
+                Format::Q4_0
+                    | Format::Q5_0
+                    | Format::Q5_1
+                    | Format::Q4
+                    | Format::IQ4_NL
+                    | Format::IQ4_XS
             )
     }
 
@@ -413,6 +427,9 @@ impl Format {
                     importance,
                     iq4_nl::BlockIq4Nl::quantize_importance,
                 ),
+                Format::IQ4_XS => {
+                    weighted_blocks(src, dst, importance, iq4_xs::BlockIq4Xs::quantize_weighted)
+                }
                 _ => self.encode(src, dst, Rounding::Search),
             }
         }

@@ -53,7 +53,7 @@ fn names_and_ids_round_trip() {
     let ids = Format::ALL.map(Format::gguf_id);
     assert_eq!(
         ids,
-        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20]
+        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20, 23]
     );
     assert_eq!(Format::from_name("q3h"), Some(Q3H));
     assert_eq!(Format::from_name("q5_1"), Some(Q5_1));
@@ -100,6 +100,7 @@ fn geometry() {
         (Q5_K, 256, 176, 5.5),
         (Q6_K, 256, 210, 6.5625),
         (IQ4_NL, 32, 18, 4.5),
+        (IQ4_XS, 256, 136, 4.25),
     ];
     assert_eq!(table.map(|row| row.0), Format::ALL);
     for (format, size, bytes, bits) in table {
@@ -152,11 +153,32 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                 })
                 .collect();
         }
+        _ => {}
+    }
+    // ggml's kvalues_iq4nl.
+    const KVALUES: [i8; 16] = [
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+    ];
+    match format {
+        IQ4_XS => {
+            // d (f16), the scales' high bits (u16, two per 32), their low nibbles (4 bytes),
+            // then each 32's nibbles as IQ4_NL's: value = d * (scale - 32) * kvalues[q].
+            return raw
+                .chunks_exact(136)
+                .flat_map(|b| {
+                    (0..256).map(move |j| {
+                        let (ib, k) = (j / 32, j % 32);
+                        let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+                        let high = (u16::from_le_bytes([b[2], b[3]]) >> (2 * ib)) & 3;
+                        let scale = i32::from(low) + 16 * i32::from(high) - 32;
+                        let q = (b[8 + 16 * ib + k % 16] >> (4 * (k / 16))) & 0x0F;
+                        half(&b[..2]) * scale as f32 * f32::from(KVALUES[usize::from(q)])
+                    })
+                })
+                .collect();
+        }
         IQ4_NL => {
-            // d (f16), 16 bytes of nibbles as Q4_0's; value = d * ggml's kvalues_iq4nl[q].
-            const KVALUES: [i8; 16] = [
-                -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-            ];
+            // d (f16), 16 bytes of nibbles as Q4_0's; value = d * kvalues[q].
             return raw
                 .chunks_exact(18)
                 .flat_map(|b| {
@@ -209,7 +231,7 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
             }
             Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
             Q5_1 => (b[8 + j % 16] >> (4 * (j / 16))) & 0x0F | (((u32_at(4) >> j) & 1) as u8) << 4,
-            F32 | F16 | Q8 | Q4_0 | Q5_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
+            F32 | F16 | Q8 | Q4_0 | Q5_0 | IQ4_NL | IQ4_XS | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
                 unreachable!()
             }
         }
@@ -307,7 +329,7 @@ fn gguf_types_that_are_formats() {
     use Format::*;
     assert_eq!(
         found,
-        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL]
+        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
     );
 }
 

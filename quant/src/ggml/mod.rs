@@ -1,4 +1,4 @@
-//! GGUF tensor types Hearth reads but does not keep: BF16, the i-quants (IQ1_S through IQ4_XS),
+//! GGUF tensor types Hearth reads but does not keep: BF16, the i-quants (IQ1_S through IQ3_S),
 //! TQ1_0, TQ2_0 and MXFP4. They are dequantized at load and requantized into one of Hearth's
 //! [`formats`](crate::formats).
 //!
@@ -10,7 +10,6 @@ pub mod bf16;
 pub mod iq1;
 pub mod iq2;
 pub mod iq3;
-pub mod iq4;
 mod iq_grid;
 mod iq_grids;
 pub mod mxfp4;

@@ -9,25 +9,18 @@ const bool HAS_BASE = false;
 #define BLOCK_WORDS 6
 #define LAYOUT_BYTES 18
 #include "quant/layout.glsl"
-
-const float IQ4NL_LEVELS[16] = float[16](
-    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-    1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+#include "quant/iq4_levels.glsl"
 
 vec2 block_dm(Block blk) {
     return vec2(unpackHalf2x16(block_bytes4(blk, 0)).x, 0.0);
-}
-
-vec4 iq4nl_levels4(uvec4 q) {
-    return vec4(IQ4NL_LEVELS[q.x], IQ4NL_LEVELS[q.y], IQ4NL_LEVELS[q.z], IQ4NL_LEVELS[q.w]);
 }
 
 // Chunk j: bytes 2 + 8(j % 2) .. +8, low nibbles for j < 2, high nibbles after.
 void block_levels8(Block blk, uint j, out vec4 lo, out vec4 hi) {
     uint at = 2 + 8 * (j & 1);
     uint shift = 4 * (j >> 1);
-    lo = iq4nl_levels4(bytes_field(block_bytes4(blk, at), shift, 0xFu));
-    hi = iq4nl_levels4(bytes_field(block_bytes4(blk, at + 4), shift, 0xFu));
+    lo = iq4_levels4(bytes_field(block_bytes4(blk, at), shift, 0xFu));
+    hi = iq4_levels4(bytes_field(block_bytes4(blk, at + 4), shift, 0xFu));
 }
 
 #include "quant/block.glsl"
