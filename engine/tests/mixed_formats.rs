@@ -174,8 +174,8 @@ const WIDE: Shape = Shape {
     ..TINY
 };
 
-/// The GGUF types Hearth converts at load (to Q8), and IQ4_NL and IQ4_XS, which it loads as
-/// they are, in the order the model's matrices take them.
+/// The GGUF types Hearth converts at load (to Q8), and IQ4_NL, IQ4_XS and MXFP4, which it
+/// loads as they are, in the order the model's matrices take them.
 const CONVERTED: [BlockType; 12] = [
     BlockType::IQ1_S,
     BlockType::IQ1_M,
@@ -280,7 +280,7 @@ fn converted_types_load_and_compute_as_their_dequantized_values() {
         };
         Engine::load_file(file, &options, &mut |_| true).unwrap()
     };
-    // Every matrix is Q8 once read, but the 4-bit i-quants', which stay as they are.
+    // Every matrix is Q8 once read, but the native types', which stay as they are.
     let model = resolve_gguf(&packed).unwrap();
     let config = ModelConfig::from_resolved(&packed, &model).unwrap();
     let mut progress = |_: LoadProgress| true;
@@ -291,6 +291,7 @@ fn converted_types_load_and_compute_as_their_dequantized_values() {
         let want = match info.ggml_type {
             GgmlType::IQ4_NL => Format::IQ4_NL,
             GgmlType::IQ4_XS => Format::IQ4_XS,
+            GgmlType::MXFP4 => Format::MXFP4,
             _ => Format::Q8,
         };
         assert_eq!(m.format, want, "{} ({})", info.name, info.ggml_type);

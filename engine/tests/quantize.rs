@@ -55,6 +55,7 @@ fn max_relative_rms(f: Format) -> f64 {
         Format::Q4_0 => 0.15,
         Format::IQ4_NL => 0.12,
         Format::IQ4_XS => 0.12,
+        Format::MXFP4 => 0.2,
         // The k-quants' RMS error over sigma on normal data (quant's round-trip test) is
         // Q6_K 0.018, Q5_K 0.036, Q4_K 0.072, Q3_K 0.15, Q2_K 0.30; rows they do not fit fall
         // back to the formats above, within these bounds too.

@@ -795,6 +795,7 @@ pub(crate) mod tests {
                         | WeightFormat::Q5_0
                         | WeightFormat::Q5_1
                         | WeightFormat::IQ4_NL
+                        | WeightFormat::MXFP4
                 );
             // GGUF's own formats: the wide lane shape (what CPU devices run) and, for those
             // listed above, the subgroup shape; their unpacking is the same in every shape.

@@ -183,8 +183,8 @@ impl From<Matrix> for Projection {
 }
 
 /// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0, the k-quants, IQ4_NL and IQ4_XS) stay as they are; BF16 goes to
-/// F16; the other i-quants, TQ1_0, TQ2_0 and MXFP4 to Q8.
+/// Q4_1, Q5_0, Q5_1, Q8_0, the k-quants, IQ4_NL, IQ4_XS and MXFP4) stay as they are; BF16
+/// goes to F16; the other i-quants, TQ1_0 and TQ2_0 to Q8.
 pub fn import_format(ty: BlockType) -> Format {
     use BlockType::*;
     if let Some(native) = ty.format() {
@@ -192,12 +192,10 @@ pub fn import_format(ty: BlockType) -> Format {
     }
     match ty {
         F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
-        | IQ4_NL | IQ4_XS => Format::F16,
+        | IQ4_NL | IQ4_XS | MXFP4 => Format::F16,
         // Formats without kernels yet: 8 bits keep their values to within a level of 1/127
         // of each 32's largest, at twice the memory.
-        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | TQ1_0 | TQ2_0 | MXFP4 => {
-            Format::Q8
-        }
+        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | TQ1_0 | TQ2_0 => Format::Q8,
     }
 }
 
@@ -296,6 +294,7 @@ mod tests {
             (BlockType::Q6_K, Format::Q6_K),
             (BlockType::IQ4_NL, Format::IQ4_NL),
             (BlockType::IQ4_XS, Format::IQ4_XS),
+            (BlockType::MXFP4, Format::MXFP4),
         ] {
             assert_eq!(import_format(ty), f, "{ty} loads as it is");
         }
@@ -309,7 +308,6 @@ mod tests {
             BlockType::IQ3_S,
             BlockType::TQ1_0,
             BlockType::TQ2_0,
-            BlockType::MXFP4,
         ] {
             assert_eq!(import_format(ty), Format::Q8, "{ty} converts at load");
         }

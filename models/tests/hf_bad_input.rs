@@ -410,7 +410,7 @@ fn gptoss_mxfp4_experts_keep_their_values_and_odd_constants_are_named() {
             let mut qs = [0u8; 16];
             qs.copy_from_slice(&block[1..]);
             let mut got = [0f32; 32];
-            hearth_quant::ggml::mxfp4::BlockMxfp4 { e: block[0], qs }.dequantize(&mut got);
+            hearth_quant::formats::mxfp4::BlockMxfp4 { e: block[0], qs }.dequantize(&mut got);
             let (row, blk) = (b / (cols / 32), b % (cols / 32));
             let (e, r) = (row / kept, row % kept);
             for (j, &v) in got.iter().enumerate() {

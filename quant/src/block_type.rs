@@ -154,7 +154,7 @@ impl BlockType {
             IQ4_XS => size_of::<formats::iq4_xs::BlockIq4Xs>(),
             TQ1_0 => size_of::<ggml::ternary::BlockTq1_0>(),
             TQ2_0 => size_of::<ggml::ternary::BlockTq2_0>(),
-            MXFP4 => size_of::<ggml::mxfp4::BlockMxfp4>(),
+            MXFP4 => size_of::<formats::mxfp4::BlockMxfp4>(),
         }
     }
 

@@ -94,7 +94,7 @@ pub fn dequantize(ty: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
         IQ4_XS => for_each_block(bytes, out, formats::iq4_xs::BlockIq4Xs::dequantize),
         TQ1_0 => for_each_block(bytes, out, ggml::ternary::BlockTq1_0::dequantize),
         TQ2_0 => for_each_block(bytes, out, ggml::ternary::BlockTq2_0::dequantize),
-        MXFP4 => for_each_block(bytes, out, ggml::mxfp4::BlockMxfp4::dequantize),
+        MXFP4 => for_each_block(bytes, out, formats::mxfp4::BlockMxfp4::dequantize),
     }
     Ok(())
 }

@@ -44,7 +44,7 @@ fn differing_blocks(format: Format, got: &[u8], want: &[u8]) -> Option<String> {
 }
 
 /// ggml's name of each format the fixtures hold.
-const TYPES: [(&str, Format); 11] = [
+const TYPES: [(&str, Format); 12] = [
     ("Q4_0", Format::Q4_0),
     ("Q4_1", Format::Q4),
     ("Q5_0", Format::Q5_0),
@@ -56,6 +56,7 @@ const TYPES: [(&str, Format); 11] = [
     ("Q6_K", Format::Q6_K),
     ("IQ4_NL", Format::IQ4_NL),
     ("IQ4_XS", Format::IQ4_XS),
+    ("MXFP4", Format::MXFP4),
 ];
 
 #[test]
@@ -77,12 +78,12 @@ fn importance_weighted_blocks_are_ggmls() {
 
 #[test]
 fn reference_blocks_are_ggmls() {
-    // The k-quants and the 4-bit i-quants follow ggml's quantizers whatever the rounding; Q8
-    // (Q8_0) with MinMax.
+    // The k-quants, the 4-bit i-quants and MXFP4 follow ggml's quantizers whatever the
+    // rounding; Q8 (Q8_0) with MinMax.
     let input = floats("input.f32");
-    let k_quants = TYPES
-        .into_iter()
-        .filter(|(_, f)| f.is_k_quant() || matches!(f, Format::IQ4_NL | Format::IQ4_XS));
+    let k_quants = TYPES.into_iter().filter(|(_, f)| {
+        f.is_k_quant() || matches!(f, Format::IQ4_NL | Format::IQ4_XS | Format::MXFP4)
+    });
     let cases = k_quants
         .map(|(name, f)| (name, f, Rounding::Search))
         .chain([("Q8_0", Format::Q8, Rounding::MinMax)]);

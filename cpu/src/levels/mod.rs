@@ -13,6 +13,7 @@ use hearth_quant::Format;
 
 mod iq4_nl;
 mod iq4_xs;
+mod mxfp4;
 mod q2;
 mod q2_k;
 mod q3;
@@ -50,7 +51,14 @@ pub const fn group_width(format: Format) -> usize {
 pub const fn has_base(format: Format) -> bool {
     !matches!(
         format,
-        Format::Q8 | Format::Q4_0 | Format::Q5_0 | Format::Q3_K | Format::Q6_K | Format::IQ4_NL
+        Format::Q8
+            | Format::Q4_0
+            | Format::Q5_0
+            | Format::Q3_K
+            | Format::Q6_K
+            | Format::IQ4_NL
+            | Format::IQ4_XS
+            | Format::MXFP4
     )
 }
 
@@ -93,6 +101,7 @@ pub fn unpacker(format: Format) -> Option<Unpack> {
         Format::Q6_K => q6_k::unpack,
         Format::IQ4_NL => iq4_nl::unpack,
         Format::IQ4_XS => iq4_xs::unpack,
+        Format::MXFP4 => mxfp4::unpack,
     })
 }
 

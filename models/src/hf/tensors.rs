@@ -719,7 +719,7 @@ mod tests {
     /// transformers unpacks them) dequantize through ggml's layout to the same values.
     #[test]
     fn mxfp4_blocks_keep_their_values() {
-        use hearth_quant::ggml::mxfp4::{BlockMxfp4, LEVELS};
+        use hearth_quant::formats::mxfp4::{BlockMxfp4, LEVELS};
         let codes: Vec<u8> = (0..32u8).map(|k| (k * 7 + 3) % 16).collect();
         let openai: Vec<u8> = codes.chunks(2).map(|p| p[0] | (p[1] << 4)).collect();
         let block = BlockMxfp4 {

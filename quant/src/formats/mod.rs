@@ -35,6 +35,7 @@
 //! | Q6_K | 256 | 210 | 6.5625 | -32..=31 | 14 (GGUF's) |
 //! | IQ4_NL | 32 | 18 | 4.5 | 16 fixed levels, -127..=113 | 20 (GGUF's) |
 //! | IQ4_XS | 256 | 136 | 4.25 | IQ4_NL's, a 6-bit scale per 32 | 23 (GGUF's) |
+//! | MXFP4 | 32 | 17 | 4.25 | e2m1 doubled, -12..=12, a power-of-two scale | 39 (GGUF's) |
 //!
 //! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
@@ -176,6 +177,7 @@ formats! {
     Q6_K:     q6_k,   q6_k::BlockQ6_K,    14;
     IQ4_NL:   iq4_nl, iq4_nl::BlockIq4Nl, 20;
     IQ4_XS:   iq4_xs, iq4_xs::BlockIq4Xs, 23;
+    MXFP4:    mxfp4,  mxfp4::BlockMxfp4,  39;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,

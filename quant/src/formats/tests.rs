@@ -53,7 +53,7 @@ fn names_and_ids_round_trip() {
     let ids = Format::ALL.map(Format::gguf_id);
     assert_eq!(
         ids,
-        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20, 23]
+        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20, 23, 39]
     );
     assert_eq!(Format::from_name("q3h"), Some(Q3H));
     assert_eq!(Format::from_name("q5_1"), Some(Q5_1));
@@ -101,6 +101,7 @@ fn geometry() {
         (Q6_K, 256, 210, 6.5625),
         (IQ4_NL, 32, 18, 4.5),
         (IQ4_XS, 256, 136, 4.25),
+        (MXFP4, 32, 17, 4.25),
     ];
     assert_eq!(table.map(|row| row.0), Format::ALL);
     for (format, size, bytes, bits) in table {
@@ -177,6 +178,21 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                 })
                 .collect();
         }
+        MXFP4 => {
+            // e (a biased exponent byte), 16 bytes of nibbles as Q4_0's; value =
+            // kvalues_mxfp4[q] * 2^(e - 128), the e2m1 values doubled.
+            const E2M1_TWICE: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+            return raw
+                .chunks_exact(17)
+                .flat_map(|b| {
+                    (0..32).map(move |j| {
+                        let q = (b[1 + j % 16] >> (4 * (j / 16))) & 0x0F;
+                        let d = (2.0f64).powi(i32::from(b[0]) - 128) as f32;
+                        f32::from(E2M1_TWICE[usize::from(q)]) * d
+                    })
+                })
+                .collect();
+        }
         IQ4_NL => {
             // d (f16), 16 bytes of nibbles as Q4_0's; value = d * kvalues[q].
             return raw
@@ -231,7 +247,8 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
             }
             Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
             Q5_1 => (b[8 + j % 16] >> (4 * (j / 16))) & 0x0F | (((u32_at(4) >> j) & 1) as u8) << 4,
-            F32 | F16 | Q8 | Q4_0 | Q5_0 | IQ4_NL | IQ4_XS | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
+            F32 | F16 | Q8 | Q4_0 | Q5_0 | IQ4_NL | IQ4_XS | MXFP4 | Q2_K | Q3_K | Q4_K | Q5_K
+            | Q6_K => {
                 unreachable!()
             }
         }
@@ -329,7 +346,7 @@ fn gguf_types_that_are_formats() {
     use Format::*;
     assert_eq!(
         found,
-        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
+        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
     );
 }
 

@@ -1,5 +1,5 @@
 //! GGUF tensor types Hearth reads but does not keep: BF16, the i-quants (IQ1_S through IQ3_S),
-//! TQ1_0, TQ2_0 and MXFP4. They are dequantized at load and requantized into one of Hearth's
+//! TQ1_0 and TQ2_0. They are dequantized at load and requantized into one of Hearth's
 //! [`formats`](crate::formats).
 //!
 //! One module per type: the block struct, laid out as ggml's `block_<type>` in
@@ -12,5 +12,4 @@ pub mod iq2;
 pub mod iq3;
 mod iq_grid;
 mod iq_grids;
-pub mod mxfp4;
 pub mod ternary;

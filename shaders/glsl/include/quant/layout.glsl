@@ -7,7 +7,8 @@
 //   LAYOUT_BYTES n    blocks of n bytes, only 2-byte aligned (`w` uint[]): block_load reads
 //                     the BLOCK_WORDS - 1 words that cover block b into words 0.. of `Block`
 //                     and the byte its fields start at in the first (0 or 2) into the last;
-//                     block_word and block_bytes4 read the block's own bytes
+//                     block_word and block_bytes4 read the block's own bytes. With
+//                     LAYOUT_ODD_BYTES too, blocks are only byte-aligned (0..3 in the last)
 //   none              `w` is uint[] and the format defines block_load (the k-quants)
 // and at most one source of (d, m):
 //   PLAIN_VALUES      values stored as themselves: (1, 0)
@@ -93,19 +94,32 @@ void block_load(uint b, out Block blk) {
         blk[i] = w[at + i];
     }
 #endif
+#ifdef LAYOUT_ODD_BYTES
+    blk[BLOCK_WORDS - 1] = byte & 3u;
+#else
     blk[BLOCK_WORDS - 1] = byte & 2u;
+#endif
+}
+
+// The four bytes from byte `at` of the loaded words on.
+uint layout_bytes4_at(Block blk, uint at) {
+    uint i = at >> 2;
+#ifdef LAYOUT_ODD_BYTES
+    uint shift = 8u * (at & 3u);
+    return shift == 0u ? blk[i] : (blk[i] >> shift) | (blk[i + 1] << (32u - shift));
+#else
+    return (at & 2u) == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
+#endif
 }
 
 // Word i of the block's own bytes (byte 4i onwards).
 uint block_word(Block blk, uint i) {
-    return blk[BLOCK_WORDS - 1] == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
+    return layout_bytes4_at(blk, 4u * i + blk[BLOCK_WORDS - 1]);
 }
 
-// The four bytes of the block from its (even) byte `byte` on.
+// The four bytes of the block from its byte `byte` on (even, unless LAYOUT_ODD_BYTES).
 uint block_bytes4(Block blk, uint byte) {
-    uint at = byte + blk[BLOCK_WORDS - 1];
-    uint i = at >> 2;
-    return (at & 2u) == 0u ? blk[i] : (blk[i] >> 16) | (blk[i + 1] << 16);
+    return layout_bytes4_at(blk, byte + blk[BLOCK_WORDS - 1]);
 }
 #endif
 
