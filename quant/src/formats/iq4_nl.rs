@@ -9,7 +9,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::f16::Half;
-use super::kquant::{signed_max, GROUP_MAX_EPS};
+use super::kquant::{importance_weight, signed_max, sum_squares, GROUP_MAX_EPS};
 use super::Rounding;
 
 /// Values per block.
@@ -51,13 +51,9 @@ impl BlockIq4Nl {
     /// Quantizes 32 finite values with an importance per value (a column of llama.cpp's
     /// imatrix), as ggml's `quantize_iq4_nl` does given one: each value's error counts by its
     /// importance times `sqrt(sigma2 + x^2)`, `sigma2` twice the block's mean square.
-    pub fn quantize_importance(src: &[f32; BLOCK_LEN], importance: &[f32; BLOCK_LEN]) -> Self {
-        let mut sigma2 = 0.0f32;
-        for &x in src {
-            sigma2 += x * x;
-        }
-        sigma2 *= 2.0 / BLOCK_LEN as f32;
-        let weights = std::array::from_fn(|j| importance[j] * (sigma2 + src[j] * src[j]).sqrt());
+    pub fn quantize_weighted(src: &[f32; BLOCK_LEN], importance: &[f32; BLOCK_LEN]) -> Self {
+        let sigma2 = sum_squares(src) * (2.0 / BLOCK_LEN as f32);
+        let weights = std::array::from_fn(|j| importance_weight(importance[j], sigma2, src[j]));
         Self::quantize_with_weights(src, &weights)
     }
 

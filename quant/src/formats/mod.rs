@@ -423,12 +423,9 @@ impl Format {
                     importance,
                     q5_1::BlockQ5_1::quantize_with_weights,
                 ),
-                Format::IQ4_NL => weighted_blocks(
-                    src,
-                    dst,
-                    importance,
-                    iq4_nl::BlockIq4Nl::quantize_importance,
-                ),
+                Format::IQ4_NL => {
+                    weighted_blocks(src, dst, importance, iq4_nl::BlockIq4Nl::quantize_weighted)
+                }
                 Format::IQ4_XS => {
                     weighted_blocks(src, dst, importance, iq4_xs::BlockIq4Xs::quantize_weighted)
                 }
