@@ -3,15 +3,11 @@
 
 use hearth_quant::formats::iq4_nl::{BlockIq4Nl, LEVELS};
 
-use super::BlockOut;
+use super::{nibble_levels, BlockOut};
 
 pub(super) fn unpack(block: &[u8], out: BlockOut) {
     let b: &BlockIq4Nl = bytemuck::from_bytes(block);
-    let (lo, hi) = out.levels.split_at_mut(16);
-    for ((&q, lo), hi) in b.qs.iter().zip(lo).zip(hi) {
-        *lo = LEVELS[usize::from(q & 0x0F)];
-        *hi = LEVELS[usize::from(q >> 4)];
-    }
+    nibble_levels(&b.qs, out.levels, |q| LEVELS[usize::from(q)]);
     out.d.fill(b.d.to_f32());
     // -0.0, not 0.0: `x + -0.0 == x` for every x, keeping the sign of a zero product.
     out.m.fill(-0.0);

@@ -4,7 +4,7 @@
 use hearth_quant::formats::iq4_nl::LEVELS;
 use hearth_quant::formats::iq4_xs::BlockIq4Xs;
 
-use super::{BlockOut, GROUP};
+use super::{nibble_levels, BlockOut, GROUP};
 
 pub(super) fn unpack(block: &[u8], out: BlockOut) {
     let b: &BlockIq4Xs = bytemuck::from_bytes(block);
@@ -13,11 +13,7 @@ pub(super) fn unpack(block: &[u8], out: BlockOut) {
     let chunks = out.levels.chunks_exact_mut(32).zip(b.qs.chunks_exact(16));
     let scales = out.d.chunks_exact_mut(per32);
     for (ib, ((levels, qs), scale)) in chunks.zip(scales).enumerate() {
-        let (lo, hi) = levels.split_at_mut(16);
-        for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
-            *lo = LEVELS[usize::from(q & 0x0F)];
-            *hi = LEVELS[usize::from(q >> 4)];
-        }
+        nibble_levels(qs, levels, |q| LEVELS[usize::from(q)]);
         // As the format's dequantization rounds it: d * (scale - 32) in f32.
         scale.fill(d * f32::from(b.scale(ib) as i8 - 32));
     }

@@ -105,6 +105,17 @@ pub fn unpacker(format: Format) -> Option<Unpack> {
     })
 }
 
+/// The levels of 32 values whose 4-bit codes are packed as GGUF's 32-value types pack them
+/// (value `j < 16` in the low nibble of `qs[j]`, value `j + 16` in the high), each code mapped
+/// to its level by `level`.
+fn nibble_levels(qs: &[u8], levels: &mut [i8], level: impl Fn(u8) -> i8) {
+    let (lo, hi) = levels.split_at_mut(16);
+    for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
+        *lo = level(q & 0x0F);
+        *hi = level(q >> 4);
+    }
+}
+
 /// A weight row unpacked: levels [cols], and `d`, `m` [cols / 16].
 #[derive(Clone, Debug, Default)]
 pub struct RowLevels {

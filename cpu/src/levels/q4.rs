@@ -2,15 +2,11 @@
 
 use hearth_quant::formats::q4::BlockQ4;
 
-use super::BlockOut;
+use super::{nibble_levels, BlockOut};
 
 pub(super) fn unpack(block: &[u8], out: BlockOut) {
     let b: &BlockQ4 = bytemuck::from_bytes(block);
-    let (lo, hi) = out.levels.split_at_mut(16);
-    for ((&q, lo), hi) in b.qs.iter().zip(lo).zip(hi) {
-        *lo = (q & 0x0F) as i8;
-        *hi = (q >> 4) as i8;
-    }
+    nibble_levels(&b.qs, out.levels, |q| q as i8);
     out.d.fill(b.d.to_f32());
     out.m.fill(b.m.to_f32());
 }

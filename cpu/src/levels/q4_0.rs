@@ -2,15 +2,11 @@
 
 use hearth_quant::formats::q4_0::BlockQ4_0;
 
-use super::BlockOut;
+use super::{nibble_levels, BlockOut};
 
 pub(super) fn unpack(block: &[u8], out: BlockOut) {
     let b: &BlockQ4_0 = bytemuck::from_bytes(block);
-    let (lo, hi) = out.levels.split_at_mut(16);
-    for ((&q, lo), hi) in b.qs.iter().zip(lo).zip(hi) {
-        *lo = (q & 0x0F) as i8 - 8;
-        *hi = (q >> 4) as i8 - 8;
-    }
+    nibble_levels(&b.qs, out.levels, |q| q as i8 - 8);
     out.d.fill(b.d.to_f32());
     // -0.0, not 0.0: `x + -0.0 == x` for every x, keeping the sign of a zero product.
     out.m.fill(-0.0);
