@@ -16,7 +16,7 @@ use hearth_gui::{App, AppConfig};
 use hearth_models::hub::HubOptions;
 use hearth_models::synthetic::Shape;
 use hearth_quant::Format;
-use hearth_testkit::hub::Hub;
+use hearth_testkit::hub::{hidden_entries, Hub};
 
 const REPO: &str = "tiny/Tiny-Llama-GGUF";
 const Q8: &str = "Tiny-Llama-Q8_0.gguf";
@@ -106,16 +106,6 @@ fn search(harness: &mut Harness<'static, App>, text: &str) {
     harness.step();
     harness.key_press(egui::Key::Enter);
     harness.step();
-}
-
-fn hidden(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.') && n != ".hub")
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]
@@ -214,7 +204,7 @@ fn search_download_cancel_resume_and_load() {
     assert_eq!(ranges.last(), Some(&format!("bytes={kept}-")));
     let file = models.path().join(Q8);
     assert_eq!(std::fs::read(&file).unwrap(), model(Format::Q8));
-    assert_eq!(hidden(models.path()), Vec::<String>::new());
+    assert_eq!(hidden_entries(models.path()), Vec::<String>::new());
 
     // The library lists it, and it loads.
     harness.step();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hearth_models::hub::{self, HubOptions, ModelRef, PullEvent};
 use hearth_models::{list_models, open_model, resolve_model, Error, GgufFile, ModelFormat};
-use hearth_testkit::hub::{Hub, Seen};
+use hearth_testkit::hub::{hidden_entries, Hub, Seen};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch_llama");
 
@@ -68,16 +68,6 @@ fn pull(
         },
     )?;
     Ok((pulled, events))
-}
-
-fn hidden_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.') && n != ".hub")
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]

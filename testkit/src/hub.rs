@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -515,6 +516,18 @@ pub fn git_blob_id(bytes: &[u8]) -> String {
         .chain_update(format!("blob {}\0", bytes.len()))
         .chain_update(bytes)
         .finalize())
+}
+
+/// The hidden names in a model directory but the hub's own records (`.hub`): the partial
+/// and temporary files a download leaves behind, sorted.
+pub fn hidden_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n != ".hub")
+        .collect();
+    names.sort();
+    names
 }
 
 /// The SHA-256 of `bytes`, lowercase hex: what the hub lists for an LFS file.
