@@ -323,14 +323,24 @@ fn write_format_kernels(out: &mut String) {
     out.push_str("    }\n}\n");
 }
 
-/// `#include "format.glsl"` names the variant's weight format; everything else is a path
-/// relative to `glsl/include/`.
+/// `#include "format.glsl"` names the variant's weight format; `"quant/grids/<grid>.glsl"` is a
+/// lattice grid of ggml's i-quants, generated from hearth-quant's tables (`grid_glsl`);
+/// everything else is a path relative to `glsl/include/`.
 fn resolve_include(
     root: &Path,
     format: &str,
     requested: &str,
     from: &str,
 ) -> Result<shaderc::ResolvedInclude, String> {
+    if let Some(grid) = requested
+        .strip_prefix("quant/grids/")
+        .and_then(|r| r.strip_suffix(".glsl"))
+    {
+        return Ok(shaderc::ResolvedInclude {
+            resolved_name: format!("quant/grids/{grid}.glsl"),
+            content: grid_glsl(grid).ok_or_else(|| format!("{from}: no grid {grid}"))?,
+        });
+    }
     let path = if requested == "format.glsl" {
         if format.is_empty() {
             return Err(format!(
@@ -346,4 +356,58 @@ fn resolve_include(
         resolved_name: path.to_string_lossy().into_owned(),
         content,
     })
+}
+
+/// The GLSL of one i-quant grid (`iq2xxs`, ...) from `hearth_quant::ggml::iq_grids`, so the
+/// kernels and the Rust dequantization read one table: `<NAME>_ROWS` holds the rows (each a
+/// u16 of level indices, first value lowest, two rows to a word), and
+/// `<name>_values4(row, first)` gives values `first .. first + 4` of a row as its levels.
+fn grid_glsl(grid: &str) -> Option<String> {
+    use hearth_quant::ggml::iq_grids::*;
+    let (levels, rows, bits): (&[i8], &[u16], u32) = match grid {
+        "iq2xxs" => (&IQ2XXS_LEVELS, &IQ2XXS_PACKED, 2),
+        "iq2xs" => (&IQ2XS_LEVELS, &IQ2XS_PACKED, 2),
+        "iq2s" => (&IQ2S_LEVELS, &IQ2S_PACKED, 2),
+        "iq3xxs" => (&IQ3XXS_LEVELS, &IQ3XXS_PACKED, 3),
+        "iq3s" => (&IQ3S_LEVELS, &IQ3S_PACKED, 3),
+        "iq1s" => (&IQ1S_LEVELS, &IQ1S_PACKED, 2),
+        _ => return None,
+    };
+    let upper = grid.to_uppercase();
+    let join = |v: Vec<String>| v.join(", ");
+    let words: Vec<String> = rows
+        .chunks(2)
+        .map(|p| {
+            format!(
+                "{:#x}u",
+                u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16
+            )
+        })
+        .collect();
+    let mut out = format!("#ifndef GRID_{upper}\n#define GRID_{upper}\n");
+    let n = levels.len();
+    let _ = writeln!(
+        out,
+        "const int {upper}_LEVELS[{n}] = int[{n}]({});",
+        join(levels.iter().map(i8::to_string).collect())
+    );
+    let _ = writeln!(
+        out,
+        "const uint {upper}_ROWS[{}] = uint[{}]({});",
+        words.len(),
+        words.len(),
+        join(words.clone())
+    );
+    let mask = (1u32 << bits) - 1;
+    let _ = writeln!(
+        out,
+        "uint {grid}_row(uint i) {{ return ({upper}_ROWS[i >> 1] >> (16u * (i & 1u))) & 0xFFFFu; }}"
+    );
+    let value = |k: u32| format!("{upper}_LEVELS[(row >> ({bits}u * (first + {k}u))) & {mask}u]");
+    let _ = writeln!(
+        out,
+        "ivec4 {grid}_values4(uint row, uint first) {{ return ivec4({}); }}\n#endif",
+        join((0..4).map(value).collect())
+    );
+    Some(out)
 }

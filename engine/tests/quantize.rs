@@ -56,6 +56,20 @@ fn max_relative_rms(f: Format) -> f64 {
         Format::IQ4_NL => 0.12,
         Format::IQ4_XS => 0.12,
         Format::MXFP4 => 0.2,
+        // The lattice i-quants on rows of 256 without a matrix (lattice_i_quants_...):
+        // measured IQ3_S 0.186, IQ3_XXS 0.246, IQ2_S 0.314, IQ1_M 0.584, with 25% headroom;
+        // IQ2_XS, IQ2_XXS and IQ1_S, which need a matrix, bounded between their neighbours.
+        Format::IQ3_S => 0.23,
+        Format::IQ3_XXS => 0.31,
+        Format::IQ2_S => 0.39,
+        Format::IQ2_XS => 0.45,
+        Format::IQ2_XXS => 0.5,
+        Format::IQ1_M => 0.73,
+        Format::IQ1_S => 0.8,
+        // Ternary levels with the largest magnitude as the scale (ggml's rule, made for models
+        // trained ternary): measured 0.805 for both on the lattice test's bell-shaped rows.
+        Format::TQ1_0 => 0.9,
+        Format::TQ2_0 => 0.9,
         // The k-quants' RMS error over sigma on normal data (quant's round-trip test) is
         // Q6_K 0.018, Q5_K 0.036, Q4_K 0.072, Q3_K 0.15, Q2_K 0.30; rows they do not fit fall
         // back to the formats above, within these bounds too.
@@ -676,5 +690,54 @@ fn smollm2_to_q4_k_m_follows_llama_cpp_and_its_importance_matrix() {
         .tensors
         .iter()
         .any(|t| t.note.as_deref().is_some_and(|n| n.contains("Q5_0"))));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The lattice i-quants and the ternary types write 256-value rows; llama.cpp's three that need
+/// an importance matrix
+/// (IQ2_XXS, IQ2_XS, IQ1_S) are refused without one, naming the tensor, and leave no file.
+#[test]
+fn lattice_i_quants_quantize_and_refuse_without_a_needed_matrix() {
+    let dir = scratch("lattice");
+    let mut w = GgufWriter::new();
+    w.set_metadata(
+        "general.architecture",
+        MetaValue::String("synthetic".into()),
+    );
+    let v = weights(256 * 8, 256, 7);
+    w.add_tensor(
+        "blk.0.ffn_down.weight",
+        GgmlType::F32,
+        &[256, 8],
+        f32_bytes(&v),
+    )
+    .unwrap();
+    let input_path = dir.join("wide.gguf");
+    w.write_atomic(&input_path).unwrap();
+    let input = GgufFile::open(&input_path).unwrap();
+    let low_bits = |f: &Format| f.is_lattice() || matches!(f, Format::TQ1_0 | Format::TQ2_0);
+    for format in Format::ALL.into_iter().filter(low_bits) {
+        let out_path = dir.join(format!("out-{format}.gguf"));
+        let opts = QuantizeOptions::new(format);
+        if format.requires_importance() {
+            let err = quantize_model(&input_path, &out_path, &opts, &mut |_| true)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("blk.0.ffn_down.weight") && err.contains("needs an importance matrix"),
+                "{format}: {err}"
+            );
+            assert!(!out_path.exists(), "{format}");
+            continue;
+        }
+        let report = quantize(&input_path, &out_path, &opts);
+        let output = GgufFile::open(&out_path).unwrap();
+        assert_eq!(
+            formats_by_name(&output)["blk.0.ffn_down.weight"],
+            GgmlType::from(format)
+        );
+        let worst = dequantized_error(&input, &output, &report);
+        eprintln!("{format}: worst relative RMS error {worst:.4?}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -90,8 +90,8 @@ mod tests {
         finish(&dev);
     }
 
-    /// The k-quants' GLSL dequantization equals the Rust reference on random bytes, which
-    /// reach scale and level patterns the quantizer does not make (negative and extreme
+    /// The super-block formats' GLSL dequantization equals the Rust reference on random bytes,
+    /// which reach scale, level and grid patterns the quantizer does not make (negative and extreme
     /// sub-block scales, every high-bit mask). Every f16 field is a random finite value.
     #[test]
     fn glsl_super_blocks_are_bit_identical_on_random_bytes() {
@@ -113,7 +113,18 @@ mod tests {
                 WeightFormat::Q2_K => &[80, 82],
                 WeightFormat::Q3_K => &[108],
                 WeightFormat::Q4_K | WeightFormat::Q5_K => &[0, 2],
-                WeightFormat::IQ4_XS => &[0],
+                WeightFormat::IQ4_XS
+                | WeightFormat::IQ2_XXS
+                | WeightFormat::IQ2_XS
+                | WeightFormat::IQ2_S
+                | WeightFormat::IQ3_XXS
+                | WeightFormat::IQ3_S
+                | WeightFormat::IQ1_S => &[0],
+                // IQ1_M's f16 is the top nibbles of its last four u16: its top exponent bit
+                // is bit 14 of the last.
+                WeightFormat::IQ1_M => &[54],
+                WeightFormat::TQ1_0 => &[52],
+                WeightFormat::TQ2_0 => &[64],
                 _ => &[208],
             };
             for block in packed.chunks_exact_mut(format.block_bytes()) {

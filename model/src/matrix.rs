@@ -182,20 +182,13 @@ impl From<Matrix> for Projection {
     }
 }
 
-/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0, the k-quants, IQ4_NL, IQ4_XS and MXFP4) stay as they are; BF16
-/// goes to F16; the other i-quants, TQ1_0 and TQ2_0 to Q8.
+/// The Hearth format a GGUF type is loaded as. Types that are Hearth formats (F32, F16, the
+/// legacy types, the k-quants, the i-quants, the ternary types and MXFP4) stay as they are;
+/// BF16 goes to F16.
 pub fn import_format(ty: BlockType) -> Format {
-    use BlockType::*;
-    if let Some(native) = ty.format() {
-        return native;
-    }
-    match ty {
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
-        | IQ4_NL | IQ4_XS | MXFP4 => Format::F16,
-        // Formats without kernels yet: 8 bits keep their values to within a level of 1/127
-        // of each 32's largest, at twice the memory.
-        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | TQ1_0 | TQ2_0 => Format::Q8,
+    match ty.format() {
+        Some(native) => native,
+        None => Format::F16,
     }
 }
 
@@ -295,21 +288,18 @@ mod tests {
             (BlockType::IQ4_NL, Format::IQ4_NL),
             (BlockType::IQ4_XS, Format::IQ4_XS),
             (BlockType::MXFP4, Format::MXFP4),
+            (BlockType::IQ1_S, Format::IQ1_S),
+            (BlockType::IQ1_M, Format::IQ1_M),
+            (BlockType::IQ2_XXS, Format::IQ2_XXS),
+            (BlockType::IQ2_XS, Format::IQ2_XS),
+            (BlockType::IQ2_S, Format::IQ2_S),
+            (BlockType::IQ3_XXS, Format::IQ3_XXS),
+            (BlockType::IQ3_S, Format::IQ3_S),
         ] {
             assert_eq!(import_format(ty), f, "{ty} loads as it is");
         }
-        for ty in [
-            BlockType::IQ1_S,
-            BlockType::IQ1_M,
-            BlockType::IQ2_XXS,
-            BlockType::IQ2_XS,
-            BlockType::IQ2_S,
-            BlockType::IQ3_XXS,
-            BlockType::IQ3_S,
-            BlockType::TQ1_0,
-            BlockType::TQ2_0,
-        ] {
-            assert_eq!(import_format(ty), Format::Q8, "{ty} converts at load");
-        }
+        assert_eq!(import_format(BlockType::TQ1_0), Format::TQ1_0);
+        assert_eq!(import_format(BlockType::TQ2_0), Format::TQ2_0);
+        assert_eq!(import_format(BlockType::BF16), Format::F16);
     }
 }

@@ -4,19 +4,19 @@
 //! values (32, 64 or 256) as integers plus one or two f16 scales.
 //!
 //! - [`Format`] names Hearth's own formats ([`formats`]), the layouts weights live in on the
-//!   device: F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1 and ggml's k-quants
-//!   Q2_K to Q6_K. For each it quantizes f32 values ([`Rounding::Search`] by default, or
+//!   device: F32, F16, Q2, Q3, Q3H, Q4, Q4B64, Q5, Q6, Q8, Q4_0, Q5_0, Q5_1, ggml's k-quants
+//!   Q2_K to Q6_K, its i-quants (IQ1_S to IQ4_XS), TQ1_0, TQ2_0 and MXFP4. For each it quantizes f32 values ([`Rounding::Search`] by default, or
 //!   Inferflow's [`Rounding::MinMax`]; the GGUF types as ggml's reference quantizers),
 //!   dequantizes them, and computes a reference dot product with an f32 vector. Each format's
 //!   module has a GLSL twin in `shaders/glsl/include/quant/` with the same layout and
 //!   dequantization. Q4, Q8, Q4_0, Q5_0 and Q5_1 are GGUF's Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1
-//!   byte for byte, the k-quants GGUF's own; the others are recorded in GGUF files under
+//!   byte for byte, the k-quants, i-quants, ternary types and MXFP4 GGUF's own; the others are recorded in GGUF files under
 //!   private type ids from [`PRIVATE_ID_BASE`] with [`FORMAT_VERSION`] under the key
 //!   [`VERSION_KEY`].
 //! - [`BlockType`] names every GGUF type this crate reads, and [`dequantize`] turns them into
 //!   f32 exactly as ggml's reference `dequantize_row_*` functions do, operation for operation,
 //!   so the results are bit-identical to ggml's. The one type that is not a Hearth format
-//!   ([`ggml`]: BF16) is dequantized at load and requantized into a Hearth format;
+//!   ([`ggml`]: BF16) is converted at load into one;
 //!   [`BlockType::format`] says which types need not be.
 //!
 //! Sizes are checked, never trusted: a wrong byte or value count, a partial block or a

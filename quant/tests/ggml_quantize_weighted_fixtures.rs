@@ -44,7 +44,7 @@ fn differing_blocks(format: Format, got: &[u8], want: &[u8]) -> Option<String> {
 }
 
 /// ggml's name of each format the fixtures hold.
-const TYPES: [(&str, Format); 12] = [
+const TYPES: [(&str, Format); 21] = [
     ("Q4_0", Format::Q4_0),
     ("Q4_1", Format::Q4),
     ("Q5_0", Format::Q5_0),
@@ -57,6 +57,15 @@ const TYPES: [(&str, Format); 12] = [
     ("IQ4_NL", Format::IQ4_NL),
     ("IQ4_XS", Format::IQ4_XS),
     ("MXFP4", Format::MXFP4),
+    ("IQ2_XXS", Format::IQ2_XXS),
+    ("IQ2_XS", Format::IQ2_XS),
+    ("IQ2_S", Format::IQ2_S),
+    ("IQ3_XXS", Format::IQ3_XXS),
+    ("IQ3_S", Format::IQ3_S),
+    ("IQ1_S", Format::IQ1_S),
+    ("IQ1_M", Format::IQ1_M),
+    ("TQ1_0", Format::TQ1_0),
+    ("TQ2_0", Format::TQ2_0),
 ];
 
 #[test]
@@ -73,16 +82,32 @@ fn importance_weighted_blocks_are_ggmls() {
         if let Some(diff) = differing_blocks(format, &got, &want) {
             panic!("{name} with an importance matrix: {diff}");
         }
+        let mut values = vec![0f32; input.len()];
+        format.dequantize(&got, &mut values).unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{name}");
     }
 }
 
 #[test]
 fn reference_blocks_are_ggmls() {
-    // The k-quants, the 4-bit i-quants and MXFP4 follow ggml's quantizers whatever the
-    // rounding; Q8 (Q8_0) with MinMax.
+    // The k-quants, the 4-bit i-quants, MXFP4 and the lattice i-quants whose ggml quantizer
+    // runs without a matrix follow ggml's quantizers whatever the rounding; Q8 (Q8_0) with
+    // MinMax.
     let input = floats("input.f32");
     let k_quants = TYPES.into_iter().filter(|(_, f)| {
-        f.is_k_quant() || matches!(f, Format::IQ4_NL | Format::IQ4_XS | Format::MXFP4)
+        f.is_k_quant()
+            || matches!(
+                f,
+                Format::IQ4_NL
+                    | Format::IQ4_XS
+                    | Format::MXFP4
+                    | Format::IQ2_S
+                    | Format::IQ3_XXS
+                    | Format::IQ3_S
+                    | Format::IQ1_M
+                    | Format::TQ1_0
+                    | Format::TQ2_0
+            )
     });
     let cases = k_quants
         .map(|(name, f)| (name, f, Rounding::Search))

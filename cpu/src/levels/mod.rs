@@ -7,13 +7,16 @@
 //!
 //! `d` and `m` are the f32 values the format's own dequantization multiplies and adds, so
 //! `level as f32 * d + m` is its dequantized value bit for bit (tested for every format).
-//! One module per format, named as in `hearth_quant::formats`.
+//! One module per format, named as in `hearth_quant::formats`, but for the formats whose blocks
+//! give their own levels (the lattice i-quants and the ternary types), which share one
+//! ([`own_levels`]).
 
 use hearth_quant::Format;
 
 mod iq4_nl;
 mod iq4_xs;
 mod mxfp4;
+mod own_levels;
 mod q2;
 mod q2_k;
 mod q3;
@@ -37,11 +40,16 @@ mod tests;
 pub const GROUP: usize = 16;
 
 /// Values of `format` that share one `d` and one `m` (the unpacked rows repeat them per
-/// 16): 16 for the k-quants whose sub-blocks are 16 wide, 32 for the rest (whose groups are
+/// 16): 16 for the k-quants and i-quants whose sub-blocks are 16 wide, 32 for the rest (whose groups are
 /// 32 or 64 wide). A product may apply each scale once per this many values.
 pub const fn group_width(format: Format) -> usize {
     match format {
-        Format::Q2_K | Format::Q3_K | Format::Q6_K => 16,
+        Format::Q2_K
+        | Format::Q3_K
+        | Format::Q6_K
+        | Format::IQ2_XS
+        | Format::IQ2_S
+        | Format::IQ1_M => 16,
         _ => 32,
     }
 }
@@ -49,17 +57,20 @@ pub const fn group_width(format: Format) -> usize {
 /// Whether `format` has a base `m` per group: false for the symmetric formats, whose `m` is
 /// zero, so that products may skip the `m * sum(x)` term.
 pub const fn has_base(format: Format) -> bool {
-    !matches!(
-        format,
-        Format::Q8
-            | Format::Q4_0
-            | Format::Q5_0
-            | Format::Q3_K
-            | Format::Q6_K
-            | Format::IQ4_NL
-            | Format::IQ4_XS
-            | Format::MXFP4
-    )
+    !format.is_lattice()
+        && !matches!(
+            format,
+            Format::Q8
+                | Format::Q4_0
+                | Format::Q5_0
+                | Format::Q3_K
+                | Format::Q6_K
+                | Format::IQ4_NL
+                | Format::IQ4_XS
+                | Format::MXFP4
+                | Format::TQ1_0
+                | Format::TQ2_0
+        )
 }
 
 /// Whether `format`'s levels reach beyond +-64: Q8's 8-bit levels and the table of the 4-bit
@@ -102,6 +113,15 @@ pub fn unpacker(format: Format) -> Option<Unpack> {
         Format::IQ4_NL => iq4_nl::unpack,
         Format::IQ4_XS => iq4_xs::unpack,
         Format::MXFP4 => mxfp4::unpack,
+        Format::IQ2_XXS => own_levels::iq2_xxs,
+        Format::IQ2_XS => own_levels::iq2_xs,
+        Format::IQ2_S => own_levels::iq2_s,
+        Format::IQ3_XXS => own_levels::iq3_xxs,
+        Format::IQ3_S => own_levels::iq3_s,
+        Format::IQ1_S => own_levels::iq1_s,
+        Format::IQ1_M => own_levels::iq1_m,
+        Format::TQ1_0 => own_levels::tq1_0,
+        Format::TQ2_0 => own_levels::tq2_0,
     })
 }
 

@@ -182,6 +182,19 @@ pub(super) fn plan<'f>(
             .as_ref()
             .and_then(|m| m.weights(&info.name))
             .filter(|w| w.len() == cols);
+        if importance.is_none() && to.requires_importance() {
+            // As llama-quantize: at about 2 bits, rounding without knowing which columns
+            // matter ruins a model.
+            let why = match opts.imatrix {
+                Some(_) => "the importance matrix has no entry of its width",
+                None => "no importance matrix was given (--imatrix)",
+            };
+            return Err(tensor_error(
+                file.path(),
+                info,
+                format!("{to} needs an importance matrix, and {why}"),
+            ));
+        }
         if opts.imatrix.is_some() && importance.is_none() && to.uses_importance() {
             note.get_or_insert_with(|| "the importance matrix has no entry of its width".into());
         }

@@ -291,8 +291,9 @@ pub fn quantize_scales_k4(
     )
 }
 
-/// Sub-block scales (or mins) `x`, all `>= 0` as the searches make them, as levels `0..=nmax`
-/// of one super-block scale, which is returned (ggml's `make_qp_quants`): the scale
+/// Sub-block scales (or mins) `x`, all `>= 0` as the searches make them (IQ2_XXS's magnitudes
+/// may have one negative), as levels `0..=nmax` of one super-block scale, which is returned
+/// (ggml's `make_qp_quants`): the scale
 /// `max / nmax` and eight near it, the best by the `weights`' squared error, then up to five
 /// passes that move single levels where that raises the weighted least-squares fit.
 pub fn make_qp_quants<const N: usize>(
@@ -329,28 +330,32 @@ pub fn make_qp_quants<const N: usize>(
             iscale = iscale_is;
         }
     }
-    let mut l = x.map(|v| nearest_int(iscale * v).min(nmax));
+    // ggml keeps the levels as bytes: a negative one (only where a caller passes a negative
+    // x, as IQ2_XXS's sign parity can) is summed as an int first, then wraps in the passes.
     let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-    for ((&v, &w), &l) in x.iter().zip(weights).zip(&l) {
+    for ((&v, &w), stored) in x.iter().zip(weights).zip(out.iter_mut()) {
+        let l = nearest_int(iscale * v).min(nmax);
+        *stored = l as u8;
         sumlx += w * v * l as f32;
         suml2 += w * l as f32 * l as f32;
     }
     for _ in 0..5 {
         let mut changed = false;
-        for (i, (&v, &w)) in x.iter().zip(weights).enumerate() {
-            let mut slx = sumlx - w * v * l[i] as f32;
-            let mut sl2 = suml2 - w * l[i] as f32 * l[i] as f32;
+        for ((&v, &w), stored) in x.iter().zip(weights).zip(out.iter_mut()) {
+            let old = f32::from(*stored);
+            let mut slx = sumlx - w * v * old;
+            let mut sl2 = suml2 - w * old * old;
             if !(slx > 0.0 && sl2 > 0.0) {
                 continue;
             }
             let new_l = nearest_int(v * sl2 / slx).min(nmax);
-            if new_l == l[i] {
+            if new_l == i32::from(*stored) {
                 continue;
             }
             slx += w * v * new_l as f32;
             sl2 += w * new_l as f32 * new_l as f32;
             if slx * slx * suml2 > sumlx * sumlx * sl2 {
-                l[i] = new_l;
+                *stored = new_l as u8;
                 sumlx = slx;
                 suml2 = sl2;
                 changed = true;
@@ -360,7 +365,6 @@ pub fn make_qp_quants<const N: usize>(
             break;
         }
     }
-    *out = l.map(|l| l as u8);
     if suml2 > 0.0 {
         sumlx / suml2
     } else {

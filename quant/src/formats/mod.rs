@@ -36,6 +36,15 @@
 //! | IQ4_NL | 32 | 18 | 4.5 | 16 fixed levels, -127..=113 | 20 (GGUF's) |
 //! | IQ4_XS | 256 | 136 | 4.25 | IQ4_NL's, a 6-bit scale per 32 | 23 (GGUF's) |
 //! | MXFP4 | 32 | 17 | 4.25 | e2m1 doubled, -12..=12, a power-of-two scale | 39 (GGUF's) |
+//! | IQ2_XXS | 256 | 66 | 2.0625 | lattice rows of 8, -43..=43, a scale per 32 | 16 (GGUF's) |
+//! | IQ2_XS | 256 | 74 | 2.3125 | lattice rows of 8, -43..=43, a scale per 16 | 17 (GGUF's) |
+//! | IQ2_S | 256 | 82 | 2.5625 | lattice rows of 8, -43..=43, a scale per 16 | 22 (GGUF's) |
+//! | IQ3_XXS | 256 | 98 | 3.0625 | grid rows of 4, -62..=62, a scale per 32 | 18 (GGUF's) |
+//! | IQ3_S | 256 | 110 | 3.4375 | grid rows of 4, -15..=15, a scale per 32 | 21 (GGUF's) |
+//! | IQ1_S | 256 | 50 | 1.5625 | rows of 8 over 8 * {-1, 0, 1} ± 1, a scale per 32 | 19 (GGUF's) |
+//! | IQ1_M | 256 | 56 | 1.75 | as IQ1_S, a scale per 16 | 29 (GGUF's) |
+//! | TQ1_0 | 256 | 54 | 1.6875 | -1..=1 in base 3, one scale | 34 (GGUF's) |
+//! | TQ2_0 | 256 | 66 | 2.0625 | -1..=1 in 2 bits, one scale | 35 (GGUF's) |
 //!
 //! Most quantized formats are asymmetric: `value = q * d + m` with the scale `d` and the
 //! base `m` stored as f16 at the start of the block, computed in f32 as a multiply then an add
@@ -51,6 +60,12 @@
 //! Q5_K, min) stored in 4 to 8 bits relative to the super-block's f16 scales; dequantization
 //! follows ggml's operation order (see each module), and quantization ggml's reference
 //! quantizers, which choose scales their own way whatever the [`Rounding`] (see [`kquant`]).
+//! The i-quants and MXFP4 are GGUF's too: IQ4_NL and IQ4_XS index a table of 16 non-linear
+//! levels, and the lattice i-quants (IQ1_S to IQ3_S, [`Format::is_lattice`]) store each 4 or 8
+//! values as the index of a row of a fixed grid plus signs; the kernels compute with the
+//! grid's signed integer levels and a scale per 16 or 32 values. All of them quantize as
+//! ggml's quantizers do, byte for byte, with and without an importance matrix. So do the
+//! ternary TQ1_0 and TQ2_0 (levels -1, 0, 1 and one scale per 256 values), which take none.
 //!
 //! The other formats do not exist in GGUF: files record
 //! them under private type ids from [`PRIVATE_ID_BASE`] (1024) up, far above any id GGUF
@@ -178,6 +193,15 @@ formats! {
     IQ4_NL:   iq4_nl, iq4_nl::BlockIq4Nl, 20;
     IQ4_XS:   iq4_xs, iq4_xs::BlockIq4Xs, 23;
     MXFP4:    mxfp4,  mxfp4::BlockMxfp4,  39;
+    IQ2_XXS:  iq2_xxs, iq2_xxs::BlockIq2Xxs, 16;
+    IQ2_XS:   iq2_xs, iq2_xs::BlockIq2Xs, 17;
+    IQ2_S:    iq2_s,  iq2_s::BlockIq2S,   22;
+    IQ3_XXS:  iq3_xxs, iq3_xxs::BlockIq3Xxs, 18;
+    IQ3_S:    iq3_s,  iq3_s::BlockIq3S,   21;
+    IQ1_S:    iq1_s,  iq1_s::BlockIq1S,   19;
+    IQ1_M:    iq1_m,  iq1_m::BlockIq1M,   29;
+    TQ1_0:    tq1_0,  tq1_0::BlockTq1_0,  34;
+    TQ2_0:    tq2_0,  tq2_0::BlockTq2_0,  35;
 }
 
 /// What the table needs from a format's block type: values per block, and quantization,
@@ -306,18 +330,43 @@ impl Format {
         )
     }
 
-    /// Whether the format's blocks are 256-value super-blocks of 32-value (or 16-value)
-    /// sub-blocks with scales of their own: the k-quants and IQ4_XS. Kernels see each 32 of
-    /// a super-block as a block of its own.
+    /// Whether the format's blocks are 256-value super-blocks: the k-quants, IQ4_XS, the
+    /// lattice i-quants (sub-blocks of 32 or 16 values with scales of their own) and the
+    /// ternary TQ1_0 and TQ2_0 (one scale). Kernels see each 32 of a super-block as a block of
+    /// its own.
     pub const fn is_super_block(self) -> bool {
-        self.is_k_quant() || matches!(self, Format::IQ4_XS)
+        self.is_k_quant()
+            || self.is_lattice()
+            || matches!(self, Format::IQ4_XS | Format::TQ1_0 | Format::TQ2_0)
+    }
+
+    /// Whether the format is one of ggml's i-quants below 4 bits (IQ1_S to IQ3_S): groups of 4
+    /// or 8 values stored as the index of a row of a fixed grid, plus signs.
+    pub const fn is_lattice(self) -> bool {
+        matches!(
+            self,
+            Format::IQ2_XXS
+                | Format::IQ2_XS
+                | Format::IQ2_S
+                | Format::IQ3_XXS
+                | Format::IQ3_S
+                | Format::IQ1_S
+                | Format::IQ1_M
+        )
+    }
+
+    /// Whether llama.cpp refuses to quantize to the format without an importance matrix
+    /// (ggml's `ggml_quantize_requires_imatrix`): IQ2_XXS, IQ2_XS and IQ1_S.
+    pub const fn requires_importance(self) -> bool {
+        matches!(self, Format::IQ2_XXS | Format::IQ2_XS | Format::IQ1_S)
     }
 
     /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants,
     /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, Q4 as GGUF's
-    /// Q4_1) and the 4-bit i-quants (IQ4_NL, IQ4_XS).
+    /// Q4_1), the 4-bit i-quants (IQ4_NL, IQ4_XS) and the lattice i-quants.
     pub const fn uses_importance(self) -> bool {
         self.is_k_quant()
+            || self.is_lattice()
             || matches!(
                 self,
                 Format::Q4_0
@@ -428,6 +477,33 @@ impl Format {
                 }
                 Format::IQ4_XS => {
                     weighted_blocks(src, dst, importance, iq4_xs::BlockIq4Xs::quantize_weighted)
+                }
+                Format::IQ2_XXS => weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    iq2_xxs::BlockIq2Xxs::quantize_weighted,
+                ),
+                Format::IQ2_XS => {
+                    weighted_blocks(src, dst, importance, iq2_xs::BlockIq2Xs::quantize_weighted)
+                }
+                Format::IQ2_S => {
+                    weighted_blocks(src, dst, importance, iq2_s::BlockIq2S::quantize_weighted)
+                }
+                Format::IQ3_XXS => weighted_blocks(
+                    src,
+                    dst,
+                    importance,
+                    iq3_xxs::BlockIq3Xxs::quantize_weighted,
+                ),
+                Format::IQ3_S => {
+                    weighted_blocks(src, dst, importance, iq3_s::BlockIq3S::quantize_weighted)
+                }
+                Format::IQ1_S => {
+                    weighted_blocks(src, dst, importance, iq1_s::BlockIq1S::quantize_weighted)
+                }
+                Format::IQ1_M => {
+                    weighted_blocks(src, dst, importance, iq1_m::BlockIq1M::quantize_weighted)
                 }
                 _ => self.encode(src, dst, Rounding::Search),
             }

@@ -53,7 +53,10 @@ fn names_and_ids_round_trip() {
     let ids = Format::ALL.map(Format::gguf_id);
     assert_eq!(
         ids,
-        [0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20, 23, 39]
+        [
+            0, 1, 1024, 1025, 1026, 3, 1027, 1028, 1029, 8, 2, 6, 7, 10, 11, 12, 13, 14, 20, 23,
+            39, 16, 17, 22, 18, 21, 19, 29, 34, 35
+        ]
     );
     assert_eq!(Format::from_name("q3h"), Some(Q3H));
     assert_eq!(Format::from_name("q5_1"), Some(Q5_1));
@@ -102,6 +105,15 @@ fn geometry() {
         (IQ4_NL, 32, 18, 4.5),
         (IQ4_XS, 256, 136, 4.25),
         (MXFP4, 32, 17, 4.25),
+        (IQ2_XXS, 256, 66, 2.0625),
+        (IQ2_XS, 256, 74, 2.3125),
+        (IQ2_S, 256, 82, 2.5625),
+        (IQ3_XXS, 256, 98, 3.0625),
+        (IQ3_S, 256, 110, 3.4375),
+        (IQ1_S, 256, 50, 1.5625),
+        (IQ1_M, 256, 56, 1.75),
+        (TQ1_0, 256, 54, 1.6875),
+        (TQ2_0, 256, 66, 2.0625),
     ];
     assert_eq!(table.map(|row| row.0), Format::ALL);
     for (format, size, bytes, bits) in table {
@@ -113,6 +125,12 @@ fn geometry() {
     assert_eq!(Q3H.bytes_for(96), None);
     assert_eq!(F32.bytes_for(usize::MAX), None);
     assert_eq!(Q8.bytes_for(0), Some(0));
+}
+
+/// Whether [`layout_reference`] restates the format's layout: all but the k-quants, the
+/// lattice i-quants and the ternary types, which are checked elsewhere.
+fn restated(f: &Format) -> bool {
+    !f.is_k_quant() && !f.is_lattice() && !matches!(f, Format::TQ1_0 | Format::TQ2_0)
 }
 
 /// The values `raw` holds in `format`, restated from the layouts the format modules document
@@ -205,8 +223,11 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
                 })
                 .collect();
         }
-        // The k-quants' layouts are restated value by value in their modules' tests.
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => unreachable!("{format}"),
+        // The k-quants' layouts are restated value by value in their modules' tests; the
+        // lattice i-quants' and the ternary types' are checked against gguf-py's on fixture
+        // blocks (tests/ggml_fixtures.rs).
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S
+        | IQ1_M | TQ1_0 | TQ2_0 => unreachable!("{format}"),
         Q8 => {
             // d (f16), then 32 signed levels: value = q * d.
             return raw
@@ -247,10 +268,7 @@ fn layout_reference(format: Format, raw: &[u8]) -> Vec<f32> {
             }
             Q6 => nibble64() | ((b[36 + j % 16] >> (2 * (j / 16))) & 3) << 4,
             Q5_1 => (b[8 + j % 16] >> (4 * (j / 16))) & 0x0F | (((u32_at(4) >> j) & 1) as u8) << 4,
-            F32 | F16 | Q8 | Q4_0 | Q5_0 | IQ4_NL | IQ4_XS | MXFP4 | Q2_K | Q3_K | Q4_K | Q5_K
-            | Q6_K => {
-                unreachable!()
-            }
+            _ => unreachable!(),
         }
     };
     raw.chunks_exact(format.block_bytes())
@@ -335,7 +353,7 @@ fn gguf_types_that_are_formats() {
         let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
         dequantize_ggml_type(ty, &raw, &mut a).unwrap();
         format.dequantize(&raw, &mut b).unwrap();
-        if format.is_k_quant() {
+        if !restated(&format) {
             assert_eq!(canonical(&a), canonical(&b), "{ty}");
             continue;
         }
@@ -346,13 +364,16 @@ fn gguf_types_that_are_formats() {
     use Format::*;
     assert_eq!(
         found,
-        [F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
+        [
+            F32, F16, Q4_0, Q4, Q5_0, Q5_1, Q8, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS,
+            IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4
+        ]
     );
 }
 
 #[test]
 fn dequantize_follows_the_documented_layouts() {
-    for format in Format::ALL.into_iter().filter(|f| !f.is_k_quant()) {
+    for format in Format::ALL.into_iter().filter(restated) {
         let raw = random_blocks(format.block_bytes(), format.gguf_id().into());
         let got = dequantize_format(format, &raw);
         assert_eq!(got.len(), 4 * format.block_size());

@@ -4,13 +4,13 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::iq_grid::{signed, IQ2S, IQ2XS, IQ2XXS, SIGNS7};
+use super::iq_grid::{scaled, signed_levels, IQ2S, IQ2XS, IQ2XXS, SIGNS7};
 use crate::formats::f16::Half;
 use crate::formats::kquant::QK_K;
 
 /// One IQ2_XXS super-block (ggml's `block_iq2_xxs`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
 pub struct BlockIq2Xxs {
     pub d: Half,
     /// Per 32 values, 8 bytes: four grid indices, then a little-endian u32 holding four 7-bit
@@ -23,13 +23,22 @@ const _: () = assert!(size_of::<BlockIq2Xxs>() == 66);
 impl BlockIq2Xxs {
     /// As ggml's `dequantize_row_iq2_xxs`: each 32's scale is `d * (0.5 + s) / 4`.
     pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (mut levels, mut scales) = ([0; QK_K], [0.0; QK_K / 16]);
+        self.levels(&mut levels, &mut scales);
+        scaled(&levels, &scales, out);
+    }
+
+    /// The values as signed grid levels (-43..=43) and a scale per 16 values (each 32's twice):
+    /// `scales[j / 16] * levels[j]` is value `j` as [`Self::dequantize`] gives it.
+    pub fn levels(&self, levels: &mut [i8; QK_K], scales: &mut [f32; QK_K / 16]) {
         let d = self.d.to_f32();
-        for (q, out) in self.qs.chunks_exact(8).zip(out.chunks_exact_mut(32)) {
+        let groups = self.qs.chunks_exact(8).zip(levels.chunks_exact_mut(32));
+        for ((q, levels), scales) in groups.zip(scales.chunks_exact_mut(2)) {
             let aux = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
-            let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
-            for (l, out) in out.chunks_exact_mut(8).enumerate() {
+            scales.fill(d * (0.5 + (aux >> 28) as f32) * 0.25);
+            for (l, out) in levels.chunks_exact_mut(8).enumerate() {
                 let signs = SIGNS7[(aux >> (7 * l) & 127) as usize];
-                signed(db, &IQ2XXS[usize::from(q[l])], signs, out);
+                signed_levels(&IQ2XXS[usize::from(q[l])], signs, out);
             }
         }
     }
@@ -37,7 +46,7 @@ impl BlockIq2Xxs {
 
 /// One IQ2_XS super-block (ggml's `block_iq2_xs`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
 pub struct BlockIq2Xs {
     pub d: Half,
     /// Per 8 values a little-endian u16: the grid index (bits 0..9), the sign index (9..16).
@@ -51,19 +60,29 @@ const _: () = assert!(size_of::<BlockIq2Xs>() == 74);
 impl BlockIq2Xs {
     /// As ggml's `dequantize_row_iq2_xs`: each 16's scale is `d * (0.5 + s) / 4`.
     pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (mut levels, mut scales) = ([0; QK_K], [0.0; QK_K / 16]);
+        self.levels(&mut levels, &mut scales);
+        scaled(&levels, &scales, out);
+    }
+
+    /// The values as signed grid levels (-43..=43) and a scale per 16 values: `scales[j / 16] *
+    /// levels[j]` is value `j` as [`Self::dequantize`] gives it.
+    pub fn levels(&self, levels: &mut [i8; QK_K], scales: &mut [f32; QK_K / 16]) {
         let d = self.d.to_f32();
-        for (g, out) in out.chunks_exact_mut(8).enumerate() {
+        for (half, scale) in scales.iter_mut().enumerate() {
+            *scale = quarter_scale(d, self.scales[half / 2], half);
+        }
+        for (g, out) in levels.chunks_exact_mut(8).enumerate() {
             let word = u16::from_le_bytes([self.qs[2 * g], self.qs[2 * g + 1]]);
-            let db = quarter_scale(d, self.scales[g / 4], g / 2);
             let signs = SIGNS7[usize::from(word >> 9)];
-            signed(db, &IQ2XS[usize::from(word & 511)], signs, out);
+            signed_levels(&IQ2XS[usize::from(word & 511)], signs, out);
         }
     }
 }
 
 /// One IQ2_S super-block (ggml's `block_iq2_s`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
 pub struct BlockIq2S {
     pub d: Half,
     /// The low 8 bits of each 8's grid index (bytes 0..32), then each 8's signs (32..64).
@@ -79,13 +98,22 @@ const _: () = assert!(size_of::<BlockIq2S>() == 82);
 impl BlockIq2S {
     /// As ggml's `dequantize_row_iq2_s`.
     pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (mut levels, mut scales) = ([0; QK_K], [0.0; QK_K / 16]);
+        self.levels(&mut levels, &mut scales);
+        scaled(&levels, &scales, out);
+    }
+
+    /// As [`BlockIq2Xs::levels`].
+    pub fn levels(&self, levels: &mut [i8; QK_K], scales: &mut [f32; QK_K / 16]) {
         let d = self.d.to_f32();
+        for (half, scale) in scales.iter_mut().enumerate() {
+            *scale = quarter_scale(d, self.scales[half / 2], half);
+        }
         let (low, signs) = self.qs.split_at(QK_K / 8);
-        for (g, out) in out.chunks_exact_mut(8).enumerate() {
+        for (g, out) in levels.chunks_exact_mut(8).enumerate() {
             let high = usize::from(self.qh[g / 4] >> (2 * (g % 4)) & 3);
             let index = usize::from(low[g]) | high << 8;
-            let db = quarter_scale(d, self.scales[g / 4], g / 2);
-            signed(db, &IQ2S[index], signs[g], out);
+            signed_levels(&IQ2S[index], signs[g], out);
         }
     }
 }

@@ -50,11 +50,25 @@ const fn expand<const N: usize, const W: usize, const L: usize>(
     out
 }
 
-/// `out[j] = d * grid[j]`, negated where bit j of `signs` is set, as ggml orders it.
-pub(crate) fn signed(d: f32, grid: &[i8], signs: u8, out: &mut [f32]) {
+/// `out[j] = grid[j]`, negated where bit j of `signs` is set: a grid row's signed levels.
+pub(crate) fn signed_levels(grid: &[i8], signs: u8, out: &mut [i8]) {
     for (j, (out, &g)) in out.iter_mut().zip(grid).enumerate() {
-        let v = d * f32::from(g);
-        *out = if signs >> j & 1 == 1 { -v } else { v };
+        *out = if signs >> j & 1 == 1 { -g } else { g };
+    }
+}
+
+/// `out[j] = scales[j / 16] * levels[j]`: the values of a super-block given as levels and a
+/// scale per 16. ggml multiplies the scale by the grid magnitude and then applies the sign;
+/// the product with the signed level is the same f32, since negation is exact.
+pub(crate) fn scaled(levels: &[i8; 256], scales: &[f32; 16], out: &mut [f32; 256]) {
+    for ((out, levels), &d) in out
+        .chunks_exact_mut(16)
+        .zip(levels.chunks_exact(16))
+        .zip(scales)
+    {
+        for (out, &l) in out.iter_mut().zip(levels) {
+            *out = d * f32::from(l);
+        }
     }
 }
 

@@ -1,0 +1,32 @@
+//! IQ3_XXS: super-blocks of 256 values in 98 bytes (3.06 bits per weight), ggml's layout
+//! byte for byte: each 4 values a row of a grid of 256 magnitudes (4..=62), 7 stored sign bits per 8, each 32 a 4-bit scale: `value = d * (0.5 + s) / 2 * grid * sign`.
+//!
+//! The block struct and its dequantization (ggml's operation order) are in
+//! [`crate::ggml::iq3`]; its levels (the signed grid values, and a scale per 16) are what
+//! the kernels and the CPU executor compute with. The quantizer is ggml's
+//! ([`crate::ggml::iq3_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq3_xxs.glsl`.
+
+use super::kquant::QK_K;
+use super::Rounding;
+pub use crate::ggml::iq3::BlockIq3Xxs;
+use crate::ggml::iq3_quantize::quantize_iq3_xxs;
+
+super::block_codec!(BlockIq3Xxs, QK_K);
+
+impl BlockIq3Xxs {
+    /// Quantizes 256 finite values as ggml's quantizer does without an importance matrix each value weighs as ggml's no-matrix path has it, whatever `rounding`.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        bytemuck::pod_read_unaligned(&quantize_iq3_xxs(src, None))
+    }
+
+    /// Quantizes 256 finite values with an importance per value (a column of llama.cpp's
+    /// imatrix), as ggml's quantizer does given one.
+    pub fn quantize_weighted(src: &[f32; QK_K], importance: &[f32; QK_K]) -> Self {
+        bytemuck::pod_read_unaligned(&quantize_iq3_xxs(src, Some(importance)))
+    }
+
+    /// Reference dot product of the dequantized values, summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
+}

@@ -1,0 +1,27 @@
+//! TQ2_0: ternary super-blocks of 256 values (-1, 0, 1 times one scale, as BitNet b1.58
+//! models store them) in 66 bytes (2.0625 bits per weight), ggml's layout byte for byte:
+//! four 2-bit digits a byte (value `128 g + 32 l + m` in bits `2l` of byte `32 g + m`), then the f16 scale `d`: `value = d * (digit - 1)`.
+//!
+//! The block struct and its dequantization are in [`crate::ggml::ternary`]; its levels (-1, 0,
+//! 1, and the scale once per 16) are what the kernels and the CPU executor compute with. The
+//! quantizer is ggml's reference one, which takes no importance matrix.
+//! GLSL twin: `shaders/glsl/include/quant/tq2_0.glsl`.
+
+use super::kquant::QK_K;
+use super::Rounding;
+pub use crate::ggml::ternary::BlockTq2_0;
+
+super::block_codec!(BlockTq2_0, QK_K);
+
+impl BlockTq2_0 {
+    /// Quantizes 256 finite values as ggml's `quantize_row_tq2_0_ref` does, whatever
+    /// `rounding`.
+    pub fn quantize(src: &[f32; QK_K], _rounding: Rounding) -> Self {
+        Self::quantize_ref(src)
+    }
+
+    /// Reference dot product of the dequantized values, summed in f64 in index order.
+    pub fn dot(&self, x: &[f32; QK_K]) -> f64 {
+        super::dot_block(|w| self.dequantize(w), x)
+    }
+}
