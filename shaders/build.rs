@@ -358,12 +358,12 @@ fn resolve_include(
     })
 }
 
-/// The GLSL of one i-quant grid (`iq2xxs`, ...) from `hearth_quant::ggml::iq_grids`, so the
+/// The GLSL of one i-quant grid (`iq2xxs`, ...) from `hearth_quant::formats::iq::iq_grids`, so the
 /// kernels and the Rust dequantization read one table: `<NAME>_ROWS` holds the rows (each a
 /// u16 of level indices, first value lowest, two rows to a word), and
 /// `<name>_values4(row, first)` gives values `first .. first + 4` of a row as its levels.
 fn grid_glsl(grid: &str) -> Option<String> {
-    use hearth_quant::ggml::iq_grids::*;
+    use hearth_quant::formats::iq::iq_grids::*;
     let (levels, rows, bits): (&[i8], &[u16], u32) = match grid {
         "iq2xxs" => (&IQ2XXS_LEVELS, &IQ2XXS_PACKED, 2),
         "iq2xs" => (&IQ2XS_LEVELS, &IQ2XS_PACKED, 2),

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{formats, ggml, Format};
+use crate::{formats, Format};
 
 /// A tensor element type this crate can dequantize. Names follow ggml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,17 +143,17 @@ impl BlockType {
             Q4_K => size_of::<formats::q4_k::BlockQ4_K>(),
             Q5_K => size_of::<formats::q5_k::BlockQ5_K>(),
             Q6_K => size_of::<formats::q6_k::BlockQ6_K>(),
-            IQ2_XXS => size_of::<ggml::iq2::BlockIq2Xxs>(),
-            IQ2_XS => size_of::<ggml::iq2::BlockIq2Xs>(),
-            IQ2_S => size_of::<ggml::iq2::BlockIq2S>(),
-            IQ3_XXS => size_of::<ggml::iq3::BlockIq3Xxs>(),
-            IQ3_S => size_of::<ggml::iq3::BlockIq3S>(),
-            IQ1_S => size_of::<ggml::iq1::BlockIq1S>(),
-            IQ1_M => size_of::<ggml::iq1::BlockIq1M>(),
+            IQ2_XXS => size_of::<formats::iq::iq2::BlockIq2Xxs>(),
+            IQ2_XS => size_of::<formats::iq::iq2::BlockIq2Xs>(),
+            IQ2_S => size_of::<formats::iq::iq2::BlockIq2S>(),
+            IQ3_XXS => size_of::<formats::iq::iq3::BlockIq3Xxs>(),
+            IQ3_S => size_of::<formats::iq::iq3::BlockIq3S>(),
+            IQ1_S => size_of::<formats::iq::iq1::BlockIq1S>(),
+            IQ1_M => size_of::<formats::iq::iq1::BlockIq1M>(),
             IQ4_NL => size_of::<formats::iq4_nl::BlockIq4Nl>(),
             IQ4_XS => size_of::<formats::iq4_xs::BlockIq4Xs>(),
-            TQ1_0 => size_of::<ggml::ternary::BlockTq1_0>(),
-            TQ2_0 => size_of::<ggml::ternary::BlockTq2_0>(),
+            TQ1_0 => size_of::<formats::ternary::BlockTq1_0>(),
+            TQ2_0 => size_of::<formats::ternary::BlockTq2_0>(),
             MXFP4 => size_of::<formats::mxfp4::BlockMxfp4>(),
         }
     }

@@ -2,14 +2,14 @@
 //! byte for byte: each 8 values a row of IQ1_S's grid with its own ±1/8 shift, each 16 a 3-bit scale, and the f16 `d` spread over the scales' top nibbles: `value = d * (2s + 1) * (grid ± 1/8)`.
 //!
 //! The block struct and its dequantization (ggml's operation order) are in
-//! [`crate::ggml::iq1`]; its levels (the signed grid values, and a scale per 16) are what
+//! [`crate::formats::iq::iq1`]; its levels (the signed grid values, and a scale per 16) are what
 //! the kernels and the CPU executor compute with. The quantizer is ggml's
-//! ([`crate::ggml::iq1_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq1_m.glsl`.
+//! ([`crate::formats::iq::iq1_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq1_m.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::iq1::BlockIq1M;
-use crate::ggml::iq1_quantize::quantize_iq1_m;
+pub use crate::formats::iq::iq1::BlockIq1M;
+use crate::formats::iq::iq1_quantize::quantize_iq1_m;
 
 super::block_codec!(BlockIq1M, QK_K);
 

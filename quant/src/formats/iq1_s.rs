@@ -2,14 +2,14 @@
 //! byte for byte: each 8 values a row of a grid of 2048 over {-1, 0, 1} shifted by ±1/8 (one sign per 32), each 32 a 3-bit scale: `value = d * (2s + 1) * (grid ± 1/8)`.
 //!
 //! The block struct and its dequantization (ggml's operation order) are in
-//! [`crate::ggml::iq1`]; its levels (the signed grid values, and a scale per 16) are what
+//! [`crate::formats::iq::iq1`]; its levels (the signed grid values, and a scale per 16) are what
 //! the kernels and the CPU executor compute with. The quantizer is ggml's
-//! ([`crate::ggml::iq1_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq1_s.glsl`.
+//! ([`crate::formats::iq::iq1_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq1_s.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::iq1::BlockIq1S;
-use crate::ggml::iq1_quantize::quantize_iq1_s;
+pub use crate::formats::iq::iq1::BlockIq1S;
+use crate::formats::iq::iq1_quantize::quantize_iq1_s;
 
 super::block_codec!(BlockIq1S, QK_K);
 

@@ -2,14 +2,14 @@
 //! byte for byte: each 8 values a row of a grid of 512 magnitudes (8, 25, 43) with 7 stored sign bits, each 16 a 4-bit scale: `value = d * (0.5 + s) / 4 * grid * sign`.
 //!
 //! The block struct and its dequantization (ggml's operation order) are in
-//! [`crate::ggml::iq2`]; its levels (the signed grid values, and a scale per 16) are what
+//! [`crate::formats::iq::iq2`]; its levels (the signed grid values, and a scale per 16) are what
 //! the kernels and the CPU executor compute with. The quantizer is ggml's
-//! ([`crate::ggml::iq2_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq2_xs.glsl`.
+//! ([`crate::formats::iq::iq2_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq2_xs.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::iq2::BlockIq2Xs;
-use crate::ggml::iq2_quantize::quantize_iq2_xs;
+pub use crate::formats::iq::iq2::BlockIq2Xs;
+use crate::formats::iq::iq2_quantize::quantize_iq2_xs;
 
 super::block_codec!(BlockIq2Xs, QK_K);
 

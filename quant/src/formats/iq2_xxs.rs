@@ -2,14 +2,14 @@
 //! byte for byte: each 8 values a row of an E8-lattice grid of 256 magnitudes (8, 25, 43) with 7 stored sign bits (the eighth keeps the count of negatives even), each 32 a 4-bit scale of the super-block's f16: `value = d * (0.5 + s) / 4 * grid * sign`.
 //!
 //! The block struct and its dequantization (ggml's operation order) are in
-//! [`crate::ggml::iq2`]; its levels (the signed grid values, and a scale per 16) are what
+//! [`crate::formats::iq::iq2`]; its levels (the signed grid values, and a scale per 16) are what
 //! the kernels and the CPU executor compute with. The quantizer is ggml's
-//! ([`crate::ggml::iq2_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq2_xxs.glsl`.
+//! ([`crate::formats::iq::iq2_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq2_xxs.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::iq2::BlockIq2Xxs;
-use crate::ggml::iq2_quantize::quantize_iq2_xxs;
+pub use crate::formats::iq::iq2::BlockIq2Xxs;
+use crate::formats::iq::iq2_quantize::quantize_iq2_xxs;
 
 super::block_codec!(BlockIq2Xxs, QK_K);
 

@@ -2,14 +2,14 @@
 //! byte for byte: each 4 values a row of a grid of 512 odd magnitudes (1..=15), 8 sign bits per 8, each 32 a 4-bit scale: `value = d * (1 + 2s) * grid * sign`.
 //!
 //! The block struct and its dequantization (ggml's operation order) are in
-//! [`crate::ggml::iq3`]; its levels (the signed grid values, and a scale per 16) are what
+//! [`crate::formats::iq::iq3`]; its levels (the signed grid values, and a scale per 16) are what
 //! the kernels and the CPU executor compute with. The quantizer is ggml's
-//! ([`crate::ggml::iq3_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq3_s.glsl`.
+//! ([`crate::formats::iq::iq3_quantize`]). GLSL twin: `shaders/glsl/include/quant/iq3_s.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::iq3::BlockIq3S;
-use crate::ggml::iq3_quantize::quantize_iq3_s;
+pub use crate::formats::iq::iq3::BlockIq3S;
+use crate::formats::iq::iq3_quantize::quantize_iq3_s;
 
 super::block_codec!(BlockIq3S, QK_K);
 

@@ -83,7 +83,9 @@ use bytemuck::Pod;
 use crate::{Error, Result};
 
 mod fit;
+pub mod iq;
 pub mod kquant;
+pub mod ternary;
 #[cfg(test)]
 mod tests;
 

@@ -2,14 +2,14 @@
 //! models store them) in 66 bytes (2.0625 bits per weight), ggml's layout byte for byte:
 //! four 2-bit digits a byte (value `128 g + 32 l + m` in bits `2l` of byte `32 g + m`), then the f16 scale `d`: `value = d * (digit - 1)`.
 //!
-//! The block struct and its dequantization are in [`crate::ggml::ternary`]; its levels (-1, 0,
+//! The block struct and its dequantization are in [`crate::formats::ternary`]; its levels (-1, 0,
 //! 1, and the scale once per 16) are what the kernels and the CPU executor compute with. The
 //! quantizer is ggml's reference one, which takes no importance matrix.
 //! GLSL twin: `shaders/glsl/include/quant/tq2_0.glsl`.
 
 use super::kquant::QK_K;
 use super::Rounding;
-pub use crate::ggml::ternary::BlockTq2_0;
+pub use crate::formats::ternary::BlockTq2_0;
 
 super::block_codec!(BlockTq2_0, QK_K);
 

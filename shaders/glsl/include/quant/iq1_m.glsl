@@ -3,7 +3,7 @@
 // sign of its 1/8 shift, two a byte, 16 bytes), then four u16, each four 3-bit scales of 16
 // values (bits 0..12) and a nibble of the super-block's f16 d (12..16, word 0 lowest).
 // value = d * (2s + 1) * (grid ± 1/8), computed as IQ1_S's, a scale per 16.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq1.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq1.rs.
 #define BLOCK_WORDS 10
 #define LATTICE_GROUP16
 #include "quant/lattice.glsl"

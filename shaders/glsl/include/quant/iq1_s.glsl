@@ -2,8 +2,8 @@
 // bits of an index into a grid of 2048 rows over {-1, 0, 1} (32 bytes), then per 32 a u16:
 // the four 8s' top 3 index bits (bits 0..12), the 3-bit scale s (12..15) and the sign of the
 // 1/8 shift (15). value = d * (2s + 1) * (grid ± 1/8), computed as the levels 8 grid ± 1 times
-// d * (2s + 1) * 0.125 (the same f32: see quant/src/ggml/iq1.rs). Only 2-byte aligned.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq1.rs.
+// d * (2s + 1) * 0.125 (the same f32: see quant/src/formats/iq/iq1.rs). Only 2-byte aligned.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq1.rs.
 #define BLOCK_WORDS 9
 #include "quant/lattice.glsl"
 #include "quant/grids/iq1s.glsl"

@@ -3,7 +3,7 @@
 // 8 sign bits (32 bytes), the indices' top 2 bits (four 8s a byte), and per 32 a byte of two
 // 4-bit scales. value = (d * (0.5 + s) * 0.25) * grid * sign, a scale per 16. Super-blocks
 // are only 2-byte aligned.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq2.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq2.rs.
 #define BLOCK_WORDS 10
 #define LATTICE_GROUP16
 #include "quant/lattice.glsl"

@@ -2,7 +2,7 @@
 // 9-bit index into a grid of 512 rows of magnitudes 8, 25, 43, and a 7-bit sign index), then
 // per 32 a byte of two 4-bit scales (the first 16's low). value = (d * (0.5 + s) * 0.25) *
 // grid * sign, a scale per 16. Super-blocks are only 2-byte aligned.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq2.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq2.rs.
 #define BLOCK_WORDS 10
 #define LATTICE_GROUP16
 #include "quant/lattice.glsl"

@@ -2,7 +2,7 @@
 // bytes: four grid indices (one per 8 values, into a grid of 256 rows of magnitudes 8, 25, 43)
 // and a u32 of four 7-bit sign indices (bits 0..28) and the 32's 4-bit scale s (28..32).
 // value = (d * (0.5 + s) * 0.25) * grid * sign. Super-blocks are only 2-byte aligned.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq2.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq2.rs.
 #define BLOCK_WORDS 9
 #include "quant/lattice.glsl"
 #include "quant/grids/iq2xxs.glsl"

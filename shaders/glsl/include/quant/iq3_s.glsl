@@ -3,7 +3,7 @@
 // of the indices' ninth bits, per 8 values a byte of signs (32 bytes), and per 32 a 4-bit
 // scale s (two a byte, low first). value = (d * (1 + 2s)) * grid * sign. Super-blocks are only
 // 2-byte aligned.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/iq3.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/iq/iq3.rs.
 #define BLOCK_WORDS 9
 #include "quant/lattice.glsl"
 #include "quant/grids/iq3s.glsl"

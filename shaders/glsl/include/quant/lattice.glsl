@@ -3,7 +3,7 @@
 // looks each group's grid row up (quant/grids/<grid>.glsl), applies its signs and writes the
 // 32 levels as signed bytes into words 0..7 of `Block` (value i in byte i), and the scale of
 // the 32 (or of each 16, with LATTICE_GROUP16) as f32 bits into word 8 (and 9). Levels times
-// scale is the value bit for bit as quant/src/ggml/iq*.rs's `levels` give it. The including
+// scale is the value bit for bit as quant/src/formats/iq/iq*.rs's `levels` give it. The including
 // format defines BLOCK_WORDS (9, or 10 with LATTICE_GROUP16) and block_load.
 #ifndef QUANT_LATTICE
 #define QUANT_LATTICE

@@ -3,7 +3,7 @@
 // 32 + m, value 160 + 16n + m), then four bytes of four digits (digit n of byte m is value
 // 240 + 4n + m), then d as f16. value = (digit - 1) * d; digit n of byte q is
 // ((q * 3^n mod 256) * 3) >> 8. A kernel block (lattice.glsl) is one 32 of the values.
-// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/ggml/ternary.rs.
+// Interface: see f32.glsl; layout as lattice.glsl. Mirrors quant/src/formats/ternary.rs.
 #define BLOCK_WORDS 9
 #include "quant/lattice.glsl"
 

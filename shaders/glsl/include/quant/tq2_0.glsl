@@ -2,7 +2,7 @@
 // (value 128g + 32l + m in bits 2l of byte 32g + m), then d as f16. value = (digit - 1) * d.
 // A kernel block (kquant.glsl) is one 32: digit l of the 32 bytes of half g. Super-blocks are
 // only 2-byte aligned.
-// Interface: see f32.glsl. Mirrors quant/src/ggml/ternary.rs.
+// Interface: see f32.glsl. Mirrors quant/src/formats/ternary.rs.
 const uint QK = 32;
 const bool HAS_BASE = false;
 #define BLOCK_WORDS 9

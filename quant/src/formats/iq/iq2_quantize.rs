@@ -513,7 +513,7 @@ fn nearest_rows(rows: &[[u8; 8]], levels: &[u8; 8], nearest: usize) -> Vec<u16> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml::iq_grid::{IQ2S, IQ2XS, IQ2XXS};
+    use crate::formats::iq::iq_grid::{IQ2S, IQ2XS, IQ2XXS};
 
     #[test]
     fn lattice_rows_are_the_dequantization_grids() {

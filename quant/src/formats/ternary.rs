@@ -6,9 +6,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::iq_grid::scaled;
-use crate::formats::f16::Half;
-use crate::formats::kquant::QK_K;
+use super::f16::Half;
+use super::iq::iq_grid::scaled;
+use super::kquant::QK_K;
 
 /// One TQ1_0 block (ggml's `block_tq1_0`).
 #[repr(C)]
