@@ -12,6 +12,8 @@ use crate::vk::{Buffer, Device, Recorder, Result, VkError};
 /// Most experts a token uses and most experts a block has: moe_route.comp's arrays.
 const MAX_USED: usize = 32;
 const MAX_EXPERTS: usize = 512;
+/// Most groups of experts: moe_route.comp keeps one bit a group.
+const MAX_GROUPS: usize = 32;
 
 /// Tiles the experts' products are sized for: `slots` slots cut into tiles of at most
 /// `tile` per expert take at most this many (each expert used adds one part-filled tile).
@@ -33,6 +35,12 @@ pub fn check_experts(x: &Experts) -> std::result::Result<(), String> {
             x.count
         ));
     }
+    if x.groups > MAX_GROUPS {
+        return Err(format!(
+            "{} groups of experts (the kernels take up to {MAX_GROUPS})",
+            x.groups
+        ));
+    }
     Ok(())
 }
 
@@ -48,6 +56,10 @@ struct RoutePush {
     max_tiles: u32,
     stride: u32,
     shared_expert: u32,
+    has_bias: u32,
+    groups: u32,
+    groups_used: u32,
+    scale: f32,
 }
 
 /// Slots per token: the routed experts', and the shared expert's where the model has one.
@@ -78,12 +90,13 @@ impl MoeRoute {
     }
 
     /// Routes `tokens` tokens from their router logits ([tokens, x.count], one more column for
-    /// a gated shared expert), cutting each
-    /// expert's slots into tiles of at most `tile`; returns the tiles' bound, `max_tiles`.
+    /// a gated shared expert) and the selection bias ([x.count]) where the model has one,
+    /// cutting each expert's slots into tiles of at most `tile`; returns the tiles' bound,
+    /// `max_tiles`.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
-        logits: &'a Buffer,
+        (logits, select_bias): (&'a Buffer, Option<&'a Buffer>),
         out: RouteOut<'a>,
         (tokens, x, tile): (u32, &Experts, u32),
     ) -> Result<u32> {
@@ -108,6 +121,9 @@ impl MoeRoute {
             ("experts", out.experts, slot_bytes),
             ("order", out.order, routed as u64 * 4),
             ("tiles", out.tiles, max_tiles as u64 * 16),
+            select_bias.map_or(("select_bias", logits, 0), |b| {
+                ("select_bias", b, n_expert as u64 * 4)
+            }),
         ];
         if tokens == 0 {
             return check_sizes(name, &bindings).map(|()| 0);
@@ -122,6 +138,10 @@ impl MoeRoute {
             max_tiles,
             stride,
             shared_expert: shared,
+            has_bias: select_bias.is_some() as u32,
+            groups: x.groups.max(1) as u32,
+            groups_used: x.groups_used.max(1) as u32,
+            scale: x.scale,
         };
         self.0.dispatch(rec, bindings, &push, [1, 1, 1])?;
         Ok(max_tiles)
@@ -193,6 +213,10 @@ mod tests {
             gating,
             normalize,
             shared: None,
+            scale: 1.0,
+            groups: 1,
+            groups_used: 1,
+            leading_dense: 0,
         }
     }
 
@@ -208,6 +232,16 @@ mod tests {
     }
 
     fn route_on_device(dev: &Arc<Device>, logits: &[f32], x: &Experts, tile: u32) -> Routed {
+        route_on_device_with(dev, logits, None, x, tile)
+    }
+
+    fn route_on_device_with(
+        dev: &Arc<Device>,
+        logits: &[f32],
+        select_bias: Option<&[f32]>,
+        x: &Experts,
+        tile: u32,
+    ) -> Routed {
         let tokens = (logits.len() / x.count) as u32;
         let slots = tokens as usize * x.used;
         let bound = max_tiles(slots as u32, x.count as u32, tile) as usize;
@@ -218,6 +252,7 @@ mod tests {
         );
         let tiles = u32_buffer(dev, 4 * bound);
         let lb = upload(dev, logits);
+        let bb = select_bias.map(|b| upload(dev, b));
         let kernel = MoeRoute::new(dev).unwrap();
         run(dev, |rec| {
             let out = RouteOut {
@@ -226,7 +261,8 @@ mod tests {
                 order: &order,
                 tiles: &tiles,
             };
-            kernel.record(rec, &lb, out, (tokens, x, tile)).unwrap();
+            let inputs = (&lb, bb.as_ref());
+            kernel.record(rec, inputs, out, (tokens, x, tile)).unwrap();
         });
         let flat: Vec<u32> = tiles.download(4 * bound).unwrap();
         Routed {
@@ -262,7 +298,7 @@ mod tests {
             let what = format!("{count} experts, {used} used, {gating:?}, tile {tile}");
             let mut want_w = Vec::new();
             for (t, row) in logits.chunks(count).enumerate() {
-                let picked = route(row, &x);
+                let picked = route(row, &x, None);
                 let ids: Vec<u32> = picked.iter().map(|&(e, _)| e as u32).collect();
                 assert_eq!(
                     got.experts[t * used..][..used],
@@ -286,6 +322,48 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&s| s), "{what}: a slot in no tile");
+        }
+        finish(&dev);
+    }
+
+    /// GLM-4.5's routing on the device as on the reference: sigmoid scores plus a selection
+    /// bias choose within the best groups, and the chosen scores without it, renormalized
+    /// (or not), are scaled.
+    #[test]
+    fn grouped_biased_scaled_routing_matches_reference() {
+        let Some(dev) = device() else { return };
+        // (experts, used, groups, groups used, normalize, tokens)
+        let cases = [
+            (8, 2, 2, 1, true, 9),
+            (16, 4, 4, 2, false, 17),
+            (64, 6, 8, 3, true, 5),
+            (8, 2, 1, 1, true, 6),
+        ];
+        for (seed, &(count, used, groups, groups_used, normalize, tokens)) in
+            cases.iter().enumerate()
+        {
+            let x = Experts {
+                groups,
+                groups_used,
+                scale: 2.5,
+                ..experts(count, used, Gating::Sigmoid, normalize)
+            };
+            let logits = random(tokens * count, 60 + seed as u64, 2.0);
+            let bias = random(count, 70 + seed as u64, 0.3);
+            let got = route_on_device_with(&dev, &logits, Some(&bias), &x, 4);
+            let what = format!("{count} experts, {used} used, {groups_used} of {groups} groups");
+            let mut want_w = Vec::new();
+            for (t, row) in logits.chunks(count).enumerate() {
+                let picked = route(row, &x, Some(&bias));
+                let ids: Vec<u32> = picked.iter().map(|&(e, _)| e as u32).collect();
+                assert_eq!(
+                    got.experts[t * used..][..used],
+                    ids[..],
+                    "{what}: token {t}"
+                );
+                want_w.extend(picked.iter().map(|&(_, w)| w));
+            }
+            assert_close(&what, &got.weights, &want_w, |_| 1e-5);
         }
         finish(&dev);
     }
@@ -340,7 +418,12 @@ mod tests {
                         tiles: &tiles,
                     };
                     let max_tiles = route_kernel
-                        .record(rec, &lb, routes, (tokens as u32, &x, up_kernel.tokens()))
+                        .record(
+                            rec,
+                            (&lb, None),
+                            routes,
+                            (tokens as u32, &x, up_kernel.tokens()),
+                        )
                         .unwrap();
                     let s = ExpertSlots {
                         tiles: &tiles,
@@ -379,7 +462,7 @@ mod tests {
                 let mut hidden_want = Vec::new();
                 for t in 0..tokens {
                     let xt = &xs[t * k..][..k];
-                    for (e, w) in route(&logits[t * count..][..count], &x) {
+                    for (e, w) in route(&logits[t * count..][..count], &x, None) {
                         let both = ops::matvec(&gu[e * 2 * m * k..][..2 * m * k], xt, 2 * m, k);
                         let h = GatedAct::Silu.apply(&both[..m], &both[m..]);
                         let d = ops::matvec(&dw[e * k * m..][..k * m], &h, k, m);

@@ -166,18 +166,21 @@ impl ModelConfig {
 
     /// Weights in the network (embedding and output head counted once when tied).
     pub fn n_params(&self, tied: bool) -> u64 {
-        let mlp = match self.experts {
+        let dense = 3 * self.n_ff * self.n_embd;
+        // The mixture's blocks' MLPs, and the leading dense blocks' (GLM-4.5).
+        let mlps = match self.experts {
             Some(x) => {
                 let shared = x.shared.map_or(0, |sh| {
                     3 * sh.n_ff * self.n_embd + if sh.gated { self.n_embd } else { 0 }
                 });
-                x.count * (self.n_embd + 3 * x.n_ff * self.n_embd) + shared
+                let moe = x.count * (self.n_embd + 3 * x.n_ff * self.n_embd) + shared;
+                let leading = x.leading_dense.min(self.n_layer);
+                leading * dense + (self.n_layer - leading) * moe
             }
-            None => 3 * self.n_ff * self.n_embd,
+            None => self.n_layer * dense,
         };
         let layer = self.qkv_dim() * self.n_embd
             + self.n_embd * self.attn_dim()
-            + mlp
             + 2 * self.n_embd
             + if self.qkv_bias { self.qkv_dim() } else { 0 }
             + match (self.qk_norm, self.qk_norm_whole) {
@@ -187,7 +190,7 @@ impl ModelConfig {
             }
             + if self.post_norms { 2 * self.n_embd } else { 0 };
         let head = if tied { 0 } else { self.n_vocab * self.n_embd };
-        (self.n_layer * layer + self.n_vocab * self.n_embd + head + self.n_embd) as u64
+        (self.n_layer * layer + mlps + self.n_vocab * self.n_embd + head + self.n_embd) as u64
     }
 
     /// Checks the spec's atoms against what this runtime executes: a decoder with RMSNorm

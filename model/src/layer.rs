@@ -32,6 +32,9 @@ pub struct Layer<M, V> {
     pub mlp: Mlp<M>,
     /// A mixture of experts' biases, where it has them (GPT-OSS).
     pub expert_bias: Option<ExpertBias<V>>,
+    /// [n_expert]: a mixture of experts' selection bias, added to the gating's weights to
+    /// choose the experts but not to weigh them, where it has one (GLM-4.5).
+    pub expert_select_bias: Option<V>,
 }
 
 /// The biases of a mixture of experts' router and of every expert's products, in the rows'
@@ -165,6 +168,10 @@ impl<M, V> Layer<M, V> {
                 }),
                 None => None,
             },
+            expert_select_bias: self
+                .expert_select_bias
+                .map(|v| vector("exp_probs_b", v))
+                .transpose()?,
         })
     }
 

@@ -286,11 +286,13 @@ pub fn rope(
     }
 }
 
-/// The experts one token runs and their weights, heaviest first: the router's logits through
-/// the gating (softmax over every expert, or each one's sigmoid), the `used` heaviest (equal
-/// weights: the lower index first, as `torch.topk` orders them), renormalized to sum to one
-/// where the model does so.
-pub fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
+/// The experts one token runs and their weights, in the order chosen: the router's logits
+/// through the gating (softmax over every expert, or each one's sigmoid), plus the selection
+/// bias where the model has one, choose the `used` best (equal scores: the lower index first,
+/// as `torch.topk` orders them), from the `groups_used` best groups where the experts are
+/// grouped (a group scored by the sum of its two best); their weights, without the bias, are
+/// renormalized to sum to one where the model does so, then scaled.
+pub fn route(logits: &[f32], x: &Experts, select_bias: Option<&[f32]>) -> Vec<(usize, f32)> {
     let weights: Vec<f32> = match x.gating {
         Gating::Softmax => {
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -300,11 +302,38 @@ pub fn route(logits: &[f32], x: &Experts) -> Vec<(usize, f32)> {
         }
         Gating::Sigmoid => logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect(),
     };
+    let mut score: Vec<f32> = match select_bias {
+        Some(b) => weights.iter().zip(b).map(|(w, b)| w + b).collect(),
+        None => weights.clone(),
+    };
+    if x.groups > 1 && x.groups_used < x.groups {
+        let per = weights.len() / x.groups;
+        let group_score = |g: &[f32]| {
+            let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for &v in g {
+                if v > a {
+                    (a, b) = (v, a);
+                } else if v > b {
+                    b = v;
+                }
+            }
+            a + b
+        };
+        let scores: Vec<f32> = score.chunks(per).map(group_score).collect();
+        let mut groups: Vec<usize> = (0..x.groups).collect();
+        groups.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        for &g in &groups[x.groups_used..] {
+            score[g * per..][..per].fill(f32::NEG_INFINITY);
+        }
+    }
     let mut order: Vec<usize> = (0..weights.len()).collect();
-    // A stable sort keeps equal weights in index order.
-    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
+    // A stable sort keeps equal scores in index order.
+    order.sort_by(|&a, &b| score[b].total_cmp(&score[a]));
     order.truncate(x.used);
     let sum: f32 = order.iter().map(|&i| weights[i]).sum();
     let sum = if x.normalize && sum > 0.0 { sum } else { 1.0 };
-    order.into_iter().map(|i| (i, weights[i] / sum)).collect()
+    order
+        .into_iter()
+        .map(|i| (i, weights[i] / sum * x.scale))
+        .collect()
 }

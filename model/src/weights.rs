@@ -355,6 +355,16 @@ impl<'a> WeightReader<'a> {
             ffn_norm: self.vector(&t.ffn_norm.weight, 1, e)?,
             mlp,
             expert_bias,
+            expert_select_bias: match (&t.mlp, c.experts) {
+                (
+                    MlpTensors::Experts {
+                        select_bias: Some(b),
+                        ..
+                    },
+                    Some(x),
+                ) => Some(self.vector(b, 1, x.count)?),
+                _ => None,
+            },
         })
     }
 
@@ -438,8 +448,10 @@ fn layer_tensor_names(l: &LayerTensors) -> Vec<&str> {
             down,
             shared,
             biases,
+            select_bias,
         } => {
             names.extend([router.as_str(), gate, up, down]);
+            names.extend(select_bias.as_deref());
             if let Some(b) = biases {
                 names.extend([b.router.as_str(), &b.gate, &b.up, &b.down]);
             }

@@ -287,6 +287,7 @@ impl Backend for CpuModel {
                         down,
                         shared: shared.as_ref().map(|sh| (&sh.gate_up[..], &sh.down[..])),
                         bias: w.expert_bias.as_ref(),
+                        select_bias: w.expert_select_bias.as_deref(),
                     };
                     experts.forward(&xn, &c)
                 }

@@ -18,6 +18,8 @@ pub(super) struct ExpertWeights<'a> {
     pub shared: Option<(&'a [f32], &'a [f32])>,
     /// The router's and every expert's biases, where the model has them (GPT-OSS).
     pub bias: Option<&'a ExpertBias<Vec<f32>>>,
+    /// The experts' selection bias, where the model has one (GLM-4.5).
+    pub select_bias: Option<&'a [f32]>,
 }
 
 impl ExpertWeights<'_> {
@@ -41,7 +43,7 @@ impl ExpertWeights<'_> {
             .zip(logits.chunks(width))
             .zip(out.chunks_mut(e))
         {
-            for (expert, weight) in route(&logits[..x.count], &x) {
+            for (expert, weight) in route(&logits[..x.count], &x, self.select_bias) {
                 let gate_up = &self.gate_up[expert * 2 * x.n_ff * e..][..2 * x.n_ff * e];
                 let down = &self.down[expert * e * x.n_ff..][..e * x.n_ff];
                 let bias = self.bias.map(|b| {
@@ -107,6 +109,10 @@ mod tests {
             gating,
             normalize,
             shared: None,
+            scale: 1.0,
+            groups: 1,
+            groups_used: 1,
+            leading_dense: 0,
         }
     }
 
@@ -118,17 +124,59 @@ mod tests {
             let s: f32 = e.iter().sum();
             e.iter().map(|v| v / s).collect()
         };
-        let picked = route(&logits, &experts(2, Gating::Softmax, false));
+        let picked = route(&logits, &experts(2, Gating::Softmax, false), None);
         assert_eq!(picked, [(1, softmax[1]), (3, softmax[3])]);
-        let picked = route(&logits, &experts(2, Gating::Softmax, true));
+        let picked = route(&logits, &experts(2, Gating::Softmax, true), None);
         let sum = softmax[1] + softmax[3];
         assert_eq!(picked, [(1, softmax[1] / sum), (3, softmax[3] / sum)]);
     }
 
     #[test]
     fn equal_weights_go_to_the_lower_index() {
-        let picked = route(&[1.0, 3.0, 3.0, 3.0], &experts(2, Gating::Sigmoid, false));
+        let picked = route(
+            &[1.0, 3.0, 3.0, 3.0],
+            &experts(2, Gating::Sigmoid, false),
+            None,
+        );
         let s = 1.0 / (1.0 + (-3.0f32).exp());
         assert_eq!(picked, [(1, s), (2, s)]);
+    }
+
+    /// GLM-4.5's routing: the selection bias chooses, the group with the better two scores
+    /// alone takes part, and the chosen sigmoids without the bias are renormalized and
+    /// scaled.
+    #[test]
+    fn the_selection_bias_and_groups_choose_and_the_scale_weighs() {
+        let sig = |l: f32| 1.0 / (1.0 + (-l).exp());
+        // Groups {0, 1} and {2, 3}; experts 0 and 1 lead on the logits alone.
+        let logits = [2.0, 1.5, 1.0, 0.0f32];
+        let x = Experts {
+            groups: 2,
+            groups_used: 1,
+            scale: 2.5,
+            ..experts(2, Gating::Sigmoid, true)
+        };
+        let picked = route(&logits, &x, None);
+        let sum = sig(2.0) + sig(1.5);
+        assert_eq!(
+            picked,
+            [(0, sig(2.0) / sum * 2.5), (1, sig(1.5) / sum * 2.5)]
+        );
+        // A bias that lifts group {2, 3} above (1.83 against 1.70): both its experts run,
+        // in the order of their scores with the bias, weighed without it.
+        let bias = [0.0, 0.0, 0.0, 0.6f32];
+        let picked = route(&logits, &x, Some(&bias));
+        let sum = sig(1.0) + sig(0.0);
+        assert_eq!(
+            picked,
+            [(3, sig(0.0) / sum * 2.5), (2, sig(1.0) / sum * 2.5)]
+        );
+        // Without groups the same bias picks across them: 3 (1.1), then 0 (0.88).
+        let flat = Experts { groups: 1, ..x };
+        let ids: Vec<usize> = route(&logits, &flat, Some(&bias))
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(ids, [3, 0]);
     }
 }

@@ -152,6 +152,28 @@ def sentencepiece_tokenizer(vocab: Path, hf: Path, spec: dict):
     return tokenizer, len(tokens)
 
 
+def add_nextn_layer(hf: Path, model) -> None:
+    """Adds a NextN layer to hf/model.safetensors as GLM-4.5's checkpoints hold it, after the
+    last: a copy of the last decoder layer's tensors (renumbered) drawn anew, and the
+    projection of the concatenated normed embedding and hidden state with its two norms and
+    the head's norm."""
+    from safetensors.torch import load_file, save_file
+
+    path = hf / "model.safetensors"
+    tensors = load_file(path)
+    n = model.config.num_hidden_layers
+    last, new = f"model.layers.{n - 1}.", f"model.layers.{n}."
+    gen = torch.Generator().manual_seed(SEED + 1)
+    for name, t in list(tensors.items()):
+        if name.startswith(last):
+            tensors[new + name[len(last):]] = torch.empty_like(t).uniform_(-0.1, 0.1, generator=gen)
+    e = model.config.hidden_size
+    tensors[new + "eh_proj.weight"] = torch.empty(e, 2 * e).uniform_(-0.1, 0.1, generator=gen)
+    for norm in ("enorm", "hnorm", "shared_head.norm"):
+        tensors[new + norm + ".weight"] = torch.empty(e).uniform_(0.5, 1.5, generator=gen)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
 def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
     target = out / name
     tag = stamp(name, spec)
@@ -195,8 +217,15 @@ def build(llama_src: Path, out: Path, name: str, spec: dict) -> None:
                 p.copy_(torch.empty_like(p).uniform_(norm_low, norm_high))
             elif p.dim() == 1 and pname.endswith("bias"):
                 p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
+        # Buffers (a router's correction bias) by the `init` rules only.
+        for pname, b in model.named_buffers():
+            suffix = next((k for k in spec.get("init", {}) if pname.endswith(k)), None)
+            if suffix is not None:
+                b.copy_(torch.empty_like(b).uniform_(*spec["init"][suffix]))
     model.eval()
     model.save_pretrained(hf, safe_serialization=True)
+    if spec.get("nextn"):
+        add_nextn_layer(hf, model)
 
     gguf = target / "model.gguf"
     subprocess.run(

@@ -19,11 +19,14 @@ A family may also give:
                     drawn from, in place of transformers' normal(0, initializer_range)
     added_tokens    tokens added to the vocabulary file's tokenizer (special), where the
                     family's converter looks them up
-    init            parameters drawn uniformly from a range of their own, by the end of their
-                    name: {suffix: (low, high)}, before every other rule
+    init            parameters (and buffers) drawn uniformly from a range of their own, by the
+                    end of their name: {suffix: (low, high)}, before every other rule
     gguf_runs       False where llama.cpp's file leaves out something transformers runs (it
                     is then checked as a conversion only, the folder against the logits);
                     recorded in reference.json
+    nextn           True: the saved weights gain a NextN (multi-token prediction) layer after
+                    the last, random, as GLM-4.5's checkpoints carry it (transformers leaves it
+                    out of the model, and so of the logits)
 """
 
 # Tokens fed to both sides: a prompt of PROMPT tokens, then DECODE tokens one step each.
@@ -415,6 +418,45 @@ FAMILIES = {
                 truncate=False,
                 original_max_position_embeddings=4096,
             ),
+        ),
+    ),
+    # GLM-4.5 (GLM-4.5-Air): three layers, the first a dense MLP (first_k_dense_replace), the
+    # others 2 of 8 experts per token and a shared expert of the experts' width. The router's
+    # sigmoid scores plus a correction bias (drawn here: transformers starts it at zero) choose
+    # the experts, within the better of 2 groups of 4 (n_group, topk_group), a group scored by
+    # its two best; the chosen experts' scores without the bias, renormalised, times 2.5
+    # (routed_scaling_factor). q/k/v biases, a per-head RMSNorm of queries and keys
+    # (use_qk_norm), the first half of each head rotated as halves. One NextN (multi-token
+    # prediction) layer is added to the saved weights, as GLM-4.5's checkpoints carry it: llama.cpp
+    # writes it as a fourth block, which decoding leaves out. llama.cpp's converter looks up
+    # GLM's [gMASK], <|user|> and <|observation|>.
+    "glm4moe": dict(
+        model_type="glm4_moe",
+        vocab="qwen2",
+        added_tokens=["[gMASK]", "<|user|>", "<|observation|>"],
+        init={
+            "mlp.gate.weight": ROUTER_INIT,
+            "mlp.gate.e_score_correction_bias": (-0.3, 0.3),
+        },
+        nextn=True,
+        config=dict(
+            BASE,
+            num_hidden_layers=3,
+            head_dim=32,
+            moe_intermediate_size=64,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            use_qk_norm=True,
+            attention_bias=True,
+            num_nextn_predict_layers=1,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                 partial_rotary_factor=0.5),
         ),
     ),
 }

@@ -1,8 +1,11 @@
 #version 450
 // A mixture of experts' routing for a step's tokens. Each token's router logits go through
-// the gating (softmax over the experts, or each one's sigmoid); its `used` heaviest experts
-// run it (equal weights: the lower index first, as torch.topk orders them), with their
-// weights renormalized to sum to one where the model does so. Slot s = t * stride + j is
+// the gating (softmax over the experts, or each one's sigmoid); plus the selection bias where
+// the model has one (has_bias), these scores choose the `used` best experts (equal scores:
+// the lower index first, as torch.topk orders them), from the `groups_used` best of `groups`
+// equal groups where the experts are grouped (a group scored by the sum of its two best);
+// their weights, without the bias, are renormalized to sum to one where the model does so,
+// then multiplied by `scale`. Slot s = t * stride + j is
 // token t's j-th expert: experts[s] and weights[s]. With a shared expert (stride = used + 1)
 // slot t * stride + used is its output's weight: the sigmoid of the logit after the experts'
 // (shared_expert = 1), or 1 (shared_expert = 2).
@@ -19,6 +22,7 @@ layout(binding = 1) writeonly buffer W { float weights[]; };   // [tokens * stri
 layout(binding = 2) coherent buffer E { uint experts[]; };     // [tokens * stride]
 layout(binding = 3) writeonly buffer O { uint order[]; };      // [tokens * used]
 layout(binding = 4) writeonly buffer T { uvec4 tiles[]; };     // [max_tiles]
+layout(binding = 5) readonly buffer B { float select_bias[]; }; // [n_expert], with has_bias
 layout(push_constant) uniform Push {
     uint tokens;
     uint n_expert;
@@ -29,11 +33,16 @@ layout(push_constant) uniform Push {
     uint max_tiles;
     uint stride;      // slots per token
     uint shared_expert;   // 0: no shared expert; 1: gated by the logit after the experts'; 2: ungated
+    uint has_bias;    // 1: select_bias joins the scores that choose
+    uint groups;      // equal groups of experts (1: none)
+    uint groups_used; // the best groups that take part
+    float scale;      // on the chosen weights
 } p;
 
 // The host keeps within these (kernels/moe.rs).
 const uint MAX_USED = 32;
 const uint MAX_EXPERTS = 512;
+const uint MAX_GROUPS = 32;
 shared uint counts[MAX_EXPERTS];
 shared uint starts[MAX_EXPERTS];
 
@@ -42,6 +51,13 @@ shared uint starts[MAX_EXPERTS];
 float gate_weight(uint base, uint e, float top, float sum) {
     float l = logits[base + e];
     return p.sigmoid != 0u ? 1.0 / (1.0 + exp(-l)) : exp(l - top) / sum;
+}
+
+// The score that chooses expert e: its gate weight, plus its selection bias where the model
+// has one.
+float select_score(uint base, uint e, float top, float sum) {
+    float w = gate_weight(base, e, top, sum);
+    return p.has_bias != 0u ? w + select_bias[e] : w;
 }
 
 void route(uint t) {
@@ -56,32 +72,74 @@ void route(uint t) {
             sum += exp(logits[base + e] - top);
         }
     }
+    // The groups that take part, a bit each: the `groups_used` best by the sum of their two
+    // best scores (equal sums: the lower group first).
+    uint allowed = 0xffffffffu;
+    if (p.groups > 1u && p.groups_used < p.groups) {
+        uint per = p.n_expert / p.groups;
+        float group_score[MAX_GROUPS];
+        for (uint g = 0; g < p.groups; ++g) {
+            float a = -1.0 / 0.0;
+            float b = -1.0 / 0.0;
+            for (uint e = g * per; e < (g + 1u) * per; ++e) {
+                float v = select_score(base, e, top, sum);
+                if (v > a) {
+                    b = a;
+                    a = v;
+                } else if (v > b) {
+                    b = v;
+                }
+            }
+            group_score[g] = a + b;
+        }
+        allowed = 0u;
+        for (uint j = 0; j < p.groups_used; ++j) {
+            float best = -1.0 / 0.0;
+            uint best_g = 0u;
+            bool found = false;
+            for (uint g = 0; g < p.groups; ++g) {
+                if ((allowed & (1u << g)) == 0u && (!found || group_score[g] > best)) {
+                    best = group_score[g];
+                    best_g = g;
+                    found = true;
+                }
+            }
+            allowed |= 1u << best_g;
+        }
+    }
+    uint per_group = p.groups > 1u ? p.n_expert / p.groups : p.n_expert;
     float picked[MAX_USED];
     uint ids[MAX_USED];
     float total = 0.0;
-    // Each pick is the heaviest expert after the previous pick in the order (weight
-    // descending, index ascending).
+    // Each pick is the best-scored expert after the previous pick in the order (score
+    // descending, index ascending), of the groups that take part.
     float prev = 0.0;
     uint prev_e = 0u;
     for (uint j = 0; j < p.used; ++j) {
-        float best = -1.0;
+        float best = -1.0 / 0.0;
         uint best_e = 0u;
+        bool found = false;
         for (uint e = 0; e < p.n_expert; ++e) {
-            float w = gate_weight(base, e, top, sum);
-            bool after = j == 0u || w < prev || (w == prev && e > prev_e);
-            if (after && w > best) {
-                best = w;
+            if ((allowed & (1u << (e / per_group))) == 0u) {
+                continue;
+            }
+            float s = select_score(base, e, top, sum);
+            bool after = j == 0u || s < prev || (s == prev && e > prev_e);
+            if (after && (!found || s > best)) {
+                best = s;
                 best_e = e;
+                found = true;
             }
         }
-        picked[j] = best;
+        picked[j] = gate_weight(base, best_e, top, sum);
         ids[j] = best_e;
-        total += best;
+        total += picked[j];
         prev = best;
         prev_e = best_e;
     }
     for (uint j = 0; j < p.used; ++j) {
-        weights[t * p.stride + j] = p.normalize != 0u && total > 0.0 ? picked[j] / total : picked[j];
+        float w = p.normalize != 0u && total > 0.0 ? picked[j] / total : picked[j];
+        weights[t * p.stride + j] = w * p.scale;
         experts[t * p.stride + j] = ids[j];
     }
     if (p.shared_expert != 0u) {

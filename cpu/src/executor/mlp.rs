@@ -49,10 +49,11 @@ pub(super) fn forward(k: &Kernels, c: &ModelConfig, layer: &CpuLayer, xn: &[f32]
                     ops::add_bias(&mut row[..x.count], &b.router);
                 }
             }
+            let select_bias = layer.expert_select_bias.as_deref();
             // Each expert's tokens and their weights.
             let mut by_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); x.count];
             for (t, logits) in logits.chunks(width).enumerate() {
-                for (expert, weight) in ops::route(&logits[..x.count], &x) {
+                for (expert, weight) in ops::route(&logits[..x.count], &x, select_bias) {
                     by_expert[expert].push((t, weight));
                 }
             }

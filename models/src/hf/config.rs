@@ -192,7 +192,7 @@ impl Config {
     }
 
     pub fn n_experts(&self) -> Result<Option<u64>> {
-        self.u64_any(&["num_local_experts", "num_experts"])
+        self.u64_any(&["num_local_experts", "num_experts", "n_routed_experts"])
     }
 
     pub fn tied_embeddings(&self) -> bool {

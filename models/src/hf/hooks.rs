@@ -26,6 +26,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("phi3", phi3),
     ("bert", bert),
     ("t5", t5),
+    ("glm4moe", glm4moe),
 ];
 
 /// Runs the hook called `name`; a name no hook has is an error of the spec that gives it.
@@ -120,6 +121,36 @@ fn glm4(c: &Config, m: &mut Meta) -> Result<()> {
         "rope.dimension_count",
         (c.head_dim()? as f64 * partial) as u64,
     )
+}
+
+/// GLM-4.5's: GLM-4's rotated dimensions, the routed experts' count and width, the shared
+/// experts', the leading dense blocks, the sigmoid gating, the weights' scale and
+/// renormalization, and the NextN layers, which llama.cpp counts among the blocks.
+fn glm4moe(c: &Config, m: &mut Meta) -> Result<()> {
+    glm4(c, m)?;
+    for (hf, gguf) in [
+        ("n_routed_experts", "expert_count"),
+        ("moe_intermediate_size", "expert_feed_forward_length"),
+        ("n_shared_experts", "expert_shared_count"),
+        ("first_k_dense_replace", "leading_dense_block_count"),
+    ] {
+        if let Some(n) = c.u64(hf)? {
+            m.u32(gguf, n)?;
+        }
+    }
+    // llama.cpp's ExpertGatingFuncType.SIGMOID.
+    m.u32("expert_gating_func", 2)?;
+    if let Some(v) = c.f64("routed_scaling_factor")? {
+        m.f32("expert_weights_scale", v);
+    }
+    if let Some(b) = c.bool("norm_topk_prob") {
+        m.set("expert_weights_norm", MetaValue::Bool(b));
+    }
+    if let Some(n) = c.u64("num_nextn_predict_layers")? {
+        m.u32("block_count", c.n_layer()? + n)?;
+        m.u32("nextn_predict_layers", n)?;
+    }
+    Ok(())
 }
 
 /// Qwen3-MoE's keys and the shared expert's width.

@@ -88,5 +88,11 @@ fn shared(config: &Config, m: &mut Meta) -> Result<()> {
         m.u32("attention.key_length", d)?;
         m.u32("attention.value_length", d)?;
     }
+    if let Some(n) = config.u64("n_group")? {
+        m.u32("expert_group_count", n)?;
+    }
+    if let Some(n) = config.u64("topk_group")? {
+        m.u32("expert_group_used_count", n)?;
+    }
     Ok(())
 }

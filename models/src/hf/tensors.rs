@@ -227,6 +227,18 @@ fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Op
         "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
         "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
         "mlp.shared_expert_gate.weight" => "ffn_gate_inp_shexp.weight",
+        // GLM-4.5: the router's selection bias, the shared experts, and a NextN layer's own
+        // tensors.
+        "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+        "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+        "eh_proj.weight" => "nextn.eh_proj.weight",
+        "enorm.weight" => "nextn.enorm.weight",
+        "hnorm.weight" => "nextn.hnorm.weight",
+        "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
+        "shared_head.head.weight" => "nextn.shared_head_head.weight",
+        "embed_tokens.weight" => "nextn.embed_tokens.weight",
         _ => return None,
     };
     Some(Target::Layer(layer, gguf))
@@ -307,7 +319,10 @@ pub(crate) fn tensors<'a>(
         Network::EncoderDecoder => first_embedding(weights),
         _ => None,
     };
-    let n_layer = config.n_layer()? as usize;
+    // NextN (multi-token prediction) layers follow the decoder's (GLM-4.5), converted as
+    // blocks too.
+    let n_layer =
+        (config.n_layer()? + config.u64("num_nextn_predict_layers")?.unwrap_or(0)) as usize;
     let n_decoder_layer = config.n_decoder_layer()? as usize;
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;

@@ -219,8 +219,10 @@ pub(crate) fn vocabulary(
             ));
         };
         match SPECIAL.iter().find(|(name, _)| name == role) {
+            // A role the tokenizer's files already give keeps their token, as llama.cpp's
+            // SpecialVocab keeps it.
             Some((name, _)) => {
-                specials.ids.insert(name, id);
+                specials.ids.entry(name).or_insert(id);
             }
             None => by_text.push((role, id)),
         }

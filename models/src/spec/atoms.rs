@@ -157,6 +157,10 @@ pub struct AttentionSpec {
     /// projections with gains of their widths (OLMoE).
     #[serde(default)]
     pub qk_norm_over: QkNormOver,
+    /// With `qk_norm`: the norm applies where the file has its gains, and not where it has
+    /// none (GLM-4.5 has them, GLM-4.5-Air not).
+    #[serde(default)]
+    pub qk_norm_optional: bool,
     /// Causal mask (decoders) or full attention (encoders).
     pub causal: bool,
     /// A fixed factor on query-key scores where the family's differs from 1 / sqrt(head_dim)

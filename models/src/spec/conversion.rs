@@ -26,7 +26,8 @@ pub struct HfSpec {
     #[serde(default)]
     pub added_tokens_from_tokenizer_json: bool,
     /// Special tokens the family's converter sets by their text (role: `bos`, `eos`, `unk`,
-    /// `eot`), over what the tokenizer files say: GLM-4's `<|endoftext|>` and `<|user|>`.
+    /// `eot`, `eom`, ...), where the tokenizer files give the role none (as llama.cpp's
+    /// SpecialVocab sets them): GLM-4's `<|endoftext|>` and `<|user|>`.
     #[serde(default)]
     pub special_tokens: std::collections::BTreeMap<String, String>,
     /// The conversion hook that writes metadata beyond the common keys, by its name in

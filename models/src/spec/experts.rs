@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 
 /// A mixture of experts' sizes and routing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Experts {
     pub count: usize,
     /// Experts each token runs.
@@ -17,9 +17,25 @@ pub struct Experts {
     pub normalize: bool,
     /// An expert every token runs besides its routed ones (Qwen2-MoE).
     pub shared: Option<SharedExpert>,
+    /// The chosen experts' weights times this (`{arch}.expert_weights_scale`; 1 where
+    /// absent): GLM-4.5's `routed_scaling_factor`.
+    pub scale: f32,
+    /// Experts in `groups` equal groups of which only the `groups_used` best take part
+    /// (`{arch}.expert_group_count`, `expert_group_used_count`; 1 and 1 where absent), a
+    /// group scored by the sum of its two best selection scores (DeepSeek-V3, GLM-4.5).
+    pub groups: usize,
+    pub groups_used: usize,
+    /// The first blocks, whose MLP is dense rather than the mixture
+    /// (`{arch}.leading_dense_block_count`; 0 where absent).
+    pub leading_dense: usize,
 }
 
 impl Experts {
+    /// Whether block `layer`'s MLP is the mixture (not one of the leading dense blocks).
+    pub fn at(&self, layer: usize) -> bool {
+        layer >= self.leading_dense
+    }
+
     /// Rows of the router: one logit per expert, and the shared expert's gate where it has
     /// one.
     pub fn router_rows(&self) -> usize {
@@ -95,6 +111,7 @@ impl ModelSpec {
         let layer = &self.tensors.layer;
         let shared = match layer.ffn_up_shexp.is_some() {
             true => {
+                let shared_count_key = key("expert_shared_count");
                 let key = key("expert_shared_feed_forward_length");
                 Some(SharedExpert {
                     n_ff: match file.get::<u32>(&key)? {
@@ -102,13 +119,51 @@ impl ModelSpec {
                             return Err(Error::metadata(path, &key, "must be positive, found 0"))
                         }
                         Some(n) => n as usize,
-                        None => n_ff_dense,
+                        // As many experts' widths as the file counts shared experts
+                        // (GLM-4.5), else the dense MLP's width.
+                        None => match file.get::<u32>(&shared_count_key)? {
+                            Some(k) if k > 0 => n_ff * k as usize,
+                            _ => n_ff_dense,
+                        },
                     },
                     gated: layer.ffn_gate_inp_shexp.is_some(),
                 })
             }
             false => None,
         };
+        let scale_key = key("expert_weights_scale");
+        let scale = match file.get::<f32>(&scale_key)? {
+            None => 1.0,
+            Some(s) if s.is_finite() && s > 0.0 => s,
+            Some(s) => {
+                return Err(Error::metadata(
+                    path,
+                    &scale_key,
+                    format!("{s} is not a positive number"),
+                ))
+            }
+        };
+        let groups_key = key("expert_group_count");
+        let groups = file.get::<u32>(&groups_key)?.unwrap_or(1).max(1) as usize;
+        let groups_used_key = key("expert_group_used_count");
+        let groups_used = file.get::<u32>(&groups_used_key)?.unwrap_or(1) as usize;
+        let per_group = count as usize / groups;
+        if count as usize % groups != 0 || (groups > 1 && per_group < 2) {
+            return Err(Error::metadata(
+                path,
+                &groups_key,
+                format!("{groups} groups do not divide the {count} experts in groups of 2 or more"),
+            ));
+        }
+        if !(1..=groups).contains(&groups_used) || groups_used * per_group < used {
+            return Err(Error::metadata(
+                path,
+                &groups_used_key,
+                format!(
+                    "{groups_used} of {groups} groups of {per_group} experts cannot give {used}"
+                ),
+            ));
+        }
         Ok(Some(Experts {
             count: count as usize,
             used,
@@ -118,6 +173,12 @@ impl ModelSpec {
                 .get::<bool>(&key("expert_weights_norm"))?
                 .unwrap_or(moe.normalize),
             shared,
+            scale,
+            groups,
+            groups_used,
+            leading_dense: file
+                .get::<u32>(&key("leading_dense_block_count"))?
+                .unwrap_or(0) as usize,
         }))
     }
 }

@@ -76,9 +76,20 @@ impl ModelSpec {
 
         let block_count = required(&key("block_count"))?;
         let encoder_decoder = self.network == NetworkType::EncoderDecoder;
+        // llama.cpp counts NextN (multi-token prediction) layers among the blocks, after the
+        // decoder's (GLM-4.5): decoding runs the blocks before them.
+        let nextn_key = key("nextn_predict_layers");
+        let nextn = file.get::<u32>(&nextn_key)?.unwrap_or(0) as usize;
+        if nextn >= block_count {
+            return Err(Error::metadata(
+                path,
+                &nextn_key,
+                format!("{nextn} of the {block_count} blocks leaves none to decode"),
+            ));
+        }
         let n_layer = match encoder_decoder {
             true => positive(&key("decoder_block_count"))?.unwrap_or(block_count),
-            false => block_count,
+            false => block_count - nextn,
         };
         let seq2seq = match encoder_decoder {
             true => Some(Seq2SeqParams {

@@ -50,9 +50,14 @@ impl ModelSpec {
             .filter(|t| !checker.used.contains(&t.name))
             .map(|t| t.name.clone())
             .collect();
+        // A query/key norm the file does not have (`attention.qk_norm_optional`) is none.
+        let mut spec = self.clone();
+        if tensors.layers.first().is_some_and(|l| l.q_norm.is_none()) {
+            spec.attention.qk_norm = None;
+        }
         Ok(ResolvedModel {
             architecture: arch,
-            spec: self.clone(),
+            spec,
             hparams,
             tensors,
             unused_tensors,

@@ -21,6 +21,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("smollm3.toml", include_str!("../../specs/smollm3.toml")),
     ("glm4.toml", include_str!("../../specs/glm4.toml")),
     ("gptoss.toml", include_str!("../../specs/gptoss.toml")),
+    ("glm4moe.toml", include_str!("../../specs/glm4moe.toml")),
 ];
 
 /// Every shipped spec, parsed.

@@ -96,4 +96,8 @@ pub struct LayerTensorNames {
     pub ffn_up_shexp: Option<String>,
     pub ffn_down_shexp: Option<String>,
     pub ffn_gate_inp_shexp: Option<String>,
+    /// A mixture of experts' selection bias ([n_expert]): added to the gating's weights to
+    /// choose the experts, not to weigh them (DeepSeek-V3's and GLM-4.5's score correction),
+    /// used where the file has it.
+    pub ffn_exp_probs_b: Option<String>,
 }

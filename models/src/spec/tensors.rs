@@ -74,6 +74,9 @@ pub enum MlpTensors {
         shared: Option<SharedExpertTensors>,
         /// Biases of the router and of every expert's products, with `mlp.bias` (GPT-OSS).
         biases: Option<ExpertBiases>,
+        /// [n_expert]: the selection bias (`tensors.layer.ffn_exp_probs_b`), where the file
+        /// has it.
+        select_bias: Option<String>,
     },
 }
 
@@ -304,20 +307,19 @@ impl ModelSpec {
                 true => (heads * hd, "heads x head_dim"),
                 false => (hd, "head_dim"),
             };
-            match self.attention.qk_norm {
-                Some(kind) => Ok(Some(c.norm(
-                    &named(pattern)?,
-                    n,
-                    kind == NormKind::Layer,
-                    meaning,
-                )?)),
-                None => Ok(None),
+            let Some(kind) = self.attention.qk_norm else {
+                return Ok(None);
+            };
+            let name = named(pattern)?;
+            if self.attention.qk_norm_optional && c.file.tensor(&name).is_none() {
+                return Ok(None);
             }
+            Ok(Some(c.norm(&name, n, kind == NormKind::Layer, meaning)?))
         };
         let q_norm = head_norm(c, &l.attn_q_norm, hp.n_head as u64)?;
         let k_norm = head_norm(c, &l.attn_k_norm, hp.n_head_kv as u64)?;
         let fused = self.mlp.gate_up == GateUpLayout::Fused;
-        let mlp = match hp.experts {
+        let mlp = match hp.experts.filter(|x| x.at(i)) {
             Some(x) => {
                 let (n, ffx) = (x.count as u64, x.n_ff as u64);
                 let stacked = "n_embd x n_ff_exp x n_expert";
@@ -339,8 +341,15 @@ impl ModelSpec {
                     }),
                     false => None,
                 };
+                let select_bias = match l.ffn_exp_probs_b.as_deref().map(name) {
+                    Some(b) if c.file.tensor(&b).is_some() => {
+                        Some(c.require(&b, &[n], "n_expert")?)
+                    }
+                    _ => None,
+                };
                 MlpTensors::Experts {
                     biases,
+                    select_bias,
                     router: c.require(&named(&l.ffn_gate_inp)?, &[e, n], "n_embd x n_expert")?,
                     gate: c.require(&named(&l.ffn_gate_exps)?, &[e, ffx, n], stacked)?,
                     up: c.require(&named(&l.ffn_up_exps)?, &[e, ffx, n], stacked)?,

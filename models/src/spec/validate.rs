@@ -43,6 +43,7 @@ impl ModelSpec {
             ("ffn_down_shexp", l.ffn_down_shexp.as_ref()),
             ("ffn_gate_inp_shexp", l.ffn_gate_inp_shexp.as_ref()),
             ("attn_sinks", l.attn_sinks.as_ref()),
+            ("ffn_exp_probs_b", l.ffn_exp_probs_b.as_ref()),
         ];
         for (role, name) in per_layer {
             if let Some(name) = name {
@@ -149,7 +150,11 @@ impl ModelSpec {
             || self.attention.output_bias
             || self.mlp.bias;
         if needs_bias {
-            let names = per_layer.iter().filter_map(|(_, n)| *n);
+            // The selection bias is a bias itself, named as the file names it.
+            let names = per_layer
+                .iter()
+                .filter(|(role, _)| *role != "ffn_exp_probs_b")
+                .filter_map(|(_, n)| *n);
             if let Some(n) = names
                 .chain(t.output_norm.iter())
                 .chain(t.embd_norm.iter())

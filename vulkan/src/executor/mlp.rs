@@ -237,7 +237,8 @@ impl VkModel {
             Some((up, down)) => up.tokens().min(down.tokens()),
             None => hearth_kernels::MATMUL_TILE,
         };
-        let max_tiles = route.record(rec, &m.router, routes, (t, x, tile))?;
+        let logits = (&m.router, at.weights().expert_select_bias.as_ref());
+        let max_tiles = route.record(rec, logits, routes, (t, x, tile))?;
         beside.step(rec)?;
         let slots_at = ExpertSlots {
             tiles: &m.tiles,
