@@ -3,8 +3,8 @@
 //! to GGUF with llama.cpp's own converter (so tensor names and metadata are those of real GGUF
 //! files), and records transformers' f32 logits at every position of a fixed token sequence:
 //! a 64-token prompt and 16 more tokens. Hearth runs the prompt as one step and the rest as 16
-//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference (a family the
-//! Vulkan executor refuses: the reference and the native CPU executor), and must match
+//! decode steps, on the Vulkan device (lavapipe in CI) and on the CPU reference (GPT-OSS on
+//! the native CPU executor besides), and must match
 //! at every position: the largest absolute difference of the logits and the largest KL
 //! divergence of the next-token distributions are printed and bounded.
 //!
@@ -83,9 +83,9 @@ enum Executors {
     /// llama.cpp's file on Vulkan and the reference, and the folder on Vulkan (the folder on
     /// the reference only where llama.cpp's file does not run).
     VulkanAndReference,
-    /// Both files on the reference and on the native CPU executor (f32 activations), for a
-    /// family the Vulkan executor refuses.
-    Cpus,
+    /// Both files on the Vulkan device, the reference and the native CPU executor (f32
+    /// activations).
+    All,
 }
 
 fn check_family_on(name: &str, executors: Executors) {
@@ -115,7 +115,9 @@ fn check_family_on(name: &str, executors: Executors) {
         (Executors::VulkanAndReference, false) => {
             vec![(BackendKind::Vulkan, "hf"), (BackendKind::Reference, "hf")]
         }
-        (Executors::Cpus, _) => vec![
+        (Executors::All, _) => vec![
+            (BackendKind::Vulkan, "model.gguf"),
+            (BackendKind::Vulkan, "hf"),
             (BackendKind::Reference, "model.gguf"),
             (BackendKind::Cpu, "model.gguf"),
             (BackendKind::Reference, "hf"),
@@ -135,7 +137,7 @@ fn check_family_on(name: &str, executors: Executors) {
         let mut engine = Engine::load(Path::new(&dir.join(source)), &options, &mut |_| true)
             .unwrap_or_else(|e| panic!("{name} on {backend:?} from {source}: {e}"));
         assert_eq!(engine.info().config.n_vocab, v, "{name}: vocabulary");
-        if backend == BackendKind::Vulkan || executors == Executors::Cpus {
+        if backend == BackendKind::Vulkan || executors != Executors::VulkanAndReference {
             // The tokenizer from the GGUF vocabulary, llama.cpp's or Hearth's conversion.
             for t in &reference.tokenized {
                 let opts = hearth_models::EncodeOptions {
@@ -343,25 +345,14 @@ fn qwen3moe_matches_transformers() {
 /// GPT-OSS: four layers, local (window 24) and global in turn, a learned sink per head in
 /// every softmax, YaRN with its correction range unrounded, biases on q, k, v and o, and 2 of
 /// 4 experts per token with biases on the router and every product and the clamped SwiGLU.
-/// On the CPU executors; the Vulkan executor refuses it by name.
+/// On the Vulkan device and both CPU executors.
 #[test]
 fn gptoss_matches_transformers() {
-    check_family_on("gptoss", Executors::Cpus);
+    check_family_on("gptoss", Executors::All);
     let Some(dir) = hearth_testkit::conformance_model("gptoss") else {
         return;
     };
-    if hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_none() {
-        return;
-    }
-    let options = EngineOptions {
-        backend: BackendKind::Vulkan,
-        ..EngineOptions::default()
-    };
-    let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
-        .err()
-        .expect("the Vulkan executor refuses attention sinks");
-    assert!(err.to_string().contains("attention sinks"), "{err}");
-    // InfiniGen and H2O refuse it too, with the reason.
+    // InfiniGen and H2O refuse it, with the reason.
     for options in [
         EngineOptions {
             backend: BackendKind::Reference,
@@ -391,4 +382,79 @@ fn gptoss_matches_transformers() {
 fn glm4moe_matches_transformers() {
     check_family_on("glm4moe", Executors::Cpus);
     check_family("glm4moe");
+}
+
+/// Logits at every position of `tokens` (the first `prompt` as one step, then one a step) of
+/// the model at `path` loaded with `options`, and the formats its weights loaded in.
+fn logits_of(
+    path: &Path,
+    options: &EngineOptions,
+    tokens: &[u32],
+    prompt: usize,
+) -> (Vec<f32>, Vec<(hearth_quant::Format, u64)>) {
+    let mut engine = Engine::load(path, options, &mut |_| true)
+        .unwrap_or_else(|e| panic!("{path:?} on {:?}: {e}", options.backend));
+    let formats = engine.info().weight_formats.clone();
+    let model = engine.session_mut().fresh_backend();
+    let (prompt, rest) = tokens.split_at(prompt);
+    let mut got = model.forward(prompt, Logits::All).unwrap();
+    for &token in rest {
+        got.extend(model.forward(&[token], Logits::Last).unwrap());
+    }
+    (got, formats)
+}
+
+/// GPT-OSS's weights in MXFP4, as gpt-oss ships its experts (every product's, quantized as
+/// the file loads): the Vulkan device runs the packed blocks as the reference runs their
+/// values, prompt and decode, within the f32 bounds of the conformance check.
+#[test]
+fn gptoss_in_mxfp4_runs_on_vulkan_as_on_the_reference() {
+    let Some(dir) = hearth_testkit::conformance_model("gptoss") else {
+        return;
+    };
+    if hearth_testkit::or_skip(Device::new(DeviceDesc::default()), "Vulkan device").is_none() {
+        return;
+    }
+    let reference: Reference =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let v = reference.n_vocab;
+    let run = |backend| {
+        let options = EngineOptions {
+            backend,
+            n_ctx: Some(128),
+            kv_type: KvType::F32,
+            load_format: Some(hearth_quant::Format::MXFP4),
+            ..EngineOptions::default()
+        };
+        let path = dir.join("model.gguf");
+        logits_of(&path, &options, &reference.tokens, reference.prompt)
+    };
+    let ((got, formats), (want, _)) = (run(BackendKind::Vulkan), run(BackendKind::Reference));
+    assert!(
+        formats
+            .iter()
+            .any(|&(f, b)| f == hearth_quant::Format::MXFP4 && b > 0),
+        "weights in {formats:?}"
+    );
+    assert_eq!(got.len(), want.len());
+    let mut worst_abs = 0f32;
+    let mut worst_kl = 0f64;
+    for (pos, (g, w)) in got.chunks(v).zip(want.chunks(v)).enumerate() {
+        let abs = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let kl = kl(w, g);
+        worst_abs = worst_abs.max(abs);
+        worst_kl = worst_kl.max(kl);
+        assert!(
+            abs <= MAX_ABS && kl <= MAX_KL,
+            "gptoss in MXFP4, position {pos}: max |diff| {abs:.2e}, KL {kl:.2e}"
+        );
+    }
+    eprintln!(
+        "gptoss in MXFP4, Vulkan against the reference: max |diff| {worst_abs:.2e}, max KL \
+         {worst_kl:.2e} (weights in {formats:?})"
+    );
 }

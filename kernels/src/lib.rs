@@ -43,7 +43,7 @@ pub use attn_encoder::{AttnEncoder, EncoderAttnIo, TextSpan};
 pub use bandwidth::ReadBandwidth;
 pub use build_info::build_info;
 pub use dequant::Dequant;
-pub use elementwise::{BiasAct, SwiGlu};
+pub use elementwise::{BiasAct, ExpertBiases, SwiGlu};
 pub use embed::{Embed, EmbedArgs};
 pub use kv::{KvCache, KvLayer};
 pub use matmul::{Matmul, MatmulArgs, TILE as MATMUL_TILE};

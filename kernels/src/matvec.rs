@@ -671,8 +671,8 @@ impl Matvec {
     }
 }
 
-/// The clamped SwiGLU (GPT-OSS) has no variant of the gated products; executors refuse its
-/// models before recording one.
+/// The clamped SwiGLU (GPT-OSS) has no variant of the gated products: the Vulkan executor
+/// runs its gate/up product whole and the activation apart (`SwiGlu::record_experts`).
 fn no_clamped_swiglu(kernel: &'static str) -> VkError {
     VkError::Kernel {
         kernel,

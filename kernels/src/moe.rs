@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 use hearth_models::spec::{Experts, Gating};
 use hearth_shaders::{MOE_COMBINE, MOE_ROUTE};
 
-use super::{check_sizes, Pipe};
+use super::{check_sizes, ExpertBiases, Pipe};
 use crate::vk::{Buffer, Device, Recorder, Result, VkError};
 
 /// Most experts a token uses and most experts a block has: moe_route.comp's arrays.
@@ -155,6 +155,7 @@ struct CombinePush {
     n: u32,
     used: u32,
     accumulate: u32,
+    biased: u32,
 }
 
 pub struct MoeCombine(Pipe);
@@ -165,7 +166,8 @@ impl MoeCombine {
     }
 
     /// out [tokens, n] (+)= each token's `used` rows of `y` ([tokens * used, n]) summed with
-    /// their `weights`.
+    /// their `weights`; where `down_bias` is given, each row's expert's bias ([n_expert * n],
+    /// the expert of each row in `ExpertBiases::experts`) is added to it first.
     pub fn record<'a>(
         &self,
         rec: &mut Recorder<'a>,
@@ -173,12 +175,24 @@ impl MoeCombine {
         out: &'a Buffer,
         (tokens, n, used): (u32, u32, u32),
         accumulate: bool,
+        down_bias: Option<ExpertBiases<'a>>,
     ) -> Result<()> {
         let rows = tokens as u64 * n as u64;
+        let slots = tokens as u64 * used as u64;
+        // Without biases their bindings are unread; y fills them.
+        let (bias, experts) = match down_bias {
+            Some(b) => (
+                ("bias", b.bias, n as u64 * 4),
+                ("experts", b.experts, slots * 4),
+            ),
+            None => (("bias", y, 0), ("experts", y, 0)),
+        };
         let bindings = [
             ("y", y, rows * used as u64 * 4),
-            ("weights", weights, tokens as u64 * used as u64 * 4),
+            ("weights", weights, slots * 4),
             ("out", out, rows * 4),
+            bias,
+            experts,
         ];
         if rows == 0 {
             return check_sizes(self.0.name, &bindings);
@@ -188,6 +202,7 @@ impl MoeCombine {
             n,
             used,
             accumulate: accumulate as u32,
+            biased: down_bias.is_some() as u32,
         };
         self.0.dispatch_items(rec, bindings, &push, rows)
     }
@@ -455,6 +470,7 @@ mod tests {
                             &out,
                             (tokens as u32, k as u32, used as u32),
                             true,
+                            None,
                         )
                         .unwrap();
                 });
@@ -482,6 +498,130 @@ mod tests {
                 let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
                 assert_close(&format!("out {what}"), &got, &want, |_| 1e-4 * scale);
             }
+        }
+        finish(&dev);
+    }
+
+    /// GPT-OSS's experts against the reference: the router's logits with their bias, each
+    /// chosen expert's gate/up product (ungated, into [slots, 2 m]), the clamped SwiGLU over
+    /// it with the slot's expert's gate and up biases, the down product, and the combination
+    /// adding each expert's down bias, in f32 (the conformance models' experts) and MXFP4
+    /// (gpt-oss's), one slot a pass and eight.
+    #[test]
+    fn biased_experts_with_the_clamped_swiglu_match_reference() {
+        let Some(dev) = device() else { return };
+        let (count, used) = (4usize, 2usize);
+        let x = experts(count, used, Gating::Softmax, true);
+        let cases = [
+            (WeightFormat::F32, 1, 1),
+            (WeightFormat::F32, 9, 8),
+            (WeightFormat::MXFP4, 1, 1),
+            (WeightFormat::MXFP4, 9, 8),
+        ];
+        for (format, tokens, per_pass) in cases {
+            let m = format.block_size().max(32);
+            let k = 2 * m;
+            let what = format!("{format} {tokens} tokens, {per_pass} a pass");
+            let (gate_up, gu) = upload_weights(&dev, &random(count * 2 * m * k, 61, 1.0), format);
+            let (down, dw) = upload_weights(&dev, &random(count * k * m, 62, 1.0), format);
+            // Gate/up values past the clamp at 7, both ways.
+            let xs = random(tokens * k, 63, 1.5);
+            let logits = random(tokens * count, 64, 2.0);
+            let router_bias = random(count, 65, 1.0);
+            let gu_bias = random(count * 2 * m, 66, 3.0);
+            let down_bias = random(count * k, 67, 1.0);
+            let slots = tokens * used;
+            let bufs = |v: &[f32]| upload(&dev, v);
+            let (xb, lb) = (bufs(&xs), bufs(&logits));
+            let (rb, gub, db) = (bufs(&router_bias), bufs(&gu_bias), bufs(&down_bias));
+            let both = zeros(&dev, slots * 2 * m);
+            let (hidden, y) = (zeros(&dev, slots * m), zeros(&dev, slots * k));
+            let (weights, ids, order) = (
+                zeros(&dev, slots),
+                u32_buffer(&dev, slots),
+                u32_buffer(&dev, slots),
+            );
+            let bound = max_tiles(slots as u32, count as u32, per_pass);
+            let tiles = u32_buffer(&dev, 4 * bound as usize);
+            let out = zeros(&dev, tokens * k);
+            let kernel = Matvec::experts(&dev, format, per_pass).unwrap();
+            let route_kernel = MoeRoute::new(&dev).unwrap();
+            let combine = MoeCombine::new(&dev).unwrap();
+            let swiglu = crate::SwiGlu::new(&dev).unwrap();
+            let bias_act = crate::BiasAct::new(&dev).unwrap();
+            run(&dev, |rec| {
+                bias_act
+                    .record(rec, &lb, &rb, (tokens as u32, count as u32), None)
+                    .unwrap();
+                let routes = RouteOut {
+                    weights: &weights,
+                    experts: &ids,
+                    order: &order,
+                    tiles: &tiles,
+                };
+                let max_tiles = route_kernel
+                    .record(rec, &lb, routes, (tokens as u32, &x, kernel.tokens()))
+                    .unwrap();
+                let s = ExpertSlots {
+                    tiles: &tiles,
+                    order: &order,
+                    max_tiles,
+                    experts: count as u32,
+                    x_per: used as u32,
+                };
+                let (m, k, n) = (m as u32, k as u32, slots as u32);
+                let args = MatvecArgs::plain(&gate_up, &xb, &both, 2 * m, k, n);
+                kernel.record_experts(rec, args, s).unwrap();
+                let biases = ExpertBiases {
+                    bias: &gub,
+                    experts: &ids,
+                };
+                swiglu
+                    .record_experts(
+                        rec,
+                        &both,
+                        &hidden,
+                        (n, m),
+                        GatedAct::SwigluOai,
+                        Some(biases),
+                    )
+                    .unwrap();
+                let args = MatvecArgs::plain(&down, &hidden, &y, k, m, n);
+                let s = ExpertSlots { x_per: 1, ..s };
+                kernel.record_experts(rec, args, s).unwrap();
+                let biases = ExpertBiases {
+                    bias: &db,
+                    experts: &ids,
+                };
+                let shape = (tokens as u32, k, used as u32);
+                combine
+                    .record(rec, (&y, &weights), &out, shape, false, Some(biases))
+                    .unwrap();
+            });
+            let mut want = vec![0f32; tokens * k];
+            let mut clamped = false;
+            for t in 0..tokens {
+                let xt = &xs[t * k..][..k];
+                let mut l = logits[t * count..][..count].to_vec();
+                ops::add_bias(&mut l, &router_bias);
+                for (e, w) in route(&l, &x) {
+                    let mut both = ops::matvec(&gu[e * 2 * m * k..][..2 * m * k], xt, 2 * m, k);
+                    ops::add_bias(&mut both, &gu_bias[e * 2 * m..][..2 * m]);
+                    clamped |= both.iter().any(|v| v.abs() > 7.0);
+                    let h = GatedAct::SwigluOai.apply(&both[..m], &both[m..]);
+                    let mut d = ops::matvec(&dw[e * k * m..][..k * m], &h, k, m);
+                    ops::add_bias(&mut d, &down_bias[e * k..][..k]);
+                    for (o, v) in want[t * k..][..k].iter_mut().zip(d) {
+                        *o += w * v;
+                    }
+                }
+            }
+            assert!(clamped, "{what}: no gate or up value past the clamp");
+            let got = out.download(tokens * k).unwrap();
+            let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+            assert_close(&format!("biased experts {what}"), &got, &want, |_| {
+                2e-5 * scale
+            });
         }
         finish(&dev);
     }

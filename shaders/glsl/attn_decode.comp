@@ -8,7 +8,8 @@
 // pos attends to positions [0, pos] (a local layer's to its window's), so this kernel also
 // serves short multi-token steps and a batch of sequences (one token or a few each).
 // With p.splits > 1 each (query head, token) has p.splits workgroups along z, each over one
-// run of positions, and partials go to attn_merge.comp (attn_split.glsl).
+// run of positions, and partials go to attn_merge.comp (attn_split.glsl). A model's sinks
+// (p.sinks) join the softmax where it ends: here unsplit, in the merge when split.
 //
 // FUSED (every sequence in the dispatch has one new token): the kernel also does rope_kv's
 // work for its token, saving a dispatch per layer: it rotates its query head and the new
@@ -41,6 +42,7 @@ layout(binding = 7) readonly buffer Table { vec2 cs[]; };     // FUSED: [pos, ro
 layout(binding = 8) writeonly buffer Part { vec4 part[]; };   // splits > 1: the partials
 
 #define ROLLED_KEYS_ID 6
+#define SINKS_BINDING 9                                       // [n_head], where p.sinks
 #define CAP_SCORE(s) cap_score(s)
 #include "attn_online.glsl"
 shared float qf[QH * HEAD_DIM];

@@ -34,6 +34,7 @@ layout(constant_id = 4) const uint HEADS = 1;  // query heads per invocation (on
 const uint HD4 = HEAD_DIM / 4;
 layout(binding = 0) readonly buffer QKV { vec4 qkv[]; };      // [tokens, q_stride], queries first
 layout(binding = 1) writeonly buffer O { vec4 o[]; };         // [tokens, n_head * head_dim]
+layout(binding = 7) readonly buffer Sinks { float sink_logit[]; };  // [n_head], where p.sinks
 
 shared vec4 ks[BC][HD4];
 shared vec4 vs[BC][HD4];
@@ -174,9 +175,19 @@ void main() {
     }
     if (live) {
         [[unroll]] for (uint g = 0; g < HEADS; ++g) {
+            // A sink joins the denominator: both sides rescaled to the larger of it and the
+            // running max.
+            float scale = 1.0;
+            float l_out = l[g];
+            if (p.sinks != 0u) {
+                float sink = sink_logit[h0 + g];
+                float m_s = max(m[g], sink);
+                scale = exp(m[g] - m_s);
+                l_out = l[g] * scale + exp(sink - m_s);
+            }
             for (uint d = 0; d < HD4; ++d) {
                 o[(t * p.n_head * HEAD_DIM + (h0 + g) * HEAD_DIM) / 4 + d] =
-                    acc[g * HD4 + d] / l[g];
+                    acc[g * HD4 + d] * scale / l_out;
             }
         }
     }

@@ -131,7 +131,8 @@ impl AttnDecode {
         })
     }
 
-    /// Attention for tokens whose K/V `RopeKv` has stored. `longest`, the most positions a
+    /// Attention for tokens whose K/V `RopeKv` has stored, each softmax with the layer's sink
+    /// where `io.sinks` holds them. `longest`, the most positions a
     /// token attends to (its own included), sizes the split on GPUs; the result does not
     /// depend on it, since each run covers its share of the token's own positions.
     pub fn record<'a>(
@@ -183,11 +184,11 @@ impl AttnDecode {
             pipeline,
             built_head_dim: self.head_dim,
             kv_type: self.kv_type,
-            extra: &[table, &self.split.partials],
+            extra: &[table, &self.split.partials, io.sink_binding()],
             groups: [workgroups, s.tokens, runs],
             splits: runs,
         };
         record_attention(rec, dispatch, io, s, rope.map(|r| r.spec))?;
-        self.split.merge(rec, io.o, s, runs)
+        self.split.merge(rec, io.o, io.sinks, s, runs)
     }
 }

@@ -146,7 +146,7 @@ impl AttnShape {
             splits: 1,
             window: self.scores.window.unwrap_or(0),
             softcap: self.scores.softcap.unwrap_or(0.0),
-            _pad: 0,
+            sinks: 0,
             k_addr: kv.k.device_address().unwrap_or(0),
             v_addr: kv.v.device_address().unwrap_or(0),
         }
@@ -170,7 +170,8 @@ pub(super) struct AttnPush {
     pub(super) splits: u32,
     pub(super) window: u32,
     pub(super) softcap: f32,
-    pub(super) _pad: u32,
+    /// 1 where the kernel's sink binding holds the layer's sinks.
+    pub(super) sinks: u32,
     /// The layer's K and V addresses, for the kernels that read them so (0 elsewhere).
     pub(super) k_addr: u64,
     pub(super) v_addr: u64,
@@ -192,19 +193,29 @@ pub struct RopeTable<'a> {
 }
 
 /// The buffers of one attention dispatch: the step's projections `qkv`, the layer's cache,
-/// the step's tokens (`steps`, [tokens] [`StepToken`]) and the output `o`.
+/// the step's tokens (`steps`, [tokens] [`StepToken`]), the output `o`, and the layer's
+/// sinks where it has them ([n_head] f32: a logit per query head that joins its softmax's
+/// denominator and adds no value, GPT-OSS).
 #[derive(Clone, Copy)]
 pub struct AttnIo<'a> {
     pub qkv: &'a Buffer,
     pub kv: KvLayer<'a>,
     pub steps: &'a Buffer,
     pub o: &'a Buffer,
+    pub sinks: Option<&'a Buffer>,
+}
+
+impl<'a> AttnIo<'a> {
+    /// What fills the sink binding: the sinks, or without them any buffer (unread).
+    pub(super) fn sink_binding(&self) -> &'a Buffer {
+        self.sinks.unwrap_or(self.qkv)
+    }
 }
 
 /// How one attention kernel dispatches: its pipeline and the head_dim and KV type it was
-/// built for,
-/// `extra` buffers bound after the common ones (binding 7 on), the workgroups, and `splits`,
-/// the push constant of split decode attention (1 elsewhere).
+/// built for, `extra` buffers bound after the common ones (binding 7 on; the sink binding
+/// among them, which `io.sinks` marks read), the workgroups, and `splits`, the push constant
+/// of split decode attention (1 elsewhere).
 pub(super) struct AttnDispatch<'p, 'a> {
     pub(super) pipeline: &'p Pipeline,
     pub(super) built_head_dim: u32,
@@ -230,7 +241,13 @@ pub(super) fn record_attention<'a>(
         groups,
         splits,
     } = dispatch;
-    let AttnIo { qkv, kv, steps, o } = io;
+    let AttnIo {
+        qkv,
+        kv,
+        steps,
+        o,
+        sinks,
+    } = io;
     if built_head_dim != s.head_dim {
         return Err(VkError::Kernel {
             kernel: pipeline.name,
@@ -241,6 +258,9 @@ pub(super) fn record_attention<'a>(
         });
     }
     s.check(pipeline.name, qkv, o, steps)?;
+    if let Some(sinks) = sinks {
+        check_sizes(pipeline.name, &[("sinks", sinks, s.n_head as u64 * 4)])?;
+    }
     kv.check_type(pipeline.name, kv_type)?;
     rope_kv::check_group(pipeline.name, s, kv_type)?;
     if s.tokens == 0 {
@@ -248,6 +268,7 @@ pub(super) fn record_attention<'a>(
     }
     let push = AttnPush {
         splits,
+        sinks: sinks.is_some() as u32,
         ..s.push(&kv, rope)
     };
     let mut buffers = vec![qkv, o, kv.k, kv.v, kv.tables, kv.beams, steps];

@@ -79,7 +79,8 @@ impl AttnPrefill {
     }
 
     /// Attention for tokens t0 .. t0 + tokens, which must be one sequence's consecutive
-    /// positions (steps[t0] names the sequence and the first position).
+    /// positions (steps[t0] names the sequence and the first position), each softmax with the
+    /// layer's sink where `io.sinks` holds them.
     pub fn record<'a>(&self, rec: &mut Recorder<'a>, io: AttnIo<'a>, s: AttnShape) -> Result<()> {
         // The shape first: its errors say more than a grouping mismatch would.
         s.check(self.pipeline.name, io.qkv, io.o, io.steps)?;
@@ -92,7 +93,7 @@ impl AttnPrefill {
             pipeline: &self.pipeline,
             built_head_dim: self.head_dim,
             kv_type: self.kv_type,
-            extra: &[],
+            extra: &[io.sink_binding()],
             groups,
             splits: 1,
         };

@@ -44,6 +44,7 @@ struct MergePush {
     t0: u32,
     n_head: u32,
     splits: u32,
+    sinks: u32,
 }
 
 impl Split {
@@ -84,11 +85,13 @@ impl Split {
     }
 
     /// Writes o for tokens s.t0 .. s.t0 + s.tokens from the partials of `runs` runs each
-    /// (nothing when `runs` is 1: the kernel wrote o itself).
+    /// (nothing when `runs` is 1: the kernel wrote o itself), each softmax joined once by its
+    /// query head's sink where `sinks` holds them ([n_head]).
     pub(crate) fn merge<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
         o: &'a Buffer,
+        sinks: Option<&'a Buffer>,
         s: AttnShape,
         runs: u32,
     ) -> Result<()> {
@@ -103,9 +106,15 @@ impl Split {
             t0: s.t0,
             n_head: s.n_head,
             splits: runs,
+            sinks: sinks.is_some() as u32,
         };
         let items = s.tokens as u64 * s.n_head as u64 * (self.head_dim as u64 / 4);
-        let bindings = [("part", &self.partials, bytes), ("o", o, 0)];
+        let bindings = [
+            ("part", &self.partials, bytes),
+            ("o", o, 0),
+            // Without sinks the binding is unread; the partials fill it.
+            ("sinks", sinks.unwrap_or(&self.partials), 0),
+        ];
         self.merge.dispatch_items(rec, bindings, &push, items)
     }
 }

@@ -94,6 +94,20 @@ fn reference_attention(
     scores: Scores,
     source: &dyn Fn(usize, usize) -> usize,
 ) -> Vec<f32> {
+    reference_attention_sunk(qkv, kv, steps, h, scores, None, source)
+}
+
+/// [`reference_attention`] with each query head's sink, where given, in its softmax's
+/// maximum and denominator.
+fn reference_attention_sunk(
+    qkv: &[f32],
+    kv: &Logical,
+    steps: &[StepToken],
+    h: Heads,
+    scores: Scores,
+    sinks: Option<&[f32]>,
+    source: &dyn Fn(usize, usize) -> usize,
+) -> Vec<f32> {
     let (nh, nkv, hd) = (h.n_head as usize, h.n_head_kv as usize, h.head_dim as usize);
     let mut out = vec![0f32; steps.len() * nh * hd];
     for (t, st) in steps.iter().enumerate() {
@@ -113,9 +127,11 @@ fn reference_attention(
                         .map_or(s, |c| c as f64 * (s / c as f64).tanh())
                 })
                 .collect();
+            let sink = sinks.map(|s| s[hh] as f64);
             let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let max = sink.map_or(max, |s| max.max(s));
             let e: Vec<f64> = logits.iter().map(|s| (s - max).exp()).collect();
-            let sum: f64 = e.iter().sum();
+            let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
             for d in 0..hd {
                 let acc: f64 = (first..n_kv)
                     .zip(&e)
@@ -223,7 +239,7 @@ fn check(decode: bool, tokens: u32, pos0: u32, n_head: u32, n_head_kv: u32, head
 fn check_scored(decode: bool, tokens: u32, pos0: u32, h: Heads, scores: Scores) {
     for kv_type in kv_types(h.head_dim) {
         for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
-            check_shaped((kind, kv_type), decode, tokens, pos0, h, scores);
+            check_shaped((kind, kv_type), decode, tokens, pos0, h, scores, None);
         }
     }
 }
@@ -237,6 +253,7 @@ fn check_shaped(
     pos0: u32,
     h: Heads,
     scores: Scores,
+    sinks: Option<&[f32]>,
 ) {
     let Some(dev) = device() else { return };
     let (n_head, n_head_kv, head_dim) = (h.n_head, h.n_head_kv, h.head_dim);
@@ -251,6 +268,7 @@ fn check_shaped(
     let table_b = Buffer::from_slice(&dev, "t", &table).unwrap();
     let steps_b = Buffer::from_slice(&dev, "steps", &steps).unwrap();
     let o = upload(&dev, &vec![0f32; (tokens * n_head * head_dim) as usize]);
+    let sinks_b = sinks.map(|s| upload(&dev, s));
 
     let rope_kv = RopeKv::new(&dev, kv_type).unwrap();
     let rope = RopeSpec {
@@ -273,6 +291,7 @@ fn check_shaped(
         kv: layer,
         steps: &steps_b,
         o: &o,
+        sinks: sinks_b.as_ref(),
     };
     let rope = RopeTable {
         table: &table_b,
@@ -302,7 +321,7 @@ fn check_shaped(
     reference_rope_kv(&mut qkv, &mut logical, &steps, h, rot, &table, kv_type);
     let what = format!(
         "{} tokens={tokens} pos0={pos0} heads={n_head}/{n_head_kv} hd={head_dim} {scores:?} \
-         ({kind:?} shape, {kv_type} cache)",
+         sinks {sinks:?} ({kind:?} shape, {kv_type} cache)",
         if decode { "decode" } else { "prefill" }
     );
     let valid = (pos0 + tokens) as usize * h.kv_dim();
@@ -328,7 +347,7 @@ fn check_shaped(
         &logical.v[0][..valid],
         exact,
     );
-    let want = reference_attention(&qkv, &logical, &steps, h, scores, &|_, _| 0);
+    let want = reference_attention_sunk(&qkv, &logical, &steps, h, scores, sinks, &|_, _| 0);
     // Softmax weights sum to 1 and |v| <= 1, so outputs are O(1): f32 exp and sums over
     // at most a few hundred positions stay within a few ulps times the length.
     assert_close(&what, &o.download(want.len()).unwrap(), &want, |_| 2e-5);
@@ -376,6 +395,44 @@ fn windowed_and_capped_attention_matches_reference() {
     check_scored(false, 13, 0, h(6, 2, 24), scored(None, Some(1.0)));
     // A window longer than the history changes nothing.
     check_scored(false, 13, 3, h(6, 2, 24), scored(Some(500), None));
+}
+
+/// Attention sinks (GPT-OSS: a learned logit per query head in each softmax's denominator),
+/// one head's far above its scores so that it holds the maximum: in fused, batched and split
+/// decode (GPU shapes cut 1100 positions into runs, and the merge adds the sink once) and in
+/// prefill, on global and local layers.
+#[test]
+fn attention_with_sinks_matches_reference() {
+    let h = |n_head, n_head_kv, head_dim| Heads {
+        n_head,
+        n_head_kv,
+        head_dim,
+    };
+    let scored = |window: Option<u32>| Scores {
+        scale: 0.35,
+        softcap: None,
+        window,
+    };
+    let sinks = |n: u32| -> Vec<f32> {
+        let mut s: Vec<f32> = (0..n).map(|i| -2.0 + 5.0 * i as f32 / n as f32).collect();
+        s[1] = 6.0;
+        s
+    };
+    let cases = [
+        (true, 1, 37, h(6, 2, 24), scored(None)),
+        (true, 2, 130, h(4, 2, 32), scored(Some(24))),
+        (true, 1, 1100, h(9, 3, 64), scored(None)),
+        (true, 1, 1100, h(9, 3, 64), scored(Some(700))),
+        (false, 70, 9, h(6, 3, 32), scored(Some(24))),
+        (false, 33, 40, h(4, 2, 32), scored(None)),
+    ];
+    for (decode, tokens, pos0, h, scores) in cases {
+        let sinks = sinks(h.n_head);
+        for kind in [DeviceKind::Cpu, DeviceKind::Discrete] {
+            let kv = (kind, KvType::F32);
+            check_shaped(kv, decode, tokens, pos0, h, scores, Some(&sinks));
+        }
+    }
 }
 
 /// One decode step for three sequences of different lengths, one of them reading part of
@@ -440,6 +497,7 @@ fn batched_decode_shaped((kind, kv_type): (DeviceKind, KvType), lens: [usize; 3]
         kv: cache.layer(0),
         steps: &steps_b,
         o: &o,
+        sinks: None,
     };
     let rope = RopeTable {
         table: &table_b,
@@ -485,6 +543,7 @@ fn shapes_are_checked() {
         kv: cache.layer(0),
         steps: &buf,
         o: &buf,
+        sinks: None,
     };
     let err = kernel.record(&mut rec, io, h.shape(40, 0)).unwrap_err();
     assert!(err.to_string().contains("holds"), "{err}");

@@ -134,7 +134,7 @@ impl AttnSparse {
             head_dim: s.head_dim,
             scores: Scores::plain(s.head_dim),
         };
-        self.split.merge(rec, o, shape, runs)
+        self.split.merge(rec, o, None, shape, runs)
     }
 }
 
@@ -380,6 +380,7 @@ mod tests {
                 kv: pool.layer(),
                 steps: &steps,
                 o: &o,
+                sinks: None,
             };
             run(&dev, |rec| dense.record(rec, io, shape, pos + 1).unwrap());
             let dense_out: Vec<f32> = o.download((s.n_head * s.head_dim) as usize).unwrap();

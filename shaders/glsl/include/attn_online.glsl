@@ -6,7 +6,9 @@
 // and part (binding 8), and has n_head and splits in its push constants (include/
 // attn_split.glsl says what splits > 1 writes). It also defines ROLLED_KEYS_ID, a free
 // specialization constant id for ROLLED_KEYS, and CAP_SCORE(s), the score as the softmax
-// takes it (soft-capped or as it is).
+// takes it (soft-capped or as it is). A kernel that defines SINKS_BINDING reads each query
+// head's sink there (where p.sinks is set): a logit that joins the softmax's denominator and
+// adds no value. Unsplit, online_end folds it in; split, attn_merge.comp does, once.
 
 // CPU devices walk a key row in a loop rather than unrolled: q is in shared memory, so the
 // loop indexes no register array, and LLVM compiles the kernel in well under half the time
@@ -14,6 +16,10 @@
 // and runs it faster (SmolLM2 at 2048 tokens: attn_decode 1240 -> 1180 us, attn_sparse
 // 155 -> 116 us per layer). GPUs unroll it, for the loads in flight.
 layout(constant_id = ROLLED_KEYS_ID) const bool ROLLED_KEYS = false;
+
+#ifdef SINKS_BINDING
+layout(binding = SINKS_BINDING) readonly buffer Sinks { float sink_logit[]; };
+#endif
 
 shared vec4 qs[QH * HD4];
 shared vec4 merged[SUBGROUPS][HD4];
@@ -97,6 +103,18 @@ void online_end(uint h0, uint out_token, uint part_token, uint z) {
         float m_all = workgroup_max(on_m[qh]);
         float f = exp(on_m[qh] - m_all);
         float l_all = workgroup_sum(on_l[qh] * f);
+        // The output is sum * scale / l_out: with a sink, both rescaled to the larger of the
+        // running max and the sink, and the sink's weight added to the denominator.
+        float scale = 1.0;
+        float l_out = l_all;
+#ifdef SINKS_BINDING
+        if (p.sinks != 0u && p.splits == 1) {
+            float sink = sink_logit[h];
+            float m_s = max(m_all, sink);
+            scale = exp(m_all - m_s);
+            l_out = l_all * scale + exp(sink - m_s);
+        }
+#endif
         uint slot = ((part_token * p.n_head + h) * p.splits + z) * (HD4 + 1);
         if (SUBGROUPS == 1) {
             // One subgroup (CPU devices): each lane leaves its partial in shared memory and
@@ -112,7 +130,7 @@ void online_end(uint h0, uint out_token, uint part_token, uint z) {
                 for (uint l = 0; l < WG; ++l) {
                     sum += lane_acc[l][d];
                 }
-                store_merged(h, out_token, slot, d, sum, l_all);
+                store_merged(h, out_token, slot, d, sum * scale, l_out);
             }
             // lane_acc is the next head's.
             subgroupBarrier();
@@ -129,7 +147,7 @@ void online_end(uint h0, uint out_token, uint part_token, uint z) {
                 for (uint s = 0; s < gl_NumSubgroups; ++s) {
                     sum += merged[s][d];
                 }
-                store_merged(h, out_token, slot, d, sum, l_all);
+                store_merged(h, out_token, slot, d, sum * scale, l_out);
             }
             // merged is the next head's.
             barrier();

@@ -19,7 +19,8 @@ layout(push_constant) uniform Push {
     uint splits;        // attn_decode: runs per (query head, token), see attn_split.glsl
     uint window;        // a local layer's window: entries [pos + 1 - window, pos] (0: all)
     float softcap;      // scores become softcap * tanh(score / softcap) (0: as they are)
-    uint _pad;
+    uint sinks;         // 1: the attention kernels' sink binding holds a logit per query head
+                        // that joins each softmax's denominator (GPT-OSS); 0: none
     uvec2 k_addr;       // this layer's K and V through their addresses (WIDE_LOADS variants)
     uvec2 v_addr;
 } p;

@@ -10,7 +10,7 @@ use super::DeviceMatrix;
 use hearth_kernels::kv::KvType;
 use hearth_kernels::vk::{Buffer, BufferDesc, Device, DeviceKind, Recorder, VkError};
 use hearth_kernels::{
-    q8_act_bytes, AttnDecode, AttnPrefill, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs,
+    q8_act_bytes, AttnDecode, AttnPrefill, BiasAct, Embed, Matmul, MatmulArgs, Matvec, MatvecArgs,
     MoeCombine, MoeRoute, OutputCols, QkvAdjust, QuantizeArgs, QuantizeQ8, RmsNorm, RopeKv, SwiGlu,
     WeightFormat,
 };
@@ -143,6 +143,9 @@ pub(super) struct Kernels {
     pub(super) attn_prefill: AttnPrefill,
     /// For a mixture of experts: the router's choice and the weighted sum of the experts.
     pub(super) moe: Option<(MoeRoute, MoeCombine)>,
+    /// A bias added to a product's output (GPT-OSS's output projection and router), built
+    /// when first needed.
+    bias: OnceLock<BiasAct>,
 }
 
 impl Kernels {
@@ -177,7 +180,17 @@ impl Kernels {
                 Some(_) => Some((MoeRoute::new(device)?, MoeCombine::new(device)?)),
                 None => None,
             },
+            bias: OnceLock::new(),
         })
+    }
+
+    /// The kernel that adds a bias to a product's output.
+    pub(super) fn bias(&self, device: &Device) -> Result<&BiasAct> {
+        if let Some(kernel) = self.bias.get() {
+            return Ok(kernel);
+        }
+        let kernel = BiasAct::new(device)?;
+        Ok(self.bias.get_or_init(|| kernel))
     }
 
     pub(super) fn of(&self, format: WeightFormat) -> &FormatKernels {

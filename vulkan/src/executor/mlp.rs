@@ -2,13 +2,15 @@
 //! router, the chosen experts' grouped products, a shared expert) summed with the router's
 //! weights.
 
-use hearth_model::{Error, Mlp, Result, SharedMlp};
+use hearth_model::ops::GatedAct;
+use hearth_model::{Error, ExpertBias, Mlp, Result, SharedMlp};
 
 use super::policy::{Beside, RecordingLayer};
 use super::{DeviceMatrix, VkModel};
 use hearth_kernels::vk::{Buffer, Recorder};
 use hearth_kernels::{
-    slots_per_token, ExpertSlots, MatmulArgs, MatvecArgs, NormShape, OutputCols, RouteOut,
+    slots_per_token, ExpertBiases, ExpertSlots, MatmulArgs, MatvecArgs, NormShape, OutputCols,
+    RouteOut,
 };
 
 /// A block's experts on the device (`Mlp::Experts`).
@@ -18,6 +20,8 @@ struct ExpertsAt<'a> {
     gate_up: &'a [DeviceMatrix],
     down: &'a [DeviceMatrix],
     shared: Option<&'a SharedMlp<Vec<DeviceMatrix>>>,
+    /// The router's and every expert's biases (GPT-OSS).
+    bias: Option<&'a ExpertBias<Buffer>>,
 }
 
 /// A gated MLP to record: its input, and its norm gain where the input is to be normed;
@@ -71,6 +75,7 @@ impl VkModel {
                     gate_up,
                     down,
                     shared: shared.as_ref(),
+                    bias: w.expert_bias.as_ref(),
                 };
                 self.record_experts(rec, at, beside, experts, (out, accumulate))?;
             }
@@ -98,8 +103,9 @@ impl VkModel {
             None => Ok(()),
         };
         // The gated product reads gate and up rows together, in one format: gate and up in
-        // different formats take the separate products and SwiGLU.
-        if at.plan.streaming && w_gate_up.len() == 1 {
+        // different formats, and the clamped SwiGLU, which it has no variant for, take the
+        // separate products and the activation between them.
+        if at.plan.streaming && w_gate_up.len() == 1 && c.mlp_act != GatedAct::SwigluOai {
             let args = MatvecArgs::plain(&w_gate_up[0].buffer, mlp.x, hidden, n_ff, e, t);
             let norm = mlp.norm.map(|g| (g, eps));
             let gated = Some(c.mlp_act);
@@ -159,10 +165,11 @@ impl VkModel {
         Ok(())
     }
 
-    /// A mixture of experts' MLP block: the router's logits from the normed x, each token's
-    /// experts chosen and grouped by expert, the chosen experts' gated products and down
-    /// products, the shared expert's MLP where the model has one, and their outputs summed
-    /// with the router's weights into `out`.
+    /// A mixture of experts' MLP block: the router's logits from the normed x (with their
+    /// bias where the model has one), each token's experts chosen and grouped by expert, the
+    /// chosen experts' gated products and down products, the shared expert's MLP where the
+    /// model has one, and their outputs summed with the router's weights into `out` (each
+    /// expert's output with its down bias where the model has them).
     fn record_experts<'a>(
         &'a self,
         rec: &mut Recorder<'a>,
@@ -197,6 +204,18 @@ impl VkModel {
             .record(rec, &s.x, &at.weights().ffn_norm, &s.xn, shape)?;
         let io = (&s.xn, &m.router);
         self.record_projection(rec, at, w.router, io, (router_rows, e), false)?;
+        if let Some(b) = w.bias {
+            // The router's bias covers the experts' logits; no model has it with a shared
+            // expert's gate beside them.
+            if router_rows != count {
+                return Err(Error::options(
+                    "experts",
+                    "a router's bias beside a shared expert's gate",
+                ));
+            }
+            k.bias(rec.device())?
+                .record(rec, &m.router, &b.router, (t, count), None)?;
+        }
         let (gate_up, down) = match (w.gate_up, w.down) {
             ([gate_up], [down]) => (gate_up, down),
             _ => {
@@ -215,7 +234,26 @@ impl VkModel {
         };
         // A prompt on a GPU: tiled products over each expert's slots (up to 64 a tile), the
         // gated activation between them. Otherwise weight-streaming products taking one or
-        // eight slots a pass, the activation folded into the first.
+        // eight slots a pass, the activation folded into the first, except where the experts
+        // have biases or the clamped SwiGLU: their gate/up product lands whole in
+        // `separate` and the activation adds the biases and runs between the products.
+        let separate = match (
+            w.bias.is_some() || c.mlp_act == GatedAct::SwigluOai,
+            &m.gate_up,
+        ) {
+            (false, _) => None,
+            (true, Some(buffer)) => Some(buffer),
+            (true, None) => {
+                return Err(Error::options(
+                    "experts",
+                    "experts with biases or the clamped SwiGLU without their gate/up scratch",
+                ))
+            }
+        };
+        let up_biases = w.bias.map(|b| ExpertBiases {
+            bias: &b.gate_up,
+            experts: &m.experts,
+        });
         let grouped = match (&m.gate_up, at.plan.streaming) {
             (Some(buffer), false) => Some((
                 buffer,
@@ -252,11 +290,22 @@ impl VkModel {
             ..slots_at
         };
         if let Some((up_kernel, down_kernel)) = streamed {
-            let args = MatvecArgs {
-                gated: Some(c.mlp_act),
-                ..MatvecArgs::plain(&gate_up.buffer, &s.xn, &m.hidden, n_ff, e, slots)
-            };
-            up_kernel.record_experts(rec, args, slots_at)?;
+            match separate {
+                Some(both) => {
+                    let args = MatvecArgs::plain(&gate_up.buffer, &s.xn, both, 2 * n_ff, e, slots);
+                    up_kernel.record_experts(rec, args, slots_at)?;
+                    let shape = (slots, n_ff);
+                    k.swiglu
+                        .record_experts(rec, both, &m.hidden, shape, c.mlp_act, up_biases)?;
+                }
+                None => {
+                    let args = MatvecArgs {
+                        gated: Some(c.mlp_act),
+                        ..MatvecArgs::plain(&gate_up.buffer, &s.xn, &m.hidden, n_ff, e, slots)
+                    };
+                    up_kernel.record_experts(rec, args, slots_at)?;
+                }
+            }
             let args = MatvecArgs::plain(&down.buffer, &m.hidden, &m.out, e, n_ff, slots);
             down_kernel.record_experts(rec, args, down_at)?;
         }
@@ -272,8 +321,9 @@ impl VkModel {
             };
             let args = product(&s.xn, both, 2 * n_ff, e);
             up_kernel.record_experts(rec, &gate_up.buffer, args, slots_at)?;
+            let shape = (slots, n_ff);
             k.swiglu
-                .record_fused(rec, both, &m.hidden, slots, n_ff, c.mlp_act)?;
+                .record_experts(rec, both, &m.hidden, shape, c.mlp_act, up_biases)?;
             let args = product(&m.hidden, &m.out, e, n_ff);
             down_kernel.record_experts(rec, &down.buffer, args, down_at)?;
         }
@@ -296,7 +346,19 @@ impl VkModel {
             };
             self.record_gated_mlp(rec, at, None, mlp)?;
         }
-        combine.record(rec, (&m.out, &m.weights), out, (t, e, stride), accumulate)?;
+        let down_biases = w.bias.map(|b| ExpertBiases {
+            bias: &b.down,
+            experts: &m.experts,
+        });
+        let shape = (t, e, stride);
+        combine.record(
+            rec,
+            (&m.out, &m.weights),
+            out,
+            shape,
+            accumulate,
+            down_biases,
+        )?;
         Ok(())
     }
 }

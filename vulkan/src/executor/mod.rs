@@ -252,12 +252,6 @@ impl VkModel {
                 what: format!("a mixture of {what} on the Vulkan executor"),
             })?;
         }
-        if let Some(what) = unsupported_atom(c) {
-            return Err(hearth_model::Error::Unsupported {
-                path: file.path().to_path_buf(),
-                what: format!("{what} on the Vulkan executor (the CPU executors run it)"),
-            });
-        }
         if options.n_ctx == 0 {
             return Err(hearth_model::Error::options("n_ctx", "must be at least 1"));
         }
@@ -320,14 +314,6 @@ impl VkModel {
                         Some(shard) => shard.layer(&whole_config, l, reader.layer(l)?)?,
                         None => reader.layer(l)?,
                     };
-                    if w.expert_bias.is_some() {
-                        return Err(hearth_model::Error::Unsupported {
-                            path: file.path().to_path_buf(),
-                            what: "biases on a mixture of experts on the Vulkan executor (the \
-                                   CPU executors run them)"
-                                .into(),
-                        });
-                    }
                     layers.push(w.try_map(matrix, vector)?);
                 }
                 let output_norm = match part.heads() {
@@ -367,6 +353,8 @@ impl VkModel {
 
         let mut kernels = kernels?;
         kernels.products.formats = formats;
+        let separate_act = c.mlp_act == hearth_model::ops::GatedAct::SwigluOai
+            || layers.iter().any(|l| l.expert_bias.is_some());
         let f32s = |name: &str, n: usize| {
             Buffer::new(device, BufferDesc::device_local(name, (n * 4) as u64))
         };
@@ -416,9 +404,12 @@ impl VkModel {
                         experts: f32s("token experts", slots)?,
                         order: f32s("expert slots", routed)?,
                         tiles: f32s("expert tiles", 4 * tiles as usize)?,
-                        gate_up: match device.info().kind {
-                            DeviceKind::Cpu => None,
-                            _ => Some(f32s("expert gate/up", slots * 2 * x.n_ff)?),
+                        // The grouped products' (GPUs), and the streaming products' where
+                        // the experts' activation runs apart from them (biases, the clamped
+                        // SwiGLU).
+                        gate_up: match device.info().kind == DeviceKind::Cpu && !separate_act {
+                            true => None,
+                            false => Some(f32s("expert gate/up", slots * 2 * x.n_ff)?),
                         },
                         hidden: f32s("expert hidden", slots * x.n_ff)?,
                         out: f32s("expert outputs", slots * c.n_embd)?,
@@ -532,20 +523,6 @@ impl VkModel {
     /// Most tokens one [`step_batch`](Self::step_batch) takes.
     pub fn max_step_tokens(&self) -> usize {
         self.chunk
-    }
-}
-
-/// An atom of `c` that no kernel computes, named: GPT-OSS's attention sinks, its output
-/// projection's bias and its clamped SwiGLU.
-fn unsupported_atom(c: &ModelConfig) -> Option<&'static str> {
-    if c.attn_sinks {
-        Some("attention sinks (a learned logit in each softmax's denominator)")
-    } else if c.attn_out_bias {
-        Some("a bias on the attention's output projection")
-    } else if c.mlp_act == hearth_model::ops::GatedAct::SwigluOai {
-        Some("the clamped SwiGLU")
-    } else {
-        None
     }
 }
 

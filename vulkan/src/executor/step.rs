@@ -449,7 +449,8 @@ impl VkModel {
         Ok(())
     }
 
-    /// The output projection, added to x (normed first where the model has a post-norm).
+    /// The output projection with its bias where the model has one, added to x (normed first
+    /// where the model has a post-norm).
     fn record_output<'a>(&'a self, rec: &mut Recorder<'a>, at: &RecordingLayer<'a>) -> Result<()> {
         let (c, s, w) = (at.config, at.scratch, at.weights());
         let post = w.attn_post_norm.as_ref();
@@ -460,6 +461,13 @@ impl VkModel {
         };
         let shape = (c.n_embd as u32, c.attn_dim() as u32);
         self.record_projection(rec, at, &w.wo, (&s.att, out), shape, accumulate)?;
+        if let Some(bias) = &w.wo_bias {
+            // Added where the product landed: x + Wo att + b, or xn = Wo att + b.
+            let rows = (at.plan.steps.len() as u32, c.n_embd as u32);
+            at.kernels
+                .bias(&self.device)?
+                .record(rec, out, bias, rows, None)?;
+        }
         self.record_post_norm(rec, at, post)
     }
 

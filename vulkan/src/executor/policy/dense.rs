@@ -38,6 +38,7 @@ pub(in crate::executor) fn record_dense_attention<'a>(
         kv: at.kv_layer(),
         steps: &s.steps,
         o: &s.att,
+        sinks: at.weights().attn_sinks.as_ref(),
     };
     let decode = at.attn_shape(0, plan.decode_tokens);
     if at.fused {
