@@ -560,7 +560,12 @@ mod tests {
                     tiles: &tiles,
                 };
                 let max_tiles = route_kernel
-                    .record(rec, &lb, routes, (tokens as u32, &x, kernel.tokens()))
+                    .record(
+                        rec,
+                        (&lb, None),
+                        routes,
+                        (tokens as u32, &x, kernel.tokens()),
+                    )
                     .unwrap();
                 let s = ExpertSlots {
                     tiles: &tiles,
@@ -604,7 +609,7 @@ mod tests {
                 let xt = &xs[t * k..][..k];
                 let mut l = logits[t * count..][..count].to_vec();
                 ops::add_bias(&mut l, &router_bias);
-                for (e, w) in route(&l, &x) {
+                for (e, w) in route(&l, &x, None) {
                     let mut both = ops::matvec(&gu[e * 2 * m * k..][..2 * m * k], xt, 2 * m, k);
                     ops::add_bias(&mut both, &gu_bias[e * 2 * m..][..2 * m]);
                     clamped |= both.iter().any(|v| v.abs() > 7.0);
