@@ -741,3 +741,145 @@ fn lattice_i_quants_quantize_and_refuse_without_a_needed_matrix() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// llama.cpp's type for a SmolLM2 matrix in an i-quant mix quantized with an importance matrix
+/// (`llama_tensor_get_type`): 30 layers, three query heads per KV head, the head tied to the
+/// embedding, 576-wide rows that fit no 256-value block (the fallback: IQ4_NL for the
+/// i-quants, Q4_0 for Q2_K, Q5_0 for Q4_K) and the 1536-wide `ffn_down`, which keeps its type.
+fn smollm2_i_quant_type(mix: hearth_model::quantize::Mix, name: &str) -> GgmlType {
+    use hearth_model::quantize::Mix::*;
+    let Some(layer) = name
+        .strip_prefix("blk.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        // The tied head: rows that fit no super-block take Q8_0.
+        return GgmlType::Q8_0;
+    };
+    let first_eighth = layer < 30 / 8;
+    if name.ends_with("ffn_down.weight") {
+        return GgmlType::from(match mix {
+            IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS if first_eighth => Format::Q2_K,
+            IQ2_S | IQ2_M if first_eighth => Format::IQ3_S,
+            IQ3_M if first_eighth => Format::Q4_K,
+            _ => mix.base(),
+        });
+    }
+    let attn_v = name.ends_with("attn_v.weight");
+    let attn_output = name.ends_with("attn_output.weight");
+    GgmlType::from(match mix {
+        // Q2_K's fallback.
+        IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS if attn_v => Format::Q4_0,
+        // Q4_K's.
+        IQ3_M if attn_v || attn_output => Format::Q5_0,
+        // Every i-quant's.
+        _ => Format::IQ4_NL,
+    })
+}
+
+/// llama.cpp's i-quant mixes on SmolLM2. With an importance matrix: the types its rules and
+/// fallbacks give, the file type, values close to the source (for three mixes whose rules
+/// differ; `mix.rs` tests the rules of every mix). Without one: the mixes that would write
+/// IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS or IQ2_S matrices refuse before any work, naming the mix and
+/// the tensor, as llama-quantize does, and IQ3_XXS takes its unguided types.
+#[test]
+fn smollm2_to_the_i_quant_mixes_follows_llama_cpp() {
+    use hearth_model::activations::SquareSums;
+    use hearth_model::quantize::imatrix::ImportanceMatrix;
+    use hearth_model::quantize::Mix;
+    use std::sync::Arc;
+
+    let Some(input_path) = model_path() else {
+        return;
+    };
+    let dir = scratch("smollm2-i-quant-mixes");
+    let input = GgufFile::open(&input_path).unwrap();
+    let mut entries = std::collections::BTreeMap::new();
+    for l in 0..30 {
+        let sums = (0..1536).map(|c| 1.0 + (c % 5) as f64).collect();
+        entries.insert(
+            format!("blk.{l}.ffn_down.weight"),
+            SquareSums { sums, tokens: 1 },
+        );
+    }
+    let imatrix = Arc::new(ImportanceMatrix {
+        entries,
+        datasets: vec!["synthetic".into()],
+        chunk_count: 1,
+        chunk_size: 512,
+    });
+    let out_path = dir.join("out.gguf");
+    // IQ1_S raises tensors to Q2_K and IQ2_XXS, IQ2_M to IQ3_S, IQ3_M to Q4_K.
+    for mix in [Mix::IQ1_S, Mix::IQ2_M, Mix::IQ3_M] {
+        let opts = QuantizeOptions {
+            imatrix: Some(imatrix.clone()),
+            ..QuantizeOptions::mix(mix)
+        };
+        let report = quantize(&input_path, &out_path, &opts);
+        let output = GgufFile::open(&out_path).unwrap();
+        for t in output.tensors() {
+            let expected = if t.shape.len() == 1 {
+                GgmlType::F32
+            } else {
+                smollm2_i_quant_type(mix, &t.name)
+            };
+            assert_eq!(t.ggml_type, expected, "{mix}: {}", t.name);
+        }
+        assert_eq!(
+            output.get::<u32>("general.file_type").unwrap(),
+            Some(mix.file_type())
+        );
+        assert_eq!(output.get::<u32>(VERSION_KEY).unwrap(), None, "{mix}");
+        let worst = dequantized_error(&input, &output, &report);
+        eprintln!("SmolLM2 -> {mix}: worst relative RMS error {worst:.4?}");
+        std::fs::remove_file(&out_path).unwrap();
+    }
+
+    // Without the matrix, as llama-quantize: the refusal comes before any work; the mixes it
+    // lets through are cancelled at the start.
+    let i_quants = [
+        Mix::IQ1_S,
+        Mix::IQ1_M,
+        Mix::IQ2_XXS,
+        Mix::IQ2_XS,
+        Mix::IQ2_S,
+        Mix::IQ2_M,
+        Mix::IQ3_XXS,
+        Mix::IQ3_XS,
+        Mix::IQ3_S,
+        Mix::IQ3_M,
+    ];
+    for mix in i_quants {
+        let opts = QuantizeOptions::mix(mix);
+        let err = quantize_model(&input_path, &out_path, &opts, &mut |_| false).unwrap_err();
+        let refuses = !matches!(mix, Mix::IQ3_XXS | Mix::IQ3_XS | Mix::IQ3_S | Mix::IQ3_M);
+        if !refuses {
+            assert!(matches!(err, Error::Cancelled), "{mix}: {err}");
+            continue;
+        }
+        let e = err.to_string();
+        // An ffn_down past the first eighth (whichever the file holds first).
+        let layer = e
+            .split("blk.")
+            .nth(1)
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse::<usize>().ok());
+        assert!(
+            e.contains(&format!("the {mix} mix stores it as"))
+                && e.contains("ffn_down.weight")
+                && layer.is_some_and(|l| l >= 3)
+                && e.contains("needs an importance matrix"),
+            "{e}"
+        );
+        assert!(!out_path.exists(), "{mix}");
+    }
+    // Unguided, IQ3_XXS gives attn_v IQ3_S (here IQ4_NL) and ffn_down Q4_K in the first
+    // eighth, Q3_K after it.
+    quantize(&input_path, &out_path, &QuantizeOptions::mix(Mix::IQ3_XXS));
+    let types = formats_by_name(&GgufFile::open(&out_path).unwrap());
+    assert_eq!(types["blk.0.attn_v.weight"], GgmlType::IQ4_NL);
+    assert_eq!(types["blk.0.attn_q.weight"], GgmlType::IQ4_NL);
+    assert_eq!(types["blk.2.ffn_down.weight"], GgmlType::Q4_K);
+    assert_eq!(types["blk.3.ffn_down.weight"], GgmlType::Q3_K);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -41,7 +41,8 @@ pub struct QuantizeArgs {
     #[arg(long = "tensor-format", value_parser = parse_tensor_format, value_name = "PATTERN=FMT")]
     tensor_formats: Vec<(String, Format)>,
     /// An importance matrix (`hearth imatrix`, or llama.cpp's `llama-imatrix` file): Q4_K,
-    /// Q5_K and Q6_K weigh each value's rounding error by its column's importance.
+    /// Q5_K and Q6_K weigh each value's rounding error by its column's importance. The 1- and
+    /// 2-bit i-quant mixes (IQ1_S..IQ2_M) and Q2_K_S need one, as llama-quantize does.
     #[arg(long, value_name = "FILE")]
     imatrix: Option<PathBuf>,
 }

@@ -154,8 +154,9 @@ pub(super) fn plan<'f>(
         }
         let row = info.shape[0];
         let cols = usize::try_from(row).unwrap_or(usize::MAX);
+        let role = TensorRole::of(&info.name, cols);
         let mut wanted = if let Some(mix) = opts.mix {
-            mix.format_for(&TensorRole::of(&info.name, cols), &mix_model)
+            mix.format_for(&role, &mix_model)
         } else if head.as_deref() == Some(info.name.as_str()) {
             opts.head_format()
         } else {
@@ -182,17 +183,24 @@ pub(super) fn plan<'f>(
             .as_ref()
             .and_then(|m| m.weights(&info.name))
             .filter(|w| w.len() == cols);
-        if importance.is_none() && to.requires_importance() {
+        // A mix refuses what llama-quantize refuses (its rule is per tensor and mix); ggml's
+        // quantizers for some formats cannot do without the matrix at all.
+        let mix_needs = opts.mix.filter(|m| m.requires_importance(to, &role));
+        if importance.is_none() && (mix_needs.is_some() || to.requires_importance()) {
             // As llama-quantize: at about 2 bits, rounding without knowing which columns
             // matter ruins a model.
             let why = match opts.imatrix {
                 Some(_) => "the importance matrix has no entry of its width",
                 None => "no importance matrix was given (--imatrix)",
             };
+            let what = match mix_needs {
+                Some(mix) => format!("the {mix} mix stores it as {to}, which"),
+                None => format!("{to}"),
+            };
             return Err(tensor_error(
                 file.path(),
                 info,
-                format!("{to} needs an importance matrix, and {why}"),
+                format!("{what} needs an importance matrix, and {why}"),
             ));
         }
         if opts.imatrix.is_some() && importance.is_none() && to.uses_importance() {
