@@ -99,17 +99,17 @@ fn push_constant_size_mismatch_is_caught() {
     let buf = Buffer::from_slice(&dev, "b", &[0f32; 64]).unwrap();
     let mut rec = Recorder::new(&dev).unwrap();
     let err = rec
-        .dispatch(&pipeline, &[&buf, &buf, &buf], &[0u32; 2], [1, 1, 1])
+        .dispatch(&pipeline, &[&buf; 5], &[0u32; 2], [1, 1, 1])
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("push constants are 20 bytes in the shader but 8"),
+            .contains("push constants are 32 bytes in the shader but 8"),
         "{err}"
     );
     let err = rec
         .dispatch(&pipeline, &[&buf], &0u32, [1, 1, 1])
         .unwrap_err();
-    assert!(err.to_string().contains("expects 3 buffers"), "{err}");
+    assert!(err.to_string().contains("expects 5 buffers"), "{err}");
     finish(&dev);
 }
 
