@@ -591,6 +591,78 @@ fn smollm2_to_q3h() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Hearth's own formats weigh their rounding by an importance matrix: with one that favours
+/// every seventh input column of `ffn_down`, the Q2 and Q3H `ffn_down` matrices change (and no
+/// other tensor does), and each has a lower error weighted by that matrix than without it.
+#[test]
+fn smollm2_own_formats_follow_an_importance_matrix() {
+    use hearth_model::activations::SquareSums;
+    use hearth_model::quantize::imatrix::ImportanceMatrix;
+    use std::sync::Arc;
+
+    let Some(input_path) = model_path() else {
+        return;
+    };
+    let input = GgufFile::open(&input_path).unwrap();
+    let importance = |c: usize| if c % 7 == 0 { 100.0f32 } else { 1.0 };
+    let mut entries = std::collections::BTreeMap::new();
+    for l in 0..30 {
+        let sums = (0..1536).map(importance).collect();
+        entries.insert(
+            format!("blk.{l}.ffn_down.weight"),
+            SquareSums { sums, tokens: 1 },
+        );
+    }
+    let imatrix = Arc::new(ImportanceMatrix {
+        entries,
+        datasets: vec!["synthetic".into()],
+        chunk_count: 1,
+        chunk_size: 512,
+    });
+    for format in [Format::Q2, Format::Q3H] {
+        let dir = scratch(&format!("smollm2-imatrix-{format}"));
+        let (plain_path, guided_path) = (dir.join("plain.gguf"), dir.join("guided.gguf"));
+        quantize(&input_path, &plain_path, &QuantizeOptions::new(format));
+        let guided_opts = QuantizeOptions {
+            imatrix: Some(imatrix.clone()),
+            ..QuantizeOptions::new(format)
+        };
+        quantize(&input_path, &guided_path, &guided_opts);
+        let (plain, guided) = (
+            GgufFile::open(&plain_path).unwrap(),
+            GgufFile::open(&guided_path).unwrap(),
+        );
+        let weighted_error = |file: &GgufFile, name: &str| -> f64 {
+            let (src, dst) = (input.tensor(name).unwrap(), file.tensor(name).unwrap());
+            values(&input, src)
+                .iter()
+                .zip(values(file, dst))
+                .enumerate()
+                .map(|(i, (&s, q))| f64::from(importance(i % 1536)) * f64::from(q - s).powi(2))
+                .sum()
+        };
+        for t in plain.tensors() {
+            let g = guided.tensor(&t.name).unwrap();
+            assert_eq!(g.ggml_type, t.ggml_type, "{format}: {}", t.name);
+            let same = plain.tensor_data(t).unwrap() == guided.tensor_data(g).unwrap();
+            let down = t.name.ends_with("ffn_down.weight");
+            assert_eq!(same, !down, "{format}: {}", t.name);
+            if down {
+                let (e_plain, e_guided) = (
+                    weighted_error(&plain, &t.name),
+                    weighted_error(&guided, &t.name),
+                );
+                assert!(
+                    e_guided < 0.9 * e_plain,
+                    "{format}: {}: weighted error {e_guided:.4e} against {e_plain:.4e}",
+                    t.name
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn smollm2_to_q8() {
     let Some((dir, output, report)) = smollm2("smollm2-q8", &QuantizeOptions::new(Format::Q8))

@@ -39,6 +39,9 @@ const WIDTHS: usize = 5;
 const T_MIN: f32 = -0.5;
 const T_MAX: f32 = 1.5;
 
+/// Grid widths a weighted search tries, over the same span.
+const WEIGHTED_WIDTHS: usize = 17;
+
 /// Least-squares refits of the best candidate.
 const POLISH: usize = 2;
 
@@ -51,6 +54,35 @@ pub(crate) fn asymmetric<const N: usize>(
     w: &[f32; N],
     levels: u8,
     rounding: Rounding,
+) -> Asymmetric<N> {
+    asymmetric_with(w, &[1.0; N], levels, rounding, WIDTHS)
+}
+
+/// Quantizes `w` to `levels` levels with a scale and a base chosen to minimise
+/// `sum a_i (value_i - w_i)^2`, the error weighted by `a` (an importance matrix's weights,
+/// all `>= 0`). The search tries [`WEIGHTED_WIDTHS`] grid widths: a weighted fit is made once
+/// per file, so it can afford a finer search than loading does. Blocks whose weights are all
+/// zero are fitted unweighted.
+pub(crate) fn asymmetric_weighted<const N: usize>(
+    w: &[f32; N],
+    a: &[f32; N],
+    levels: u8,
+) -> Asymmetric<N> {
+    if a.iter().sum::<f32>() > 0.0 {
+        asymmetric_with(w, a, levels, Rounding::Search, WEIGHTED_WIDTHS)
+    } else {
+        asymmetric_with(w, &[1.0; N], levels, Rounding::Search, WEIGHTED_WIDTHS)
+    }
+}
+
+/// The asymmetric search with weights `a` (all ones: the plain squared error) over `widths`
+/// grid widths.
+fn asymmetric_with<const N: usize>(
+    w: &[f32; N],
+    a: &[f32; N],
+    levels: u8,
+    rounding: Rounding,
+    widths: usize,
 ) -> Asymmetric<N> {
     let (lo, hi) = min_max(w);
     let top = f32::from(levels - 1);
@@ -66,19 +98,19 @@ pub(crate) fn asymmetric<const N: usize>(
         return min_max;
     }
 
-    let mut best = (d, m, error(w, &q, d, m));
+    let mut best = (d, m, error(w, a, &q, d, m));
     let try_fit = |q: &[f32; N], best: &mut (Half, Half, f32)| -> Option<()> {
-        let (d, m) = least_squares(w, q)?;
+        let (d, m) = least_squares(w, a, q)?;
         let (d, m) = (Half::from_f32(d), Half::from_f32(m));
-        let err = error(w, &assign(w, d.to_f32(), m.to_f32(), 0.0, top), d, m);
+        let err = error(w, a, &assign(w, d.to_f32(), m.to_f32(), 0.0, top), d, m);
         if err < best.2 {
             *best = (d, m, err);
         }
         Some(())
     };
     let range = hi - lo;
-    for step in 0..WIDTHS {
-        let t = T_MIN + (T_MAX - T_MIN) * step as f32 / (WIDTHS - 1) as f32;
+    for step in 0..widths {
+        let t = T_MIN + (T_MAX - T_MIN) * step as f32 / (widths - 1) as f32;
         let d = range / (top + t);
         let slack = range - top * d; // > 0 when the grid is narrower than the range
         for base in [lo, lo + 0.5 * slack, lo + slack] {
@@ -99,7 +131,7 @@ pub(crate) fn asymmetric<const N: usize>(
         m,
         q: to_levels(&assign(w, d.to_f32(), m.to_f32(), 0.0, top)),
     };
-    if asymmetric_error(w, &searched) < asymmetric_error(w, &min_max) {
+    if weighted_error(w, a, &searched) < weighted_error(w, a, &min_max) {
         searched
     } else {
         min_max
@@ -126,11 +158,12 @@ pub(crate) fn symmetric<const N: usize>(
     }
 
     let zero = Half::ZERO;
-    let mut best = (d, error(w, &q, d, zero));
+    let ones = [1.0; N];
+    let mut best = (d, error(w, &ones, &q, d, zero));
     let try_fit = |q: &[f32; N], best: &mut (Half, f32)| {
         if let Some(d) = least_squares_scale(w, q) {
             let d = Half::from_f32(d);
-            let err = error(w, &levels(d), d, zero);
+            let err = error(w, &ones, &levels(d), d, zero);
             if err < best.1 {
                 *best = (d, err);
             }
@@ -183,28 +216,34 @@ fn to_signed_levels<const N: usize>(q: &[f32; N]) -> [i8; N] {
     q.map(|q| q as i8)
 }
 
-/// Least-squares scale and base for fixed levels: minimises `sum (q_i d + m - w_i)^2`, or
-/// `None` when all levels are equal (any scale fits) or the fit is not a positive scale.
-fn least_squares<const N: usize>(w: &[f32; N], q: &[f32; N]) -> Option<(f32, f32)> {
-    // Sums in f32 lanes, added up in f64. The level sums are exact: levels and their squares
-    // are whole numbers far below 2^24.
-    let mut acc = [[0.0f32; LANES]; 4];
-    for (w, q) in w.chunks_exact(LANES).zip(q.chunks_exact(LANES)) {
+/// Least-squares scale and base for fixed levels: minimises `sum a_i (q_i d + m - w_i)^2`, or
+/// `None` when all weighted levels are equal (any scale fits) or the fit is not a positive
+/// scale.
+fn least_squares<const N: usize>(w: &[f32; N], a: &[f32; N], q: &[f32; N]) -> Option<(f32, f32)> {
+    // Sums in f32 lanes, added up in f64. With unit weights the level sums are exact: levels
+    // and their squares are whole numbers far below 2^24.
+    let mut acc = [[0.0f32; LANES]; 5];
+    for ((w, q), a) in w
+        .chunks_exact(LANES)
+        .zip(q.chunks_exact(LANES))
+        .zip(a.chunks_exact(LANES))
+    {
         for l in 0..LANES {
-            acc[0][l] += q[l];
-            acc[1][l] += q[l] * q[l];
-            acc[2][l] += w[l];
-            acc[3][l] += q[l] * w[l];
+            let (aq, aw) = (a[l] * q[l], a[l] * w[l]);
+            acc[0][l] += a[l];
+            acc[1][l] += aq;
+            acc[2][l] += aq * q[l];
+            acc[3][l] += aw;
+            acc[4][l] += aq * w[l];
         }
     }
-    let [sq, sqq, sw, sqw] = acc.map(|v| v.iter().map(|&x| f64::from(x)).sum::<f64>());
-    let n = N as f64;
-    let det = n * sqq - sq * sq;
-    if det <= 0.0 {
+    let [sa, sq, sqq, sw, sqw] = acc.map(|v| v.iter().map(|&x| f64::from(x)).sum::<f64>());
+    let det = sa * sqq - sq * sq;
+    if !(det > 0.0 && sa > 0.0) {
         return None;
     }
-    let d = (n * sqw - sq * sw) / det;
-    let m = (sw - d * sq) / n;
+    let d = (sa * sqw - sq * sw) / det;
+    let m = (sw - d * sq) / sa;
     (d > 0.0).then_some((d as f32, m as f32))
 }
 
@@ -222,24 +261,35 @@ fn least_squares_scale<const N: usize>(w: &[f32; N], q: &[f32; N]) -> Option<f32
     (sqq > 0.0).then(|| (sqw / sqq) as f32)
 }
 
-/// Squared error of levels `q` with scale `d` and base `m` against `w`, in f32 (for ranking
-/// candidates); values are dequantized as the formats do.
-fn error<const N: usize>(w: &[f32; N], q: &[f32; N], d: Half, m: Half) -> f32 {
+/// Squared error of levels `q` with scale `d` and base `m` against `w`, each term weighted by
+/// `a`, in f32 (for ranking candidates); values are dequantized as the formats do.
+fn error<const N: usize>(w: &[f32; N], a: &[f32; N], q: &[f32; N], d: Half, m: Half) -> f32 {
     let (d, m) = (d.to_f32(), m.to_f32());
     let mut acc = [0.0f32; LANES];
-    for (w, q) in w.chunks_exact(LANES).zip(q.chunks_exact(LANES)) {
+    for ((w, q), a) in w
+        .chunks_exact(LANES)
+        .zip(q.chunks_exact(LANES))
+        .zip(a.chunks_exact(LANES))
+    {
         for l in 0..LANES {
             let e = q[l] * d + m - w[l];
-            acc[l] += e * e;
+            acc[l] += a[l] * (e * e);
         }
     }
     acc.iter().sum()
 }
 
-/// Squared error of the block against `w`, dequantized as the formats do, in f64.
-pub(crate) fn asymmetric_error<const N: usize>(w: &[f32; N], block: &Asymmetric<N>) -> f64 {
+/// Squared error of the block against `w`, each term weighted by `a`, in f64.
+fn weighted_error<const N: usize>(w: &[f32; N], a: &[f32; N], block: &Asymmetric<N>) -> f64 {
     let (d, m) = (block.d.to_f32(), block.m.to_f32());
-    squared_error(w, &block.q.map(|q| f32::from(q) * d + m))
+    w.iter()
+        .zip(a)
+        .zip(&block.q)
+        .map(|((&w, &a), &q)| {
+            let e = f64::from(w) - f64::from(f32::from(q) * d + m);
+            f64::from(a) * e * e
+        })
+        .sum()
 }
 
 /// Squared error of the block against `w`, in f64.

@@ -365,7 +365,8 @@ impl Format {
 
     /// Whether [`Format::quantize_weighted`] uses the importance matrix: the k-quants,
     /// ggml's 32-value formats with a weighted quantizer (Q4_0, Q5_0, Q5_1, Q4 as GGUF's
-    /// Q4_1), the 4-bit i-quants (IQ4_NL, IQ4_XS) and the lattice i-quants.
+    /// Q4_1), the 4-bit i-quants (IQ4_NL, IQ4_XS), the lattice i-quants, and Hearth's own
+    /// scale-and-base formats (Q2, Q3, Q3H, Q4B64, Q5, Q6).
     pub const fn uses_importance(self) -> bool {
         self.is_k_quant()
             || self.is_lattice()
@@ -377,6 +378,12 @@ impl Format {
                     | Format::Q4
                     | Format::IQ4_NL
                     | Format::IQ4_XS
+                    | Format::Q2
+                    | Format::Q3
+                    | Format::Q3H
+                    | Format::Q4B64
+                    | Format::Q5
+                    | Format::Q6
             )
     }
 
@@ -407,8 +414,10 @@ impl Format {
     /// Quantizes rows of `importance.len()` values with an importance weight per column (an
     /// importance matrix: how much each input column counts in the layer's outputs). The
     /// k-quants, Q4_0, Q5_0, Q5_1 and Q4 (GGUF's Q4_1) weigh each value's error by it as
-    /// ggml's `quantize_q*` functions do when given llama.cpp's imatrix; the other formats
-    /// quantize as [`Format::quantize`] does, without it.
+    /// ggml's `quantize_q*` functions do when given llama.cpp's imatrix, and so do the
+    /// i-quants; Hearth's own formats (Q2, Q3, Q3H, Q4B64, Q5, Q6) weigh it as ggml's 32-value
+    /// formats do (importance times `sqrt(mean x^2 + x^2)` over the row) in a finer search;
+    /// F16, F32 and Q8 quantize as [`Format::quantize`] does, without it.
     ///
     /// Errors as [`Format::quantize_with`], and [`Error::Importance`] when the rows are not
     /// whole blocks, do not divide `src`, or a weight is negative or not finite.
@@ -506,6 +515,24 @@ impl Format {
                 }
                 Format::IQ1_M => {
                     weighted_blocks(src, dst, importance, iq1_m::BlockIq1M::quantize_weighted)
+                }
+                Format::Q2 => {
+                    row_weighted_blocks(src, dst, importance, q2::BlockQ2::quantize_weighted)
+                }
+                Format::Q3 => {
+                    row_weighted_blocks(src, dst, importance, q3::BlockQ3::quantize_weighted)
+                }
+                Format::Q3H => {
+                    row_weighted_blocks(src, dst, importance, q3h::BlockQ3H::quantize_weighted)
+                }
+                Format::Q4B64 => {
+                    row_weighted_blocks(src, dst, importance, q4b64::BlockQ4B64::quantize_weighted)
+                }
+                Format::Q5 => {
+                    row_weighted_blocks(src, dst, importance, q5::BlockQ5::quantize_weighted)
+                }
+                Format::Q6 => {
+                    row_weighted_blocks(src, dst, importance, q6::BlockQ6::quantize_weighted)
                 }
                 _ => self.encode(src, dst, Rounding::Search),
             }

@@ -68,6 +68,13 @@ impl BlockQ6 {
         Self::pack(fit.d, fit.m, &fit.q)
     }
 
+    /// Quantizes 64 finite values with each value's error weighted by `weights` (from an
+    /// importance matrix; the caller checks them).
+    pub fn quantize_weighted(src: &[f32; BLOCK_LEN], weights: &[f32; BLOCK_LEN]) -> Self {
+        let fit = fit::asymmetric_weighted(src, weights, LEVELS);
+        Self::pack(fit.d, fit.m, &fit.q)
+    }
+
     /// Reference dot product `sum_j value_j * x_j` of the dequantized values: each product is
     /// exact in f64, and they are summed in f64 in index order.
     pub fn dot(&self, x: &[f32; BLOCK_LEN]) -> f64 {

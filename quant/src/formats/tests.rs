@@ -852,6 +852,41 @@ fn importance_weights_lower_the_weighted_error() {
 }
 
 #[test]
+fn own_formats_fit_blocks_whose_weights_are_all_zero() {
+    // Columns an importance matrix never saw weigh nothing; a block of them is fitted
+    // unweighted, as close as the plain quantizer's.
+    let data = normal(35, 1024, 0.0, 1.0);
+    let mut importance = vec![1.0f32; 256];
+    importance[..64].fill(0.0);
+    for format in [
+        Format::Q2,
+        Format::Q3,
+        Format::Q3H,
+        Format::Q4B64,
+        Format::Q5,
+        Format::Q6,
+    ] {
+        let mut bytes = vec![0u8; format.bytes_for(data.len()).unwrap()];
+        format
+            .quantize_weighted(&data, &mut bytes, &importance)
+            .unwrap();
+        let plain = dequantize_format(format, &quantize(format, &data, Rounding::Search));
+        let weighted = dequantize_format(format, &bytes);
+        let error = |v: &[f32], range: std::ops::Range<usize>| -> f64 {
+            range
+                .flat_map(|r| (0..64).map(move |c| r * 256 + c))
+                .map(|i| (f64::from(v[i]) - f64::from(data[i])).powi(2))
+                .sum()
+        };
+        let (e_plain, e_weighted) = (error(&plain, 0..4), error(&weighted, 0..4));
+        assert!(
+            e_weighted.is_finite() && e_weighted <= 1.01 * e_plain,
+            "{format}: {e_weighted} vs {e_plain}"
+        );
+    }
+}
+
+#[test]
 fn importance_weights_are_checked_and_others_ignore_them() {
     let data = normal(33, 1024, 0.0, 1.0);
     let mut dst = vec![0u8; Format::Q4_K.bytes_for(1024).unwrap()];
