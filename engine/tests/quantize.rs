@@ -607,7 +607,7 @@ fn smollm2_own_formats_follow_an_importance_matrix() {
     let importance = |c: usize| if c % 7 == 0 { 100.0f32 } else { 1.0 };
     let mut entries = std::collections::BTreeMap::new();
     for l in 0..30 {
-        let sums = (0..1536).map(importance).collect();
+        let sums = (0..1536).map(|c| f64::from(importance(c))).collect();
         entries.insert(
             format!("blk.{l}.ffn_down.weight"),
             SquareSums { sums, tokens: 1 },

@@ -40,9 +40,11 @@ pub struct QuantizeArgs {
     /// and --keep-output.
     #[arg(long = "tensor-format", value_parser = parse_tensor_format, value_name = "PATTERN=FMT")]
     tensor_formats: Vec<(String, Format)>,
-    /// An importance matrix (`hearth imatrix`, or llama.cpp's `llama-imatrix` file): Q4_K,
-    /// Q5_K and Q6_K weigh each value's rounding error by its column's importance. The 1- and
-    /// 2-bit i-quant mixes (IQ1_S..IQ2_M) and Q2_K_S need one, as llama-quantize does.
+    /// An importance matrix (`hearth imatrix`, or llama.cpp's `llama-imatrix` file): the
+    /// k-quants, the i-quants, Q4_0..Q5_1 and Hearth's own Q2..Q6 (not Q8, MXFP4, the ternary
+    /// types or the float ones) weigh each value's rounding error by its column's importance.
+    /// The 1- and 2-bit i-quant mixes (IQ1_S..IQ2_M) and Q2_K_S need one, as llama-quantize
+    /// does.
     #[arg(long, value_name = "FILE")]
     imatrix: Option<PathBuf>,
 }
