@@ -65,6 +65,7 @@ pub fn products(file: &GgufFile, model: &ResolvedModel, c: &ModelConfig) -> Vec<
     match &l.qkv {
         QkvTensors::Separate { q, .. } => roles.push((&q.weight, c.qkv_dim() as u32, e)),
         QkvTensors::Fused(qkv) => roles.push((&qkv.weight, c.qkv_dim() as u32, e)),
+        QkvTensors::Latent(lt) => roles.push((&lt.kv_a, c.qkv_dim() as u32, e)),
     }
     roles.push((&l.attn_output.weight, e, c.attn_dim() as u32));
     if let MlpTensors::Dense { up, down, .. } = &l.mlp {

@@ -3,8 +3,8 @@
 
 use hearth_models::gguf::GgufFile;
 use hearth_models::spec::{
-    Activation, EmbeddingScale, Experts, MlpKind, NetworkType, NormKind, NormPlacement,
-    PositionSpec, QkNormOver, RopeLayout, RopeScaling, SlidingWindow, Yarn,
+    Activation, EmbeddingScale, Experts, LatentParams, MlpKind, NetworkType, NormKind,
+    NormPlacement, PositionSpec, QkNormOver, RopeLayout, RopeScaling, SlidingWindow, Yarn,
 };
 use hearth_models::{GgmlType, ResolvedModel};
 
@@ -86,17 +86,40 @@ pub struct ModelConfig {
     pub mlp_act: ops::GatedAct,
     /// Every block's MLP a mixture of experts (Mixtral, Qwen3-MoE).
     pub experts: Option<Experts>,
+    /// Multi-head latent attention (DeepSeek-V2/V3). `n_head_kv` is then 1 and `head_dim`
+    /// the cache's width per position (the latent, then the rotated key); RoPE rotates the
+    /// rotated parts alone (`rope.dims` of them); `attn_scale` is 1 / sqrt of a query head's
+    /// width before absorption, times YaRN's mscale squared; `attn_dim` is the heads'
+    /// values' width, the output projection's input.
+    pub latent: Option<LatentParams>,
 }
 
 impl ModelConfig {
-    /// Rows of the fused q/k/v projection: query heads, key heads, value heads.
+    /// Rows of the fused q/k/v projection: query heads, key heads, value heads; with latent
+    /// attention, of the projection of the block's input: the queries (or their low-rank
+    /// part), the latent and the rotated key.
     pub fn qkv_dim(&self) -> usize {
-        (self.n_head + 2 * self.n_head_kv) * self.head_dim
+        match &self.latent {
+            Some(l) => self.latent_q_rows() + l.kv_lora + l.rope,
+            None => (self.n_head + 2 * self.n_head_kv) * self.head_dim,
+        }
     }
 
     /// Width of the attention output (the input of the output projection).
     pub fn attn_dim(&self) -> usize {
-        self.n_head * self.head_dim
+        match &self.latent {
+            Some(l) => self.n_head * l.v_dim,
+            None => self.n_head * self.head_dim,
+        }
+    }
+
+    /// Latent attention's query rows of the input's projection: the low rank where the queries
+    /// go through one, else every head's (unrotated and rotated parts).
+    pub fn latent_q_rows(&self) -> usize {
+        match &self.latent {
+            Some(l) => l.q_lora.unwrap_or(self.n_head * l.qk_dim()),
+            None => 0,
+        }
     }
 
     /// Layer `l`'s attention window, `None` for a global layer.
@@ -179,7 +202,13 @@ impl ModelConfig {
             }
             None => self.n_layer * dense,
         };
+        // Latent attention's matrices after the input's projection, and its norms.
+        let latent = self.latent.map_or(0, |l| {
+            let q = l.q_lora.map_or(0, |r| r + r * self.n_head * l.qk_dim());
+            q + l.kv_lora + self.n_head * l.kv_lora * (l.nope + l.v_dim)
+        });
         let layer = self.qkv_dim() * self.n_embd
+            + latent
             + self.n_embd * self.attn_dim()
             + 2 * self.n_embd
             + if self.qkv_bias { self.qkv_dim() } else { 0 }
@@ -287,6 +316,27 @@ impl ModelConfig {
             (PositionSpec::None, _) => None,
             (other, _) => return Err(unsupported(format!("position embedding {other:?}"))),
         };
+        // Latent attention's scores and cos and sin, as llama.cpp's deepseek2 graph scales
+        // them: YaRN's factor on cos and sin is mscale / mscale_all_dim (1, as llama.cpp takes
+        // mscale for mscale_all_dim) where the file gives mscale_all_dim, and the scores'
+        // factor that times 1 + 0.1 mscale_all_dim ln(factor), squared, over sqrt of a query
+        // head's width (transformers' `yarn_get_mscale(factor, mscale_all_dim)` squared).
+        let mut rope = rope;
+        let latent_scale = match (&h.latent, &mut rope) {
+            (Some(l), r) => {
+                let yarn = r.as_mut().and_then(|r| r.yarn.as_mut());
+                let ln_factor = yarn.as_ref().map_or(0.0, |y| y.factor.max(1.0).ln());
+                if let (Some(y), Some(_)) = (yarn, l.mscale_all_dim) {
+                    y.attn_factor = 1.0;
+                }
+                let cos_sin = r.map_or(1.0, |r| {
+                    r.yarn.map_or(1.0, |y| y.attn_factor) * r.attn_factor.unwrap_or(1.0)
+                });
+                let mscale = cos_sin * (1.0 + 0.1 * l.mscale_all_dim.unwrap_or(0.0) * ln_factor);
+                Some(mscale * mscale / (l.qk_dim() as f32).sqrt())
+            }
+            (None, _) => None,
+        };
         if let Some(r) = rope {
             if r.dims % 2 != 0 || r.dims > h.head_dim {
                 return Err(unsupported(format!(
@@ -351,7 +401,9 @@ impl ModelConfig {
             qk_norm: a.qk_norm.is_some(),
             qk_norm_whole: a.qk_norm_over == QkNormOver::Projection,
             sliding_window: h.sliding_window.clone(),
-            attn_scale: h.attn_scale.unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
+            attn_scale: latent_scale
+                .or(h.attn_scale)
+                .unwrap_or(1.0 / (h.head_dim as f32).sqrt()),
             attn_softcap: h.attn_softcap,
             logit_softcap: h.final_softcap,
             nope_period: match spec.position {
@@ -365,6 +417,7 @@ impl ModelConfig {
             post_norms: spec.norm.placement == NormPlacement::Sandwich,
             mlp_act,
             experts: h.experts,
+            latent: h.latent,
         })
     }
 }
@@ -408,6 +461,7 @@ impl ModelConfig {
             post_norms: false,
             mlp_act: ops::GatedAct::Silu,
             experts: None,
+            latent: None,
         }
     }
 }

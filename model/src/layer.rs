@@ -8,7 +8,9 @@ use crate::Projection;
 pub struct Layer<M, V> {
     /// [n_embd]
     pub attn_norm: V,
-    /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows.
+    /// [(n_head + 2 n_head_kv) * head_dim, n_embd]: q rows, then k rows, then v rows. With
+    /// latent attention, [qkv_dim, n_embd]: the query rows (or their low-rank part's), then
+    /// the latent's and the rotated key's.
     pub wqkv: M,
     /// [qkv_dim]: the q, k and v projections' biases, where the model has them (Qwen2).
     pub qkv_bias: Option<V>,
@@ -35,6 +37,25 @@ pub struct Layer<M, V> {
     /// [n_expert]: a mixture of experts' selection bias, added to the gating's weights to
     /// choose the experts but not to weigh them, where it has one (GLM-4.5).
     pub expert_select_bias: Option<V>,
+    /// Latent attention's weights beyond `wqkv`, where the model has it (DeepSeek-V2/V3).
+    pub latent: Option<LatentWeights<M, V>>,
+}
+
+/// Latent attention's weights after the input's projection (`wqkv`), with `ModelConfig`'s
+/// `latent` widths: kv_lora, nope, rope, v_dim and q_lora.
+pub struct LatentWeights<M, V> {
+    /// [q_lora]: the RMSNorm of the queries' low-rank part, and [n_head * (nope + rope),
+    /// q_lora] the queries from it, where the queries go through a low rank.
+    pub q_a_norm: Option<V>,
+    pub wq_b: Option<M>,
+    /// [kv_lora]: the latent's RMSNorm.
+    pub kv_a_norm: V,
+    /// [n_head * kv_lora, nope]: head h's rows from h * kv_lora, each a latent value's
+    /// weights on the key's unrotated part: it takes head h's unrotated query into the
+    /// latent's space.
+    pub wk_b: M,
+    /// [n_head * v_dim, kv_lora]: head h's rows from h * v_dim, its value from the latent.
+    pub wv_b: M,
 }
 
 /// The biases of a mixture of experts' router and of every expert's products, in the rows'
@@ -172,6 +193,16 @@ impl<M, V> Layer<M, V> {
                 .expert_select_bias
                 .map(|v| vector("exp_probs_b", v))
                 .transpose()?,
+            latent: match self.latent {
+                Some(l) => Some(LatentWeights {
+                    q_a_norm: l.q_a_norm.map(|v| vector("attn_q_a_norm", v)).transpose()?,
+                    wq_b: l.wq_b.map(|m| matrix("attn_q_b", m)).transpose()?,
+                    kv_a_norm: vector("attn_kv_a_norm", l.kv_a_norm)?,
+                    wk_b: matrix("attn_k_b", l.wk_b)?,
+                    wv_b: matrix("attn_v_b", l.wv_b)?,
+                }),
+                None => None,
+            },
         })
     }
 

@@ -23,7 +23,7 @@ mod weights;
 pub use backend::{check_step, forward_steps, Backend, BatchedBackend, Logits, Profile, SeqStep};
 pub use config::{ModelConfig, Rope};
 pub use error::{Error, Result};
-pub use layer::{ExpertBias, Layer, LayerWeights, Mlp, SharedMlp};
+pub use layer::{ExpertBias, LatentWeights, Layer, LayerWeights, Mlp, SharedMlp};
 pub use matrix::{fitting_format, import_format, min_row_block, Matrix, Projection};
 pub use shard::{CutBlocks, Shard};
 pub use stage::{check_hidden, Part, PlacedPart, Stage, StageOutput, Sublayer};

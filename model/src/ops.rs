@@ -4,7 +4,7 @@
 //! Executors implement them in their own kernels; these definitions (accumulating in f64
 //! where it matters) are what their tests hold them to.
 
-use hearth_models::spec::{Experts, Gating};
+use hearth_models::spec::{Experts, Gating, GroupScore};
 
 /// How RoPE pairs up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,7 +290,8 @@ pub fn rope(
 /// through the gating (softmax over every expert, or each one's sigmoid), plus the selection
 /// bias where the model has one, choose the `used` best (equal scores: the lower index first,
 /// as `torch.topk` orders them), from the `groups_used` best groups where the experts are
-/// grouped (a group scored by the sum of its two best); their weights, without the bias, are
+/// grouped (a group scored by the sum of its two best, or by its best under softmax gating:
+/// `Experts::group_score`); their weights, without the bias, are
 /// renormalized to sum to one where the model does so, then scaled.
 pub fn route(logits: &[f32], x: &Experts, select_bias: Option<&[f32]>) -> Vec<(usize, f32)> {
     let weights: Vec<f32> = match x.gating {
@@ -317,7 +318,10 @@ pub fn route(logits: &[f32], x: &Experts, select_bias: Option<&[f32]>) -> Vec<(u
                     b = v;
                 }
             }
-            a + b
+            match x.group_score() {
+                GroupScore::TopTwoSum => a + b,
+                GroupScore::Best => a,
+            }
         };
         let scores: Vec<f32> = score.chunks(per).map(group_score).collect();
         let mut groups: Vec<usize> = (0..x.groups).collect();

@@ -40,7 +40,9 @@ impl Shard {
     /// Why `c` cannot be split by rows, if it cannot: parts of a layer that need the whole
     /// of a sum before they apply.
     pub fn refusal(c: &ModelConfig) -> Option<&'static str> {
-        if c.experts.is_some() {
+        if c.latent.is_some() {
+            Some("multi-head latent attention (every head reads one latent per position)")
+        } else if c.experts.is_some() {
             Some("a mixture of experts (its router needs every expert's rows)")
         } else if c.attn_sinks || c.attn_out_bias {
             Some("attention sinks or an output bias (per head, or once over the whole sum)")

@@ -5,13 +5,16 @@
 //! gains are read as f32. The CPU reference dequantizes the same packed matrices, so it
 //! computes with exactly the values the Vulkan kernels see.
 
-use hearth_models::spec::{GateUpLayout, LayerTensors, MlpTensors, NormTensors, QkvTensors};
+use hearth_models::spec::{
+    GateUpLayout, LatentExpansion, LatentQuery, LatentTensors, LayerTensors, MlpTensors,
+    NormTensors, QkvTensors,
+};
 use hearth_models::{GgufFile, ResolvedModel};
 use hearth_quant::{BlockType, Format};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::layer::{ExpertBias, LayerWeights, Mlp, SharedMlp};
+use crate::layer::{ExpertBias, LatentWeights, LayerWeights, Mlp, SharedMlp};
 use crate::matrix::{fitting_format, import_format, Matrix, Projection};
 use crate::stage::Part;
 
@@ -213,6 +216,7 @@ impl<'a> WeightReader<'a> {
         let c = self.config;
         let t = &self.model.tensors.layers[layer];
         let (e, kv) = (c.n_embd, c.n_head_kv * c.head_dim);
+        let mut latent = None;
         let wqkv = match &t.qkv {
             QkvTensors::Separate { q, k, v } => Projection::fuse(vec![
                 self.matrix(&q.weight, c.attn_dim(), e)?,
@@ -220,6 +224,11 @@ impl<'a> WeightReader<'a> {
                 self.matrix(&v.weight, kv, e)?,
             ]),
             QkvTensors::Fused(qkv) => self.matrix(&qkv.weight, c.qkv_dim(), e)?.into(),
+            QkvTensors::Latent(lt) => {
+                let (wqkv, weights) = self.latent(lt)?;
+                latent = Some(weights);
+                wqkv
+            }
         };
         // q, k and v biases as one [qkv_dim] vector, in the rows' order.
         let qkv_bias = match &t.qkv {
@@ -236,6 +245,7 @@ impl<'a> WeightReader<'a> {
                 Some(b) => Some(self.vector(b, 1, c.qkv_dim())?),
                 None => None,
             },
+            QkvTensors::Latent(_) => None,
         };
         // One head wide, or as wide as the projection for a norm over all of it.
         let mut head_norm = |n: &Option<NormTensors>, heads: usize| {
@@ -365,7 +375,75 @@ impl<'a> WeightReader<'a> {
                 ) => Some(self.vector(b, 1, x.count)?),
                 _ => None,
             },
+            latent,
         })
+    }
+
+    /// Latent attention's input projection (the queries or their low-rank part, then the
+    /// latent and the rotated key, fused) and its other weights. The older files' `kv_b`
+    /// (each head's key rows, then its value rows, [n_head * (nope + v_dim), kv_lora]) is
+    /// split as llama.cpp's converter splits it, each head's key rows transposed to
+    /// [kv_lora, nope]; its values are read as f32 and packed again in the format rows of
+    /// their new width load as.
+    fn latent(
+        &mut self,
+        lt: &LatentTensors,
+    ) -> Result<(Projection, LatentWeights<Projection, Vec<f32>>)> {
+        let c = self.config;
+        let Some(l) = c.latent else {
+            return Err(self.fail(&lt.kv_a, "latent attention without its sizes".into()));
+        };
+        let (e, h) = (c.n_embd, c.n_head);
+        let q_rows = h * l.qk_dim();
+        let (q, q_a_norm, wq_b) = match &lt.q {
+            LatentQuery::Direct(q) => (self.matrix(q, q_rows, e)?, None, None),
+            LatentQuery::LowRank { a, norm, b } => {
+                let r = l.q_lora.unwrap_or(0);
+                let a = self.matrix(a, r, e)?;
+                let norm = self.vector(&norm.weight, 1, r)?;
+                (a, Some(norm), Some(self.matrix(b, q_rows, r)?.into()))
+            }
+        };
+        let kv_a = self.matrix(&lt.kv_a, l.kv_lora + l.rope, e)?;
+        let kv_a_norm = self.vector(&lt.kv_a_norm.weight, 1, l.kv_lora)?;
+        let (wk_b, wv_b) = match &lt.kv_b {
+            LatentExpansion::Split { k_b, v_b } => (
+                self.matrix(k_b, h * l.kv_lora, l.nope)?,
+                self.matrix(v_b, h * l.v_dim, l.kv_lora)?,
+            ),
+            LatentExpansion::Fused(kv_b) => {
+                let rows = h * (l.nope + l.v_dim);
+                let id = self.tensors.file().tensor_view(kv_b)?.info.ggml_type.id();
+                let values = self.vector(kv_b, rows, l.kv_lora)?;
+                let (mut k_b, mut v_b) = (Vec::new(), Vec::new());
+                for head in values.chunks(l.kv_lora * (l.nope + l.v_dim)) {
+                    let (k, v) = head.split_at(l.nope * l.kv_lora);
+                    for i in 0..l.kv_lora {
+                        k_b.extend((0..l.nope).map(|c| k[c * l.kv_lora + i]));
+                    }
+                    v_b.extend_from_slice(v);
+                }
+                let pack = |rows: usize, cols: usize, values: &[f32]| {
+                    let format = load_format(id, cols).map_err(|why| self.fail(kv_b, why))?;
+                    Matrix::quantize(format, rows, cols, values)
+                        .map_err(|e| self.fail(kv_b, e.to_string()))
+                };
+                (
+                    pack(h * l.kv_lora, l.nope, &k_b)?,
+                    pack(h * l.v_dim, l.kv_lora, &v_b)?,
+                )
+            }
+        };
+        Ok((
+            Projection::fuse(vec![q, kv_a]),
+            LatentWeights {
+                q_a_norm,
+                wq_b,
+                kv_a_norm,
+                wk_b: wk_b.into(),
+                wv_b: wv_b.into(),
+            },
+        ))
     }
 
     /// Reports the end of loading.
@@ -482,6 +560,17 @@ fn qkv_tensor_names(l: &LayerTensors) -> Vec<&str> {
         QkvTensors::Fused(qkv) => {
             names.push(&qkv.weight);
             names.extend(qkv.bias.as_deref());
+        }
+        QkvTensors::Latent(lt) => {
+            match &lt.q {
+                LatentQuery::Direct(q) => names.push(q.as_str()),
+                LatentQuery::LowRank { a, norm, b } => names.extend([a.as_str(), &norm.weight, b]),
+            }
+            names.extend([lt.kv_a.as_str(), &lt.kv_a_norm.weight]);
+            match &lt.kv_b {
+                LatentExpansion::Split { k_b, v_b } => names.extend([k_b.as_str(), v_b]),
+                LatentExpansion::Fused(kv_b) => names.push(kv_b),
+            }
         }
     }
     names

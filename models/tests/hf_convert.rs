@@ -99,7 +99,7 @@ macro_rules! families {
 
 families!(
     llama3, granite, smollm3, glm4, qwen2, yarn, qwen3, gemma2, gemma3, phi3, phi4mini, longrope,
-    mistral, mixtral, qwen2moe, qwen3moe, olmoe, gptoss, glm4moe
+    mistral, mixtral, qwen2moe, qwen3moe, olmoe, gptoss, glm4moe, deepseek3, deepseek2
 );
 
 /// BERT folders against llama.cpp's conversions (`scripts/conformance/encoders.py`):

@@ -5,6 +5,7 @@
 
 use hearth_models::{GgufFile, ResolvedModel};
 
+use super::latent::LatentStep;
 use super::matmul::{add_in_place, matmul};
 use super::moe::ExpertWeights;
 use super::ops;
@@ -71,6 +72,8 @@ impl CpuModel {
             .collect::<Result<Vec<_>>>()?;
         reader.finish()?;
         let kv = n_ctx * config.n_head_kv * config.head_dim;
+        // Latent attention's values are its keys' first values: no V is stored.
+        let v_kv = if config.latent.is_some() { 0 } else { kv };
         let rope_table = config.rope_table(n_ctx).unwrap_or_default();
         let local_rope_table = config.local_rope_table(n_ctx);
         Ok(Self {
@@ -79,7 +82,7 @@ impl CpuModel {
             output,
             layers,
             k_cache: vec![vec![0.0; kv]; config.n_layer],
-            v_cache: vec![vec![0.0; kv]; config.n_layer],
+            v_cache: vec![vec![0.0; v_kv]; config.n_layer],
             rope_table,
             local_rope_table,
             kv_type: KvType::default(),
@@ -148,7 +151,7 @@ impl CpuModel {
     /// A copy of the KV cache (positions 0..len).
     pub fn kv_state(&self) -> CpuKvState {
         let used = self.len * self.config.n_head_kv * self.config.head_dim;
-        let copy = |c: &Vec<Vec<f32>>| c.iter().map(|l| l[..used].to_vec()).collect();
+        let copy = |c: &Vec<Vec<f32>>| c.iter().map(|l| l[..used.min(l.len())].to_vec()).collect();
         CpuKvState {
             k: copy(&self.k_cache),
             v: copy(&self.v_cache),
@@ -225,6 +228,21 @@ impl Backend for CpuModel {
                 a.layers[l].qkv.add(&xn, e);
             }
             let mut qkv = matmul(&xn, &w.wqkv, c.qkv_dim(), e); // (n, qkv_dim)
+            if c.latent.is_some() {
+                let step = LatentStep {
+                    config: &c,
+                    weights: w,
+                    rope_table: c
+                        .rope_at(l)
+                        .map(|_| layer_rope_table(&c, l, &self.rope_table, &self.local_rope_table)),
+                    kv_type: self.kv_type,
+                    pos0,
+                };
+                let att = step.attend(&qkv, &mut self.k_cache[l]);
+                self.attention_output(l, &mut x, &att);
+                self.mlp(l, &mut x);
+                continue;
+            }
             ops::qkv_adjust(
                 &mut qkv,
                 w.qkv_adjust(c.norm_eps, c.qk_norm_whole),
@@ -246,53 +264,8 @@ impl Backend for CpuModel {
                 n,
                 rope_table: layer_rope_table(&c, l, &self.rope_table, &self.local_rope_table),
             });
-            if let Some(a) = &mut self.activations {
-                a.layers[l].attn_output.add(&att, c.attn_dim());
-            }
-            let mut out = matmul(&att, &w.wo, e, c.attn_dim());
-            if let Some(bias) = &w.wo_bias {
-                ops::add_bias(&mut out, bias);
-            }
-            add_in_place(&mut x, &post_norm(out, &w.attn_post_norm, &c));
-
-            // MLP block: down(act(gate(xn)) * up(xn)).
-            let xn = ops::rmsnorm(&x, &w.ffn_norm, e, c.norm_eps);
-            if let Some(a) = &mut self.activations {
-                a.layers[l].gate_up.add(&xn, e);
-            }
-            let out = match &w.mlp {
-                Mlp::Dense { gate_up, down } => {
-                    let gate_up = matmul(&xn, gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
-                    let hidden: Vec<f32> = gate_up
-                        .chunks(2 * c.n_ff)
-                        .flat_map(|row| {
-                            let (g, u) = row.split_at(c.n_ff);
-                            c.mlp_act.apply(g, u)
-                        })
-                        .collect(); // (n, n_ff)
-                    if let Some(a) = &mut self.activations {
-                        a.layers[l].down.add(&hidden, c.n_ff);
-                    }
-                    matmul(&hidden, down, e, c.n_ff)
-                }
-                Mlp::Experts {
-                    router,
-                    gate_up,
-                    down,
-                    shared,
-                } => {
-                    let experts = ExpertWeights {
-                        router,
-                        gate_up,
-                        down,
-                        shared: shared.as_ref().map(|sh| (&sh.gate_up[..], &sh.down[..])),
-                        bias: w.expert_bias.as_ref(),
-                        select_bias: w.expert_select_bias.as_deref(),
-                    };
-                    experts.forward(&xn, &c)
-                }
-            };
-            add_in_place(&mut x, &post_norm(out, &w.ffn_post_norm, &c));
+            self.attention_output(l, &mut x, &att);
+            self.mlp(l, &mut x);
         }
 
         let rows = match logits {
@@ -310,6 +283,67 @@ impl Backend for CpuModel {
         }
         self.len += n;
         Ok(out)
+    }
+}
+
+impl CpuModel {
+    /// x += layer `l`'s output projection of its attention `att` ([n, attn_dim]).
+    fn attention_output(&mut self, l: usize, x: &mut [f32], att: &[f32]) {
+        let c = &self.config;
+        let e = c.n_embd;
+        let w = &self.layers[l];
+        if let Some(a) = &mut self.activations {
+            a.layers[l].attn_output.add(att, c.attn_dim());
+        }
+        let mut out = matmul(att, &w.wo, e, c.attn_dim());
+        if let Some(bias) = &w.wo_bias {
+            ops::add_bias(&mut out, bias);
+        }
+        add_in_place(x, &post_norm(out, &w.attn_post_norm, c));
+    }
+
+    /// x += layer `l`'s MLP block: down(act(gate(xn)) * up(xn)), or its experts'.
+    fn mlp(&mut self, l: usize, x: &mut [f32]) {
+        let c = &self.config;
+        let e = c.n_embd;
+        let w = &self.layers[l];
+        let xn = ops::rmsnorm(x, &w.ffn_norm, e, c.norm_eps);
+        if let Some(a) = &mut self.activations {
+            a.layers[l].gate_up.add(&xn, e);
+        }
+        let out = match &w.mlp {
+            Mlp::Dense { gate_up, down } => {
+                let gate_up = matmul(&xn, gate_up, 2 * c.n_ff, e); // (n, 2 n_ff)
+                let hidden: Vec<f32> = gate_up
+                    .chunks(2 * c.n_ff)
+                    .flat_map(|row| {
+                        let (g, u) = row.split_at(c.n_ff);
+                        c.mlp_act.apply(g, u)
+                    })
+                    .collect(); // (n, n_ff)
+                if let Some(a) = &mut self.activations {
+                    a.layers[l].down.add(&hidden, c.n_ff);
+                }
+                matmul(&hidden, down, e, c.n_ff)
+            }
+            Mlp::Experts {
+                router,
+                gate_up,
+                down,
+                shared,
+            } => {
+                let experts = ExpertWeights {
+                    router,
+                    gate_up,
+                    down,
+                    shared: shared.as_ref().map(|sh| (&sh.gate_up[..], &sh.down[..])),
+                    bias: w.expert_bias.as_ref(),
+                    select_bias: w.expert_select_bias.as_deref(),
+                };
+                experts.forward(&xn, c)
+            }
+        };
+        add_in_place(x, &post_norm(out, &w.ffn_post_norm, c));
     }
 }
 

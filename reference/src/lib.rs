@@ -6,6 +6,7 @@
 
 pub mod encoder;
 pub mod forward;
+mod latent;
 mod matmul;
 pub mod moe;
 pub mod ops;

@@ -459,4 +459,83 @@ FAMILIES = {
                                  partial_rotary_factor=0.5),
         ),
     ),
+    # DeepSeek-V3: multi-head latent attention with low-rank queries (q_lora_rank), YaRN with
+    # mscale and mscale_all_dim (the scores scaled by mscale_all_dim's mscale squared),
+    # interleaved RoPE; a leading dense block, then 8 experts in 4 groups of which the 2
+    # best by the sum of their two best scores take part, chosen by sigmoid scores plus the
+    # correction bias, their weights renormalized and scaled, and a shared expert. The cache
+    # holds 64 latent and 32 rotated values per position (a multiple of 32, so q8 caches
+    # run too); 80 positions run past YaRN's original 64. `scoring_func` as DeepSeek-V3's
+    # config.json has it, which llama.cpp's converter reads (transformers' router is sigmoid).
+    # The norms' epsilon is DeepSeek's 1e-6: transformers' latent norms (q_a_layernorm,
+    # kv_a_layernorm) keep their default 1e-6 whatever rms_norm_eps says, llama.cpp's take
+    # rms_norm_eps.
+    "deepseek3": dict(
+        model_type="deepseek_v3",
+        vocab="llama-bpe",
+        init={
+            "mlp.gate.weight": ROUTER_INIT,
+            "mlp.gate.e_score_correction_bias": (-0.3, 0.3),
+        },
+        config=dict(
+            BASE,
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            q_lora_rank=64,
+            kv_lora_rank=64,
+            qk_rope_head_dim=32,
+            qk_nope_head_dim=32,
+            v_head_dim=32,
+            moe_intermediate_size=64,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            scoring_func="sigmoid",
+            rope_interleave=True,
+            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                 original_max_position_embeddings=64, beta_fast=32.0,
+                                 beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
+        ),
+    ),
+    # DeepSeek-V2 (as V2-Lite: queries without a low rank): latent attention with values
+    # wider than the keys' unrotated part, YaRN with V2's mscale = mscale_all_dim = 0.707;
+    # softmax routing over 8 experts in 4 groups, the 2 best groups by their best expert
+    # (V2's group-limited greedy choice), the weights not renormalized but scaled, and two
+    # shared experts. DeepSeek's epsilon, as deepseek3's.
+    "deepseek2": dict(
+        model_type="deepseek_v2",
+        vocab="qwen2",
+        router_init=ROUTER_INIT,
+        config=dict(
+            BASE,
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            q_lora_rank=None,
+            kv_lora_rank=32,
+            qk_rope_head_dim=32,
+            qk_nope_head_dim=32,
+            v_head_dim=64,
+            moe_intermediate_size=64,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            topk_method="group_limited_greedy",
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=1.5,
+            norm_topk_prob=False,
+            scoring_func="softmax",
+            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                 original_max_position_embeddings=64, beta_fast=32.0,
+                                 beta_slow=1.0, mscale=0.707, mscale_all_dim=0.707),
+        ),
+    ),
 }

@@ -28,6 +28,42 @@ pub(super) struct TokenAt {
     pub beam: Option<usize>,
 }
 
+/// The widths attention reads and writes: each query head's and key's (`k`) and value's
+/// (`v`), and the strides of the step's queries (per token), of the V store's rows and of
+/// the output (per token).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Widths {
+    pub k: usize,
+    pub v: usize,
+    pub q_stride: usize,
+    pub v_stride: usize,
+    pub out_stride: usize,
+}
+
+impl Widths {
+    /// Queries in the q/k/v projection's rows and values as wide as keys, or, with latent
+    /// attention, the absorbed queries ([n, n_head * head_dim]) and the latents, the keys'
+    /// first `kv_lora` values, read from the keys' store.
+    pub fn of(c: &ModelConfig) -> Self {
+        match c.latent {
+            Some(l) => Widths {
+                k: c.head_dim,
+                v: l.kv_lora,
+                q_stride: c.n_head * c.head_dim,
+                v_stride: c.head_dim,
+                out_stride: c.n_head * l.kv_lora,
+            },
+            None => Widths {
+                k: c.head_dim,
+                v: c.head_dim,
+                q_stride: c.qkv_dim(),
+                v_stride: c.n_head_kv * c.head_dim,
+                out_stride: c.attn_dim(),
+            },
+        }
+    }
+}
+
 /// What attention of one layer reads.
 pub(super) struct Cache<'a> {
     /// Each row's blocks.
@@ -55,7 +91,7 @@ impl Cache<'_> {
 struct Scratch {
     /// [group, positions] scores, then probabilities.
     scores: Vec<f32>,
-    /// [CHUNK, head_dim] K or V rows widened to f32.
+    /// [CHUNK, head_dim] K or V rows widened to f32 (V rows their own width).
     rows: Vec<f32>,
     /// Each tile token's positions.
     spans: Vec<Range<usize>>,
@@ -85,10 +121,10 @@ struct Stats {
 }
 
 /// Layer `l`'s attention of the step's tokens `at` ([n]) with queries in `qkv`
-/// ([n, qkv_dim], after RoPE) into `att` ([n, n_head * head_dim]), each query head's softmax
-/// with its sink logit in the denominator where the layer has `sinks` ([n_head]). `staged` is scratch,
-/// reused across steps: each task (a tile of tokens, one KV head, a part of the positions)
-/// writes its own part.
+/// ([n, q_stride], after RoPE) into `att` ([n, out_stride]: each query head's `dims.v`
+/// values), each query head's softmax with its sink logit in the denominator where the layer
+/// has `sinks` ([n_head]). `staged` is scratch, reused across steps: each task (a tile of
+/// tokens, one KV head, a part of the positions) writes its own part.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     k: &Kernels,
@@ -101,8 +137,9 @@ pub(super) fn attend(
     staged: &mut Vec<f32>,
     sinks: Option<&[f32]>,
 ) {
+    let dims = Widths::of(c);
     let group = c.n_head / c.n_head_kv;
-    let width = group * c.head_dim;
+    let width = group * dims.v;
     let tiles = tiles(tokens);
     let ranges: Vec<Range<usize>> = tiles
         .iter()
@@ -146,7 +183,7 @@ pub(super) fn attend(
     });
     // Each token's query heads: the parts' sums, rescaled to the largest max, divided by the
     // total, to which a sink adds its own exp and nothing to the sum of values.
-    let hd = c.head_dim;
+    let hd = dims.v;
     let mut at = 0;
     for tile in &tiles {
         for kvh in 0..c.n_head_kv {
@@ -160,7 +197,7 @@ pub(super) fn attend(
                     let scale = |p: usize| (stat(p).max - max).exp();
                     let total: f32 = (0..parts).map(|p| stat(p).sum * scale(p)).sum::<f32>()
                         + sink.map_or(0.0, |s| (s - max).exp());
-                    let out = &mut att[t * c.attn_dim() + kvh * width + g * hd..][..hd];
+                    let out = &mut att[t * dims.out_stride + kvh * width + g * hd..][..hd];
                     out.fill(0.0);
                     for p in 0..parts {
                         let w = scale(p) / total;
@@ -223,7 +260,8 @@ fn attend_tile(
     stats: &mut [Stats],
     s: &mut Scratch,
 ) {
-    let hd = c.head_dim;
+    let dims = Widths::of(c);
+    let (hd, vd) = (dims.k, dims.v);
     let group = c.n_head / c.n_head_kv;
     let kv_dim = c.n_head_kv * hd;
     // Token i reads positions `spans[i]` (possibly none) of the part.
@@ -239,11 +277,11 @@ fn attend_tile(
     let positions = end - base;
     let query = |i: usize, g: usize| {
         let t = task.first + i;
-        &qkv[t * c.qkv_dim() + (task.kvh * group + g) * hd..][..hd]
+        &qkv[t * dims.q_stride + (task.kvh * group + g) * hd..][..hd]
     };
     let at = &task.tokens[0];
     s.scores.resize(task.tokens.len() * group * positions, 0.0);
-    s.rows.resize(CHUNK * hd, 0.0);
+    s.rows.resize(CHUNK * hd.max(vd), 0.0);
     // Scores, a chunk of K rows at a time.
     for c0 in (base..end).step_by(CHUNK) {
         let c1 = (c0 + CHUNK).min(end);
@@ -278,19 +316,21 @@ fn attend_tile(
     out.fill(0.0);
     for c0 in (base..end).step_by(CHUNK) {
         let c1 = (c0 + CHUNK).min(end);
-        for (p, row) in (c0..c1).zip(s.rows.chunks_exact_mut(hd)) {
-            cache.v.read(cache.slot(at, p), kv_dim, task.kvh * hd, row);
+        for (p, row) in (c0..c1).zip(s.rows.chunks_exact_mut(vd)) {
+            cache
+                .v
+                .read(cache.slot(at, p), dims.v_stride, task.kvh * vd, row);
         }
         for (i, span) in spans.iter().enumerate() {
             let (lo, hi) = (span.start.max(c0), span.end.min(c1));
             if lo >= hi {
                 continue;
             }
-            let values = &s.rows[(lo - c0) * hd..(hi - c0) * hd];
+            let values = &s.rows[(lo - c0) * vd..(hi - c0) * vd];
             for g in 0..group {
                 let at = (i * group + g) * positions;
                 let w = &s.scores[at + lo - base..at + hi - base];
-                k.weighted_sum(w, values, &mut out[(i * group + g) * hd..][..hd]);
+                k.weighted_sum(w, values, &mut out[(i * group + g) * vd..][..vd]);
             }
         }
     }

@@ -5,6 +5,7 @@
 
 mod attention;
 mod kv_store;
+mod latent;
 mod mlp;
 mod step;
 mod work;
@@ -174,9 +175,12 @@ impl NativeModel {
                     w.runs.iter().for_each(&mut count);
                     // A mixture's products read one expert's rows: those must stay whole
                     // interleaved groups.
-                    let unit = match (name, &c.experts) {
-                        ("ffn_gate_up_exps", Some(x)) => 2 * x.n_ff,
-                        ("ffn_down_exps", _) => c.n_embd,
+                    let unit = match (name, &c.experts, &c.latent) {
+                        ("ffn_gate_up_exps", Some(x), _) => 2 * x.n_ff,
+                        ("ffn_down_exps", _, _) => c.n_embd,
+                        // Latent attention's per-head products read one head's rows.
+                        ("attn_k_b", _, Some(lt)) => lt.kv_lora,
+                        ("attn_v_b", _, Some(lt)) => lt.v_dim,
                         _ => ROWS,
                     };
                     Ok(pool.install(|| CpuProjection::for_kernels(&kernels, mode, w, unit)))
@@ -193,8 +197,10 @@ impl NativeModel {
 
         let shape = kv_shape(c, &options, part.len())?;
         let kv_dim = c.n_head_kv * c.head_dim;
+        // Latent attention's values are its keys' first values: no V is stored.
+        let v_dim = if shape.values_in_keys { 0 } else { kv_dim };
         let slots = shape.blocks * hearth_model::kv::BLOCK_TOKENS;
-        let store = || KvStore::new(options.kv_type, slots, kv_dim);
+        let store = |width: usize| KvStore::new(options.kv_type, slots, width);
         let chunk = options.max_chunk.max(1);
         Ok(Self {
             kernels,
@@ -207,8 +213,8 @@ impl NativeModel {
             // The executor's own memory, as device-local memory is a GPU's (`--kv-offload
             // none`): there is nothing to offload it to.
             tables: KvTables::new(shape, KvPlacement::Device),
-            k: (0..shape.n_layer).map(|_| store()).collect(),
-            v: (0..shape.n_layer).map(|_| store()).collect(),
+            k: (0..shape.n_layer).map(|_| store(kv_dim)).collect(),
+            v: (0..shape.n_layer).map(|_| store(v_dim)).collect(),
             beams: RefCell::new(vec![Vec::new(); options.n_seq]),
             rope_table: c.rope_table(options.n_ctx).unwrap_or_default(),
             local_rope_table: c.local_rope_table(options.n_ctx),

@@ -4,8 +4,8 @@
 //! a split model, the residual stream the next executor takes).
 
 use super::attention::{self, Cache, TokenAt};
-use super::mlp;
 use super::NativeModel;
+use super::{latent, mlp};
 use crate::product::{project, Input, Output};
 use hearth_model::kv::OutOfBlocks;
 use hearth_model::{check_hidden, check_step, ops, Error, Logits, Result, SeqStep, StageOutput};
@@ -59,9 +59,13 @@ impl NativeModel {
             // Counted above, so this cannot run out.
             let copies = self.tables.append(s.row, s.tokens.len())?;
             self.tables.count_copies(copies.len());
+            let v_dim = if shape.values_in_keys { 0 } else { kv_dim };
             for copy in copies {
-                for store in self.k.iter_mut().chain(self.v.iter_mut()) {
+                for store in &mut self.k {
                     store.copy_block(copy.src, copy.dst, kv_dim);
+                }
+                for store in &mut self.v {
+                    store.copy_block(copy.src, copy.dst, v_dim);
                 }
             }
         }
@@ -121,48 +125,77 @@ impl NativeModel {
                 col0: 0,
             };
             project(k, &layer.wqkv, &mut input, out, &mut w.transposed);
-            let adjust = layer.qkv_adjust(c.norm_eps, c.qk_norm_whole);
-            ops::qkv_adjust(&mut w.qkv, adjust, c.n_head, c.n_head_kv, hd);
             let table = match &self.local_rope_table {
                 Some(local) if c.local_rope(l) => local,
                 _ => &self.rope_table,
             };
-            for (t, row) in w.qkv.chunks_mut(c.qkv_dim()).enumerate() {
-                let at = &tokens[t];
-                let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
-                if let Some(r) = c.rope_at(l) {
-                    let pos = [at.pos as u32];
-                    let heads = c.n_head + c.n_head_kv;
-                    ops::rope(qk, &pos, heads, hd, r.dims, r.layout, table);
-                }
-                // Where the step writes: its own row, never through a beam table.
-                let Some((block, i)) = self.tables.table(at.row).locate(at.pos) else {
-                    continue;
+            if let (Some(lt), Some(lw)) = (c.latent, &layer.latent) {
+                let rope = c.rope_at(l).map(|_| &table[..]);
+                let store = &mut self.k[held];
+                latent::queries_and_rows(k, c, layer, tokens, rope, &self.tables, store, w);
+                w.latents.resize(n * c.n_head * lt.kv_lora, 0.0);
+                let cache = Cache {
+                    tables: &tables,
+                    k: &self.k[held],
+                    v: &self.k[held],
+                    beams: &beams,
                 };
-                let slot = block as usize * hearth_model::kv::BLOCK_TOKENS + i;
-                // The store rounds K and V as the cache's type keeps them.
-                self.k[held].write(slot, &qk[c.attn_dim()..]);
-                self.v[held].write(slot, &v[..kv_dim]);
+                attention::attend(
+                    k,
+                    c,
+                    l,
+                    tokens,
+                    &w.q_abs,
+                    &cache,
+                    &mut w.latents,
+                    &mut w.staged,
+                    None,
+                );
+                let latents = std::mem::take(&mut w.latents);
+                let mut att = std::mem::take(&mut w.att);
+                att.resize(n * c.attn_dim(), 0.0);
+                latent::values(k, c, &lw.wv_b, &latents, &mut att, w);
+                (w.latents, w.att) = (latents, att);
+            } else {
+                let adjust = layer.qkv_adjust(c.norm_eps, c.qk_norm_whole);
+                ops::qkv_adjust(&mut w.qkv, adjust, c.n_head, c.n_head_kv, hd);
+                for (t, row) in w.qkv.chunks_mut(c.qkv_dim()).enumerate() {
+                    let at = &tokens[t];
+                    let (qk, v) = row.split_at_mut((c.n_head + c.n_head_kv) * hd);
+                    if let Some(r) = c.rope_at(l) {
+                        let pos = [at.pos as u32];
+                        let heads = c.n_head + c.n_head_kv;
+                        ops::rope(qk, &pos, heads, hd, r.dims, r.layout, table);
+                    }
+                    // Where the step writes: its own row, never through a beam table.
+                    let Some((block, i)) = self.tables.table(at.row).locate(at.pos) else {
+                        continue;
+                    };
+                    let slot = block as usize * hearth_model::kv::BLOCK_TOKENS + i;
+                    // The store rounds K and V as the cache's type keeps them.
+                    self.k[held].write(slot, &qk[c.attn_dim()..]);
+                    self.v[held].write(slot, &v[..kv_dim]);
+                }
+                w.att.resize(n * c.attn_dim(), 0.0);
+                let cache = Cache {
+                    tables: &tables,
+                    k: &self.k[held],
+                    v: &self.v[held],
+                    beams: &beams,
+                };
+                let sinks = layer.attn_sinks.as_deref();
+                attention::attend(
+                    k,
+                    c,
+                    l,
+                    tokens,
+                    &w.qkv,
+                    &cache,
+                    &mut w.att,
+                    &mut w.staged,
+                    sinks,
+                );
             }
-            w.att.resize(n * c.attn_dim(), 0.0);
-            let cache = Cache {
-                tables: &tables,
-                k: &self.k[held],
-                v: &self.v[held],
-                beams: &beams,
-            };
-            let sinks = layer.attn_sinks.as_deref();
-            attention::attend(
-                k,
-                c,
-                l,
-                tokens,
-                &w.qkv,
-                &cache,
-                &mut w.att,
-                &mut w.staged,
-                sinks,
-            );
             w.out.resize(n * e, 0.0);
             let mut input = Input::new(&w.att, c.attn_dim(), &mut w.act, w.mode);
             let out = Output {

@@ -14,6 +14,13 @@ pub(super) struct Work {
     pub qkv: Vec<f32>,
     /// [n, n_head * head_dim]
     pub att: Vec<f32>,
+    /// Latent attention's queries [n, n_head * (nope + rope)], absorbed queries
+    /// [n, n_head * head_dim], each head's output latent [n, n_head * kv_lora], and one
+    /// head's slice of a step's rows, gathered as a product's input.
+    pub q: Vec<f32>,
+    pub q_abs: Vec<f32>,
+    pub latents: Vec<f32>,
+    pub head_in: Vec<f32>,
     /// Attention's output by task, before it goes to `att`.
     pub staged: Vec<f32>,
     /// [n, n_embd] a block's output.

@@ -158,6 +158,7 @@ fn scattered_cache(h: Heads, lens: &[usize], n_ctx: usize, kv_type: KvType) -> (
         rows,
         n_ctx,
         kv_type,
+        values_in_keys: false,
     };
     let mut cache = KvCache::new(&dev, shape, KvPlacement::Device).unwrap();
     let spare = rows - 1;

@@ -197,6 +197,7 @@ fn dense_masses_for(kv_type: KvType) {
         rows: 2,
         n_ctx,
         kv_type,
+        values_in_keys: false,
     };
     let mut cache = KvCache::new(&dev, kv_shape, KvPlacement::Device).unwrap();
     // Row 1 holds the run; row 0 takes a block first so row 1's do not start at 0.

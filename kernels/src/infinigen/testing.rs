@@ -46,6 +46,7 @@ impl Pool {
             rows,
             n_ctx,
             kv_type,
+            values_in_keys: false,
         };
         let mut cache = KvCache::new(&dev, shape, KvPlacement::Host).unwrap();
         // A spare row takes a block every round and frees them all at the end, so rows

@@ -67,6 +67,9 @@ pub struct KvShape {
     pub n_ctx: usize,
     /// How K and V are stored.
     pub kv_type: KvType,
+    /// V is the first values of K's row and is not stored (latent attention: the latent is
+    /// both): the cache holds K alone.
+    pub values_in_keys: bool,
 }
 
 impl KvShape {
@@ -89,6 +92,7 @@ impl KvShape {
             rows,
             n_ctx,
             kv_type,
+            values_in_keys: c.latent.is_some(),
         })
     }
 
@@ -111,9 +115,18 @@ impl KvShape {
         (self.n_head_kv * self.kv_type.bytes(self.head_dim)) as u64
     }
 
+    /// Arrays stored per layer: K and V, or K alone where V is part of it.
+    pub fn stores(&self) -> u64 {
+        if self.values_in_keys {
+            1
+        } else {
+            2
+        }
+    }
+
     /// Bytes of K and V of one position in one layer (what `hearth bench` reports).
     pub fn token_layer_bytes(&self) -> u64 {
-        2 * self.entry_bytes()
+        self.stores() * self.entry_bytes()
     }
 
     /// Bytes of K (or of V) of one block in one layer.
@@ -123,7 +136,7 @@ impl KvShape {
 
     /// Bytes of one block across every layer, K and V.
     pub fn block_bytes(&self) -> u64 {
-        2 * self.n_layer as u64 * self.block_layer_bytes()
+        self.stores() * self.n_layer as u64 * self.block_layer_bytes()
     }
 
     /// Bytes of K and V for one position across every layer.

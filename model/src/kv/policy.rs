@@ -48,6 +48,18 @@ impl KvPolicyChoice<'_> {
                 format!("{} {why}", self.kind()),
             ))
         };
+        // Both read keys of one head's width that RoPE rotated whole, and values of their own:
+        // latent attention's cache holds one latent per position whose keys only exist once
+        // each head's query is taken into it, and whose values are the latent itself.
+        if c.latent.is_some() {
+            return refuse(
+                "does not run multi-head latent attention (DeepSeek-V2/V3): its cache holds \
+                 one latent per position rather than keys and values per head, which \
+                 InfiniGen's speculation (partial key columns skewed per head) and H2O's \
+                 per-head scores do not apply to; use dense attention"
+                    .into(),
+            );
+        }
         // Neither speculates, selects nor evicts with a sink in the softmax's denominator.
         if c.attn_sinks {
             return refuse(

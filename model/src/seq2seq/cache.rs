@@ -28,6 +28,7 @@ impl PagedCache {
             rows,
             n_ctx,
             kv_type: KvType::F32,
+            values_in_keys: false,
         };
         Self {
             tables: KvTables::new(shape, KvPlacement::Device),

@@ -27,6 +27,7 @@ const HOOKS: &[(&str, Hook)] = &[
     ("bert", bert),
     ("t5", t5),
     ("glm4moe", glm4moe),
+    ("deepseek2", deepseek2),
 ];
 
 /// Runs the hook called `name`; a name no hook has is an error of the spec that gives it.
@@ -149,6 +150,89 @@ fn glm4moe(c: &Config, m: &mut Meta) -> Result<()> {
     if let Some(n) = c.u64("num_nextn_predict_layers")? {
         m.u32("block_count", c.n_layer()? + n)?;
         m.u32("nextn_predict_layers", n)?;
+    }
+    Ok(())
+}
+
+/// DeepSeek-V2's and V3's, as llama.cpp's `DeepseekV2Model` writes them: one key/value
+/// head (the latent), latent attention's ranks and widths (the cache's as `key_length` and
+/// `value_length`, each head's as `key_length_mla` and `value_length_mla`), the rotated
+/// dimensions, the experts' width, count and shared count, the leading dense blocks, the
+/// router's gating where the config names one, the weights' scale and renormalization, and
+/// YaRN's `mscale_all_dim` (a tenth of it, as llama.cpp writes it).
+fn deepseek2(c: &Config, m: &mut Meta) -> Result<()> {
+    let path = Path::new("config.json");
+    m.u32("attention.head_count_kv", 1)?;
+    if c.f64("rms_norm_eps")?.is_none() {
+        m.f32("attention.layer_norm_rms_epsilon", 1e-6);
+    }
+    let moe = c.u64("n_routed_experts")?.is_some();
+    let dense = match c.u64("first_k_dense_replace")? {
+        Some(n) => n,
+        // Without experts every block is dense.
+        None if !moe => c.n_layer()?,
+        None => 0,
+    };
+    m.u32("leading_dense_block_count", dense)?;
+    let kv_lora = c.u64("kv_lora_rank")?.unwrap_or(512);
+    if let Some(n) = c.u64("vocab_size")? {
+        m.u32("vocab_size", n)?;
+    }
+    if let Some(n) = c.u64("q_lora_rank")? {
+        m.u32("attention.q_lora_rank", n)?;
+    }
+    let rope = c.require_u64("qk_rope_head_dim")?;
+    let nope = c.require_u64("qk_nope_head_dim")?;
+    m.u32("attention.kv_lora_rank", kv_lora)?;
+    m.u32("attention.key_length", kv_lora + rope)?;
+    m.u32("attention.value_length", kv_lora)?;
+    m.u32("attention.key_length_mla", nope + rope)?;
+    m.u32("attention.value_length_mla", c.require_u64("v_head_dim")?)?;
+    let n_ff = c
+        .u64("moe_intermediate_size")?
+        .map_or_else(|| c.require_u64("intermediate_size"), Ok)?;
+    m.u32("expert_feed_forward_length", n_ff)?;
+    if let Some(n) = c.u64("n_routed_experts")? {
+        m.u32("expert_count", n)?;
+    }
+    m.u32(
+        "expert_shared_count",
+        c.u64("n_shared_experts")?.unwrap_or(0),
+    )?;
+    if let Some(v) = c.f64("routed_scaling_factor")? {
+        m.f32("expert_weights_scale", v);
+    }
+    if c.bool("norm_topk_prob") == Some(true) {
+        m.set("expert_weights_norm", MetaValue::Bool(true));
+    }
+    // llama.cpp's TextModel reads the router's scores under any of these names.
+    let scoring = [
+        "score_function",
+        "scoring_func",
+        "score_func",
+        "moe_router_activation",
+        "moe_router_activation_func",
+        "expert_selection_fn",
+    ]
+    .iter()
+    .find_map(|k| c.json(k).map(|v| (*k, v)));
+    if let Some((key, v)) = scoring {
+        let gating = match v.as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            _ => {
+                return Err(Error::metadata(
+                    path,
+                    key,
+                    format!("{v}; Hearth runs softmax and sigmoid routers"),
+                ))
+            }
+        };
+        m.u32("expert_gating_func", gating)?;
+    }
+    m.u32("rope.dimension_count", rope)?;
+    if let Some(v) = c.rope_f64("mscale_all_dim")? {
+        m.f32("rope.scaling.yarn_log_multiplier", 0.1 * v);
     }
     Ok(())
 }

@@ -76,9 +76,20 @@ pub(super) fn check_shapes(
                 ),
             ));
         }
-        for (tensor, key, heads) in [
-            ("attn_q", config.named(N_HEAD), config.n_head()?),
-            ("attn_k", "num_key_value_heads", config.n_head_kv()?),
+        // Latent attention's query heads are their unrotated and rotated parts (DeepSeek's
+        // `head_dim` is the rotated part's width).
+        let q_dim = match config.u64("qk_nope_head_dim")? {
+            Some(nope) => nope + config.require_u64("qk_rope_head_dim")?,
+            None => head_dim,
+        };
+        for (tensor, key, heads, head_dim) in [
+            ("attn_q", config.named(N_HEAD), config.n_head()?, q_dim),
+            (
+                "attn_k",
+                "num_key_value_heads",
+                config.n_head_kv()?,
+                head_dim,
+            ),
         ] {
             let tensor = format!("{}.0.{tensor}.weight", stack.prefix);
             if let Some(s) = shape(&tensor) {

@@ -210,6 +210,14 @@ fn target(name: &str, post_attention_is_post_norm: bool, network: Network) -> Op
         "self_attn.o_proj.weight" => "attn_output.weight",
         "self_attn.o_proj.bias" => "attn_output.bias",
         "self_attn.qkv_proj.weight" => "attn_qkv.weight",
+        // Latent attention (DeepSeek-V2/V3); `kv_b_proj` is split into `attn_k_b` and
+        // `attn_v_b` (`split_kv_b`).
+        "self_attn.q_a_proj.weight" => "attn_q_a.weight",
+        "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",
+        "self_attn.q_b_proj.weight" => "attn_q_b.weight",
+        "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
+        "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
+        "self_attn.kv_b_proj.weight" => "attn_kv_b.weight",
         "self_attn.q_norm.weight" => "attn_q_norm.weight",
         "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
@@ -321,8 +329,9 @@ pub(crate) fn tensors<'a>(
     };
     // NextN (multi-token prediction) layers follow the decoder's (GLM-4.5), converted as
     // blocks too.
-    let n_layer =
-        (config.n_layer()? + config.u64("num_nextn_predict_layers")?.unwrap_or(0)) as usize;
+    let n_nextn = config.u64("num_nextn_predict_layers")?.unwrap_or(0);
+    let drop_nextn = family.hf.drop_nextn;
+    let n_layer = (config.n_layer()? + if drop_nextn { 0 } else { n_nextn }) as usize;
     let n_decoder_layer = config.n_decoder_layer()? as usize;
     let (n_head, n_head_kv) = (config.n_head()? as usize, config.n_head_kv()? as usize);
     let n_experts = config.n_experts()?.unwrap_or(0) as usize;
@@ -335,6 +344,14 @@ pub(crate) fn tensors<'a>(
         let bad = |reason: String| Error::tensor(file, name, reason);
         let target = target(name, post_norm, network)
             .ok_or_else(|| bad(format!("no GGUF name for it in a {} model", family.arch)))?;
+        let layer = match target {
+            Target::Layer(l, _) | Target::Fused(l, _) => Some(l),
+            Target::Expert { layer, .. } => Some(layer),
+            _ => None,
+        };
+        if drop_nextn && layer.is_some_and(|l| l >= n_layer) {
+            continue;
+        }
         match target {
             Target::Skip => continue,
             Target::Fused(layer, part) => {
@@ -442,6 +459,12 @@ pub(crate) fn tensors<'a>(
             Some("attn_k") => Some(n_head_kv),
             _ => None,
         };
+        if gguf.ends_with(".attn_kv_b.weight") {
+            for (at, t) in split_kv_b(config, &gguf, ty, &shape, &data).map_err(bad)? {
+                out.push((order + at, t));
+            }
+            continue;
+        }
         let data = match heads {
             Some(h) => {
                 let rows = info.shape[0];
@@ -688,6 +711,68 @@ fn converted<'a>(name: String, ty: GgmlType, shape: Vec<u64>, data: Vec<u8>) -> 
         shape,
         data: Cow::Owned(data),
     }
+}
+
+/// Latent attention's `kv_b_proj` ([n_head * (nope + v_head_dim), kv_lora], each head's key
+/// rows then its value rows) as llama.cpp's converter splits it for the absorbed form: each
+/// head's key rows transposed (`attn_k_b`, [n_head][kv_lora][nope]: GGUF [nope, kv_lora,
+/// n_head]) and its value rows as they are (`attn_v_b`, [n_head][v_head_dim][kv_lora]: GGUF
+/// [kv_lora, v_head_dim, n_head]).
+fn split_kv_b<'a>(
+    config: &Config,
+    gguf: &str,
+    ty: GgmlType,
+    shape: &[u64],
+    data: &[u8],
+) -> std::result::Result<Vec<(usize, Converted<'a>)>, String> {
+    let number = |k: &str| -> std::result::Result<usize, String> {
+        match config.u64(k) {
+            Ok(Some(v)) => Ok(v as usize),
+            _ => Err(format!(
+                "latent attention's `{k}` is missing from config.json"
+            )),
+        }
+    };
+    let (heads, nope, v) = (
+        number("num_key_value_heads").or_else(|_| number("num_attention_heads"))?,
+        number("qk_nope_head_dim")?,
+        number("v_head_dim")?,
+    );
+    let size = ty.bytes_for(1).unwrap_or(4) as usize;
+    let (rows, lora) = match shape {
+        [cols, rows] => (*rows as usize, *cols as usize),
+        _ => return Err(format!("{shape:?} is not a matrix")),
+    };
+    if rows != heads * (nope + v) || data.len() != rows * lora * size {
+        return Err(format!(
+            "{rows} rows are not {heads} heads of {nope} key and {v} value rows"
+        ));
+    }
+    let row = |r: usize| &data[r * lora * size..(r + 1) * lora * size];
+    let (mut k_b, mut v_b) = (Vec::new(), Vec::new());
+    for h in 0..heads {
+        let first = h * (nope + v);
+        for i in 0..lora {
+            for c in 0..nope {
+                k_b.extend_from_slice(&row(first + c)[i * size..(i + 1) * size]);
+            }
+        }
+        for r in 0..v {
+            v_b.extend_from_slice(row(first + nope + r));
+        }
+    }
+    let stem = gguf.trim_end_matches("attn_kv_b.weight");
+    let (h, n, v, l) = (heads as u64, nope as u64, v as u64, lora as u64);
+    Ok(vec![
+        (
+            0,
+            converted(format!("{stem}attn_k_b.weight"), ty, vec![n, l, h], k_b),
+        ),
+        (
+            0,
+            converted(format!("{stem}attn_v_b.weight"), ty, vec![l, v, h], v_b),
+        ),
+    ])
 }
 
 /// The tensors llama.cpp computes from `config.json`: Llama 3.1's frequency divisors and

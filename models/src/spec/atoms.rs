@@ -137,6 +137,15 @@ pub enum QkvLayout {
     Separate,
     /// One matrix `attn_qkv` whose output is [q | k | v].
     Fused,
+    /// Multi-head latent attention (DeepSeek-V2/V3): queries from `attn_q`, or through a
+    /// low rank (`attn_q_a`, its RMSNorm `attn_q_a_norm`, `attn_q_b`); keys and values from
+    /// one latent per position (`attn_kv_a_mqa`: `{arch}.attention.kv_lora_rank` values,
+    /// RMS-normed by `attn_kv_a_norm`, and `rope.dimension_count` more that RoPE rotates and
+    /// every head shares), expanded per head by `attn_k_b` and `attn_v_b` (or the older
+    /// `attn_kv_b` that holds both). The cache keeps the latent and the rotated part only;
+    /// attention runs on them, the queries' unrotated part taken into the latent's space by
+    /// `attn_k_b` and each head's output out of it by `attn_v_b`.
+    Latent,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -303,7 +312,7 @@ atom_names! {
     EmbeddingScale { SqrtNEmbd => "sqrt-n-embd" }
     Gating { Softmax => "softmax", Sigmoid => "sigmoid" }
     RopeLayout { Gptj => "gptj", Neox => "neox" }
-    QkvLayout { Separate => "separate", Fused => "fused" }
+    QkvLayout { Separate => "separate", Fused => "fused", Latent => "latent" }
     MlpKind { Gated => "gated", Plain => "plain" }
     GateUpLayout { Separate => "separate", Fused => "fused" }
     TiedEmbeddings {

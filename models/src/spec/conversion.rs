@@ -30,6 +30,11 @@ pub struct HfSpec {
     /// SpecialVocab sets them): GLM-4's `<|endoftext|>` and `<|user|>`.
     #[serde(default)]
     pub special_tokens: std::collections::BTreeMap<String, String>,
+    /// Layers past `num_hidden_layers` (DeepSeek-V3's multi-token prediction layer) are left
+    /// out of the file, as llama.cpp's converter leaves them; without this, they are counted
+    /// among the blocks as `num_nextn_predict_layers` says (GLM-4.5).
+    #[serde(default)]
+    pub drop_nextn: bool,
     /// The conversion hook that writes metadata beyond the common keys, by its name in
     /// `models/src/hf/hooks.rs`.
     #[serde(default)]

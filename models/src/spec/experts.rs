@@ -21,8 +21,8 @@ pub struct Experts {
     /// absent): GLM-4.5's `routed_scaling_factor`.
     pub scale: f32,
     /// Experts in `groups` equal groups of which only the `groups_used` best take part
-    /// (`{arch}.expert_group_count`, `expert_group_used_count`; 1 and 1 where absent), a
-    /// group scored by the sum of its two best selection scores (DeepSeek-V3, GLM-4.5).
+    /// (`{arch}.expert_group_count`, `expert_group_used_count`; 1 and 1 where absent), each
+    /// group scored as [`group_score`](Self::group_score) says.
     pub groups: usize,
     pub groups_used: usize,
     /// The first blocks, whose MLP is dense rather than the mixture
@@ -36,11 +36,32 @@ impl Experts {
         layer >= self.leading_dense
     }
 
+    /// How a group is scored where only the best groups take part: by the sum of its two
+    /// best selection scores under sigmoid gating (DeepSeek-V3's `noaux_tc`, GLM-4.5), by its
+    /// best score under softmax gating (DeepSeek-V2's `group_limited_greedy`, as transformers
+    /// and DeepSeek's own code run it). llama.cpp sums the two best under either gating, so
+    /// it chooses DeepSeek-V2's (236B, V2.5) groups otherwise; files carry no key that says.
+    pub fn group_score(&self) -> GroupScore {
+        match self.gating {
+            Gating::Softmax => GroupScore::Best,
+            Gating::Sigmoid => GroupScore::TopTwoSum,
+        }
+    }
+
     /// Rows of the router: one logit per expert, and the shared expert's gate where it has
     /// one.
     pub fn router_rows(&self) -> usize {
         self.count + self.shared.is_some_and(|sh| sh.gated) as usize
     }
+}
+
+/// What a group of experts is scored by ([`Experts::group_score`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupScore {
+    /// Its best expert's score.
+    Best,
+    /// The sum of its two best experts' scores.
+    TopTwoSum,
 }
 
 /// A shared expert's shape.

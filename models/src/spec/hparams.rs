@@ -1,7 +1,10 @@
 //! The hyperparameters a spec reads from a file's `{arch}.*` metadata: the counts that size
 //! every buffer, the vocabulary, the norm's epsilon, attention's scale and soft-caps.
 
-use super::{Experts, ModelSpec, NetworkType, NormKind, PositionSpec, RopeParams, SlidingWindow};
+use super::{
+    Experts, LatentParams, ModelSpec, NetworkType, NormKind, PositionSpec, QkvLayout, RopeParams,
+    SlidingWindow,
+};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 
@@ -15,8 +18,13 @@ pub struct HyperParams {
     pub n_ff: usize,
     pub n_head: usize,
     /// Key/value heads; `n_head / n_head_kv` query heads share each (grouped-query attention).
+    /// One for latent attention, whose cache holds one latent per position.
     pub n_head_kv: usize,
+    /// Each query and key head's width; for latent attention, the cache's per position
+    /// (kv_lora_rank + rope, the width attention scores over once the queries are absorbed).
     pub head_dim: usize,
+    /// Latent attention's sizes (`attention.qkv = "latent"`).
+    pub latent: Option<LatentParams>,
     pub n_vocab: usize,
     /// Context length the model was trained with.
     pub n_ctx_train: usize,
@@ -115,7 +123,15 @@ impl ModelSpec {
         let head_count = key("attention.head_count");
         let n_head = required(&head_count)?;
         let head_count_kv = key("attention.head_count_kv");
-        let n_head_kv = positive(&head_count_kv)?.unwrap_or(n_head);
+        let latent = match self.attention.qkv {
+            QkvLayout::Latent => Some(self.latent_params(file, &key, n_embd, n_head)?),
+            _ => None,
+        };
+        // Latent attention caches one latent per position: one key/value head for all.
+        let n_head_kv = match latent {
+            Some(_) => 1,
+            None => positive(&head_count_kv)?.unwrap_or(n_head),
+        };
         let n_ctx_train = required(&key("context_length"))?;
 
         let experts = self.experts(file, &key, n_ff)?;
@@ -127,10 +143,11 @@ impl ModelSpec {
                 format!("{n_head_kv} does not divide `{head_count}` = {n_head}"),
             ));
         }
-        let head_dim = match positive(&key("attention.key_length"))? {
-            Some(d) => d,
-            None if n_embd % n_head == 0 => n_embd / n_head,
-            None => {
+        let head_dim = match (latent, positive(&key("attention.key_length"))?) {
+            (Some(l), _) => l.cache_dim(),
+            (None, Some(d)) => d,
+            (None, None) if n_embd % n_head == 0 => n_embd / n_head,
+            (None, None) => {
                 return Err(Error::metadata(
                     path,
                     &head_count,
@@ -142,7 +159,7 @@ impl ModelSpec {
             }
         };
         let value_length = key("attention.value_length");
-        if let Some(v) = positive(&value_length)? {
+        if let Some(v) = positive(&value_length)?.filter(|_| latent.is_none()) {
             if v != head_dim {
                 return Err(Error::metadata(
                     path,
@@ -209,6 +226,7 @@ impl ModelSpec {
             n_head,
             n_head_kv,
             head_dim,
+            latent,
             n_vocab,
             n_ctx_train,
             norm_eps,

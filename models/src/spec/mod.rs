@@ -19,6 +19,7 @@ mod checker;
 mod conversion;
 mod experts;
 mod hparams;
+mod latent;
 mod resolved;
 mod rope;
 mod shipped;
@@ -35,15 +36,16 @@ pub use atoms::{
     RopeLayout, TiedEmbeddings,
 };
 pub use conversion::HfSpec;
-pub use experts::{Experts, SharedExpert};
+pub use experts::{Experts, GroupScore, SharedExpert};
 pub use hparams::{HyperParams, RelativeBuckets, Seq2SeqParams};
+pub use latent::LatentParams;
 pub use resolved::{resolve_gguf, resolve_with, ResolvedModel};
 pub use rope::{RopeParams, RopeScaling, Yarn};
 pub use shipped::{known_architectures, shipped_specs, spec_for_architecture};
 pub use tensor_names::{LayerTensorNames, Seq2SeqTensorNames, TensorNames, LAYER_PLACEHOLDER};
 pub use tensors::{
-    CrossAttentionTensors, ExpertBiases, LayerTensors, Linear, MlpTensors, ModelTensors,
-    NormTensors, QkvTensors, Seq2SeqTensors, SharedExpertTensors,
+    CrossAttentionTensors, ExpertBiases, LatentExpansion, LatentQuery, LatentTensors, LayerTensors,
+    Linear, MlpTensors, ModelTensors, NormTensors, QkvTensors, Seq2SeqTensors, SharedExpertTensors,
 };
 pub use window::SlidingWindow;
 

@@ -22,6 +22,7 @@ pub(super) const SHIPPED: &[(&str, &str)] = &[
     ("glm4.toml", include_str!("../../specs/glm4.toml")),
     ("gptoss.toml", include_str!("../../specs/gptoss.toml")),
     ("glm4moe.toml", include_str!("../../specs/glm4moe.toml")),
+    ("deepseek2.toml", include_str!("../../specs/deepseek2.toml")),
 ];
 
 /// Every shipped spec, parsed.

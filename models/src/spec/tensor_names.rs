@@ -67,6 +67,22 @@ pub struct LayerTensorNames {
     pub attn_k: Option<String>,
     pub attn_v: Option<String>,
     pub attn_qkv: Option<String>,
+    /// Latent attention's tensors (`attention.qkv = "latent"`): the queries' low-rank pair
+    /// ([n_embd, q_lora_rank] and [q_lora_rank, n_head * (nope + rope)]) with the norm
+    /// between ([q_lora_rank]), used where the file gives `{arch}.attention.q_lora_rank`
+    /// (else `attn_q`, [n_embd, n_head * (nope + rope)]); the latent and shared rotated key
+    /// ([n_embd, kv_lora_rank + rope]) and the latent's norm ([kv_lora_rank]); each head's
+    /// key expansion ([nope, kv_lora_rank, n_head], rows of the latent's width per head) and
+    /// value expansion ([kv_lora_rank, v_head_dim, n_head]), or both in the older
+    /// `attn_kv_b` ([kv_lora_rank, n_head * (nope + v_head_dim)]).
+    pub attn_q_a: Option<String>,
+    pub attn_q_a_norm: Option<String>,
+    pub attn_q_b: Option<String>,
+    pub attn_kv_a_mqa: Option<String>,
+    pub attn_kv_a_norm: Option<String>,
+    pub attn_k_b: Option<String>,
+    pub attn_v_b: Option<String>,
+    pub attn_kv_b: Option<String>,
     /// Per-head query and key norm gains, for `attention.qk_norm`.
     pub attn_q_norm: Option<String>,
     pub attn_k_norm: Option<String>,

@@ -3,8 +3,9 @@
 
 use super::checker::Checker;
 use super::{
-    GateUpLayout, HyperParams, LayerTensorNames, MlpKind, ModelSpec, NormKind, NormPlacement,
-    PositionSpec, QkNormOver, QkvLayout, Seq2SeqTensorNames, TiedEmbeddings, LAYER_PLACEHOLDER,
+    GateUpLayout, HyperParams, LatentParams, LayerTensorNames, MlpKind, ModelSpec, NormKind,
+    NormPlacement, PositionSpec, QkNormOver, QkvLayout, Seq2SeqTensorNames, TiedEmbeddings,
+    LAYER_PLACEHOLDER,
 };
 use crate::error::{Error, Result};
 
@@ -31,6 +32,44 @@ pub enum QkvTensors {
     },
     /// Output rows are [q (n_head*head_dim) | k (n_head_kv*head_dim) | v (same)].
     Fused(Linear),
+    /// Multi-head latent attention (`attention.qkv = "latent"`).
+    Latent(LatentTensors),
+}
+
+/// Latent attention's tensors (see `LatentParams` for the widths).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatentTensors {
+    pub q: LatentQuery,
+    /// [n_embd, kv_lora + rope]: the latent, then the rotated key every head shares.
+    pub kv_a: String,
+    /// [kv_lora]
+    pub kv_a_norm: NormTensors,
+    pub kv_b: LatentExpansion,
+}
+
+/// How latent attention's queries are projected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LatentQuery {
+    /// [n_embd, n_head * (nope + rope)]
+    Direct(String),
+    /// [n_embd, q_lora], an RMSNorm [q_lora], then [q_lora, n_head * (nope + rope)].
+    LowRank {
+        a: String,
+        norm: NormTensors,
+        b: String,
+    },
+}
+
+/// Each head's expansion of the latent into its key's unrotated part and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LatentExpansion {
+    /// `k_b` [nope, kv_lora, n_head]: head h's [kv_lora, nope] (each row one latent value's
+    /// weights on the key's unrotated part, so that it takes a query into the latent's space);
+    /// `v_b` [kv_lora, v_head_dim, n_head]: head h's [v_head_dim, kv_lora].
+    Split { k_b: String, v_b: String },
+    /// Older files: [kv_lora, n_head * (nope + v_head_dim)], each head's key rows then its
+    /// value rows.
+    Fused(String),
 }
 
 /// The tensors of one block.
@@ -290,15 +329,30 @@ impl ModelSpec {
                 .map(name)
                 .ok_or_else(|| Error::spec(&self.name, "tensor name missing"))
         };
-        let qkv = match self.attention.qkv {
-            QkvLayout::Separate => QkvTensors::Separate {
+        let qkv = match (self.attention.qkv, hp.latent) {
+            (QkvLayout::Latent, Some(lt)) => {
+                QkvTensors::Latent(latent_tensors(l, &named, hp, lt, c)?)
+            }
+            (QkvLayout::Latent, None) => {
+                return Err(Error::spec(
+                    &self.name,
+                    "latent attention without its sizes",
+                ))
+            }
+            (QkvLayout::Separate, _) => QkvTensors::Separate {
                 q: c.linear(&named(&l.attn_q)?, e, q_dim, attn_bias)?,
                 k: c.linear(&named(&l.attn_k)?, e, kv_dim, attn_bias)?,
                 v: c.linear(&named(&l.attn_v)?, e, kv_dim, attn_bias)?,
             },
-            QkvLayout::Fused => {
+            (QkvLayout::Fused, _) => {
                 QkvTensors::Fused(c.linear(&named(&l.attn_qkv)?, e, qkv_dim, attn_bias)?)
             }
+        };
+        // The output projection reads every head's value: latent attention's are their own
+        // width.
+        let out_dim = match hp.latent {
+            Some(lt) => hp.n_head as u64 * lt.v_dim as u64,
+            None => q_dim,
         };
         let hd = hp.head_dim as u64;
         let whole = self.attention.qk_norm_over == QkNormOver::Projection;
@@ -424,7 +478,7 @@ impl ModelSpec {
             qkv,
             q_norm,
             k_norm,
-            attn_output: c.linear(&name(&l.attn_output), q_dim, e, out_bias)?,
+            attn_output: c.linear(&name(&l.attn_output), out_dim, e, out_bias)?,
             attn_sinks: match self.attention.sinks {
                 true => Some(c.require(&named(&l.attn_sinks)?, &[hp.n_head as u64], "n_head")?),
                 false => None,
@@ -492,4 +546,68 @@ impl ModelSpec {
             cross,
         })
     }
+}
+
+/// Block `l`'s latent attention tensors: the low-rank queries where the file gives their
+/// rank, the split expansions where the file has them (else the older fused one).
+fn latent_tensors(
+    l: &LayerTensorNames,
+    named: &dyn Fn(&Option<String>) -> Result<String>,
+    hp: &HyperParams,
+    lt: LatentParams,
+    c: &mut Checker<'_>,
+) -> Result<LatentTensors> {
+    let (e, heads) = (hp.n_embd as u64, hp.n_head as u64);
+    let (kv_lora, rope) = (lt.kv_lora as u64, lt.rope as u64);
+    let (nope, v) = (lt.nope as u64, lt.v_dim as u64);
+    let q_dim = heads * lt.qk_dim() as u64;
+    let q = match lt.q_lora {
+        Some(r) => {
+            let r = r as u64;
+            LatentQuery::LowRank {
+                a: c.require(&named(&l.attn_q_a)?, &[e, r], "n_embd x q_lora_rank")?,
+                norm: c.norm(&named(&l.attn_q_a_norm)?, r, false, "q_lora_rank")?,
+                b: c.require(
+                    &named(&l.attn_q_b)?,
+                    &[r, q_dim],
+                    "q_lora_rank x n_head * (nope + rope)",
+                )?,
+            }
+        }
+        None => LatentQuery::Direct(c.require(
+            &named(&l.attn_q)?,
+            &[e, q_dim],
+            "n_embd x n_head * (nope + rope)",
+        )?),
+    };
+    let split = l.attn_k_b.is_some() && c.file.tensor(&named(&l.attn_k_b)?).is_some();
+    let kv_b = match split || l.attn_kv_b.is_none() {
+        true => LatentExpansion::Split {
+            k_b: c.require(
+                &named(&l.attn_k_b)?,
+                &[nope, kv_lora, heads],
+                "nope x kv_lora_rank x n_head",
+            )?,
+            v_b: c.require(
+                &named(&l.attn_v_b)?,
+                &[kv_lora, v, heads],
+                "kv_lora_rank x v_head_dim x n_head",
+            )?,
+        },
+        false => LatentExpansion::Fused(c.require(
+            &named(&l.attn_kv_b)?,
+            &[kv_lora, heads * (nope + v)],
+            "kv_lora_rank x n_head * (nope + v_head_dim)",
+        )?),
+    };
+    Ok(LatentTensors {
+        q,
+        kv_a: c.require(
+            &named(&l.attn_kv_a_mqa)?,
+            &[e, kv_lora + rope],
+            "n_embd x kv_lora_rank + rope",
+        )?,
+        kv_a_norm: c.norm(&named(&l.attn_kv_a_norm)?, kv_lora, false, "kv_lora_rank")?,
+        kv_b,
+    })
 }

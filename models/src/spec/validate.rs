@@ -25,6 +25,14 @@ impl ModelSpec {
             ("attn_k", l.attn_k.as_ref()),
             ("attn_v", l.attn_v.as_ref()),
             ("attn_qkv", l.attn_qkv.as_ref()),
+            ("attn_q_a", l.attn_q_a.as_ref()),
+            ("attn_q_a_norm", l.attn_q_a_norm.as_ref()),
+            ("attn_q_b", l.attn_q_b.as_ref()),
+            ("attn_kv_a_mqa", l.attn_kv_a_mqa.as_ref()),
+            ("attn_kv_a_norm", l.attn_kv_a_norm.as_ref()),
+            ("attn_k_b", l.attn_k_b.as_ref()),
+            ("attn_v_b", l.attn_v_b.as_ref()),
+            ("attn_kv_b", l.attn_kv_b.as_ref()),
             ("attn_q_norm", l.attn_q_norm.as_ref()),
             ("attn_k_norm", l.attn_k_norm.as_ref()),
             ("attn_output", Some(&l.attn_output)),
@@ -62,6 +70,27 @@ impl ModelSpec {
             }
             QkvLayout::Fused if l.attn_qkv.is_none() => {
                 return bad("fused q/k/v needs tensors.layer.attn_qkv".into())
+            }
+            QkvLayout::Latent => {
+                let low_rank = [&l.attn_q_a, &l.attn_q_a_norm, &l.attn_q_b];
+                let split = l.attn_k_b.is_some() && l.attn_v_b.is_some();
+                if l.attn_kv_a_mqa.is_none()
+                    || l.attn_kv_a_norm.is_none()
+                    || !(split || l.attn_kv_b.is_some())
+                    || (l.attn_q.is_none() && low_rank.iter().any(|n| n.is_none()))
+                {
+                    return bad(
+                        "latent attention needs tensors.layer.attn_kv_a_mqa, attn_kv_a_norm, \
+                         attn_k_b and attn_v_b (or attn_kv_b), and attn_q or attn_q_a, \
+                         attn_q_a_norm and attn_q_b"
+                            .into(),
+                    );
+                }
+                if self.attention.bias || self.attention.qk_norm.is_some() || self.attention.sinks {
+                    return bad(
+                        "latent attention has no q/k/v biases, query/key norm or sinks".into(),
+                    );
+                }
             }
             _ => {}
         }

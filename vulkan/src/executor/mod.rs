@@ -252,6 +252,20 @@ impl VkModel {
                 what: format!("a mixture of {what} on the Vulkan executor"),
             })?;
         }
+        if let Some(l) = &c.latent {
+            return Err(hearth_model::Error::Unsupported {
+                path: file.path().to_path_buf(),
+                what: format!(
+                    "multi-head latent attention on the Vulkan executor yet (it needs \
+                     per-head products of the queries with attn_k_b and of the attention's \
+                     latents with attn_v_b, RoPE on the rotated parts alone, and attention \
+                     kernels whose keys are {} values wide and whose values are the keys' first \
+                     {}, read from the keys' cache); run it on the CPU executor (--device cpu)",
+                    l.cache_dim(),
+                    l.kv_lora
+                ),
+            });
+        }
         if options.n_ctx == 0 {
             return Err(hearth_model::Error::options("n_ctx", "must be at least 1"));
         }

@@ -10,7 +10,7 @@ mod file;
 
 use std::collections::BTreeMap;
 
-use hearth_models::spec::{MlpTensors, QkvTensors};
+use hearth_models::spec::{LatentQuery, MlpTensors, QkvTensors};
 use hearth_models::ResolvedModel;
 
 use crate::activations::{Activations, SquareSums};
@@ -44,6 +44,15 @@ impl ImportanceMatrix {
                     }
                 }
                 QkvTensors::Fused(qkv) => put(&qkv.weight, &a.qkv),
+                // The input's projections; the sums of the low-rank queries' and the
+                // latent's expansions are not collected yet.
+                QkvTensors::Latent(lt) => {
+                    match &lt.q {
+                        LatentQuery::Direct(q) => put(q, &a.qkv),
+                        LatentQuery::LowRank { a: q_a, .. } => put(q_a, &a.qkv),
+                    }
+                    put(&lt.kv_a, &a.qkv);
+                }
             }
             put(&names.attn_output.weight, &a.attn_output);
             match &names.mlp {
