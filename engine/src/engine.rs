@@ -342,6 +342,22 @@ impl Engine {
                  without RoPE (use full or h2o)",
             ));
         }
+        let policy = match (&options.infinigen, &options.h2o) {
+            (Some(_), _) => Some("infinigen"),
+            (_, Some(_)) => Some("h2o"),
+            _ => None,
+        };
+        if let (Some(policy), Some(_)) = (policy, &config.latent) {
+            return Err(hearth_model::Error::options(
+                "kv-offload",
+                format!(
+                    "{policy} does not run multi-head latent attention: its cache holds one \
+                     latent per position rather than keys and values per head, which \
+                     InfiniGen's per-head speculation and H2O's per-head scores do not apply \
+                     to (use none or full)"
+                ),
+            ));
+        }
         let ig_params = options
             .infinigen
             .as_ref()

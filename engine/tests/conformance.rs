@@ -398,10 +398,39 @@ fn glm4moe_matches_transformers() {
 /// the model at `path` loaded with `options`, and the formats its weights loaded in.
 /// DeepSeek-V3: latent attention with low-rank queries, YaRN's mscale on the scores, and
 /// sigmoid routing with a selection bias within the best groups (by their two best), on the
-/// reference and the CPU executor, from llama.cpp's file and from the folder.
+/// reference and the CPU executor, from llama.cpp's file and from the folder. The Vulkan
+/// executor, InfiniGen and H2O refuse it, naming latent attention.
 #[test]
 fn deepseek3_matches_transformers() {
     check_family_on("deepseek3", Executors::Cpu);
+    let Some(dir) = hearth_testkit::conformance_model("deepseek3") else {
+        return;
+    };
+    let refusals = [
+        (BackendKind::Vulkan, None, None),
+        (
+            BackendKind::Reference,
+            Some(hearth_engine::InfinigenOptions::default()),
+            None,
+        ),
+        (
+            BackendKind::Reference,
+            None,
+            Some(hearth_engine::H2oOptions::default()),
+        ),
+    ];
+    for (backend, infinigen, h2o) in refusals {
+        let options = EngineOptions {
+            backend,
+            infinigen,
+            h2o,
+            ..EngineOptions::default()
+        };
+        let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
+            .err()
+            .expect("latent attention refused");
+        assert!(err.to_string().contains("latent attention"), "{err}");
+    }
 }
 
 /// DeepSeek-V2 (V2-Lite's queries): latent attention without low-rank queries, and softmax

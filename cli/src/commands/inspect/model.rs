@@ -21,6 +21,18 @@ pub(super) fn write_model(out: &mut String, m: &ResolvedModel) -> std::fmt::Resu
         hp.n_head, hp.head_dim
     )?;
     writeln!(out, "  kv heads        {}", hp.n_head_kv)?;
+    if let Some(l) = &hp.latent {
+        let queries = match l.q_lora {
+            Some(r) => format!("queries through rank {r}"),
+            None => "queries projected directly".to_string(),
+        };
+        writeln!(
+            out,
+            "  latent          {} + {} rotated values cached per position; heads of {} + {} \
+             query/key and {} value dimensions; {queries}",
+            l.kv_lora, l.rope, l.nope, l.rope, l.v_dim
+        )?;
+    }
     writeln!(out, "  ffn width       {}", hp.n_ff)?;
     writeln!(out, "  vocab           {}", hp.n_vocab)?;
     writeln!(out, "  context (train) {}", hp.n_ctx_train)?;
@@ -184,6 +196,14 @@ pub(super) fn model_json(m: &ResolvedModel) -> Value {
             "local_base": r.local_base,
         })),
         "qkv": s.attention.qkv.as_str(),
+        "latent": hp.latent.map(|l| json!({
+            "q_lora_rank": l.q_lora,
+            "kv_lora_rank": l.kv_lora,
+            "qk_nope_head_dim": l.nope,
+            "qk_rope_head_dim": l.rope,
+            "v_head_dim": l.v_dim,
+            "mscale_all_dim": l.mscale_all_dim,
+        })),
         "qk_norm": s.attention.qk_norm.map(|k| k.as_str()),
         "qk_norm_over": s.attention.qk_norm_over.as_str(),
         "sliding_window": hp.sliding_window.as_ref().map(|w| json!({
