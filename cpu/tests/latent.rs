@@ -2,12 +2,14 @@
 //! `scripts/conformance/build deepseek3`) against the f32 CPU reference: the latent cache in
 //! f32, f16 and q8 over chunked prefill, one-token and few-token steps; two sequences in one
 //! step, the second forked from the first's prefix (a shared block copied on write); and the
-//! cache's size, the latent and the rotated key alone. Skipped where the model is missing.
+//! cache's size, the latent and the rotated key alone; and an older file's fused `attn_kv_b`
+//! (without the `_mla` widths), split when loaded, running as the split file does. Skipped
+//! where the model is missing.
 
 use hearth_cpu::{Activations, CpuOptions, NativeModel};
 use hearth_model::kv::{KvType, BLOCK_TOKENS};
 use hearth_model::{Backend, BatchedBackend, Logits, SeqStep};
-use hearth_models::{resolve_gguf, GgufFile, ResolvedModel};
+use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter, MetaValue, ResolvedModel};
 use hearth_reference::CpuModel;
 
 fn model() -> Option<(GgufFile, ResolvedModel, Vec<u32>)> {
@@ -124,4 +126,74 @@ fn the_cache_holds_the_latent_and_the_rotated_key_alone() {
     assert_eq!(shape.token_layer_bytes(), 96 * 4);
     let positions = shape.blocks * BLOCK_TOKENS;
     assert_eq!(native.kv_bytes(), c.n_layer * positions * 96 * 4);
+}
+
+/// The conformance file as older converters wrote it: each block's `attn_k_b` and `attn_v_b`
+/// merged back into `attn_kv_b` (each head's key rows, then its value rows), the per-head
+/// widths as `key_length` and `value_length` and no `_mla` keys.
+fn legacy(file: &GgufFile) -> GgufFile {
+    let f32s = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let mut w = GgufWriter::new();
+    for (key, value) in file.metadata().iter() {
+        match key {
+            "deepseek2.attention.key_length_mla" | "deepseek2.attention.value_length_mla" => {}
+            "deepseek2.attention.key_length" => w.set_metadata(key, MetaValue::U32(64)),
+            "deepseek2.attention.value_length" => w.set_metadata(key, MetaValue::U32(32)),
+            _ => w.set_metadata(key, value.clone()),
+        }
+    }
+    let (heads, lora, nope, v) = (4, 64, 32, 32);
+    for t in file.tensors() {
+        let data = file.tensor_data(t).unwrap();
+        if t.name.ends_with("attn_v_b.weight") {
+            continue;
+        }
+        let Some(stem) = t.name.strip_suffix("attn_k_b.weight") else {
+            w.add_tensor(&t.name, t.ggml_type, &t.shape, data).unwrap();
+            continue;
+        };
+        assert_eq!(t.ggml_type, GgmlType::F32);
+        let k_b = f32s(data);
+        let v_b = f32s(
+            file.tensor_data(file.tensor(&format!("{stem}attn_v_b.weight")).unwrap())
+                .unwrap(),
+        );
+        let mut kv_b = Vec::new();
+        for h in 0..heads {
+            let k = &k_b[h * lora * nope..][..lora * nope];
+            for c in 0..nope {
+                kv_b.extend((0..lora).map(|i| k[i * nope + c]));
+            }
+            kv_b.extend_from_slice(&v_b[h * v * lora..][..v * lora]);
+        }
+        let bytes: Vec<u8> = kv_b.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let shape = [lora as u64, (heads * (nope + v)) as u64];
+        w.add_tensor(
+            &format!("{stem}attn_kv_b.weight"),
+            GgmlType::F32,
+            &shape,
+            bytes,
+        )
+        .unwrap();
+    }
+    GgufFile::from_bytes("legacy.gguf", w.to_bytes().unwrap()).unwrap()
+}
+
+#[test]
+fn an_older_files_fused_kv_b_runs_as_the_split_one() {
+    let Some((file, model, tokens)) = model() else {
+        return;
+    };
+    let old = legacy(&file);
+    let old_model = resolve_gguf(&old).unwrap();
+    let lt = old_model.hparams.latent.unwrap();
+    assert_eq!((lt.nope, lt.rope, lt.v_dim, lt.kv_lora), (32, 32, 32, 64));
+    let tokens = &tokens[..24];
+    let want = reference(&file, &model, KvType::F32, tokens);
+    let got = reference(&old, &old_model, KvType::F32, tokens);
+    assert_eq!(got, want);
 }
