@@ -179,4 +179,33 @@ mod tests {
             .collect();
         assert_eq!(ids, [3, 0]);
     }
+
+    /// DeepSeek-V2's routing: under softmax a group is scored by its best expert, so the
+    /// group holding the single best takes part though the other's two best sum higher.
+    #[test]
+    fn softmax_groups_are_scored_by_their_best_expert() {
+        // Groups {0, 1} (best 2.0, two best 2.0 + -2.0) and {2, 3} (1.5 + 1.4).
+        let logits = [2.0, -2.0, 1.5, 1.4f32];
+        let x = Experts {
+            groups: 2,
+            groups_used: 1,
+            scale: 1.5,
+            ..experts(2, Gating::Softmax, false)
+        };
+        let softmax: Vec<f32> = {
+            let max = 2.0f32;
+            let e: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+            let s: f32 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        let picked = route(&logits, &x, None);
+        assert_eq!(picked, [(0, softmax[0] * 1.5), (1, softmax[1] * 1.5)]);
+        // Under sigmoid the same logits choose the other group, by its two best.
+        let sigmoid = Experts {
+            gating: Gating::Sigmoid,
+            ..x
+        };
+        let ids: Vec<usize> = route(&logits, &sigmoid, None).iter().map(|p| p.0).collect();
+        assert_eq!(ids, [2, 3]);
+    }
 }

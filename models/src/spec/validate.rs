@@ -206,6 +206,11 @@ mod tests {
     #[test]
     fn bad_specs_are_rejected_with_a_reason() {
         let llama = SHIPPED[0].1;
+        let deepseek2 = SHIPPED
+            .iter()
+            .find(|(n, _)| *n == "deepseek2.toml")
+            .unwrap()
+            .1;
         let cases = [
             (llama.replace("\"silu\"", "\"swish\""), "swish"),
             (
@@ -270,6 +275,15 @@ mod tests {
                     .1
                     .replace("ffn_down_shexp = ", "# "),
                 "ffn_down_shexp",
+            ),
+            // Latent attention without its latent's projection, and with a q/k/v bias.
+            (
+                deepseek2.replace("attn_kv_a_mqa = ", "# "),
+                "latent attention needs tensors.layer.attn_kv_a_mqa",
+            ),
+            (
+                deepseek2.replace("qkv = \"latent\"", "qkv = \"latent\"\nbias = true"),
+                "no q/k/v biases",
             ),
         ];
         for (text, fragment) in cases {
