@@ -3,7 +3,7 @@
 //! the weighted sum of each token's experts' outputs (`moe_combine`).
 
 use bytemuck::{Pod, Zeroable};
-use hearth_models::spec::{Experts, Gating};
+use hearth_models::spec::{Experts, Gating, GroupScore};
 use hearth_shaders::{MOE_COMBINE, MOE_ROUTE};
 
 use super::{check_sizes, ExpertBiases, Pipe};
@@ -40,6 +40,13 @@ pub fn check_experts(x: &Experts) -> std::result::Result<(), String> {
             "{} groups of experts (the kernels take up to {MAX_GROUPS})",
             x.groups
         ));
+    }
+    if x.groups_used < x.groups && x.group_score() == GroupScore::Best {
+        return Err(
+            "experts chosen within groups scored by their best expert (softmax gating, \
+             DeepSeek-V2; the route kernel scores a group by its two best)"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -339,6 +346,25 @@ mod tests {
             assert!(seen.iter().all(|&s| s), "{what}: a slot in no tile");
         }
         finish(&dev);
+    }
+
+    /// Softmax gating with groups (DeepSeek-V2) is refused with the reason: the kernel scores
+    /// a group by its two best.
+    #[test]
+    fn groups_scored_by_their_best_expert_are_refused_by_name() {
+        let x = Experts {
+            groups: 4,
+            groups_used: 2,
+            ..experts(8, 2, Gating::Softmax, false)
+        };
+        let err = check_experts(&x).unwrap_err();
+        assert!(err.contains("scored by their best expert"), "{err}");
+        // Every group taking part leaves nothing to score.
+        assert!(check_experts(&Experts {
+            groups_used: 4,
+            ..x
+        })
+        .is_ok());
     }
 
     /// GLM-4.5's routing on the device as on the reference: sigmoid scores plus a selection
