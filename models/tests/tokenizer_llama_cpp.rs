@@ -72,3 +72,8 @@ fn phi3() {
 fn gpt2() {
     check_vocab("gpt-2");
 }
+
+#[test]
+fn gemma4() {
+    check_vocab("gemma-4");
+}

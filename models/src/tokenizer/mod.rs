@@ -1,5 +1,6 @@
 //! Tokenizers stored in GGUF metadata (`tokenizer.ggml.*`): byte-level BPE (`gpt2`),
-//! SentencePiece BPE (`llama`), SentencePiece Unigram (`t5`) and WordPiece (`bert`), with
+//! SentencePiece BPE (`llama`), BPE over characters by merge rank (`gemma4`), SentencePiece
+//! Unigram (`t5`) and WordPiece (`bert`), with
 //! special tokens matched before the model; streaming detokenization ([`StreamDecoder`]); and
 //! Hugging Face `tokenizer.json` files ([`HfTokenizer`], e.g. WordPiece for BERT-style
 //! embedding models).
@@ -24,7 +25,7 @@ pub use hf::{HfEncoding, HfTokenizer};
 pub use special::SpecialTokens;
 pub use stream::StreamDecoder;
 
-use self::bpe::BpeModel;
+use self::bpe::{BpeModel, CharBpeModel};
 use self::bytelevel::ByteLevel;
 use self::charsmap::Charsmap;
 use self::special::{Fragment, SpecialMatcher};
@@ -84,6 +85,9 @@ pub enum TokenizerKind {
     ByteLevelBpe,
     /// SentencePiece BPE with byte fallback (`llama`).
     SentencePieceBpe,
+    /// BPE by merge rank over characters, spaces spelled `▁`, with byte fallback (`gemma4`:
+    /// Gemma 4's vocabulary).
+    CharBpe,
     /// SentencePiece Unigram (`t5`: T5, mT5, XLM-RoBERTa).
     Unigram,
     /// BERT's WordPiece (`bert`).
@@ -111,6 +115,7 @@ impl Default for EncodeOptions {
 
 enum Model {
     Bpe(BpeModel),
+    CharBpe(CharBpeModel),
     Spm(SpmModel),
     Ugm(UgmModel),
     Wpm(WpmModel),
@@ -150,6 +155,9 @@ const EOG_TEXTS: &[&str] = &[
     "<end_of_turn>",
     "<|end_of_text|>",
     "</s>",
+    // Gemma 4's end of turn, and the marker after which its tool answers.
+    "<turn|>",
+    "<|tool_response>",
 ];
 
 impl Tokenizer {
@@ -162,6 +170,7 @@ impl Tokenizer {
         let kind = match model_name {
             "gpt2" => TokenizerKind::ByteLevelBpe,
             "llama" => TokenizerKind::SentencePieceBpe,
+            "gemma4" => TokenizerKind::CharBpe,
             "t5" => TokenizerKind::Unigram,
             "bert" => TokenizerKind::WordPiece,
             other => {
@@ -169,7 +178,8 @@ impl Tokenizer {
                     path,
                     model_key,
                     format!(
-                        "tokenizer model `{other}` is not supported (gpt2, llama, t5 and bert are)"
+                        "tokenizer model `{other}` is not supported (gpt2, llama, gemma4, t5 \
+                         and bert are)"
                     ),
                 ))
             }
@@ -252,7 +262,10 @@ impl Tokenizer {
                 eot: id_key("tokenizer.ggml.eot_token_id")?,
                 unk: id_key("tokenizer.ggml.unknown_token_id")?.or(default_id(unk)),
                 pad: id_key("tokenizer.ggml.padding_token_id")?.or(default_id(pad)),
-                add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
+                // llama.cpp adds BOS to every `gemma4` text, whatever the file says (Gemma 4
+                // is trained with it).
+                add_bos: file.get("tokenizer.ggml.add_bos_token")?.unwrap_or(spm)
+                    || kind == TokenizerKind::CharBpe,
                 add_eos: file.get("tokenizer.ggml.add_eos_token")?.unwrap_or(ugm),
                 add_space_prefix: file
                     .get("tokenizer.ggml.add_space_prefix")?
@@ -304,6 +317,20 @@ impl Tokenizer {
                     )
                 })?;
                 Model::Bpe(bpe)
+            }
+            TokenizerKind::CharBpe => {
+                let merges: &[String] = file.require("tokenizer.ggml.merges")?;
+                let bpe = CharBpeModel::new(&ids, merges).map_err(|i| {
+                    Error::metadata(
+                        path,
+                        "tokenizer.ggml.merges",
+                        format!(
+                            "entry {i} ({:?}) is not two tokens separated by a space",
+                            merges[i]
+                        ),
+                    )
+                })?;
+                Model::CharBpe(bpe)
             }
             TokenizerKind::SentencePieceBpe => {
                 let scores = match file.get::<&[f32]>("tokenizer.ggml.scores")? {
@@ -499,6 +526,7 @@ impl Tokenizer {
                 Fragment::Text(t) => {
                     match &self.model {
                         Model::Bpe(bpe) => bpe.encode(t, self.special.unk, &mut out),
+                        Model::CharBpe(bpe) => bpe.encode(t, &mut out),
                         Model::Spm(spm) => {
                             escaped.clear();
                             if self.special.add_space_prefix && after_special {
@@ -573,6 +601,7 @@ impl Tokenizer {
     pub fn kind(&self) -> TokenizerKind {
         match self.model {
             Model::Bpe(_) => TokenizerKind::ByteLevelBpe,
+            Model::CharBpe(_) => TokenizerKind::CharBpe,
             Model::Spm(_) => TokenizerKind::SentencePieceBpe,
             Model::Ugm(_) => TokenizerKind::Unigram,
             Model::Wpm(_) => TokenizerKind::WordPiece,
@@ -610,7 +639,8 @@ impl Tokenizer {
 }
 
 /// What every token decodes to: byte-level pieces through the GPT-2 alphabet, SentencePiece
-/// pieces with `▁` as a space and `<0xXX>` as a byte, special tokens as their own text.
+/// and character-BPE pieces with `▁` as a space and `<0xXX>` as a byte, special tokens as
+/// their own text.
 fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> Vec<Box<[u8]>> {
     let byte_level = ByteLevel::new();
     pieces
@@ -620,12 +650,20 @@ fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> V
             let bytes = match (kind, t) {
                 (_, t) if t.is_special() => p.as_bytes().to_vec(),
                 (TokenizerKind::ByteLevelBpe, _) => byte_level.decode(p),
-                (TokenizerKind::SentencePieceBpe | TokenizerKind::Unigram, TokenType::Byte) => {
-                    parse_byte_token(p)
-                        .map(|b| vec![b])
-                        .unwrap_or_else(|| p.as_bytes().to_vec())
-                }
-                (TokenizerKind::SentencePieceBpe | TokenizerKind::Unigram, _) => {
+                (
+                    TokenizerKind::SentencePieceBpe
+                    | TokenizerKind::CharBpe
+                    | TokenizerKind::Unigram,
+                    TokenType::Byte,
+                ) => parse_byte_token(p)
+                    .map(|b| vec![b])
+                    .unwrap_or_else(|| p.as_bytes().to_vec()),
+                (
+                    TokenizerKind::SentencePieceBpe
+                    | TokenizerKind::CharBpe
+                    | TokenizerKind::Unigram,
+                    _,
+                ) => {
                     p.replace(SPACE_MARK, " ").into_bytes()
                 }
                 (TokenizerKind::WordPiece, _) => wpm::piece_bytes(p),

@@ -9,6 +9,7 @@ pub(super) fn write_tokenizer(out: &mut String, t: &Tokenizer) -> std::fmt::Resu
     let kind = match t.kind() {
         TokenizerKind::ByteLevelBpe => "byte-level BPE (gpt2)",
         TokenizerKind::SentencePieceBpe => "SentencePiece BPE (llama)",
+        TokenizerKind::CharBpe => "BPE over characters (gemma4)",
         TokenizerKind::Unigram => "SentencePiece Unigram (t5)",
         TokenizerKind::WordPiece => "WordPiece (bert)",
     };
@@ -57,6 +58,7 @@ pub(super) fn tokenizer_json(t: &Tokenizer) -> Value {
         "kind": match t.kind() {
             TokenizerKind::ByteLevelBpe => "gpt2",
             TokenizerKind::SentencePieceBpe => "llama",
+            TokenizerKind::CharBpe => "gemma4",
             TokenizerKind::Unigram => "t5",
             TokenizerKind::WordPiece => "bert",
         },
