@@ -663,9 +663,7 @@ fn token_bytes(kind: TokenizerKind, pieces: &[String], types: &[TokenType]) -> V
                     | TokenizerKind::CharBpe
                     | TokenizerKind::Unigram,
                     _,
-                ) => {
-                    p.replace(SPACE_MARK, " ").into_bytes()
-                }
+                ) => p.replace(SPACE_MARK, " ").into_bytes(),
                 (TokenizerKind::WordPiece, _) => wpm::piece_bytes(p),
             };
             bytes.into_boxed_slice()
