@@ -364,7 +364,12 @@ fn gptoss_matches_transformers() {
         return;
     };
     // InfiniGen and H2O refuse it, with the reason.
-    for options in [
+    assert_refused(&dir, &policies(), "attention sinks");
+}
+
+/// Options that load a model on the reference with InfiniGen, and with H2O.
+fn policies() -> [EngineOptions; 2] {
+    [
         EngineOptions {
             backend: BackendKind::Reference,
             infinigen: Some(hearth_engine::InfinigenOptions::default()),
@@ -375,11 +380,17 @@ fn gptoss_matches_transformers() {
             h2o: Some(hearth_engine::H2oOptions::default()),
             ..EngineOptions::default()
         },
-    ] {
-        let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
+    ]
+}
+
+/// Loading llama.cpp's file in `dir` with each of `options` fails with an error that names
+/// `reason`.
+fn assert_refused(dir: &Path, options: &[EngineOptions], reason: &str) {
+    for options in options {
+        let err = Engine::load(&dir.join("model.gguf"), options, &mut |_| true)
             .err()
-            .expect("the KV policies refuse attention sinks");
-        assert!(err.to_string().contains("attention sinks"), "{err}");
+            .unwrap_or_else(|| panic!("{:?} refuses it: {reason}", options.backend));
+        assert!(err.to_string().contains(reason), "{err}");
     }
 }
 
@@ -394,8 +405,6 @@ fn glm4moe_matches_transformers() {
     check_family_on("glm4moe", Executors::All);
 }
 
-/// Logits at every position of `tokens` (the first `prompt` as one step, then one a step) of
-/// the model at `path` loaded with `options`, and the formats its weights loaded in.
 /// DeepSeek-V3: latent attention with low-rank queries, YaRN's mscale on the scores, and
 /// sigmoid routing with a selection bias within the best groups (by their two best), on the
 /// reference and the CPU executor, from llama.cpp's file and from the folder. The Vulkan
@@ -406,31 +415,12 @@ fn deepseek3_matches_transformers() {
     let Some(dir) = hearth_testkit::conformance_model("deepseek3") else {
         return;
     };
-    let refusals = [
-        (BackendKind::Vulkan, None, None),
-        (
-            BackendKind::Reference,
-            Some(hearth_engine::InfinigenOptions::default()),
-            None,
-        ),
-        (
-            BackendKind::Reference,
-            None,
-            Some(hearth_engine::H2oOptions::default()),
-        ),
-    ];
-    for (backend, infinigen, h2o) in refusals {
-        let options = EngineOptions {
-            backend,
-            infinigen,
-            h2o,
-            ..EngineOptions::default()
-        };
-        let err = Engine::load(&dir.join("model.gguf"), &options, &mut |_| true)
-            .err()
-            .expect("latent attention refused");
-        assert!(err.to_string().contains("latent attention"), "{err}");
-    }
+    let vulkan = EngineOptions {
+        backend: BackendKind::Vulkan,
+        ..EngineOptions::default()
+    };
+    assert_refused(&dir, &[vulkan], "latent attention");
+    assert_refused(&dir, &policies(), "latent attention");
 }
 
 /// DeepSeek-V2 (V2-Lite's queries): latent attention without low-rank queries, and softmax
@@ -440,6 +430,8 @@ fn deepseek2_matches_transformers() {
     check_family_on("deepseek2", Executors::Cpu);
 }
 
+/// Logits at every position of `tokens` (the first `prompt` as one step, then one a step) of
+/// the model at `path` loaded with `options`, and the formats its weights loaded in.
 fn logits_of(
     path: &Path,
     options: &EngineOptions,

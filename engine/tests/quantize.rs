@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use hearth_engine::Error;
+use hearth_model::activations::SquareSums;
+use hearth_model::quantize::imatrix::ImportanceMatrix;
 use hearth_model::quantize::{quantize_model, QuantizeOptions, QuantizeReport, QuantizeStage};
 use hearth_models::gguf::{MetaArray, MetaValue};
 use hearth_models::{resolve_gguf, GgmlType, GgufFile, GgufWriter, TensorInfo, Tokenizer};
@@ -557,6 +559,27 @@ fn smollm2(test: &str, opts: &QuantizeOptions) -> Option<(PathBuf, GgufFile, Qua
     Some((dir, output, report))
 }
 
+/// An importance matrix for SmolLM2's 30 `ffn_down` matrices (1536 input columns), column
+/// `c` of each weighing `sums(c)`; no other matrix has an entry.
+fn ffn_down_imatrix(sums: impl Fn(usize) -> f64) -> ImportanceMatrix {
+    let sums: Vec<f64> = (0..1536).map(sums).collect();
+    let entries = (0..30)
+        .map(|l| {
+            let sums = SquareSums {
+                sums: sums.clone(),
+                tokens: 1,
+            };
+            (format!("blk.{l}.ffn_down.weight"), sums)
+        })
+        .collect();
+    ImportanceMatrix {
+        entries,
+        datasets: vec!["synthetic".into()],
+        chunk_count: 1,
+        chunk_size: 512,
+    }
+}
+
 #[test]
 fn smollm2_to_q3h() {
     let opts = QuantizeOptions {
@@ -596,8 +619,6 @@ fn smollm2_to_q3h() {
 /// other tensor does), and each has a lower error weighted by that matrix than without it.
 #[test]
 fn smollm2_own_formats_follow_an_importance_matrix() {
-    use hearth_model::activations::SquareSums;
-    use hearth_model::quantize::imatrix::ImportanceMatrix;
     use std::sync::Arc;
 
     let Some(input_path) = model_path() else {
@@ -605,20 +626,7 @@ fn smollm2_own_formats_follow_an_importance_matrix() {
     };
     let input = GgufFile::open(&input_path).unwrap();
     let importance = |c: usize| if c % 7 == 0 { 100.0f32 } else { 1.0 };
-    let mut entries = std::collections::BTreeMap::new();
-    for l in 0..30 {
-        let sums = (0..1536).map(|c| f64::from(importance(c))).collect();
-        entries.insert(
-            format!("blk.{l}.ffn_down.weight"),
-            SquareSums { sums, tokens: 1 },
-        );
-    }
-    let imatrix = Arc::new(ImportanceMatrix {
-        entries,
-        datasets: vec!["synthetic".into()],
-        chunk_count: 1,
-        chunk_size: 512,
-    });
+    let imatrix = Arc::new(ffn_down_imatrix(|c| f64::from(importance(c))));
     for format in [Format::Q2, Format::Q3H] {
         let dir = scratch(&format!("smollm2-imatrix-{format}"));
         let (plain_path, guided_path) = (dir.join("plain.gguf"), dir.join("guided.gguf"));
@@ -685,8 +693,6 @@ fn smollm2_to_q8() {
 
 #[test]
 fn smollm2_to_q4_k_m_follows_llama_cpp_and_its_importance_matrix() {
-    use hearth_model::activations::SquareSums;
-    use hearth_model::quantize::imatrix::ImportanceMatrix;
     use hearth_model::quantize::Mix;
     use std::sync::Arc;
 
@@ -723,22 +729,7 @@ fn smollm2_to_q4_k_m_follows_llama_cpp_and_its_importance_matrix() {
 
     // An importance matrix that favours a few columns changes the Q4_K and Q6_K tensors
     // (and only those), and the file records it as llama.cpp does.
-    let mut entries = std::collections::BTreeMap::new();
-    for l in 0..30 {
-        let sums = (0..1536)
-            .map(|c| if c % 7 == 0 { 100.0 } else { 1.0 })
-            .collect();
-        entries.insert(
-            format!("blk.{l}.ffn_down.weight"),
-            SquareSums { sums, tokens: 1 },
-        );
-    }
-    let imatrix = ImportanceMatrix {
-        entries,
-        datasets: vec!["synthetic".into()],
-        chunk_count: 1,
-        chunk_size: 512,
-    };
+    let imatrix = ffn_down_imatrix(|c| if c % 7 == 0 { 100.0 } else { 1.0 });
     let guided_opts = QuantizeOptions {
         imatrix: Some(Arc::new(imatrix)),
         ..QuantizeOptions::mix(Mix::Q4_K_M)
@@ -856,8 +847,6 @@ fn smollm2_i_quant_type(mix: hearth_model::quantize::Mix, name: &str) -> GgmlTyp
 /// the tensor, as llama-quantize does, and IQ3_XXS takes its unguided types.
 #[test]
 fn smollm2_to_the_i_quant_mixes_follows_llama_cpp() {
-    use hearth_model::activations::SquareSums;
-    use hearth_model::quantize::imatrix::ImportanceMatrix;
     use hearth_model::quantize::Mix;
     use std::sync::Arc;
 
@@ -866,20 +855,7 @@ fn smollm2_to_the_i_quant_mixes_follows_llama_cpp() {
     };
     let dir = scratch("smollm2-i-quant-mixes");
     let input = GgufFile::open(&input_path).unwrap();
-    let mut entries = std::collections::BTreeMap::new();
-    for l in 0..30 {
-        let sums = (0..1536).map(|c| 1.0 + (c % 5) as f64).collect();
-        entries.insert(
-            format!("blk.{l}.ffn_down.weight"),
-            SquareSums { sums, tokens: 1 },
-        );
-    }
-    let imatrix = Arc::new(ImportanceMatrix {
-        entries,
-        datasets: vec!["synthetic".into()],
-        chunk_count: 1,
-        chunk_size: 512,
-    });
+    let imatrix = Arc::new(ffn_down_imatrix(|c| 1.0 + (c % 5) as f64));
     let out_path = dir.join("out.gguf");
     // IQ1_S raises tensors to Q2_K and IQ2_XXS, IQ2_M to IQ3_S, IQ3_M to Q4_K.
     for mix in [Mix::IQ1_S, Mix::IQ2_M, Mix::IQ3_M] {

@@ -286,6 +286,17 @@ impl Tokenizer {
             }
         }
 
+        // A merge list entry `i` that BPE cannot read.
+        let bad_merge = |merges: &[String], i: usize| {
+            Error::metadata(
+                path,
+                "tokenizer.ggml.merges",
+                format!(
+                    "entry {i} ({:?}) is not two tokens separated by a space",
+                    merges[i]
+                ),
+            )
+        };
         let pre: Option<String> = file.get::<&str>("tokenizer.ggml.pre")?.map(String::from);
         // As llama.cpp: files without the key keep whitespace as it is.
         let remove_extra_whitespaces = ugm
@@ -306,30 +317,12 @@ impl Tokenizer {
                     )
                 })?;
                 let merges: &[String] = file.require("tokenizer.ggml.merges")?;
-                let bpe = BpeModel::new(&ids, merges, pre_tok).map_err(|i| {
-                    Error::metadata(
-                        path,
-                        "tokenizer.ggml.merges",
-                        format!(
-                            "entry {i} ({:?}) is not two tokens separated by a space",
-                            merges[i]
-                        ),
-                    )
-                })?;
+                let bpe = BpeModel::new(&ids, merges, pre_tok).map_err(|i| bad_merge(merges, i))?;
                 Model::Bpe(bpe)
             }
             TokenizerKind::CharBpe => {
                 let merges: &[String] = file.require("tokenizer.ggml.merges")?;
-                let bpe = CharBpeModel::new(&ids, merges).map_err(|i| {
-                    Error::metadata(
-                        path,
-                        "tokenizer.ggml.merges",
-                        format!(
-                            "entry {i} ({:?}) is not two tokens separated by a space",
-                            merges[i]
-                        ),
-                    )
-                })?;
+                let bpe = CharBpeModel::new(&ids, merges).map_err(|i| bad_merge(merges, i))?;
                 Model::CharBpe(bpe)
             }
             TokenizerKind::SentencePieceBpe => {
